@@ -1,6 +1,7 @@
 #pragma once
 // Autograd graph nodes. Each differentiable op defines a Node subclass next to its forward
 // (src/ops/<op>.cpp) that saves what its backward needs and maps grad_out to input grads.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ public:
     virtual void release() {}
 
     std::vector<Edge> next;
+    bool released = false;  // set after backward ran: the saved state is gone
 };
 
 /// True when grad mode is on and any input requires grad: the op must record a node.
@@ -40,7 +42,23 @@ Edge edge_of(const Tensor& t);
 void set_history(Tensor& out, std::shared_ptr<Node> node, std::initializer_list<const Tensor*> inputs);
 void set_history(Tensor& out, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs);
 
-/// Sums `grad` over broadcast dims so it has `shape` (the backward of implicit broadcasting).
-Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+/// A node whose backward is a closure (for the many simple ops whose backward is a line or two
+/// of other ops). The closure captures what it saves; release() drops it.
+class FunctionNode : public Node {
+public:
+    using Fn = std::function<std::vector<Tensor>(const Tensor&)>;
+    FunctionNode(const char* name, Fn fn) : name_(name), fn_(std::move(fn)) {}
+    const char* name() const override { return name_; }
+    std::vector<Tensor> backward(const Tensor& g) override { return fn_(g); }
+    void release() override { fn_ = nullptr; }
+
+private:
+    const char* name_;
+    Fn          fn_;
+};
+
+/// Records `out = op(inputs)` with a closure backward when grad mode is on and any input requires
+/// grad; otherwise does nothing. The closure returns one gradient per input (undefined = none).
+void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, FunctionNode::Fn fn);
 
 }  // namespace qkv

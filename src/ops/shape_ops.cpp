@@ -1,0 +1,172 @@
+// concat/stack/split/chunk, index_select/gather, repeat_interleave, with their backward.
+#include "qkv/ops/shape_ops.h"
+
+#include "ops/dispatch.h"
+#include "qkv/autograd/node.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/reduce.h"
+
+namespace qkv {
+
+using detail::ptr;
+
+// concat: backward slices g back into the pieces
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
+    QKV_CHECK(!xs.empty(), "concat: needs at least one tensor");
+    const Tensor& x0 = xs[0];
+    dim = normalize_axis(dim, x0.dim(), "concat");
+    Shape shape = x0.shape();
+    int64_t total = 0;
+    for (size_t k = 0; k < xs.size(); ++k) {
+        const Tensor& x = xs[k];
+        QKV_CHECK(x.dtype() == x0.dtype(), "concat: tensor ", k, " has dtype ", dtype_name(x.dtype()),
+                  ", tensor 0 has ", dtype_name(x0.dtype()));
+        QKV_CHECK(x.dim() == x0.dim(), "concat: tensor ", k, " has shape ", x.shape(),
+                  ", tensor 0 has ", x0.shape());
+        for (int64_t i = 0; i < x.dim(); ++i)
+            QKV_CHECK(i == dim || x.shape()[size_t(i)] == shape[size_t(i)], "concat: tensor ", k,
+                      " has shape ", x.shape(), ", incompatible with ", x0.shape(), " along dim ", i);
+        total += x.shape()[size_t(dim)];
+    }
+    shape[size_t(dim)] = total;
+    Tensor out = Tensor::empty(shape, x0.dtype());
+    std::vector<int64_t> sizes;
+    int64_t at = 0;
+    for (const Tensor& x : xs) {
+        const int64_t len = x.shape()[size_t(dim)];
+        Tensor part = out.slice(dim, at, at + len);
+        copy_(part, x);
+        sizes.push_back(len);
+        at += len;
+    }
+    record(out, "ConcatBackward", xs, [sizes, dim](const Tensor& g) {
+        std::vector<Tensor> gs;
+        int64_t a = 0;
+        for (int64_t len : sizes) {
+            gs.push_back(g.slice(dim, a, a + len).contiguous());
+            a += len;
+        }
+        return gs;
+    });
+    return out;
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+    QKV_CHECK(!xs.empty(), "stack: needs at least one tensor");
+    dim = normalize_axis(dim, xs[0].dim() + 1, "stack");
+    std::vector<Tensor> us;
+    for (size_t k = 0; k < xs.size(); ++k) {
+        QKV_CHECK(xs[k].shape() == xs[0].shape(), "stack: tensor ", k, " has shape ", xs[k].shape(),
+                  ", tensor 0 has ", xs[0].shape());
+        us.push_back(xs[k].unsqueeze(dim));
+    }
+    return concat(us, dim);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+    dim = normalize_axis(dim, x.dim(), "split");
+    QKV_CHECK(size >= 1, "split: size must be >= 1, got ", size);
+    std::vector<Tensor> out;
+    const int64_t n = x.shape()[size_t(dim)];
+    for (int64_t a = 0; a < n; a += size) out.push_back(x.slice(dim, a, std::min(n, a + size)));
+    return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t n, int64_t dim) {
+    QKV_CHECK(n >= 1, "chunk: number of chunks must be >= 1, got ", n);
+    dim = normalize_axis(dim, x.dim(), "chunk");
+    const int64_t len = x.shape()[size_t(dim)];
+    return split(x, std::max<int64_t>(1, (len + n - 1) / n), dim);
+}
+
+// index_select: backward scatter-adds g rows into zeros
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+    dim = normalize_axis(dim, x.dim(), "index_select");
+    QKV_CHECK(index.dtype() == DType::i64 && index.dim() == 1, "index_select: index must be a 1-D int64 "
+              "tensor, got ", dtype_name(index.dtype()), " ", index.shape());
+    const int64_t n = x.shape()[size_t(dim)];
+    const std::vector<int64_t> idx = index.to_vector<int64_t>();
+    for (size_t i = 0; i < idx.size(); ++i)
+        QKV_CHECK(idx[i] >= 0 && idx[i] < n, "index_select: index ", idx[i], " at position ", i,
+                  " out of range for dim ", dim, " of size ", n, " (shape ", x.shape(), ")");
+    Shape shape = x.shape();
+    shape[size_t(dim)] = int64_t(idx.size());
+    Tensor out = Tensor::empty(shape, x.dtype());
+    for (size_t i = 0; i < idx.size(); ++i) {
+        Tensor dst = out.select(dim, int64_t(i));
+        copy_(dst, x.detach().select(dim, idx[i]));
+    }
+    const Shape in_shape = x.shape();
+    record(out, "IndexSelectBackward", {x}, [idx, in_shape, dim](const Tensor& g) {
+        Tensor z = zeros(in_shape, g.dtype());
+        for (size_t i = 0; i < idx.size(); ++i) {
+            Tensor row = z.select(dim, idx[i]);
+            Tensor sum = add(row, g.select(dim, int64_t(i)));
+            copy_(row, sum);
+        }
+        return std::vector<Tensor>{z};
+    });
+    return out;
+}
+
+// gather: out[..i..] = x[..index[..i..]..] along dim; backward scatter-adds
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+    dim = normalize_axis(dim, x.dim(), "gather");
+    QKV_CHECK(index.dtype() == DType::i64 && index.dim() == x.dim(), "gather: index must be int64 of "
+              "rank ", x.dim(), ", got ", dtype_name(index.dtype()), " ", index.shape());
+    for (int64_t i = 0; i < x.dim(); ++i)
+        QKV_CHECK(i == dim || index.shape()[size_t(i)] <= x.shape()[size_t(i)], "gather: index shape ",
+                  index.shape(), " exceeds input shape ", x.shape(), " in dim ", i);
+    const Tensor xc = x.detach().contiguous(), ic = index.contiguous();
+    Tensor out = Tensor::empty(index.shape(), x.dtype());
+    const Shape xs = xc.strides(), is = ic.strides();
+    const int64_t n = x.shape()[size_t(dim)];
+    const int64_t* pi = ptr<int64_t>(ic);
+    // Map each index element to the x offset with `dim` replaced by the index value.
+    std::vector<int64_t> offs(size_t(ic.numel()));
+    {
+        Shape pos(size_t(ic.dim()), 0);
+        for (int64_t e = 0; e < ic.numel(); ++e) {
+            const int64_t v = pi[e];
+            QKV_CHECK(v >= 0 && v < n, "gather: index ", v, " out of range for dim ", dim, " of size ", n);
+            int64_t off = 0;
+            for (int64_t d = 0; d < ic.dim(); ++d) off += (d == dim ? v : pos[size_t(d)]) * xs[size_t(d)];
+            offs[size_t(e)] = off;
+            for (int64_t d = ic.dim() - 1; d >= 0; --d) {
+                if (++pos[size_t(d)] < ic.shape()[size_t(d)]) break;
+                pos[size_t(d)] = 0;
+            }
+        }
+    }
+    QKV_DISPATCH_ALL(x.dtype(), "gather", {
+        const scalar_t* px = ptr<scalar_t>(xc);
+        scalar_t* po = ptr<scalar_t>(out);
+        for (size_t e = 0; e < offs.size(); ++e) po[e] = px[offs[e]];
+    });
+    const Shape in_shape = x.shape();
+    record(out, "GatherBackward", {x}, [offs, in_shape](const Tensor& g) {
+        Tensor z = zeros(in_shape, g.dtype());
+        Tensor gc = g.contiguous();
+        QKV_DISPATCH_FLOAT(g.dtype(), "gather_backward", {
+            scalar_t* pz = ptr<scalar_t>(z);
+            const scalar_t* pg = ptr<scalar_t>(gc);
+            for (size_t e = 0; e < offs.size(); ++e) pz[offs[e]] += pg[e];
+        });
+        return std::vector<Tensor>{z};
+    });
+    (void)is;
+    return out;
+}
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
+    QKV_CHECK(repeats >= 1, "repeat_interleave: repeats must be >= 1, got ", repeats);
+    dim = normalize_axis(dim, x.dim(), "repeat_interleave");
+    // (.., n, ..) -> (.., n, 1, ..) -> expand (.., n, r, ..) -> (.., n·r, ..): all differentiable.
+    Shape expanded = x.shape();
+    expanded.insert(expanded.begin() + dim + 1, repeats);
+    Shape out_shape = x.shape();
+    out_shape[size_t(dim)] *= repeats;
+    return x.unsqueeze(dim + 1).expand(expanded).contiguous().reshape(out_shape);
+}
+
+}  // namespace qkv
