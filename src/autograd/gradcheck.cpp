@@ -32,7 +32,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     Tensor out = fn(inputs);
     QKV_CHECK(out.dtype() == DType::f64, "gradcheck: output must be float64, got ",
               dtype_name(out.dtype()));
-    std::vector<double> r(size_t(out.numel()));
+    std::vector<double> r(static_cast<size_t>(out.numel()));
     for (size_t i = 0; i < r.size(); ++i)
         r[i] = 0.5 + philox::uniform01(philox::bits(1234, 7, i));  // in [0.5, 1.5)
     if (out.requires_grad()) out.backward(from_vector(r, out.shape()));
@@ -43,7 +43,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
         if (!x.defined() || !x.requires_grad()) continue;
         const Tensor g = x.grad();
         const std::vector<double> analytic =
-            g.defined() ? g.to_vector<double>() : std::vector<double>(size_t(x.numel()), 0.0);
+            g.defined() ? g.to_vector<double>() : std::vector<double>(static_cast<size_t>(x.numel()), 0.0);
         double* p = x.data<double>();
         for (int64_t i = 0; i < x.numel(); ++i) {
             const double orig = p[i];

@@ -45,7 +45,7 @@ int64_t round_size(int64_t n) {
 void* system_alloc(int64_t n) {
     const int64_t align = n >= kHugeAlign ? kHugeAlign : 64;
     const int64_t size  = (n + align - 1) / align * align;
-    void* p = std::aligned_alloc(size_t(align), size_t(size));
+    void* p = std::aligned_alloc(static_cast<size_t>(align), size_t(size));
     QKV_CHECK(p != nullptr, "allocate: out of memory requesting ", n, " bytes");
     if (n >= kHugeAlign) madvise(p, size_t(size), MADV_HUGEPAGE);
     return p;

@@ -23,7 +23,7 @@ void for_each_strided(const Shape& shape, const std::array<const Shape*, N>& str
     const int64_t last = shape[size_t(rank - 1)];
     std::array<int64_t, N> steps{};
     for (size_t k = 0; k < N; ++k) steps[k] = (*strides[k])[size_t(rank - 1)];
-    std::vector<int64_t> idx(size_t(rank), 0);
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
     std::array<int64_t, N> off = base;
     while (true) {
         inner(last, off, steps);

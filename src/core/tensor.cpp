@@ -82,7 +82,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
     QKV_CHECK(dtype() == dtype_of<T>::value, "to_vector: tensor has dtype ", dtype_name(dtype()),
               ", requested ", dtype_name(dtype_of<T>::value));
-    std::vector<T> out(size_t(numel()));
+    std::vector<T> out(static_cast<size_t>(numel()));
     const T* base = static_cast<const T*>(impl().storage->data);
     const Shape& st = strides();
     int64_t pos = 0;
@@ -100,7 +100,7 @@ std::vector<bool> Tensor::to_vector<bool>() const {
     QKV_CHECK(dtype() == DType::b8, "to_vector: tensor has dtype ", dtype_name(dtype()),
               ", requested bool");
     std::vector<bool> out;
-    out.reserve(size_t(numel()));
+    out.reserve(static_cast<size_t>(numel()));
     const uint8_t* base = static_cast<const uint8_t*>(impl().storage->data);
     const Shape& st = strides();
     detail::for_each_strided<1>(shape(), {&st}, {offset()},

@@ -323,31 +323,52 @@ Tensor logical_not(const Tensor& mask) {
 
 // ---- in-place (never recorded) ----
 
+namespace {
+template <class D, class S>
+void copy_kernel(Tensor& dst, const Tensor& src, const Shape& ss) {
+    D* pd = static_cast<D*>(dst.impl().storage->data);
+    const S* ps = static_cast<const S*>(src.impl().storage->data);
+    const int64_t n = dst.numel();
+    if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
+        pd += dst.offset();
+        ps += src.offset();
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+        for (int64_t i = 0; i < n; ++i) pd[i] = D(ps[i]);
+        return;
+    }
+    const Shape& sd = dst.strides();
+    detail::for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()},
+                                [&](int64_t m, auto o, auto s) {
+                                    for (int64_t i = 0; i < m; ++i) pd[o[0] + i * s[0]] = D(ps[o[1] + i * s[1]]);
+                                });
+}
+
+template <class T>
+void add_kernel(Tensor& a, const Tensor& b, double alpha) {
+    T* pa = ptr<T>(a);
+    const T al = T(alpha);
+    const int64_t n = a.numel();
+    const T* pb = ptr<T>(b);
+    if (b.is_contiguous() && b.shape() == a.shape()) {
+#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
+        for (int64_t i = 0; i < n; ++i) pa[i] += al * pb[i];
+        return;
+    }
+    const Shape sb = detail::broadcast_strides(b.shape(), b.strides(), a.shape());
+    const Shape& sa = a.strides();
+    detail::for_each_strided<2>(a.shape(), {&sa, &sb}, {0, 0}, [&](int64_t m, auto o, auto s) {
+        for (int64_t i = 0; i < m; ++i) pa[o[0] + i * s[0]] += al * pb[o[1] + i * s[1]];
+    });
+}
+}  // namespace
+
 void copy_(Tensor& dst, const Tensor& src) {
     QKV_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "copy_: source of shape ",
               src.shape(), " does not broadcast to ", dst.shape());
     const Shape ss = detail::broadcast_strides(src.shape(), src.strides(), dst.shape());
-    const Shape& sd = dst.strides();
     QKV_DISPATCH_ALL(dst.dtype(), "copy_", {
-        scalar_t* pd = static_cast<scalar_t*>(dst.impl().storage->data);
-        QKV_DISPATCH_ALL(src.dtype(), "copy_", {
-            using src_t = scalar_t;
-            const src_t* ps = static_cast<const src_t*>(src.impl().storage->data);
-            using dst_t = std::remove_pointer_t<decltype(pd)>;
-            const int64_t n = dst.numel();
-            if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
-                pd += dst.offset();
-                ps += src.offset();
-#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-                for (int64_t i = 0; i < n; ++i) pd[i] = dst_t(ps[i]);
-            } else {
-                detail::for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()},
-                                            [&](int64_t m, auto o, auto s) {
-                                                for (int64_t i = 0; i < m; ++i)
-                                                    pd[o[0] + i * s[0]] = dst_t(ps[o[1] + i * s[1]]);
-                                            });
-            }
-        });
+        using dst_t = scalar_t;
+        QKV_DISPATCH_ALL(src.dtype(), "copy_", (copy_kernel<dst_t, scalar_t>(dst, src, ss)));
     });
 }
 
@@ -358,23 +379,7 @@ void add_(Tensor& a, const Tensor& b, double alpha) {
     check_same_dtype(a, b, "add_");
     QKV_CHECK(broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), "add_: shape ", b.shape(),
               " does not broadcast to ", a.shape());
-    QKV_DISPATCH_FLOAT(a.dtype(), "add_", {
-        scalar_t* pa = ptr<scalar_t>(a);
-        const scalar_t al = scalar_t(alpha);
-        const int64_t n = a.numel();
-        if (b.is_contiguous() && b.shape() == a.shape()) {
-            const scalar_t* pb = ptr<scalar_t>(b);
-#pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-            for (int64_t i = 0; i < n; ++i) pa[i] += al * pb[i];
-        } else {
-            const Shape sb = detail::broadcast_strides(b.shape(), b.strides(), a.shape());
-            const Shape& sa = a.strides();
-            const scalar_t* pb = ptr<scalar_t>(b);
-            detail::for_each_strided<2>(a.shape(), {&sa, &sb}, {0, 0}, [&](int64_t m, auto o, auto s) {
-                for (int64_t i = 0; i < m; ++i) pa[o[0] + i * s[0]] += al * pb[o[1] + i * s[1]];
-            });
-        }
-    });
+    QKV_DISPATCH_FLOAT(a.dtype(), "add_", add_kernel<scalar_t>(a, b, alpha));
 }
 
 void mul_(Tensor& a, double s) {

@@ -2,6 +2,7 @@
 // Sums accumulate in double for both float dtypes (bias gradients sum thousands of rows).
 #include "qkv/ops/reduce.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "core/strided.h"
@@ -16,7 +17,7 @@ using detail::ptr;
 namespace {
 
 std::vector<bool> reduced_mask(const std::vector<int64_t>& dims, int64_t rank, const char* op) {
-    std::vector<bool> red(size_t(rank), dims.empty());
+    std::vector<bool> red(static_cast<size_t>(rank), dims.empty());
     for (int64_t d : dims) {
         const int64_t a = normalize_axis(d, rank, op);
         QKV_CHECK(!red[size_t(a)] || dims.empty(), op, ": dim ", d, " repeated");
@@ -39,12 +40,12 @@ void sum_kernel(const Tensor& x, const std::vector<bool>& red, Tensor& out) {
     const Shape& shape = x.shape();
     const int64_t rank = x.dim();
     // Accumulator laid out like `out` (keepdim form); reduced dims get stride 0.
-    Shape keep_shape(size_t(rank));
+    Shape keep_shape(static_cast<size_t>(rank));
     for (int64_t i = 0; i < rank; ++i) keep_shape[size_t(i)] = red[size_t(i)] ? 1 : shape[size_t(i)];
     Shape acc_strides = contiguous_strides(keep_shape);
     for (int64_t i = 0; i < rank; ++i)
         if (red[size_t(i)]) acc_strides[size_t(i)] = 0;
-    std::vector<double> acc(size_t(shape_numel(keep_shape)), 0.0);
+    std::vector<double> acc(static_cast<size_t>(shape_numel(keep_shape)), 0.0);
     const T* px = static_cast<const T*>(x.impl().storage->data);
     // Whole-tensor sum of a contiguous tensor: parallel reduction.
     if (acc.size() == 1 && x.is_contiguous()) {
@@ -133,7 +134,7 @@ Shape drop_dim(const Shape& s, int64_t dim, bool keepdim) {
 template <class T>
 std::vector<int64_t> row_argmax(const Tensor& t, int64_t n) {
     const int64_t rows = n ? t.numel() / n : 0;
-    std::vector<int64_t> idx(size_t(rows));
+    std::vector<int64_t> idx(static_cast<size_t>(rows));
     const T* p = ptr<T>(t);
     for (int64_t r = 0; r < rows; ++r) {
         int64_t best = 0;

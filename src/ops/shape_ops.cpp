@@ -123,9 +123,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     const int64_t n = x.shape()[size_t(dim)];
     const int64_t* pi = ptr<int64_t>(ic);
     // Map each index element to the x offset with `dim` replaced by the index value.
-    std::vector<int64_t> offs(size_t(ic.numel()));
+    std::vector<int64_t> offs(static_cast<size_t>(ic.numel()));
     {
-        Shape pos(size_t(ic.dim()), 0);
+        Shape pos(static_cast<size_t>(ic.dim()), 0);
         for (int64_t e = 0; e < ic.numel(); ++e) {
             const int64_t v = pi[e];
             QKV_CHECK(v >= 0 && v < n, "gather: index ", v, " out of range for dim ", dim, " of size ", n);

@@ -95,7 +95,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims_in) const {
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
     d0 = normalize_axis(d0, dim(), "transpose");
     d1 = normalize_axis(d1, dim(), "transpose");
-    std::vector<int64_t> p(size_t(dim()));
+    std::vector<int64_t> p(static_cast<size_t>(dim()));
     std::iota(p.begin(), p.end(), 0);
     std::swap(p[size_t(d0)], p[size_t(d1)]);
     return permute(p);

@@ -1,0 +1,16 @@
+#pragma once
+// Subcommand registration for the qkv CLI: each cmd_<name>.cpp adds one subcommand to the app
+// and stores its callback. main.cpp calls every add_* function below.
+#include <CLI/CLI.hpp>
+
+namespace qkv::cli {
+
+/// Exit code convention: 0 ok, 1 runtime error (qkv::Error), 2 usage error.
+using Registrar = void (*)(CLI::App&);
+
+/// Commands register themselves through a static Registration object in their .cpp file.
+struct Registration {
+    explicit Registration(Registrar r);
+};
+
+}  // namespace qkv::cli

@@ -1,0 +1,45 @@
+// qkv command-line entry point: builds the CLI11 app from the registered subcommands, runs it,
+// and turns qkv::Error into "qkv: error: ..." with exit code 1 (usage errors exit 2).
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+
+namespace qkv::cli {
+namespace {
+std::vector<Registrar>& registry() {
+    static std::vector<Registrar> r;
+    return r;
+}
+}  // namespace
+Registration::Registration(Registrar r) { registry().push_back(r); }
+}  // namespace qkv::cli
+
+int main(int argc, char** argv) {
+    CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "qkv 0.1.0");
+    int threads = 0;
+    app.add_option("--threads", threads, "threads for kernels (default: all cores)")
+        ->check(CLI::NonNegativeNumber);
+    app.parse_complete_callback([&] {
+        if (threads > 0) qkv::set_num_threads(threads);
+    });
+    for (auto reg : qkv::cli::registry()) reg(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        const int rc = app.exit(e);
+        return rc == 0 ? 0 : 2;
+    } catch (const qkv::Error& e) {
+        std::fprintf(stderr, "qkv: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qkv: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

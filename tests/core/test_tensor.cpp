@@ -1,0 +1,168 @@
+// Tensor basics: factories, views, strides, broadcasting, printing, errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "qkv/core/allocator.h"
+#include "qkv/core/generator.h"
+#include "qkv/core/tensor.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/reduce.h"
+#include "qkv/ops/shape_ops.h"
+#include "support/test_util.h"
+
+using namespace qkv;
+
+TEST(Tensor, FactoriesAndItem) {
+    Tensor z = zeros({2, 3});
+    EXPECT_EQ(z.shape(), (Shape{2, 3}));
+    EXPECT_EQ(z.numel(), 6);
+    EXPECT_TRUE(z.is_contiguous());
+    EXPECT_EQ(z.to_vector<float>(), std::vector<float>(6, 0.f));
+    EXPECT_EQ(full({2}, 2.5).to_vector<float>(), (std::vector<float>{2.5f, 2.5f}));
+    EXPECT_EQ(arange(0, 5, 1, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(arange(0, 0.5, 0.1, DType::f64).numel(), 5);
+    EXPECT_DOUBLE_EQ(scalar_tensor(3.0).item(), 3.0);
+    EXPECT_THROW(zeros({2}).item(), Error);
+    EXPECT_THROW(from_vector<float>({1, 2, 3}, {2, 2}), Error);
+    EXPECT_THROW(zeros({2}).data<double>(), Error);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+    Tensor a = arange(0, 6).reshape({2, 3});
+    Tensor t = a.transpose(0, 1);
+    EXPECT_EQ(t.shape(), (Shape{3, 2}));
+    EXPECT_FALSE(t.is_contiguous());
+    EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+    EXPECT_EQ(t.contiguous().to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+    Tensor s = a.slice(1, 1, 3);
+    EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1, 2, 4, 5}));
+    EXPECT_EQ(a.select(0, 1).to_vector<float>(), (std::vector<float>{3, 4, 5}));
+    EXPECT_EQ(a.select(1, -1).to_vector<float>(), (std::vector<float>{2, 5}));
+    EXPECT_EQ(a.slice(1, 0, 3, 2).to_vector<float>(), (std::vector<float>{0, 2, 3, 5}));
+    EXPECT_EQ(a.unsqueeze(0).shape(), (Shape{1, 2, 3}));
+    EXPECT_EQ(a.unsqueeze(-1).shape(), (Shape{2, 3, 1}));
+    EXPECT_EQ(a.unsqueeze(1).squeeze(1).shape(), (Shape{2, 3}));
+    EXPECT_EQ(a.reshape({-1}).shape(), (Shape{6}));
+    EXPECT_EQ(t.reshape({6}).to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+    Tensor row = arange(0, 3).reshape({1, 3});
+    EXPECT_EQ(row.expand({2, 3}).to_vector<float>(), (std::vector<float>{0, 1, 2, 0, 1, 2}));
+    EXPECT_EQ(a.permute({1, 0}).to_vector<float>(), t.to_vector<float>());
+    // writing through a view changes the base
+    Tensor v = a.select(0, 0);
+    fill_(v, 7);
+    EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{7, 7, 7, 3, 4, 5}));
+}
+
+TEST(Tensor, ViewErrorsNameShapes) {
+    Tensor a = zeros({2, 3});
+    try {
+        a.reshape({4, 2});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("reshape: cannot reshape (2, 3)"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(a.squeeze(0), Error);
+    EXPECT_THROW(a.transpose(0, 2), Error);
+    EXPECT_THROW(a.expand({3, 3}), Error);
+    EXPECT_THROW(a.permute({0, 0}), Error);
+    EXPECT_THROW(a.select(0, 2), Error);
+}
+
+TEST(Tensor, BroadcastingArithmetic) {
+    Tensor a = arange(0, 6).reshape({2, 3});
+    Tensor b = from_vector<float>({10, 20, 30}, {3});
+    EXPECT_EQ((a + b).to_vector<float>(), (std::vector<float>{10, 21, 32, 13, 24, 35}));
+    Tensor c = from_vector<float>({1, 2}, {2, 1});
+    EXPECT_EQ((a * c).to_vector<float>(), (std::vector<float>{0, 1, 2, 6, 8, 10}));
+    EXPECT_EQ((a.transpose(0, 1) + 1.0).to_vector<float>(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+    try {
+        (void)(a + zeros({2}));
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "add: shapes (2, 3) and (2,) do not broadcast");
+    }
+    EXPECT_THROW((void)(a + zeros({3}, DType::f64)), Error);
+}
+
+TEST(Tensor, Reductions) {
+    Tensor a = arange(0, 6).reshape({2, 3});
+    EXPECT_DOUBLE_EQ(sum(a).item(), 15.0);
+    EXPECT_EQ(sum(a, {0}).to_vector<float>(), (std::vector<float>{3, 5, 7}));
+    EXPECT_EQ(sum(a, {1}, true).shape(), (Shape{2, 1}));
+    EXPECT_EQ(sum(a, {-1}).to_vector<float>(), (std::vector<float>{3, 12}));
+    EXPECT_EQ(mean(a, {1}).to_vector<float>(), (std::vector<float>{1, 4}));
+    Tensor m = from_vector<float>({1, 5, 5, 2, -1, 0}, {2, 3});
+    EXPECT_EQ(max(m, 1).to_vector<float>(), (std::vector<float>{5, 2}));
+    EXPECT_EQ(argmax(m, 1).to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+    EXPECT_EQ(argmax(m, 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 0}));
+    EXPECT_EQ(sum_to_shape(ones({4, 2, 3}), {2, 1}).to_vector<float>(), (std::vector<float>{12, 12}));
+}
+
+TEST(Tensor, ShapeOps) {
+    Tensor a = arange(0, 4).reshape({2, 2});
+    Tensor b = arange(4, 6).reshape({1, 2});
+    EXPECT_EQ(concat({a, b}, 0).to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(stack({a, a}, 0).shape(), (Shape{2, 2, 2}));
+    EXPECT_EQ(split(arange(0, 5), 2, 0).size(), 3u);
+    EXPECT_EQ(chunk(arange(0, 6), 3, 0)[1].to_vector<float>(), (std::vector<float>{2, 3}));
+    Tensor idx = from_vector<int64_t>({1, 1, 0}, {3});
+    EXPECT_EQ(index_select(a, 0, idx).to_vector<float>(), (std::vector<float>{2, 3, 2, 3, 0, 1}));
+    Tensor gi = from_vector<int64_t>({1, 0}, {2, 1});
+    EXPECT_EQ(gather(a, 1, gi).to_vector<float>(), (std::vector<float>{1, 2}));
+    EXPECT_EQ(repeat_interleave(from_vector<int64_t>({3, 2}, {2}), 2, 0).to_vector<int64_t>(),
+              (std::vector<int64_t>{3, 3, 2, 2}));
+    try {
+        index_select(a, 0, from_vector<int64_t>({2}, {1}));
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("index 2 at position 0 out of range"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(concat({a, zeros({2, 3})}, 0), Error);
+}
+
+TEST(Tensor, MasksAndWhere) {
+    Tensor a = arange(0, 4).reshape({2, 2});
+    Tensor m = from_vector<bool>({true, false}, {1, 2});
+    EXPECT_EQ(masked_fill(a, m, -1).to_vector<float>(), (std::vector<float>{-1, 1, -1, 3}));
+    EXPECT_EQ(lt(arange(0, 3), full({}, 1.5)).to_vector<bool>(), (std::vector<bool>{true, true, false}));
+}
+
+TEST(Generator, SameSeedSameNumbersAnyThreads) {
+    Generator g1(42), g2(42);
+    Tensor x = randn({1000}, &g1);
+    Tensor y = randn({1000}, &g2);
+    EXPECT_EQ(x.to_vector<float>(), y.to_vector<float>());
+    Tensor z = randn({1000}, &g1);
+    EXPECT_NE(x.to_vector<float>(), z.to_vector<float>());
+    // mean/std of 100k normals
+    Generator g3(7);
+    std::vector<double> v = randn({100000}, &g3, 0, 1, DType::f64).to_vector<double>();
+    double m = 0, s = 0;
+    for (double e : v) m += e;
+    m /= double(v.size());
+    for (double e : v) s += (e - m) * (e - m);
+    s = std::sqrt(s / double(v.size()));
+    EXPECT_NEAR(m, 0.0, 0.02);
+    EXPECT_NEAR(s, 1.0, 0.02);
+    std::vector<float> u = rand({10000}, &g3).to_vector<float>();
+    for (float e : u) ASSERT_TRUE(e >= 0.f && e < 1.f);
+}
+
+TEST(Allocator, SteadyStateReusesBlocks) {
+    { Tensor warm = zeros({1 << 20}); }
+    reset_allocator_stats();
+    for (int i = 0; i < 10; ++i) {
+        Tensor t = zeros({1 << 20});
+        Tensor u = t + 1.0;
+    }
+    const AllocatorStats s = allocator_stats();
+    EXPECT_EQ(s.allocs, 20);
+    EXPECT_LE(s.system_allocs, 1);
+}
+
+TEST(Tensor, Printing) {
+    std::ostringstream os;
+    os << arange(0, 3);
+    EXPECT_EQ(os.str(), "tensor(float32 (3,) [0, 1, 2])");
+}
