@@ -1,0 +1,66 @@
+#pragma once
+// nn::Module: the base of every layer and model. Holds named parameters and named child modules
+// (registered in constructors, PyTorch-style dotted names such as "blks.0.attention.W_q.weight"),
+// the train/eval flag, and state_dict save/load. Each module has its own typed forward(...).
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv::nn {
+
+class Module {
+public:
+    virtual ~Module() = default;
+    Module() = default;
+    Module(const Module&)            = delete;
+    Module& operator=(const Module&) = delete;
+
+    /// All parameters, depth-first in registration order, with dotted names (PyTorch's order).
+    std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+    std::vector<Tensor> parameters() const;
+    /// Parameters and buffers by name (what a checkpoint stores).
+    std::map<std::string, Tensor> state_dict() const;
+    /// Copies values into the registered tensors. strict: every key must match exactly (names
+    /// and shapes); throws naming the first missing, unexpected or mis-shaped key.
+    void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+    /// Total number of parameter elements.
+    int64_t num_parameters() const;
+
+    /// Sets training mode on this module and all children (dropout active).
+    void train(bool on = true);
+    void eval() { train(false); }
+    bool is_training() const { return training_; }
+    /// Drops every parameter's .grad.
+    void zero_grad();
+
+protected:
+    /// Registers a parameter (requires_grad is set); returns the stored handle.
+    Tensor register_parameter(const std::string& name, Tensor t);
+    /// Registers a non-trainable tensor saved in state_dict (e.g. running stats).
+    Tensor register_buffer(const std::string& name, Tensor t);
+    template <class M>
+    std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+        children_.emplace_back(name, m);
+        return m;
+    }
+
+private:
+    void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out,
+                 bool buffers) const;
+    std::vector<std::pair<std::string, Tensor>>                    params_;
+    std::vector<std::pair<std::string, Tensor>>                    buffers_;
+    std::vector<std::pair<std::string, std::shared_ptr<Module>>>   children_;
+    bool training_ = true;
+};
+
+/// PyTorch's default init for nn.Linear weights and biases: U(-1/√fan_in, 1/√fan_in)
+/// (kaiming_uniform with a = √5). Uses the default generator.
+Tensor uniform_init(const Shape& shape, int64_t fan_in);
+/// Xavier/Glorot uniform: U(±√(6 / (fan_in + fan_out))) (D2L ZH's init).
+Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out);
+
+}  // namespace qkv::nn

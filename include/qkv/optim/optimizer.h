@@ -1,0 +1,86 @@
+#pragma once
+// Optimizers with PyTorch's update rules (torch.optim.SGD, Adam, AdamW), gradient clipping by
+// global norm (D2L's grad_clipping / torch.nn.utils.clip_grad_norm_), and learning-rate schedules.
+// Updates run in place on the parameter tensors without recording autograd history.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv::optim {
+
+class Optimizer {
+public:
+    explicit Optimizer(std::vector<Tensor> params, double lr);
+    virtual ~Optimizer() = default;
+    /// One update from the current .grad of every parameter (parameters without grad are skipped).
+    virtual void step() = 0;
+    /// Drops every parameter's .grad (PyTorch's set_to_none=True).
+    void zero_grad();
+    double lr() const { return lr_; }
+    void set_lr(double lr) { lr_ = lr; }
+    int64_t steps() const { return steps_; }
+    /// Optimizer state (moments, step count) for checkpoints: keys "state.<i>.<name>".
+    virtual std::map<std::string, Tensor> state_dict() const;
+    /// Restores state_dict(); throws naming a missing or mis-shaped entry.
+    virtual void load_state_dict(const std::map<std::string, Tensor>& sd);
+    const std::vector<Tensor>& params() const { return params_; }
+
+protected:
+    std::vector<Tensor> params_;
+    double lr_;
+    int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+    double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+    bool nesterov = false;
+};
+
+/// torch.optim.SGD: g += wd·p; buf = momentum·buf + (1−dampening)·g (buf = g at the first step);
+/// g = nesterov ? g + momentum·buf : buf; p −= lr·g.
+class SGD : public Optimizer {
+public:
+    SGD(std::vector<Tensor> params, double lr, SGDOptions opt = {});
+    void step() override;
+    std::map<std::string, Tensor> state_dict() const override;
+    void load_state_dict(const std::map<std::string, Tensor>& sd) override;
+
+private:
+    SGDOptions opt_;
+    std::vector<Tensor> momentum_;
+};
+
+struct AdamOptions {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+    bool decoupled_weight_decay = false;  // true: AdamW (Loshchilov & Hutter 2019)
+};
+
+/// torch.optim.Adam / AdamW (Kingma & Ba 2015, Algorithm 1, PyTorch's ordering of eps):
+/// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
+class Adam : public Optimizer {
+public:
+    Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions opt = {});
+    void step() override;
+    std::map<std::string, Tensor> state_dict() const override;
+    void load_state_dict(const std::map<std::string, Tensor>& sd) override;
+
+private:
+    AdamOptions opt_;
+    std::vector<Tensor> m_, v_;
+};
+
+/// Scales every gradient by max_norm / ‖g‖ when the global L2 norm ‖g‖ over all parameters
+/// exceeds max_norm (D2L 9.5 grad_clipping). Returns ‖g‖ before clipping. Throws when the norm is
+/// not finite (a NaN/inf gradient) so training never continues silently on NaN.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+/// Learning rate at optimiser step `step` (1-based) for the schedules qkv offers.
+/// constant: base. warmup_inv_sqrt (Vaswani et al. 2017 eq. 3 shape, peak = base at `warmup`):
+/// base · min(step/warmup, √(warmup/step)). warmup_linear_decay: linear up to base over `warmup`
+/// steps, then linear down to 0 at `total`.
+enum class LrSchedule { constant, warmup_inv_sqrt, warmup_linear_decay };
+double scheduled_lr(LrSchedule s, double base, int64_t step, int64_t warmup, int64_t total);
+
+}  // namespace qkv::optim

@@ -1,0 +1,102 @@
+// nn::Module: registration, recursive parameter listing, train/eval, state_dict.
+#include "qkv/nn/module.h"
+
+#include <cmath>
+
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/generator.h"
+#include "qkv/ops/elementwise.h"
+
+namespace qkv::nn {
+
+Tensor Module::register_parameter(const std::string& name, Tensor t) {
+    QKV_CHECK(t.defined(), "register_parameter: parameter '", name, "' is undefined");
+    t = t.detach();
+    t.requires_grad_(true);
+    params_.emplace_back(name, t);
+    return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+    buffers_.emplace_back(name, t);
+    return t;
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out,
+                     bool buffers) const {
+    for (const auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+    if (buffers)
+        for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+    for (const auto& [n, m] : children_)
+        if (m) m->collect(prefix + n + ".", out, buffers);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    collect("", out, false);
+    return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+    std::vector<Tensor> out;
+    for (auto& [n, t] : named_parameters()) out.push_back(t);
+    return out;
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+    std::vector<std::pair<std::string, Tensor>> all;
+    collect("", all, true);
+    return {all.begin(), all.end()};
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
+    std::vector<std::pair<std::string, Tensor>> all;
+    collect("", all, true);
+    NoGradGuard ng;
+    for (auto& [name, t] : all) {
+        auto it = sd.find(name);
+        if (it == sd.end()) {
+            QKV_CHECK(!strict, "load_state_dict: missing key '", name, "' (shape ", t.shape(), ")");
+            continue;
+        }
+        QKV_CHECK(it->second.shape() == t.shape(), "load_state_dict: '", name, "' has shape ",
+                  it->second.shape(), " in the checkpoint but ", t.shape(), " in the model");
+        Tensor dst = t;
+        copy_(dst, it->second);
+    }
+    if (strict) {
+        for (const auto& [name, t] : sd) {
+            bool found = false;
+            for (auto& [n2, t2] : all) found = found || n2 == name;
+            QKV_CHECK(found, "load_state_dict: unexpected key '", name, "' in the checkpoint");
+        }
+    }
+}
+
+int64_t Module::num_parameters() const {
+    int64_t n = 0;
+    for (auto& [name, t] : named_parameters()) n += t.numel();
+    return n;
+}
+
+void Module::train(bool on) {
+    training_ = on;
+    for (auto& [n, m] : children_)
+        if (m) m->train(on);
+}
+
+void Module::zero_grad() {
+    for (auto& [n, t] : named_parameters()) t.reset_grad();
+}
+
+Tensor uniform_init(const Shape& shape, int64_t fan_in) {
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0;
+    return rand(shape, nullptr, -bound, bound);
+}
+
+Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
+    const double bound = std::sqrt(6.0 / double(fan_in + fan_out));
+    return rand(shape, nullptr, -bound, bound);
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,218 @@
+// SGD, Adam/AdamW, gradient clipping and schedules (see include/qkv/optim/optimizer.h).
+#include "qkv/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qkv/autograd/grad_mode.h"
+
+namespace qkv::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+    QKV_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+    for (size_t i = 0; i < params_.size(); ++i)
+        QKV_CHECK(params_[i].defined() && params_[i].is_contiguous() && is_floating(params_[i].dtype()),
+                  "optimizer: parameter ", i, " must be a contiguous float tensor");
+}
+
+void Optimizer::zero_grad() {
+    for (Tensor& p : params_) p.reset_grad();
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+    return {{"step", from_vector<int64_t>({steps_}, {1})}};
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
+    auto it = sd.find("step");
+    QKV_CHECK(it != sd.end(), "optimizer: state has no 'step' entry");
+    steps_ = int64_t(it->second.item());
+}
+
+namespace {
+/// Restores a list of per-parameter state tensors named "<kind>.<i>".
+void load_list(const std::map<std::string, Tensor>& sd, const std::string& kind, const std::vector<Tensor>& params,
+               std::vector<Tensor>& out) {
+    out.assign(params.size(), Tensor());
+    for (size_t i = 0; i < params.size(); ++i) {
+        auto it = sd.find(kind + "." + std::to_string(i));
+        if (it == sd.end()) continue;
+        QKV_CHECK(it->second.shape() == params[i].shape(), "optimizer: state '", kind, ".", i, "' has shape ",
+                  it->second.shape(), ", parameter has ", params[i].shape());
+        out[i] = it->second.to(params[i].dtype()).contiguous().clone();
+    }
+}
+template <class T>
+T* data_of(const Tensor& t) {
+    return t.data<T>();
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, double lr, SGDOptions opt)
+    : Optimizer(std::move(params), lr), opt_(opt), momentum_(params_.size()) {
+    QKV_CHECK(!opt.nesterov || (opt.momentum > 0 && opt.dampening == 0),
+              "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+    NoGradGuard ng;
+    ++steps_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        Tensor& p = params_[i];
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        const Tensor gc = g.contiguous().to(p.dtype());
+        const bool first = !momentum_[i].defined();
+        if (opt_.momentum != 0 && first) momentum_[i] = zeros(p.shape(), p.dtype());
+        auto run = [&](auto* pp, const auto* pg, auto* buf) {
+            using T = std::remove_pointer_t<decltype(pp)>;
+            const int64_t n = p.numel();
+            for (int64_t j = 0; j < n; ++j) {
+                T d = pg[j] + T(opt_.weight_decay) * pp[j];
+                if (opt_.momentum != 0) {
+                    buf[j] = first ? d : T(opt_.momentum) * buf[j] + T(1 - opt_.dampening) * d;
+                    d = opt_.nesterov ? d + T(opt_.momentum) * buf[j] : buf[j];
+                }
+                pp[j] -= T(lr_) * d;
+            }
+        };
+        if (p.dtype() == DType::f32)
+            run(data_of<float>(p), data_of<float>(gc), momentum_[i].defined() ? data_of<float>(momentum_[i]) : nullptr);
+        else
+            run(data_of<double>(p), data_of<double>(gc), momentum_[i].defined() ? data_of<double>(momentum_[i]) : nullptr);
+    }
+}
+
+std::map<std::string, Tensor> SGD::state_dict() const {
+    auto sd = Optimizer::state_dict();
+    for (size_t i = 0; i < momentum_.size(); ++i)
+        if (momentum_[i].defined()) sd["momentum_buffer." + std::to_string(i)] = momentum_[i];
+    return sd;
+}
+
+void SGD::load_state_dict(const std::map<std::string, Tensor>& sd) {
+    Optimizer::load_state_dict(sd);
+    load_list(sd, "momentum_buffer", params_, momentum_);
+}
+
+Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
+    : Optimizer(std::move(params), lr), opt_(opt), m_(params_.size()), v_(params_.size()) {
+    QKV_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1,
+              "Adam: betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
+    QKV_CHECK(opt.eps >= 0, "Adam: eps must be >= 0, got ", opt.eps);
+}
+
+void Adam::step() {
+    NoGradGuard ng;
+    ++steps_;
+    const double bc1 = 1 - std::pow(opt_.beta1, double(steps_));
+    const double bc2 = 1 - std::pow(opt_.beta2, double(steps_));
+    const double step_size = lr_ / bc1;
+    const double bc2_sqrt = std::sqrt(bc2);
+    for (size_t i = 0; i < params_.size(); ++i) {
+        Tensor& p = params_[i];
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        const Tensor gc = g.contiguous().to(p.dtype());
+        if (!m_[i].defined()) {
+            m_[i] = zeros(p.shape(), p.dtype());
+            v_[i] = zeros(p.shape(), p.dtype());
+        }
+        auto run = [&](auto* pp, const auto* pg, auto* pm, auto* pv) {
+            using T = std::remove_pointer_t<decltype(pp)>;
+            const int64_t n = p.numel();
+            const T b1 = T(opt_.beta1), b2 = T(opt_.beta2), eps = T(opt_.eps), wd = T(opt_.weight_decay);
+            const T lr = T(lr_), ss = T(step_size), bcs = T(bc2_sqrt);
+            const bool decoupled = opt_.decoupled_weight_decay;
+#pragma omp parallel for if (n > 65536) schedule(static)
+            for (int64_t j = 0; j < n; ++j) {
+                T gj = pg[j];
+                if (wd != 0) {
+                    if (decoupled) pp[j] *= T(1) - lr * wd;
+                    else gj += wd * pp[j];
+                }
+                pm[j] = b1 * pm[j] + (T(1) - b1) * gj;
+                pv[j] = b2 * pv[j] + (T(1) - b2) * gj * gj;
+                pp[j] -= ss * pm[j] / (std::sqrt(pv[j]) / bcs + eps);
+            }
+        };
+        if (p.dtype() == DType::f32)
+            run(data_of<float>(p), data_of<float>(gc), data_of<float>(m_[i]), data_of<float>(v_[i]));
+        else
+            run(data_of<double>(p), data_of<double>(gc), data_of<double>(m_[i]), data_of<double>(v_[i]));
+    }
+}
+
+std::map<std::string, Tensor> Adam::state_dict() const {
+    auto sd = Optimizer::state_dict();
+    for (size_t i = 0; i < m_.size(); ++i)
+        if (m_[i].defined()) {
+            sd["exp_avg." + std::to_string(i)]    = m_[i];
+            sd["exp_avg_sq." + std::to_string(i)] = v_[i];
+        }
+    return sd;
+}
+
+void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
+    Optimizer::load_state_dict(sd);
+    load_list(sd, "exp_avg", params_, m_);
+    load_list(sd, "exp_avg_sq", params_, v_);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+    NoGradGuard ng;
+    double total = 0;
+    for (const Tensor& p : params) {
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        const Tensor gc = g.contiguous();
+        const int64_t n = gc.numel();
+        double s = 0;
+        if (gc.dtype() == DType::f32) {
+            const float* pg = gc.data<float>();
+#pragma omp parallel for reduction(+ : s) if (n > 65536) schedule(static)
+            for (int64_t j = 0; j < n; ++j) s += double(pg[j]) * double(pg[j]);
+        } else {
+            const double* pg = gc.data<double>();
+            for (int64_t j = 0; j < n; ++j) s += pg[j] * pg[j];
+        }
+        total += s;
+    }
+    const double norm = std::sqrt(total);
+    QKV_CHECK(std::isfinite(norm), "clip_grad_norm: the gradient norm is ", norm,
+              " (a NaN or inf gradient; lower the learning rate or check the inputs)");
+    if (norm > max_norm && norm > 0) {
+        const double scale = max_norm / norm;
+        for (const Tensor& p : params) {
+            Tensor g = p.grad();
+            if (!g.defined()) continue;
+            Tensor gc = g.contiguous().clone().detach();
+            if (gc.dtype() == DType::f32) {
+                float* pg = gc.data<float>();
+                for (int64_t j = 0; j < gc.numel(); ++j) pg[j] = float(pg[j] * scale);
+            } else {
+                double* pg = gc.data<double>();
+                for (int64_t j = 0; j < gc.numel(); ++j) pg[j] *= scale;
+            }
+            const_cast<Tensor&>(p).set_grad(gc);
+        }
+    }
+    return norm;
+}
+
+double scheduled_lr(LrSchedule s, double base, int64_t step, int64_t warmup, int64_t total) {
+    step = std::max<int64_t>(step, 1);
+    switch (s) {
+        case LrSchedule::constant: return base;
+        case LrSchedule::warmup_inv_sqrt:
+            if (warmup <= 0) return base;
+            return base * std::min(double(step) / double(warmup), std::sqrt(double(warmup) / double(step)));
+        case LrSchedule::warmup_linear_decay:
+            if (step <= warmup) return base * double(step) / double(std::max<int64_t>(warmup, 1));
+            if (total <= warmup) return base;
+            return base * std::max(0.0, double(total - step) / double(total - warmup));
+    }
+    return base;
+}
+
+}  // namespace qkv::optim
