@@ -1,0 +1,142 @@
+// GEMM throughput: qkv's cpu::gemm / cpu::gemm_batched against dnnl_sgemm called directly, on
+// square sizes and on the D2L Transformer's shapes. FLOP convention: 2·M·N·K per GEMM.
+// Run: build/bench/bench_matmul --threads 2 [google-benchmark flags]; results in
+// bench/RESULTS_matmul.md.
+#include <benchmark/benchmark.h>
+#include <dnnl.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/ref/matmul.h"
+
+namespace {
+
+using qkv::kernels::cpu::gemm;
+using qkv::kernels::cpu::gemm_batched;
+
+std::vector<float> filled(int64_t n, float v0) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = v0 + 1e-3f * float(i % 97);
+    return v;
+}
+
+void set_flops(benchmark::State& st, double flops_per_iter) {
+    st.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- one GEMM: (M×K)·(K×N), args {M, N, K} --------------------------------------------------
+template <bool kDirect>
+void BM_gemm(benchmark::State& st) {
+    const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+    auto A = filled(M * K, 0.5f), B = filled(K * N, 0.25f), C = filled(M * N, 0.f);
+    for (auto _ : st) {
+        if constexpr (kDirect)
+            dnnl_sgemm('N', 'N', M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+        else
+            gemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+        benchmark::DoNotOptimize(C.data());
+    }
+    set_flops(st, 2.0 * double(M) * double(N) * double(K));
+}
+void BM_gemm_qkv(benchmark::State& st) { BM_gemm<false>(st); }
+void BM_gemm_dnnl(benchmark::State& st) { BM_gemm<true>(st); }
+
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t n : {256, 512, 1024, 2048}) b->Args({n, n, n});
+    b->Args({1152, 256, 256});  // D2L: (128·9, C) · W_q/k/v/o (C = 256)
+    b->Args({1152, 64, 256});   // D2L: FFN dense1, C -> F (F = 64)
+    b->Args({1152, 256, 64});   // D2L: FFN dense2, F -> C
+}
+BENCHMARK(BM_gemm_qkv)->Apply(gemm_shapes)->UseRealTime();
+BENCHMARK(BM_gemm_dnnl)->Apply(gemm_shapes)->UseRealTime();
+
+// ---- batched: args {batch, M, N, K, trans_b} ------------------------------------------------
+// D2L attention with 4 heads of D = 64 on a batch of 128 sentences × 9 tokens: scores are 512 ×
+// (9×64)·(64×9)ᵀ (trans_b), outputs 512 × (9×9)·(9×64).
+enum class Batched { qkv, serial, per_thread };
+template <Batched kMode>
+void BM_batched(benchmark::State& st) {
+    const int64_t batch = st.range(0), M = st.range(1), N = st.range(2), K = st.range(3);
+    const bool tb = st.range(4) != 0;
+    const int64_t ldb = tb ? K : N;
+    auto A = filled(batch * M * K, 0.5f), B = filled(batch * K * N, 0.25f),
+         C = filled(batch * M * N, 0.f);
+    const char tbc = tb ? 'T' : 'N';
+    for (auto _ : st) {
+        if constexpr (kMode == Batched::qkv) {
+            gemm_batched(false, tb, M, N, K, 1.f, A.data(), K, M * K, B.data(), ldb, K * N, 0.f,
+                         C.data(), N, M * N, batch);
+        } else if constexpr (kMode == Batched::serial) {
+            for (int64_t b = 0; b < batch; ++b)
+                dnnl_sgemm('N', tbc, M, N, K, 1.f, A.data() + b * M * K, K, B.data() + b * K * N,
+                           ldb, 0.f, C.data() + b * M * N, N);
+        } else {
+#pragma omp parallel for schedule(static)
+            for (int64_t b = 0; b < batch; ++b)
+                dnnl_sgemm('N', tbc, M, N, K, 1.f, A.data() + b * M * K, K, B.data() + b * K * N,
+                           ldb, 0.f, C.data() + b * M * N, N);
+        }
+        benchmark::DoNotOptimize(C.data());
+    }
+    set_flops(st, 2.0 * double(batch) * double(M) * double(N) * double(K));
+}
+void BM_gemm_batched_qkv(benchmark::State& st) { BM_batched<Batched::qkv>(st); }
+void BM_gemm_batched_dnnl_serial(benchmark::State& st) { BM_batched<Batched::serial>(st); }
+void BM_gemm_batched_dnnl_per_thread(benchmark::State& st) { BM_batched<Batched::per_thread>(st); }
+
+void batched_shapes(benchmark::internal::Benchmark* b) {
+    b->Args({512, 9, 9, 64, 1});     // scores  Q·Kᵀ per head
+    b->Args({512, 9, 64, 9, 0});     // weights·V per head
+    b->Args({128, 9, 9, 256, 1});    // one head of width 256 (Bahdanau-style / H = 1)
+    b->Args({16, 64, 64, 64, 0});
+    b->Args({16, 128, 128, 128, 0});
+    b->Args({8, 256, 256, 256, 0});
+    b->Args({4, 512, 512, 512, 0});
+}
+BENCHMARK(BM_gemm_batched_qkv)->Apply(batched_shapes)->UseRealTime();
+BENCHMARK(BM_gemm_batched_dnnl_serial)->Apply(batched_shapes)->UseRealTime();
+BENCHMARK(BM_gemm_batched_dnnl_per_thread)->Apply(batched_shapes)->UseRealTime();
+
+// ---- reference (scale of the triple loop, small sizes only) --------------------------------
+void BM_gemm_ref(benchmark::State& st) {
+    const int64_t n = st.range(0);
+    auto A = filled(n * n, 0.5f), B = filled(n * n, 0.25f), C = filled(n * n, 0.f);
+    for (auto _ : st) {
+        qkv::kernels::ref::gemm<float>(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f,
+                                       C.data(), n);
+        benchmark::DoNotOptimize(C.data());
+    }
+    set_flops(st, 2.0 * double(n) * double(n) * double(n));
+}
+BENCHMARK(BM_gemm_ref)->Arg(256)->UseRealTime();
+
+}  // namespace
+
+// `--threads N` (default 2) sets the OpenMP thread count; other flags go to Google Benchmark.
+int main(int argc, char** argv) {
+    int threads = 2;
+    std::vector<char*> rest;
+    for (int i = 0; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            threads = std::atoi(argv[++i]);
+        } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+            threads = std::atoi(argv[i] + 10);
+        } else {
+            rest.push_back(argv[i]);
+        }
+    }
+    omp_set_num_threads(threads);
+    benchmark::AddCustomContext("omp_threads", std::to_string(threads));
+    int n = int(rest.size());
+    benchmark::Initialize(&n, rest.data());
+    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

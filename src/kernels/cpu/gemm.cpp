@@ -1,0 +1,76 @@
+// Fast fp32 GEMM through oneDNN (dnnl_sgemm, row-major). Measurements behind the batched
+// threading choice: bench/RESULTS_matmul.md (bench/bench_matmul.cpp).
+#include "kernels/cpu/gemm.h"
+
+#include <dnnl.h>
+#include <omp.h>
+
+#include "qkv/core/error.h"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+// gemm_batched runs one GEMM per thread below this many FLOPs per GEMM, otherwise one GEMM at a
+// time on all threads (provisional; set from bench_matmul).
+constexpr double kPerThreadMaxFlops = 2.0 * 256 * 256 * 256;
+
+// C = beta·C for the degenerate K == 0 product (beta == 0 writes zeros, never reads C).
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) return scale_c(M, N, beta, C, ldc);
+    const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha,
+                                        A, lda, B, ldb, beta, C, ldc);
+    QKV_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", int(st), " (M=", M,
+              ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
+                  int64_t batch) {
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const bool per_thread = batch > 1 && omp_get_max_threads() > 1 && flops < kPerThreadMaxFlops;
+    if (!per_thread) {
+        for (int64_t b = 0; b < batch; ++b)
+            sgemm(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
+                  beta, C + b * stride_c, ldc);
+        return;
+    }
+    // One whole GEMM per thread; oneDNN sees omp_in_parallel() and stays single-threaded.
+    // Exceptions must not leave the parallel region: record the first failure, throw after.
+    int failed = 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < batch; ++b) {
+        if (M == 0 || N == 0) continue;
+        if (K == 0) {
+            scale_c(M, N, beta, C + b * stride_c, ldc);
+            continue;
+        }
+        const dnnl_status_t st =
+            dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A + b * stride_a,
+                       lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+        if (st != dnnl_success) {
+#pragma omp atomic write
+            failed = int(st);
+        }
+    }
+    QKV_CHECK(failed == 0, "gemm_batched: dnnl_sgemm failed with status ", failed, " (M=", M,
+              ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
+}
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,175 @@
+#pragma once
+// Softmax kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
+// by softmax_avx2.cpp and softmax_avx512.cpp; the per-ISA entry points are declared first.
+// The row helpers (max, Σ exp) are reused by the cross-entropy kernels.
+#include <cstdint>
+
+#include "kernels/cpu/exp_simd.h"
+
+namespace qkv::kernels::cpu::detail {
+
+#define QKV_SOFTMAX_DECLARE(isa)                                                              \
+    void softmax_forward_##isa(float* y, const float* x, int64_t rows, int64_t cols);         \
+    void softmax_backward_##isa(float* dx, const float* dy, const float* y, int64_t rows,     \
+                                int64_t cols);                                                \
+    void log_softmax_forward_##isa(float* y, const float* x, int64_t rows, int64_t cols);     \
+    void log_softmax_backward_##isa(float* dx, const float* dy, const float* y, int64_t rows, \
+                                    int64_t cols);
+QKV_SOFTMAX_DECLARE(avx2)
+QKV_SOFTMAX_DECLARE(avx512)
+#undef QKV_SOFTMAX_DECLARE
+
+/// Below this many elements the kernels stay on the calling thread: an OpenMP fork/join costs a
+/// few µs, about the time one thread needs for ~10⁴ exps.
+constexpr int64_t kSoftmaxMinParallel = 1 << 14;
+
+}  // namespace qkv::kernels::cpu::detail
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
+namespace {
+
+constexpr float kNegInf = -__builtin_inff();
+
+/// max_j x[j] (a NaN may or may not survive; callers' sums turn NaN rows into NaN anyway).
+template <class V>
+float row_max(const float* x, int64_t n) {
+    using R = typename V::R;
+    R m0 = V::set1(kNegInf), m1 = m0;
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        m0 = V::max(m0, V::load(x + j));
+        m1 = V::max(m1, V::load(x + j + V::W));
+    }
+    for (; j + V::W <= n; j += V::W) m0 = V::max(m0, V::load(x + j));
+    if (j < n) m0 = V::max(m0, V::load_tail(x + j, n - j, kNegInf));
+    return V::reduce_max(V::max(m0, m1));
+}
+
+/// Σ_j exp(x[j] − m); when y is not null also stores each exp(x[j] − m) to y[j].
+template <class V, bool kStore>
+float row_sum_exp(float* y, const float* x, int64_t n, float m) {
+    using R    = typename V::R;
+    const R vm = V::set1(m);
+    R s0 = V::zero(), s1 = V::zero();
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        const R e0 = exp<V>(V::sub(V::load(x + j), vm));
+        const R e1 = exp<V>(V::sub(V::load(x + j + V::W), vm));
+        if constexpr (kStore) {
+            V::store(y + j, e0);
+            V::store(y + j + V::W, e1);
+        }
+        s0 = V::add(s0, e0);
+        s1 = V::add(s1, e1);
+    }
+    for (; j + V::W <= n; j += V::W) {
+        const R e = exp<V>(V::sub(V::load(x + j), vm));
+        if constexpr (kStore) V::store(y + j, e);
+        s0 = V::add(s0, e);
+    }
+    if (j < n) {
+        // Lanes past the end hold −inf, so they add exp(−inf) = 0.
+        const R e = exp<V>(V::sub(V::load_tail(x + j, n - j, kNegInf), vm));
+        if constexpr (kStore) V::store_tail(y + j, e, n - j);
+        s0 = V::add(s0, e);
+    }
+    return V::reduce_add(V::add(s0, s1));
+}
+
+/// y[j] = a·x[j] + b.
+template <class V>
+void row_affine(float* y, const float* x, int64_t n, float a, float b) {
+    using R    = typename V::R;
+    const R va = V::set1(a), vb = V::set1(b);
+    int64_t j = 0;
+    for (; j + V::W <= n; j += V::W) V::store(y + j, V::fmadd(V::load(x + j), va, vb));
+    if (j < n) V::store_tail(y + j, V::fmadd(V::load_tail(x + j, n - j, 0.f), va, vb), n - j);
+}
+
+template <class V>
+void softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * cols;
+        float* yr       = y + r * cols;
+        const float m   = row_max<V>(xr, cols);
+        const float s   = row_sum_exp<V, true>(yr, xr, cols, m);
+        row_affine<V>(yr, yr, cols, 1.0f / s, 0.0f);
+    }
+}
+
+// dx = y ∘ (dy − Σ dy∘y)
+template <class V>
+void softmax_backward_t(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
+    using R = typename V::R;
+#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* dyr = dy + r * cols;
+        const float* yr  = y + r * cols;
+        float* dxr       = dx + r * cols;
+        R d0 = V::zero(), d1 = V::zero();
+        int64_t j = 0;
+        for (; j + 2 * V::W <= cols; j += 2 * V::W) {
+            d0 = V::fmadd(V::load(dyr + j), V::load(yr + j), d0);
+            d1 = V::fmadd(V::load(dyr + j + V::W), V::load(yr + j + V::W), d1);
+        }
+        for (; j + V::W <= cols; j += V::W) d0 = V::fmadd(V::load(dyr + j), V::load(yr + j), d0);
+        if (j < cols)
+            d0 = V::fmadd(V::load_tail(dyr + j, cols - j, 0.f), V::load_tail(yr + j, cols - j, 0.f),
+                          d0);
+        const R dot = V::set1(V::reduce_add(V::add(d0, d1)));
+        for (j = 0; j + V::W <= cols; j += V::W)
+            V::store(dxr + j, V::mul(V::load(yr + j), V::sub(V::load(dyr + j), dot)));
+        if (j < cols) {
+            const R v = V::mul(V::load_tail(yr + j, cols - j, 0.f),
+                               V::sub(V::load_tail(dyr + j, cols - j, 0.f), dot));
+            V::store_tail(dxr + j, v, cols - j);
+        }
+    }
+}
+
+template <class V>
+void log_softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr   = x + r * cols;
+        const float m     = row_max<V>(xr, cols);
+        const float s     = row_sum_exp<V, false>(nullptr, xr, cols, m);
+        const float shift = m + __builtin_logf(s);
+        row_affine<V>(y + r * cols, xr, cols, 1.0f, -shift);
+    }
+}
+
+// dx = dy − exp(y)·Σ dy
+template <class V>
+void log_softmax_backward_t(float* dx, const float* dy, const float* y, int64_t rows,
+                            int64_t cols) {
+    using R = typename V::R;
+#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* dyr = dy + r * cols;
+        const float* yr  = y + r * cols;
+        float* dxr       = dx + r * cols;
+        R s0 = V::zero(), s1 = V::zero();
+        int64_t j = 0;
+        for (; j + 2 * V::W <= cols; j += 2 * V::W) {
+            s0 = V::add(s0, V::load(dyr + j));
+            s1 = V::add(s1, V::load(dyr + j + V::W));
+        }
+        for (; j + V::W <= cols; j += V::W) s0 = V::add(s0, V::load(dyr + j));
+        if (j < cols) s0 = V::add(s0, V::load_tail(dyr + j, cols - j, 0.f));
+        const R sum = V::set1(V::reduce_add(V::add(s0, s1)));
+        for (j = 0; j + V::W <= cols; j += V::W)
+            V::store(dxr + j, V::fnmadd(exp<V>(V::load(yr + j)), sum, V::load(dyr + j)));
+        if (j < cols) {
+            const R v = V::fnmadd(exp<V>(V::load_tail(yr + j, cols - j, 0.f)), sum,
+                                  V::load_tail(dyr + j, cols - j, 0.f));
+            V::store_tail(dxr + j, v, cols - j);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::simd
+#endif
