@@ -1,6 +1,8 @@
 // masked_softmax / sequence_mask ops: valid_lens -> per-row lengths, kernel, backward.
 #include "qkv/ops/masked_softmax.h"
 
+#include <cmath>
+
 #include "kernels/ref/masked_softmax.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"

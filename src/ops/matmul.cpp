@@ -73,23 +73,20 @@ Tensor to3d(const Tensor& x, int64_t batch) {
     const int64_t r = x.dim();
     Shape shape{batch, x.shape()[size_t(r - 2)], x.shape()[size_t(r - 1)]};
     if (r == 3) return x;
-    // batch dims collapse if they are mutually contiguous (or all size 1 / stride 0 broadcasts)
-    bool ok = true;
-    int64_t stride = 0;
-    bool all_zero = true;
+    // Batch dims collapse to one stride if, ignoring size-1 dims, each steps over the next
+    // exactly (stride[i] == stride[j] * shape[j]); all-zero strides are a pure broadcast.
+    bool ok = true, all_zero = true;
+    int64_t stride = 0, prev_stride = -1, prev_size = 0;
     for (int64_t i = r - 3; i >= 0; --i) {
         const int64_t n = x.shape()[size_t(i)], s = x.strides()[size_t(i)];
         if (n == 1) continue;
         if (s != 0) all_zero = false;
-        if (stride == 0 && s != 0) {
-            stride = s;
-        } else if (s != 0) {
-            // dim i must step over the dims below it exactly
-            int64_t below = 1;
-            for (int64_t j = i + 1; j <= r - 3; ++j) below *= x.shape()[size_t(j)];
-            if (s != stride * below) ok = false;
-        }
+        if (prev_stride < 0) stride = s;
+        else if (s != prev_stride * prev_size) ok = false;
+        prev_stride = s;
+        prev_size = n;
     }
+    if (!all_zero && stride == 0) ok = false;
     if (all_zero) {
         Tensor m = x;
         while (m.dim() > 2) m = m.select(0, 0);
