@@ -1,0 +1,101 @@
+#pragma once
+// D2L's attention modules (chapter 11, "Attention Mechanisms and Transformers"), with the
+// parameter names PyTorch's state_dict of the D2L classes has (e.g. "W_q.weight").
+// Dim legend: B batch, Tq queries, Tk keys, C num_hiddens, H heads, F FFN width.
+#include <memory>
+#include <vector>
+
+#include "qkv/nn/layers.h"
+#include "qkv/nn/module.h"
+#include "qkv/ops/attention.h"
+
+namespace qkv::nn {
+
+/// Scaled dot-product attention (D2L 11.3.2): q (B, Tq, D), k (B, Tk, D), v (B, Tk, Dv),
+/// valid_lens undefined, (B) or (B, Tq) -> (B, Tq, Dv). Dropout on the weights in training.
+/// attention_weights() holds the last call's weights (B, Tq, Tk) before dropout.
+class DotProductAttention : public Module {
+public:
+    explicit DotProductAttention(double dropout);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const Tensor& valid_lens = Tensor());
+    const Tensor& attention_weights() const { return attention_weights_; }
+    double dropout;
+
+private:
+    Tensor attention_weights_;
+};
+
+/// Additive attention (D2L 11.3.3; Bahdanau et al. 2015): score = w_vᵀ tanh(W_q q + W_k k),
+/// all three bias-free. q (B, Tq, query_size), k (B, Tk, key_size), v (B, Tk, Dv).
+class AdditiveAttention : public Module {
+public:
+    AdditiveAttention(int64_t key_size, int64_t query_size, int64_t num_hiddens, double dropout);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const Tensor& valid_lens = Tensor());
+    const Tensor& attention_weights() const { return attention_weights_; }
+    std::shared_ptr<Linear> W_k, W_q, w_v;
+    double dropout;
+
+private:
+    Tensor attention_weights_;
+};
+
+struct MultiHeadAttentionConfig {
+    int64_t num_hiddens = 0;  // C: output width and total width of all heads
+    int64_t num_heads = 1;    // H: must divide num_hiddens
+    double dropout = 0.0;     // on attention weights
+    bool bias = false;        // D2L default: no bias in W_q, W_k, W_v, W_o
+    int64_t query_size = 0, key_size = 0, value_size = 0;  // input widths; 0 means num_hiddens
+};
+
+/// Multi-head attention (D2L 11.5; Vaswani et al. 2017 §3.2.2). queries (B, Tq, query_size),
+/// keys (B, Tk, key_size), values (B, Tk, value_size) -> (B, Tq, C). valid_lens (B) or (B, Tq).
+/// `causal` adds a top-left causal mask (D2L's training dec_valid_lens = 1..T is this mask).
+/// Uses the fused flash kernel when weights are not kept (keep_attention_weights(false)).
+class MultiHeadAttention : public Module {
+public:
+    explicit MultiHeadAttention(const MultiHeadAttentionConfig& cfg);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const Tensor& valid_lens = Tensor(), bool causal = false);
+    /// Last call's weights (B, H, Tq, Tk) before dropout (undefined when not kept).
+    const Tensor& attention_weights() const { return attention_weights_; }
+    /// Keep the weights on every call (math path) — for heatmaps; off by default.
+    void keep_attention_weights(bool on) { keep_weights_ = on; }
+    std::shared_ptr<Linear> W_q, W_k, W_v, W_o;
+    MultiHeadAttentionConfig cfg;
+
+private:
+    Tensor attention_weights_;
+    bool keep_weights_ = false;
+};
+
+/// Sinusoidal positional encoding (D2L 11.6.3): P[i, 2j] = sin(i / 10000^(2j/C)),
+/// P[i, 2j+1] = cos(i / 10000^(2j/C)); odd C works (the last column is a sin). forward(X (B, T, C),
+/// offset) adds P[offset : offset+T] then dropout.
+class PositionalEncoding : public Module {
+public:
+    PositionalEncoding(int64_t num_hiddens, double dropout, int64_t max_len = 1000);
+    Tensor forward(const Tensor& X, int64_t offset = 0) const;
+    Tensor P;  // (1, max_len, C), not a parameter
+    std::shared_ptr<Dropout> dropout;
+};
+
+/// Position-wise FFN (D2L 11.7.2): dense2(relu(dense1(X))), both with bias.
+class PositionWiseFFN : public Module {
+public:
+    PositionWiseFFN(int64_t ffn_num_input, int64_t ffn_num_hiddens, int64_t ffn_num_outputs);
+    Tensor forward(const Tensor& X) const;
+    std::shared_ptr<Linear> dense1, dense2;
+};
+
+/// Residual + layer norm (D2L 11.7.3, post-LN): ln(dropout(Y) + X).
+class AddNorm : public Module {
+public:
+    AddNorm(Shape norm_shape, double dropout);
+    Tensor forward(const Tensor& X, const Tensor& Y) const;
+    std::shared_ptr<Dropout> dropout;
+    std::shared_ptr<LayerNorm> ln;
+};
+
+}  // namespace qkv::nn
