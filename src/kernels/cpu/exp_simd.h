@@ -20,6 +20,11 @@
 #include <cstdint>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
+// GCC implements _mm*_mul_ps/_add_ps as plain vector arithmetic and, in C++, contracts a·b ± c
+// into an FMA by default. Kernels here ask for FMA explicitly (V::fmadd) and rely on a product
+// being rounded the same way twice (layer norm's g − mean(g) must cancel exactly when N = 1), so
+// contraction is off for every function of an ISA translation unit.
+#pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
