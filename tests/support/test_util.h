@@ -65,7 +65,7 @@ template <class A, class B>
 
 /// Deterministic pseudo-random values in [lo, hi) (tests need no Generator).
 inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-    std::vector<float> v(size_t(n));
+    std::vector<float> v(static_cast<size_t>(n));
     uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     for (auto& x : v) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
