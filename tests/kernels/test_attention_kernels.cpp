@@ -11,8 +11,10 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/params.h"
 #include "kernels/ref/attention.h"
+#include "qkv/core/error.h"
 #include "support/test_util.h"
 
 namespace qkv::test {
@@ -20,6 +22,7 @@ namespace {
 
 using kernels::CausalAlign;
 namespace ref = kernels::ref;
+namespace cpu = kernels::cpu;
 
 
 enum class MaskKind { none, boolean, additive, both };
@@ -46,7 +49,7 @@ struct AttnSpec {
 template <class T>
 struct AttnData {
     AttnSpec                     spec;
-    std::vector<T>               q, k, v, out, lse, dout, dq, dk, dv, add_mask;
+    std::vector<T>               q, k, v, out, lse, lse_lo, dout, dq, dk, dv, add_mask;
     std::vector<uint8_t>         bool_mask;
     std::vector<int64_t>         valid_lens;
     kernels::AttentionParams<T>  p;
@@ -74,6 +77,7 @@ AttnData<T> make_attn(const AttnSpec& s0) {
     }
     a.out.assign(size_t(s.B * s.H * s.Tq * s.Dv), T(7));  // poison: kernels must write all
     a.lse.assign(size_t(s.B * s.H * s.Tq), T(7));
+    a.lse_lo.assign(size_t(s.B * s.H * s.Tq), T(7));
     a.dq.assign(size_t(s.B * s.H * s.Tq * s.D), T(7));
     a.dk.assign(size_t(s.B * s.Hkv * s.Tk * s.D), T(7));
     a.dv.assign(size_t(s.B * s.Hkv * s.Tk * s.Dv), T(7));
@@ -81,6 +85,7 @@ AttnData<T> make_attn(const AttnSpec& s0) {
     auto& p = a.p;
     p.B = s.B, p.H = s.H, p.Hkv = s.Hkv, p.Tq = s.Tq, p.Tk = s.Tk, p.D = s.D, p.Dv = s.Dv;
     p.q = a.q.data(), p.k = a.k.data(), p.v = a.v.data(), p.out = a.out.data(), p.lse = a.lse.data();
+    p.lse_lo = a.lse_lo.data();
     // (B, H, T, X) or (B, T, H, X) element strides of the same buffer size.
     auto strides = [&](int64_t Hn, int64_t T_, int64_t X, int64_t& sb, int64_t& sh, int64_t& st) {
         sb = Hn * T_ * X;
@@ -412,6 +417,272 @@ TEST(AttentionRefKernels, DropoutKeepRateIsOneMinusP) {
         const double n = double(keep.size()), rate = kept / n;
         EXPECT_NEAR(rate, 1.0 - pd, 5.0 * std::sqrt(pd * (1.0 - pd) / n)) << "p = " << pd;
     }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Fast flash kernel vs the reference, on every instruction-set path this CPU supports.
+
+std::vector<cpu::FlashIsa> isas() {
+    std::vector<cpu::FlashIsa> r;
+    for (auto isa : {cpu::FlashIsa::avx512, cpu::FlashIsa::avx2, cpu::FlashIsa::scalar})
+        if (cpu::flash_attention_isa_supported(isa)) r.push_back(isa);
+    return r;
+}
+
+struct Results {
+    std::vector<double> out, lse, dq, dk, dv;
+};
+
+template <class T>
+Results results(const AttnData<T>& a) {
+    return {logical_out(a), to_double(a.lse), to_double(a.dq), to_double(a.dk), to_double(a.dv)};
+}
+
+Results run_fast(const AttnSpec& s, cpu::FlashIsa isa, bool bwd = true) {
+    auto a = make_attn<float>(s);
+    cpu::flash_attention_forward(a.p, isa);
+    if (bwd) cpu::flash_attention_backward(a.p, a.g, isa);
+    return results(a);
+}
+
+// fast (each ISA) vs ref<double> with the 2x rule against ref<float>, for out, lse, dq, dk, dv.
+void expect_fast_matches_ref(const AttnSpec& s, bool bwd = true) {
+    auto r64 = make_attn<double>(s);
+    auto r32 = make_attn<float>(s);
+    ref::attention_forward(r64.p);
+    ref::attention_forward(r32.p);
+    if (bwd) {
+        ref::attention_backward(r64.p, r64.g);
+        ref::attention_backward(r32.p, r32.g);
+    }
+    const Results want = results(r64), base = results(r32);
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        const Results got = run_fast(s, isa, bwd);
+        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
+        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
+        if (!bwd) continue;
+        EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
+        EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
+        EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+    }
+}
+
+AttnSpec shape(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv = 0) {
+    AttnSpec s;
+    s.B = B, s.H = H, s.Tq = Tq, s.Tk = Tk, s.D = D, s.Dv = Dv;
+    return s;
+}
+
+// Sizes next to the tile edges (64 queries x 128 keys on AVX-512/AVX2, 32 x 64 scalar) and head
+// dims 1..256 with odd ones; each (Tq, Tk) in {1, 7, 63, 64, 65, 97, 128, 200, 1000} and each
+// D in {1, 8, 31, 64, 100, 128, 256} appears at least once.
+TEST(FlashAttentionKernels, FastMatchesRef_TileEdgeSizes) {
+    const int64_t cases[][5] = {
+        {1, 1, 1, 1, 0},    {7, 200, 8, 8, 0},     {63, 65, 31, 31, 0},  {64, 64, 64, 64, 0},
+        {65, 63, 100, 100, 0}, {97, 128, 128, 128, 0}, {128, 97, 256, 256, 0}, {200, 7, 64, 33, 0},
+        {1, 1000, 64, 64, 0}, {1000, 1, 8, 8, 0},  {129, 257, 17, 1, 0},  {300, 1000, 64, 64, 0},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << c[0] << " Tk " << c[1] << " D " << c[2]
+                                          << " Dv " << c[3]);
+        expect_fast_matches_ref(shape(1, 2, c[0], c[1], c[2], c[3]));
+    }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_ValidLens) {
+    AttnSpec s = shape(3, 2, 97, 200, 31);
+    s.valid_lens_rank = 1, s.valid_lens = {0, 130, 500};  // 0: fully masked batch; > Tk: clamped
+    expect_fast_matches_ref(s);
+    s.valid_lens_rank = 2;
+    s.valid_lens.clear();
+    for (int64_t t = 0; t < 3 * 97; ++t) s.valid_lens.push_back((t * 37) % 230);  // incl. 0, > Tk
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_CausalBothAlignments) {
+    for (auto align : {CausalAlign::top_left, CausalAlign::bottom_right})
+        for (auto [tq, tk] : {std::pair<int64_t, int64_t>{97, 300}, {300, 97}, {200, 200}}) {
+            SCOPED_TRACE(::testing::Message() << "align " << int(align) << " Tq " << tq << " Tk " << tk);
+            AttnSpec s = shape(1, 2, tq, tk, 64);
+            s.causal   = align;
+            expect_fast_matches_ref(s);
+        }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_CausalWithValidLens) {
+    AttnSpec s = shape(2, 2, 150, 150, 40);
+    s.causal = CausalAlign::top_left, s.valid_lens_rank = 1, s.valid_lens = {70, 150};
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_BoolAndAdditiveMasks) {
+    for (auto kind : {MaskKind::boolean, MaskKind::additive, MaskKind::both})
+        for (auto shp : {MaskShape::full, MaskShape::key_padding, MaskShape::shared,
+                         MaskShape::transposed}) {
+            SCOPED_TRACE(::testing::Message() << "kind " << int(kind) << " shape " << int(shp));
+            AttnSpec s    = shape(2, 2, 70, 150, 24);
+            s.mask        = kind;
+            s.mask_shape  = shp;
+            s.masked_rows = {1, 1, 5, 0, 0, 69};
+            expect_fast_matches_ref(s);
+        }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_GqaMqaStrided) {
+    AttnSpec s = shape(2, 4, 80, 140, 32, 48);
+    s.Hkv = 2, s.strided = true;
+    expect_fast_matches_ref(s);
+    s.Hkv = 1, s.causal = CausalAlign::bottom_right;
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_Dropout) {
+    AttnSpec s = shape(2, 2, 97, 200, 32);
+    s.dropout = 0.2f, s.causal = CausalAlign::bottom_right, s.mask = MaskKind::additive;
+    s.mask_shape = MaskShape::key_padding;
+    expect_fast_matches_ref(s);
+}
+
+// Logits of magnitude ~1e4 (q, k ~ +-100, D = 1, scale 1): no overflow, no NaN, and with the
+// lse residual (AttentionParams::lse_lo) the 2x rule holds. Without it the backward's P carries
+// the rounding of lse (~ulp(1e4)/2 relative): still finite, checked below.
+TEST(FlashAttentionKernels, FastMatchesRef_LargeLogits) {
+    AttnSpec s = shape(1, 2, 70, 140, 1);
+    s.amp = 100.0f, s.scale = 1.0f;
+    expect_fast_matches_ref(s);
+    for (auto isa : isas()) {
+        auto a     = make_attn<float>(s);
+        a.p.lse_lo = nullptr;
+        cpu::flash_attention_forward(a.p, isa);
+        cpu::flash_attention_backward(a.p, a.g, isa);
+        const Results r = results(a);
+        for (const auto* x : {&r.out, &r.lse, &r.dq, &r.dk, &r.dv})
+            for (double e : *x) ASSERT_TRUE(std::isfinite(e)) << cpu::flash_attention_isa_name(isa);
+    }
+}
+
+// Fully masked rows and key blocks: out 0, lse -inf, zero gradients, exactly; keys 64..255 masked
+// for every query of batch 0 (whole key blocks), every key of batch 1 row 3.
+TEST(FlashAttentionKernels, FullyMaskedRowsAndBlocksGiveZero) {
+    AttnSpec s = shape(2, 1, 100, 300, 16);
+    s.mask = MaskKind::boolean, s.mask_keep = 2.0, s.mask_shape = MaskShape::full;
+    auto a0 = make_attn<float>(s);
+    for (int64_t i = 0; i < 100; ++i)
+        for (int64_t j = 64; j < 256; ++j) a0.bool_mask[size_t(i * 300 + j)] = 0;
+    for (int64_t j = 0; j < 300; ++j) a0.bool_mask[size_t((100 + 3) * 300 + j)] = 0;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        auto a = a0;
+        a.p.q = a.q.data(), a.p.k = a.k.data(), a.p.v = a.v.data(), a.p.out = a.out.data();
+        a.p.lse = a.lse.data(), a.p.lse_lo = a.lse_lo.data(), a.p.bool_mask = a.bool_mask.data();
+        a.g.dout = a.dout.data(), a.g.dq = a.dq.data(), a.g.dk = a.dk.data(), a.g.dv = a.dv.data();
+        cpu::flash_attention_forward(a.p, isa);
+        cpu::flash_attention_backward(a.p, a.g, isa);
+        EXPECT_EQ(a.lse[100 + 3], -INFINITY);
+        for (int64_t e = 0; e < 16; ++e) {
+            EXPECT_EQ(a.out[size_t((100 + 3) * 16 + e)], 0.0f);
+            EXPECT_EQ(a.dq[size_t((100 + 3) * 16 + e)], 0.0f);
+        }
+        for (int64_t j = 64; j < 256; ++j)
+            for (int64_t e = 0; e < 16; ++e) {
+                ASSERT_EQ(a.dk[size_t(j * 16 + e)], 0.0f) << j;
+                ASSERT_EQ(a.dv[size_t(j * 16 + e)], 0.0f) << j;
+            }
+        for (float x : a.dq) ASSERT_TRUE(std::isfinite(x));
+    }
+    // And all values against the reference.
+    expect_fast_matches_ref(s);  // (random mask variant of the same shape)
+}
+
+// valid_len 0 for a whole batch element and Tq > Tk bottom-right causal (early rows see no key).
+TEST(FlashAttentionKernels, FullyMaskedByIndexGiveZero) {
+    AttnSpec s = shape(2, 2, 130, 64, 8);
+    s.valid_lens_rank = 1, s.valid_lens = {0, 64}, s.causal = CausalAlign::bottom_right;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        const Results r = run_fast(s, isa);
+        for (int64_t t = 0; t < 2 * 130; ++t) EXPECT_EQ(r.lse[size_t(t)], -INFINITY);
+        for (int64_t t = 0; t < 2 * 130 * 8; ++t) {
+            ASSERT_EQ(r.out[size_t(t)], 0.0);
+            ASSERT_EQ(r.dq[size_t(t)], 0.0);
+        }
+        for (int64_t t = 0; t < 2 * 64 * 8; ++t) ASSERT_EQ(r.dk[size_t(t)], 0.0);
+        // batch 1: rows i < Tq - Tk = 66 see no key.
+        for (int64_t h = 0; h < 2; ++h)
+            for (int64_t i = 0; i < 130; ++i)
+                EXPECT_EQ(std::isinf(r.lse[size_t((2 + h) * 130 + i)]), i < 66) << i;
+    }
+    expect_fast_matches_ref(s);
+}
+
+// The fast kernel drops exactly the entries the reference drops.
+TEST(FlashAttentionKernels, DropoutMaskMatchesReference) {
+    auto       a    = make_attn<float>(dropout_probe_spec(0.3f));
+    const auto want = dropout_mask_via([](AttnData<float>& x) { ref::attention_forward(x.p); }, a);
+    for (auto isa : isas()) {
+        auto       b   = make_attn<float>(dropout_probe_spec(0.3f));
+        const auto got = dropout_mask_via(
+            [isa](AttnData<float>& x) { cpu::flash_attention_forward(x.p, isa); }, b);
+        EXPECT_EQ(got, want) << cpu::flash_attention_isa_name(isa);
+    }
+}
+
+// Same seed -> same outputs and gradients, on 1 and on 2 threads. out, lse, dk, dv are bit-equal;
+// dq too when each thread owns whole heads (B * Hkv >= threads). With one head on 2 threads the
+// backward splits key blocks and sums private dQs: dq then equals the 1-thread dq to rounding.
+TEST(FlashAttentionKernels, DropoutDeterministicAcrossThreadCounts) {
+    const int saved = omp_get_max_threads();
+    for (int64_t B : {1, 2}) {
+        AttnSpec s = shape(B, 1, 150, 400, 32);
+        s.dropout = 0.25f, s.causal = CausalAlign::top_left;
+        omp_set_num_threads(1);
+        const Results one = run_fast(s, cpu::FlashIsa::automatic);
+        omp_set_num_threads(2);
+        const Results two = run_fast(s, cpu::FlashIsa::automatic);
+        const Results two_again = run_fast(s, cpu::FlashIsa::automatic);
+        EXPECT_EQ(one.out, two.out);
+        EXPECT_EQ(one.lse, two.lse);
+        EXPECT_EQ(one.dk, two.dk);
+        EXPECT_EQ(one.dv, two.dv);
+        EXPECT_EQ(two.dq, two_again.dq);
+        if (B == 2) EXPECT_EQ(one.dq, two.dq);
+        else EXPECT_TRUE(all_close(two.dq, one.dq, 1e-6, 1e-5));  // fp32 re-association only
+    }
+    omp_set_num_threads(saved);
+}
+
+// Both backward work splits (whole heads per thread; key blocks per thread) against the reference.
+TEST(FlashAttentionKernels, BackwardBothParallelSplits) {
+    const int saved = omp_get_max_threads();
+    AttnSpec  s     = shape(1, 1, 260, 700, 64);
+    s.causal        = CausalAlign::top_left;
+    for (int nt : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << nt << " threads");
+        omp_set_num_threads(nt);
+        expect_fast_matches_ref(s);
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST(FlashAttentionKernels, UnsupportedIsaThrowsAndEmptyShapesWork) {
+    if (!cpu::flash_attention_isa_supported(cpu::FlashIsa::avx512)) {
+        auto a = make_attn<float>(shape(1, 1, 4, 4, 4));
+        EXPECT_THROW(cpu::flash_attention_forward(a.p, cpu::FlashIsa::avx512), qkv::Error);
+    }
+    // Tk = 0: every row fully masked; Tq = 0: dk and dv are written as 0.
+    auto a = make_attn<float>(shape(1, 2, 5, 0, 4));
+    cpu::flash_attention_forward(a.p);
+    cpu::flash_attention_backward(a.p, a.g);
+    for (float x : a.out) EXPECT_EQ(x, 0.0f);
+    for (float x : a.lse) EXPECT_EQ(x, -INFINITY);
+    for (float x : a.dq) EXPECT_EQ(x, 0.0f);
+    auto b = make_attn<float>(shape(1, 2, 0, 5, 4));
+    cpu::flash_attention_forward(b.p);
+    cpu::flash_attention_backward(b.p, b.g);
+    for (float x : b.dk) EXPECT_EQ(x, 0.0f);
+    for (float x : b.dv) EXPECT_EQ(x, 0.0f);
 }
 
 }  // namespace

@@ -44,11 +44,13 @@ void dropout_row(const AttentionParams<T>& p, int64_t b, int64_t h, int64_t i, T
         z[j] = (philox::bits(p.dropout_seed, 0, base + uint64_t(j)) >> 8) >= thr ? keep : T(0);
 }
 
-// Softmax of a score row in place (P); returns lse, -inf for a fully masked row (P = 0).
+// Softmax of a score row in place (P); returns lse (and its rounding residual in *lo), -inf
+// (and 0) for a fully masked row (P = 0).
 template <class T>
-T softmax_row(T* s, int64_t n, T mx) {
+T softmax_row(T* s, int64_t n, T mx, T* lo = nullptr) {
     if (mx == -std::numeric_limits<T>::infinity()) {
         for (int64_t j = 0; j < n; ++j) s[j] = 0;
+        if (lo) *lo = 0;
         return mx;
     }
     T sum = 0;
@@ -57,7 +59,9 @@ T softmax_row(T* s, int64_t n, T mx) {
         sum += s[j];
     }
     for (int64_t j = 0; j < n; ++j) s[j] /= sum;
-    return mx + std::log(sum);
+    const T lg = std::log(sum), hi = mx + lg;
+    if (lo) *lo = (mx - hi) + lg;
+    return hi;
 }
 
 }  // namespace
@@ -70,7 +74,8 @@ void attention_forward(const AttentionParams<T>& p) {
         for (int64_t h = 0; h < p.H; ++h)
             for (int64_t i = 0; i < p.Tq; ++i) {
                 const T mx  = score_row(p, b, h, i, s.data());
-                const T lse = softmax_row(s.data(), p.Tk, mx);
+                T       lo  = 0;
+                const T lse = softmax_row(s.data(), p.Tk, mx, &lo);
                 if (p.dropout_p > 0.0f) dropout_row(p, b, h, i, z.data());
                 T* oi = p.out + b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t;
                 for (int64_t e = 0; e < p.Dv; ++e) oi[e] = 0;
@@ -81,6 +86,7 @@ void attention_forward(const AttentionParams<T>& p) {
                     for (int64_t e = 0; e < p.Dv; ++e) oi[e] += w * vj[e];
                 }
                 if (p.lse) p.lse[(b * p.H + h) * p.Tq + i] = lse;
+                if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i] = lo;
             }
 }
 
