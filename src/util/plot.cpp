@@ -43,12 +43,14 @@ void render_to_file(const std::string& path, int w, int h, const std::function<v
     std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surf(s, &cairo_surface_destroy);
     QKV_CHECK(cairo_surface_status(s) == CAIRO_STATUS_SUCCESS, what, ": '", path,
               "': cannot create surface: ", cairo_status_to_string(cairo_surface_status(s)));
-    cairo_t* cr = cairo_create(s);
+    // The context holds a reference to the surface: both are released if draw() throws.
+    std::unique_ptr<cairo_t, decltype(&cairo_destroy)> ctx(cairo_create(s), &cairo_destroy);
+    cairo_t* cr = ctx.get();
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     draw(cr);
     const cairo_status_t st = cairo_status(cr);
-    cairo_destroy(cr);
+    ctx.reset();
     QKV_CHECK(st == CAIRO_STATUS_SUCCESS, what, ": '", path, "': drawing failed: ",
               cairo_status_to_string(st));
     if (png) {
