@@ -63,6 +63,17 @@ void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradP
     flash_scalar::backward<flash_scalar::SimdScalar>(p, g);
 }
 
+void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc) {
+    switch (flash_attention_isa()) {
+        case FlashIsa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
+        case FlashIsa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
+        default:
+            return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false>(
+                M, N, K, A, lda, B, ldb, C, ldc);
+    }
+}
+
 }  // namespace detail
 
 FlashIsa flash_attention_isa() {

@@ -30,6 +30,15 @@ float* flash_thread_workspace(int64_t n);
 void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
                         uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval);
 
+/// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
+/// the best ISA; for bench/bench_attention.cpp --tiles (tile speed vs dnnl_sgemm).
+void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc);
+void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                            const float* B, int64_t ldb, float* C, int64_t ldc);
+void flash_tile_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float* C, int64_t ldc);
+
 void flash_forward_avx512(const AttentionParams<float>& p);
 void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_avx2(const AttentionParams<float>& p);
@@ -51,14 +60,18 @@ inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
 // ---------------------------------------------------------------------------------------------
 // GEMM micro-kernel: C[m][0:n) (op)= sum_k A(m, k) * B[k][0:n) for R rows and NV vectors
-// (n = NV*W lanes, the last vector masked by `tail`). A(m, k) = A[m*am + k*ak] is broadcast
-// (AM1: am == 1 at compile time), B rows are bk apart, C rows cm apart.
+// (n = NV*W lanes, the last vector masked by `tail`); B rows are bk apart, C rows cm apart.
+// A(m, k) is broadcast; every use in this file has one unit stride, hence two forms:
+//   AM1:  A(m, k) = A[m + k*as]  (R consecutive floats per k: a row of a transposed tile)
+//   !AM1: A(m, k) = A[m*as + k]  (R rows walked together: K/V rows, tile rows)
 // Mode kStore: C = acc; kAcc: C += acc; kScaleAcc: C = rowscale[m] * C + acc (online softmax).
+// Tail: the last vector is partial (masked loads/stores; AMD's masked stores are slow, so the
+// full-width instances use none).
 enum Mode { kStore, kAcc, kScaleAcc };
 
-template <class S, int R, int NV, int Md, bool AM1>
-inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float* B, int64_t bk,
-                  float* C, int64_t cm, typename S::M tail, const float* rowscale) {
+template <class S, int R, int NV, int Md, bool AM1, bool Tail>
+inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
+                  int64_t cm, typename S::M tail, const float* rowscale) {
     if constexpr (R <= S::kR && NV <= S::kNV) {
         using V = typename S::V;
         constexpr int W = S::W;
@@ -67,34 +80,25 @@ inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
-        const float* a[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) a[r] = A + (AM1 ? r : r * am);
         for (int64_t kk = 0; kk < K; ++kk) {
             V b[NV];
 #pragma GCC unroll 8
             for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
-            b[NV - 1] = S::loadm(B + (NV - 1) * W, tail);
+            b[NV - 1] = Tail ? S::loadm(B + (NV - 1) * W, tail) : S::load(B + (NV - 1) * W);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
-                const V x = S::set1(AM1 ? A[r] : a[r][0]);
+                const V x = S::set1(AM1 ? A[kk * as + r] : A[r * as + kk]);
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
             }
             B += bk;
-            if constexpr (AM1) {
-                A += ak;
-            } else {
-#pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) a[r] += ak;
-            }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             float* c = C + r * cm;
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
-                const bool last = v == NV - 1;
+                const bool last = Tail && v == NV - 1;
                 V          out  = acc[r][v];
                 if constexpr (Md == kAcc) {
                     out = S::add(last ? S::loadm(c + v * W, tail) : S::load(c + v * W), out);
@@ -109,24 +113,26 @@ inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float
     }
 }
 
-/// C (M x N) (op)= A (M x K, strides am/ak) * B (K x N, row stride bk), tiled by kR x kNV*W.
+/// C (M x N) (op)= A (M x K; see micro for `as`) * B (K x N, row stride bk), tiled kR x kNV*W.
 template <class S, int Md, bool AM1>
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t am, int64_t ak, const float* B,
-          int64_t bk, float* C, int64_t cm, const float* rowscale = nullptr) {
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B, int64_t bk,
+          float* C, int64_t cm, const float* rowscale = nullptr) {
     constexpr int W = S::W;
     for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
         const int64_t nl   = min64(N - n0, S::kNV * W);
         const int     nv   = int((nl + W - 1) / W);
         const auto    tail = S::tail(int(nl - (nv - 1) * W));
+        const bool    full = nl == nv * W;
         for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
             const int    r  = int(min64(S::kR, M - m0));
-            const float* a  = A + (AM1 ? m0 : m0 * am);
+            const float* a  = A + (AM1 ? m0 : m0 * as);
             const float* b  = B + n0;
             float*       c  = C + m0 * cm + n0;
             const float* rs = rowscale ? rowscale + m0 : nullptr;
-#define QKV_MK(R_, NV_)                                                        \
-    case (R_) * 8 + (NV_):                                                     \
-        micro<S, R_, NV_, Md, AM1>(K, a, am, ak, b, bk, c, cm, tail, rs);      \
+#define QKV_MK(R_, NV_)                                                             \
+    case (R_) * 8 + (NV_):                                                          \
+        if (full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
+        else micro<S, R_, NV_, Md, AM1, true>(K, a, as, b, bk, c, cm, tail, rs);       \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -262,7 +268,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
         const int64_t nk = min64(Bk, kend - j0);
         // S^T = K_j Q^T (nk x Bq), reduction over D.
-        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, 1, qt, Bq, st, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, qt, Bq, st, Bq);
         if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
@@ -291,8 +297,8 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
-        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, 1, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t,
-                                 o, Dvp, alpha);
+        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t, o,
+                                 Dvp, alpha);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
     const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
@@ -428,7 +434,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
-        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, 1, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         V lv[NQV], lov[NQV], dv_[NQV];
@@ -446,7 +452,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
-        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, 1, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
         // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {
@@ -456,10 +462,10 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
             }
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
-        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, 1, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
-        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, 1, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
+        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
+        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
         // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys).
-        gemm<S, kAcc, true>(nq, p.D, nk, ds, 1, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+        gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
     }
 }
 

@@ -68,14 +68,15 @@ struct SimdAvx512 {
         return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
                                   _mm512_setzero_ps());
     }
-    /// +inf lanes of x replaced by... (used for lse): -inf -> +inf so exp(s - lse) = 0.
+    /// x with -inf lanes replaced by +inf.
     static inline V neginf_to_posinf(V x) {
         return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
                                   _mm512_set1_ps(INFINITY));
     }
     static inline V exp(V x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final mask.
         const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
-        x       = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
+        x       = _mm512_min_ps(x, _mm512_set1_ps(kExpHi));
         V n     = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         V r     = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
@@ -128,8 +129,9 @@ struct SimdAvx2 {
                                 _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
     }
     static inline V exp(V x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final andnot.
         const V under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
-        x       = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+        x       = _mm256_min_ps(x, _mm256_set1_ps(kExpHi));
         V n     = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         V r     = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
@@ -151,18 +153,24 @@ struct SimdAvx2 {
 };
 #endif
 
-/// Portable fallback: 4-lane arrays the compiler may vectorise with SSE2; exp lane by lane.
+/// Portable fallback: 16-lane arrays (the compiler vectorises them with SSE2) with exactly the
+/// AVX-512 geometry (W, register tile, blocks), so on any machine the tests run the tile, tail and
+/// mask code the AVX-512 path runs; exp lane by lane with the same recipe.
 struct SimdScalar {
     struct V {
-        float x[4];
+        float x[16];
     };
     using M = int;  // number of valid lanes
-    static constexpr int W = 4;
-    static constexpr int kR = 4, kNV = 2;
-    static constexpr int kBlockQ = 32, kBlockK = 64;
+    static constexpr int W = 16;
+    static constexpr int kR = 6, kNV = 4;
+    static constexpr int kBlockQ = 64, kBlockK = 128;
 
-    static inline V zero() { return V{{0, 0, 0, 0}}; }
-    static inline V set1(float a) { return V{{a, a, a, a}}; }
+    static inline V zero() { return set1(0.0f); }
+    static inline V set1(float a) {
+        V v;
+        for (int t = 0; t < W; ++t) v.x[t] = a;
+        return v;
+    }
     static inline V load(const float* p) {
         V v;
         std::memcpy(v.x, p, sizeof v.x);
