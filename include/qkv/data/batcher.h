@@ -1,0 +1,62 @@
+#pragma once
+// Minibatches over NmtArrays (D2L's DataLoader role): a fresh permutation per epoch, consecutive
+// batches cut from it, the last partial batch kept unless drop_last. Int64 row-major buffers;
+// the training loop turns them into Tensors. Shapes: B batch (<= batch_size), T num_steps.
+#include <cstdint>
+#include <vector>
+
+#include "qkv/data/nmt_data.h"
+
+namespace qkv::data {
+
+/// One minibatch, rows in permutation order.
+struct Batch {
+    int64_t size = 0, num_steps = 0;     // B, T
+    std::vector<int64_t> src;            // (B, T)
+    std::vector<int64_t> src_valid_len;  // (B)
+    std::vector<int64_t> dec_input;      // (B, T)
+    std::vector<int64_t> label;          // (B, T)
+    std::vector<int64_t> tgt_valid_len;  // (B)
+    std::vector<int64_t> rows;           // (B) row of each example in the dataset
+};
+
+struct BatcherOptions {
+    int64_t batch_size = 128;
+    bool shuffle       = true;   // false: rows in order every epoch (validation)
+    bool drop_last     = false;  // D2L and the anchor keep the last partial batch
+    uint64_t seed      = 0;
+};
+
+/// Epoch e visits the rows in the order shuffled_indices(n, seed, e) (data/split.h: CPython's
+/// random.Random(seed + (e << 64)).shuffle(list(range(n))), reproducible in Python and
+/// independent of other epochs, so a resumed run sees the same batches), or 0..n-1 unshuffled.
+/// This is not torch.randperm: the anchor's exact batch order is not reproduced.
+/// Holds a pointer to `data`, which must outlive the Batcher.
+class Batcher {
+public:
+    /// Throws qkv::Error when batch_size < 1.
+    Batcher(const NmtArrays& data, BatcherOptions opt);
+    Batcher(NmtArrays&&, BatcherOptions) = delete;  // would dangle
+
+    /// Batches per epoch: ceil(n / batch_size), or floor with drop_last.
+    int64_t num_batches() const;
+    /// Starts epoch `epoch` (computes its order; the next next() returns batch 0).
+    void start_epoch(int64_t epoch);
+    int64_t epoch() const { return epoch_; }
+    /// Fills `out` with the next batch of the current epoch; false (out untouched) at its end.
+    /// The first call without start_epoch starts epoch 0.
+    bool next(Batch& out);
+    /// Batch `b` of the current epoch (0 <= b < num_batches(); throws otherwise).
+    Batch batch(int64_t b) const;
+    /// The current epoch's row order.
+    const std::vector<int64_t>& order() const { return order_; }
+
+private:
+    const NmtArrays* data_;
+    BatcherOptions opt_;
+    int64_t epoch_ = -1;
+    int64_t cursor_ = 0;
+    std::vector<int64_t> order_;
+};
+
+}  // namespace qkv::data

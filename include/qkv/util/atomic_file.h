@@ -1,0 +1,37 @@
+#pragma once
+// Atomic file writes: the content goes to a temporary file next to the target, which is fsynced
+// and renamed over it, so readers see the old file or the whole new one, never a torn write.
+// Used by checkpoints (io/safetensors.h), vocabularies (data/vocab.h) and plots (util/plot.h).
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace qkv::util {
+
+/// Byte sink handed to the callback of write_file_atomic. write() throws qkv::Error naming the
+/// temporary file when the OS reports an error (disk full, I/O error).
+class FileSink {
+public:
+    virtual ~FileSink() = default;
+    virtual void write(const void* data, size_t n) = 0;
+    void write(std::string_view s) { write(s.data(), s.size()); }
+    /// Bytes written so far.
+    virtual size_t bytes_written() const = 0;
+};
+
+/// Writes `path` atomically: `fill` writes the content into `path + ".tmp.<pid>"` (same folder,
+/// so the rename stays on one file system); then the temporary is fsynced, renamed over `path`,
+/// and the folder is fsynced. If `fill` throws or any step fails, the temporary is removed,
+/// `path` is left as it was, and the error propagates (qkv::Error naming the path and errno's text
+/// for OS failures).
+void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill);
+
+/// Same, with the whole content given as bytes.
+void write_file_atomic(const std::string& path, std::string_view contents);
+
+/// Reads a whole file into a string; throws qkv::Error naming the path when it cannot be opened
+/// or read.
+std::string read_file(const std::string& path);
+
+}  // namespace qkv::util

@@ -1,0 +1,113 @@
+// Atomic writes with POSIX open/write/fsync/rename (see util/atomic_file.h).
+#include "qkv/util/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "qkv/core/error.h"
+
+namespace qkv::util {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+class FdSink final : public FileSink {
+public:
+    FdSink(int fd, const std::string& path) : fd_(fd), path_(path) {}
+    void write(const void* data, size_t n) override {
+        const char* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t w = ::write(fd_, p, n);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                throw Error(detail::str("write_file_atomic: writing '", path_,
+                                        "' failed: ", errno_text(errno)));
+            }
+            p += w;
+            n -= size_t(w);
+            written_ += size_t(w);
+        }
+    }
+    size_t bytes_written() const override { return written_; }
+
+private:
+    int fd_;
+    const std::string& path_;
+    size_t written_ = 0;
+};
+
+// fsync of the folder makes the rename itself durable (ext4/xfs need it after a crash).
+void sync_parent_dir(const std::string& path) {
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;  // durability best effort: the data file itself is already synced
+    ::fsync(dfd);
+    ::close(dfd);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
+    QKV_CHECK(!path.empty(), "write_file_atomic: empty path");
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    QKV_CHECK(fd >= 0, "write_file_atomic: cannot create '", tmp, "' (for '", path,
+              "'): ", errno_text(errno));
+    try {
+        FdSink sink(fd, tmp);
+        fill(sink);
+        QKV_CHECK(::fsync(fd) == 0, "write_file_atomic: fsync of '", tmp, "' failed: ",
+                  errno_text(errno));
+        const int rc = ::close(fd);
+        QKV_CHECK(rc == 0, "write_file_atomic: closing '", tmp, "' failed: ", errno_text(errno));
+    } catch (...) {
+        ::close(fd);  // harmless EBADF if already closed
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw Error(detail::str("write_file_atomic: cannot rename '", tmp, "' to '", path,
+                                "': ", errno_text(err)));
+    }
+    sync_parent_dir(path);
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+    write_file_atomic(path, [&](FileSink& s) { s.write(contents); });
+}
+
+std::string read_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    QKV_CHECK(fd >= 0, "read_file: cannot open '", path, "': ", errno_text(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        throw Error(detail::str("read_file: '", path, "' is not a readable file"));
+    }
+    std::string out;
+    out.reserve(size_t(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+        const ssize_t r = ::read(fd, buf, sizeof buf);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            throw Error(detail::str("read_file: reading '", path, "' failed: ", errno_text(err)));
+        }
+        if (r == 0) break;
+        out.append(buf, size_t(r));
+    }
+    ::close(fd);
+    return out;
+}
+
+}  // namespace qkv::util

@@ -1,0 +1,122 @@
+// D2L preprocessing/tokenisation (d2l_spec.md §2, the anchor's selftest examples) and Vocab in
+// both orderings, with save/load.
+#include <gtest/gtest.h>
+
+#include "io/temp_dir.h"
+#include "qkv/core/error.h"
+#include "qkv/data/tokenizer.h"
+#include "qkv/data/vocab.h"
+#include "qkv/util/atomic_file.h"
+
+namespace qkv::data {
+namespace {
+
+using Toks = std::vector<std::string>;
+
+TEST(Tokenizer, D2lExamples) {
+    EXPECT_EQ(preprocess_nmt("Go."), "go .");
+    EXPECT_EQ(tokenize_nmt("Go."), (Toks{"go", "."}));
+    EXPECT_EQ(tokenize_nmt("Run!"), (Toks{"run", "!"}));
+    EXPECT_EQ(tokenize_nmt("Cours\u202f!"), (Toks{"cours", "!"}));  // anchor selftest
+    EXPECT_EQ(tokenize_nmt("I'm home."), (Toks{"i'm", "home", "."}));
+    EXPECT_EQ(preprocess_nmt("Va !"), "va !");  // already spaced: unchanged
+    EXPECT_EQ(preprocess_nmt("Hello, world!"), "hello , world !");
+    EXPECT_EQ(preprocess_nmt("Wait..."), "wait . . .");  // each '.' follows a non-space
+    EXPECT_EQ(preprocess_nmt("?!"), "? !");              // position 0 has no previous char
+    EXPECT_EQ(preprocess_nmt("a\u00a0?"), "a ?");        // NBSP became ' ' before the rule
+    EXPECT_EQ(preprocess_nmt("Qui ?"), "qui ?");
+    EXPECT_EQ(preprocess_nmt("3.5"), "3 .5");  // D2L splits decimals too
+    EXPECT_EQ(preprocess_nmt("J'ai ÉTÉ À L'ÉCOLE."), "j'ai été à l'école .");
+    EXPECT_EQ(preprocess_nmt("ÇA M’AGACE; «OUI»"), "ça m’agace; «oui»");  // ; « » ’ untouched
+    EXPECT_EQ(preprocess_nmt("\xC4\xB0"), "i\xCC\x87");  // Python: 'İ'.lower() == 'i̇'
+    EXPECT_EQ(preprocess_nmt(""), "");
+    EXPECT_THROW(preprocess_nmt("bad \xff byte"), Error);
+}
+
+TEST(Tokenizer, SplitKeepsOrDropsEmptyTokens) {
+    EXPECT_EQ(split_tokens("a  b ", true), (Toks{"a", "b"}));
+    EXPECT_EQ(split_tokens("a  b ", false), (Toks{"a", "", "b", ""}));
+    EXPECT_EQ(split_tokens("", false), (Toks{""}));  // Python: "".split(" ") == ['']
+    EXPECT_TRUE(split_tokens("", true).empty());
+    EXPECT_EQ(tokenize_nmt(" Hi .  "), (Toks{"hi", "."}));
+}
+
+TEST(Tokenizer, Utf8Validation) {
+    EXPECT_TRUE(is_valid_utf8("plain"));
+    EXPECT_TRUE(is_valid_utf8("été \xE2\x80\xAF !"));
+    EXPECT_FALSE(is_valid_utf8("\xC3"));          // truncated sequence
+    EXPECT_FALSE(is_valid_utf8("\xC0\xAF"));      // overlong '/'
+    EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));  // surrogate U+D800
+    EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+    EXPECT_EQ(utf8_length("été"), 3);
+}
+
+TEST(Vocab, FrequencyOrderTiesByFirstOccurrence) {
+    // counts: b 3, a 2, c 2 (c first seen after a), d 1, e 2 (seen last)
+    const std::vector<Toks> s = {{"b", "a", "c"}, {"c", "b", "d"}, {"a", "b", "e", "e"}};
+    const Vocab v = Vocab::build(s);
+    EXPECT_EQ(v.tokens(), (Toks{"<unk>", "<pad>", "<bos>", "<eos>", "b", "a", "c", "e"}));
+    EXPECT_EQ(v.token_to_idx("a"), 5);
+    EXPECT_EQ(v.token_to_idx("d"), 0);  // below min_freq -> <unk>
+    EXPECT_EQ(v.token_to_idx("zzz"), 0);
+    EXPECT_EQ(v.unk(), 0);
+    EXPECT_EQ(v.pad(), 1);
+    EXPECT_EQ(v.bos(), 2);
+    EXPECT_EQ(v.eos(), 3);
+    EXPECT_EQ(v.encode({"b", "d", "e"}), (std::vector<int64_t>{4, 0, 7}));
+    EXPECT_EQ(v.decode({4, 0, 7}), (Toks{"b", "<unk>", "e"}));
+    EXPECT_THROW(v.idx_to_token(8), Error);
+    EXPECT_THROW(v.idx_to_token(-1), Error);
+    VocabOptions all;
+    all.min_freq = 1;
+    EXPECT_EQ(Vocab::build(s, all).size(), 9);  // d joins
+    // A reserved token that also occurs in the text is not added twice.
+    EXPECT_EQ(Vocab::build({{"<eos>", "<eos>", "x", "x"}}).tokens(),
+              (Toks{"<unk>", "<pad>", "<bos>", "<eos>", "x"}));
+}
+
+TEST(Vocab, AlphabeticalOrderAsD2lEn) {
+    VocabOptions en;
+    en.reserved = {};
+    en.order    = VocabOrder::alphabetical;
+    const std::vector<Toks> s = {{"go", ".", "<eos>", "<pad>"}, {"va", "!", "<eos>", "<pad>"},
+                                 {"go", "!", "<eos>", "<pad>"}, {"été", "été", "zz"}};
+    const Vocab v = Vocab::build(s, en);
+    // Code-point order: '!' < '.' < '<' < 'g' < 'é'.
+    EXPECT_EQ(v.tokens(), (Toks{"!", "<eos>", "<pad>", "<unk>", "go", "été"}));
+    EXPECT_EQ(v.unk(), 3);
+    EXPECT_EQ(v.token_to_idx("va"), 3);
+    EXPECT_THROW(v.bos(), Error);
+}
+
+TEST(Vocab, ExplicitListChecks) {
+    EXPECT_THROW(Vocab(Toks{"a", "b"}), Error);                 // no <unk>
+    EXPECT_THROW(Vocab(Toks{"<unk>", "a", "a"}), Error);        // duplicate
+    EXPECT_EQ(Vocab().size(), 1);
+    EXPECT_EQ(Vocab(Toks{"x", "<unk>"}).unk(), 1);
+}
+
+TEST(Vocab, SaveLoadRoundTripAndAnchorFormat) {
+    qkv::test::TempDir dir;
+    const Vocab v = Vocab::build({{"été", "été", ".", ".", "j'ai", "j'ai"}});
+    v.save(dir / "v.txt");
+    EXPECT_EQ(util::read_file(dir / "v.txt"), "<unk>\n<pad>\n<bos>\n<eos>\nété\n.\nj'ai\n");
+    EXPECT_EQ(Vocab::load(dir / "v.txt"), v);
+    // fra_full_anchor.py --dump-data writes "\n".join(tokens) + "\n": the same format.
+    util::write_file_atomic(dir / "a.txt", "<unk>\n<pad>\n<bos>\n<eos>\n.\nje\n");
+    EXPECT_EQ(Vocab::load(dir / "a.txt").token_to_idx("je"), 5);
+    util::write_file_atomic(dir / "bad.txt", "<unk>\nx\nx\n");
+    try {
+        Vocab::load(dir / "bad.txt");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("bad.txt"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("appears twice"), std::string::npos) << e.what();
+    }
+    util::write_file_atomic(dir / "nonl.txt", "<unk>");
+    EXPECT_THROW(Vocab::load(dir / "nonl.txt"), Error);
+    EXPECT_THROW(Vocab(Toks{"<unk>", "a\nb"}).save(dir / "x.txt"), Error);
+}
+
+}  // namespace
+}  // namespace qkv::data

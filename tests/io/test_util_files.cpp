@@ -1,0 +1,191 @@
+// util: atomic file writes, whole-file reads, the progress bar (with a fake clock) and the timer.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "io/temp_dir.h"
+#include "qkv/core/error.h"
+#include "qkv/util/atomic_file.h"
+#include "qkv/util/progress.h"
+#include "qkv/util/timer.h"
+
+namespace qkv::util {
+namespace {
+
+using qkv::test::TempDir;
+
+int count_files(const std::filesystem::path& dir) {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+    return n;
+}
+
+TEST(AtomicFile, WritesAndReplaces) {
+    TempDir dir;
+    const std::string p = dir / "f.txt";
+    write_file_atomic(p, "hello\n");
+    EXPECT_EQ(read_file(p), "hello\n");
+    write_file_atomic(p, [](FileSink& s) {
+        s.write("a");
+        s.write(std::string(100000, 'b'));
+        EXPECT_EQ(s.bytes_written(), 100001u);
+    });
+    EXPECT_EQ(read_file(p).size(), 100001u);
+    EXPECT_EQ(count_files(dir.path()), 1);
+    // Binary content with NULs survives.
+    const std::string bin("a\0b\0", 4);
+    write_file_atomic(p, bin);
+    EXPECT_EQ(read_file(p), bin);
+}
+
+TEST(AtomicFile, FailingCallbackLeavesOldFileAndNoTemporary) {
+    TempDir dir;
+    const std::string p = dir / "f.txt";
+    write_file_atomic(p, "old");
+    EXPECT_THROW(write_file_atomic(p,
+                                   [](FileSink& s) {
+                                       s.write("partial");
+                                       throw Error("boom");
+                                   }),
+                 Error);
+    EXPECT_EQ(read_file(p), "old");
+    EXPECT_EQ(count_files(dir.path()), 1);
+}
+
+TEST(AtomicFile, MissingFolderAndMissingFileNameThePath) {
+    TempDir dir;
+    const std::string p = dir / "no/such/dir/f.txt";
+    try {
+        write_file_atomic(p, "x");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot create"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+    try {
+        read_file(dir / "absent");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(read_file(dir.path().string()), Error);  // a folder
+}
+
+// Captures what a ProgressBar prints (tmpfile: fileno works, isatty is false).
+struct Capture {
+    std::FILE* f = std::tmpfile();
+    ~Capture() { std::fclose(f); }
+    std::string text() const {
+        std::fflush(f);
+        std::string s;
+        std::rewind(f);
+        for (int c; (c = std::fgetc(f)) != EOF;) s += char(c);
+        return s;
+    }
+};
+
+TEST(Progress, FormatDuration) {
+    EXPECT_EQ(format_duration(0), "00:00");
+    EXPECT_EQ(format_duration(75.9), "01:15");
+    EXPECT_EQ(format_duration(3600 + 62), "1:01:02");
+    EXPECT_EQ(format_duration(-1), "?");
+    EXPECT_EQ(format_duration(1.0 / 0.0), "?");
+}
+
+TEST(Progress, RenderWithBarRateEtaAndFields) {
+    double t = 0;
+    ProgressOptions o;
+    o.out   = nullptr;
+    o.mode  = ProgressOptions::Mode::tty;
+    o.clock = [&] { return t; };
+    o.bar_width = 10;
+    ProgressBar bar(100, "train", o);
+    bar.update(45, {{"loss", 1.23456}, {"lr", 0.0005}});
+    EXPECT_EQ(bar.render(12.0), "train  45%|####      | 45/100 [00:12<00:14, 3.75 it/s, loss=1.235, lr=0.0005]");
+    ProgressOptions plain = o;
+    plain.mode = ProgressOptions::Mode::plain;
+    ProgressBar p2(0, "", plain);  // unknown total
+    p2.update(3);
+    EXPECT_EQ(p2.render(6.0), "3 [00:06, 2.00 s/it]");
+}
+
+TEST(Progress, TtyRedrawsAtMostEveryInterval) {
+    Capture cap;
+    double t = 0;
+    ProgressOptions o;
+    o.out   = cap.f;
+    o.mode  = ProgressOptions::Mode::tty;
+    o.clock = [&] { return t; };
+    ProgressBar bar(10, "x", o);
+    EXPECT_TRUE(bar.is_tty());
+    for (int i = 0; i < 10; ++i) {
+        t += 0.04;  // 25 updates/s: only every third or so may draw
+        bar.update();
+    }
+    bar.finish();
+    bar.finish();  // idempotent
+    const std::string s = cap.text();
+    const auto draws = std::count(s.begin(), s.end(), '\r');
+    EXPECT_GE(draws, 4);  // t = 0.04, 0.16, 0.28, 0.40 (first draw at once) + final
+    EXPECT_LE(draws, 5);
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1);
+    EXPECT_NE(s.find("100%|##############################| 10/10"), std::string::npos) << s;
+}
+
+TEST(Progress, PlainLinesEveryNStepsAndOnFinish) {
+    Capture cap;
+    double t = 0;
+    ProgressOptions o;
+    o.out              = cap.f;
+    o.mode             = ProgressOptions::Mode::plain;
+    o.plain_every      = 4;
+    o.plain_interval_s = 0;
+    o.clock            = [&] { return t; };
+    {
+        ProgressBar bar(10, "ep", o);
+        EXPECT_FALSE(bar.is_tty());
+        for (int i = 0; i < 10; ++i) {
+            t += 1;
+            bar.update(1, {{"loss", 10.0 - i}});
+        }
+    }  // destructor finishes
+    const std::string s = cap.text();
+    EXPECT_EQ(s,
+              "ep  40% 4/10 [00:04<00:06, 1.00 it/s, loss=7]\n"
+              "ep  80% 8/10 [00:08<00:02, 1.00 it/s, loss=3]\n"
+              "ep 100% 10/10 [00:10<00:00, 1.00 it/s, loss=1]\n");
+    EXPECT_EQ(s.find('\r'), std::string::npos);
+}
+
+TEST(Progress, PlainLinesByTime) {
+    Capture cap;
+    double t = 0;
+    ProgressOptions o;
+    o.out              = cap.f;
+    o.mode             = ProgressOptions::Mode::plain;
+    o.plain_interval_s = 10;
+    o.clock            = [&] { return t; };
+    ProgressBar bar(1000, "", o);
+    for (int i = 0; i < 100; ++i) {
+        t += 0.5;  // 50 s in all: lines at 10, 20, 30, 40, 50 s
+        bar.update();
+    }
+    const std::string s = cap.text();
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 5) << s;
+}
+
+TEST(Timer, MeasuresSleep) {
+    Timer t;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double s = t.seconds();
+    EXPECT_GE(s, 0.019);
+    EXPECT_LT(s, 5.0);
+    EXPECT_GE(t.restart(), s);
+    EXPECT_LT(t.millis(), 1000.0);
+}
+
+}  // namespace
+}  // namespace qkv::util
