@@ -11,13 +11,25 @@ enum class CausalAlign : uint8_t { none, top_left, bottom_right };
 
 /// Scaled dot-product attention over (B, H, Tq, D) x (B, Hkv, Tk, D) -> (B, H, Tq, Dv).
 /// Element strides; the last dim of q, k, v, out (and dout/dq/dk/dv) is contiguous.
+/// Query head h reads key/value head h / (H / Hkv) (GQA; MQA when Hkv = 1).
+///
+/// Semantics (the reference kernel in ref/attention.h is the spec; docs/kernels/flash_attention.md):
+///   s_ij = scale * q_i . k_j (+ additive_mask_ij); s_ij = -inf when key j is masked for row i
+///   (j > attention_key_limit(), or bool_mask_ij == 0, or additive_mask_ij == -inf);
+///   P_i = softmax(s_i); out_i = sum_j P_ij * Z_ij * v_j with the dropout factor
+///   Z_ij = keep_ij / (1 - dropout_p); lse_i = log sum_j exp(s_ij).
+///   A row with every key masked gives out_i = 0, lse_i = -inf and zero gradients (never NaN).
 template <class T>
 struct AttentionParams {
-    const T* q = nullptr;
-    const T* k = nullptr;
-    const T* v = nullptr;
+    const T* q   = nullptr;
+    const T* k   = nullptr;
+    const T* v   = nullptr;
     T*       out = nullptr;
-    float*   lse = nullptr;  // (B, H, Tq) contiguous logsumexp of the scaled, masked logits
+    T*       lse = nullptr;  // (B, H, Tq) contiguous logsumexp of the scaled, masked logits
+    // Optional (B, H, Tq): the rounding residual of lse (m + log l = lse + lse_lo, a Fast2Sum
+    // split). The fast backward recomputes P = exp((s - lse) - lse_lo); without it P carries the
+    // rounding of lse (relative error up to ulp(lse)/2, ~5e-4 for logits ~1e4). nullptr: unused.
+    T*       lse_lo = nullptr;
     int64_t B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;  // H % Hkv == 0 (GQA/MQA)
     int64_t q_stride_b = 0, q_stride_h = 0, q_stride_t = 0;
     int64_t k_stride_b = 0, k_stride_h = 0, k_stride_t = 0;
@@ -29,22 +41,52 @@ struct AttentionParams {
     CausalAlign    causal          = CausalAlign::none;
     // Optional mask broadcast to (B, H, Tq, Tk) through element strides (0 for broadcast dims):
     // bool_mask: 1 = keep, 0 = masked; additive_mask: added to the scaled logits (-inf = masked).
+    // Both may be given at once.
     const uint8_t* bool_mask     = nullptr;
     const T*       additive_mask = nullptr;
     int64_t m_stride_b = 0, m_stride_h = 0, m_stride_q = 0, m_stride_k = 0;
-    float    scale        = 1.0f;
-    float    dropout_p    = 0.0f;  // on probabilities; mask bit of (b,h,i,j) = philox(seed, offset)
-    uint64_t dropout_seed = 0;
-    uint64_t dropout_offset = 0;
+    float    scale          = 1.0f;
+    float    dropout_p      = 0.0f;  // on probabilities, in [0, 1); see attention_dropout_keep
+    uint64_t dropout_seed   = 0;     // Philox key
+    uint64_t dropout_offset = 0;     // first Philox counter (Generator::reserve(B*H*Tq*Tk))
 };
 
 /// Gradients for AttentionParams (same layouts; dq/dk/dv have q/k/v's shapes, contiguous).
+/// The backward kernels also read AttentionParams::out and ::lse as the forward wrote them.
 template <class T>
 struct AttentionGradParams {
     const T* dout = nullptr;  // (B, H, Tq, Dv) with o_stride_*
-    T* dq = nullptr;          // (B, H, Tq, D) contiguous
+    T* dq = nullptr;          // (B, H, Tq, D) contiguous, written
     T* dk = nullptr;          // (B, Hkv, Tk, D) contiguous, written (not accumulated)
     T* dv = nullptr;          // (B, Hkv, Tk, Dv) contiguous, written
 };
+
+/// Last key index query row i of batch b may see from valid_lens and causal (keys j > limit are
+/// masked); -1 when the row sees no key. Bool/additive masks come on top of this.
+template <class T>
+inline int64_t attention_key_limit(const AttentionParams<T>& p, int64_t b, int64_t i) {
+    int64_t lim = p.Tk - 1;
+    if (p.valid_lens) {
+        const int64_t len = p.valid_lens_rank == 1 ? p.valid_lens[b] : p.valid_lens[b * p.Tq + i];
+        lim = len - 1 < lim ? len - 1 : lim;
+    }
+    if (p.causal == CausalAlign::top_left) lim = i < lim ? i : lim;
+    if (p.causal == CausalAlign::bottom_right) lim = i + p.Tk - p.Tq < lim ? i + p.Tk - p.Tq : lim;
+    return lim < -1 ? -1 : lim;
+}
+
+/// Dropout on attention probabilities. Element (b, h, i, j) uses Philox counter
+///   index = dropout_offset + ((b * H + h) * Tq + i) * Tk + j
+/// and bits = philox::bits(dropout_seed, /*stream*/ 0, index); the element is kept when
+/// philox::uniform01(bits) >= p, i.e. when (bits >> 8) >= attention_dropout_threshold(p).
+/// The mask depends only on (seed, offset, b, h, i, j): forward and backward regenerate it, and it
+/// does not depend on the thread count or the kernel (reference and fast kernels agree exactly).
+inline uint32_t attention_dropout_threshold(float p) {
+    if (!(p > 0.0f)) return 0;
+    if (p >= 1.0f) return uint32_t(1) << 24;  // above every 24-bit value: drop all
+    const double t = double(p) * 16777216.0;
+    const uint32_t c = uint32_t(t);
+    return double(c) < t ? c + 1 : c;  // ceil(p * 2^24)
+}
 
 }  // namespace qkv::kernels

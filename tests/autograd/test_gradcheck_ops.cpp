@@ -11,6 +11,10 @@
 
 #include "qkv/autograd/gradcheck.h"
 #include "qkv/autograd/node.h"
+#include "qkv/ops/cross_entropy.h"
+#include "qkv/ops/dropout.h"
+#include "qkv/ops/embedding.h"
+#include "qkv/ops/layer_norm.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/ops.h"
 #include "qkv/ops/softmax.h"
@@ -99,15 +103,35 @@ std::vector<Row> table() {
         {"log_softmax_mid", {{2, 3, 4}}, [](V x) { return log_softmax(x[0], 1); }},
         {"masked_softmax_1d", {{2, 3, 5}}, [](V x) { return masked_softmax(x[0], ids({2, 0}, {2})); }},
         {"masked_softmax_2d", {{2, 3, 5}}, [](V x) { return masked_softmax(x[0], ids({1, 5, 3, 2, 4, 9}, {2, 3})); }},
+        {"layer_norm_affine", {{3, 5}, {5}, {5}}, [](V x) { return layer_norm(x[0], {5}, x[1], x[2]); }},
+        {"layer_norm_2d_shape", {{2, 3, 4}}, [](V x) { return layer_norm(x[0], {3, 4}, Tensor(), Tensor()); }},
+        {"dropout_train", {{4, 5}}, [](V x) {
+             Generator g(3);  // same mask on every call, so differences see a fixed function
+             return dropout(x[0], 0.4, true, &g);
+         }},
+        {"embedding", {{5, 3}}, [](V x) { return embedding(ids({4, 0, 4, 2}, {2, 2}), x[0]); }},
+        {"cross_entropy_mean", {{4, 6}}, [](V x) { return cross_entropy(x[0], ids({1, 5, 0, 2}, {4})); }},
+        {"cross_entropy_weighted_smoothed", {{2, 3, 6}}, [](V x) {
+             CrossEntropyOptions o;
+             o.label_smoothing = 0.1;
+             o.ignore_index = 3;
+             Tensor w = from_vector<double>({1.0, 0.5, 2.0, 0.0, 1.5, 1.0}, {2, 3});  // per-position weights
+             return cross_entropy(x[0], ids({1, 3, 0, 2, 5, 4}, {2, 3}), w, o);
+         }},
+        {"cross_entropy_none", {{3, 4}}, [](V x) {
+             CrossEntropyOptions o;
+             o.reduction = Reduction::none;
+             return cross_entropy(x[0], ids({0, 3, 1}, {3}), Tensor(), o);
+         }},
         {"linear_nobias", {{3, 4}, {2, 4}}, [](V x) { return linear(x[0], x[1]); }},
     };
     return rows;
 }
 
-}  // namespace
-
 // gtest prints the row by name instead of dumping its bytes.
 void PrintTo(const Row& r, std::ostream* os) { *os << r.name; }
+
+}  // namespace
 
 class Gradcheck : public ::testing::TestWithParam<Row> {};
 

@@ -1,8 +1,9 @@
 #pragma once
 // SIMD building blocks for the fast fp32 kernels: run-time ISA selection (always available), and,
 // in translation units compiled with the ISA's flags (files named *_avx2.cpp / *_avx512.cpp), the
-// vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F, 16 lanes) with a polynomial exp.
-// Kernel bodies are written once as templates over V and instantiated per ISA file.
+// vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F, 16 lanes), a polynomial exp, and
+// row reductions (max, Σ, Σ exp). Kernel bodies are written once as templates over V and
+// instantiated per ISA file (softmax_avx2.cpp / softmax_avx512.cpp show the pattern).
 //
 // Polynomial exp (simd::exp<V>), Cephes expf scheme:
 //   x is clamped to [-104, 88.8] (NaN passes through); n = round(x·log2 e);
@@ -191,6 +192,81 @@ inline typename V::R exp(typename V::R x) {
     const R n1 = V::floor(V::mul(n, V::set1(0.5f)));
     const R n2 = V::sub(n, n1);
     return V::mul(V::mul(p, V::pow2i(n1)), V::pow2i(n2));
+}
+
+constexpr float kNegInf = -__builtin_inff();
+
+// ---- row helpers over n contiguous floats (tails use masked loads, never read past the end) ----
+
+/// max_j x[j] (a NaN may or may not survive; callers' sums turn NaN rows into NaN anyway).
+template <class V>
+float row_max(const float* x, int64_t n) {
+    using R = typename V::R;
+    R m0 = V::set1(kNegInf), m1 = m0;
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        m0 = V::max(m0, V::load(x + j));
+        m1 = V::max(m1, V::load(x + j + V::W));
+    }
+    for (; j + V::W <= n; j += V::W) m0 = V::max(m0, V::load(x + j));
+    if (j < n) m0 = V::max(m0, V::load_tail(x + j, n - j, kNegInf));
+    return V::reduce_max(V::max(m0, m1));
+}
+
+/// Σ_j exp(x[j] − m); with kStore also stores each exp(x[j] − m) to y[j].
+template <class V, bool kStore>
+float row_sum_exp(float* y, const float* x, int64_t n, float m) {
+    using R    = typename V::R;
+    const R vm = V::set1(m);
+    R s0 = V::zero(), s1 = V::zero();
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        const R e0 = exp<V>(V::sub(V::load(x + j), vm));
+        const R e1 = exp<V>(V::sub(V::load(x + j + V::W), vm));
+        if constexpr (kStore) {
+            V::store(y + j, e0);
+            V::store(y + j + V::W, e1);
+        }
+        s0 = V::add(s0, e0);
+        s1 = V::add(s1, e1);
+    }
+    for (; j + V::W <= n; j += V::W) {
+        const R e = exp<V>(V::sub(V::load(x + j), vm));
+        if constexpr (kStore) V::store(y + j, e);
+        s0 = V::add(s0, e);
+    }
+    if (j < n) {
+        // Lanes past the end hold −inf, so they add exp(−inf) = 0.
+        const R e = exp<V>(V::sub(V::load_tail(x + j, n - j, kNegInf), vm));
+        if constexpr (kStore) V::store_tail(y + j, e, n - j);
+        s0 = V::add(s0, e);
+    }
+    return V::reduce_add(V::add(s0, s1));
+}
+
+/// y[j] = a·x[j] + b.
+template <class V>
+void row_affine(float* y, const float* x, int64_t n, float a, float b) {
+    using R    = typename V::R;
+    const R va = V::set1(a), vb = V::set1(b);
+    int64_t j = 0;
+    for (; j + V::W <= n; j += V::W) V::store(y + j, V::fmadd(V::load(x + j), va, vb));
+    if (j < n) V::store_tail(y + j, V::fmadd(V::load_tail(x + j, n - j, 0.f), va, vb), n - j);
+}
+
+/// Σ_j x[j].
+template <class V>
+float row_sum(const float* x, int64_t n) {
+    using R = typename V::R;
+    R s0 = V::zero(), s1 = V::zero();
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        s0 = V::add(s0, V::load(x + j));
+        s1 = V::add(s1, V::load(x + j + V::W));
+    }
+    for (; j + V::W <= n; j += V::W) s0 = V::add(s0, V::load(x + j));
+    if (j < n) s0 = V::add(s0, V::load_tail(x + j, n - j, 0.f));
+    return V::reduce_add(V::add(s0, s1));
 }
 #endif
 

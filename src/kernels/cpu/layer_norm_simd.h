@@ -36,20 +36,6 @@ constexpr int64_t kLayerNormMinParallel = 1 << 14;  // elements; as kSoftmaxMinP
 namespace qkv::kernels::cpu::simd {
 namespace {
 
-template <class V>
-float row_sum(const float* x, int64_t n) {
-    using R = typename V::R;
-    R s0 = V::zero(), s1 = V::zero();
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        s0 = V::add(s0, V::load(x + j));
-        s1 = V::add(s1, V::load(x + j + V::W));
-    }
-    for (; j + V::W <= n; j += V::W) s0 = V::add(s0, V::load(x + j));
-    if (j < n) s0 = V::add(s0, V::load_tail(x + j, n - j, 0.f));
-    return V::reduce_add(V::add(s0, s1));
-}
-
 // Σ (x − μ)²; tail lanes are loaded as μ so they add 0.
 template <class V>
 float row_sum_sq_dev(const float* x, int64_t n, float mu) {

@@ -1,7 +1,6 @@
 #pragma once
 // Softmax kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
 // by softmax_avx2.cpp and softmax_avx512.cpp; the per-ISA entry points are declared first.
-// The row helpers (max, Σ exp) are reused by the cross-entropy kernels.
 #include <cstdint>
 
 #include "kernels/cpu/exp_simd.h"
@@ -28,64 +27,6 @@ constexpr int64_t kSoftmaxMinParallel = 1 << 14;
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
 namespace {
-
-constexpr float kNegInf = -__builtin_inff();
-
-/// max_j x[j] (a NaN may or may not survive; callers' sums turn NaN rows into NaN anyway).
-template <class V>
-float row_max(const float* x, int64_t n) {
-    using R = typename V::R;
-    R m0 = V::set1(kNegInf), m1 = m0;
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        m0 = V::max(m0, V::load(x + j));
-        m1 = V::max(m1, V::load(x + j + V::W));
-    }
-    for (; j + V::W <= n; j += V::W) m0 = V::max(m0, V::load(x + j));
-    if (j < n) m0 = V::max(m0, V::load_tail(x + j, n - j, kNegInf));
-    return V::reduce_max(V::max(m0, m1));
-}
-
-/// Σ_j exp(x[j] − m); when y is not null also stores each exp(x[j] − m) to y[j].
-template <class V, bool kStore>
-float row_sum_exp(float* y, const float* x, int64_t n, float m) {
-    using R    = typename V::R;
-    const R vm = V::set1(m);
-    R s0 = V::zero(), s1 = V::zero();
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        const R e0 = exp<V>(V::sub(V::load(x + j), vm));
-        const R e1 = exp<V>(V::sub(V::load(x + j + V::W), vm));
-        if constexpr (kStore) {
-            V::store(y + j, e0);
-            V::store(y + j + V::W, e1);
-        }
-        s0 = V::add(s0, e0);
-        s1 = V::add(s1, e1);
-    }
-    for (; j + V::W <= n; j += V::W) {
-        const R e = exp<V>(V::sub(V::load(x + j), vm));
-        if constexpr (kStore) V::store(y + j, e);
-        s0 = V::add(s0, e);
-    }
-    if (j < n) {
-        // Lanes past the end hold −inf, so they add exp(−inf) = 0.
-        const R e = exp<V>(V::sub(V::load_tail(x + j, n - j, kNegInf), vm));
-        if constexpr (kStore) V::store_tail(y + j, e, n - j);
-        s0 = V::add(s0, e);
-    }
-    return V::reduce_add(V::add(s0, s1));
-}
-
-/// y[j] = a·x[j] + b.
-template <class V>
-void row_affine(float* y, const float* x, int64_t n, float a, float b) {
-    using R    = typename V::R;
-    const R va = V::set1(a), vb = V::set1(b);
-    int64_t j = 0;
-    for (; j + V::W <= n; j += V::W) V::store(y + j, V::fmadd(V::load(x + j), va, vb));
-    if (j < n) V::store_tail(y + j, V::fmadd(V::load_tail(x + j, n - j, 0.f), va, vb), n - j);
-}
 
 template <class V>
 void softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {

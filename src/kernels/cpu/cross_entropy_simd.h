@@ -1,0 +1,100 @@
+#pragma once
+// Cross-entropy kernel bodies over a vector type V, instantiated by cross_entropy_avx2.cpp and
+// cross_entropy_avx512.cpp.
+#include <cstdint>
+
+#include "kernels/cpu/exp_simd.h"
+
+namespace qkv::kernels::cpu::detail {
+
+#define QKV_CROSS_ENTROPY_DECLARE(isa)                                                          \
+    void cross_entropy_forward_##isa(float* loss, float* lse, const float* logits,              \
+                                     const int64_t* target, const float* weight, int64_t N,     \
+                                     int64_t V, int64_t ignore_index, float label_smoothing);   \
+    void cross_entropy_backward_##isa(float* dlogits, const float* dloss, int64_t dloss_stride, \
+                                      const float* logits, const float* lse,                    \
+                                      const int64_t* target, const float* weight, int64_t N,    \
+                                      int64_t V, int64_t ignore_index, float label_smoothing);
+QKV_CROSS_ENTROPY_DECLARE(avx2)
+QKV_CROSS_ENTROPY_DECLARE(avx512)
+#undef QKV_CROSS_ENTROPY_DECLARE
+
+/// Logits per block in the forward: 16 KiB, so the Σexp pass re-reads the block from L1.
+constexpr int64_t kCrossEntropyBlock = 4096;
+constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxMinParallel
+
+}  // namespace qkv::kernels::cpu::detail
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
+namespace {
+
+template <class V>
+void cross_entropy_forward_t(float* loss, float* lse, const float* logits, const int64_t* target,
+                             const float* weight, int64_t N, int64_t Vn, int64_t ignore_index,
+                             float eps) {
+#pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
+    for (int64_t i = 0; i < N; ++i) {
+        const float* x = logits + i * Vn;
+        // Running (max m, Σ exp(x − m)) over blocks: s ← s·exp(m − m') + Σ_block exp(x − m').
+        float m = kNegInf, s = 0.f, sum_x = 0.f;
+        for (int64_t b = 0; b < Vn; b += detail::kCrossEntropyBlock) {
+            const int64_t n = Vn - b < detail::kCrossEntropyBlock ? Vn - b : detail::kCrossEntropyBlock;
+            const float bm  = row_max<V>(x + b, n);
+            if (eps != 0.f) sum_x += row_sum<V>(x + b, n);
+            const float nm = bm > m || bm != bm ? bm : m;  // NaN propagates
+            if (nm == kNegInf) continue;  // only −inf so far: Σexp stays 0 (exp(−inf − −inf) is NaN)
+            if (nm != m) s *= __builtin_expf(m - nm);  // exp(−inf) = 0 for the first finite block
+            s += row_sum_exp<V, false>(nullptr, x + b, n, nm);
+            m = nm;
+        }
+        const float l = m + __builtin_logf(s);
+        if (lse) lse[i] = l;
+        const int64_t t = target[i];
+        if (t == ignore_index) {
+            loss[i] = 0.f;
+            continue;
+        }
+        float li = (1.f - eps) * (l - x[t]);
+        if (eps != 0.f) li += eps * (l - sum_x / float(Vn));
+        loss[i] = (weight ? weight[i] : 1.f) * li;
+    }
+}
+
+template <class V>
+void cross_entropy_backward_t(float* dlogits, const float* dloss, int64_t dloss_stride,
+                              const float* logits, const float* lse, const int64_t* target,
+                              const float* weight, int64_t N, int64_t Vn, int64_t ignore_index,
+                              float eps) {
+    using R = typename V::R;
+#pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
+    for (int64_t i = 0; i < N; ++i) {
+        const float* x  = logits + i * Vn;
+        float* dx       = dlogits + i * Vn;
+        const int64_t t = target[i];
+        const R zero    = V::zero();
+        if (t == ignore_index) {
+            int64_t j = 0;
+            for (; j + V::W <= Vn; j += V::W) V::store(dx + j, zero);
+            if (j < Vn) V::store_tail(dx + j, zero, Vn - j);
+            continue;
+        }
+        const float c   = dloss[i * dloss_stride] * (weight ? weight[i] : 1.f);
+        const float l   = lse[i];
+        const float q0  = eps / float(Vn);
+        const float x_t = x[t];  // read before dx (which may alias x) is written
+        const R vc = V::set1(c), vl = V::set1(l), vq = V::set1(q0);
+        int64_t j = 0;
+        for (; j + V::W <= Vn; j += V::W)
+            V::store(dx + j, V::mul(vc, V::sub(exp<V>(V::sub(V::load(x + j), vl)), vq)));
+        if (j < Vn) {
+            const R p = exp<V>(V::sub(V::load_tail(x + j, Vn - j, 0.f), vl));
+            V::store_tail(dx + j, V::mul(vc, V::sub(p, vq)), Vn - j);
+        }
+        dx[t] = c * (__builtin_expf(x_t - l) - ((1.f - eps) + q0));
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::simd
+#endif

@@ -1,0 +1,136 @@
+// Flash attention: run-time ISA dispatch, the portable scalar build of flash_attention_impl.h, and
+// the helpers every ISA path shares (per-thread workspace, Philox dropout tiles). Compiled for
+// plain x86-64 so nothing here needs a newer instruction set.
+#define QKV_FLASH_NS flash_scalar
+#include "kernels/cpu/flash_attention.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+
+#include "kernels/cpu/flash_attention_impl.h"
+#include "qkv/core/philox.h"
+
+namespace qkv::kernels::cpu {
+namespace detail {
+
+float* flash_thread_workspace(int64_t n) {
+    struct Arena {
+        float*  data = nullptr;
+        int64_t cap  = 0;
+        ~Arena() { std::free(data); }
+    };
+    thread_local Arena arena;
+    if (n > arena.cap) {
+        std::free(arena.data);
+        constexpr size_t kHuge  = size_t(2) << 20;
+        const size_t     bytes  = size_t(n) * sizeof(float);
+        const size_t     align  = bytes >= kHuge ? kHuge : 64;
+        const size_t     padded = (bytes + align - 1) / align * align;
+        arena.data              = static_cast<float*>(std::aligned_alloc(align, padded));
+        QKV_ASSERT(arena.data != nullptr);
+        if (bytes >= kHuge) madvise(arena.data, padded, MADV_HUGEPAGE);
+        arena.cap = int64_t(padded / sizeof(float));
+    }
+    return arena.data;
+}
+
+void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
+                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval) {
+    for (int64_t i = 0; i < lanes; ++i) {
+        if (i >= nq) {
+            for (int64_t j = 0; j < nk; ++j) t[j * ld + i] = 0.0f;
+            continue;
+        }
+        // Counters index0 + i*Tk + j0 .. + nk - 1; one Philox call yields 4 consecutive words.
+        const uint64_t first = index0 + uint64_t(i * Tk + j0);
+        int64_t        j     = 0;
+        while (j < nk) {
+            const uint64_t c   = first + uint64_t(j);
+            const uint64_t blk = c >> 2;
+            const auto     r   = philox::philox4x32(uint32_t(blk), uint32_t(blk >> 32), 0, 0,
+                                                    uint32_t(seed), uint32_t(seed >> 32));
+            for (uint64_t w = c & 3; w < 4 && j < nk; ++w, ++j)
+                t[j * ld + i] = (r.v[w] >> 8) >= thr ? keepval : 0.0f;
+        }
+    }
+}
+
+void flash_forward_scalar(const AttentionParams<float>& p) {
+    flash_scalar::forward<flash_scalar::SimdScalar>(p);
+}
+void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    flash_scalar::backward<flash_scalar::SimdScalar>(p, g);
+}
+
+}  // namespace detail
+
+FlashIsa flash_attention_isa() {
+    static const FlashIsa best = [] {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            return FlashIsa::avx512;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FlashIsa::avx2;
+        return FlashIsa::scalar;
+    }();
+    return best;
+}
+
+bool flash_attention_isa_supported(FlashIsa isa) {
+    const FlashIsa best = flash_attention_isa();
+    switch (isa) {
+        case FlashIsa::automatic:
+        case FlashIsa::scalar: return true;
+        case FlashIsa::avx2: return best == FlashIsa::avx2 || best == FlashIsa::avx512;
+        case FlashIsa::avx512: return best == FlashIsa::avx512;
+    }
+    return false;
+}
+
+const char* flash_attention_isa_name(FlashIsa isa) {
+    switch (isa) {
+        case FlashIsa::automatic: return "automatic";
+        case FlashIsa::avx512: return "avx512";
+        case FlashIsa::avx2: return "avx2";
+        case FlashIsa::scalar: return "scalar";
+    }
+    return "?";
+}
+
+namespace {
+FlashIsa resolve(FlashIsa isa, const char* op) {
+    if (isa == FlashIsa::automatic) return flash_attention_isa();
+    QKV_CHECK(flash_attention_isa_supported(isa), op, ": instruction set ",
+              flash_attention_isa_name(isa), " is not supported by this CPU");
+    return isa;
+}
+}  // namespace
+
+void flash_attention_forward(const AttentionParams<float>& p, FlashIsa isa) {
+    isa = resolve(isa, "flash_attention_forward");
+    if (p.B * p.H * p.Tq == 0) return;
+    switch (isa) {
+        case FlashIsa::avx512: return detail::flash_forward_avx512(p);
+        case FlashIsa::avx2: return detail::flash_forward_avx2(p);
+        default: return detail::flash_forward_scalar(p);
+    }
+}
+
+void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
+                              FlashIsa isa) {
+    isa = resolve(isa, "flash_attention_backward");
+    if (p.B * p.H * p.Tq == 0 || p.Tk == 0) {  // nothing to attend: every gradient is 0
+        for (int64_t t = 0; t < p.B * p.H * p.Tq * p.D; ++t) g.dq[t] = 0.0f;
+        for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.D; ++t) g.dk[t] = 0.0f;
+        for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.Dv; ++t) g.dv[t] = 0.0f;
+        return;
+    }
+    switch (isa) {
+        case FlashIsa::avx512: return detail::flash_backward_avx512(p, g);
+        case FlashIsa::avx2: return detail::flash_backward_avx2(p, g);
+        default: return detail::flash_backward_scalar(p, g);
+    }
+}
+
+}  // namespace qkv::kernels::cpu

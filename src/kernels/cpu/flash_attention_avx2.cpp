@@ -1,0 +1,13 @@
+// AVX2 + FMA build of the flash attention kernels (flash_attention_impl.h); called only after
+// __builtin_cpu_supports checks in flash_attention.cpp.
+#define QKV_FLASH_NS flash_avx2
+#include "kernels/cpu/flash_attention_impl.h"
+
+namespace qkv::kernels::cpu::detail {
+
+void flash_forward_avx2(const AttentionParams<float>& p) { flash_avx2::forward<flash_avx2::SimdAvx2>(p); }
+void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    flash_avx2::backward<flash_avx2::SimdAvx2>(p, g);
+}
+
+}  // namespace qkv::kernels::cpu::detail

@@ -1,0 +1,15 @@
+// AVX-512 build of the flash attention kernels (flash_attention_impl.h); called only after
+// __builtin_cpu_supports checks in flash_attention.cpp.
+// GCC 12 reports its own _mm512_undefined_ps() inside avx512fintrin.h as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define QKV_FLASH_NS flash_avx512
+#include "kernels/cpu/flash_attention_impl.h"
+
+namespace qkv::kernels::cpu::detail {
+
+void flash_forward_avx512(const AttentionParams<float>& p) { flash_avx512::forward<flash_avx512::SimdAvx512>(p); }
+void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    flash_avx512::backward<flash_avx512::SimdAvx512>(p, g);
+}
+
+}  // namespace qkv::kernels::cpu::detail

@@ -1,0 +1,525 @@
+#pragma once
+// The flash attention kernels, written once over a SIMD traits struct S (flash_attention_simd.h)
+// and compiled per instruction set: flash_attention_avx512.cpp, flash_attention_avx2.cpp, and the
+// portable path in flash_attention.cpp. Math: docs/kernels/flash_attention.md.
+//
+// Layout trick: score tiles are kept transposed, S^T[j][i] (keys are rows, queries are SIMD
+// lanes), so the online-softmax row max, exp, row sum and rescale are all lane-wise vertical
+// operations (no horizontal reductions), index masks are one lane compare per key, and no tile of
+// K or V is ever packed: every GEMM broadcasts K/V elements straight from their rows and streams
+// vectors from a small packed Q^T / dO^T block or a tile. Head dims never need SIMD tails in
+// the score GEMMs (D is the reduction); the P.V, dV, dK and dQ GEMMs use masked tail vectors.
+#include <omp.h>
+
+#include <cstdint>
+
+#include "kernels/params.h"
+#include "qkv/core/error.h"
+
+namespace qkv::kernels::cpu::detail {
+// Helpers compiled once, in flash_attention.cpp (plain x86-64), shared by every ISA path.
+
+/// This thread's workspace of at least n floats, 64-byte aligned; grown (never shrunk) and kept
+/// for later calls, so steady-state calls do not allocate. Arenas of 2 MiB or more get
+/// MADV_HUGEPAGE (first-touch cost of fresh 4 KiB pages; docs/kernels/flash_attention.md).
+float* flash_thread_workspace(int64_t n);
+
+/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
+/// where Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
+/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold).
+void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
+                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval);
+
+void flash_forward_avx512(const AttentionParams<float>& p);
+void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+void flash_forward_avx2(const AttentionParams<float>& p);
+void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+void flash_forward_scalar(const AttentionParams<float>& p);
+void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+
+}  // namespace qkv::kernels::cpu::detail
+
+#ifdef QKV_FLASH_NS
+#include "kernels/cpu/flash_attention_simd.h"
+
+namespace qkv::kernels::cpu::QKV_FLASH_NS {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+
+// ---------------------------------------------------------------------------------------------
+// GEMM micro-kernel: C[m][0:n) (op)= sum_k A(m, k) * B[k][0:n) for R rows and NV vectors
+// (n = NV*W lanes, the last vector masked by `tail`). A(m, k) = A[m*am + k*ak] is broadcast
+// (AM1: am == 1 at compile time), B rows are bk apart, C rows cm apart.
+// Mode kStore: C = acc; kAcc: C += acc; kScaleAcc: C = rowscale[m] * C + acc (online softmax).
+enum Mode { kStore, kAcc, kScaleAcc };
+
+template <class S, int R, int NV, int Md, bool AM1>
+inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float* B, int64_t bk,
+                  float* C, int64_t cm, typename S::M tail, const float* rowscale) {
+    if constexpr (R <= S::kR && NV <= S::kNV) {
+        using V = typename S::V;
+        constexpr int W = S::W;
+        V acc[R][NV];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
+        const float* a[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) a[r] = A + (AM1 ? r : r * am);
+        for (int64_t kk = 0; kk < K; ++kk) {
+            V b[NV];
+#pragma GCC unroll 8
+            for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
+            b[NV - 1] = S::loadm(B + (NV - 1) * W, tail);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const V x = S::set1(AM1 ? A[r] : a[r][0]);
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
+            }
+            B += bk;
+            if constexpr (AM1) {
+                A += ak;
+            } else {
+#pragma GCC unroll 8
+                for (int r = 0; r < R; ++r) a[r] += ak;
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            float* c = C + r * cm;
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                const bool last = v == NV - 1;
+                V          out  = acc[r][v];
+                if constexpr (Md == kAcc) {
+                    out = S::add(last ? S::loadm(c + v * W, tail) : S::load(c + v * W), out);
+                } else if constexpr (Md == kScaleAcc) {
+                    const V old = last ? S::loadm(c + v * W, tail) : S::load(c + v * W);
+                    out         = S::fmadd(old, S::set1(rowscale[r]), out);
+                }
+                if (last) S::storem(c + v * W, out, tail);
+                else S::store(c + v * W, out);
+            }
+        }
+    }
+}
+
+/// C (M x N) (op)= A (M x K, strides am/ak) * B (K x N, row stride bk), tiled by kR x kNV*W.
+template <class S, int Md, bool AM1>
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t am, int64_t ak, const float* B,
+          int64_t bk, float* C, int64_t cm, const float* rowscale = nullptr) {
+    constexpr int W = S::W;
+    for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
+        const int64_t nl   = min64(N - n0, S::kNV * W);
+        const int     nv   = int((nl + W - 1) / W);
+        const auto    tail = S::tail(int(nl - (nv - 1) * W));
+        for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
+            const int    r  = int(min64(S::kR, M - m0));
+            const float* a  = A + (AM1 ? m0 : m0 * am);
+            const float* b  = B + n0;
+            float*       c  = C + m0 * cm + n0;
+            const float* rs = rowscale ? rowscale + m0 : nullptr;
+#define QKV_MK(R_, NV_)                                                        \
+    case (R_) * 8 + (NV_):                                                     \
+        micro<S, R_, NV_, Md, AM1>(K, a, am, ak, b, bk, c, cm, tail, rs);      \
+        break
+            switch (r * 8 + nv) {
+                QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
+                QKV_MK(2, 1); QKV_MK(2, 2); QKV_MK(2, 3); QKV_MK(2, 4);
+                QKV_MK(3, 1); QKV_MK(3, 2); QKV_MK(3, 3); QKV_MK(3, 4);
+                QKV_MK(4, 1); QKV_MK(4, 2); QKV_MK(4, 3); QKV_MK(4, 4);
+                QKV_MK(5, 1); QKV_MK(5, 2); QKV_MK(5, 3); QKV_MK(5, 4);
+                QKV_MK(6, 1); QKV_MK(6, 2); QKV_MK(6, 3); QKV_MK(6, 4);
+                default: QKV_ASSERT(false);
+            }
+#undef QKV_MK
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Masks on a transposed score tile t[j * Bq + i] (nk keys x Bq query lanes, keys j0 + j).
+
+/// Per-lane key limits of query block [i0, i0 + nq): lim[i] = last visible key (float, exact
+/// below 2^24), -1 for padding lanes; returns the min/max limit over the real lanes.
+template <class S>
+void key_limits(const AttentionParams<float>& p, int64_t b, int64_t i0, int64_t nq, int64_t Bq,
+                float* lim, int64_t& kmin, int64_t& kmax) {
+    kmin = p.Tk, kmax = -1;
+    for (int64_t i = 0; i < Bq; ++i) {
+        const int64_t l = i < nq ? attention_key_limit(p, b, i0 + i) : -1;
+        lim[i]          = float(l);
+        if (i < nq) kmin = min64(kmin, l), kmax = max64(kmax, l);
+    }
+}
+
+/// -inf where key j0 + j > lim[i] (causal and valid_lens, derived from indices).
+template <class S, int64_t Bq>
+void apply_key_limits(float* t, int64_t nk, int64_t j0, const float* lim) {
+    constexpr int64_t NQV = Bq / S::W;
+    typename S::V     l[NQV];
+    for (int64_t v = 0; v < NQV; ++v) l[v] = S::load(lim + v * S::W);
+    for (int64_t j = 0; j < nk; ++j) {
+        const auto jv  = S::set1(float(j0 + j));
+        float*     row = t + j * Bq;
+        for (int64_t v = 0; v < NQV; ++v)
+            S::store(row + v * S::W, S::mask_gt(S::load(row + v * S::W), jv, l[v]));
+    }
+}
+
+/// Bool (0 = masked) and additive masks of (b, h), queries i0.., keys j0.., through strides.
+template <class S, int64_t Bq>
+void apply_general_mask(const AttentionParams<float>& p, float* t, int64_t nk, int64_t nq,
+                        int64_t b, int64_t h, int64_t i0, int64_t j0) {
+    const int64_t base = b * p.m_stride_b + h * p.m_stride_h + i0 * p.m_stride_q + j0 * p.m_stride_k;
+    const int64_t sq = p.m_stride_q, sk = p.m_stride_k;
+    for (int64_t j = 0; j < nk; ++j) {
+        float* row = t + j * Bq;
+        const int64_t mj = base + j * sk;
+        if (p.bool_mask) {
+            const uint8_t* bm = p.bool_mask + mj;
+            for (int64_t i = 0; i < nq; ++i)
+                if (bm[i * sq] == 0) row[i] = -INFINITY;
+        }
+        if (p.additive_mask) {
+            const float* am = p.additive_mask + mj;
+            if (sq == 0) {  // key-padding masks: one value per key
+                const auto a = S::set1(am[0]);
+                for (int64_t v = 0; v < Bq / S::W; ++v)
+                    S::store(row + v * S::W, S::add(S::load(row + v * S::W), a));
+            } else {
+                for (int64_t i = 0; i < nq; ++i) row[i] += am[i * sq];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward. One work item = (b, h, query block); see the docs for the online softmax.
+
+template <class S>
+struct FwdLayout {
+    static constexpr int64_t Bq = S::kBlockQ, Bk = S::kBlockK;
+    int64_t qt, st, kt, o, m, l, alpha, lim, total;  // float offsets into the thread workspace
+    FwdLayout(const AttentionParams<float>& p) {
+        const int64_t Dvp = round_up(p.Dv, S::W);
+        int64_t       at  = 0;
+        auto take = [&](int64_t n) {
+            const int64_t r = at;
+            at += round_up(n, 16);
+            return r;
+        };
+        qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0),
+        o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq);
+        total = at;
+    }
+};
+
+template <class S>
+void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float* ws, int64_t b,
+                   int64_t h, int64_t qb) {
+    using V                    = typename S::V;
+    constexpr int     W        = S::W;
+    constexpr int64_t Bq       = FwdLayout<S>::Bq, Bk = FwdLayout<S>::Bk, NQV = Bq / W;
+    const int64_t     Dvp      = round_up(p.Dv, W);
+    const int64_t     i0       = qb * Bq, nq = min64(Bq, p.Tq - i0);
+    const int64_t     hk       = h / (p.H / p.Hkv);
+    float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *o = ws + L.o, *m = ws + L.m,
+          *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim;
+    float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
+    float*       lse0 = p.lse + (b * p.H + h) * p.Tq + i0;
+    const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
+    const float* kbase = p.k + b * p.k_stride_b + hk * p.k_stride_h;
+    const float* vbase = p.v + b * p.v_stride_b + hk * p.v_stride_h;
+    const auto   dtail = S::tail(int(p.Dv - (Dvp - W)));
+
+    int64_t kmin, kmax;
+    key_limits<S>(p, b, i0, nq, Bq, lim, kmin, kmax);
+    if (kmax < 0) {  // every row fully masked
+        for (int64_t i = 0; i < nq; ++i) {
+            for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
+            lse0[i] = -INFINITY;
+            if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
+        }
+        return;
+    }
+    // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
+    for (int64_t d = 0; d < p.D; ++d)
+        for (int64_t i = 0; i < Bq; ++i) qt[d * Bq + i] = i < nq ? p.scale * q0[i * p.q_stride_t + d] : 0.0f;
+    for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+    for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
+
+    const bool     general  = p.bool_mask || p.additive_mask;
+    const bool     dropout  = p.dropout_p > 0.0f;
+    const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
+    const uint64_t drop_row0 = p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk);
+    const int64_t  kend     = kmax + 1;
+    for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
+        const int64_t nk = min64(Bk, kend - j0);
+        // S^T = K_j Q^T (nk x Bq), reduction over D.
+        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, 1, qt, Bq, st, Bq);
+        if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
+        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+        // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
+        // l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
+        V mx[NQV], ms[NQV], sum[NQV];
+        for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
+        for (int64_t v = 0; v < NQV; ++v) {
+            ms[v] = S::neginf_to_zero(mx[v]);
+            S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
+            S::store(m + v * W, mx[v]);
+        }
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) {
+                float*  s = st + j * Bq + v * W;
+                const V e = S::exp(S::sub(S::load(s), ms[v]));
+                S::store(s, e);
+                sum[v] = S::add(sum[v], e);
+            }
+        for (int64_t v = 0; v < NQV; ++v)
+            S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+        if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
+            detail::flash_dropout_tile(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
+            for (int64_t t = 0; t < nk * Bq; t += W)
+                S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
+        }
+        // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
+        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, 1, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t,
+                                 o, Dvp, alpha);
+    }
+    // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
+    const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
+    float* lo0 = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
+    for (int64_t i = 0; i < nq; ++i) {
+        const float inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
+        const float lg  = l[i] > 0.0f ? std::log(l[i]) : 0.0f;
+        lse0[i]         = l[i] > 0.0f ? m[i] + lg : -INFINITY;
+        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - lse0[i]) + lg : 0.0f;  // Fast2Sum residual
+        float*       dst = out0 + i * p.o_stride_t;
+        const float* src = o + i * Dvp;
+        const V      iv  = S::set1(inv);
+        for (int64_t e = 0; e < Dvp - W; e += W) S::store(dst + e, S::mul(S::load(src + e), iv));
+        S::storem(dst + Dvp - W, S::mul(S::load(src + Dvp - W), iv), dtail);
+    }
+}
+
+template <class S>
+void forward(const AttentionParams<float>& p) {
+    QKV_ASSERT(p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
+    const FwdLayout<S> L(p);
+    const int64_t      nqb   = (p.Tq + L.Bq - 1) / L.Bq;
+    const int64_t      items = p.B * p.H * nqb;
+#pragma omp parallel
+    {
+        float* ws = detail::flash_thread_workspace(L.total);
+        // Dynamic schedule, last query blocks first: with causal masks they are the most work.
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; ++it) {
+            const int64_t t  = items - 1 - it;
+            const int64_t qb = t % nqb, bh = t / nqb;
+            forward_block<S>(p, L, ws, bh / p.H, bh % p.H, qb);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward. Per (b, h) a HeadCtx packs Q^T and dO^T of every query block, the per-lane lse
+// (-inf -> +inf so fully masked rows give P = 0), D = rowsum(dO o O) and the key limits; then each
+// key block runs over the query blocks that see it (docs: the five GEMMs).
+
+template <class S>
+struct BwdLayout {
+    static constexpr int64_t Bq = S::kBlockQ, Bk = S::kBlockK;
+    int64_t nqb;
+    int64_t qt, dot, lse, lo, dd, lim, kmin, kmax, st, pd, ds, dq, total;
+    BwdLayout(const AttentionParams<float>& p, bool private_dq) {
+        nqb        = (p.Tq + Bq - 1) / Bq;
+        int64_t at = 0;
+        auto take = [&](int64_t n) {
+            const int64_t r = at;
+            at += round_up(n, 16);
+            return r;
+        };
+        qt = take(nqb * p.D * Bq), dot = take(nqb * p.Dv * Bq), lse = take(nqb * Bq), lo = take(nqb * Bq),
+        dd = take(nqb * Bq), lim = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb),
+        st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
+        dq = take(private_dq ? p.Tq * p.D : 0);
+        total = at;
+    }
+};
+
+/// Packs what every key block of head (b, h) needs (see BwdLayout).
+template <class S>
+void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
+                  const BwdLayout<S>& L, float* ws, int64_t b, int64_t h) {
+    constexpr int64_t Bq = BwdLayout<S>::Bq;
+    const float* q0  = p.q + b * p.q_stride_b + h * p.q_stride_h;
+    const float* do0 = g.dout + b * p.o_stride_b + h * p.o_stride_h;
+    const float* o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
+    const float* lse = p.lse + (b * p.H + h) * p.Tq;
+    for (int64_t qb = 0; qb < L.nqb; ++qb) {
+        const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
+        float* qt  = ws + L.qt + qb * p.D * Bq;
+        float* dot = ws + L.dot + qb * p.Dv * Bq;
+        for (int64_t d = 0; d < p.D; ++d)
+            for (int64_t i = 0; i < Bq; ++i)
+                qt[d * Bq + i] = i < nq ? p.scale * q0[(i0 + i) * p.q_stride_t + d] : 0.0f;
+        for (int64_t e = 0; e < p.Dv; ++e)
+            for (int64_t i = 0; i < Bq; ++i)
+                dot[e * Bq + i] = i < nq ? do0[(i0 + i) * p.o_stride_t + e] : 0.0f;
+        for (int64_t i = 0; i < Bq; ++i) {
+            float lv = INFINITY, lov = 0.0f, dv = 0.0f;
+            if (i < nq) {
+                lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
+                lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
+                const float* a  = do0 + (i0 + i) * p.o_stride_t;
+                const float* o  = o0 + (i0 + i) * p.o_stride_t;
+                for (int64_t e = 0; e < p.Dv; ++e) dv += a[e] * o[e];
+            }
+            ws[L.lse + qb * Bq + i] = lv;
+            ws[L.lo + qb * Bq + i]  = lov;
+            ws[L.dd + qb * Bq + i]  = dv;
+        }
+        int64_t kmin, kmax;
+        key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, kmin, kmax);
+        ws[L.kmin + qb] = float(kmin);
+        ws[L.kmax + qb] = float(kmax);
+    }
+}
+
+/// Key block kb of head (b, h) against every query block that sees it. dq_acc: (Tq, D) rows of
+/// this head's dq (or a private accumulator); dk/dv rows of the block are zeroed when `first`.
+template <class S>
+void backward_key_block(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
+                        const BwdLayout<S>& L, float* ws, int64_t b, int64_t h, int64_t kb,
+                        float* dq_acc, bool first) {
+    using V                   = typename S::V;
+    constexpr int     W       = S::W;
+    constexpr int64_t Bq      = BwdLayout<S>::Bq, Bk = BwdLayout<S>::Bk, NQV = Bq / W;
+    const int64_t     hk      = h / (p.H / p.Hkv);
+    const int64_t     j0      = kb * Bk, nk = min64(Bk, p.Tk - j0);
+    const float*      kj      = p.k + b * p.k_stride_b + hk * p.k_stride_h + j0 * p.k_stride_t;
+    const float*      vj      = p.v + b * p.v_stride_b + hk * p.v_stride_h + j0 * p.v_stride_t;
+    float*            dk      = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
+    float*            dv      = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
+    const float*      q0      = p.q + b * p.q_stride_b + h * p.q_stride_h;
+    const float*      do0     = g.dout + b * p.o_stride_b + h * p.o_stride_h;
+    float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st;
+    const bool     general  = p.bool_mask || p.additive_mask;
+    const bool     dropout  = p.dropout_p > 0.0f;
+    const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
+    const float    keep     = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+    if (first) {
+        for (int64_t t = 0; t < nk * p.D; ++t) dk[t] = 0.0f;
+        for (int64_t t = 0; t < nk * p.Dv; ++t) dv[t] = 0.0f;
+    }
+    const V scale = S::set1(p.scale);
+    for (int64_t qb = 0; qb < L.nqb; ++qb) {
+        if (int64_t(ws[L.kmax + qb]) < j0) continue;  // block fully masked for these queries
+        const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
+        const float*  lse = ws + L.lse + qb * Bq;
+        const float*  lo  = ws + L.lo + qb * Bq;
+        const float*  dd  = ws + L.dd + qb * Bq;
+        // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
+        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, 1, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
+        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+        V lv[NQV], lov[NQV], dv_[NQV];
+        for (int64_t v = 0; v < NQV; ++v)
+            lv[v] = S::load(lse + v * W), lov[v] = S::load(lo + v * W), dv_[v] = S::load(dd + v * W);
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) {
+                float* s = st + j * Bq + v * W;
+                S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
+            }
+        if (dropout) {  // Pd = P Z with Z = keep / (1 - p) or 0
+            detail::flash_dropout_tile(pd, Bq, nk, Bq, nq, p.dropout_seed,
+                                       p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk),
+                                       p.Tk, j0, thr, keep);
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
+        }
+        // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
+        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, 1, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) {
+                const int64_t t  = j * Bq + v * W;
+                const V       pv = S::load(st + t);
+                const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
+                S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
+            }
+        // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
+        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, 1, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
+        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, 1, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
+        // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys).
+        gemm<S, kAcc, true>(nq, p.D, nk, ds, 1, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+    }
+}
+
+template <class S>
+void backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    QKV_ASSERT(p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
+    constexpr int64_t Bk       = BwdLayout<S>::Bk;
+    const int64_t     nkb      = (p.Tk + Bk - 1) / Bk;
+    const int64_t     group    = p.H / p.Hkv;
+    const int64_t     nthreads = omp_get_max_threads();
+    constexpr int     kMaxSplit = 64;
+    if (p.B * p.Hkv >= nthreads || nthreads > kMaxSplit || nkb == 1) {
+        // One (b, kv head) per task: its dk/dv rows belong to one thread.
+        const BwdLayout<S> L(p, false);
+#pragma omp parallel
+        {
+            float* ws = detail::flash_thread_workspace(L.total);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bk = 0; bk < p.B * p.Hkv; ++bk) {
+                const int64_t b = bk / p.Hkv, hk = bk % p.Hkv;
+                for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                    prepare_head<S>(p, g, L, ws, b, h);
+                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
+                    for (int64_t t = 0; t < p.Tq * p.D; ++t) dq[t] = 0.0f;
+                    for (int64_t kb = 0; kb < nkb; ++kb)
+                        backward_key_block<S>(p, g, L, ws, b, h, kb, dq, h == hk * group);
+                }
+            }
+        }
+        return;
+    }
+    // Few heads: split key blocks across threads, each with a private dQ, then sum the dQs. The
+    // static round-robin split keeps results reproducible for a given thread count (dq is then
+    // summed in a different order than with one thread: equal to rounding, not bit for bit).
+    const BwdLayout<S> L(p, true);
+    float*             priv[kMaxSplit];
+#pragma omp parallel
+    {
+        float*    ws  = detail::flash_thread_workspace(L.total);
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        priv[tid]     = ws + L.dq;
+        for (int64_t b = 0; b < p.B; ++b)
+            for (int64_t hk = 0; hk < p.Hkv; ++hk)
+                for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                    prepare_head<S>(p, g, L, ws, b, h);
+                    for (int64_t t = 0; t < p.Tq * p.D; ++t) priv[tid][t] = 0.0f;
+#pragma omp for schedule(static, 1)
+                    for (int64_t kb = 0; kb < nkb; ++kb)
+                        backward_key_block<S>(p, g, L, ws, b, h, kb, priv[tid], h == hk * group);
+                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
+#pragma omp for
+                    for (int64_t t = 0; t < p.Tq * p.D; ++t) {
+                        float acc = 0.0f;
+                        for (int u = 0; u < nt; ++u) acc += priv[u][t];
+                        dq[t] = acc;
+                    }
+                }
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::QKV_FLASH_NS
+#endif

@@ -1,0 +1,207 @@
+#pragma once
+// SIMD traits for the flash attention kernel (flash_attention_impl.h): one struct per instruction
+// set, each defined only in the translation unit compiled for it (flash_attention_avx512.cpp,
+// flash_attention_avx2.cpp; the portable one in flash_attention.cpp). Everything here is
+// static-inline inside the per-ISA namespace chosen by the includer, so no ISA-specific code can
+// be merged into another translation unit by the linker.
+//
+// Each struct gives: V (vector of W floats), M (tail mask), W, the register tile of the GEMM
+// micro-kernel (kR rows x kNV vectors of accumulators) and the attention block sizes
+// kBlockQ x kBlockK (queries x keys; chosen by bench/bench_attention.cpp, see the docs).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#ifndef QKV_FLASH_NS
+#error "define QKV_FLASH_NS (the per-ISA namespace) before including flash_attention_simd.h"
+#endif
+
+namespace qkv::kernels::cpu::QKV_FLASH_NS {
+
+// exp(x) = 2^n e^r, n = round(x log2 e), r = x - n ln 2 (Cody-Waite split of ln 2), e^r by the
+// Cephes expf minimax polynomial (about 1 ulp on |r| <= ln2/2). Results below e^-87 (~1.6e-38,
+// just above FLT_MIN) are flushed to exactly 0, so exp(-inf) = 0 and no denormal reaches the
+// GEMMs. The scalar version is the same recipe, lane by lane.
+constexpr float kExpLo   = -87.0f;
+constexpr float kExpHi   = 88.0f;
+constexpr float kLog2e   = 1.44269504088896341f;
+constexpr float kLn2Hi   = 0.693359375f;
+constexpr float kLn2Lo   = -2.12194440e-4f;
+constexpr float kExpP0   = 1.9875691500e-4f;
+constexpr float kExpP1   = 1.3981999507e-3f;
+constexpr float kExpP2   = 8.3334519073e-3f;
+constexpr float kExpP3   = 4.1665795894e-2f;
+constexpr float kExpP4   = 1.6666665459e-1f;
+constexpr float kExpP5   = 5.0000001201e-1f;
+
+#if defined(__AVX512F__)
+struct SimdAvx512 {
+    using V = __m512;
+    using M = __mmask16;
+    static constexpr int W = 16;
+    // 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
+    static constexpr int kR = 6, kNV = 4;
+    static constexpr int kBlockQ = 64, kBlockK = 128;
+
+    static inline V zero() { return _mm512_setzero_ps(); }
+    static inline V set1(float x) { return _mm512_set1_ps(x); }
+    static inline V load(const float* p) { return _mm512_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static inline M tail(int n) { return n >= W ? M(0xFFFF) : M((1u << n) - 1u); }
+    static inline V loadm(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
+    static inline void storem(float* p, V v, M m) { _mm512_mask_storeu_ps(p, m, v); }
+    static inline V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static inline V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static inline V max(V a, V b) { return _mm512_max_ps(a, b); }
+    /// s where j <= lim, -inf where j > lim (lane-wise).
+    static inline V mask_gt(V s, V j, V lim) {
+        return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(j, lim, _CMP_GT_OQ),
+                                  _mm512_set1_ps(-INFINITY));
+    }
+    /// x with -inf lanes replaced by 0.
+    static inline V neginf_to_zero(V x) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                                  _mm512_setzero_ps());
+    }
+    /// +inf lanes of x replaced by... (used for lse): -inf -> +inf so exp(s - lse) = 0.
+    static inline V neginf_to_posinf(V x) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                                  _mm512_set1_ps(INFINITY));
+    }
+    static inline V exp(V x) {
+        const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
+        x       = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
+        V n     = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        V r     = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+        r       = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+        V y     = _mm512_set1_ps(kExpP0);
+        y       = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP1));
+        y       = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP2));
+        y       = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP3));
+        y       = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP4));
+        y       = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP5));
+        const V r2 = _mm512_mul_ps(r, r);
+        y       = _mm512_fmadd_ps(y, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        return _mm512_maskz_scalef_ps(__mmask16(~under), y, n);
+    }
+};
+#endif
+
+#if defined(__AVX2__)
+struct SimdAvx2 {
+    using V = __m256;
+    using M = __m256i;
+    static constexpr int W = 8;
+    // 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
+    static constexpr int kR = 6, kNV = 2;
+    static constexpr int kBlockQ = 64, kBlockK = 128;
+
+    static inline V zero() { return _mm256_setzero_ps(); }
+    static inline V set1(float x) { return _mm256_set1_ps(x); }
+    static inline V load(const float* p) { return _mm256_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static inline M tail(int n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    static inline V loadm(const float* p, M m) { return _mm256_maskload_ps(p, m); }
+    static inline void storem(float* p, V v, M m) { _mm256_maskstore_ps(p, m, v); }
+    static inline V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static inline V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static inline V mask_gt(V s, V j, V lim) {
+        return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), _mm256_cmp_ps(j, lim, _CMP_GT_OQ));
+    }
+    static inline V neginf_to_zero(V x) {
+        return _mm256_blendv_ps(x, _mm256_setzero_ps(),
+                                _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    }
+    static inline V neginf_to_posinf(V x) {
+        return _mm256_blendv_ps(x, _mm256_set1_ps(INFINITY),
+                                _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    }
+    static inline V exp(V x) {
+        const V under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
+        x       = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+        V n     = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        V r     = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+        r       = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+        V y     = _mm256_set1_ps(kExpP0);
+        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP1));
+        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP2));
+        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP3));
+        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP4));
+        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP5));
+        const V r2 = _mm256_mul_ps(r, r);
+        y       = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+        // 2^n for n in [-126, 127]: exponent bits (n + 127) << 23.
+        const __m256i e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        return _mm256_andnot_ps(under, y);
+    }
+};
+#endif
+
+/// Portable fallback: 4-lane arrays the compiler may vectorise with SSE2; exp lane by lane.
+struct SimdScalar {
+    struct V {
+        float x[4];
+    };
+    using M = int;  // number of valid lanes
+    static constexpr int W = 4;
+    static constexpr int kR = 4, kNV = 2;
+    static constexpr int kBlockQ = 32, kBlockK = 64;
+
+    static inline V zero() { return V{{0, 0, 0, 0}}; }
+    static inline V set1(float a) { return V{{a, a, a, a}}; }
+    static inline V load(const float* p) {
+        V v;
+        std::memcpy(v.x, p, sizeof v.x);
+        return v;
+    }
+    static inline void store(float* p, V v) { std::memcpy(p, v.x, sizeof v.x); }
+    static inline M tail(int n) { return n >= W ? W : n; }
+    static inline V loadm(const float* p, M m) {
+        V v = zero();
+        for (int t = 0; t < m; ++t) v.x[t] = p[t];
+        return v;
+    }
+    static inline void storem(float* p, V v, M m) {
+        for (int t = 0; t < m; ++t) p[t] = v.x[t];
+    }
+#define QKV_LANES(expr)                       \
+    V r;                                      \
+    for (int t = 0; t < W; ++t) r.x[t] = expr; \
+    return r
+    static inline V fmadd(V a, V b, V c) { QKV_LANES(a.x[t] * b.x[t] + c.x[t]); }
+    static inline V add(V a, V b) { QKV_LANES(a.x[t] + b.x[t]); }
+    static inline V sub(V a, V b) { QKV_LANES(a.x[t] - b.x[t]); }
+    static inline V mul(V a, V b) { QKV_LANES(a.x[t] * b.x[t]); }
+    static inline V max(V a, V b) { QKV_LANES(a.x[t] > b.x[t] ? a.x[t] : b.x[t]); }
+    static inline V mask_gt(V s, V j, V lim) { QKV_LANES(j.x[t] > lim.x[t] ? -INFINITY : s.x[t]); }
+    static inline V neginf_to_zero(V a) { QKV_LANES(a.x[t] == -INFINITY ? 0.0f : a.x[t]); }
+    static inline V neginf_to_posinf(V a) { QKV_LANES(a.x[t] == -INFINITY ? INFINITY : a.x[t]); }
+    static inline float exp1(float x) {
+        if (x < kExpLo) return 0.0f;
+        x             = x > kExpHi ? kExpHi : x;
+        const float n = std::nearbyint(x * kLog2e);
+        float       r = x - n * kLn2Hi;
+        r             = r - n * kLn2Lo;
+        float y = ((((kExpP0 * r + kExpP1) * r + kExpP2) * r + kExpP3) * r + kExpP4) * r + kExpP5;
+        y       = y * (r * r) + (r + 1.0f);
+        return std::ldexp(y, int(n));
+    }
+    static inline V exp(V a) { QKV_LANES(exp1(a.x[t])); }
+#undef QKV_LANES
+};
+
+}  // namespace qkv::kernels::cpu::QKV_FLASH_NS

@@ -1,0 +1,123 @@
+// cross_entropy op: fused log-softmax + NLL with label smoothing, ignore_index and per-position
+// weights. Per row: lse = log Σ exp(x); loss = w·((1−ε)(lse − x_t) + ε(lse − mean(x)));
+// backward: dx = g·w·(softmax(x) − q) with q = (1−ε)·onehot(t) + ε/V.
+#include "qkv/ops/cross_entropy.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops/dispatch.h"
+#include "qkv/autograd/node.h"
+
+namespace qkv {
+
+using detail::ptr;
+
+namespace {
+
+template <class T>
+void ce_forward(const T* x, const int64_t* t, const T* w, T* loss, T* lse, int64_t rows, int64_t V,
+                int64_t ignore, double eps) {
+#pragma omp parallel for if (rows * V > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * V;
+        if (t[r] == ignore) {
+            loss[r] = 0;
+            lse[r] = 0;
+            continue;
+        }
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < V; ++j) m = std::max(m, xr[j]);
+        double s = 0, sx = 0;
+        for (int64_t j = 0; j < V; ++j) {
+            s += std::exp(double(xr[j] - m));
+            sx += double(xr[j]);
+        }
+        const double l = double(m) + std::log(s);
+        lse[r] = T(l);
+        const double wr = w ? double(w[r]) : 1.0;
+        loss[r] = T(wr * ((1 - eps) * (l - double(xr[t[r]])) + eps * (l - sx / double(V))));
+    }
+}
+
+template <class T>
+void ce_backward(const T* x, const int64_t* t, const T* w, const T* lse, const T* g, T* dx, int64_t rows,
+                 int64_t V, int64_t ignore, double eps) {
+#pragma omp parallel for if (rows * V > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * V;
+        T* dr = dx + r * V;
+        if (t[r] == ignore) {
+            for (int64_t j = 0; j < V; ++j) dr[j] = 0;
+            continue;
+        }
+        const T scale = g[r] * (w ? w[r] : T(1));
+        const T smooth = T(eps / double(V));
+        for (int64_t j = 0; j < V; ++j) dr[j] = scale * (std::exp(xr[j] - lse[r]) - smooth);
+        dr[t[r]] -= scale * T(1 - eps);
+    }
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                     const CrossEntropyOptions& opt) {
+    QKV_CHECK(logits.defined() && logits.dim() >= 1, "cross_entropy: logits must be (..., V)");
+    QKV_CHECK(target.defined() && target.dtype() == DType::i64, "cross_entropy: target must be int64");
+    const int64_t V = logits.shape().back();
+    const Shape tshape(logits.shape().begin(), logits.shape().end() - 1);
+    QKV_CHECK(target.shape() == tshape, "cross_entropy: target of shape ", target.shape(),
+              " does not match logits ", logits.shape(), " (expected ", tshape, ")");
+    QKV_CHECK(!weight.defined() || (weight.shape() == tshape && weight.dtype() == logits.dtype()),
+              "cross_entropy: weight must have the target's shape ", tshape, " and the logits' dtype");
+    QKV_CHECK(opt.label_smoothing >= 0 && opt.label_smoothing <= 1, "cross_entropy: label_smoothing must be "
+              "in [0, 1], got ", opt.label_smoothing);
+    QKV_CHECK(V > 0, "cross_entropy: empty vocabulary dimension");
+    const int64_t rows = shape_numel(tshape);
+    const Tensor xc = logits.detach().contiguous(), tc = target.contiguous();
+    const Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
+    const int64_t* pt = ptr<int64_t>(tc);
+    for (int64_t r = 0; r < rows; ++r)
+        QKV_CHECK(pt[r] == opt.ignore_index || (pt[r] >= 0 && pt[r] < V), "cross_entropy: target ", pt[r],
+                  " at position ", r, " is out of range for ", V, " classes");
+    Tensor per = Tensor::empty(tshape, logits.dtype());
+    Tensor lse = Tensor::empty(tshape, logits.dtype());
+    double denom = 0;
+    QKV_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
+        ce_forward<scalar_t>(ptr<scalar_t>(xc), pt, wc.defined() ? ptr<scalar_t>(wc) : nullptr, ptr<scalar_t>(per),
+                             ptr<scalar_t>(lse), rows, V, opt.ignore_index, opt.label_smoothing);
+        const scalar_t* pw = wc.defined() ? ptr<scalar_t>(wc) : nullptr;
+        for (int64_t r = 0; r < rows; ++r)
+            if (pt[r] != opt.ignore_index) denom += pw ? double(pw[r]) : 1.0;
+    });
+    Tensor out;
+    double scale = 1.0;
+    if (opt.reduction == Reduction::none) {
+        out = per;
+    } else {
+        double total = 0;
+        QKV_DISPATCH_FLOAT(per.dtype(), "cross_entropy", {
+            const scalar_t* pp = ptr<scalar_t>(per);
+            for (int64_t r = 0; r < rows; ++r) total += double(pp[r]);
+        });
+        if (opt.reduction == Reduction::mean) scale = denom > 0 ? 1.0 / denom : 0.0;
+        out = full({}, total * scale, logits.dtype());
+    }
+    const Reduction red = opt.reduction;
+    const int64_t ignore = opt.ignore_index;
+    const double eps = opt.label_smoothing;
+    record(out, "CrossEntropyBackward", {logits}, [xc, tc, wc, lse, rows, V, red, scale, ignore, eps](const Tensor& g) {
+        Tensor gr;  // per-row upstream gradient
+        if (red == Reduction::none) gr = g.contiguous();
+        else gr = full({rows}, g.item() * scale, xc.dtype());
+        Tensor dx = Tensor::empty(xc.shape(), xc.dtype());
+        QKV_DISPATCH_FLOAT(xc.dtype(), "cross_entropy_backward",
+                           ce_backward<scalar_t>(ptr<scalar_t>(xc), ptr<int64_t>(tc),
+                                                 wc.defined() ? ptr<scalar_t>(wc) : nullptr, ptr<scalar_t>(lse),
+                                                 ptr<scalar_t>(gr), ptr<scalar_t>(dx), rows, V, ignore, eps));
+        return std::vector<Tensor>{dx};
+    });
+    return out;
+}
+
+}  // namespace qkv

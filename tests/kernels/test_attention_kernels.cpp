@@ -1,0 +1,689 @@
+// Attention kernels: reference (ref/attention.h) semantics and float64 gradcheck, and the fast flash
+// kernel (cpu/flash_attention.h) against ref<double> with the flash-attention rule
+// err_fast <= kErrFactor * err_ref32 + kErrFloor on every path (AVX-512, AVX2, scalar) this CPU has.
+// Pointer-level: no Tensor. Sizes sit next to the kernel's tile edges (64 queries x 128 keys).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/flash_attention.h"
+#include "kernels/params.h"
+#include "kernels/ref/attention.h"
+#include "qkv/core/error.h"
+#include "support/test_util.h"
+
+namespace qkv::test {
+namespace {
+
+using kernels::CausalAlign;
+namespace ref = kernels::ref;
+namespace cpu = kernels::cpu;
+
+
+enum class MaskKind { none, boolean, additive, both };
+// Broadcast shape of a bool/additive mask: full (B, H, Tq, Tk), key padding (B, 1, 1, Tk), or a
+// shared (Tq, Tk) with zero batch/head strides, or transposed storage (strides not last-dim-1).
+enum class MaskShape { full, key_padding, shared, transposed };
+
+struct AttnSpec {
+    int64_t B = 1, H = 1, Hkv = 0, Tq = 8, Tk = 8, D = 8, Dv = 0;  // Hkv, Dv: 0 means H, D
+    std::vector<int64_t>   valid_lens;  // (B) or (B * Tq) entries
+    int                    valid_lens_rank = 0;
+    kernels::CausalAlign   causal          = kernels::CausalAlign::none;
+    MaskKind               mask            = MaskKind::none;
+    MaskShape              mask_shape      = MaskShape::full;
+    double                 mask_keep       = 0.7;  // fraction of kept entries in a random mask
+    float                  dropout         = 0.0f;
+    uint64_t               seed            = 1;
+    float                  scale           = 0.0f;  // 0: 1/sqrt(D)
+    bool                   strided         = false;  // q/k/v/out stored as (B, T, H, D)
+    float                  amp             = 1.0f;   // inputs uniform in [-amp, amp)
+    std::vector<int64_t>   masked_rows;  // (b, h, i) triples whose mask row is all False
+};
+
+template <class T>
+struct AttnData {
+    AttnSpec                     spec;
+    std::vector<T>               q, k, v, out, lse, lse_lo, dout, dq, dk, dv, add_mask;
+    std::vector<uint8_t>         bool_mask;
+    std::vector<int64_t>         valid_lens;
+    kernels::AttentionParams<T>  p;
+    kernels::AttentionGradParams<T> g;
+};
+
+/// Builds the problem in T from the same float random numbers (so float and double agree).
+template <class T>
+AttnData<T> make_attn(const AttnSpec& s0) {
+    AttnData<T> a;
+    a.spec      = s0;
+    AttnSpec& s = a.spec;
+    if (s.Hkv == 0) s.Hkv = s.H;
+    if (s.Dv == 0) s.Dv = s.D;
+    auto fill = [&](std::vector<T>& dst, int64_t n, uint64_t seed) {
+        const auto r = random_floats(n, seed, -s.amp, s.amp);
+        dst.assign(r.begin(), r.end());
+    };
+    fill(a.q, s.B * s.H * s.Tq * s.D, s.seed * 10 + 1);
+    fill(a.k, s.B * s.Hkv * s.Tk * s.D, s.seed * 10 + 2);
+    fill(a.v, s.B * s.Hkv * s.Tk * s.Dv, s.seed * 10 + 3);
+    {
+        const auto r = random_floats(s.B * s.H * s.Tq * s.Dv, s.seed * 10 + 4);
+        a.dout.assign(r.begin(), r.end());
+    }
+    a.out.assign(size_t(s.B * s.H * s.Tq * s.Dv), T(7));  // poison: kernels must write all
+    a.lse.assign(size_t(s.B * s.H * s.Tq), T(7));
+    a.lse_lo.assign(size_t(s.B * s.H * s.Tq), T(7));
+    a.dq.assign(size_t(s.B * s.H * s.Tq * s.D), T(7));
+    a.dk.assign(size_t(s.B * s.Hkv * s.Tk * s.D), T(7));
+    a.dv.assign(size_t(s.B * s.Hkv * s.Tk * s.Dv), T(7));
+
+    auto& p = a.p;
+    p.B = s.B, p.H = s.H, p.Hkv = s.Hkv, p.Tq = s.Tq, p.Tk = s.Tk, p.D = s.D, p.Dv = s.Dv;
+    p.q = a.q.data(), p.k = a.k.data(), p.v = a.v.data(), p.out = a.out.data(), p.lse = a.lse.data();
+    p.lse_lo = a.lse_lo.data();
+    // (B, H, T, X) or (B, T, H, X) element strides of the same buffer size.
+    auto strides = [&](int64_t Hn, int64_t T_, int64_t X, int64_t& sb, int64_t& sh, int64_t& st) {
+        sb = Hn * T_ * X;
+        sh = s.strided ? X : T_ * X;
+        st = s.strided ? Hn * X : X;
+    };
+    strides(s.H, s.Tq, s.D, p.q_stride_b, p.q_stride_h, p.q_stride_t);
+    strides(s.Hkv, s.Tk, s.D, p.k_stride_b, p.k_stride_h, p.k_stride_t);
+    strides(s.Hkv, s.Tk, s.Dv, p.v_stride_b, p.v_stride_h, p.v_stride_t);
+    strides(s.H, s.Tq, s.Dv, p.o_stride_b, p.o_stride_h, p.o_stride_t);
+    p.scale = s.scale != 0.0f ? s.scale : float(1.0 / std::sqrt(double(s.D)));
+    p.causal = s.causal;
+    if (s.valid_lens_rank) {
+        a.valid_lens      = s.valid_lens;
+        p.valid_lens      = a.valid_lens.data();
+        p.valid_lens_rank = s.valid_lens_rank;
+    }
+    if (s.mask != MaskKind::none) {
+        // Storage (B, H, Tq, Tk) always; strides pick the broadcast view.
+        const int64_t n = s.B * s.H * s.Tq * s.Tk;
+        const auto    r = random_floats(n, s.seed * 10 + 5, 0.0f, 1.0f);
+        const auto    r2 = random_floats(n, s.seed * 10 + 6, -2.0f, 2.0f);
+        switch (s.mask_shape) {
+            case MaskShape::full:
+                p.m_stride_b = s.H * s.Tq * s.Tk, p.m_stride_h = s.Tq * s.Tk, p.m_stride_q = s.Tk,
+                p.m_stride_k = 1;
+                break;
+            case MaskShape::key_padding:
+                p.m_stride_b = s.Tk, p.m_stride_h = 0, p.m_stride_q = 0, p.m_stride_k = 1;
+                break;
+            case MaskShape::shared:
+                p.m_stride_b = 0, p.m_stride_h = 0, p.m_stride_q = s.Tk, p.m_stride_k = 1;
+                break;
+            case MaskShape::transposed:  // element (b, h, i, j) at b*H*Tq*Tk + h*Tq*Tk + j*Tq + i
+                p.m_stride_b = s.H * s.Tq * s.Tk, p.m_stride_h = s.Tq * s.Tk, p.m_stride_q = 1,
+                p.m_stride_k = s.Tq;
+                break;
+        }
+        auto at = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+            return b * p.m_stride_b + h * p.m_stride_h + i * p.m_stride_q + j * p.m_stride_k;
+        };
+        const bool use_bool = s.mask == MaskKind::boolean || s.mask == MaskKind::both;
+        const bool use_add  = s.mask == MaskKind::additive || s.mask == MaskKind::both;
+        if (use_bool) {
+            a.bool_mask.resize(size_t(n));
+            for (int64_t t = 0; t < n; ++t) a.bool_mask[size_t(t)] = r[size_t(t)] < s.mask_keep;
+            p.bool_mask = a.bool_mask.data();
+        }
+        if (use_add) {
+            a.add_mask.resize(size_t(n));
+            for (int64_t t = 0; t < n; ++t)
+                a.add_mask[size_t(t)] =
+                    (use_bool || r[size_t(t)] < s.mask_keep)
+                        ? T(r2[size_t(t)])
+                        : -std::numeric_limits<T>::infinity();
+            p.additive_mask = a.add_mask.data();
+        }
+        for (size_t t = 0; t + 2 < s.masked_rows.size(); t += 3)
+            for (int64_t j = 0; j < s.Tk; ++j) {
+                const int64_t e = at(s.masked_rows[t], s.masked_rows[t + 1], s.masked_rows[t + 2], j);
+                if (use_bool) a.bool_mask[size_t(e)] = 0;
+                else a.add_mask[size_t(e)] = -std::numeric_limits<T>::infinity();
+            }
+    }
+    p.dropout_p      = s.dropout;
+    p.dropout_seed   = s.seed * 7919 + 13;
+    p.dropout_offset = s.seed * 4096;
+    a.g.dout = a.dout.data(), a.g.dq = a.dq.data(), a.g.dk = a.dk.data(), a.g.dv = a.dv.data();
+    return a;
+}
+
+/// Gathers out (B, H, Tq, Dv) in logical order from its possibly strided storage.
+template <class T>
+std::vector<double> logical_out(const AttnData<T>& a) {
+    const auto&         p = a.p;
+    std::vector<double> r;
+    r.reserve(size_t(p.B * p.H * p.Tq * p.Dv));
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.H; ++h)
+            for (int64_t i = 0; i < p.Tq; ++i)
+                for (int64_t e = 0; e < p.Dv; ++e)
+                    r.push_back(double(p.out[b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t + e]));
+    return r;
+}
+
+/// Max |x - ref| over finite pairs; +inf when the -inf/NaN/finite pattern differs anywhere.
+template <class A>
+double max_err(const std::vector<A>& x, const std::vector<double>& ref) {
+    if (x.size() != ref.size()) return std::numeric_limits<double>::infinity();
+    double m = 0;
+    for (size_t t = 0; t < x.size(); ++t) {
+        const double a = double(x[t]), b = ref[t];
+        if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::infinity();
+        if (std::isinf(a) || std::isinf(b)) {
+            if (a != b) return std::numeric_limits<double>::infinity();
+            continue;
+        }
+        m = std::max(m, std::abs(a - b));
+    }
+    return m;
+}
+
+template <class A>
+std::vector<double> to_double(const std::vector<A>& x) {
+    return std::vector<double>(x.begin(), x.end());
+}
+
+/// The flash-attention rule: err(fast) <= kErrFactor * err(ref32) + kErrFloor, both vs ref64.
+inline ::testing::AssertionResult within_rule(const char* what, double err_fast, double err_ref32) {
+    if (err_fast <= kErrFactor * err_ref32 + kErrFloor) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": err_fast " << err_fast << " > " << kErrFactor
+                                         << " * err_ref32 " << err_ref32 << " + " << kErrFloor;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference kernel: float64 gradcheck and mask semantics.
+
+// PyTorch gradcheck defaults (tests/README.md): central differences in float64.
+constexpr double kGradEps  = 1e-6;
+constexpr double kGradAtol = 1e-5;
+constexpr double kGradRtol = 1e-3;
+
+// L(q, k, v) = sum(out * dout) (out and dout share a storage layout); its gradient is what
+// attention_backward computes for that dout.
+double loss(AttnData<double>& a) {
+    ref::attention_forward(a.p);
+    double l = 0;
+    for (size_t t = 0; t < a.out.size(); ++t) l += a.out[t] * a.dout[t];
+    return l;
+}
+
+// Central-difference gradient of loss() w.r.t. x (n0, n1, T, X) stored with strides (s0, s1, st),
+// in logical order, compared with the analytic (contiguous) gradient g.
+::testing::AssertionResult gradcheck_input(AttnData<double>& a, std::vector<double>& x,
+                                           int64_t n0, int64_t n1, int64_t T, int64_t X,
+                                           int64_t s0, int64_t s1, int64_t st,
+                                           const std::vector<double>& g, const char* name) {
+    std::vector<double> num;
+    for (int64_t b = 0; b < n0; ++b)
+        for (int64_t h = 0; h < n1; ++h)
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t e = 0; e < X; ++e) {
+                    double&      xe = x[size_t(b * s0 + h * s1 + t * st + e)];
+                    const double x0 = xe;
+                    xe              = x0 + kGradEps;
+                    const double lp = loss(a);
+                    xe              = x0 - kGradEps;
+                    const double lm = loss(a);
+                    xe              = x0;
+                    num.push_back((lp - lm) / (2 * kGradEps));
+                }
+    auto r = all_close(g, num, kGradAtol, kGradRtol);
+    if (!r) r << " (d" << name << ")";
+    return r;
+}
+
+void gradcheck(const AttnSpec& s) {
+    auto a = make_attn<double>(s);
+    ref::attention_forward(a.p);
+    ref::attention_backward(a.p, a.g);
+    const std::vector<double> dq = a.dq, dk = a.dk, dv = a.dv;
+    // The analytic gradient must be usable (no NaN) before comparing.
+    for (double x : dq) ASSERT_TRUE(std::isfinite(x));
+    const auto& p = a.p;
+    EXPECT_TRUE(gradcheck_input(a, a.q, p.B, p.H, p.Tq, p.D, p.q_stride_b, p.q_stride_h,
+                                p.q_stride_t, dq, "q"));
+    EXPECT_TRUE(gradcheck_input(a, a.k, p.B, p.Hkv, p.Tk, p.D, p.k_stride_b, p.k_stride_h,
+                                p.k_stride_t, dk, "k"));
+    EXPECT_TRUE(gradcheck_input(a, a.v, p.B, p.Hkv, p.Tk, p.Dv, p.v_stride_b, p.v_stride_h,
+                                p.v_stride_t, dv, "v"));
+}
+
+TEST(AttentionRefKernels, Gradcheck_Plain) {
+    AttnSpec s;
+    s.B = 2, s.H = 2, s.Tq = 3, s.Tk = 5, s.D = 3, s.Dv = 2, s.scale = 0.7f;
+    gradcheck(s);
+}
+
+TEST(AttentionRefKernels, Gradcheck_CausalBottomRightAndValidLens2d) {
+    AttnSpec s;
+    s.B = 2, s.H = 1, s.Tq = 3, s.Tk = 5, s.D = 4, s.causal = CausalAlign::bottom_right;
+    s.valid_lens_rank = 2, s.valid_lens = {5, 2, 0, 4, 4, 1};  // a row with valid_len 0
+    gradcheck(s);
+}
+
+TEST(AttentionRefKernels, Gradcheck_CausalTopLeftTqGreaterTk) {
+    AttnSpec s;
+    s.H = 2, s.Tq = 5, s.Tk = 3, s.D = 2, s.causal = CausalAlign::top_left;
+    gradcheck(s);
+}
+
+TEST(AttentionRefKernels, Gradcheck_BoolAndAdditiveMaskWithMaskedRow) {
+    AttnSpec s;
+    s.B = 1, s.H = 2, s.Tq = 4, s.Tk = 5, s.D = 3, s.mask = MaskKind::both;
+    s.masked_rows = {0, 1, 2};
+    gradcheck(s);
+}
+
+TEST(AttentionRefKernels, Gradcheck_DropoutGqaStrided) {
+    AttnSpec s;
+    s.B = 1, s.H = 4, s.Hkv = 2, s.Tq = 3, s.Tk = 4, s.D = 3, s.dropout = 0.3f, s.strided = true;
+    gradcheck(s);
+}
+
+// Index-derived masks mean exactly what the equivalent explicit bool mask means.
+TEST(AttentionRefKernels, ValidLensAndCausalEqualExplicitBoolMask) {
+    for (int variant = 0; variant < 4; ++variant) {
+        AttnSpec s;
+        s.B = 2, s.H = 2, s.Tq = 4, s.Tk = 6, s.D = 3;
+        if (variant == 0) s.valid_lens_rank = 1, s.valid_lens = {3, 6};
+        if (variant == 1) s.valid_lens_rank = 2, s.valid_lens = {1, 2, 0, 6, 5, 4, 3, 2};
+        if (variant == 2) s.causal = CausalAlign::top_left;
+        if (variant == 3) s.causal = CausalAlign::bottom_right;
+        auto a = make_attn<double>(s);  // resolves Hkv/Dv
+        AttnSpec m = a.spec;
+        m.valid_lens_rank = 0, m.causal = CausalAlign::none;
+        m.mask = MaskKind::boolean, m.mask_keep = 2.0;  // all kept, then cleared below
+        auto bm = make_attn<double>(m);
+        // Clear the entries the index mask removes, then compare through a fresh AttnData whose
+        // bool mask buffer is this one.
+        for (int64_t b = 0; b < s.B; ++b)
+            for (int64_t h = 0; h < s.H; ++h)
+                for (int64_t i = 0; i < s.Tq; ++i)
+                    for (int64_t j = 0; j < s.Tk; ++j)
+                        bm.bool_mask[size_t(((b * s.H + h) * s.Tq + i) * s.Tk + j)] =
+                            j <= kernels::attention_key_limit(a.p, b, i);
+        ref::attention_forward(a.p);
+        ref::attention_backward(a.p, a.g);
+        ref::attention_forward(bm.p);
+        ref::attention_backward(bm.p, bm.g);
+        EXPECT_LE(max_err(logical_out(a), logical_out(bm)), 1e-12) << variant;
+        EXPECT_LE(max_err(a.lse, to_double(bm.lse)), 1e-12) << variant;
+        EXPECT_LE(max_err(a.dq, to_double(bm.dq)), 1e-12) << variant;
+        EXPECT_LE(max_err(a.dk, to_double(bm.dk)), 1e-12) << variant;
+        EXPECT_LE(max_err(a.dv, to_double(bm.dv)), 1e-12) << variant;
+    }
+}
+
+TEST(AttentionRefKernels, AdditiveMinusInfEqualsBoolFalse) {
+    AttnSpec s;
+    s.B = 1, s.H = 2, s.Tq = 5, s.Tk = 7, s.D = 4, s.mask = MaskKind::boolean;
+    auto a = make_attn<double>(s);
+    auto c = make_attn<double>(s);
+    c.add_mask.assign(a.bool_mask.size(), 0.0);
+    for (size_t t = 0; t < a.bool_mask.size(); ++t)
+        if (!a.bool_mask[t]) c.add_mask[t] = -std::numeric_limits<double>::infinity();
+    c.p.bool_mask = nullptr, c.p.additive_mask = c.add_mask.data();
+    ref::attention_forward(a.p);
+    ref::attention_forward(c.p);
+    EXPECT_LE(max_err(logical_out(a), logical_out(c)), 1e-12);
+    EXPECT_LE(max_err(a.lse, c.lse), 1e-12);
+}
+
+// A row with every key masked: output 0, lse -inf, no gradient through it, never NaN.
+TEST(AttentionRefKernels, FullyMaskedRowsGiveZero) {
+    AttnSpec s;
+    s.B = 2, s.H = 1, s.Tq = 3, s.Tk = 4, s.D = 2;
+    s.valid_lens_rank = 1, s.valid_lens = {0, 2};  // batch 0: every row masked
+    auto a = make_attn<double>(s);
+    ref::attention_forward(a.p);
+    ref::attention_backward(a.p, a.g);
+    for (int64_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(a.lse[size_t(i)], -std::numeric_limits<double>::infinity());
+        EXPECT_TRUE(std::isfinite(a.lse[size_t(3 + i)]));
+        for (int64_t e = 0; e < 2; ++e) {
+            EXPECT_EQ(a.out[size_t(i * 2 + e)], 0.0);
+            EXPECT_EQ(a.dq[size_t(i * 2 + e)], 0.0);
+        }
+    }
+    for (size_t t = 0; t < 4 * 2; ++t) {
+        EXPECT_EQ(a.dk[t], 0.0);
+        EXPECT_EQ(a.dv[t], 0.0);
+    }
+    for (size_t t = 8; t < 16; ++t) EXPECT_TRUE(std::isfinite(a.dk[t]));
+    // batch 1, keys 2 and 3 are masked: they get no gradient.
+    for (size_t t = 8 + 4; t < 16; ++t) {
+        EXPECT_EQ(a.dk[t], 0.0);
+        EXPECT_EQ(a.dv[t], 0.0);
+    }
+}
+
+// D2L 11.3 check (ZH edition): keys all ones make the weights uniform over the valid keys.
+TEST(AttentionRefKernels, D2lUniformWeightsOverValidKeys) {
+    AttnSpec s;
+    s.B = 2, s.Tq = 1, s.Tk = 10, s.D = 2, s.Dv = 4, s.valid_lens_rank = 1, s.valid_lens = {2, 6};
+    auto a = make_attn<double>(s);
+    std::fill(a.k.begin(), a.k.end(), 1.0);
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t j = 0; j < 10; ++j)
+            for (int64_t e = 0; e < 4; ++e) a.v[size_t((b * 10 + j) * 4 + e)] = double(j * 4 + e);
+    ref::attention_forward(a.p);
+    const std::vector<double> want = {2, 3, 4, 5, 10, 11, 12, 13};
+    EXPECT_TRUE(all_close(logical_out(a), want, 1e-12, 0));
+}
+
+
+// Dropout mask read back through the kernel: q = 0 makes P uniform (1/Tk) and v = identity
+// (Dv = Tk) makes out_ij = Z_ij / Tk, so keep_ij = out_ij * Tk * (1 - p) is 0 or 1.
+template <class Run>
+std::vector<uint8_t> dropout_mask_via(Run run, AttnData<float>& a) {
+    std::fill(a.q.begin(), a.q.end(), 0.0f);
+    std::fill(a.v.begin(), a.v.end(), 0.0f);
+    const int64_t Tk = a.p.Tk;
+    for (int64_t b = 0; b < a.p.B * a.p.Hkv; ++b)
+        for (int64_t j = 0; j < Tk; ++j) a.v[size_t((b * Tk + j) * Tk + j)] = 1.0f;
+    run(a);
+    std::vector<uint8_t> keep;
+    for (double o : logical_out(a)) {
+        const double k = o * double(Tk) * (1.0 - double(a.p.dropout_p));
+        EXPECT_TRUE(std::abs(k) < 1e-5 || std::abs(k - 1) < 1e-5) << k;
+        keep.push_back(k > 0.5);
+    }
+    return keep;
+}
+
+AttnSpec dropout_probe_spec(float p) {
+    AttnSpec s;
+    s.B = 2, s.H = 2, s.Tq = 100, s.Tk = 130, s.D = 4, s.Dv = 130, s.dropout = p;
+    return s;
+}
+
+// The keep rate is 1 - p within 5 standard errors (n = 52,000 Bernoulli draws per p).
+TEST(AttentionRefKernels, DropoutKeepRateIsOneMinusP) {
+    for (float pd : {0.1f, 0.5f, 0.9f}) {
+        auto       a    = make_attn<float>(dropout_probe_spec(pd));
+        const auto keep = dropout_mask_via([](AttnData<float>& x) { ref::attention_forward(x.p); }, a);
+        double     kept = 0;
+        for (uint8_t k : keep) kept += k;
+        const double n = double(keep.size()), rate = kept / n;
+        EXPECT_NEAR(rate, 1.0 - pd, 5.0 * std::sqrt(pd * (1.0 - pd) / n)) << "p = " << pd;
+    }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Fast flash kernel vs the reference, on every instruction-set path this CPU supports.
+
+std::vector<cpu::FlashIsa> isas() {
+    std::vector<cpu::FlashIsa> r;
+    for (auto isa : {cpu::FlashIsa::avx512, cpu::FlashIsa::avx2, cpu::FlashIsa::scalar})
+        if (cpu::flash_attention_isa_supported(isa)) r.push_back(isa);
+    return r;
+}
+
+struct Results {
+    std::vector<double> out, lse, dq, dk, dv;
+};
+
+template <class T>
+Results results(const AttnData<T>& a) {
+    return {logical_out(a), to_double(a.lse), to_double(a.dq), to_double(a.dk), to_double(a.dv)};
+}
+
+Results run_fast(const AttnSpec& s, cpu::FlashIsa isa, bool bwd = true) {
+    auto a = make_attn<float>(s);
+    cpu::flash_attention_forward(a.p, isa);
+    if (bwd) cpu::flash_attention_backward(a.p, a.g, isa);
+    return results(a);
+}
+
+// fast (each ISA) vs ref<double> with the 2x rule against ref<float>, for out, lse, dq, dk, dv.
+void expect_fast_matches_ref(const AttnSpec& s, bool bwd = true) {
+    auto r64 = make_attn<double>(s);
+    auto r32 = make_attn<float>(s);
+    ref::attention_forward(r64.p);
+    ref::attention_forward(r32.p);
+    if (bwd) {
+        ref::attention_backward(r64.p, r64.g);
+        ref::attention_backward(r32.p, r32.g);
+    }
+    const Results want = results(r64), base = results(r32);
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        const Results got = run_fast(s, isa, bwd);
+        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
+        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
+        if (!bwd) continue;
+        EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
+        EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
+        EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+    }
+}
+
+AttnSpec shape(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv = 0) {
+    AttnSpec s;
+    s.B = B, s.H = H, s.Tq = Tq, s.Tk = Tk, s.D = D, s.Dv = Dv;
+    return s;
+}
+
+// Sizes next to the tile edges (64 queries x 128 keys on AVX-512/AVX2, 32 x 64 scalar) and head
+// dims 1..256 with odd ones; each (Tq, Tk) in {1, 7, 63, 64, 65, 97, 128, 200, 1000} and each
+// D in {1, 8, 31, 64, 100, 128, 256} appears at least once.
+TEST(FlashAttentionKernels, FastMatchesRef_TileEdgeSizes) {
+    const int64_t cases[][5] = {
+        {1, 1, 1, 1, 0},    {7, 200, 8, 8, 0},     {63, 65, 31, 31, 0},  {64, 64, 64, 64, 0},
+        {65, 63, 100, 100, 0}, {97, 128, 128, 128, 0}, {128, 97, 256, 256, 0}, {200, 7, 64, 33, 0},
+        {1, 1000, 64, 64, 0}, {1000, 1, 8, 8, 0},  {129, 257, 17, 1, 0},  {300, 1000, 64, 64, 0},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << c[0] << " Tk " << c[1] << " D " << c[2]
+                                          << " Dv " << c[3]);
+        expect_fast_matches_ref(shape(1, 2, c[0], c[1], c[2], c[3]));
+    }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_ValidLens) {
+    AttnSpec s = shape(3, 2, 97, 200, 31);
+    s.valid_lens_rank = 1, s.valid_lens = {0, 130, 500};  // 0: fully masked batch; > Tk: clamped
+    expect_fast_matches_ref(s);
+    s.valid_lens_rank = 2;
+    s.valid_lens.clear();
+    for (int64_t t = 0; t < 3 * 97; ++t) s.valid_lens.push_back((t * 37) % 230);  // incl. 0, > Tk
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_CausalBothAlignments) {
+    for (auto align : {CausalAlign::top_left, CausalAlign::bottom_right})
+        for (auto [tq, tk] : {std::pair<int64_t, int64_t>{97, 300}, {300, 97}, {200, 200}}) {
+            SCOPED_TRACE(::testing::Message() << "align " << int(align) << " Tq " << tq << " Tk " << tk);
+            AttnSpec s = shape(1, 2, tq, tk, 64);
+            s.causal   = align;
+            expect_fast_matches_ref(s);
+        }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_CausalWithValidLens) {
+    AttnSpec s = shape(2, 2, 150, 150, 40);
+    s.causal = CausalAlign::top_left, s.valid_lens_rank = 1, s.valid_lens = {70, 150};
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_BoolAndAdditiveMasks) {
+    for (auto kind : {MaskKind::boolean, MaskKind::additive, MaskKind::both})
+        for (auto shp : {MaskShape::full, MaskShape::key_padding, MaskShape::shared,
+                         MaskShape::transposed}) {
+            SCOPED_TRACE(::testing::Message() << "kind " << int(kind) << " shape " << int(shp));
+            AttnSpec s    = shape(2, 2, 70, 150, 24);
+            s.mask        = kind;
+            s.mask_shape  = shp;
+            s.masked_rows = {1, 1, 5, 0, 0, 69};
+            expect_fast_matches_ref(s);
+        }
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_GqaMqaStrided) {
+    AttnSpec s = shape(2, 4, 80, 140, 32, 48);
+    s.Hkv = 2, s.strided = true;
+    expect_fast_matches_ref(s);
+    s.Hkv = 1, s.causal = CausalAlign::bottom_right;
+    expect_fast_matches_ref(s);
+}
+
+TEST(FlashAttentionKernels, FastMatchesRef_Dropout) {
+    AttnSpec s = shape(2, 2, 97, 200, 32);
+    s.dropout = 0.2f, s.causal = CausalAlign::bottom_right, s.mask = MaskKind::additive;
+    s.mask_shape = MaskShape::key_padding;
+    expect_fast_matches_ref(s);
+}
+
+// Logits of magnitude ~1e4 (q, k ~ +-100, D = 1, scale 1): no overflow, no NaN, and with the
+// lse residual (AttentionParams::lse_lo) the 2x rule holds. Without it the backward's P carries
+// the rounding of lse (~ulp(1e4)/2 relative): still finite, checked below.
+TEST(FlashAttentionKernels, FastMatchesRef_LargeLogits) {
+    AttnSpec s = shape(1, 2, 70, 140, 1);
+    s.amp = 100.0f, s.scale = 1.0f;
+    expect_fast_matches_ref(s);
+    for (auto isa : isas()) {
+        auto a     = make_attn<float>(s);
+        a.p.lse_lo = nullptr;
+        cpu::flash_attention_forward(a.p, isa);
+        cpu::flash_attention_backward(a.p, a.g, isa);
+        const Results r = results(a);
+        for (const auto* x : {&r.out, &r.lse, &r.dq, &r.dk, &r.dv})
+            for (double e : *x) ASSERT_TRUE(std::isfinite(e)) << cpu::flash_attention_isa_name(isa);
+    }
+}
+
+// Fully masked rows and key blocks: out 0, lse -inf, zero gradients, exactly; keys 64..255 masked
+// for every query of batch 0 (whole key blocks), every key of batch 1 row 3.
+TEST(FlashAttentionKernels, FullyMaskedRowsAndBlocksGiveZero) {
+    AttnSpec s = shape(2, 1, 100, 300, 16);
+    s.mask = MaskKind::boolean, s.mask_keep = 2.0, s.mask_shape = MaskShape::full;
+    auto a0 = make_attn<float>(s);
+    for (int64_t i = 0; i < 100; ++i)
+        for (int64_t j = 64; j < 256; ++j) a0.bool_mask[size_t(i * 300 + j)] = 0;
+    for (int64_t j = 0; j < 300; ++j) a0.bool_mask[size_t((100 + 3) * 300 + j)] = 0;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        auto a = a0;
+        a.p.q = a.q.data(), a.p.k = a.k.data(), a.p.v = a.v.data(), a.p.out = a.out.data();
+        a.p.lse = a.lse.data(), a.p.lse_lo = a.lse_lo.data(), a.p.bool_mask = a.bool_mask.data();
+        a.g.dout = a.dout.data(), a.g.dq = a.dq.data(), a.g.dk = a.dk.data(), a.g.dv = a.dv.data();
+        cpu::flash_attention_forward(a.p, isa);
+        cpu::flash_attention_backward(a.p, a.g, isa);
+        EXPECT_EQ(a.lse[100 + 3], -INFINITY);
+        for (int64_t e = 0; e < 16; ++e) {
+            EXPECT_EQ(a.out[size_t((100 + 3) * 16 + e)], 0.0f);
+            EXPECT_EQ(a.dq[size_t((100 + 3) * 16 + e)], 0.0f);
+        }
+        for (int64_t j = 64; j < 256; ++j)
+            for (int64_t e = 0; e < 16; ++e) {
+                ASSERT_EQ(a.dk[size_t(j * 16 + e)], 0.0f) << j;
+                ASSERT_EQ(a.dv[size_t(j * 16 + e)], 0.0f) << j;
+            }
+        for (float x : a.dq) ASSERT_TRUE(std::isfinite(x));
+    }
+    // And all values against the reference.
+    expect_fast_matches_ref(s);  // (random mask variant of the same shape)
+}
+
+// valid_len 0 for a whole batch element and Tq > Tk bottom-right causal (early rows see no key).
+TEST(FlashAttentionKernels, FullyMaskedByIndexGiveZero) {
+    AttnSpec s = shape(2, 2, 130, 64, 8);
+    s.valid_lens_rank = 1, s.valid_lens = {0, 64}, s.causal = CausalAlign::bottom_right;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        const Results r = run_fast(s, isa);
+        for (int64_t t = 0; t < 2 * 130; ++t) EXPECT_EQ(r.lse[size_t(t)], -INFINITY);
+        for (int64_t t = 0; t < 2 * 130 * 8; ++t) {
+            ASSERT_EQ(r.out[size_t(t)], 0.0);
+            ASSERT_EQ(r.dq[size_t(t)], 0.0);
+        }
+        for (int64_t t = 0; t < 2 * 64 * 8; ++t) ASSERT_EQ(r.dk[size_t(t)], 0.0);
+        // batch 1: rows i < Tq - Tk = 66 see no key.
+        for (int64_t h = 0; h < 2; ++h)
+            for (int64_t i = 0; i < 130; ++i)
+                EXPECT_EQ(std::isinf(r.lse[size_t((2 + h) * 130 + i)]), i < 66) << i;
+    }
+    expect_fast_matches_ref(s);
+}
+
+// The fast kernel drops exactly the entries the reference drops.
+TEST(FlashAttentionKernels, DropoutMaskMatchesReference) {
+    auto       a    = make_attn<float>(dropout_probe_spec(0.3f));
+    const auto want = dropout_mask_via([](AttnData<float>& x) { ref::attention_forward(x.p); }, a);
+    for (auto isa : isas()) {
+        auto       b   = make_attn<float>(dropout_probe_spec(0.3f));
+        const auto got = dropout_mask_via(
+            [isa](AttnData<float>& x) { cpu::flash_attention_forward(x.p, isa); }, b);
+        EXPECT_EQ(got, want) << cpu::flash_attention_isa_name(isa);
+    }
+}
+
+// Same seed -> same outputs and gradients, on 1 and on 2 threads. out, lse, dk, dv are bit-equal;
+// dq too when each thread owns whole heads (B * Hkv >= threads). With one head on 2 threads the
+// backward splits key blocks and sums private dQs: dq then equals the 1-thread dq to rounding.
+TEST(FlashAttentionKernels, DropoutDeterministicAcrossThreadCounts) {
+    const int saved = omp_get_max_threads();
+    for (int64_t B : {1, 2}) {
+        AttnSpec s = shape(B, 1, 150, 400, 32);
+        s.dropout = 0.25f, s.causal = CausalAlign::top_left;
+        omp_set_num_threads(1);
+        const Results one = run_fast(s, cpu::FlashIsa::automatic);
+        omp_set_num_threads(2);
+        const Results two = run_fast(s, cpu::FlashIsa::automatic);
+        const Results two_again = run_fast(s, cpu::FlashIsa::automatic);
+        EXPECT_EQ(one.out, two.out);
+        EXPECT_EQ(one.lse, two.lse);
+        EXPECT_EQ(one.dk, two.dk);
+        EXPECT_EQ(one.dv, two.dv);
+        EXPECT_EQ(two.dq, two_again.dq);
+        if (B == 2) EXPECT_EQ(one.dq, two.dq);
+        else EXPECT_TRUE(all_close(two.dq, one.dq, 1e-6, 1e-5));  // fp32 re-association only
+    }
+    omp_set_num_threads(saved);
+}
+
+// Both backward work splits (whole heads per thread; key blocks per thread) against the reference.
+TEST(FlashAttentionKernels, BackwardBothParallelSplits) {
+    const int saved = omp_get_max_threads();
+    AttnSpec  s     = shape(1, 1, 260, 700, 64);
+    s.causal        = CausalAlign::top_left;
+    for (int nt : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << nt << " threads");
+        omp_set_num_threads(nt);
+        expect_fast_matches_ref(s);
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST(FlashAttentionKernels, UnsupportedIsaThrowsAndEmptyShapesWork) {
+    if (!cpu::flash_attention_isa_supported(cpu::FlashIsa::avx512)) {
+        auto a = make_attn<float>(shape(1, 1, 4, 4, 4));
+        EXPECT_THROW(cpu::flash_attention_forward(a.p, cpu::FlashIsa::avx512), qkv::Error);
+    }
+    // Tk = 0: every row fully masked; Tq = 0: dk and dv are written as 0.
+    auto a = make_attn<float>(shape(1, 2, 5, 0, 4));
+    cpu::flash_attention_forward(a.p);
+    cpu::flash_attention_backward(a.p, a.g);
+    for (float x : a.out) EXPECT_EQ(x, 0.0f);
+    for (float x : a.lse) EXPECT_EQ(x, -INFINITY);
+    for (float x : a.dq) EXPECT_EQ(x, 0.0f);
+    auto b = make_attn<float>(shape(1, 2, 0, 5, 4));
+    cpu::flash_attention_forward(b.p);
+    cpu::flash_attention_backward(b.p, b.g);
+    for (float x : b.dk) EXPECT_EQ(x, 0.0f);
+    for (float x : b.dv) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace qkv::test

@@ -1,0 +1,137 @@
+// Forward values and error messages of the dense NN ops (cross_entropy, dropout, embedding,
+// layer_norm, softmax, matmul) against hand-derived values or compositions of simpler ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "qkv/ops/cross_entropy.h"
+#include "qkv/ops/dropout.h"
+#include "qkv/ops/embedding.h"
+#include "qkv/ops/layer_norm.h"
+#include "qkv/ops/masked_softmax.h"
+#include "qkv/ops/ops.h"
+#include "qkv/ops/softmax.h"
+#include "support/test_util.h"
+
+using namespace qkv;
+using namespace qkv::test;
+
+TEST(CrossEntropy, MatchesLogSoftmaxComposition) {
+    Generator g(1);
+    Tensor x = randn({5, 7}, &g);
+    Tensor t = from_vector<int64_t>({0, 6, 3, 3, 1}, {5});
+    const double ce = cross_entropy(x, t).item();
+    Tensor ls = log_softmax(x, -1);
+    double want = 0;
+    for (int64_t i = 0; i < 5; ++i) want -= ls.select(0, i).select(0, t.to_vector<int64_t>()[size_t(i)]).item();
+    EXPECT_NEAR(ce, want / 5, 1e-6);
+}
+
+TEST(CrossEntropy, D2LMaskedLossCheck) {
+    // D2L 10.7 MaskedSoftmaxCELoss: ones logits (3, 4, 10), labels ones, valid lens [4, 2, 0]
+    // -> per-sequence mean over 4 steps: [2.3026, 1.1513, 0].
+    Tensor logits = ones({3, 4, 10});
+    Tensor labels = ones({3, 4}, DType::i64);
+    std::vector<float> w(12, 0.f);
+    const int lens[3] = {4, 2, 0};
+    for (int b = 0; b < 3; ++b)
+        for (int t = 0; t < lens[b]; ++t) w[size_t(b * 4 + t)] = 1.f;
+    CrossEntropyOptions o;
+    o.reduction = Reduction::none;
+    Tensor per = cross_entropy(logits, labels, from_vector(w, {3, 4}), o);
+    std::vector<float> got = mean(per, {1}).to_vector<float>();
+    EXPECT_TRUE(all_close(got, std::vector<float>{2.3026f, 1.1513f, 0.f}, 1e-4, 0));
+}
+
+TEST(CrossEntropy, IgnoreIndexAndErrors) {
+    Tensor x = zeros({2, 4});
+    CrossEntropyOptions o;
+    o.ignore_index = 1;
+    EXPECT_NEAR(cross_entropy(x, from_vector<int64_t>({1, 2}, {2}), Tensor(), o).item(), std::log(4.0), 1e-6);
+    try {
+        cross_entropy(x, from_vector<int64_t>({0, 4}, {2}));
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("target 4 at position 1 is out of range for 4 classes"),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_THROW(cross_entropy(x, from_vector<int64_t>({0}, {1})), Error);
+}
+
+TEST(CrossEntropy, HugeLogitsStayFinite) {
+    Tensor x = from_vector<float>({1e4f, -1e4f, 0.f, 1e4f}, {2, 2});
+    Tensor l = cross_entropy(x, from_vector<int64_t>({1, 0}, {2}));
+    EXPECT_TRUE(std::isfinite(l.item()));
+    EXPECT_NEAR(l.item(), (2e4 + 1e4) / 2, 1.0);
+}
+
+TEST(Dropout, IdentityInEvalAndScaledInTraining) {
+    Tensor x = ones({10000});
+    EXPECT_TRUE(dropout(x, 0.3, false).is_same(x));
+    Generator g(5);
+    std::vector<float> y = dropout(x, 0.3, true, &g).to_vector<float>();
+    int64_t kept = 0;
+    for (float v : y) {
+        ASSERT_TRUE(v == 0.f || std::abs(v - 1.f / 0.7f) < 1e-6);
+        kept += v != 0.f;
+    }
+    EXPECT_NEAR(double(kept) / 10000.0, 0.7, 0.02);  // 4.5 sigma of a binomial(10000, 0.7)
+    EXPECT_THROW(dropout(x, 1.0, true), Error);
+    Generator g1(9), g2(9);
+    EXPECT_EQ(dropout(x, 0.5, true, &g1).to_vector<float>(), dropout(x, 0.5, true, &g2).to_vector<float>());
+}
+
+TEST(Embedding, GathersRowsAndNamesBadIds) {
+    Tensor w = arange(0, 6).reshape({3, 2});
+    EXPECT_EQ(embedding(from_vector<int64_t>({2, 0}, {2}), w).to_vector<float>(), (std::vector<float>{4, 5, 0, 1}));
+    try {
+        embedding(from_vector<int64_t>({1, 3}, {2}), w);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("id 3 at position 1 is out of range for a vocabulary of 3"),
+                  std::string::npos) << e.what();
+    }
+}
+
+TEST(LayerNorm, BookDemo) {
+    // D2L 11.7.3: LayerNorm of [[1, 2], [2, 3]] -> [[-1, 1], [-1, 1]] (eps makes it 0.99999).
+    Tensor y = layer_norm(from_vector<float>({1, 2, 2, 3}, {2, 2}), {2}, ones({2}), zeros({2}));
+    EXPECT_TRUE(all_close(y.to_vector<float>(), std::vector<float>{-1, 1, -1, 1}, 1e-4, 0));
+    EXPECT_THROW(layer_norm(ones({2, 3}), {2}, Tensor(), Tensor()), Error);
+}
+
+TEST(Softmax, RowsSumToOneAndMatchMaskedSoftmax) {
+    Generator g(2);
+    Tensor x = mul(randn({4, 9}, &g), 10.0);
+    Tensor y = softmax(x, -1);
+    for (float s : sum(y, {1}).to_vector<float>()) EXPECT_NEAR(s, 1.0, 1e-6);
+    EXPECT_TRUE(all_close(y.to_vector<float>(), masked_softmax(x).to_vector<float>(), 1e-7, 1e-6));
+    Tensor yl = softmax(x.transpose(0, 1), 0).transpose(0, 1);
+    EXPECT_TRUE(all_close(yl.contiguous().to_vector<float>(), y.to_vector<float>(), 1e-7, 1e-6));
+}
+
+TEST(MaskedSoftmax, FullyMaskedRowIsZeroWithZeroGradient) {
+    Tensor x = randn({2, 2, 4}).requires_grad_();
+    Tensor y = masked_softmax(x, from_vector<int64_t>({0, 3}, {2}));
+    const std::vector<float> v = y.to_vector<float>();
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(v[size_t(i)], 0.f);
+    for (int r = 2; r < 4; ++r) EXPECT_EQ(v[size_t(r * 4 + 3)], 0.f);
+    sum(mul(y, randn({2, 2, 4}))).backward();
+    const std::vector<float> gx = x.grad().to_vector<float>();
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(gx[size_t(i)], 0.f);
+    // sequence_mask book check (D2L ZH 9.7)
+    Tensor sm = sequence_mask(from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}), from_vector<int64_t>({1, 2}, {2}));
+    EXPECT_EQ(sm.to_vector<float>(), (std::vector<float>{1, 0, 0, 4, 5, 0}));
+}
+
+TEST(Matmul, ErrorsNameBothShapes) {
+    try {
+        matmul(zeros({2, 3}), zeros({4, 5}));
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "matmul: inner dimensions differ: (2, 3) x (4, 5)");
+    }
+    // batch matmul demo (D2L 11.2): weights 0.1 (2, 10) times arange(20) (2, 10) -> 4.5, 14.5
+    Tensor w = full({2, 1, 10}, 0.1), v = arange(0, 20).reshape({2, 10, 1});
+    EXPECT_TRUE(all_close(matmul(w, v).to_vector<float>(), std::vector<float>{4.5f, 14.5f}, 1e-5, 0));
+}
