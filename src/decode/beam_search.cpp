@@ -49,15 +49,15 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     NoGradGuard ng;
 
     auto state = model.init_state(src, src_valid_len);
-    std::vector<int64_t> rows(size_t(B * K));
+    std::vector<int64_t> rows(static_cast<size_t>(B * K));
     for (int64_t i = 0; i < B * K; ++i) rows[size_t(i)] = i / K;
     state->reorder(from_vector(rows, {B * K}));
 
     // Only beam 0 of each source is live at the start, so the first step does not pick K copies
     // of the same token.
-    std::vector<Beam> beams(size_t(B * K));
+    std::vector<Beam> beams(static_cast<size_t>(B * K));
     for (int64_t b = 0; b < B; ++b) beams[size_t(b * K)].log_prob = 0.0;
-    std::vector<std::vector<Hypothesis>> finished(size_t(B));
+    std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(B));
     std::vector<char> done(size_t(B), 0);
     std::vector<int64_t> last(size_t(B * K), opt.bos);
     std::vector<Candidate> cand;
@@ -66,8 +66,8 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     for (int64_t t = 0; t < opt.max_len; ++t) {
         Tensor logp_t = log_softmax(model.decode_step(from_vector(last, {B * K}), *state), 1);
         const std::vector<float> logp = logp_t.to_vector<float>();
-        std::vector<Beam> next(size_t(B * K));
-        std::vector<int64_t> parent(size_t(B * K));
+        std::vector<Beam> next(static_cast<size_t>(B * K));
+        std::vector<int64_t> parent(static_cast<size_t>(B * K));
         for (int64_t i = 0; i < B * K; ++i) parent[size_t(i)] = i;
         bool all_done = true;
         for (int64_t b = 0; b < B; ++b) {
@@ -133,7 +133,7 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
         state->reorder(from_vector(parent, {B * K}));
     }
     // Sources cut at max_len: their live beams become unfinished hypotheses.
-    std::vector<std::vector<Hypothesis>> out(size_t(B));
+    std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
         auto& fin = finished[size_t(b)];
         if (!done[size_t(b)]) {

@@ -18,7 +18,7 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
     const int64_t B = src.size(0);
     NoGradGuard ng;
 
-    std::vector<std::vector<int64_t>> out(size_t(B));
+    std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
     std::vector<char> done(size_t(B), 0);
     int64_t n_done = 0;
     // prefix: (B, t+1) decoder inputs so far, <bos> first (only for the uncached path)

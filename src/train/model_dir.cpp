@@ -24,20 +24,32 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
     tgt_vocab.save((fs::path(dir) / "tgt_vocab.txt").string());
 }
 
-ModelDir load_model_dir(const std::string& dir) {
+RunConfig load_model_dir_config(const std::string& dir) {
     QKV_CHECK(fs::is_directory(dir), "model folder '", dir,
               "' does not exist (train one with: qkv train --out ", dir, ")");
-    ModelDir m;
-    m.dir = dir;
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
     QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json");
     try {
-        m.config = run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
+        return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {
         throw Error(detail::str("'", cfg_path, "': ", e.what()));
+    } catch (const Error& e) {
+        throw Error(detail::str("'", cfg_path, "': ", e.what()));
     }
-    m.src_vocab = data::Vocab::load((fs::path(dir) / "src_vocab.txt").string());
-    m.tgt_vocab = data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string());
+}
+
+std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {
+    return {data::Vocab::load((fs::path(dir) / "src_vocab.txt").string()),
+            data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string())};
+}
+
+ModelDir load_model_dir(const std::string& dir) {
+    ModelDir m;
+    m.dir    = dir;
+    m.config = load_model_dir_config(dir);
+    auto v   = load_model_dir_vocabs(dir);
+    m.src_vocab = std::move(v.first);
+    m.tgt_vocab = std::move(v.second);
     QKV_CHECK(m.src_vocab.size() == m.config.model.src_vocab_size &&
                   m.tgt_vocab.size() == m.config.model.tgt_vocab_size,
               "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "qkv/core/error.h"
 #include "qkv/data/fra_eng.h"
 #include "qkv/data/tokenizer.h"
 

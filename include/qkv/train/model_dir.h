@@ -7,6 +7,7 @@
 // plus translating raw sentences with it.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/data/vocab.h"
@@ -26,6 +27,11 @@ struct ModelDir {
     data::Vocab src_vocab, tgt_vocab;
     std::shared_ptr<models::Transformer> model;  // eval mode
 };
+
+/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.
+RunConfig load_model_dir_config(const std::string& dir);
+/// src_vocab.txt and tgt_vocab.txt of a model folder.
+std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 
 /// Loads a model folder. Throws qkv::Error naming the missing or damaged file, or when the
 /// vocabulary sizes disagree with config.json.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/data/batcher.h"
 #include "qkv/data/nmt_data.h"
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/optim/optimizer.h"
