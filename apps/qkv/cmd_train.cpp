@@ -31,6 +31,7 @@ struct TrainArgs {
     std::string time_budget;
     std::string schedule;
     bool resume = false, no_progress = false;
+    int64_t log_every = 50;
     int threads = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
@@ -152,6 +153,7 @@ void run(TrainArgs& a) {
     rt.out_dir  = a.out;
     rt.resume   = a.resume;
     rt.progress = !a.no_progress;
+    rt.log_every = a.log_every;
     rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
     train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
     train::TrainResult r = trainer.fit();
@@ -216,6 +218,8 @@ Registration reg([](CLI::App& app) {
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)");
     c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
+        ->check(CLI::NonNegativeNumber);
     c->callback([a] { run(*a); });
 });
 
