@@ -1,4 +1,4 @@
-// cross_entropy op: fused log-softmax + NLL with label smoothing, ignore_index and per-position
+// cross_entropy op: fused log-softmax + NLL (kernels/{ref,cpu}/cross_entropy) with label smoothing, ignore_index and per-position
 // weights. Per row: lse = log Σ exp(x); loss = w·((1−ε)(lse − x_t) + ε(lse − mean(x)));
 // backward: dx = g·w·(softmax(x) − q) with q = (1−ε)·onehot(t) + ε/V.
 #include "qkv/ops/cross_entropy.h"
@@ -6,7 +6,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/ref/cross_entropy.h"
 #include "ops/dispatch.h"
+#include "qkv/ops/kernel_mode.h"
 #include "qkv/autograd/node.h"
 
 namespace qkv {
@@ -15,47 +18,25 @@ using detail::ptr;
 
 namespace {
 
+bool fast(DType dt) { return dt == DType::f32 && kernel_mode() == KernelMode::fast; }
+
 template <class T>
-void ce_forward(const T* x, const int64_t* t, const T* w, T* loss, T* lse, int64_t rows, int64_t V,
+void ce_forward(T* loss, T* lse, const T* x, const int64_t* t, const T* w, int64_t rows, int64_t V,
                 int64_t ignore, double eps) {
-#pragma omp parallel for if (rows * V > 65536) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const T* xr = x + r * V;
-        if (t[r] == ignore) {
-            loss[r] = 0;
-            lse[r] = 0;
-            continue;
-        }
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < V; ++j) m = std::max(m, xr[j]);
-        double s = 0, sx = 0;
-        for (int64_t j = 0; j < V; ++j) {
-            s += std::exp(double(xr[j] - m));
-            sx += double(xr[j]);
-        }
-        const double l = double(m) + std::log(s);
-        lse[r] = T(l);
-        const double wr = w ? double(w[r]) : 1.0;
-        loss[r] = T(wr * ((1 - eps) * (l - double(xr[t[r]])) + eps * (l - sx / double(V))));
+    if constexpr (std::is_same_v<T, float>) {
+        if (fast(DType::f32)) return kernels::cpu::cross_entropy_forward(loss, lse, x, t, w, rows, V, ignore, eps);
     }
+    kernels::ref::cross_entropy_forward<T>(loss, lse, x, t, w, rows, V, ignore, eps);
 }
 
 template <class T>
-void ce_backward(const T* x, const int64_t* t, const T* w, const T* lse, const T* g, T* dx, int64_t rows,
-                 int64_t V, int64_t ignore, double eps) {
-#pragma omp parallel for if (rows * V > 65536) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const T* xr = x + r * V;
-        T* dr = dx + r * V;
-        if (t[r] == ignore) {
-            for (int64_t j = 0; j < V; ++j) dr[j] = 0;
-            continue;
-        }
-        const T scale = g[r] * (w ? w[r] : T(1));
-        const T smooth = T(eps / double(V));
-        for (int64_t j = 0; j < V; ++j) dr[j] = scale * (std::exp(xr[j] - lse[r]) - smooth);
-        dr[t[r]] -= scale * T(1 - eps);
+void ce_backward(T* dx, const T* g, int64_t g_stride, const T* x, const T* lse, const int64_t* t, const T* w,
+                 int64_t rows, int64_t V, int64_t ignore, double eps) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (fast(DType::f32))
+            return kernels::cpu::cross_entropy_backward(dx, g, g_stride, x, lse, t, w, rows, V, ignore, eps);
     }
+    kernels::ref::cross_entropy_backward<T>(dx, g, g_stride, x, lse, t, w, rows, V, ignore, eps);
 }
 
 }  // namespace
@@ -84,8 +65,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     Tensor lse = Tensor::empty(tshape, logits.dtype());
     double denom = 0;
     QKV_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", {
-        ce_forward<scalar_t>(ptr<scalar_t>(xc), pt, wc.defined() ? ptr<scalar_t>(wc) : nullptr, ptr<scalar_t>(per),
-                             ptr<scalar_t>(lse), rows, V, opt.ignore_index, opt.label_smoothing);
+        ce_forward<scalar_t>(ptr<scalar_t>(per), ptr<scalar_t>(lse), ptr<scalar_t>(xc), pt,
+                             wc.defined() ? ptr<scalar_t>(wc) : nullptr, rows, V, opt.ignore_index,
+                             opt.label_smoothing);
         const scalar_t* pw = wc.defined() ? ptr<scalar_t>(wc) : nullptr;
         for (int64_t r = 0; r < rows; ++r)
             if (pt[r] != opt.ignore_index) denom += pw ? double(pw[r]) : 1.0;
@@ -107,14 +89,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     const int64_t ignore = opt.ignore_index;
     const double eps = opt.label_smoothing;
     record(out, "CrossEntropyBackward", {logits}, [xc, tc, wc, lse, rows, V, red, scale, ignore, eps](const Tensor& g) {
-        Tensor gr;  // per-row upstream gradient
-        if (red == Reduction::none) gr = g.contiguous();
-        else gr = full({rows}, g.item() * scale, xc.dtype());
+        // per-row upstream gradient: g itself (none) or one scaled value read with stride 0
+        const Tensor gr = red == Reduction::none ? g.contiguous() : full({1}, g.item() * scale, xc.dtype());
+        const int64_t g_stride = red == Reduction::none ? 1 : 0;
         Tensor dx = Tensor::empty(xc.shape(), xc.dtype());
         QKV_DISPATCH_FLOAT(xc.dtype(), "cross_entropy_backward",
-                           ce_backward<scalar_t>(ptr<scalar_t>(xc), ptr<int64_t>(tc),
-                                                 wc.defined() ? ptr<scalar_t>(wc) : nullptr, ptr<scalar_t>(lse),
-                                                 ptr<scalar_t>(gr), ptr<scalar_t>(dx), rows, V, ignore, eps));
+                           ce_backward<scalar_t>(ptr<scalar_t>(dx), ptr<scalar_t>(gr), g_stride, ptr<scalar_t>(xc),
+                                                 ptr<scalar_t>(lse), ptr<int64_t>(tc),
+                                                 wc.defined() ? ptr<scalar_t>(wc) : nullptr, rows, V, ignore, eps));
         return std::vector<Tensor>{dx};
     });
     return out;

@@ -170,6 +170,10 @@ TEST(GradcheckCoverage, EveryBackwardNodeHasARow) {
     // ToBackward (float casts) cannot be checked by differences through float32 rounding; the
     // test ToBackward.PassesGradientThroughCast below covers it exactly.
     exercised().insert("ToBackward");
+    // FlashAttentionBackward is fp32-only: its kernel's math is gradchecked in float64 through the
+    // templated reference (tests/kernels/test_attention_kernels.cpp) and the fused backward is
+    // compared with the math path's autograd in tests/ops/test_attention_dispatch.cpp.
+    exercised().insert("FlashAttentionBackward");
     // Nodes exercised elsewhere (attention, models) are listed in tests of their own files;
     // this suite must cover every node defined in src/ops/.
     ASSERT_FALSE(defined.empty());

@@ -1,0 +1,293 @@
+// scaled_dot_product_attention: argument checks, backend selection (a filter chain like
+// PyTorch's sdp_utils), the math path (composition of differentiable ops) and the flash path
+// (fused kernel with its own backward node).
+#include "qkv/ops/attention.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/flash_attention.h"
+#include "kernels/params.h"
+#include "kernels/ref/attention.h"
+#include "ops/dispatch.h"
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/autograd/node.h"
+#include "qkv/ops/dropout.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/kernel_mode.h"
+#include "qkv/ops/masked_softmax.h"
+#include "qkv/ops/matmul.h"
+#include "qkv/ops/shape_ops.h"
+
+namespace qkv {
+
+using detail::ptr;
+
+namespace {
+
+AttentionBackend g_override = AttentionBackend::automatic;
+
+AttentionBackend env_backend() {
+    const char* e = std::getenv("QKV_ATTENTION");
+    if (!e || !*e) return AttentionBackend::automatic;
+    return parse_attention_backend(e);
+}
+
+/// Shapes normalised to rank 4.
+struct Call {
+    Tensor q, k, v;  // (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv)
+    bool rank3 = false;
+    int64_t B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;
+};
+
+Call normalise(const Tensor& q, const Tensor& k, const Tensor& v) {
+    QKV_CHECK(q.defined() && k.defined() && v.defined(), "scaled_dot_product_attention: undefined q, k or v");
+    QKV_CHECK(q.dim() == k.dim() && q.dim() == v.dim() && (q.dim() == 3 || q.dim() == 4),
+              "scaled_dot_product_attention: q, k, v must all be (B, H, T, D) or (B, T, D), got q ",
+              q.shape(), ", k ", k.shape(), ", v ", v.shape());
+    QKV_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()),
+              "scaled_dot_product_attention: q, k, v must share a float dtype");
+    Call c;
+    c.rank3 = q.dim() == 3;
+    c.q = c.rank3 ? q.unsqueeze(1) : q;
+    c.k = c.rank3 ? k.unsqueeze(1) : k;
+    c.v = c.rank3 ? v.unsqueeze(1) : v;
+    c.B = c.q.shape()[0], c.H = c.q.shape()[1], c.Tq = c.q.shape()[2], c.D = c.q.shape()[3];
+    c.Hkv = c.k.shape()[1], c.Tk = c.k.shape()[2], c.Dv = c.v.shape()[3];
+    QKV_CHECK(c.k.shape()[0] == c.B && c.v.shape()[0] == c.B, "scaled_dot_product_attention: batch sizes "
+              "differ: q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+    QKV_CHECK(c.k.shape()[3] == c.D, "scaled_dot_product_attention: q and k head dims differ: q ", q.shape(),
+              ", k ", k.shape());
+    QKV_CHECK(c.v.shape()[1] == c.Hkv && c.v.shape()[2] == c.Tk, "scaled_dot_product_attention: k and v "
+              "must agree in heads and length: k ", k.shape(), ", v ", v.shape());
+    QKV_CHECK(c.Hkv > 0 && c.H % c.Hkv == 0, "scaled_dot_product_attention: key/value heads (", c.Hkv,
+              ") must divide query heads (", c.H, ")");
+    return c;
+}
+
+/// valid_lens as int64 of shape (B) or (B, Tq).
+Tensor check_valid_lens(const Call& c, const Tensor& vl) {
+    if (!vl.defined()) return vl;
+    QKV_CHECK((vl.dim() == 1 && vl.shape()[0] == c.B) || (vl.dim() == 2 && vl.shape()[0] == c.B &&
+              vl.shape()[1] == c.Tq), "scaled_dot_product_attention: valid_lens must be (B) = (", c.B,
+              ") or (B, Tq) = (", c.B, ", ", c.Tq, "), got ", vl.shape());
+    if (vl.dtype() == DType::i64) return vl.contiguous();
+    QKV_CHECK(is_floating(vl.dtype()), "scaled_dot_product_attention: valid_lens must be int64 or float");
+    std::vector<double> f = vl.to(DType::f64).to_vector<double>();
+    std::vector<int64_t> out(f.size());
+    for (size_t i = 0; i < f.size(); ++i) out[i] = int64_t(std::ceil(f[i]));
+    return from_vector(out, vl.shape());
+}
+
+/// Per-row key prefix lengths (B, H, Tq) from valid_lens and causal masking.
+Tensor row_lengths(const Call& c, const Tensor& vl, CausalAlign causal) {
+    if (!vl.defined() && causal == CausalAlign::none) return Tensor();
+    std::vector<int64_t> lens(static_cast<size_t>(c.B * c.H * c.Tq), c.Tk);
+    const std::vector<int64_t> v = vl.defined() ? vl.to_vector<int64_t>() : std::vector<int64_t>();
+    const int64_t shift = causal == CausalAlign::bottom_right ? c.Tk - c.Tq : 0;
+    for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h)
+            for (int64_t i = 0; i < c.Tq; ++i) {
+                int64_t len = c.Tk;
+                if (vl.defined()) len = vl.dim() == 1 ? v[size_t(b)] : v[size_t(b * c.Tq + i)];
+                if (causal != CausalAlign::none) len = std::min(len, i + 1 + shift);
+                lens[size_t((b * c.H + h) * c.Tq + i)] = std::clamp<int64_t>(len, 0, c.Tk);
+            }
+    return from_vector(lens, {c.B, c.H, c.Tq});
+}
+
+Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask, const AttentionOptions& opt,
+                      double scale, Tensor* weights) {
+    Tensor k = c.k, v = c.v;
+    if (c.Hkv != c.H) {
+        k = repeat_interleave(k, c.H / c.Hkv, 1);
+        v = repeat_interleave(v, c.H / c.Hkv, 1);
+    }
+    Tensor scores = mul(matmul(c.q, k.transpose(-1, -2)), scale);  // (B, H, Tq, Tk)
+    if (mask.mask.defined()) {
+        Tensor m = mask.mask;
+        if (c.rank3 && m.dim() == 3) m = m.unsqueeze(1);
+        if (m.dtype() == DType::b8) {
+            scores = masked_fill(scores, logical_not(m), -INFINITY);
+        } else {
+            QKV_CHECK(m.dtype() == scores.dtype(), "scaled_dot_product_attention: additive mask dtype ",
+                      dtype_name(m.dtype()), " differs from q's ", dtype_name(scores.dtype()));
+            scores = add(scores, m);
+        }
+    }
+    Tensor w = masked_softmax_rows(scores, row_lengths(c, vl, mask.causal));
+    if (weights) *weights = c.rank3 ? w.squeeze(1) : w;
+    Tensor wd = opt.training && opt.dropout > 0 ? dropout(w, opt.dropout, true, opt.gen) : w;
+    return matmul(wd, v);
+}
+
+// ---- the flash path ----
+
+using FlashFilter = bool (*)(const Call&, const AttentionMask&, const AttentionOptions&, bool, std::string*);
+
+bool note(std::string* why, const char* msg) {
+    if (why) *why += std::string(msg) + "\n";
+    return false;
+}
+bool check_dtype_f32(const Call& c, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
+    return c.q.dtype() == DType::f32 || note(why, "flash: inputs are not float32 (float64 uses the math path)");
+}
+bool check_no_weights(const Call&, const AttentionMask&, const AttentionOptions&, bool need, std::string* why) {
+    return !need || note(why, "flash: attention weights were requested (the fused kernel never forms them)");
+}
+bool check_kernel_mode(const Call&, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
+    return kernel_mode() == KernelMode::fast || note(why, "flash: QKV_KERNELS=ref selects reference kernels");
+}
+bool check_head_dim(const Call& c, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
+    return (c.D >= 1 && c.D <= 256 && c.Dv >= 1 && c.Dv <= 256) ||
+           note(why, "flash: head dims must be in 1..256");
+}
+bool check_mask_kind(const Call&, const AttentionMask& m, const AttentionOptions&, bool, std::string* why) {
+    return !m.mask.defined() || m.mask.dim() <= 4 || note(why, "flash: mask has more than 4 dims");
+}
+bool check_nonempty(const Call& c, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
+    return (c.Tq > 0 && c.Tk > 0 && c.B > 0 && c.H > 0) || note(why, "flash: empty input");
+}
+
+constexpr FlashFilter kFlashFilters[] = {check_dtype_f32, check_no_weights, check_kernel_mode,
+                                         check_head_dim, check_mask_kind, check_nonempty};
+
+bool use_flash(const Call& c, const AttentionMask& m, const AttentionOptions& o, bool need, std::string* why) {
+    bool ok = true;
+    for (FlashFilter f : kFlashFilters) ok = f(c, m, o, need, why) && ok;
+    return ok;
+}
+
+/// A view whose last dim is contiguous (copy otherwise).
+Tensor last_dim_contiguous(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
+
+struct FlashSaved {
+    Tensor q, k, v, out, lse, valid_lens, mask;
+    kernels::AttentionParams<float> p;
+};
+
+void fill_params(kernels::AttentionParams<float>& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& out, const Tensor& lse, const Tensor& vl, const AttentionMask& mask,
+                 const Tensor& mk, double scale) {
+    p.q = ptr<float>(q), p.k = ptr<float>(k), p.v = ptr<float>(v), p.out = ptr<float>(out);
+    p.lse = ptr<float>(lse);
+    p.B = q.shape()[0], p.H = q.shape()[1], p.Tq = q.shape()[2], p.D = q.shape()[3];
+    p.Hkv = k.shape()[1], p.Tk = k.shape()[2], p.Dv = v.shape()[3];
+    p.q_stride_b = q.strides()[0], p.q_stride_h = q.strides()[1], p.q_stride_t = q.strides()[2];
+    p.k_stride_b = k.strides()[0], p.k_stride_h = k.strides()[1], p.k_stride_t = k.strides()[2];
+    p.v_stride_b = v.strides()[0], p.v_stride_h = v.strides()[1], p.v_stride_t = v.strides()[2];
+    p.o_stride_b = out.strides()[0], p.o_stride_h = out.strides()[1], p.o_stride_t = out.strides()[2];
+    if (vl.defined()) {
+        p.valid_lens = ptr<int64_t>(vl);
+        p.valid_lens_rank = int(vl.dim());
+    }
+    p.causal = mask.causal == CausalAlign::none       ? kernels::CausalAlign::none
+               : mask.causal == CausalAlign::top_left ? kernels::CausalAlign::top_left
+                                                      : kernels::CausalAlign::bottom_right;
+    if (mk.defined()) {
+        if (mk.dtype() == DType::b8) p.bool_mask = ptr<uint8_t>(mk);
+        else p.additive_mask = ptr<float>(mk);
+        p.m_stride_b = mk.strides()[0], p.m_stride_h = mk.strides()[1];
+        p.m_stride_q = mk.strides()[2], p.m_stride_k = mk.strides()[3];
+    }
+    p.scale = float(scale);
+}
+
+Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mask, const AttentionOptions& opt,
+                       double scale) {
+    auto s = std::make_shared<FlashSaved>();
+    s->q = last_dim_contiguous(c.q.detach());
+    s->k = last_dim_contiguous(c.k.detach());
+    s->v = last_dim_contiguous(c.v.detach());
+    s->valid_lens = vl;
+    if (mask.mask.defined()) {
+        Tensor m = mask.mask;
+        if (c.rank3 && m.dim() == 3) m = m.unsqueeze(1);
+        QKV_CHECK(m.dtype() == DType::b8 || m.dtype() == DType::f32, "scaled_dot_product_attention: mask "
+                  "must be bool or float32, got ", dtype_name(m.dtype()));
+        s->mask = m.detach().expand({c.B, c.H, c.Tq, c.Tk});  // broadcast by stride 0, no copy
+    }
+    Tensor out = Tensor::empty({c.B, c.H, c.Tq, c.Dv}, DType::f32);
+    Tensor lse = Tensor::empty({c.B, c.H, c.Tq}, DType::f32);
+    fill_params(s->p, s->q, s->k, s->v, out, lse, vl, mask, s->mask, scale);
+    if (opt.training && opt.dropout > 0) {
+        QKV_CHECK(opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ", opt.dropout);
+        Generator& g = opt.gen ? *opt.gen : default_generator();
+        s->p.dropout_p = float(opt.dropout);
+        s->p.dropout_seed = g.seed();
+        s->p.dropout_offset = g.reserve(uint64_t(c.B * c.H * c.Tq * c.Tk));
+    }
+    kernels::cpu::flash_attention_forward(s->p);
+    s->out = out.detach();
+    s->lse = lse;
+    record(out, "FlashAttentionBackward", {c.q, c.k, c.v}, [s](const Tensor& g) {
+        Tensor dout = last_dim_contiguous(g);
+        Tensor dq = Tensor::empty(s->q.shape(), DType::f32);
+        Tensor dk = Tensor::empty(s->k.shape(), DType::f32);
+        Tensor dv = Tensor::empty(s->v.shape(), DType::f32);
+        kernels::AttentionParams<float> p = s->p;
+        // dout may have other strides than out: the kernel reads dout with o_stride_*, so make
+        // it match out's contiguous layout.
+        if (dout.strides() != s->out.strides()) dout = dout.contiguous();
+        kernels::AttentionGradParams<float> gp;
+        gp.dout = ptr<float>(dout), gp.dq = ptr<float>(dq), gp.dk = ptr<float>(dk), gp.dv = ptr<float>(dv);
+        kernels::cpu::flash_attention_backward(p, gp);
+        return std::vector<Tensor>{dq, dk, dv};
+    });
+    return out;
+}
+
+}  // namespace
+
+AttentionBackend parse_attention_backend(const std::string& s) {
+    if (s == "auto" || s == "automatic") return AttentionBackend::automatic;
+    if (s == "math") return AttentionBackend::math;
+    if (s == "flash") return AttentionBackend::flash;
+    throw Error("attention backend must be auto, math or flash, got '" + s + "'");
+}
+
+void set_attention_backend(AttentionBackend b) { g_override = b; }
+AttentionBackend attention_backend_override() { return g_override; }
+
+AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const AttentionMask& mask, const AttentionOptions& opt,
+                                          bool need_weights, std::string* why) {
+    const Call c = normalise(q, k, v);
+    return use_flash(c, mask, opt, need_weights, why) ? AttentionBackend::flash : AttentionBackend::math;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                                    const AttentionOptions& opt, Tensor* weights) {
+    const Call c = normalise(q, k, v);
+    QKV_CHECK(opt.dropout >= 0 && opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ",
+              opt.dropout);
+    const Tensor vl = check_valid_lens(c, mask.valid_lens);
+    if (mask.mask.defined()) {
+        Shape full4{c.B, c.H, c.Tq, c.Tk};
+        Shape ms = mask.mask.shape();
+        if (c.rank3 && ms.size() == 3) ms.insert(ms.begin() + 1, 1);
+        QKV_CHECK(ms.size() <= 4 && broadcast_shapes(ms, full4, "scaled_dot_product_attention") == full4,
+                  "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
+                  full4);
+    }
+    const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
+    AttentionBackend want = opt.backend;
+    if (want == AttentionBackend::automatic) want = g_override;
+    if (want == AttentionBackend::automatic) want = env_backend();
+    Tensor out;
+    if (want == AttentionBackend::math || weights) {
+        QKV_CHECK(want != AttentionBackend::flash || !weights, "scaled_dot_product_attention: the flash "
+                  "backend was forced but attention weights were requested");
+        out = math_attention(c, vl, mask, opt, scale, weights);
+    } else {
+        std::string why;
+        const bool ok = use_flash(c, mask, opt, weights != nullptr, &why);
+        QKV_CHECK(ok || want != AttentionBackend::flash, "scaled_dot_product_attention: the flash backend "
+                  "was forced but cannot run:\n", why);
+        out = ok ? flash_attention(c, vl, mask, opt, scale) : math_attention(c, vl, mask, opt, scale, nullptr);
+    }
+    return c.rank3 ? out.squeeze(1) : out;
+}
+
+}  // namespace qkv
