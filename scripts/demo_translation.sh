@@ -5,9 +5,7 @@
 # attention heatmaps. Usage: scripts/demo_translation.sh path/to/qkv [output folder]
 set -euo pipefail
 QKV="${1:-build/bin/qkv}"
-OUT="${2:-runs/demo}"
-echo
-echo "=== Translation: D2L's Transformer on English-French (qkv train --preset demo) ==="
+OUT="${2:-out/translation}"
 # qkv finds the data via --data, $QKV_DATA or ../shared/data/fra-eng.zip and otherwise says where
 # to download it.
 "$QKV" train --preset demo --out "$OUT"
