@@ -5,7 +5,8 @@
 // static-inline inside the per-ISA namespace chosen by the includer, so no ISA-specific code can
 // be merged into another translation unit by the linker.
 //
-// Each struct gives: V (vector of W floats), M (tail mask), W, the register tile of the GEMM
+// Each struct gives: V (vector of W floats), M (tail mask), W, an 8 x 8 scaled transpose, the
+// register tile of the GEMM
 // micro-kernel (kR rows x kNV vectors of accumulators) and the attention block sizes
 // kBlockQ x kBlockK (queries x keys; chosen by bench/bench_attention.cpp, see the docs).
 #include <cmath>
@@ -37,6 +38,32 @@ constexpr float kExpP3   = 4.1665795894e-2f;
 constexpr float kExpP4   = 1.6666665459e-1f;
 constexpr float kExpP5   = 5.0000001201e-1f;
 
+#if defined(__AVX2__)
+/// dst[c * ds + r] = scale * src[r * ss + c] for an 8 x 8 block (the AVX2 unpack/shuffle/permute
+/// transpose); the AVX-512 build uses it too, so the AVX2 tests cover it.
+static inline void transpose8x8_scaled(const float* src, int64_t ss, float* dst, int64_t ds,
+                                       float scale) {
+    const __m256 k = _mm256_set1_ps(scale);
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+    for (int i = 0; i < 8; i += 2) {
+        t[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i]     = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {
+        _mm256_storeu_ps(dst + c * ds, _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20)));
+        _mm256_storeu_ps(dst + (c + 4) * ds,
+                         _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31)));
+    }
+}
+#endif
+
 #if defined(__AVX512F__)
 struct SimdAvx512 {
     using V = __m512;
@@ -45,6 +72,10 @@ struct SimdAvx512 {
     // 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
     static constexpr int kR = 6, kNV = 4;
     static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        transpose8x8_scaled(src, ss, dst, ds, k);
+    }
 
     static inline V zero() { return _mm512_setzero_ps(); }
     static inline V set1(float x) { return _mm512_set1_ps(x); }
@@ -102,6 +133,10 @@ struct SimdAvx2 {
     // 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
     static constexpr int kR = 6, kNV = 2;
     static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        transpose8x8_scaled(src, ss, dst, ds, k);
+    }
 
     static inline V zero() { return _mm256_setzero_ps(); }
     static inline V set1(float x) { return _mm256_set1_ps(x); }
@@ -164,6 +199,11 @@ struct SimdScalar {
     static constexpr int W = 16;
     static constexpr int kR = 6, kNV = 4;
     static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < 8; ++c) dst[c * ds + r] = k * src[r * ss + c];
+    }
 
     static inline V zero() { return set1(0.0f); }
     static inline V set1(float a) {
