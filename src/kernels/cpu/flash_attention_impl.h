@@ -24,12 +24,6 @@ namespace qkv::kernels::cpu::detail {
 /// MADV_HUGEPAGE (first-touch cost of fresh 4 KiB pages; docs/kernels/flash_attention.md).
 float* flash_thread_workspace(int64_t n);
 
-/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
-/// where Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
-/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold).
-void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
-                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval);
-
 /// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
 /// the best ISA; for bench/bench_attention.cpp --tiles (tile speed vs dnnl_sgemm).
 void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -39,6 +33,8 @@ void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int
 void flash_tile_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                           const float* B, int64_t ldb, float* C, int64_t ldc);
 
+// The per-ISA entry points (flash_attention_avx512.cpp, flash_attention_avx2.cpp,
+// flash_attention.cpp), called by the dispatcher after the CPU checks.
 void flash_forward_avx512(const AttentionParams<float>& p);
 void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_avx2(const AttentionParams<float>& p);
@@ -166,6 +162,32 @@ void pack_transposed(float* dst, int64_t ld, const float* src, int64_t ss, int64
         for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = scale * src[r * ss + c];
     for (int64_t c = 0; c < cols; ++c)
         for (int64_t r = rows; r < lanes; ++r) dst[c * ld + r] = 0.0f;
+}
+
+/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
+/// with Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
+/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold). 8 Philox blocks (32
+/// counters) per call of S::philox8.
+template <class S>
+void dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
+                  uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval) {
+    uint32_t w[4][8];
+    for (int64_t i = 0; i < lanes; ++i) {
+        if (i >= nq) {
+            for (int64_t j = 0; j < nk; ++j) t[j * ld + i] = 0.0f;
+            continue;
+        }
+        const uint64_t first = index0 + uint64_t(i * Tk + j0), last = first + uint64_t(nk);
+        for (uint64_t blk = first >> 2; blk <= (last - 1) >> 2; blk += 8) {
+            S::philox8(blk, seed, w);
+            for (uint64_t l = 0; l < 8; ++l)
+                for (uint64_t k = 0; k < 4; ++k) {
+                    const uint64_t c = 4 * (blk + l) + k;
+                    if (c >= first && c < last)
+                        t[(c - first) * uint64_t(ld) + uint64_t(i)] = (w[k][l] >> 8) >= thr ? keepval : 0.0f;
+                }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,7 +333,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
         for (int64_t v = 0; v < NQV; ++v)
             S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
         if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
-            detail::flash_dropout_tile(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
+            dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
@@ -463,7 +485,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
             }
         if (dropout) {  // Pd = P Z with Z = keep / (1 - p) or 0
-            detail::flash_dropout_tile(pd, Bq, nk, Bq, nq, p.dropout_seed,
+            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
                                        p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk),
                                        p.Tk, j0, thr, keep);
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
