@@ -5,7 +5,7 @@
 //   bench_attention --mem [N]      peak-RSS probe: (1, 8, N, 64) forward+backward, N = 16384
 //   bench_attention --tiles        tile-GEMM probe: micro-kernel vs dnnl_sgemm, 1 thread
 //   bench_attention --probe=fwd|fwdbwd|causal_fwd|causal_fwdbwd --shape=B,H,N,d --reps=R
-//                                  fixed work for `perf stat -e cycles` (robust on a busy machine)
+//                  [--dropout=P]   fixed work, rated per CPU-second (robust on a busy machine)
 #include <benchmark/benchmark.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -32,6 +32,7 @@ using qkv::kernels::CausalAlign;
 namespace cpu = qkv::kernels::cpu;
 
 int           g_threads = 2;
+float         g_dropout = 0.0f;  // --dropout=P (probe only)
 cpu::FlashIsa g_isa     = cpu::FlashIsa::automatic;
 
 struct Problem {
@@ -168,6 +169,7 @@ int probe(const std::string& what, const std::string& shp, int reps) {
     const bool causal = what.rfind("causal", 0) == 0;
     const bool bwd    = what.find("fwdbwd") != std::string::npos;
     Problem    pr(B, H, N, d, causal);
+    pr.p.dropout_p = g_dropout, pr.p.dropout_seed = 1234;
     cpu::flash_attention_forward(pr.p, g_isa);  // warm-up: workspace, page faults
     const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
         else if (std::strncmp(argv[i], "--probe=", 8) == 0) probe_what = argv[i] + 8;
         else if (std::strncmp(argv[i], "--shape=", 8) == 0) probe_shape = argv[i] + 8;
         else if (std::strncmp(argv[i], "--reps=", 7) == 0) probe_reps = std::atoi(argv[i] + 7);
+        else if (std::strncmp(argv[i], "--dropout=", 10) == 0) g_dropout = float(std::atof(argv[i] + 10));
         else rest.push_back(argv[i]);
     }
     if (mem) return mem_probe(memN);

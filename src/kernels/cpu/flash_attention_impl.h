@@ -24,12 +24,6 @@ namespace qkv::kernels::cpu::detail {
 /// MADV_HUGEPAGE (first-touch cost of fresh 4 KiB pages; docs/kernels/flash_attention.md).
 float* flash_thread_workspace(int64_t n);
 
-/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
-/// where Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
-/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold).
-void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
-                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval);
-
 /// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
 /// the best ISA; for bench/bench_attention.cpp --tiles (tile speed vs dnnl_sgemm).
 void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -39,6 +33,8 @@ void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int
 void flash_tile_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                           const float* B, int64_t ldb, float* C, int64_t ldc);
 
+// The per-ISA entry points (flash_attention_avx512.cpp, flash_attention_avx2.cpp,
+// flash_attention.cpp), called by the dispatcher after the CPU checks.
 void flash_forward_avx512(const AttentionParams<float>& p);
 void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_avx2(const AttentionParams<float>& p);
@@ -148,6 +144,52 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
     }
 }
 
+/// dst[c * ld + r] = scale * src[r * ss + c] for r < rows, c < cols, and 0 for rows <= r < lanes:
+/// packs a block of Q or dO rows as the lane-major B operand of the score GEMMs, by 8 x 8 register
+/// transposes (a strided scalar loop cost ~12% of the forward at N = 128).
+template <class S>
+void pack_transposed(float* dst, int64_t ld, const float* src, int64_t ss, int64_t rows,
+                     int64_t lanes, int64_t cols, float scale) {
+    int64_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8)
+            S::transpose8(src + r0 * ss + c0, ss, dst + c0 * ld + r0, ld, scale);
+        for (int64_t r = r0; r < r0 + 8; ++r)
+            for (int64_t c = c0; c < cols; ++c) dst[c * ld + r] = scale * src[r * ss + c];
+    }
+    for (int64_t r = r0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = scale * src[r * ss + c];
+    for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = rows; r < lanes; ++r) dst[c * ld + r] = 0.0f;
+}
+
+/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
+/// with Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
+/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold). 8 Philox blocks (32
+/// counters) per call of S::philox8.
+template <class S>
+void dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
+                  uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval) {
+    uint32_t w[4][8];
+    for (int64_t i = 0; i < lanes; ++i) {
+        if (i >= nq) {
+            for (int64_t j = 0; j < nk; ++j) t[j * ld + i] = 0.0f;
+            continue;
+        }
+        const uint64_t first = index0 + uint64_t(i * Tk + j0), last = first + uint64_t(nk);
+        for (uint64_t blk = first >> 2; blk <= (last - 1) >> 2; blk += 8) {
+            S::philox8(blk, seed, w);
+            for (uint64_t l = 0; l < 8; ++l)
+                for (uint64_t k = 0; k < 4; ++k) {
+                    const uint64_t c = 4 * (blk + l) + k;
+                    if (c >= first && c < last)
+                        t[(c - first) * uint64_t(ld) + uint64_t(i)] = (w[k][l] >> 8) >= thr ? keepval : 0.0f;
+                }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Masks on a transposed score tile t[j * Bq + i] (nk keys x Bq query lanes, keys j0 + j).
 
@@ -238,7 +280,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *o = ws + L.o, *m = ws + L.m,
           *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim;
     float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
-    float*       lse0 = p.lse + (b * p.H + h) * p.Tq + i0;
+    float*       lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;  // optional
     const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
     const float* kbase = p.k + b * p.k_stride_b + hk * p.k_stride_h;
     const float* vbase = p.v + b * p.v_stride_b + hk * p.v_stride_h;
@@ -249,14 +291,13 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     if (kmax < 0) {  // every row fully masked
         for (int64_t i = 0; i < nq; ++i) {
             for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
-            lse0[i] = -INFINITY;
+            if (lse0) lse0[i] = -INFINITY;
             if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
         }
         return;
     }
     // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
-    for (int64_t d = 0; d < p.D; ++d)
-        for (int64_t i = 0; i < Bq; ++i) qt[d * Bq + i] = i < nq ? p.scale * q0[i * p.q_stride_t + d] : 0.0f;
+    pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, p.scale);
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
 
@@ -292,7 +333,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
         for (int64_t v = 0; v < NQV; ++v)
             S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
         if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
-            detail::flash_dropout_tile(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
+            dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
@@ -306,8 +347,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     for (int64_t i = 0; i < nq; ++i) {
         const float inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
         const float lg  = l[i] > 0.0f ? std::log(l[i]) : 0.0f;
-        lse0[i]         = l[i] > 0.0f ? m[i] + lg : -INFINITY;
-        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - lse0[i]) + lg : 0.0f;  // Fast2Sum residual
+        const float hi  = l[i] > 0.0f ? m[i] + lg : -INFINITY;
+        if (lse0) lse0[i] = hi;
+        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - hi) + lg : 0.0f;  // Fast2Sum residual
+        if (p.Dv == 0) continue;
         float*       dst = out0 + i * p.o_stride_t;
         const float* src = o + i * Dvp;
         const V      iv  = S::set1(inv);
@@ -342,7 +385,7 @@ void forward(const AttentionParams<float>& p) {
 
 template <class S>
 struct BwdLayout {
-    static constexpr int64_t Bq = S::kBlockQ, Bk = S::kBlockK;
+    static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
     int64_t nqb;
     int64_t qt, dot, lse, lo, dd, lim, kmin, kmax, st, pd, ds, dq, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
@@ -374,12 +417,8 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         float* qt  = ws + L.qt + qb * p.D * Bq;
         float* dot = ws + L.dot + qb * p.Dv * Bq;
-        for (int64_t d = 0; d < p.D; ++d)
-            for (int64_t i = 0; i < Bq; ++i)
-                qt[d * Bq + i] = i < nq ? p.scale * q0[(i0 + i) * p.q_stride_t + d] : 0.0f;
-        for (int64_t e = 0; e < p.Dv; ++e)
-            for (int64_t i = 0; i < Bq; ++i)
-                dot[e * Bq + i] = i < nq ? do0[(i0 + i) * p.o_stride_t + e] : 0.0f;
+        pack_transposed<S>(qt, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, nq, Bq, p.D, p.scale);
+        pack_transposed<S>(dot, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, Bq, p.Dv, 1.0f);
         for (int64_t i = 0; i < Bq; ++i) {
             float lv = INFINITY, lov = 0.0f, dv = 0.0f;
             if (i < nq) {
@@ -446,7 +485,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
             }
         if (dropout) {  // Pd = P Z with Z = keep / (1 - p) or 0
-            detail::flash_dropout_tile(pd, Bq, nk, Bq, nq, p.dropout_seed,
+            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
                                        p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk),
                                        p.Tk, j0, thr, keep);
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
