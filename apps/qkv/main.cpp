@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "commands.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
+#include "qkv/ops/attention.h"
+#include "qkv/ops/kernel_mode.h"
 
 namespace qkv::cli {
 namespace {
@@ -36,8 +39,17 @@ int main(int argc, char** argv) {
     int threads = 0;
     app.add_option("--threads", threads, "threads for kernels (default: all cores)")
         ->check(CLI::NonNegativeNumber);
+    std::string attention = "auto", kernels = "fast";
+    app.add_option("--attention", attention,
+                   "attention backend: auto (fused flash kernel when it can run), math or flash "
+                   "(also QKV_ATTENTION)")
+        ->check(CLI::IsMember({"auto", "math", "flash"}));
+    app.add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
+        ->check(CLI::IsMember({"fast", "ref"}));
     app.parse_complete_callback([&] {
         if (threads > 0) qkv::set_num_threads(threads);
+        qkv::set_attention_backend(qkv::parse_attention_backend(attention));
+        if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     try {
