@@ -14,6 +14,7 @@
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/embedding.h"
+#include "qkv/ops/gru.h"
 #include "qkv/ops/layer_norm.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/ops.h"
@@ -124,6 +125,13 @@ std::vector<Row> table() {
              return cross_entropy(x[0], ids({0, 3, 1}, {3}), Tensor(), o);
          }},
         {"linear_nobias", {{3, 4}, {2, 4}}, [](V x) { return linear(x[0], x[1]); }},
+        {"gru_cell", {{2, 9}, {2, 9}, {2, 3}}, [](V x) { return gru_cell(x[0], x[1], x[2]); }, -2.0, 2.0},
+        {"gru_sequence", {{3, 2, 9}, {2, 3}, {9, 3}, {9}}, [](V x) {
+             return gru_sequence(x[0], x[1], x[2], x[3]);
+         }, -2.0, 2.0},
+        {"gru_sequence_zero_h0", {{4, 2, 6}, {6, 2}}, [](V x) {
+             return gru_sequence(x[0], Tensor(), x[1], Tensor());
+         }, -2.0, 2.0},
     };
     return rows;
 }

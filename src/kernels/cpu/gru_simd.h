@@ -1,0 +1,112 @@
+#pragma once
+// GRU cell kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
+// by gru_avx2.cpp and gru_avx512.cpp; the per-ISA entry points are declared first.
+// σ(x) = 1 / (1 + e^−x) and tanh(x) = 1 − 2 / (1 + e^2x) with the polynomial exp of exp_simd.h:
+// both saturate correctly (e^x = +inf or 0 gives ±1 / 0 / 1, never NaN) and are within a few
+// fp32 ulps of 1 in absolute terms (tanh near 0 is absolute-, not relative-accurate).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/exp_simd.h"
+
+namespace qkv::kernels::cpu::detail {
+
+#define QKV_GRU_DECLARE(isa)                                                                     \
+    void gru_cell_forward_##isa(float* h_new, float* ws, const float* gi, const float* gh,       \
+                                const float* h, int64_t B, int64_t H);                           \
+    void gru_cell_backward_##isa(float* dgi, float* dgh, float* dh, const float* dh_new,         \
+                                 const float* ws, const float* h, int64_t B, int64_t H);
+QKV_GRU_DECLARE(avx2)
+QKV_GRU_DECLARE(avx512)
+#undef QKV_GRU_DECLARE
+
+/// Below this many elements (B·H) the cell stays on the calling thread (an OpenMP fork/join
+/// costs a few µs, about what one thread needs for 10⁴ gate evaluations).
+constexpr int64_t kGruMinParallel = 1 << 14;
+
+}  // namespace qkv::kernels::cpu::detail
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
+namespace {
+
+template <class V>
+inline typename V::R sigmoid(typename V::R x) {
+    const auto one = V::set1(1.0f);
+    return V::div(one, V::add(one, exp<V>(V::sub(V::zero(), x))));
+}
+
+template <class V>
+inline typename V::R tanh(typename V::R x) {
+    const auto one = V::set1(1.0f);
+    return V::sub(one, V::div(V::set1(2.0f), V::add(one, exp<V>(V::add(x, x)))));
+}
+
+// One row's gates for lanes [j, j + n) (n = V::W, or a tail n < V::W via masked loads/stores).
+template <class V, bool kTail>
+inline void gru_cell_lanes(float* hn_out, float* w, const float* gi, const float* gh,
+                           const float* h, int64_t H, int64_t j, int64_t n) {
+    auto ld = [&](const float* p) { return kTail ? V::load_tail(p, n, 0.f) : V::load(p); };
+    auto st = [&](float* p, typename V::R a) {
+        if constexpr (kTail) V::store_tail(p, a, n); else V::store(p, a);
+    };
+    const auto r  = sigmoid<V>(V::add(ld(gi + j), ld(gh + j)));
+    const auto z  = sigmoid<V>(V::add(ld(gi + H + j), ld(gh + H + j)));
+    const auto hn = ld(gh + 2 * H + j);
+    const auto nn = tanh<V>(V::add(ld(gi + 2 * H + j), V::mul(r, hn)));
+    const auto hp = ld(h + j);
+    if (w) {
+        st(w + j, r);
+        st(w + H + j, z);
+        st(w + 2 * H + j, nn);
+        st(w + 3 * H + j, hn);
+    }
+    st(hn_out + j, V::add(nn, V::mul(z, V::sub(hp, nn))));
+}
+
+template <class V>
+void gru_cell_forward_t(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
+                        int64_t B, int64_t H) {
+#pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
+    for (int64_t b = 0; b < B; ++b) {
+        const float* gib = gi + b * 3 * H;
+        const float* ghb = gh + b * 3 * H;
+        const float* hb  = h + b * H;
+        float* ob        = h_new + b * H;
+        float* wb        = ws ? ws + b * 4 * H : nullptr;
+        int64_t j        = 0;
+        for (; j + V::W <= H; j += V::W) gru_cell_lanes<V, false>(ob, wb, gib, ghb, hb, H, j, V::W);
+        if (j < H) gru_cell_lanes<V, true>(ob, wb, gib, ghb, hb, H, j, H - j);
+    }
+}
+
+// Pure arithmetic: the compiler vectorises this loop with the TU's ISA flags.
+template <class V>
+void gru_cell_backward_t(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
+                         const float* h, int64_t B, int64_t H) {
+#pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
+    for (int64_t b = 0; b < B; ++b) {
+        const float* w  = ws + b * 4 * H;
+        const float* g  = dh_new + b * H;
+        const float* hb = h + b * H;
+        float* di       = dgi + b * 3 * H;
+        float* dg       = dgh + b * 3 * H;
+        float* dhb      = dh ? dh + b * H : nullptr;
+        for (int64_t j = 0; j < H; ++j) {
+            const float r = w[j], z = w[H + j], n = w[2 * H + j], hn = w[3 * H + j];
+            const float an = g[j] * (1.0f - z) * (1.0f - n * n);
+            const float az = g[j] * (hb[j] - n) * z * (1.0f - z);
+            const float ar = an * hn * r * (1.0f - r);
+            di[j] = dg[j] = ar;
+            di[H + j] = dg[H + j] = az;
+            di[2 * H + j]         = an;
+            dg[2 * H + j]         = an * r;
+        }
+        if (dhb)
+            for (int64_t j = 0; j < H; ++j) dhb[j] = g[j] * w[H + j];
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::simd
+#endif
