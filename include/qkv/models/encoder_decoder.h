@@ -1,0 +1,66 @@
+#pragma once
+// The encoder–decoder interface (D2L 10.6 "The Encoder–Decoder Architecture", spec §1.10) that
+// training (train/) and decoding (decode/) program against: a teacher-forced forward pass, and
+// incremental decoding from a DecoderState. The Transformer (models/transformer.h) implements it.
+// Dim legend: B batch, Ts source length, Tt target length, C model width, V target vocabulary.
+#include <memory>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/nn/module.h"
+
+namespace qkv::models {
+
+/// Attention weights recorded during incremental decoding (for heatmaps), one entry per decoded
+/// step and decoder block: self[step][blk] is (B, H, 1, step+1) (the new query against every
+/// target position so far), cross[step][blk] is (B, H, 1, Ts). Weights are before dropout.
+struct DecoderAttentionTrace {
+    std::vector<std::vector<Tensor>> self, cross;
+};
+
+/// What incremental decoding carries from one step to the next: the encoder outputs and whatever
+/// the decoder caches. Owned by the caller; one state per batch of sources.
+class DecoderState {
+public:
+    virtual ~DecoderState() = default;
+    /// Rows of the batch in the new order (beam search): index i64 (B'), values in [0, B). Every
+    /// cached tensor is gathered along its batch dim; B' may differ from B. Throws on a bad index.
+    virtual void reorder(const Tensor& index) = 0;
+    /// Number of target tokens decoded so far (the next step's position).
+    virtual int64_t steps() const = 0;
+    /// Batch size B.
+    virtual int64_t batch_size() const = 0;
+    /// When non-null, decode_step appends the step's attention weights here.
+    DecoderAttentionTrace* trace = nullptr;
+};
+
+/// A sequence-to-sequence model: encoder (source ids -> states) and decoder (target prefix +
+/// encoder states -> next-token logits). Inputs are i64 token ids; valid lengths are i64 (B).
+class EncoderDecoder : public nn::Module {
+public:
+    /// Teacher-forced pass (D2L EncoderDecoder.forward): src (B, Ts), src_valid_len (B),
+    /// dec_input (B, Tt) (<bos> + target[:-1]) -> decoder hidden states (B, Tt, C), before the
+    /// output layer. Causally masked: position t sees target positions <= t only.
+    virtual Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len,
+                                  const Tensor& dec_input) = 0;
+    /// The output layer: hidden (..., C) -> logits (..., V). Separate so that a loss can apply it
+    /// to the positions it counts only (the anchor skips <pad> rows; same loss, less work).
+    virtual Tensor output_logits(const Tensor& hidden) = 0;
+    /// forward_hidden then output_logits: (B, Tt, V).
+    Tensor forward(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input) {
+        return output_logits(forward_hidden(src, src_valid_len, dec_input));
+    }
+
+    /// Runs the encoder and prepares incremental decoding (D2L init_state). No autograd history
+    /// is needed; callers run decoding under NoGradGuard.
+    virtual std::unique_ptr<DecoderState> init_state(const Tensor& src,
+                                                     const Tensor& src_valid_len) = 0;
+    /// One decoding step: tokens (B) i64, the previous output (<bos> first) -> logits (B, V).
+    /// Costs O(steps) per token (cached keys/values). Advances state.steps() by one.
+    virtual Tensor decode_step(const Tensor& tokens, DecoderState& state) = 0;
+
+    virtual int64_t src_vocab_size() const = 0;
+    virtual int64_t tgt_vocab_size() const = 0;
+};
+
+}  // namespace qkv::models
