@@ -3,6 +3,7 @@
 #include "qkv/models/bahdanau.h"
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/ops/additive_attention.h"
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/embedding.h"
 #include "qkv/ops/masked_softmax.h"
@@ -61,9 +62,9 @@ Tensor BahdanauAttention::forward(const Tensor& query, const Tensor& projected_k
                                   const Tensor& values, const Tensor& valid_lens,
                                   Tensor* weights) const {
     const int64_t B = query.size(0), Ts = projected_keys.size(1);
-    // features (B, Ts, H) = tanh(W_q q broadcast over keys + W_k k); scores (B, 1, Ts).
-    const Tensor features = tanh(W_q->forward(query).unsqueeze(1) + projected_keys);
-    const Tensor scores = w_v->forward(features).reshape({B, 1, Ts});
+    // scores (B, 1, Ts) = w_vᵀ tanh(W_q q + W_k k), fused (no (B, Ts, H) feature tensor).
+    const Tensor scores = additive_attention_scores(W_q->forward(query).unsqueeze(1), projected_keys,
+                                                    w_v->weight.reshape({w_v->in_features}));
     const Tensor w = masked_softmax(scores, valid_lens);
     if (weights) *weights = w.detach().reshape({B, Ts});
     return matmul(qkv::dropout(w, dropout, is_training()), values).reshape({B, values.size(2)});

@@ -1,13 +1,11 @@
 #pragma once
 // GRU cell kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
 // by gru_avx2.cpp and gru_avx512.cpp; the per-ISA entry points are declared first.
-// σ(x) = 1 / (1 + e^−x) and tanh(x) = 1 − 2 / (1 + e^2x) with the polynomial exp of exp_simd.h:
-// both saturate correctly (e^x = +inf or 0 gives ±1 / 0 / 1, never NaN) and are within a few
-// fp32 ulps of 1 in absolute terms (tanh near 0 is absolute-, not relative-accurate).
+// σ and tanh come from activation_simd.h.
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/activation_simd.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -29,18 +27,6 @@ constexpr int64_t kGruMinParallel = 1 << 14;
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
 namespace {
-
-template <class V>
-inline typename V::R sigmoid(typename V::R x) {
-    const auto one = V::set1(1.0f);
-    return V::div(one, V::add(one, exp<V>(V::sub(V::zero(), x))));
-}
-
-template <class V>
-inline typename V::R tanh(typename V::R x) {
-    const auto one = V::set1(1.0f);
-    return V::sub(one, V::div(V::set1(2.0f), V::add(one, exp<V>(V::add(x, x)))));
-}
 
 // One row's gates for lanes [j, j + n) (n = V::W, or a tail n < V::W via masked loads/stores).
 template <class V, bool kTail>
