@@ -90,6 +90,10 @@ TEST(LayerNormKernels, FastMatchesRef_D2LShapeParallel) {
     check_case({1000, 33, true}, 104);
 }
 
+TEST(LayerNormKernels, FastMatchesRef_WideRows) {
+    check_case({3, 17496, true}, 150);
+}
+
 TEST(LayerNormKernels, FastMatchesRef_LargeOffset) {
     check_case({9, 256, true, 1e4f}, 200);
 }

@@ -8,7 +8,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/ref/matmul.h"
 #include "qkv/core/error.h"
-#include "support/test_util.h"
+#include "kernels/kernel_test_util.h"
 
 namespace {
 
@@ -19,7 +19,7 @@ using qkv::test::random_floats;
 namespace ref = qkv::kernels::ref;
 namespace cpu = qkv::kernels::cpu;
 
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+using qkv::test::to_double;
 
 struct GemmCase {
     bool ta, tb;
@@ -160,6 +160,29 @@ TEST(MatmulKernels, BatchedDegenerate) {
     cpu::gemm_batched(false, false, 3, 2, 4, 1.f, nullptr, 4, 12, nullptr, 2, 8, 0.f, C.data(),
                       2, 6, 0);  // batch 0: nothing written
     EXPECT_EQ(C, std::vector<float>(12, 0.5f));
+}
+
+// The backward calls documented in docs/kernels/matmul.md, checked against central differences
+// of c = a·b (L = Σ dc∘c): da = dc·bᵀ = gemm(false, true, M, K, N, ...), db = aᵀ·dc =
+// gemm(true, false, K, N, M, ...).
+TEST(MatmulKernels, DocumentedBackwardCallsMatchFiniteDifferences) {
+    const int64_t M = 3, K = 4, N = 5;
+    const auto a = to_double(random_floats(M * K, 500)), b = to_double(random_floats(K * N, 501));
+    const auto dc = to_double(random_floats(M * N, 502));
+    auto product = [&](const std::vector<double>& av, const std::vector<double>& bv) {
+        std::vector<double> c(M * N);
+        ref::gemm<double>(false, false, M, N, K, 1.0, av.data(), K, bv.data(), N, 0.0, c.data(), N);
+        return c;
+    };
+    std::vector<double> da(M * K), db(K * N);
+    ref::gemm<double>(false, true, M, K, N, 1.0, dc.data(), N, b.data(), N, 0.0, da.data(), K);
+    ref::gemm<double>(true, false, K, N, M, 1.0, a.data(), K, dc.data(), N, 0.0, db.data(), N);
+    using qkv::test::all_close;
+    using qkv::test::numeric_grad;
+    EXPECT_TRUE(all_close(da, numeric_grad([&](const auto& v) { return product(v, b); }, a, dc),
+                          qkv::test::kGradAtol, qkv::test::kGradRtol));
+    EXPECT_TRUE(all_close(db, numeric_grad([&](const auto& v) { return product(a, v); }, b, dc),
+                          qkv::test::kGradAtol, qkv::test::kGradRtol));
 }
 
 }  // namespace

@@ -1,7 +1,17 @@
 #pragma once
 // D2L's attention modules (chapter 11, "Attention Mechanisms and Transformers"), with the
-// parameter names PyTorch's state_dict of the D2L classes has (e.g. "W_q.weight").
-// Dim legend: B batch, Tq queries, Tk keys, C num_hiddens, H heads, F FFN width.
+// parameter names PyTorch's state_dict of the D2L classes has (e.g. "W_q.weight"), built as
+// compositions of differentiable ops (ops/attention.h, ops/masked_softmax.h). Golden parity with
+// PyTorch: tests/nn/test_attention_modules.cpp (fixtures from tools/gen_fixtures.py).
+// Dim legend: B batch, Tq queries, Tk keys, D query/key width, Dv value width, C num_hiddens,
+// H heads, F FFN width. All modules take f32 (or f64) tensors.
+//
+// Masking everywhere follows masked_softmax: valid_lens (B) gives every query of batch b the
+// first valid_lens[b] keys, (B, Tq) one length per query; masked weights are exactly 0. A query
+// with no valid key (valid_len 0) gets weights 0 and output 0 — D2L's −1e6 fill gives uniform
+// weights 1/Tk there instead; partially masked rows equal D2L's result.
+// Dropout (inverted, on the attention weights or outputs) acts only in training mode
+// (Module::train(); modules start in training mode like torch.nn.Module).
 #include <memory>
 #include <vector>
 
@@ -11,9 +21,11 @@
 
 namespace qkv::nn {
 
-/// Scaled dot-product attention (D2L 11.3.2): q (B, Tq, D), k (B, Tk, D), v (B, Tk, Dv),
-/// valid_lens undefined, (B) or (B, Tq) -> (B, Tq, Dv). Dropout on the weights in training.
-/// attention_weights() holds the last call's weights (B, Tq, Tk) before dropout.
+/// Scaled dot-product attention (D2L 11.3.2; Vaswani et al. 2017 eq. 1): q (B, Tq, D),
+/// k (B, Tk, D), v (B, Tk, Dv), valid_lens undefined, (B) or (B, Tq) (int64 or float) ->
+/// softmax(q kᵀ/√D) v of shape (B, Tq, Dv). Dropout on the weights in training.
+/// attention_weights() holds the last call's weights (B, Tq, Tk) before dropout (detached).
+/// Throws qkv::Error on rank/shape mismatches (naming the shapes) or dropout outside [0, 1).
 class DotProductAttention : public Module {
 public:
     explicit DotProductAttention(double dropout);
@@ -27,7 +39,11 @@ private:
 };
 
 /// Additive attention (D2L 11.3.3; Bahdanau et al. 2015): score = w_vᵀ tanh(W_q q + W_k k),
-/// all three bias-free. q (B, Tq, query_size), k (B, Tk, key_size), v (B, Tk, Dv).
+/// all three bias-free (W_q: query_size -> num_hiddens, W_k: key_size -> num_hiddens, w_v:
+/// num_hiddens -> 1), so query and key sizes may differ. q (B, Tq, query_size),
+/// k (B, Tk, key_size), v (B, Tk, Dv), valid_lens as DotProductAttention -> (B, Tq, Dv).
+/// Forms the (B, Tq, Tk, num_hiddens) features explicitly. attention_weights(): (B, Tq, Tk)
+/// before dropout. Throws qkv::Error when the input widths differ from the constructor's.
 class AdditiveAttention : public Module {
 public:
     AdditiveAttention(int64_t key_size, int64_t query_size, int64_t num_hiddens, double dropout);
@@ -50,9 +66,14 @@ struct MultiHeadAttentionConfig {
 };
 
 /// Multi-head attention (D2L 11.5; Vaswani et al. 2017 §3.2.2). queries (B, Tq, query_size),
-/// keys (B, Tk, key_size), values (B, Tk, value_size) -> (B, Tq, C). valid_lens (B) or (B, Tq).
-/// `causal` adds a top-left causal mask (D2L's training dec_valid_lens = 1..T is this mask).
-/// Uses the fused flash kernel when weights are not kept (keep_attention_weights(false)).
+/// keys (B, Tk, key_size), values (B, Tk, value_size) -> (B, Tq, C). The projections are split
+/// into H heads of width C/H as (B, H, T, C/H) views (D2L's transpose_qkv without the copy) and
+/// passed to scaled_dot_product_attention with scale 1/√(C/H); valid_lens (B) or (B, Tq) apply to
+/// every head (D2L's repeat_interleave over heads); the heads are concatenated in order and
+/// projected by W_o. `causal` adds a top-left causal mask (D2L's training dec_valid_lens = 1..T
+/// is this mask). Uses the fused flash kernel when the dispatcher allows and weights are not kept
+/// (keep_attention_weights(false)); keeping them runs the math path. Throws qkv::Error when
+/// num_heads does not divide num_hiddens, or on input widths/shapes that do not match.
 class MultiHeadAttention : public Module {
 public:
     explicit MultiHeadAttention(const MultiHeadAttentionConfig& cfg);
@@ -71,8 +92,11 @@ private:
 };
 
 /// Sinusoidal positional encoding (D2L 11.6.3): P[i, 2j] = sin(i / 10000^(2j/C)),
-/// P[i, 2j+1] = cos(i / 10000^(2j/C)); odd C works (the last column is a sin). forward(X (B, T, C),
-/// offset) adds P[offset : offset+T] then dropout.
+/// P[i, 2j+1] = cos(i / 10000^(2j/C)), computed in float32 step by step as D2L does; row 0 is
+/// [0, 1, 0, 1, ...]; odd C works (the last column is a sin; D2L requires an even C).
+/// forward(X (B, T, C), offset) adds P[offset : offset+T] (D2L always uses offset 0) then
+/// dropout. P is a plain member, not a parameter or buffer (as in D2L's state_dict). Throws
+/// when X is not (B, T, C) or offset + T > max_len.
 class PositionalEncoding : public Module {
 public:
     PositionalEncoding(int64_t num_hiddens, double dropout, int64_t max_len = 1000);
@@ -81,7 +105,8 @@ public:
     std::shared_ptr<Dropout> dropout;
 };
 
-/// Position-wise FFN (D2L 11.7.2): dense2(relu(dense1(X))), both with bias.
+/// Position-wise FFN (D2L 11.7.2): dense2(relu(dense1(X))), both with bias; X (..., ffn_num_input)
+/// -> (..., ffn_num_outputs). No dropout inside.
 class PositionWiseFFN : public Module {
 public:
     PositionWiseFFN(int64_t ffn_num_input, int64_t ffn_num_hiddens, int64_t ffn_num_outputs);
@@ -89,7 +114,8 @@ public:
     std::shared_ptr<Linear> dense1, dense2;
 };
 
-/// Residual + layer norm (D2L 11.7.3, post-LN): ln(dropout(Y) + X).
+/// Residual + layer norm (D2L 11.7.3, post-LN): ln(dropout(Y) + X); X, Y of the same shape
+/// (..., *norm_shape) (throws otherwise). LayerNorm: eps 1e-5, weight 1, bias 0.
 class AddNorm : public Module {
 public:
     AddNorm(Shape norm_shape, double dropout);

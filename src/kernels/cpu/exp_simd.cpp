@@ -8,12 +8,13 @@ namespace {
 
 Isa detect_isa() {
     __builtin_cpu_init();
-    // The *_avx512.cpp files are compiled with F, BW, VL and DQ: all four must be present.
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    // The *_avx2.cpp files are compiled with AVX2 + FMA, the *_avx512.cpp files with F, BW, VL,
+    // DQ, AVX2 and FMA; the AVX-512 tier may also call AVX2 bodies (dropout).
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::scalar;
+    return avx2 ? Isa::avx2 : Isa::scalar;
 }
 
 Isa g_max_isa = Isa::avx512;  // cap set by set_max_isa (tests, benchmarks)

@@ -43,6 +43,9 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
                   int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
                   int64_t batch) {
+    // A shared B with A and C blocks stacked row after row is one tall GEMM (batch·M rows).
+    if (batch > 1 && stride_b == 0 && !trans_a && stride_a == M * lda && stride_c == M * ldc)
+        return sgemm(false, trans_b, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     const double flops = 2.0 * double(M) * double(N) * double(K);
     const bool per_thread = batch > 1 && omp_get_max_threads() > 1 && flops < kPerThreadMaxFlops;
     if (!per_thread) {

@@ -11,7 +11,7 @@ namespace qkv::kernels::cpu::detail {
 /// dγ/dβ partials: one (N) pair per block of rows; the block size depends only on `rows`, so the
 /// summation order (rows in order within a block, blocks in order) is the same on any thread
 /// count. 32 rows per block, more when that would give over 512 blocks (bounded scratch).
-inline int64_t layer_norm_rows_per_block(int64_t rows) {
+static inline int64_t layer_norm_rows_per_block(int64_t rows) {
     const int64_t by_cap = (rows + 511) / 512;
     return by_cap > 32 ? by_cap : 32;
 }

@@ -1,0 +1,187 @@
+// `qkv nw`: the seed's Nadaraya–Watson experiment (shared/seeds/000), D2L ZH's variant
+// (--preset zh) and the non-parametric estimator (--kernel-width). Trains, predicts on
+// x_test = 0, 0.1, ..., 4.9, prints per-epoch lines and writes the plots and a history CSV.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/generator.h"
+#include "qkv/models/nadaraya_watson.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/reduce.h"
+#include "qkv/util/plot.h"
+
+namespace qkv::cli {
+namespace {
+
+struct NwArgs {
+    std::string preset = "seed";
+    int64_t n_train    = 0;  // 0: the preset's
+    int64_t epochs     = -1;
+    double lr          = 0.5;
+    uint64_t seed      = 0;
+    std::string data, out = "out/nw";
+    double kernel_width = 0;  // > 0: non-parametric, no training
+};
+
+std::vector<double> as_doubles(const Tensor& t) {
+    std::vector<double> v;
+    for (float x : t.contiguous().to_vector<float>()) v.push_back(x);
+    return v;
+}
+
+void save_both(const util::LinePlot& p, const std::string& stem) {
+    p.save(stem + ".png");
+    p.save(stem + ".svg");
+}
+
+void run_nw(const NwArgs& a) {
+    using namespace models;
+    const NWPreset preset = a.preset == "zh" ? NWPreset::zh : NWPreset::seed;
+    const bool zh         = preset == NWPreset::zh;
+    Generator gen(a.seed);
+
+    // ---- data ----
+    NWData d;
+    if (!a.data.empty()) {
+        std::tie(d.x_train, d.y_train) = read_xy_csv(a.data);
+        d.x_test = nw_test_inputs();
+    } else {
+        d = make_nw_data(preset, a.n_train > 0 ? a.n_train : (zh ? 50 : 150), gen);
+    }
+    const int64_t n = d.x_train.size(0);
+    std::printf("Nadaraya-Watson (%s): %lld training points%s, %lld test queries\n",
+                zh ? "D2L ZH preset" : "seed experiment", (long long)n,
+                a.data.empty() ? "" : (" from " + a.data).c_str(), (long long)d.x_test.size(0));
+
+    // ---- model: parametric (trained) or non-parametric with a fixed width ----
+    NWResult test;
+    std::vector<NWEpoch> hist;
+    if (a.kernel_width > 0) {
+        std::printf("non-parametric Gaussian kernel, width sigma = %g (no training)\n", a.kernel_width);
+        NoGradGuard ng;
+        test = nadaraya_watson(d.x_test, d.x_train, d.y_train, a.kernel_width);
+    } else {
+        // The seed initialises w to 1.0; D2L ZH draws it from U[0, 1).
+        const double w0 = zh ? gen.uniform() : 1.0;
+        NWKernelRegression model(w0);
+        NWTrainConfig cfg;
+        cfg.epochs = a.epochs >= 0 ? a.epochs : (zh ? 5 : 20);
+        cfg.lr     = a.lr;
+        cfg.loss   = zh ? NWLoss::sum : NWLoss::mean;
+        std::printf("parametric kernel, w0 = %.4f, SGD lr %g, %lld epochs, loss %s\n", w0, cfg.lr,
+                    (long long)cfg.epochs, zh ? "sum of squared errors" : "MSE (mean)");
+        hist = train_nw(model, d.x_train, d.y_train, cfg, [zh](const NWEpoch& e) {
+            if (zh)  // D2L ZH's print
+                std::printf("epoch %lld, loss %.6f\n", (long long)e.epoch, e.loss);
+            else  // the seed's print
+                std::printf("epoch %02lld, loss = %.4f, w = %.4f\n", (long long)e.epoch, e.loss, e.w);
+            std::fflush(stdout);
+        });
+        NoGradGuard ng;
+        test.predictions       = model.forward(d.x_test, d.x_train, d.y_train);
+        test.attention_weights = model.attention_weights();
+    }
+    if (d.y_true.defined()) {
+        const double mse = mean(pow(sub(test.predictions, d.y_true), 2.0)).item();
+        std::printf("test MSE against the true function: %.4f\n", mse);
+    }
+
+    // ---- outputs ----
+    std::filesystem::create_directories(a.out);
+    const std::string out = a.out + "/";
+    util::LinePlot fit;
+    fit.width = 640, fit.height = 420;
+    fit.title  = a.kernel_width > 0 ? "Nadaraya-Watson, Gaussian kernel" : "Nadaraya-Watson, learned w";
+    fit.xlabel = "x", fit.ylabel = "y";
+    util::Series pts;
+    pts.label = "train data", pts.x = as_doubles(d.x_train), pts.y = as_doubles(d.y_train);
+    pts.line = false, pts.marker = util::Marker::circle;
+    pts.color = util::Color{0.12, 0.47, 0.71, 0.5};
+    fit.add(pts);
+    if (d.y_true.defined()) {
+        util::Series truth;
+        truth.label = "true function", truth.x = as_doubles(d.x_test), truth.y = as_doubles(d.y_true);
+        truth.color = util::series_color(1), truth.dashed = true;
+        fit.add(truth);
+    }
+    util::Series pred;
+    pred.label = "NW prediction", pred.x = as_doubles(d.x_test), pred.y = as_doubles(test.predictions);
+    pred.color = util::series_color(2);
+    fit.add(pred);
+    save_both(fit, out + "fit");
+
+    util::Heatmap heat(as_doubles(test.attention_weights), test.attention_weights.size(0),
+                       test.attention_weights.size(1));
+    heat.title  = "attention weights";
+    heat.xlabel = "Sorted training inputs", heat.ylabel = "Sorted testing inputs";
+    heat.cell_px = 5;  // 50 test rows stay readable (250 px) with index ticks every 10
+    heat.save(out + "attention.png");
+    heat.save(out + "attention.svg");
+    const auto [hw, hh] = heat.canvas_size();
+
+    std::printf("wrote %sfit.png and .svg (640x420 px), %sattention.png and .svg (%dx%d px)",
+                out.c_str(), out.c_str(), hw, hh);
+    if (!hist.empty()) {
+        std::ofstream csv(out + "history.csv");
+        csv << "epoch,loss,w\n";
+        char buf[96];
+        for (const auto& e : hist) {
+            std::snprintf(buf, sizeof buf, "%lld,%.9g,%.9g\n", (long long)e.epoch, e.loss, e.w);
+            csv << buf;
+        }
+        QKV_CHECK(csv.good(), "nw: cannot write '", out, "history.csv'");
+        util::LinePlot lp;
+        lp.width = 640, lp.height = 420;
+        lp.title = "training loss", lp.xlabel = "epoch", lp.ylabel = zh ? "sum of squared errors" : "MSE";
+        lp.legend = util::LegendPos::none;
+        util::Series s;
+        for (const auto& e : hist) s.x.push_back(double(e.epoch)), s.y.push_back(e.loss);
+        s.marker = util::Marker::circle;
+        lp.add(s);
+        save_both(lp, out + "loss");
+        std::printf(", %sloss.png and .svg, %shistory.csv", out.c_str(), out.c_str());
+    }
+    std::printf("\n");
+}
+
+Registration reg([](CLI::App& app) {
+    auto a   = std::make_shared<NwArgs>();
+    auto* sc = app.add_subcommand("nw", "Nadaraya-Watson kernel regression as attention pooling "
+                                        "(the seed experiment; D2L 11.2 / ZH 10.2)");
+    sc->add_option("--preset", a->preset, "seed: 150 points, 2.333 sin x + x^0.666, w0 = 1, MSE, "
+                                          "20 epochs; zh: D2L ZH, 50 points, 2 sin x + x^0.8, "
+                                          "w0 ~ U[0,1), summed loss, 5 epochs")
+        ->check(CLI::IsMember({"seed", "zh"}))
+        ->capture_default_str();
+    auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
+                                                      "(default: 150, or 50 with --preset zh)")
+                  ->check(CLI::Range(int64_t(2), int64_t(100000)));
+    auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh)")
+        ->check(CLI::Range(int64_t(0), int64_t(1000000)));
+    auto* lr = sc->add_option("--lr", a->lr, "SGD learning rate")
+                   ->check(CLI::PositiveNumber)
+                   ->capture_default_str();
+    sc->add_option("--seed", a->seed, "seed of the data generator (and of w0 with --preset zh)")
+        ->capture_default_str();
+    sc->add_option("--data", a->data, "CSV of x,y training pairs (header line allowed) instead of "
+                                      "generated data")
+        ->check(CLI::ExistingFile)
+        ->excludes(n);
+    sc->add_option("--out", a->out, "output folder for plots and history.csv")->capture_default_str();
+    sc->add_option("--kernel-width", a->kernel_width, "non-parametric Gaussian kernel of this "
+                                                      "width sigma: exp(-(q-k)^2 / (2 sigma^2)); "
+                                                      "no training")
+        ->check(CLI::PositiveNumber)
+        ->excludes(ep)
+        ->excludes(lr);
+    sc->callback([a] { run_nw(*a); });
+});
+
+}  // namespace
+}  // namespace qkv::cli

@@ -1,0 +1,53 @@
+// Fast optimizer steps (see cpu/adam.h): Adam dispatches to the AVX-512 / AVX2 bodies
+// (adam_simd.h), else the reference; SGD is a plain OpenMP loop the compiler vectorises.
+#include "kernels/cpu/adam.h"
+
+#include <cmath>
+
+#include "kernels/cpu/adam_simd.h"
+#include "kernels/ref/adam.h"
+
+namespace qkv::kernels::cpu {
+
+void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, double lr,
+               double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+               int64_t step) {
+    if (n <= 0) return;
+    const Isa isa = simd_isa();
+    if (isa == Isa::scalar)
+        return ref::adam_step<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                                     decoupled, step);
+    const double bc1 = 1.0 - std::pow(beta1, double(step));
+    const double bc2 = 1.0 - std::pow(beta2, double(step));
+    const detail::AdamScalars s{float(lr / bc1),         float(std::sqrt(bc2)),
+                                float(beta1),            float(beta2),
+                                float(1.0 - beta1),      float(1.0 - beta2),
+                                float(eps),              float(weight_decay),
+                                float(1.0 - lr * weight_decay), weight_decay != 0.0,
+                                decoupled};
+    if (isa == Isa::avx512)
+        detail::adam_step_avx512(param, grad, m, v, n, s);
+    else
+        detail::adam_step_avx2(param, grad, m, v, n, s);
+}
+
+void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, double lr,
+              double momentum, double dampening, double weight_decay, bool nesterov,
+              bool first_step) {
+    const float mu = float(momentum), damp = float(1.0 - dampening), wd = float(weight_decay),
+                neg_lr = float(-lr);
+    const bool use_wd = weight_decay != 0.0, use_mom = momentum != 0.0;
+#pragma omp parallel for schedule(static) if (n >= detail::kAdamMinParallel)
+    for (int64_t i = 0; i < n; ++i) {
+        float g = grad[i];
+        if (use_wd) g += wd * param[i];
+        if (use_mom) {
+            const float buf = first_step ? g : momentum_buf[i] * mu + damp * g;
+            momentum_buf[i] = buf;
+            g               = nesterov ? g + mu * buf : buf;
+        }
+        param[i] += neg_lr * g;
+    }
+}
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,69 @@
+#pragma once
+// Fused Adam body over a vector type V, instantiated by adam_avx2.cpp and adam_avx512.cpp.
+#include <cstdint>
+
+#include "kernels/cpu/exp_simd.h"
+
+namespace qkv::kernels::cpu::detail {
+
+/// Scalars of one Adam step, already rounded to float (see ref::adam_step).
+struct AdamScalars {
+    float step_size, bc2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float weight_decay, decay;  // decay = 1 − lr·wd (AdamW)
+    bool use_wd, decoupled;
+};
+
+void adam_step_avx2(float* param, const float* grad, float* m, float* v, int64_t n,
+                    const AdamScalars& s);
+void adam_step_avx512(float* param, const float* grad, float* m, float* v, int64_t n,
+                      const AdamScalars& s);
+
+constexpr int64_t kAdamMinParallel = 1 << 15;  // elements
+
+}  // namespace qkv::kernels::cpu::detail
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
+namespace {
+
+// The operations of ref::adam_step in the same order, kept unfused (fp-contract is off).
+template <class V>
+inline void adam_lanes(typename V::R& p, typename V::R g, typename V::R& m, typename V::R& v,
+                       const detail::AdamScalars& s) {
+    if (s.use_wd) {
+        if (s.decoupled)
+            p = V::mul(p, V::set1(s.decay));
+        else
+            g = V::add(g, V::mul(V::set1(s.weight_decay), p));
+    }
+    m = V::add(V::mul(m, V::set1(s.beta1)), V::mul(V::set1(s.one_minus_beta1), g));
+    v = V::add(V::mul(v, V::set1(s.beta2)), V::mul(V::mul(V::set1(s.one_minus_beta2), g), g));
+    const typename V::R denom = V::add(V::div(V::sqrt(v), V::set1(s.bc2_sqrt)), V::set1(s.eps));
+    p = V::add(p, V::div(V::mul(V::set1(-s.step_size), m), denom));
+}
+
+template <class V>
+void adam_step_t(float* param, const float* grad, float* m, float* v, int64_t n,
+                 const detail::AdamScalars& s) {
+    using R              = typename V::R;
+    const int64_t blocks = (n + V::W - 1) / V::W;
+#pragma omp parallel for schedule(static) if (n >= detail::kAdamMinParallel)
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i = b * V::W;
+        if (i + V::W <= n) {
+            R p = V::load(param + i), vm = V::load(m + i), vv = V::load(v + i);
+            adam_lanes<V>(p, V::load(grad + i), vm, vv, s);
+            V::store(param + i, p), V::store(m + i, vm), V::store(v + i, vv);
+        } else {
+            const int64_t t = n - i;
+            R p  = V::load_tail(param + i, t, 0.f), vm = V::load_tail(m + i, t, 0.f);
+            R vv = V::load_tail(v + i, t, 0.f);
+            adam_lanes<V>(p, V::load_tail(grad + i, t, 0.f), vm, vv, s);
+            V::store_tail(param + i, p, t), V::store_tail(m + i, vm, t), V::store_tail(v + i, vv, t);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::simd
+#endif

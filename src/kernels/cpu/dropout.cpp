@@ -1,0 +1,61 @@
+// Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of 8 Philox
+// blocks run through the AVX2 body (dropout_avx2.cpp); the unaligned head, the tail, and CPUs
+// without AVX2 use scalar Philox.
+#include "kernels/cpu/dropout.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/dropout_simd.h"
+#include "kernels/cpu/exp_simd.h"
+#include "qkv/core/philox.h"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+// Scalar path for elements [i0, i1): one Philox call per block of 4 counters.
+void apply_scalar(const float* x, float* y, uint8_t* mask, int64_t i0, int64_t i1, float p,
+                  float scale, uint64_t seed, uint64_t offset) {
+    for (int64_t i = i0; i < i1;) {
+        const uint64_t c   = offset + uint64_t(i);
+        const uint64_t blk = c >> 2;
+        const philox::U32x4 r = philox::philox4x32(uint32_t(blk), uint32_t(blk >> 32), 0u, 0u,
+                                                   uint32_t(seed), uint32_t(seed >> 32));
+        for (uint64_t w = c & 3; w < 4 && i < i1; ++w, ++i) {
+            const bool keep = philox::uniform01(r.v[w]) >= p;
+            if (mask) mask[i] = uint8_t(keep);
+            y[i] = keep ? x[i] * scale : 0.0f;
+        }
+    }
+}
+
+void apply(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed,
+           uint64_t offset) {
+    if (n <= 0) return;
+    const float scale = 1.0f / (1.0f - p);
+    if (simd_isa() == Isa::scalar) return apply_scalar(x, y, mask, 0, n, p, scale, seed, offset);
+    // Head up to the first counter that is a multiple of 4, then whole 32-element groups.
+    const int64_t head   = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
+    const int64_t groups = (n - head) / 32;
+    apply_scalar(x, y, mask, 0, head, p, scale, seed, offset);
+    if (groups > 0)
+        detail::dropout_apply_avx2(x + head, y + head, mask ? mask + head : nullptr, groups, p,
+                                   scale, seed, (offset + uint64_t(head)) >> 2);
+    apply_scalar(x, y, mask, head + groups * 32, n, p, scale, seed, offset);
+}
+
+}  // namespace
+
+void dropout_forward(const float* x, float* y, uint8_t* mask_or_null, int64_t n, float p,
+                     uint64_t seed, uint64_t offset) {
+    apply(x, y, mask_or_null, n, p, seed, offset);
+}
+
+void dropout_backward(const float* dy, float* dx, const uint8_t* mask_or_null, int64_t n, float p,
+                      uint64_t seed, uint64_t offset) {
+    if (!mask_or_null) return apply(dy, dx, nullptr, n, p, seed, offset);
+    const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= 32 * detail::kDropoutMinParallelGroups)
+    for (int64_t i = 0; i < n; ++i) dx[i] = mask_or_null[i] ? dy[i] * scale : 0.0f;
+}
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,178 @@
+// D2L attention modules as compositions of ops: DotProductAttention and MultiHeadAttention call
+// scaled_dot_product_attention; AdditiveAttention forms its (B, Tq, Tk, h) features explicitly.
+#include "qkv/nn/attention.h"
+
+#include <cmath>
+
+#include "qkv/ops/dropout.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/masked_softmax.h"
+#include "qkv/ops/matmul.h"
+
+namespace qkv::nn {
+
+namespace {
+
+void check_qkv3(const char* who, const Tensor& q, const Tensor& k, const Tensor& v) {
+    QKV_CHECK(q.defined() && k.defined() && v.defined(), who, ": undefined queries, keys or values");
+    QKV_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, who, ": queries, keys and values must "
+              "be (B, T, ·), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+    QKV_CHECK(q.size(0) == k.size(0) && k.size(0) == v.size(0) && k.size(1) == v.size(1), who,
+              ": keys ", k.shape(), " and values ", v.shape(), " must share B and Tk with queries ",
+              q.shape());
+}
+
+void check_dropout(const char* who, double p) {
+    QKV_CHECK(p >= 0 && p < 1, who, ": dropout must be in [0, 1), got ", p);
+}
+
+}  // namespace
+
+// ---- DotProductAttention ----
+
+DotProductAttention::DotProductAttention(double p) : dropout(p) {
+    check_dropout("DotProductAttention", p);
+}
+
+Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys,
+                                    const Tensor& values, const Tensor& valid_lens) {
+    check_qkv3("DotProductAttention", queries, keys, values);
+    AttentionMask mask;
+    mask.valid_lens = valid_lens;
+    AttentionOptions opt;
+    opt.dropout  = dropout;
+    opt.training = is_training();
+    Tensor w;  // requesting the weights selects the math path: scale 1/√d, masked_softmax, dropout
+    Tensor out = scaled_dot_product_attention(queries, keys, values, mask, opt, &w);
+    attention_weights_ = w.detach();
+    return out;
+}
+
+// ---- AdditiveAttention ----
+
+AdditiveAttention::AdditiveAttention(int64_t key_size, int64_t query_size, int64_t num_hiddens,
+                                     double p)
+    : dropout(p) {
+    check_dropout("AdditiveAttention", p);
+    W_k = register_module("W_k", std::make_shared<Linear>(key_size, num_hiddens, false));
+    W_q = register_module("W_q", std::make_shared<Linear>(query_size, num_hiddens, false));
+    w_v = register_module("w_v", std::make_shared<Linear>(num_hiddens, 1, false));
+}
+
+Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                  const Tensor& valid_lens) {
+    check_qkv3("AdditiveAttention", queries, keys, values);
+    QKV_CHECK(queries.size(2) == W_q->in_features && keys.size(2) == W_k->in_features,
+              "AdditiveAttention: expected query size ", W_q->in_features, " and key size ",
+              W_k->in_features, ", got queries ", queries.shape(), ", keys ", keys.shape());
+    // (B, Tq, 1, h) + (B, 1, Tk, h) -> (B, Tq, Tk, h): every query against every key.
+    Tensor features = tanh(add(W_q->forward(queries).unsqueeze(2), W_k->forward(keys).unsqueeze(1)));
+    Tensor scores   = w_v->forward(features).squeeze(-1);  // (B, Tq, Tk)
+    Tensor w        = masked_softmax(scores, valid_lens);
+    attention_weights_ = w.detach();
+    return matmul(qkv::dropout(w, dropout, is_training()), values);  // (B, Tq, Dv)
+}
+
+// ---- MultiHeadAttention ----
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& c) : cfg(c) {
+    QKV_CHECK(cfg.num_hiddens > 0 && cfg.num_heads > 0 && cfg.num_hiddens % cfg.num_heads == 0,
+              "MultiHeadAttention: num_heads (", cfg.num_heads, ") must divide num_hiddens (",
+              cfg.num_hiddens, ")");
+    check_dropout("MultiHeadAttention", cfg.dropout);
+    if (cfg.query_size == 0) cfg.query_size = cfg.num_hiddens;
+    if (cfg.key_size == 0) cfg.key_size = cfg.num_hiddens;
+    if (cfg.value_size == 0) cfg.value_size = cfg.num_hiddens;
+    const int64_t C = cfg.num_hiddens;
+    W_q = register_module("W_q", std::make_shared<Linear>(cfg.query_size, C, cfg.bias));
+    W_k = register_module("W_k", std::make_shared<Linear>(cfg.key_size, C, cfg.bias));
+    W_v = register_module("W_v", std::make_shared<Linear>(cfg.value_size, C, cfg.bias));
+    W_o = register_module("W_o", std::make_shared<Linear>(C, C, cfg.bias));
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
+                                   const Tensor& values, const Tensor& valid_lens, bool causal) {
+    check_qkv3("MultiHeadAttention", queries, keys, values);
+    QKV_CHECK(queries.size(2) == cfg.query_size && keys.size(2) == cfg.key_size &&
+                  values.size(2) == cfg.value_size,
+              "MultiHeadAttention: expected query/key/value sizes ", cfg.query_size, "/",
+              cfg.key_size, "/", cfg.value_size, ", got ", queries.shape(), ", ", keys.shape(),
+              ", ", values.shape());
+    const int64_t B = queries.size(0), Tq = queries.size(1), Tk = keys.size(1);
+    const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H;
+    // D2L's transpose_qkv without the copy: (B, T, C) -> (B, T, H, D) -> view (B, H, T, D).
+    auto heads = [&](const Tensor& x, int64_t T) { return x.reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
+    Tensor q = heads(W_q->forward(queries), Tq);
+    Tensor k = heads(W_k->forward(keys), Tk);
+    Tensor v = heads(W_v->forward(values), Tk);
+    AttentionMask mask;
+    mask.valid_lens = valid_lens;  // (B) or (B, Tq): the same lengths for every head
+    mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
+    AttentionOptions opt;
+    opt.dropout  = cfg.dropout;
+    opt.training = is_training();
+    Tensor w;
+    Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
+    attention_weights_ = keep_weights_ ? w.detach() : Tensor();
+    // transpose_output: (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C), heads in order.
+    return W_o->forward(out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens}));
+}
+
+// ---- PositionalEncoding ----
+
+PositionalEncoding::PositionalEncoding(int64_t num_hiddens, double p, int64_t max_len) {
+    QKV_CHECK(num_hiddens > 0 && max_len > 0, "PositionalEncoding: num_hiddens and max_len must "
+              "be positive, got ", num_hiddens, ", ", max_len);
+    dropout = register_module("dropout", std::make_shared<Dropout>(p));
+    // Computed in float32 step by step as D2L does (arange / 10000^(2j/C), then sin/cos), so the
+    // table matches PyTorch's to float rounding.
+    std::vector<float> table(size_t(max_len * num_hiddens));
+    for (int64_t c = 0; c < num_hiddens; ++c) {
+        const float expo = float(c - c % 2) / float(num_hiddens);  // 2j / C for columns 2j, 2j+1
+        const float den  = std::pow(10000.0f, expo);
+        for (int64_t i = 0; i < max_len; ++i) {
+            const float a = float(i) / den;
+            table[size_t(i * num_hiddens + c)] = c % 2 == 0 ? std::sin(a) : std::cos(a);
+        }
+    }
+    P = from_vector(table, {1, max_len, num_hiddens});
+}
+
+Tensor PositionalEncoding::forward(const Tensor& X, int64_t offset) const {
+    const int64_t max_len = P.size(1), C = P.size(2);
+    QKV_CHECK(X.defined() && X.dim() == 3 && X.size(2) == C, "PositionalEncoding: X must be "
+              "(B, T, ", C, "), got ", X.defined() ? X.shape() : Shape{});
+    QKV_CHECK(offset >= 0 && offset + X.size(1) <= max_len, "PositionalEncoding: positions ",
+              offset, "..", offset + X.size(1) - 1, " exceed max_len ", max_len);
+    Tensor p = P.slice(1, offset, offset + X.size(1));
+    if (p.dtype() != X.dtype()) p = p.to(X.dtype());
+    return dropout->forward(add(X, p));
+}
+
+// ---- PositionWiseFFN ----
+
+PositionWiseFFN::PositionWiseFFN(int64_t ffn_num_input, int64_t ffn_num_hiddens,
+                                 int64_t ffn_num_outputs) {
+    dense1 = register_module("dense1", std::make_shared<Linear>(ffn_num_input, ffn_num_hiddens));
+    dense2 = register_module("dense2", std::make_shared<Linear>(ffn_num_hiddens, ffn_num_outputs));
+}
+
+Tensor PositionWiseFFN::forward(const Tensor& X) const {
+    return dense2->forward(relu(dense1->forward(X)));
+}
+
+// ---- AddNorm ----
+
+AddNorm::AddNorm(Shape norm_shape, double p) {
+    dropout = register_module("dropout", std::make_shared<Dropout>(p));
+    ln      = register_module("ln", std::make_shared<LayerNorm>(std::move(norm_shape)));
+}
+
+Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) const {
+    QKV_CHECK(X.defined() && Y.defined() && X.shape() == Y.shape(), "AddNorm: X and Y must have "
+              "the same shape, got ", X.defined() ? X.shape() : Shape{}, " and ",
+              Y.defined() ? Y.shape() : Shape{});
+    return ln->forward(add(dropout->forward(Y), X));
+}
+
+}  // namespace qkv::nn

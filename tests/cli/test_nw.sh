@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# CLI test of `qkv nw` (run by ctest with the qkv binary as $1): PyTorch parity of every epoch on
+# the seed program's 150 points (tests/fixtures/nw_seed_*.csv from tools/gen_fixtures.py), the
+# printed lines, the plot files (PNG IHDR size), the other modes, and input/usage errors.
+set -euo pipefail
+QKV=${1:?usage: test_nw.sh path/to/qkv}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+FIX=$ROOT/tests/fixtures
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# PNG width and height from the IHDR chunk (bytes 16..23, big-endian).
+png_size() {
+    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "$1 is not a PNG"
+    od -An -tu1 -j16 -N8 "$1" | awk '{printf "%dx%d\n", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'
+}
+
+# ---- the seed program on PyTorch's data ----
+"$QKV" nw --data "$FIX/nw_seed_data.csv" --out "$TMP/nw" > "$TMP/out.txt" || fail "qkv nw exited $?"
+# Every epoch's loss and w within 1e-4 relative of PyTorch (history.csv keeps 9 digits).
+paste -d, <(grep -v '^#' "$FIX/nw_seed_history.csv" | tail -n +2) <(tail -n +2 "$TMP/nw/history.csv") |
+    awk -F, 'function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+             { n++; if ($1 != $4) { print "epoch mismatch " $1 " " $4; bad = 1 }
+               if (rel($5, $2) > 1e-4) { print "epoch " $1 ": loss " $5 " vs " $2; bad = 1 }
+               if (rel($6, $3) > 1e-4) { print "epoch " $1 ": w " $6 " vs " $3; bad = 1 } }
+             END { if (n != 20) { print "expected 20 epochs, got " n; bad = 1 } exit bad }' ||
+    fail "history differs from PyTorch"
+# The printed lines have the seed's format, from the same numbers.
+grep -v '^#' "$FIX/nw_seed_history.csv" | tail -n +2 |
+    awk -F, '{ printf "epoch %02d, loss = %.4f, w = %.4f\n", $1, $2, $3 }' > "$TMP/want.txt"
+grep '^epoch ' "$TMP/out.txt" > "$TMP/got.txt"
+diff "$TMP/want.txt" "$TMP/got.txt" || fail "printed epoch lines differ from PyTorch's"
+# Plots: PNG + SVG of the fit, the attention heatmap and the loss curve.
+for f in fit attention loss; do
+    [ -s "$TMP/nw/$f.png" ] || fail "missing $f.png"
+    head -c 200 "$TMP/nw/$f.svg" | grep -q '<svg' || fail "$f.svg is not an SVG"
+done
+[ "$(png_size "$TMP/nw/fit.png")" = "640x420" ] || fail "fit.png is $(png_size "$TMP/nw/fit.png")"
+[ "$(png_size "$TMP/nw/loss.png")" = "640x420" ] || fail "loss.png is $(png_size "$TMP/nw/loss.png")"
+want=$(sed -n 's/.*attention.png and .svg (\([0-9]*x[0-9]*\) px).*/\1/p' "$TMP/out.txt")
+[ -n "$want" ] && [ "$(png_size "$TMP/nw/attention.png")" = "$want" ] ||
+    fail "attention.png is $(png_size "$TMP/nw/attention.png"), printed '$want'"
+
+# ---- generated data, D2L ZH preset, non-parametric ----
+"$QKV" nw --seed 1 --epochs 3 --out "$TMP/gen" > "$TMP/gen.txt" || fail "generated run failed"
+[ "$(grep -c '^epoch 0[1-3], loss = [0-9.]*, w = [0-9.]*$' "$TMP/gen.txt")" = 3 ] || fail "generated run: epoch lines"
+grep -q '150 training points' "$TMP/gen.txt" || fail "seed preset should use 150 points"
+grep -q 'test MSE against the true function' "$TMP/gen.txt" || fail "no test MSE"
+"$QKV" nw --preset zh --out "$TMP/zh" > "$TMP/zh.txt" || fail "zh preset failed"
+[ "$(grep -c '^epoch [1-5], loss [0-9]*\.[0-9]\{6\}$' "$TMP/zh.txt")" = 5 ] || fail "zh preset: 5 D2L-style epoch lines"
+grep -q '50 training points' "$TMP/zh.txt" || fail "zh preset should use 50 points"
+"$QKV" nw --kernel-width 0.5 --out "$TMP/np" > "$TMP/np.txt" || fail "non-parametric run failed"
+grep -q 'no training' "$TMP/np.txt" || fail "non-parametric run should say so"
+! grep -q '^epoch' "$TMP/np.txt" || fail "non-parametric run printed epochs"
+[ -s "$TMP/np/attention.png" ] && [ ! -e "$TMP/np/history.csv" ] || fail "non-parametric outputs"
+
+# ---- errors: bad rows with their line number (exit 1), usage errors (exit 2) ----
+printf 'x,y\n1,2\n3,oops\n' > "$TMP/bad.csv"
+set +e
+"$QKV" nw --data "$TMP/bad.csv" --out "$TMP/e" 2> "$TMP/err.txt"; rc=$?
+set -e
+[ $rc = 1 ] || fail "bad CSV: exit $rc, want 1"
+grep -q 'bad.csv:3: expected two numbers' "$TMP/err.txt" || fail "bad CSV message: $(cat "$TMP/err.txt")"
+printf '1,2\nnan,3\n4,5\n' > "$TMP/nan.csv"
+set +e
+"$QKV" nw --data "$TMP/nan.csv" --out "$TMP/e" 2> "$TMP/err.txt"; rc=$?
+set -e
+[ $rc = 1 ] && grep -q 'nan.csv:2: values must be finite' "$TMP/err.txt" || fail "NaN row: exit $rc, $(cat "$TMP/err.txt")"
+for args in "--kernel-width 0.5 --epochs 3" "--data $FIX/nw_seed_data.csv --n-train 10" "--preset en" "--lr -1"; do
+    set +e
+    # shellcheck disable=SC2086
+    "$QKV" nw $args --out "$TMP/e" > /dev/null 2>&1; rc=$?
+    set -e
+    [ $rc = 2 ] || fail "'qkv nw $args': exit $rc, want 2 (usage error)"
+done
+echo "test_nw: ok"

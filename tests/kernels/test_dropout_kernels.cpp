@@ -1,0 +1,112 @@
+// Dropout kernels against the Philox formula itself (keep_i iff uniform01(bits(seed, 0,
+// offset + i)) >= p), exactly, for odd sizes and unaligned offsets on every SIMD path; thread-count
+// independence; regenerated vs stored masks in the backward; the keep rate.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/dropout.h"
+#include "kernels/kernel_test_util.h"
+#include "qkv/core/philox.h"
+
+namespace {
+
+using namespace qkv::test;
+namespace cpu = qkv::kernels::cpu;
+using cpu::Isa;
+
+// The specification, element by element.
+void dropout_spec(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed,
+                  uint64_t offset) {
+    const float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; ++i) {
+        const bool keep =
+            qkv::philox::uniform01(qkv::philox::bits(seed, 0, offset + uint64_t(i))) >= p;
+        mask[i] = uint8_t(keep);
+        y[i]    = keep ? x[i] * scale : 0.0f;
+    }
+}
+
+TEST(DropoutKernels, MatchesPhiloxSpec_OddSizesAndOffsets) {
+    const uint64_t offsets[] = {0, 1, 2, 3, 5, 4096, (uint64_t(1) << 34) - 6};  // last: carry
+    uint64_t seed = 1;
+    for (Isa isa : available_isas()) {
+        IsaGuard guard(isa);
+        for (int64_t n : {1, 7, 17, 33, 1000, 17496, 100003})
+            for (uint64_t off : offsets)
+                for (float p : {0.1f, 0.5f}) {
+                    const auto x = random_floats(n, seed++);
+                    std::vector<float> y(n), want_y(n);
+                    std::vector<uint8_t> mask(n, 7), want_mask(n);
+                    const uint64_t s = 0x123456789ABCDEFull * seed;
+                    cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, s, off);
+                    dropout_spec(x.data(), want_y.data(), want_mask.data(), n, p, s, off);
+                    ASSERT_EQ(mask, want_mask) << cpu::isa_name(isa) << " n=" << n << " off=" << off;
+                    ASSERT_EQ(y, want_y) << cpu::isa_name(isa) << " n=" << n << " off=" << off;
+                    std::vector<float> y_nomask(n);
+                    cpu::dropout_forward(x.data(), y_nomask.data(), nullptr, n, p, s, off);
+                    ASSERT_EQ(y_nomask, want_y);
+                }
+    }
+}
+
+TEST(DropoutKernels, ZeroProbabilityIsIdentity) {
+    const auto x = random_floats(1001, 9);
+    std::vector<float> y(x.size());
+    std::vector<uint8_t> mask(x.size());
+    cpu::dropout_forward(x.data(), y.data(), mask.data(), int64_t(x.size()), 0.f, 3, 0);
+    EXPECT_EQ(y, x);
+    EXPECT_EQ(mask, std::vector<uint8_t>(x.size(), 1));
+}
+
+TEST(DropoutKernels, IndependentOfThreadCount) {
+    const int64_t n = 300001;
+    const auto x    = random_floats(n, 10);
+    const int saved = omp_get_max_threads();
+    for (Isa isa : available_isas()) {
+        IsaGuard guard(isa);
+        std::vector<float> y[3];
+        for (int t = 0; t < 3; ++t) {
+            omp_set_num_threads(t + 1);
+            y[t].resize(n);
+            cpu::dropout_forward(x.data(), y[t].data(), nullptr, n, 0.2f, 77, 12);
+        }
+        EXPECT_EQ(y[0], y[1]) << cpu::isa_name(isa);
+        EXPECT_EQ(y[0], y[2]) << cpu::isa_name(isa);
+    }
+    omp_set_num_threads(saved);
+}
+
+TEST(DropoutKernels, BackwardStoredAndRegeneratedMasksAgree) {
+    const int64_t n = 5003;
+    const float p   = 0.3f;
+    const auto x = random_floats(n, 20), dy = random_floats(n, 21);
+    std::vector<float> y(n), dx_mask(n), dx_regen(n);
+    std::vector<uint8_t> mask(n);
+    cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, 5, 3);
+    cpu::dropout_backward(dy.data(), dx_mask.data(), mask.data(), n, p, 5, 3);
+    cpu::dropout_backward(dy.data(), dx_regen.data(), nullptr, n, p, 5, 3);
+    EXPECT_EQ(dx_mask, dx_regen);
+    const float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dx_mask[i], mask[i] ? dy[i] * scale : 0.0f);
+}
+
+TEST(DropoutKernels, KeepRateMatchesP) {
+    const int64_t n = 1 << 20;
+    std::vector<float> x(n, 1.f), y(n);
+    std::vector<uint8_t> mask(n);
+    for (float p : {0.1f, 0.2f, 0.5f}) {
+        cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, 2024, 0);
+        double kept = 0;
+        for (uint8_t m : mask) kept += m;
+        const double sigma = std::sqrt(n * p * (1 - p));
+        EXPECT_NEAR(kept, n * (1 - p), 5 * sigma) << "p=" << p;
+        // Inverted dropout keeps the mean: E[y] = 1.
+        double mean = 0;
+        for (float v : y) mean += v;
+        EXPECT_NEAR(mean / n, 1.0, 5 * sigma / (n * (1 - p)));
+    }
+}
+
+}  // namespace
