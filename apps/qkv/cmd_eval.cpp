@@ -1,0 +1,140 @@
+// `qkv eval`: corpus BLEU-4 of a trained model on the held-out split its config.json defines
+// (rebuilt from the data file), plus D2L's sentence BLEU (k=2) on the book's four sentences.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "qkv/core/parallel.h"
+#include "qkv/data/tokenizer.h"
+#include "qkv/decode/bleu.h"
+#include "qkv/train/model_dir.h"
+#include "qkv/train/translation_data.h"
+#include "qkv/util/atomic_file.h"
+#include "qkv/util/timer.h"
+
+namespace qkv::cli {
+namespace {
+
+struct EvalArgs {
+    std::string model = "runs/qkv", data, hyp_out, json_out;
+    int64_t beam = 0, max_len = 0, limit = 0, batch = 250, show = 10;
+    double length_penalty = -1;
+    bool pe_quirk = false, no_progress = false;
+    int threads = 0;
+};
+
+void run(const EvalArgs& a) {
+    if (a.threads > 0) set_num_threads(a.threads);
+    train::ModelDir m = train::load_model_dir(a.model);
+    if (a.pe_quirk) m.model->set_pe_position_zero_at_inference(true);
+    train::DataConfig dc = m.config.data;
+    if (!a.data.empty()) dc.path = a.data;
+    train::TranslationData d = train::load_translation_data(dc);
+    QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
+              "eval: the data file gives other vocabularies than the model's ('", d.origin,
+              "' is not the data the model was trained on, or its filters changed)");
+    std::fprintf(stderr, "data: %s\n", d.summary.c_str());
+
+    size_t n = d.test_src.size();
+    if (a.limit > 0) n = std::min(n, size_t(a.limit));
+    std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
+    std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
+    train::TranslateOptions to;
+    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
+    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
+    to.batch_size     = a.batch;
+    to.progress       = !a.no_progress;
+    util::Timer timer;
+    auto hyp = train::translate_tokens(m, src, to);
+    const double secs = timer.seconds();
+    decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
+    double sent = 0;
+    int64_t exact = 0;
+    for (size_t i = 0; i < n; ++i) {
+        sent += decode::d2l_bleu(hyp[i], ref[i], 2);
+        exact += hyp[i] == ref[i];
+    }
+    sent /= std::max<double>(1.0, double(n));
+
+    std::printf("held-out set: %zu pairs, %s decoding (max %lld tokens%s), %.1f s\n", n,
+                to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
+                (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "", secs);
+    std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
+                100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
+                100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);
+    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%\n", sent,
+                100.0 * double(exact) / std::max<double>(1.0, double(n)));
+    for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
+        std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
+                    train::join_tokens(hyp[i]).c_str(), train::join_tokens(ref[i]).c_str());
+
+    const std::vector<std::pair<std::string, std::string>> book = {
+        {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
+        {"i'm home .", "je suis chez moi ."}};
+    std::vector<std::vector<std::string>> bsrc;
+    for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
+    to.progress = false;
+    auto bhyp = train::translate_tokens(m, bsrc, to);
+    double mean = 0;
+    nlohmann::json jbook = nlohmann::json::array();
+    std::printf("book sentences (D2L BLEU, k=2):\n");
+    for (size_t i = 0; i < book.size(); ++i) {
+        const std::string h = train::join_tokens(bhyp[i]);
+        const double b = decode::d2l_bleu(h, book[i].second, 2);
+        mean += b / double(book.size());
+        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
+        jbook.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
+    }
+    std::printf("  mean %.3f\n", mean);
+
+    if (!a.hyp_out.empty()) {
+        std::string s;
+        for (auto& h : hyp) s += train::join_tokens(h) + "\n";
+        util::write_file_atomic(a.hyp_out, s);
+    }
+    if (!a.json_out.empty()) {
+        nlohmann::json j = {{"pairs", n},
+                            {"bleu4", cb.bleu},
+                            {"precisions", cb.precisions},
+                            {"bp", cb.bp},
+                            {"hyp_len", cb.hyp_len},
+                            {"ref_len", cb.ref_len},
+                            {"mean_d2l_bleu_k2", sent},
+                            {"exact_match", double(exact) / std::max<double>(1.0, double(n))},
+                            {"decode_seconds", secs},
+                            {"beam", to.beam},
+                            {"pe_quirk", a.pe_quirk},
+                            {"book", jbook},
+                            {"book_mean_bleu", mean}};
+        util::write_file_atomic(a.json_out, j.dump(2) + "\n");
+    }
+}
+
+Registration reg([](CLI::App& app) {
+    auto a = std::make_shared<EvalArgs>();
+    CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4 on the held-out split, and the book's sentences");
+    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
+    c->add_option("--data", a->data, "data file (default: the one in config.json)");
+    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(CLI::PositiveNumber);
+    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(CLI::NonNegativeNumber);
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
+    c->add_option("--limit", a->limit, "score only the first N held-out pairs")->check(CLI::PositiveNumber);
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(CLI::PositiveNumber);
+    c->add_option("--show", a->show, "print the first N translations (default 10)")->check(CLI::NonNegativeNumber);
+    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line");
+    c->add_option("--json", a->json_out, "write the scores as JSON");
+    c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
+    c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
+    c->callback([a] { run(*a); });
+});
+
+}  // namespace
+}  // namespace qkv::cli

@@ -1,0 +1,131 @@
+// `qkv heatmap`: translates one sentence and draws the attention weights D2L shows (spec §5):
+// encoder self-attention, decoder self-attention and encoder–decoder (cross) attention, one
+// panel per block × head, tokens as tick labels.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/core/parallel.h"
+#include "qkv/data/tokenizer.h"
+#include "qkv/decode/greedy.h"
+#include "qkv/train/model_dir.h"
+#include "qkv/train/translation_data.h"
+#include "qkv/util/plot.h"
+
+namespace qkv::cli {
+namespace {
+
+struct HeatmapArgs {
+    std::string model = "runs/qkv", sentence, out = "attention", format = "png";
+    int64_t max_len = 0;
+    bool pe_quirk = false;
+};
+
+/// (1, H, Tq, Tk) weights -> one panel per head, values padded to `cols` columns with 0.
+util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq, int64_t Tk, int64_t cols) {
+    util::HeatmapPanel p;
+    p.rows = Tq;
+    p.cols = cols;
+    p.values.assign(size_t(Tq * cols), 0.0);
+    for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j) p.values[size_t(i * cols + j)] = w[size_t((h * Tq + i) * Tk + j)];
+    p.title = "Head " + std::to_string(h + 1);
+    return p;
+}
+
+void run(const HeatmapArgs& a) {
+    QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
+    train::ModelDir m = train::load_model_dir(a.model);
+    if (a.pe_quirk) m.model->set_pe_position_zero_at_inference(true);
+    auto& model = *m.model;
+    const auto& cfg = m.config.model;
+    const int64_t H = cfg.num_heads, L = cfg.num_blks;
+
+    // The source without padding: padded keys are masked anyway, so the weights are the same.
+    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
+    data::SeqArray arr = train::encode_sources({toks}, m.src_vocab, m.config.data.num_steps);
+    const int64_t Ts = arr.valid_len[0];
+    std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
+    std::vector<std::string> src_labels = m.src_vocab.decode(ids);
+
+    model.keep_attention_weights(true);
+    models::DecoderAttentionTrace trace;
+    decode::GreedyOptions g;
+    g.bos     = m.tgt_vocab.bos();
+    g.eos     = m.tgt_vocab.eos();
+    g.max_len = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    g.trace   = &trace;
+    auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
+    const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
+    std::printf("%s => %s\n", train::join_tokens(toks).c_str(), train::join_tokens(hyp).c_str());
+
+    const int64_t steps = int64_t(trace.self.size());
+    std::vector<std::string> out_labels = hyp, in_labels = {"<bos>"};
+    if (int64_t(out_labels.size()) < steps) out_labels.push_back("<eos>");
+    for (int64_t i = 0; i + 1 < steps; ++i) in_labels.push_back(out_labels[size_t(i)]);
+    const std::string ext = "." + a.format;
+
+    util::HeatmapGrid enc(L, H);
+    enc.title = "encoder self-attention";
+    enc.xlabel = "Key positions", enc.ylabel = "Query positions";
+    enc.row_labels = src_labels, enc.col_labels = src_labels;
+    for (int64_t b = 0; b < L; ++b) {
+        const Tensor w = model.encoder->blks[size_t(b)]->attention->attention_weights();
+        QKV_CHECK(w.defined(), "heatmap: encoder attention weights were not kept");
+        const auto v = w.contiguous().to_vector<float>();
+        for (int64_t h = 0; h < H; ++h) {
+            auto p = panel_from(v, h, Ts, Ts, Ts);
+            p.title = "block " + std::to_string(b + 1) + ", head " + std::to_string(h + 1);
+            enc.set(b, h, p);
+        }
+    }
+    enc.save(a.out + "-encoder" + ext);
+
+    util::HeatmapGrid self(L, H), cross(L, H);
+    self.title = "decoder self-attention", cross.title = "encoder-decoder attention";
+    self.xlabel = "Decoder input", cross.xlabel = "Source";
+    self.ylabel = cross.ylabel = "Output token";
+    self.row_labels = cross.row_labels = out_labels;
+    self.col_labels = in_labels;
+    cross.col_labels = src_labels;
+    for (int64_t b = 0; b < L; ++b) {
+        // Stack the single query row of every step: (H, steps, steps) and (H, steps, Ts).
+        std::vector<float> sv(size_t(H * steps * steps), 0.f), cv(size_t(H * steps * Ts), 0.f);
+        for (int64_t t = 0; t < steps; ++t) {
+            const auto s = trace.self[size_t(t)][size_t(b)].contiguous().to_vector<float>();   // (1, H, 1, t+1)
+            const auto c = trace.cross[size_t(t)][size_t(b)].contiguous().to_vector<float>();  // (1, H, 1, Ts)
+            for (int64_t h = 0; h < H; ++h) {
+                for (int64_t j = 0; j <= t; ++j) sv[size_t((h * steps + t) * steps + j)] = s[size_t(h * (t + 1) + j)];
+                for (int64_t j = 0; j < Ts; ++j) cv[size_t((h * steps + t) * Ts + j)] = c[size_t(h * Ts + j)];
+            }
+        }
+        for (int64_t h = 0; h < H; ++h) {
+            auto ps = panel_from(sv, h, steps, steps, steps);
+            auto pc = panel_from(cv, h, steps, Ts, Ts);
+            ps.title = pc.title = "block " + std::to_string(b + 1) + ", head " + std::to_string(h + 1);
+            self.set(b, h, ps);
+            cross.set(b, h, pc);
+        }
+    }
+    self.save(a.out + "-decoder-self" + ext);
+    cross.save(a.out + "-cross" + ext);
+    std::printf("wrote %s-encoder%s, %s-decoder-self%s, %s-cross%s\n", a.out.c_str(), ext.c_str(),
+                a.out.c_str(), ext.c_str(), a.out.c_str(), ext.c_str());
+}
+
+Registration reg([](CLI::App& app) {
+    auto a = std::make_shared<HeatmapArgs>();
+    CLI::App* c = app.add_subcommand("heatmap", "draw a trained model's attention weights for one sentence");
+    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
+    c->add_option("sentence", a->sentence, "English sentence")->required();
+    c->add_option("--out,-o", a->out, "output prefix (default 'attention': attention-encoder.png, ...)");
+    c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
+    c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
+    c->callback([a] { run(*a); });
+});
+
+}  // namespace
+}  // namespace qkv::cli

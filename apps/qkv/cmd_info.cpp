@@ -1,0 +1,73 @@
+// `qkv info`: what a model folder or checkpoint holds: configuration, training progress,
+// parameter names and shapes.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/model_dir.h"
+
+namespace qkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct InfoArgs {
+    std::string path = "runs/qkv";
+    bool params = true;
+};
+
+void print_tensors(const std::string& file) {
+    io::SafeTensorsFile f(file);
+    int64_t total = 0;
+    for (const auto& e : f.entries()) {
+        std::string shape;
+        for (size_t i = 0; i < e.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(e.shape[i]);
+        std::printf("  %-48s %-4s (%s)\n", e.name.c_str(), e.dtype.c_str(), shape.c_str());
+        total += e.numel();
+    }
+    std::printf("  %zu tensors, %lld elements\n", f.entries().size(), (long long)total);
+}
+
+void run(const InfoArgs& a) {
+    if (fs::is_directory(a.path)) {
+        const train::RunConfig cfg = train::load_model_dir_config(a.path);
+        std::printf("model folder %s\nconfig.json:\n%s\n", a.path.c_str(), train::to_json(cfg).dump(2).c_str());
+        const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
+        if (fs::exists(ckpt)) {
+            auto m = train::read_checkpoint_metadata(ckpt);
+            std::printf("checkpoint: epoch %s, batch %s, step %s, %s s of training\n", m["qkv.epoch"].c_str(),
+                        m["qkv.batch"].c_str(), m["qkv.step"].c_str(), m["qkv.train_seconds"].c_str());
+        }
+        const std::string model = (fs::path(a.path) / "model.safetensors").string();
+        if (a.params && fs::exists(model)) {
+            train::read_checkpoint_metadata(model);  // validates and checks the checksum
+            std::printf("model.safetensors:\n");
+            print_tensors(model);
+        }
+        return;
+    }
+    auto m = train::read_checkpoint_metadata(a.path);
+    std::printf("%s\nmetadata:\n", a.path.c_str());
+    for (auto& [k, v] : m)
+        if (k != "qkv.config") std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    if (m.count("qkv.config"))
+        std::printf("config:\n%s\n", nlohmann::json::parse(m["qkv.config"]).dump(2).c_str());
+    if (a.params) print_tensors(a.path);
+}
+
+Registration reg([](CLI::App& app) {
+    auto a = std::make_shared<InfoArgs>();
+    CLI::App* c = app.add_subcommand("info", "show a model folder's or checkpoint's configuration and tensors");
+    c->add_option("path,--model", a->path, "model folder or .safetensors file (default runs/qkv)");
+    c->add_flag("!--no-params", a->params, "do not list the tensors");
+    c->callback([a] { run(*a); });
+});
+
+}  // namespace
+}  // namespace qkv::cli

@@ -1,0 +1,223 @@
+// `qkv train`: train D2L's Transformer on English–French from a preset plus flag overrides;
+// writes the model folder (train/model_dir.h) and ends with a few held-out translations.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "qkv/core/generator.h"
+#include "qkv/core/parallel.h"
+#include "qkv/data/tokenizer.h"
+#include "qkv/decode/bleu.h"
+#include "qkv/train/model_dir.h"
+#include "qkv/train/run_config.h"
+#include "qkv/train/trainer.h"
+#include "qkv/train/translation_data.h"
+#include "qkv/util/progress.h"
+#include "qkv/util/timer.h"
+
+namespace qkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+    std::string preset = "demo";
+    std::string data, out = "runs/qkv";
+    std::string time_budget;
+    std::string schedule;
+    bool resume = false, no_progress = false;
+    int threads = 0;
+    int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
+            num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
+            max_tgt_tokens = 0, n_test = 0, n_valid = 0;
+    double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
+    uint64_t seed = 0;
+    CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
+                *o_lop = nullptr, *o_strict = nullptr, *o_quirk = nullptr;
+    bool loss_on_padding = false, strict = false, pe_quirk = false;
+};
+
+void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
+    std::vector<std::vector<std::string>> src(d.test_src.begin(),
+                                              d.test_src.begin() + std::min<size_t>(size_t(n), d.test_src.size()));
+    train::TranslateOptions to;
+    to.max_len = m.config.decode.max_len;
+    auto hyp = train::translate_tokens(m, src, to);
+    std::printf("held-out translations (greedy):\n");
+    for (size_t i = 0; i < hyp.size(); ++i)
+        std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
+                    train::join_tokens(hyp[i]).c_str(), train::join_tokens(d.test_ref[i]).c_str());
+    const std::vector<std::pair<std::string, std::string>> book = {
+        {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
+        {"i'm home .", "je suis chez moi ."}};
+    std::vector<std::vector<std::string>> bsrc;
+    for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
+    auto bhyp = train::translate_tokens(m, bsrc, to);
+    double mean = 0;
+    std::printf("book sentences (D2L BLEU, k=2):\n");
+    for (size_t i = 0; i < book.size(); ++i) {
+        const std::string h = train::join_tokens(bhyp[i]);
+        const double b = decode::d2l_bleu(h, book[i].second, 2);
+        mean += b / double(book.size());
+        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
+    }
+    std::printf("  mean bleu %.3f\n", mean);
+}
+
+void run(TrainArgs& a) {
+    if (a.threads > 0) set_num_threads(a.threads);
+    util::Timer wall;
+    const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
+    train::RunConfig cfg;
+    if (a.resume) {
+        QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+        cfg = train::load_model_dir_config(a.out);
+    } else {
+        cfg = train::preset_config(a.preset);
+    }
+    // Flag overrides (on resume only the stopping rules and the data path may change).
+    if (!a.data.empty()) cfg.data.path = a.data;
+    if (a.epochs) cfg.train.epochs = a.epochs;
+    if (a.max_steps) cfg.train.max_steps = a.max_steps;
+    if (!a.time_budget.empty()) cfg.train.time_budget_s = train::parse_duration(a.time_budget);
+    if (!a.resume) {
+        auto& d = cfg.data;
+        auto& m = cfg.model;
+        auto& t = cfg.train;
+        if (a.num_steps) d.num_steps = a.num_steps;
+        if (a.max_pairs) d.max_pairs = a.max_pairs;
+        if (a.max_src_tokens) d.max_src_tokens = a.max_src_tokens;
+        if (a.max_tgt_tokens) d.max_tgt_tokens = a.max_tgt_tokens;
+        if (a.n_test) d.n_test = a.n_test;
+        if (a.n_valid) d.n_valid = a.n_valid;
+        if (a.o_strict->count()) d.strict = true;
+        if (a.num_hiddens) m.num_hiddens = a.num_hiddens;
+        if (a.num_blks) m.num_blks = a.num_blks;
+        if (a.num_heads) m.num_heads = a.num_heads;
+        if (a.ffn_num_hiddens) m.ffn_num_hiddens = a.ffn_num_hiddens;
+        if (a.o_dropout->count()) m.dropout = a.dropout;
+        if (a.o_quirk->count()) m.pe_position_zero_at_inference = true;
+        if (a.batch_size) t.batch_size = a.batch_size;
+        if (a.lr > 0) t.lr = a.lr;
+        if (a.o_seed->count()) t.seed = a.seed;
+        if (a.o_ls->count()) t.label_smoothing = a.label_smoothing;
+        if (a.o_clip->count()) t.clip_norm = a.clip;
+        if (a.o_lop->count()) t.loss_on_padding = true;
+        if (!a.schedule.empty()) {
+            nlohmann::json j = {{"train", {{"schedule", a.schedule}}}};
+            t.schedule = train::run_config_from_json(j).train.schedule;
+        }
+        if (a.warmup) t.warmup_steps = a.warmup;
+        if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
+    }
+
+    std::fprintf(stderr, "qkv train: preset %s, %d threads\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
+                 get_num_threads());
+    train::TranslationData d = train::load_translation_data(cfg.data);
+    cfg.data.path = d.origin;
+    std::fprintf(stderr, "data: %s\n", d.summary.c_str());
+    std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
+                 (long long)d.tgt_vocab.size());
+    if (a.resume) {
+        auto saved = train::load_model_dir_vocabs(a.out);
+        QKV_CHECK(saved.first == d.src_vocab && saved.second == d.tgt_vocab,
+                  "--resume: the data gives other vocabularies than the ones saved in '", a.out,
+                  "' (different data file or filters)");
+    }
+    cfg.model.src_vocab_size = d.src_vocab.size();
+    cfg.model.tgt_vocab_size = d.tgt_vocab.size();
+    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab);
+
+    manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
+    auto model = std::make_shared<models::Transformer>(cfg.model);
+    std::fprintf(stderr,
+                 "model: Transformer, %lld parameters (C %lld, %lld+%lld blocks, %lld heads, FFN %lld, "
+                 "dropout %.2f)\n",
+                 (long long)model->num_parameters(), (long long)cfg.model.num_hiddens,
+                 (long long)cfg.model.num_blks, (long long)cfg.model.num_blks, (long long)cfg.model.num_heads,
+                 (long long)cfg.model.ffn_num_hiddens, cfg.model.dropout);
+    std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
+                 (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,
+                 cfg.train.time_budget_s > 0
+                     ? (", budget " + util::format_duration(cfg.train.time_budget_s)).c_str() : "",
+                 cfg.train.max_steps > 0 ? (", max " + std::to_string(cfg.train.max_steps) + " steps").c_str() : "",
+                 cfg.train.loss_on_padding ? "on all positions (D2L EN)" : "on real tokens");
+
+    train::TrainRuntime rt;
+    rt.out_dir  = a.out;
+    rt.resume   = a.resume;
+    rt.progress = !a.no_progress;
+    rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
+    train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+    train::TrainResult r = trainer.fit();
+    // The stopping rules given for this call are not part of the model's config.
+    train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab);
+
+    const double final_loss = r.epochs.empty() ? 0.0 : r.epochs.back().train_loss;
+    std::printf("trained %lld steps in %s (stopped: %s); last epoch train loss %.4f, val loss %.4f; "
+                "%.0f target tokens/s\n",
+                (long long)r.steps, util::format_duration(r.train_seconds).c_str(), r.stop_reason.c_str(),
+                final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s);
+    std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
+                a.out.c_str());
+    train::ModelDir m = train::load_model_dir(a.out);
+    print_samples(m, d, 8);
+    std::printf("total wall time %s\n", util::format_duration(wall.seconds()).c_str());
+}
+
+Registration reg([](CLI::App& app) {
+    auto a = std::make_shared<TrainArgs>();
+    CLI::App* c = app.add_subcommand("train", "train D2L's Transformer on English-French");
+    std::string presets;
+    for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
+    c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo)")
+        ->check(CLI::IsMember(train::preset_names()));
+    c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
+                                     "../shared/data/fra-eng.zip)");
+    c->add_option("--out", a->out, "output folder (default runs/qkv)");
+    c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (same losses as an "
+                                       "uninterrupted run)");
+    c->add_option("--time-budget", a->time_budget, "stop after this much training time, e.g. 20m, 90s, 1h");
+    c->add_option("--epochs", a->epochs, "epochs")->check(CLI::PositiveNumber);
+    c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--num-hiddens", a->num_hiddens, "model width C")->check(CLI::PositiveNumber);
+    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(CLI::PositiveNumber);
+    c->add_option("--num-heads", a->num_heads, "attention heads")->check(CLI::PositiveNumber);
+    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(CLI::PositiveNumber);
+    a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+    c->add_option("--batch-size", a->batch_size, "minibatch size")->check(CLI::PositiveNumber);
+    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad)")->check(CLI::Range(2, 1000));
+    c->add_option("--lr", a->lr, "Adam learning rate")->check(CLI::PositiveNumber);
+    a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon")
+                  ->check(CLI::Range(0.0, 0.99));
+    a->o_clip = c->add_option("--clip", a->clip, "clip gradients to this global norm (0: off; default 1)")
+                    ->check(CLI::NonNegativeNumber);
+    c->add_option("--schedule", a->schedule, "learning-rate schedule: constant|warmup_inv_sqrt|warmup_linear_decay");
+    c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
+        ->check(CLI::PositiveNumber);
+    a->o_lop = c->add_flag("--loss-on-padding", a->loss_on_padding,
+                           "average the loss over pad positions too (reproduces D2L EN's curves)");
+    a->o_quirk = c->add_flag("--pe-quirk", a->pe_quirk,
+                             "decode with D2L's position-0 positional encoding at every step");
+    c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs")->check(CLI::PositiveNumber);
+    c->add_option("--max-src-tokens", a->max_src_tokens, "keep pairs with at most N source tokens")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")->check(CLI::PositiveNumber);
+    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(CLI::PositiveNumber);
+    a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
+    a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)");
+    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
+    c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->callback([a] { run(*a); });
+});
+
+}  // namespace
+}  // namespace qkv::cli

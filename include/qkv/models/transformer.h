@@ -1,0 +1,117 @@
+#pragma once
+// D2L's Transformer encoder–decoder (D2L 11.7 "The Transformer Architecture"; Vaswani et al.
+// 2017; spec §1.8–1.10): post-LN blocks, sinusoidal positions, embeddings scaled by √C, a
+// biased output Linear. Parameter names equal the PyTorch state_dict of D2L EN's model
+// ("encoder.blks.0.attention.W_q.weight", "decoder.blks.1.addnorm3.ln.bias", "decoder.dense.weight").
+// Incremental decoding caches projected keys/values per block (not D2L's cached block inputs).
+// Dim legend: B batch, Ts/Tt source/target length, C num_hiddens, H heads, D = C/H, F FFN width,
+// V vocabulary.
+#include <memory>
+#include <vector>
+
+#include "qkv/models/encoder_decoder.h"
+#include "qkv/nn/attention.h"
+#include "qkv/nn/layers.h"
+
+namespace qkv::models {
+
+struct TransformerConfig {
+    int64_t src_vocab_size = 0;
+    int64_t tgt_vocab_size = 0;
+    int64_t num_hiddens = 256;      // C; divisible by num_heads
+    int64_t num_blks = 2;           // blocks in the encoder and (again) in the decoder
+    int64_t num_heads = 4;          // H
+    int64_t ffn_num_hiddens = 64;   // F
+    double dropout = 0.2;           // embeddings+PE, attention weights, AddNorm
+    int64_t max_len = 1000;         // positional-encoding table length
+    /// D2L's inference quirk (spec §1.9): the decoder adds PE position 0 at every decoding step.
+    /// false (default): step t uses position t, as in training.
+    bool pe_position_zero_at_inference = false;
+};
+
+/// Encoder block (D2L TransformerEncoderBlock): Y = AddNorm1(X, MHA(X, X, X, valid_lens));
+/// out = AddNorm2(Y, FFN(Y)). X (B, Ts, C), valid_lens (B) -> (B, Ts, C).
+class TransformerEncoderBlock : public nn::Module {
+public:
+    TransformerEncoderBlock(const TransformerConfig& cfg);
+    Tensor forward(const Tensor& X, const Tensor& valid_lens);
+    std::shared_ptr<nn::MultiHeadAttention> attention;
+    std::shared_ptr<nn::AddNorm> addnorm1;
+    std::shared_ptr<nn::PositionWiseFFN> ffn;
+    std::shared_ptr<nn::AddNorm> addnorm2;
+};
+
+/// Encoder (D2L TransformerEncoder): X = PE(Embedding(src)·√C), then the blocks.
+/// src (B, Ts) i64, valid_lens (B) i64 -> (B, Ts, C).
+class TransformerEncoder : public nn::Module {
+public:
+    TransformerEncoder(const TransformerConfig& cfg);
+    Tensor forward(const Tensor& src, const Tensor& valid_lens);
+    std::shared_ptr<nn::Embedding> embedding;
+    std::shared_ptr<nn::PositionalEncoding> pos_encoding;
+    std::vector<std::shared_ptr<TransformerEncoderBlock>> blks;
+    int64_t num_hiddens;
+};
+
+/// Decoder block (D2L TransformerDecoderBlock): causal self-attention → AddNorm1, cross-attention
+/// on the encoder outputs masked by the source valid lengths → AddNorm2, FFN → AddNorm3.
+class TransformerDecoderBlock : public nn::Module {
+public:
+    TransformerDecoderBlock(const TransformerConfig& cfg);
+    /// Teacher forcing: X (B, Tt, C), enc_outputs (B, Ts, C), enc_valid_lens (B) -> (B, Tt, C).
+    Tensor forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens);
+    std::shared_ptr<nn::MultiHeadAttention> attention1;
+    std::shared_ptr<nn::AddNorm> addnorm1;
+    std::shared_ptr<nn::MultiHeadAttention> attention2;
+    std::shared_ptr<nn::AddNorm> addnorm2;
+    std::shared_ptr<nn::PositionWiseFFN> ffn;
+    std::shared_ptr<nn::AddNorm> addnorm3;
+};
+
+/// Decoder (D2L TransformerDecoder): X = PE(Embedding(tgt)·√C), the blocks, dense (C -> V, bias).
+class TransformerDecoder : public nn::Module {
+public:
+    TransformerDecoder(const TransformerConfig& cfg);
+    /// Teacher forcing: tgt (B, Tt) i64 -> hidden (B, Tt, C) (dense not applied).
+    Tensor forward_hidden(const Tensor& tgt, const Tensor& enc_outputs, const Tensor& enc_valid_lens);
+    std::shared_ptr<nn::Embedding> embedding;
+    std::shared_ptr<nn::PositionalEncoding> pos_encoding;
+    std::vector<std::shared_ptr<TransformerDecoderBlock>> blks;
+    std::shared_ptr<nn::Linear> dense;
+    int64_t num_hiddens;
+};
+
+/// D2L's Transformer (EncoderDecoder with children "encoder" and "decoder"). Initialisation is
+/// PyTorch's default (D2L EN): Linear U(±1/√fan_in), Embedding N(0, 1), LayerNorm (1, 0), drawn
+/// from the default generator in registration order.
+/// D2L EN's book model (src/tgt vocab 194/214, C 256, 2 blocks, 4 heads, F 64) has 1,869,782
+/// parameters.
+class Transformer : public EncoderDecoder {
+public:
+    /// Throws qkv::Error when a size is not positive, num_heads does not divide num_hiddens,
+    /// or dropout is outside [0, 1).
+    explicit Transformer(const TransformerConfig& cfg);
+
+    Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len,
+                          const Tensor& dec_input) override;
+    Tensor output_logits(const Tensor& hidden) override;
+    std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
+    Tensor decode_step(const Tensor& tokens, DecoderState& state) override;
+    int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
+    int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }
+
+    /// Keeps every multi-head attention's weights on each forward (math path) for heatmaps:
+    /// encoder->blks[i]->attention->attention_weights() is then (B, H, Ts, Ts).
+    void keep_attention_weights(bool on);
+
+    const TransformerConfig& config() const { return cfg_; }
+    void set_pe_position_zero_at_inference(bool on) { cfg_.pe_position_zero_at_inference = on; }
+
+    std::shared_ptr<TransformerEncoder> encoder;
+    std::shared_ptr<TransformerDecoder> decoder;
+
+private:
+    TransformerConfig cfg_;
+};
+
+}  // namespace qkv::models

@@ -1,0 +1,60 @@
+#pragma once
+// Checkpoints and model files, both safetensors (io/safetensors.h), both written atomically:
+// - the model file (model.safetensors): parameters under their PyTorch state_dict names, F32,
+//   loadable by safetensors.torch.load_file into D2L's PyTorch model;
+// - the training checkpoint (checkpoint.safetensors): "model.<name>" parameters, "optim.<key>"
+//   optimizer state, and in the metadata the format tag, version, progress (epoch, batch,
+//   step), the default generator's seed/offset (dropout) and the elapsed training time — enough
+//   to resume exactly.
+// Both carry a checksum of their data section, so a corrupted byte is caught, not trained on.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "qkv/nn/module.h"
+#include "qkv/optim/optimizer.h"
+
+namespace qkv::train {
+
+/// Metadata value of "qkv.format" in a training checkpoint, and its version.
+constexpr const char* kCheckpointFormat = "qkv-checkpoint";
+constexpr int kCheckpointVersion = 1;
+
+/// Where training stands; saved with every checkpoint.
+struct TrainingProgress {
+    int64_t epoch = 0;          // epoch in progress (0-based)
+    int64_t batch = 0;          // batches of `epoch` already done (0: at its start)
+    int64_t step  = 0;          // optimizer steps done in total
+    uint64_t rng_seed = 0;      // default generator (core/generator.h): seed and offset
+    uint64_t rng_offset = 0;
+    double train_seconds = 0;   // training wall-clock so far (validation excluded)
+};
+
+/// Writes a training checkpoint atomically (readers see the old file or the new one). `extra`
+/// goes into the metadata (e.g. "qkv.config" = the run's config.json text). Throws qkv::Error
+/// naming the path on I/O errors.
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
+                     const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& extra = {});
+
+/// Loads a checkpoint into `model` (strict: every name and shape must match) and, when non-null,
+/// `opt`. Returns the saved progress (the caller restores the generator). Throws qkv::Error
+/// "checkpoint '<path>': ..." when the file is missing, truncated or corrupt (safetensors
+/// validation, checksum mismatch), is not a qkv checkpoint, has another version, or does not fit
+/// the model.
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt);
+
+/// Metadata of a checkpoint or model file (validated and checksummed as load_checkpoint does).
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
+
+/// Writes the parameters (PyTorch names and order, F32) atomically, with metadata
+/// {"format": "pt", "qkv.checksum": ...} plus `metadata`. Throws qkv::Error on I/O errors.
+void save_model(const std::string& path, const nn::Module& model,
+                const std::map<std::string, std::string>& metadata = {});
+
+/// Loads a model file written by save_model (or any safetensors file with the same names and
+/// shapes; the checksum is checked when present). Strict. Throws qkv::Error "model file
+/// '<path>': ..." like load_checkpoint.
+void load_model(const std::string& path, nn::Module& model);
+
+}  // namespace qkv::train

@@ -1,0 +1,58 @@
+#pragma once
+// A trained model's folder (what `qkv train --out DIR` writes and translate/eval/heatmap read):
+//   config.json        RunConfig (train/run_config.h)
+//   src_vocab.txt, tgt_vocab.txt   one token per line (data/vocab.h)
+//   model.safetensors  parameters, PyTorch names (train/checkpoint.h)
+//   checkpoint.safetensors, metrics.jsonl, loss.png   (training only)
+// plus translating raw sentences with it.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/data/vocab.h"
+#include "qkv/decode/beam_search.h"
+#include "qkv/models/transformer.h"
+#include "qkv/train/run_config.h"
+
+namespace qkv::train {
+
+/// Writes config.json, src_vocab.txt and tgt_vocab.txt into dir (created), atomically.
+void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
+                     const data::Vocab& tgt_vocab);
+
+struct ModelDir {
+    std::string dir;
+    RunConfig config;
+    data::Vocab src_vocab, tgt_vocab;
+    std::shared_ptr<models::Transformer> model;  // eval mode
+};
+
+/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.
+RunConfig load_model_dir_config(const std::string& dir);
+/// src_vocab.txt and tgt_vocab.txt of a model folder.
+std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
+
+/// Loads a model folder. Throws qkv::Error naming the missing or damaged file, or when the
+/// vocabulary sizes disagree with config.json.
+ModelDir load_model_dir(const std::string& dir);
+
+struct TranslateOptions {
+    int64_t max_len = 20;
+    int64_t beam = 1;              // 1: greedy (cached)
+    double length_penalty = 0.6;
+    int64_t batch_size = 250;      // sentences per decoder batch
+    bool progress = false;         // progress bar on stderr
+};
+
+/// Translates tokenised sources (data::tokenize_nmt output) with the folder's model: source ids
+/// + <eos> truncated to num_steps, then greedy or beam decoding. Returns target token lists
+/// (without <eos>; a predicted <unk> stays "<unk>").
+std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
+                                                       const std::vector<std::vector<std::string>>& src,
+                                                       const TranslateOptions& opt);
+
+/// " "-joined tokens.
+std::string join_tokens(const std::vector<std::string>& tokens);
+
+}  // namespace qkv::train

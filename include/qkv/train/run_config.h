@@ -1,0 +1,51 @@
+#pragma once
+// A training run's whole configuration (data, model, optimisation, decoding) as one typed
+// struct, the named presets of `qkv train --preset`, and its config.json form.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "qkv/models/transformer.h"
+#include "qkv/train/trainer.h"
+#include "qkv/train/translation_data.h"
+
+namespace qkv::train {
+
+struct DecodeConfig {
+    int64_t max_len = 20;          // most output tokens per sentence (<eos> included)
+    int64_t beam = 1;              // 1: greedy
+    double length_penalty = 0.6;   // GNMT α for beam search
+};
+
+struct RunConfig {
+    std::string preset;            // the preset it started from ("" = none)
+    DataConfig data;
+    models::TransformerConfig model;  // vocabulary sizes are filled from the data
+    TrainOptions train;
+    DecodeConfig decode;
+};
+
+/// Names accepted by preset_config, in help order.
+std::vector<std::string> preset_names();
+
+/// d2l: the book's run (spec §2–3): 641 pairs, D2L EN pipeline, num_steps 9, C 256, 2 blocks,
+///   4 heads, F 64, dropout 0.2, batch 128, Adam lr 1e-3, 30 epochs, clip 1; decoding ≤ 9 tokens.
+/// demo: real data, short pairs (source ≤ 6, target ≤ 8 tokens), a small model and a 210 s
+///   training budget: finishes in about 4 minutes on 2 cores and translates held-out sentences.
+/// full: every pair, anchor pipeline and model, 60-minute training budget.
+/// anchor: quality_anchor.md §2 (C 256, 2+2 blocks, 4 heads, F 1024, dropout 0.1, num_steps 12,
+///   Adam(5e-4, 0.9, 0.98, 1e-9), batch 128, masked loss, 20-minute budget, decoding ≤ 20).
+/// Throws qkv::Error listing the names for an unknown one.
+RunConfig preset_config(const std::string& name);
+
+/// config.json: {"preset", "data": {...}, "model": {...}, "train": {...}, "decode": {...}}.
+nlohmann::json to_json(const RunConfig& c);
+/// Reads to_json's form; missing keys keep their defaults (older files), unknown enum names
+/// throw qkv::Error naming the key.
+RunConfig run_config_from_json(const nlohmann::json& j);
+
+/// Parses a duration: "90" or "90s" (seconds), "20m", "1.5h"; throws qkv::Error otherwise.
+double parse_duration(const std::string& s);
+
+}  // namespace qkv::train

@@ -1,0 +1,104 @@
+#pragma once
+// The training loop for encoder–decoder models (D2L EN Trainer.fit, spec §1.13): shuffled
+// minibatches, teacher-forced forward, seq2seq loss, backward, clipping by global norm, Adam,
+// validation loss each epoch, checkpoints each epoch (exact resume), metrics.jsonl and a
+// progress bar. Stops at the epoch count, a step count or a training-time budget.
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/data/batcher.h"
+#include "qkv/data/nmt_data.h"
+#include "qkv/models/encoder_decoder.h"
+#include "qkv/optim/optimizer.h"
+
+namespace qkv::train {
+
+/// Hyper-parameters of a run (saved in config.json).
+struct TrainOptions {
+    int64_t epochs = 30;
+    int64_t max_steps = 0;         // stop after this many optimizer steps in total (0: no limit)
+    double time_budget_s = 0;      // stop at the first step boundary past this much training
+                                   // time, validation excluded (0: none; the anchor's clock)
+    int64_t batch_size = 128;
+    double lr = 1e-3;
+    double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+    double clip_norm = 1.0;        // D2L's θ = 1; 0: no clipping
+    bool loss_on_padding = false;  // D2L EN's unmasked loss (train/loss.h)
+    double label_smoothing = 0.0;
+    optim::LrSchedule schedule = optim::LrSchedule::constant;
+    int64_t warmup_steps = 0;      // for the warmup schedules
+    uint64_t seed = 0;             // batch order (data/batcher.h); the caller seeds the default
+                                   // generator (init, dropout) with it before building the model
+    int64_t val_batch_size = 256;
+};
+
+/// Where and how a run reports (not saved in config.json).
+struct TrainRuntime {
+    std::string out_dir;  // "": nothing written. Else checkpoint.safetensors, model.safetensors,
+                          // metrics.jsonl and loss.png are (re)written there each epoch.
+    bool resume = false;  // continue from out_dir/checkpoint.safetensors
+    std::map<std::string, std::string> checkpoint_metadata;  // added to every checkpoint/model file
+    bool progress = true;            // progress bar (plain lines when stderr is not a TTY)
+    double progress_plain_interval_s = 10.0;
+    std::FILE* log = stderr;         // one summary line per epoch; nullptr: silent
+    int64_t log_every = 50;          // metrics.jsonl "step" record every N steps (0: none)
+};
+
+struct EpochRecord {
+    int64_t epoch = 0;              // 1-based: epochs completed
+    int64_t step = 0;               // optimizer steps done in total
+    double train_loss = 0;          // mean of this epoch's batch losses (since resume)
+    double val_loss = 0;            // NaN when there is no validation data
+    double train_seconds = 0;       // cumulative training time
+    double tokens_per_s = 0;        // non-pad target tokens per second in this epoch
+    bool partial = false;           // the run stopped inside this epoch
+};
+
+struct TrainResult {
+    std::vector<EpochRecord> epochs;     // epochs finished or cut short in this call
+    std::vector<double> step_losses;     // every step's loss in this call, in order
+    int64_t first_step = 0;              // global index of step_losses[0]
+    int64_t steps = 0;                   // optimizer steps done in total
+    double train_seconds = 0;            // cumulative training time
+    double tokens_per_s = 0;             // over this call's steps
+    std::string stop_reason;             // "epochs", "max_steps" or "time_budget"
+};
+
+class Trainer {
+public:
+    /// pad: the target <pad> id. The model must outlive the trainer; so must the arrays.
+    /// Throws qkv::Error when the training data is empty or an option is out of range.
+    Trainer(models::EncoderDecoder& model, const data::NmtArrays& train_data,
+            const data::NmtArrays& valid_data, int64_t pad, TrainOptions opt, TrainRuntime rt = {});
+
+    /// Trains (resuming when asked); returns what happened. Leaves the model in eval mode (as
+    /// D2L's Trainer does). Throws qkv::Error on a NaN/inf gradient or I/O failure.
+    TrainResult fit();
+
+    /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean
+    /// (position-weighted with loss_on_padding), batches of val_batch_size. NaN when empty.
+    double evaluate_loss(const data::NmtArrays& data);
+
+    /// Called after each epoch's checkpoint (e.g. to write plots).
+    std::function<void(const EpochRecord&)> on_epoch_end;
+
+private:
+    models::EncoderDecoder& model_;
+    const data::NmtArrays& train_;
+    const data::NmtArrays& valid_;
+    int64_t pad_;
+    TrainOptions opt_;
+    TrainRuntime rt_;
+};
+
+/// Tensors of one batch (src (B, T), src_valid_len (B), dec_input (B, T), label (B, T); i64).
+struct BatchTensors {
+    Tensor src, src_valid_len, dec_input, label;
+};
+BatchTensors to_tensors(const data::Batch& b);
+
+}  // namespace qkv::train

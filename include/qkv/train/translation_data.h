@@ -1,0 +1,68 @@
+#pragma once
+// English–French data for training runs: one call from a DataConfig (file, pipeline, filters,
+// split sizes) to vocabularies, train/valid/test arrays and the held-out references for corpus
+// BLEU. Built on data/ (fra_eng.h, nmt_data.h); the pipelines are d2l_spec.md §2 and
+// quality_anchor.md §2.1.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/data/nmt_data.h"
+#include "qkv/data/vocab.h"
+
+namespace qkv::train {
+
+enum class DataPipeline {
+    /// D2L EN MTFraEng: the first num_train + num_val + 1 lines, alphabetical vocabularies over
+    /// the padded lists, train = the first num_train pairs, valid = the rest (also the held-out
+    /// set for eval; D2L EN has no test split).
+    d2l_en,
+    /// The quality anchor's pipeline: seeded shuffle split (train / valid / test), frequency-
+    /// ordered vocabularies (<unk> <pad> <bos> <eos>, min_freq) from the train split only.
+    anchor,
+};
+
+struct DataConfig {
+    std::string path;                 // fra-eng.zip, fra.txt or a folder; "" = QKV_DATA or default
+    DataPipeline pipeline = DataPipeline::anchor;
+    int64_t num_steps = 12;           // T: arrays are truncated/padded to this (<eos> included)
+    bool strict = false;              // a malformed line is fatal instead of skipped
+    // anchor pipeline
+    int64_t max_src_tokens = 0;       // keep pairs with at most this many source tokens (0: any)
+    int64_t max_tgt_tokens = 0;       // ... and target tokens (<eos> not counted)
+    int64_t max_pairs = 0;            // then keep the first N of them, in file order (0: all)
+    int64_t n_valid = 2000;
+    int64_t n_test = 5000;            // held-out pairs for corpus BLEU
+    uint64_t split_seed = 0;
+    int64_t min_freq = 2;
+    // d2l_en pipeline
+    int64_t d2l_num_train = 512;
+    int64_t d2l_num_val = 128;
+};
+
+struct TranslationData {
+    std::string origin;               // the file read, e.g. "../shared/data/fra-eng.zip"
+    std::string summary;              // "...: 167130 pairs from 167130 lines; ..." (+ filters)
+    int64_t malformed = 0;            // malformed lines skipped
+    int64_t pairs = 0;                // pairs used (after filters), train + valid + test
+    data::Vocab src_vocab, tgt_vocab;
+    data::NmtArrays train, valid, test;
+    /// Held-out sources and references as full token lists (not truncated, no <unk> mapping, no
+    /// <eos>): the anchor's BLEU references. Row i matches test row i.
+    data::Sentences test_src, test_ref;
+};
+
+/// Reads the data file (data::locate_fra_eng rules; the error names the download address) and
+/// builds everything per `cfg`. Split sizes shrink for small corpora: when the pairs number
+/// fewer than 4·(n_valid + n_test), valid and test each get 10% (at least 1 pair), and the
+/// summary says so. Throws qkv::Error when the file is missing or malformed under strict, when
+/// fewer than 3 pairs remain, or an option is out of range.
+TranslationData load_translation_data(const DataConfig& cfg);
+
+/// Source arrays for new sentences with a trained vocabulary: tokenize_nmt, ids (unknown ->
+/// <unk>) + <eos>, truncated/padded to num_steps. Returns (B, T) ids and (B) valid lengths in
+/// a SeqArray.
+data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& src_vocab,
+                              int64_t num_steps);
+
+}  // namespace qkv::train

@@ -1,0 +1,65 @@
+// Greedy decoding: argmax of the next-token logits, batched, cached or recomputed.
+#include "qkv/decode/greedy.h"
+
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/ops/reduce.h"
+
+namespace qkv::decode {
+
+std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, const Tensor& src,
+                                                const Tensor& src_valid_len,
+                                                const GreedyOptions& opt) {
+    const int64_t V = model.tgt_vocab_size();
+    QKV_CHECK(opt.bos >= 0 && opt.bos < V && opt.eos >= 0 && opt.eos < V,
+              "greedy_decode: bos and eos must be target ids in [0, ", V, "), got ", opt.bos, ", ",
+              opt.eos);
+    QKV_CHECK(opt.max_len >= 1, "greedy_decode: max_len must be >= 1, got ", opt.max_len);
+    QKV_CHECK(src.defined() && src.dim() == 2, "greedy_decode: src must be (B, Ts)");
+    const int64_t B = src.size(0);
+    NoGradGuard ng;
+
+    std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+    std::vector<char> done(size_t(B), 0);
+    int64_t n_done = 0;
+    // prefix: (B, t+1) decoder inputs so far, <bos> first (only for the uncached path)
+    std::vector<int64_t> prefix(size_t(B), opt.bos);
+    std::vector<int64_t> last(size_t(B), opt.bos);
+    std::unique_ptr<models::DecoderState> state;
+    if (opt.use_cache) {
+        state = model.init_state(src, src_valid_len);
+        state->trace = opt.trace;
+    }
+    for (int64_t t = 0; t < opt.max_len; ++t) {
+        Tensor logits;  // (B, V)
+        if (opt.use_cache) {
+            logits = model.decode_step(from_vector(last, {B}), *state);
+        } else {
+            Tensor dec = from_vector(prefix, {B, t + 1});
+            logits = model.forward(src, src_valid_len, dec).select(1, t);
+        }
+        const std::vector<int64_t> next = argmax(logits, 1).to_vector<int64_t>();
+        std::vector<int64_t> grown;
+        if (!opt.use_cache) grown.reserve(size_t(B * (t + 2)));
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t tok = next[size_t(b)];
+            if (!done[size_t(b)]) {
+                if (tok == opt.eos) {
+                    done[size_t(b)] = 1;
+                    ++n_done;
+                } else {
+                    out[size_t(b)].push_back(tok);
+                }
+            }
+            last[size_t(b)] = tok;
+            if (!opt.use_cache) {
+                grown.insert(grown.end(), prefix.begin() + b * (t + 1), prefix.begin() + (b + 1) * (t + 1));
+                grown.push_back(tok);
+            }
+        }
+        if (!opt.use_cache) prefix.swap(grown);
+        if (opt.early_stop && n_done == B) break;
+    }
+    return out;
+}
+
+}  // namespace qkv::decode

@@ -1,0 +1,206 @@
+// Training checkpoints and model files on top of io/safetensors.h: tensor naming, the metadata
+// contract, a FNV-1a checksum of the data section, and clear errors for damaged files.
+#include "qkv/train/checkpoint.h"
+
+#include <cstring>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "qkv/io/safetensors.h"
+
+namespace qkv::train {
+
+namespace {
+
+constexpr const char* kChecksumKey = "qkv.checksum";
+
+/// FNV-1a, 64 bit, over a sequence of byte ranges.
+struct Fnv1a {
+    uint64_t h = 1469598103934665603ULL;
+    void add(const uint8_t* p, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+            h ^= p[i];
+            h *= 1099511628211ULL;
+        }
+    }
+    std::string hex() const {
+        static const char* digits = "0123456789abcdef";
+        std::string s(16, '0');
+        for (int i = 0; i < 16; ++i) s[size_t(15 - i)] = digits[(h >> (4 * i)) & 15];
+        return s;
+    }
+};
+
+const char* st_dtype(DType d) {
+    switch (d) {
+        case DType::f32: return "F32";
+        case DType::f64: return "F64";
+        case DType::i64: return "I64";
+        case DType::b8: return "BOOL";
+    }
+    return "";
+}
+
+/// Tensors to write, kept contiguous and alive while the views point at them.
+struct WriteList {
+    std::vector<Tensor> keep;
+    std::vector<io::SafeTensorView> views;
+    void add(const std::string& name, const Tensor& t) {
+        Tensor c = t.detach().contiguous();
+        keep.push_back(c);
+        io::SafeTensorView v;
+        v.name   = name;
+        v.dtype  = st_dtype(c.dtype());
+        v.shape  = c.shape();
+        v.data   = c.raw_data();
+        v.nbytes = size_t(c.numel() * dtype_size(c.dtype()));
+        views.push_back(std::move(v));
+    }
+    std::string checksum() const {
+        Fnv1a f;
+        for (const auto& v : views) f.add(static_cast<const uint8_t*>(v.data), v.nbytes);
+        return f.hex();
+    }
+};
+
+/// Parameters in registration (PyTorch) order, then any buffers.
+std::vector<std::pair<std::string, Tensor>> ordered_state(const nn::Module& model) {
+    auto out = model.named_parameters();
+    std::set<std::string> seen;
+    for (auto& [n, t] : out) seen.insert(n);
+    for (auto& [n, t] : model.state_dict())
+        if (!seen.count(n)) out.emplace_back(n, t);
+    return out;
+}
+
+/// Opens and validates a file; rethrows safetensors errors with `what '<path>'` in front.
+io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
+    try {
+        io::SafeTensorsFile f(path);
+        auto it = f.metadata().find(kChecksumKey);
+        if (it != f.metadata().end()) {
+            Fnv1a h;
+            for (const auto& e : f.entries()) {
+                auto b = f.bytes(e.name);
+                h.add(b.data(), b.size());
+            }
+            QKV_CHECK(h.hex() == it->second, "checksum mismatch (stored ", it->second, ", computed ",
+                      h.hex(), "): the file is corrupt");
+        }
+        return f;
+    } catch (const Error& e) {
+        throw Error(detail::str(what, " '", path, "': ", e.what(),
+                                " (the file is truncated, corrupt or not a qkv file)"));
+    }
+}
+
+Tensor to_tensor(const io::SafeTensorsFile& f, const io::SafeTensorInfo& e) {
+    DType d;
+    if (e.dtype == "F32") d = DType::f32;
+    else if (e.dtype == "F64") d = DType::f64;
+    else if (e.dtype == "I64") d = DType::i64;
+    else if (e.dtype == "BOOL") d = DType::b8;
+    else throw Error(detail::str("tensor '", e.name, "' has dtype ", e.dtype, ", expected F32, F64, I64 or BOOL"));
+    Tensor t = Tensor::empty(e.shape, d);
+    auto b = f.bytes(e.name);
+    if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());
+    return t;
+}
+
+/// Entries whose name starts with prefix, with the prefix removed.
+std::map<std::string, Tensor> with_prefix(const io::SafeTensorsFile& f, const std::string& prefix) {
+    std::map<std::string, Tensor> out;
+    for (const auto& e : f.entries())
+        if (e.name.compare(0, prefix.size(), prefix) == 0) out[e.name.substr(prefix.size())] = to_tensor(f, e);
+    return out;
+}
+
+uint64_t meta_u64(const std::map<std::string, std::string>& m, const std::string& k) {
+    auto it = m.find(k);
+    QKV_CHECK(it != m.end(), "metadata entry '", k, "' is missing");
+    try {
+        size_t pos = 0;
+        const unsigned long long v = std::stoull(it->second, &pos);
+        QKV_CHECK(pos == it->second.size(), "bad number");
+        return uint64_t(v);
+    } catch (const std::exception&) {
+        throw Error(detail::str("metadata entry '", k, "' is not a number: '", it->second, "'"));
+    }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
+                     const TrainingProgress& p, const std::map<std::string, std::string>& extra) {
+    WriteList w;
+    for (auto& [n, t] : ordered_state(model)) w.add("model." + n, t);
+    for (auto& [n, t] : opt.state_dict()) w.add("optim." + n, t);
+    std::map<std::string, std::string> meta = extra;
+    meta["qkv.format"]        = kCheckpointFormat;
+    meta["qkv.version"]       = std::to_string(kCheckpointVersion);
+    meta["qkv.epoch"]         = std::to_string(p.epoch);
+    meta["qkv.batch"]         = std::to_string(p.batch);
+    meta["qkv.step"]          = std::to_string(p.step);
+    meta["qkv.rng_seed"]      = std::to_string(p.rng_seed);
+    meta["qkv.rng_offset"]    = std::to_string(p.rng_offset);
+    meta["qkv.train_seconds"] = detail::str(p.train_seconds);
+    meta[kChecksumKey]        = w.checksum();
+    io::write_safetensors(path, w.views, meta);
+}
+
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path) {
+    return open_checked(path, "checkpoint").metadata();
+}
+
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
+    io::SafeTensorsFile f = open_checked(path, "checkpoint");
+    try {
+        const auto& m = f.metadata();
+        auto fmt = m.find("qkv.format");
+        QKV_CHECK(fmt != m.end() && fmt->second == kCheckpointFormat,
+                  "not a qkv training checkpoint (metadata 'qkv.format' is ",
+                  fmt == m.end() ? std::string("missing") : "'" + fmt->second + "'", ")");
+        const uint64_t ver = meta_u64(m, "qkv.version");
+        QKV_CHECK(ver == uint64_t(kCheckpointVersion), "checkpoint format version ", ver,
+                  " is not supported (this build reads version ", kCheckpointVersion, ")");
+        TrainingProgress p;
+        p.epoch      = int64_t(meta_u64(m, "qkv.epoch"));
+        p.batch      = int64_t(meta_u64(m, "qkv.batch"));
+        p.step       = int64_t(meta_u64(m, "qkv.step"));
+        p.rng_seed   = meta_u64(m, "qkv.rng_seed");
+        p.rng_offset = meta_u64(m, "qkv.rng_offset");
+        auto ts = m.find("qkv.train_seconds");
+        p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
+        model.load_state_dict(with_prefix(f, "model."), /*strict=*/true);
+        if (opt) opt->load_state_dict(with_prefix(f, "optim."));
+        return p;
+    } catch (const Error& e) {
+        throw Error(detail::str("checkpoint '", path, "': ", e.what()));
+    }
+}
+
+void save_model(const std::string& path, const nn::Module& model,
+                const std::map<std::string, std::string>& metadata) {
+    WriteList w;
+    for (auto& [n, t] : ordered_state(model)) {
+        QKV_CHECK(t.dtype() == DType::f32, "save_model: '", n, "' is ", dtype_name(t.dtype()),
+                  ", expected float32");
+        w.add(n, t);
+    }
+    std::map<std::string, std::string> meta = metadata;
+    meta["format"]     = "pt";
+    meta[kChecksumKey] = w.checksum();
+    io::write_safetensors(path, w.views, meta);
+}
+
+void load_model(const std::string& path, nn::Module& model) {
+    io::SafeTensorsFile f = open_checked(path, "model file");
+    try {
+        model.load_state_dict(with_prefix(f, ""), /*strict=*/true);
+    } catch (const Error& e) {
+        throw Error(detail::str("model file '", path, "': ", e.what()));
+    }
+}
+
+}  // namespace qkv::train

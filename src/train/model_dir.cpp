@@ -1,0 +1,112 @@
+// Model folders: writing the run files, loading a trained model, translating token lists.
+#include "qkv/train/model_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/decode/greedy.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/translation_data.h"
+#include "qkv/util/atomic_file.h"
+#include "qkv/util/progress.h"
+
+namespace qkv::train {
+
+namespace fs = std::filesystem;
+
+void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
+                     const data::Vocab& tgt_vocab) {
+    fs::create_directories(dir);
+    util::write_file_atomic((fs::path(dir) / "config.json").string(), to_json(cfg).dump(2) + "\n");
+    src_vocab.save((fs::path(dir) / "src_vocab.txt").string());
+    tgt_vocab.save((fs::path(dir) / "tgt_vocab.txt").string());
+}
+
+RunConfig load_model_dir_config(const std::string& dir) {
+    QKV_CHECK(fs::is_directory(dir), "model folder '", dir,
+              "' does not exist (train one with: qkv train --out ", dir, ")");
+    const std::string cfg_path = (fs::path(dir) / "config.json").string();
+    QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json");
+    try {
+        return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(detail::str("'", cfg_path, "': ", e.what()));
+    } catch (const Error& e) {
+        throw Error(detail::str("'", cfg_path, "': ", e.what()));
+    }
+}
+
+std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {
+    return {data::Vocab::load((fs::path(dir) / "src_vocab.txt").string()),
+            data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string())};
+}
+
+ModelDir load_model_dir(const std::string& dir) {
+    ModelDir m;
+    m.dir    = dir;
+    m.config = load_model_dir_config(dir);
+    auto v   = load_model_dir_vocabs(dir);
+    m.src_vocab = std::move(v.first);
+    m.tgt_vocab = std::move(v.second);
+    QKV_CHECK(m.src_vocab.size() == m.config.model.src_vocab_size &&
+                  m.tgt_vocab.size() == m.config.model.tgt_vocab_size,
+              "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
+              m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
+              " / ", m.config.model.tgt_vocab_size);
+    m.model = std::make_shared<models::Transformer>(m.config.model);
+    load_model((fs::path(dir) / "model.safetensors").string(), *m.model);
+    m.model->eval();
+    return m;
+}
+
+std::string join_tokens(const std::vector<std::string>& tokens) {
+    std::string s;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (i) s += ' ';
+        s += tokens[i];
+    }
+    return s;
+}
+
+std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
+                                                       const std::vector<std::vector<std::string>>& src,
+                                                       const TranslateOptions& opt) {
+    QKV_CHECK(opt.batch_size >= 1, "translate: batch size must be >= 1");
+    QKV_CHECK(opt.beam >= 1, "translate: beam must be >= 1, got ", opt.beam);
+    const int64_t n = int64_t(src.size());
+    std::vector<std::vector<std::string>> out;
+    out.reserve(src.size());
+    m.model->eval();
+    std::unique_ptr<util::ProgressBar> bar;
+    if (opt.progress) bar = std::make_unique<util::ProgressBar>(n, "decode");
+    for (int64_t start = 0; start < n; start += opt.batch_size) {
+        const int64_t end = std::min(n, start + opt.batch_size);
+        data::Sentences chunk(src.begin() + start, src.begin() + end);
+        data::SeqArray a = encode_sources(chunk, m.src_vocab, m.config.data.num_steps);
+        const Tensor s  = from_vector(a.ids, {a.rows, a.num_steps});
+        const Tensor vl = from_vector(a.valid_len, {a.rows});
+        std::vector<std::vector<int64_t>> ids;
+        if (opt.beam == 1) {
+            decode::GreedyOptions g;
+            g.bos     = m.tgt_vocab.bos();
+            g.eos     = m.tgt_vocab.eos();
+            g.max_len = opt.max_len;
+            ids = decode::greedy_decode(*m.model, s, vl, g);
+        } else {
+            decode::BeamOptions b;
+            b.beam_size      = opt.beam;
+            b.bos            = m.tgt_vocab.bos();
+            b.eos            = m.tgt_vocab.eos();
+            b.max_len        = opt.max_len;
+            b.length_penalty = opt.length_penalty;
+            ids = decode::beam_decode(*m.model, s, vl, b);
+        }
+        for (auto& row : ids) out.push_back(m.tgt_vocab.decode(row));
+        if (bar) bar->update(end - start);
+    }
+    return out;
+}
+
+}  // namespace qkv::train

@@ -1,0 +1,221 @@
+// Presets and the config.json form of RunConfig.
+#include "qkv/train/run_config.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+namespace qkv::train {
+
+using json = nlohmann::json;
+
+std::vector<std::string> preset_names() { return {"d2l", "demo", "full", "anchor"}; }
+
+RunConfig preset_config(const std::string& name) {
+    RunConfig c;
+    c.preset = name;
+    auto& d = c.data;
+    auto& m = c.model;
+    auto& t = c.train;
+    if (name == "d2l") {
+        d.pipeline = DataPipeline::d2l_en;
+        d.num_steps = 9;
+        m.num_hiddens = 256, m.num_blks = 2, m.num_heads = 4, m.ffn_num_hiddens = 64, m.dropout = 0.2;
+        t.epochs = 30, t.batch_size = 128, t.lr = 1e-3, t.clip_norm = 1.0;
+        c.decode.max_len = 9;  // D2L EN decodes num_steps tokens
+        return c;
+    }
+    if (name == "demo") {
+        d.pipeline = DataPipeline::anchor;
+        d.num_steps = 10;
+        d.max_src_tokens = 6, d.max_tgt_tokens = 8;
+        d.n_valid = 1000, d.n_test = 5000;
+        m.num_hiddens = 256, m.num_blks = 2, m.num_heads = 4, m.ffn_num_hiddens = 512, m.dropout = 0.1;
+        t.epochs = 100, t.time_budget_s = 210, t.batch_size = 128, t.lr = 1e-3;
+        t.adam_beta2 = 0.98, t.adam_eps = 1e-9;
+        c.decode.max_len = 16;
+        return c;
+    }
+    if (name == "full" || name == "anchor") {
+        d.pipeline = DataPipeline::anchor;
+        d.num_steps = 12;
+        d.n_valid = 2000, d.n_test = 5000, d.split_seed = 0;
+        m.num_hiddens = 256, m.num_blks = 2, m.num_heads = 4, m.ffn_num_hiddens = 1024, m.dropout = 0.1;
+        t.epochs = 100, t.batch_size = 128, t.lr = 5e-4;
+        t.adam_beta1 = 0.9, t.adam_beta2 = 0.98, t.adam_eps = 1e-9;
+        t.time_budget_s = name == "full" ? 3600 : 1200;
+        c.decode.max_len = 20;
+        return c;
+    }
+    std::string names;
+    for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(detail::str("unknown preset '", name, "' (choose one of ", names, ")"));
+}
+
+namespace {
+
+const char* pipeline_name(DataPipeline p) { return p == DataPipeline::d2l_en ? "d2l_en" : "anchor"; }
+
+DataPipeline parse_pipeline(const std::string& s) {
+    if (s == "d2l_en") return DataPipeline::d2l_en;
+    if (s == "anchor") return DataPipeline::anchor;
+    throw Error(detail::str("config.json: data.pipeline '", s, "' is not d2l_en or anchor"));
+}
+
+const char* schedule_name(optim::LrSchedule s) {
+    switch (s) {
+        case optim::LrSchedule::constant: return "constant";
+        case optim::LrSchedule::warmup_inv_sqrt: return "warmup_inv_sqrt";
+        case optim::LrSchedule::warmup_linear_decay: return "warmup_linear_decay";
+    }
+    return "constant";
+}
+
+optim::LrSchedule parse_schedule(const std::string& s) {
+    if (s == "constant") return optim::LrSchedule::constant;
+    if (s == "warmup_inv_sqrt") return optim::LrSchedule::warmup_inv_sqrt;
+    if (s == "warmup_linear_decay") return optim::LrSchedule::warmup_linear_decay;
+    throw Error(detail::str("train.schedule '", s,
+                            "' is not constant, warmup_inv_sqrt or warmup_linear_decay"));
+}
+
+template <class T>
+void get(const json& j, const char* key, T& v) {
+    if (j.contains(key) && !j[key].is_null()) v = j[key].get<T>();
+}
+
+}  // namespace
+
+json to_json(const RunConfig& c) {
+    json j;
+    j["preset"] = c.preset;
+    const auto& d = c.data;
+    j["data"] = {{"path", d.path},
+                 {"pipeline", pipeline_name(d.pipeline)},
+                 {"num_steps", d.num_steps},
+                 {"strict", d.strict},
+                 {"max_src_tokens", d.max_src_tokens},
+                 {"max_tgt_tokens", d.max_tgt_tokens},
+                 {"max_pairs", d.max_pairs},
+                 {"n_valid", d.n_valid},
+                 {"n_test", d.n_test},
+                 {"split_seed", d.split_seed},
+                 {"min_freq", d.min_freq},
+                 {"d2l_num_train", d.d2l_num_train},
+                 {"d2l_num_val", d.d2l_num_val}};
+    const auto& m = c.model;
+    j["model"] = {{"architecture", "transformer"},
+                  {"src_vocab_size", m.src_vocab_size},
+                  {"tgt_vocab_size", m.tgt_vocab_size},
+                  {"num_hiddens", m.num_hiddens},
+                  {"num_blks", m.num_blks},
+                  {"num_heads", m.num_heads},
+                  {"ffn_num_hiddens", m.ffn_num_hiddens},
+                  {"dropout", m.dropout},
+                  {"max_len", m.max_len},
+                  {"pe_position_zero_at_inference", m.pe_position_zero_at_inference}};
+    const auto& t = c.train;
+    j["train"] = {{"epochs", t.epochs},
+                  {"max_steps", t.max_steps},
+                  {"time_budget_s", t.time_budget_s},
+                  {"batch_size", t.batch_size},
+                  {"lr", t.lr},
+                  {"adam_beta1", t.adam_beta1},
+                  {"adam_beta2", t.adam_beta2},
+                  {"adam_eps", t.adam_eps},
+                  {"clip_norm", t.clip_norm},
+                  {"loss_on_padding", t.loss_on_padding},
+                  {"label_smoothing", t.label_smoothing},
+                  {"schedule", schedule_name(t.schedule)},
+                  {"warmup_steps", t.warmup_steps},
+                  {"seed", t.seed},
+                  {"val_batch_size", t.val_batch_size}};
+    j["decode"] = {{"max_len", c.decode.max_len},
+                   {"beam", c.decode.beam},
+                   {"length_penalty", c.decode.length_penalty}};
+    return j;
+}
+
+RunConfig run_config_from_json(const json& j) {
+    try {
+        RunConfig c;
+        get(j, "preset", c.preset);
+        if (j.contains("data")) {
+            const json& d = j["data"];
+            get(d, "path", c.data.path);
+            if (d.contains("pipeline")) c.data.pipeline = parse_pipeline(d["pipeline"].get<std::string>());
+            get(d, "num_steps", c.data.num_steps);
+            get(d, "strict", c.data.strict);
+            get(d, "max_src_tokens", c.data.max_src_tokens);
+            get(d, "max_tgt_tokens", c.data.max_tgt_tokens);
+            get(d, "max_pairs", c.data.max_pairs);
+            get(d, "n_valid", c.data.n_valid);
+            get(d, "n_test", c.data.n_test);
+            get(d, "split_seed", c.data.split_seed);
+            get(d, "min_freq", c.data.min_freq);
+            get(d, "d2l_num_train", c.data.d2l_num_train);
+            get(d, "d2l_num_val", c.data.d2l_num_val);
+        }
+        if (j.contains("model")) {
+            const json& m = j["model"];
+            if (m.contains("architecture"))
+                QKV_CHECK(m["architecture"] == "transformer", "model.architecture '",
+                          m["architecture"].dump(), "' is not supported (transformer)");
+            get(m, "src_vocab_size", c.model.src_vocab_size);
+            get(m, "tgt_vocab_size", c.model.tgt_vocab_size);
+            get(m, "num_hiddens", c.model.num_hiddens);
+            get(m, "num_blks", c.model.num_blks);
+            get(m, "num_heads", c.model.num_heads);
+            get(m, "ffn_num_hiddens", c.model.ffn_num_hiddens);
+            get(m, "dropout", c.model.dropout);
+            get(m, "max_len", c.model.max_len);
+            get(m, "pe_position_zero_at_inference", c.model.pe_position_zero_at_inference);
+        }
+        if (j.contains("train")) {
+            const json& t = j["train"];
+            get(t, "epochs", c.train.epochs);
+            get(t, "max_steps", c.train.max_steps);
+            get(t, "time_budget_s", c.train.time_budget_s);
+            get(t, "batch_size", c.train.batch_size);
+            get(t, "lr", c.train.lr);
+            get(t, "adam_beta1", c.train.adam_beta1);
+            get(t, "adam_beta2", c.train.adam_beta2);
+            get(t, "adam_eps", c.train.adam_eps);
+            get(t, "clip_norm", c.train.clip_norm);
+            get(t, "loss_on_padding", c.train.loss_on_padding);
+            get(t, "label_smoothing", c.train.label_smoothing);
+            if (t.contains("schedule")) c.train.schedule = parse_schedule(t["schedule"].get<std::string>());
+            get(t, "warmup_steps", c.train.warmup_steps);
+            get(t, "seed", c.train.seed);
+            get(t, "val_batch_size", c.train.val_batch_size);
+        }
+        if (j.contains("decode")) {
+            const json& d = j["decode"];
+            get(d, "max_len", c.decode.max_len);
+            get(d, "beam", c.decode.beam);
+            get(d, "length_penalty", c.decode.length_penalty);
+        }
+        return c;
+    } catch (const json::exception& e) {
+        throw Error(detail::str("config.json: ", e.what()));
+    }
+}
+
+double parse_duration(const std::string& s) {
+    QKV_CHECK(!s.empty(), "duration is empty (use e.g. 90s, 20m, 1.5h)");
+    double mult = 1;
+    std::string num = s;
+    const char u = s.back();
+    if (u == 's' || u == 'm' || u == 'h') {
+        mult = u == 's' ? 1 : u == 'm' ? 60 : 3600;
+        num.pop_back();
+    }
+    char* end = nullptr;
+    const double v = std::strtod(num.c_str(), &end);
+    QKV_CHECK(!num.empty() && end == num.c_str() + num.size() && std::isfinite(v) && v >= 0,
+              "cannot read duration '", s, "' (use e.g. 90s, 20m, 1.5h)");
+    return v * mult;
+}
+
+}  // namespace qkv::train

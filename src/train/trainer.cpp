@@ -1,0 +1,346 @@
+// The training loop: batches -> loss -> backward -> clip -> Adam, with validation, checkpoints,
+// metrics.jsonl, the loss plot and the progress bar around it.
+#include "qkv/train/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/generator.h"
+#include "qkv/data/batcher.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/loss.h"
+#include "qkv/util/atomic_file.h"
+#include "qkv/util/plot.h"
+#include "qkv/util/progress.h"
+#include "qkv/util/timer.h"
+
+namespace qkv::train {
+
+namespace fs = std::filesystem;
+
+BatchTensors to_tensors(const data::Batch& b) {
+    BatchTensors t;
+    t.src           = from_vector(b.src, {b.size, b.num_steps});
+    t.src_valid_len = from_vector(b.src_valid_len, {b.size});
+    t.dec_input     = from_vector(b.dec_input, {b.size, b.num_steps});
+    t.label         = from_vector(b.label, {b.size, b.num_steps});
+    return t;
+}
+
+Trainer::Trainer(models::EncoderDecoder& model, const data::NmtArrays& train_data,
+                 const data::NmtArrays& valid_data, int64_t pad, TrainOptions opt, TrainRuntime rt)
+    : model_(model), train_(train_data), valid_(valid_data), pad_(pad), opt_(opt), rt_(std::move(rt)) {
+    QKV_CHECK(train_.n > 0, "Trainer: the training set is empty");
+    QKV_CHECK(opt_.epochs >= 1, "Trainer: epochs must be >= 1, got ", opt_.epochs);
+    QKV_CHECK(opt_.batch_size >= 1 && opt_.val_batch_size >= 1, "Trainer: batch sizes must be >= 1");
+    QKV_CHECK(opt_.lr > 0 && std::isfinite(opt_.lr), "Trainer: lr must be positive, got ", opt_.lr);
+    QKV_CHECK(opt_.clip_norm >= 0, "Trainer: clip_norm must be >= 0, got ", opt_.clip_norm);
+    QKV_CHECK(opt_.max_steps >= 0 && opt_.time_budget_s >= 0,
+              "Trainer: max_steps and time_budget must be >= 0");
+    QKV_CHECK(opt_.label_smoothing >= 0 && opt_.label_smoothing < 1,
+              "Trainer: label_smoothing must be in [0, 1), got ", opt_.label_smoothing);
+    QKV_CHECK(opt_.schedule == optim::LrSchedule::constant || opt_.warmup_steps >= 1,
+              "Trainer: a warmup schedule needs warmup_steps >= 1");
+    QKV_CHECK(pad_ >= 0, "Trainer: pad id must be >= 0");
+    QKV_CHECK(!rt_.resume || !rt_.out_dir.empty(), "Trainer: resume needs an output folder");
+}
+
+double Trainer::evaluate_loss(const data::NmtArrays& d) {
+    if (d.n == 0) return std::numeric_limits<double>::quiet_NaN();
+    const bool was_training = model_.is_training();
+    model_.eval();
+    NoGradGuard ng;
+    data::BatcherOptions bo;
+    bo.batch_size = opt_.val_batch_size;
+    bo.shuffle    = false;
+    data::Batcher batcher(d, bo);
+    batcher.start_epoch(0);
+    Seq2SeqLossOptions lo;
+    lo.pad        = pad_;
+    lo.on_padding = opt_.loss_on_padding;
+    double sum = 0;
+    int64_t count = 0;
+    data::Batch b;
+    while (batcher.next(b)) {
+        BatchTensors t = to_tensors(b);
+        Seq2SeqLoss l = seq2seq_loss(model_, model_.forward_hidden(t.src, t.src_valid_len, t.dec_input),
+                                     t.label, lo);
+        sum += l.loss.item() * double(l.positions);
+        count += l.positions;
+    }
+    model_.train(was_training);
+    return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+}
+
+namespace {
+
+std::string json_number(double v) {
+    return std::isfinite(v) ? nlohmann::json(v).dump() : std::string("null");
+}
+
+/// Keeps the metrics.jsonl records of steps <= step (what the checkpoint covers), so a resumed
+/// run does not repeat lines written after the checkpoint.
+void truncate_metrics(const std::string& path, int64_t step) {
+    if (!fs::exists(path)) return;
+    std::ifstream in(path);
+    std::ostringstream kept;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        try {
+            auto j = nlohmann::json::parse(line);
+            if (j.value("step", int64_t(0)) > step) continue;
+        } catch (const std::exception&) {
+            continue;  // a torn last line from a crash
+        }
+        kept << line << '\n';
+    }
+    util::write_file_atomic(path, kept.str());
+}
+
+/// Training/validation loss curves from metrics.jsonl (epoch records), as D2L plots them.
+void plot_losses(const std::string& metrics, const std::string& png) {
+    std::ifstream in(metrics);
+    util::Series tr, va, st;
+    tr.label = "train loss (epoch mean)";
+    va.label = "validation loss";
+    st.label = "train loss (window)";
+    st.line_width = 1.0;
+    std::string line;
+    while (std::getline(in, line)) {
+        try {
+            auto j = nlohmann::json::parse(line);
+            const std::string kind = j.value("kind", "");
+            if (kind == "epoch") {
+                const double x = j.value("epoch_pos", 0.0);
+                if (j["train_loss"].is_number()) {
+                    tr.x.push_back(x);
+                    tr.y.push_back(j["train_loss"].get<double>());
+                }
+                if (j["val_loss"].is_number()) {
+                    va.x.push_back(x);
+                    va.y.push_back(j["val_loss"].get<double>());
+                }
+            } else if (kind == "step" && j["loss"].is_number()) {
+                st.x.push_back(j.value("epoch_pos", 0.0));
+                st.y.push_back(j["loss"].get<double>());
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    if (tr.x.empty() && st.x.empty()) return;
+    util::LinePlot p;
+    p.title  = "qkv train";
+    p.xlabel = "epoch";
+    p.ylabel = "cross-entropy";
+    if (!st.x.empty()) p.add(st);
+    tr.marker = util::Marker::circle;
+    p.add(tr);
+    if (!va.x.empty()) {
+        va.marker = util::Marker::square;
+        p.add(va);
+    }
+    p.save(png);
+}
+
+}  // namespace
+
+TrainResult Trainer::fit() {
+    const bool files = !rt_.out_dir.empty();
+    const std::string ckpt_path    = files ? (fs::path(rt_.out_dir) / "checkpoint.safetensors").string() : "";
+    const std::string model_path   = files ? (fs::path(rt_.out_dir) / "model.safetensors").string() : "";
+    const std::string metrics_path = files ? (fs::path(rt_.out_dir) / "metrics.jsonl").string() : "";
+    const std::string plot_path    = files ? (fs::path(rt_.out_dir) / "loss.png").string() : "";
+    if (files) fs::create_directories(rt_.out_dir);
+
+    optim::AdamOptions ao;
+    ao.beta1 = opt_.adam_beta1;
+    ao.beta2 = opt_.adam_beta2;
+    ao.eps   = opt_.adam_eps;
+    optim::Adam adam(model_.parameters(), opt_.lr, ao);
+    const std::vector<Tensor> params = model_.parameters();
+
+    data::BatcherOptions bo;
+    bo.batch_size = opt_.batch_size;
+    bo.shuffle    = true;
+    bo.seed       = opt_.seed;
+    data::Batcher batcher(train_, bo);
+    const int64_t nb = batcher.num_batches();
+
+    TrainingProgress prog;
+    if (rt_.resume) {
+        prog = load_checkpoint(ckpt_path, model_, &adam);
+        QKV_CHECK(prog.batch <= nb, "checkpoint '", ckpt_path, "': batch ", prog.batch,
+                  " is past the ", nb, " batches per epoch of this data (different data or batch size?)");
+        default_generator().manual_seed(prog.rng_seed);
+        default_generator().set_offset(prog.rng_offset);
+        truncate_metrics(metrics_path, prog.step);
+        if (rt_.log)
+            std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
+                         (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
+    } else if (files && fs::exists(metrics_path)) {
+        fs::remove(metrics_path);
+    }
+    std::FILE* metrics = files ? std::fopen(metrics_path.c_str(), "a") : nullptr;
+    QKV_CHECK(!files || metrics, "cannot open '", metrics_path, "' for writing");
+
+    TrainResult res;
+    res.first_step = prog.step;
+    int64_t total_steps = opt_.epochs * nb;
+    if (opt_.max_steps > 0) total_steps = std::min(total_steps, opt_.max_steps);
+    util::ProgressOptions po;
+    po.plain_interval_s = rt_.progress_plain_interval_s;
+    std::unique_ptr<util::ProgressBar> bar;
+
+    Seq2SeqLossOptions lo;
+    lo.pad             = pad_;
+    lo.on_padding      = opt_.loss_on_padding;
+    lo.label_smoothing = opt_.label_smoothing;
+
+    auto checkpoint = [&](const TrainingProgress& p) {
+        if (!files) return;
+        save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
+        save_model(model_path, model_, rt_.checkpoint_metadata);
+    };
+
+    model_.train();
+    double train_seconds = prog.train_seconds;
+    int64_t step = prog.step;
+    int64_t run_tokens = 0;
+    double run_seconds = 0;
+    // window for the step records / progress fields
+    double win_loss = 0, win_secs = 0;
+    int64_t win_steps = 0, win_tokens = 0;
+    double shown_loss = std::numeric_limits<double>::quiet_NaN(), shown_tps = 0;
+
+    for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
+        batcher.start_epoch(epoch);
+        const int64_t first_batch = epoch == prog.epoch ? prog.batch : 0;
+        double ep_loss = 0, ep_secs = 0;
+        int64_t ep_steps = 0, ep_tokens = 0;
+        std::string stop;
+        int64_t b = first_batch;
+        if (rt_.progress) {
+            bar = std::make_unique<util::ProgressBar>(
+                nb, detail::str("epoch ", epoch + 1, "/", opt_.epochs), po);
+            if (first_batch > 0) bar->update(first_batch);
+        }
+        for (; b < nb; ++b) {
+            if (opt_.max_steps > 0 && step >= opt_.max_steps) { stop = "max_steps"; break; }
+            if (opt_.time_budget_s > 0 && train_seconds >= opt_.time_budget_s) { stop = "time_budget"; break; }
+            util::Timer timer;
+            BatchTensors t = to_tensors(batcher.batch(b));
+            adam.set_lr(optim::scheduled_lr(opt_.schedule, opt_.lr, step + 1, opt_.warmup_steps, total_steps));
+            Seq2SeqLoss l = seq2seq_loss(model_, model_.forward_hidden(t.src, t.src_valid_len, t.dec_input),
+                                         t.label, lo);
+            adam.zero_grad();
+            l.loss.backward();
+            if (opt_.clip_norm > 0) optim::clip_grad_norm(params, opt_.clip_norm);
+            adam.step();
+            const double loss = l.loss.item();
+            QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step + 1,
+                      " (lower the learning rate)");
+            ++step;
+            const double secs = timer.seconds();
+            train_seconds += secs;
+            run_seconds += secs;
+            run_tokens += l.tokens;
+            res.step_losses.push_back(loss);
+            ep_loss += loss;
+            ep_secs += secs;
+            ++ep_steps;
+            ep_tokens += l.tokens;
+            win_loss += loss;
+            win_secs += secs;
+            ++win_steps;
+            win_tokens += l.tokens;
+            const int64_t every = rt_.log_every > 0 ? rt_.log_every : 50;
+            if (win_steps >= every || (bar && win_secs >= 2.0)) {
+                shown_loss = win_loss / double(win_steps);
+                shown_tps  = double(win_tokens) / std::max(win_secs, 1e-9);
+                if (metrics && rt_.log_every > 0) {
+                    std::fprintf(metrics,
+                                 "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
+                                 "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
+                                 (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
+                                 json_number(shown_loss).c_str(), json_number(adam.lr()).c_str(),
+                                 json_number(shown_tps).c_str(), json_number(train_seconds).c_str());
+                    std::fflush(metrics);
+                }
+                win_loss = win_secs = 0;
+                win_steps = win_tokens = 0;
+            }
+            if (bar)
+                bar->update(1, {{"loss", std::isfinite(shown_loss) ? shown_loss : loss},
+                                {"tok/s", shown_tps}});
+        }
+        // End of the epoch, or the run stopped inside it.
+        const bool partial = b < nb;
+        if (bar) bar->finish();
+        EpochRecord rec;
+        rec.epoch         = epoch + 1;
+        rec.step          = step;
+        rec.train_loss    = ep_steps > 0 ? ep_loss / double(ep_steps) : std::numeric_limits<double>::quiet_NaN();
+        rec.train_seconds = train_seconds;
+        rec.tokens_per_s  = ep_secs > 0 ? double(ep_tokens) / ep_secs : 0;
+        rec.partial       = partial;
+        if (ep_steps > 0 || !partial) {
+            rec.val_loss = evaluate_loss(valid_);
+            model_.train();
+            TrainingProgress p;
+            p.epoch         = partial ? epoch : epoch + 1;
+            p.batch         = partial ? b : 0;
+            p.step          = step;
+            p.rng_seed      = default_generator().seed();
+            p.rng_offset    = default_generator().offset();
+            p.train_seconds = train_seconds;
+            checkpoint(p);
+            if (metrics) {
+                std::fprintf(metrics,
+                             "{\"kind\":\"epoch\",\"epoch\":%lld,\"epoch_pos\":%s,\"step\":%lld,"
+                             "\"train_loss\":%s,\"val_loss\":%s,\"train_seconds\":%s,"
+                             "\"tokens_per_s\":%s,\"partial\":%s}\n",
+                             (long long)rec.epoch, json_number(double(epoch) + double(b) / double(nb)).c_str(),
+                             (long long)step, json_number(rec.train_loss).c_str(),
+                             json_number(rec.val_loss).c_str(), json_number(train_seconds).c_str(),
+                             json_number(rec.tokens_per_s).c_str(), partial ? "true" : "false");
+                std::fflush(metrics);
+                plot_losses(metrics_path, plot_path);
+            }
+            if (rt_.log) {
+                // Remaining time: the smaller of the steps left at this epoch's speed and the budget.
+                double eta = ep_steps > 0 ? double(total_steps - step) * ep_secs / double(ep_steps) : 0;
+                if (opt_.time_budget_s > 0) eta = std::min(eta, std::max(0.0, opt_.time_budget_s - train_seconds));
+                std::fprintf(rt_.log,
+                             "epoch %lld/%lld%s: step %lld, train loss %.4f, val loss %.4f, "
+                             "%.0f target tokens/s, %s elapsed, ETA %s\n",
+                             (long long)rec.epoch, (long long)opt_.epochs, partial ? " (partial)" : "",
+                             (long long)step, rec.train_loss, rec.val_loss, rec.tokens_per_s,
+                             util::format_duration(train_seconds).c_str(),
+                             util::format_duration(partial ? 0.0 : eta).c_str());
+                std::fflush(rt_.log);
+            }
+            res.epochs.push_back(rec);
+            if (on_epoch_end) on_epoch_end(rec);
+        }
+        if (partial) {
+            res.stop_reason = stop;
+            break;
+        }
+    }
+    if (res.stop_reason.empty()) res.stop_reason = "epochs";
+    if (metrics) std::fclose(metrics);
+    res.steps         = step;
+    res.train_seconds = train_seconds;
+    res.tokens_per_s  = run_seconds > 0 ? double(run_tokens) / run_seconds : 0;
+    model_.eval();
+    return res;
+}
+
+}  // namespace qkv::train

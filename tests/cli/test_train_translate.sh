@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# CLI end to end on a tiny corpus written here: qkv train (2 steps), translate (arguments and
+# stdin), eval, info, heatmap, resume, and the error paths (missing data, damaged model file).
+# Usage: test_train_translate.sh /path/to/qkv
+set -euo pipefail
+QKV="$1"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# 60 pairs over a handful of words (repeats give the vocabulary min_freq-2 tokens), 1 malformed line.
+for i in $(seq 1 60); do
+  case $((i % 6)) in
+    0) echo -e "Go.\tVa !" ;;
+    1) echo -e "I lost.\tJ'ai perdu." ;;
+    2) echo -e "He's calm.\tIl est calme." ;;
+    3) echo -e "I'm home.\tJe suis chez moi." ;;
+    4) echo -e "We won.\tNous avons gagné." ;;
+    5) echo -e "Thank you.\tMerci." ;;
+  esac
+done > "$T/fra.txt"
+echo "a line without a tab" >> "$T/fra.txt"
+
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
+
+"$QKV" train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/run" "${small[@]}" > "$T/train.out" 2> "$T/train.err" \
+  || { cat "$T/train.err"; fail "qkv train"; }
+grep -q "1 malformed line" "$T/train.err" || fail "malformed line not reported"
+grep -q "trained 2 steps" "$T/train.out" || { cat "$T/train.out"; fail "train summary"; }
+for f in model.safetensors checkpoint.safetensors config.json src_vocab.txt tgt_vocab.txt metrics.jsonl loss.png; do
+  [ -s "$T/run/$f" ] || fail "missing $f"
+done
+grep -q '"kind":"epoch"' "$T/run/metrics.jsonl" || fail "no epoch record in metrics.jsonl"
+
+# translate: two sentences as arguments -> two lines; three on stdin -> three lines
+n=$("$QKV" translate --model "$T/run" "i lost ." "go ." | wc -l)
+[ "$n" = 2 ] || fail "translate args gave $n lines"
+n=$(printf 'go .\ni lost .\nwe won .\n' | "$QKV" translate --model "$T/run" --beam 3 | wc -l)
+[ "$n" = 3 ] || fail "translate stdin gave $n lines"
+"$QKV" translate --model "$T/run" --show-source "he's calm ." | grep -q "^he's calm \. => " || fail "--show-source"
+
+# eval: corpus BLEU line and the book sentences
+"$QKV" eval --model "$T/run" --no-progress --json "$T/eval.json" > "$T/eval.out" || fail "qkv eval"
+grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
+grep -q "i'm home . =>" "$T/eval.out" || fail "eval book sentences"
+grep -q '"bleu4"' "$T/eval.json" || fail "eval json"
+
+"$QKV" info "$T/run" | grep -q "decoder.dense.weight" || fail "qkv info"
+"$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > /dev/null || fail "qkv heatmap"
+for f in att-encoder.png att-decoder-self.png att-cross.png; do [ -s "$T/$f" ] || fail "missing $f"; done
+
+# resume: one more step continues at step 3
+"$QKV" train --resume --out "$T/run" --data "$T/fra.txt" --max-steps 3 --no-progress > "$T/resume.out" 2> "$T/resume.err" \
+  || { cat "$T/resume.err"; fail "resume"; }
+grep -q "resuming from" "$T/resume.err" || fail "resume message"
+grep -q "trained 3 steps" "$T/resume.out" || { cat "$T/resume.out"; fail "resume step count"; }
+
+# errors: missing data names the download address (exit 1); damaged model file is reported
+set +e
+"$QKV" train --data "$T/nothing.zip" --out "$T/run2" > /dev/null 2> "$T/err1"; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "missing data exit code $rc"
+grep -q "d2l-data.s3-accelerate.amazonaws.com" "$T/err1" || { cat "$T/err1"; fail "no download address"; }
+head -c 1000 "$T/run/model.safetensors" > "$T/short" && mv "$T/short" "$T/run/model.safetensors"
+set +e
+"$QKV" translate --model "$T/run" "go ." > /dev/null 2> "$T/err2"; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "damaged model exit code $rc"
+grep -q "truncated" "$T/err2" || { cat "$T/err2"; fail "damaged model message"; }
+echo "cli train/translate/eval/info/heatmap/resume: ok"

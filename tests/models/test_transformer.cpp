@@ -1,0 +1,236 @@
+// D2L Transformer: parameter names/count against the PyTorch model, shapes, input checks, and the
+// incremental (cached) decoder against the teacher-forced forward pass.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/generator.h"
+#include "qkv/models/transformer.h"
+#include "qkv/ops/shape_ops.h"
+#include "support/test_util.h"
+
+namespace qkv::test {
+namespace {
+
+/// Cached decoding vs the full forward pass: both compute the same sums in fp32 but with other
+/// GEMM shapes (M = 1 vs M = T rows) and other softmax row lengths, so rounding differs by a few
+/// ulp per dot product, carried through 2 blocks × 3 layer norms into logits of magnitude ~1–5.
+/// Measured max |difference| 3.6e-7 on these models; 1e-5 leaves a ~30× margin.
+constexpr double kTolCacheAtol = 1e-5;
+constexpr double kTolCacheRtol = 1e-5;
+
+models::TransformerConfig book_config() {
+    models::TransformerConfig c;
+    c.src_vocab_size = 194;
+    c.tgt_vocab_size = 214;
+    c.num_hiddens = 256, c.num_blks = 2, c.num_heads = 4, c.ffn_num_hiddens = 64, c.dropout = 0.2;
+    return c;
+}
+
+models::TransformerConfig small_config() {
+    models::TransformerConfig c;
+    c.src_vocab_size = 11;
+    c.tgt_vocab_size = 13;
+    c.num_hiddens = 16, c.num_blks = 2, c.num_heads = 4, c.ffn_num_hiddens = 24, c.dropout = 0.1;
+    return c;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+    std::vector<int64_t> v(size_t(B * T));
+    uint64_t s = seed * 2654435761ULL + 1;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x = int64_t((s >> 33) % uint64_t(V));
+    }
+    return from_vector(v, {B, T});
+}
+
+TEST(Transformer, BookModelHasD2lParameterCountAndNames) {
+    manual_seed(0);
+    models::Transformer m(book_config());
+    // spec §3: encoder 642,176 + decoder 1,227,606 = 1,869,782 for vocabularies 194/214.
+    EXPECT_EQ(m.num_parameters(), 1869782);
+    EXPECT_EQ(m.encoder->num_parameters(), 642176);
+    EXPECT_EQ(m.decoder->num_parameters(), 1227606);
+    auto named = m.named_parameters();
+    std::map<std::string, Shape> shapes;
+    for (auto& [n, t] : named) shapes[n] = t.shape();
+    EXPECT_EQ(named.front().first, "encoder.embedding.weight");
+    EXPECT_EQ(named.back().first, "decoder.dense.bias");
+    const std::vector<std::pair<std::string, Shape>> want = {
+        {"encoder.embedding.weight", {194, 256}},
+        {"encoder.blks.0.attention.W_q.weight", {256, 256}},
+        {"encoder.blks.0.attention.W_o.weight", {256, 256}},
+        {"encoder.blks.0.addnorm1.ln.weight", {256}},
+        {"encoder.blks.0.ffn.dense1.weight", {64, 256}},
+        {"encoder.blks.0.ffn.dense1.bias", {64}},
+        {"encoder.blks.1.ffn.dense2.weight", {256, 64}},
+        {"encoder.blks.1.addnorm2.ln.bias", {256}},
+        {"decoder.embedding.weight", {214, 256}},
+        {"decoder.blks.0.attention1.W_k.weight", {256, 256}},
+        {"decoder.blks.1.attention2.W_v.weight", {256, 256}},
+        {"decoder.blks.1.addnorm3.ln.weight", {256}},
+        {"decoder.dense.weight", {214, 256}},
+        {"decoder.dense.bias", {214}}};
+    for (auto& [n, s] : want) {
+        ASSERT_TRUE(shapes.count(n)) << "missing " << n;
+        EXPECT_EQ(shapes[n], s) << n;
+    }
+    // D2L: no bias in the attention projections.
+    EXPECT_FALSE(shapes.count("encoder.blks.0.attention.W_q.bias"));
+    // 2 embeddings + dense (2) + per encoder block 4 + 2·2 + 4 = 12, per decoder block 8 + 3·2 + 4 = 18.
+    EXPECT_EQ(named.size(), size_t(1 + 2 * 12 + 1 + 2 * 18 + 2));
+}
+
+TEST(Transformer, SameSeedSameInit) {
+    manual_seed(7);
+    models::Transformer a(small_config());
+    manual_seed(7);
+    models::Transformer b(small_config());
+    auto pa = a.parameters(), pb = b.parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector<float>(), pb[i].to_vector<float>());
+}
+
+TEST(Transformer, ForwardShapes) {
+    manual_seed(1);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    const Tensor src = random_ids(3, 5, cfg.src_vocab_size, 1);
+    const Tensor vl = from_vector<int64_t>({5, 3, 1}, {3});
+    const Tensor dec = random_ids(3, 4, cfg.tgt_vocab_size, 2);
+    EXPECT_EQ(m.forward_hidden(src, vl, dec).shape(), (Shape{3, 4, 16}));
+    EXPECT_EQ(m.forward(src, vl, dec).shape(), (Shape{3, 4, 13}));
+}
+
+TEST(Transformer, RejectsBadInputs) {
+    manual_seed(1);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    const Tensor src = random_ids(2, 5, cfg.src_vocab_size, 1);
+    const Tensor vl = from_vector<int64_t>({5, 3}, {2});
+    const Tensor dec = random_ids(2, 4, cfg.tgt_vocab_size, 2);
+    EXPECT_THROW(m.forward(src.to(DType::f32), vl, dec), Error);
+    EXPECT_THROW(m.forward(src, from_vector<int64_t>({5, 3, 1}, {3}), dec), Error);
+    EXPECT_THROW(m.forward(src, vl, random_ids(3, 4, cfg.tgt_vocab_size, 2)), Error);
+    EXPECT_THROW(m.forward(random_ids(2, 5, 100, 3), vl, dec), Error);  // id out of the vocabulary
+    auto bad = cfg;
+    bad.num_heads = 3;
+    EXPECT_THROW(models::Transformer{bad}, Error);
+    bad = cfg;
+    bad.dropout = 1.0;
+    EXPECT_THROW(models::Transformer{bad}, Error);
+    auto st = m.init_state(src, vl);
+    EXPECT_THROW(m.decode_step(from_vector<int64_t>({1, 2, 3}, {3}), *st), Error);
+    EXPECT_THROW(st->reorder(from_vector<int64_t>({0, 2}, {2})), Error);
+}
+
+/// Runs the cached decoder over the columns of dec and compares each step's logits with the
+/// teacher-forced pass's logits at that position.
+void expect_cache_matches_forward(models::Transformer& m, const Tensor& src, const Tensor& vl,
+                                  const Tensor& dec) {
+    NoGradGuard ng;
+    const Tensor full = m.forward(src, vl, dec).contiguous();  // (B, T, V)
+    auto st = m.init_state(src, vl);
+    const int64_t T = dec.size(1);
+    for (int64_t t = 0; t < T; ++t) {
+        const Tensor step = m.decode_step(dec.select(1, t).contiguous(), *st);
+        EXPECT_EQ(st->steps(), t + 1);
+        const auto got = step.to_vector<float>();
+        const auto want = full.select(1, t).contiguous().to_vector<float>();
+        EXPECT_TRUE(all_close(got, want, kTolCacheAtol, kTolCacheRtol)) << "step " << t;
+    }
+}
+
+TEST(Transformer, CachedDecodeStepMatchesFullForward) {
+    manual_seed(3);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    // 20 steps: crosses the cache's initial capacity (16), so the buffer growth is covered.
+    expect_cache_matches_forward(m, random_ids(3, 6, cfg.src_vocab_size, 4),
+                                 from_vector<int64_t>({6, 2, 1}, {3}),
+                                 random_ids(3, 20, cfg.tgt_vocab_size, 5));
+}
+
+TEST(Transformer, ReorderFollowsTheIndex) {
+    manual_seed(5);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    NoGradGuard ng;
+    const Tensor src = random_ids(3, 5, cfg.src_vocab_size, 6);
+    const Tensor vl = from_vector<int64_t>({5, 4, 2}, {3});
+    const Tensor tok0 = from_vector<int64_t>({1, 2, 3}, {3});
+    auto st = m.init_state(src, vl);
+    m.decode_step(tok0, *st);
+    st->reorder(from_vector<int64_t>({2, 0, 0, 1}, {4}));
+    const Tensor got = m.decode_step(from_vector<int64_t>({4, 5, 6, 7}, {4}), *st);
+    // The same rows decoded from scratch.
+    const Tensor src2 = index_select(src, 0, from_vector<int64_t>({2, 0, 0, 1}, {4}));
+    const Tensor vl2 = from_vector<int64_t>({2, 5, 5, 4}, {4});
+    auto st2 = m.init_state(src2, vl2);
+    m.decode_step(from_vector<int64_t>({3, 1, 1, 2}, {4}), *st2);
+    const Tensor want = m.decode_step(from_vector<int64_t>({4, 5, 6, 7}, {4}), *st2);
+    EXPECT_TRUE(all_close(got.to_vector<float>(), want.to_vector<float>(), kTolCacheAtol, kTolCacheRtol));
+}
+
+TEST(Transformer, PeQuirkUsesPositionZeroAtEveryStep) {
+    manual_seed(9);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    NoGradGuard ng;
+    const Tensor src = random_ids(1, 4, cfg.src_vocab_size, 7);
+    const Tensor vl = from_vector<int64_t>({4}, {1});
+    const Tensor tok = from_vector<int64_t>({2}, {1});
+    auto a = m.init_state(src, vl);
+    const auto a0 = m.decode_step(tok, *a).to_vector<float>();
+    const auto a1 = m.decode_step(tok, *a).to_vector<float>();
+    m.set_pe_position_zero_at_inference(true);
+    auto b = m.init_state(src, vl);
+    const auto b0 = m.decode_step(tok, *b).to_vector<float>();
+    const auto b1 = m.decode_step(tok, *b).to_vector<float>();
+    EXPECT_EQ(a0, b0);  // step 0 is position 0 either way
+    // Step 1 with position 0 and the same token as step 0: query, key and value of both
+    // positions coincide, so self-attention returns that value and the logits equal step 0's.
+    EXPECT_TRUE(all_close(b1, b0, kTolCacheAtol, kTolCacheRtol));
+    EXPECT_FALSE(all_close(a1, a0, kTolCacheAtol, kTolCacheRtol));
+}
+
+TEST(Transformer, KeepsAttentionWeightsForHeatmaps) {
+    manual_seed(2);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    m.keep_attention_weights(true);
+    NoGradGuard ng;
+    const Tensor src = random_ids(2, 5, cfg.src_vocab_size, 8);
+    const Tensor vl = from_vector<int64_t>({5, 3}, {2});
+    auto st = m.init_state(src, vl);
+    models::DecoderAttentionTrace trace;
+    st->trace = &trace;
+    m.decode_step(from_vector<int64_t>({1, 1}, {2}), *st);
+    m.decode_step(from_vector<int64_t>({2, 3}, {2}), *st);
+    const Tensor w = m.encoder->blks[0]->attention->attention_weights();
+    ASSERT_TRUE(w.defined());
+    EXPECT_EQ(w.shape(), (Shape{2, 4, 5, 5}));
+    const auto v = w.to_vector<float>();
+    // Row b = 1 has 3 valid keys: weights at keys 3, 4 are exactly 0; rows sum to 1.
+    for (int64_t h = 0; h < 4; ++h)
+        for (int64_t q = 0; q < 5; ++q) {
+            const float* r = v.data() + ((1 * 4 + h) * 5 + q) * 5;
+            EXPECT_EQ(r[3], 0.f);
+            EXPECT_EQ(r[4], 0.f);
+            EXPECT_NEAR(r[0] + r[1] + r[2], 1.0, 1e-6);
+        }
+    ASSERT_EQ(trace.self.size(), 2u);
+    ASSERT_EQ(trace.self[1].size(), 2u);
+    EXPECT_EQ(trace.self[1][0].shape(), (Shape{2, 4, 1, 2}));
+    EXPECT_EQ(trace.cross[1][1].shape(), (Shape{2, 4, 1, 5}));
+}
+
+}  // namespace
+}  // namespace qkv::test

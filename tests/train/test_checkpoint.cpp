@@ -1,0 +1,179 @@
+// Model files and training checkpoints: round trips give identical parameters and translations;
+// truncated, corrupted, foreign or mismatched files give clear errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "qkv/core/generator.h"
+#include "qkv/decode/greedy.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/trainer.h"
+#include "support/test_util.h"
+#include "train/tiny_corpus.h"
+
+namespace qkv::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+    fs::path p;
+    explicit TempDir(const std::string& name)
+        : p(fs::temp_directory_path() / ("qkv_ckpt_" + name + "_" + std::to_string(::getpid()))) {
+        fs::remove_all(p);
+        fs::create_directories(p);
+    }
+    ~TempDir() { fs::remove_all(p); }
+    std::string file(const std::string& f) const { return (p / f).string(); }
+};
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct Trained {
+    TinyCorpus c = tiny_corpus();
+    std::unique_ptr<models::Transformer> m;
+    std::unique_ptr<optim::Adam> adam;
+    Trained() {
+        manual_seed(0);
+        m = std::make_unique<models::Transformer>(tiny_config(c));
+        train::TrainOptions o;
+        o.epochs = 30;
+        o.batch_size = 8;
+        o.lr = 0.005;
+        train::TrainRuntime rt;
+        rt.progress = false;
+        rt.log = nullptr;
+        train::Trainer(*m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt).fit();
+        // An optimizer with state, for checkpoint tests.
+        adam = std::make_unique<optim::Adam>(m->parameters(), 1e-3);
+        for (auto& p : m->parameters()) p.set_grad(ones(p.shape()));
+        adam->step();
+    }
+    std::vector<std::vector<int64_t>> translate(models::Transformer& model) const {
+        decode::GreedyOptions g;
+        g.bos = c.tgt_vocab.bos(), g.eos = c.tgt_vocab.eos(), g.max_len = 10;
+        return decode::greedy_decode(model, from_vector(c.arrays.src, {c.arrays.n, c.arrays.num_steps}),
+                                     from_vector(c.arrays.src_valid_len, {c.arrays.n}), g);
+    }
+};
+
+void expect_same_params(const nn::Module& a, const nn::Module& b) {
+    auto pa = a.named_parameters(), pb = b.named_parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+        EXPECT_EQ(pa[i].first, pb[i].first);
+        EXPECT_EQ(pa[i].second.to_vector<float>(), pb[i].second.to_vector<float>()) << pa[i].first;
+    }
+}
+
+TEST(Checkpoint, ModelFileRoundTripGivesIdenticalTranslations) {
+    Trained t;
+    TempDir d("model");
+    train::save_model(d.file("model.safetensors"), *t.m, {{"note", "test"}});
+    manual_seed(123);  // a different init, overwritten by the load
+    models::Transformer fresh(tiny_config(t.c));
+    train::load_model(d.file("model.safetensors"), fresh);
+    expect_same_params(*t.m, fresh);
+    fresh.eval();
+    t.m->eval();
+    EXPECT_EQ(t.translate(fresh), t.translate(*t.m));
+    // PyTorch names, F32, "format": "pt" for safetensors.torch.
+    io::SafeTensorsFile f(d.file("model.safetensors"));
+    EXPECT_EQ(f.metadata().at("format"), "pt");
+    EXPECT_EQ(f.metadata().at("note"), "test");
+    EXPECT_EQ(f.info("decoder.dense.weight").dtype, "F32");
+    EXPECT_EQ(f.names().front(), "encoder.embedding.weight");
+}
+
+TEST(Checkpoint, TrainingCheckpointRoundTrip) {
+    Trained t;
+    TempDir d("ckpt");
+    train::TrainingProgress p;
+    p.epoch = 3, p.batch = 2, p.step = 17, p.rng_seed = 5, p.rng_offset = 123456789012ULL;
+    p.train_seconds = 12.5;
+    train::save_checkpoint(d.file("c.safetensors"), *t.m, *t.adam, p, {{"qkv.config", "{}"}});
+    manual_seed(9);
+    models::Transformer fresh(tiny_config(t.c));
+    optim::Adam adam2(fresh.parameters(), 1e-3);
+    const train::TrainingProgress q = train::load_checkpoint(d.file("c.safetensors"), fresh, &adam2);
+    EXPECT_EQ(q.epoch, 3);
+    EXPECT_EQ(q.batch, 2);
+    EXPECT_EQ(q.step, 17);
+    EXPECT_EQ(q.rng_seed, 5u);
+    EXPECT_EQ(q.rng_offset, 123456789012ULL);
+    EXPECT_DOUBLE_EQ(q.train_seconds, 12.5);
+    expect_same_params(*t.m, fresh);
+    auto s1 = t.adam->state_dict(), s2 = adam2.state_dict();
+    ASSERT_EQ(s1.size(), s2.size());
+    for (auto& [k, v] : s1) {
+        ASSERT_TRUE(s2.count(k)) << k;
+        if (v.dtype() == DType::f32) EXPECT_EQ(v.to_vector<float>(), s2[k].to_vector<float>()) << k;
+        else EXPECT_EQ(v.to_vector<int64_t>(), s2[k].to_vector<int64_t>()) << k;
+    }
+}
+
+TEST(Checkpoint, TruncatedFileGivesAClearError) {
+    Trained t;
+    TempDir d("trunc");
+    const std::string path = d.file("c.safetensors");
+    train::save_checkpoint(path, *t.m, *t.adam, {});
+    const auto size = fs::file_size(path);
+    for (uintmax_t keep : {uintmax_t(4), uintmax_t(100), size / 2, size - 1}) {
+        fs::copy_file(path, d.file("t.safetensors"), fs::copy_options::overwrite_existing);
+        fs::resize_file(d.file("t.safetensors"), keep);
+        models::Transformer fresh(tiny_config(t.c));
+        const std::string e = error_of([&] { train::load_checkpoint(d.file("t.safetensors"), fresh, nullptr); });
+        EXPECT_TRUE(contains(e, "checkpoint '" + d.file("t.safetensors") + "'")) << e;
+        EXPECT_TRUE(contains(e, "truncated")) << e;
+    }
+}
+
+TEST(Checkpoint, CorruptedByteIsCaughtByTheChecksum) {
+    Trained t;
+    TempDir d("flip");
+    const std::string path = d.file("m.safetensors");
+    train::save_model(path, *t.m);
+    {
+        std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-20, std::ios::end);  // inside the last tensor's bytes
+        char ch;
+        f.read(&ch, 1);
+        f.seekp(-20, std::ios::end);
+        ch = char(ch ^ 0x10);
+        f.write(&ch, 1);
+    }
+    models::Transformer fresh(tiny_config(t.c));
+    const std::string e = error_of([&] { train::load_model(path, fresh); });
+    EXPECT_TRUE(contains(e, "checksum mismatch")) << e;
+}
+
+TEST(Checkpoint, WrongKindOrShapeOrMissingFileIsReported) {
+    Trained t;
+    TempDir d("wrong");
+    train::save_model(d.file("m.safetensors"), *t.m);
+    models::Transformer fresh(tiny_config(t.c));
+    std::string e = error_of([&] { train::load_checkpoint(d.file("m.safetensors"), fresh, nullptr); });
+    EXPECT_TRUE(contains(e, "not a qkv training checkpoint")) << e;
+    auto other = tiny_config(t.c);
+    other.ffn_num_hiddens = 48;
+    models::Transformer wrong(other);
+    e = error_of([&] { train::load_model(d.file("m.safetensors"), wrong); });
+    EXPECT_TRUE(contains(e, "ffn.dense1.weight")) << e;
+    e = error_of([&] { train::load_model(d.file("nope.safetensors"), fresh); });
+    EXPECT_TRUE(contains(e, "nope.safetensors")) << e;
+}
+
+}  // namespace
+}  // namespace qkv::test

@@ -1,0 +1,141 @@
+// Presets, config.json round trip, durations, and the data setup on small files (split sizes,
+// disjointness, malformed lines, --strict, the missing-file message).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/train/run_config.h"
+#include "qkv/train/translation_data.h"
+#include "support/test_util.h"
+
+namespace qkv::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(RunConfig, PresetsMatchTheirSpecification) {
+    const auto d2l = train::preset_config("d2l");
+    EXPECT_EQ(d2l.data.pipeline, train::DataPipeline::d2l_en);
+    EXPECT_EQ(d2l.data.num_steps, 9);
+    EXPECT_EQ(d2l.model.num_hiddens, 256);
+    EXPECT_EQ(d2l.model.ffn_num_hiddens, 64);
+    EXPECT_DOUBLE_EQ(d2l.model.dropout, 0.2);
+    EXPECT_EQ(d2l.train.epochs, 30);
+    EXPECT_EQ(d2l.train.batch_size, 128);
+    EXPECT_DOUBLE_EQ(d2l.train.lr, 1e-3);
+    const auto anchor = train::preset_config("anchor");
+    EXPECT_EQ(anchor.data.num_steps, 12);
+    EXPECT_EQ(anchor.data.n_test, 5000);
+    EXPECT_EQ(anchor.model.ffn_num_hiddens, 1024);
+    EXPECT_DOUBLE_EQ(anchor.train.lr, 5e-4);
+    EXPECT_DOUBLE_EQ(anchor.train.adam_beta2, 0.98);
+    EXPECT_DOUBLE_EQ(anchor.train.adam_eps, 1e-9);
+    EXPECT_DOUBLE_EQ(anchor.train.time_budget_s, 1200);
+    EXPECT_EQ(anchor.decode.max_len, 20);
+    EXPECT_DOUBLE_EQ(train::preset_config("full").train.time_budget_s, 3600);
+    EXPECT_GT(train::preset_config("demo").train.time_budget_s, 0);
+    try {
+        train::preset_config("huge");
+        ADD_FAILURE();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("d2l, demo, full, anchor"), std::string::npos) << e.what();
+    }
+}
+
+TEST(RunConfig, JsonRoundTrip) {
+    auto c = train::preset_config("demo");
+    c.data.path = "x/fra.txt";
+    c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;
+    c.model.pe_position_zero_at_inference = true;
+    c.train.schedule = optim::LrSchedule::warmup_inv_sqrt;
+    c.train.warmup_steps = 123;
+    c.train.loss_on_padding = true;
+    c.train.seed = 42;
+    c.decode.beam = 4;
+    const auto j = train::to_json(c);
+    const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
+    EXPECT_EQ(train::to_json(r), j);
+    EXPECT_EQ(r.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
+    EXPECT_EQ(r.model.tgt_vocab_size, 88);
+    EXPECT_TRUE(r.model.pe_position_zero_at_inference);
+    nlohmann::json bad = j;
+    bad["data"]["pipeline"] = "zh";
+    EXPECT_THROW(train::run_config_from_json(bad), Error);
+}
+
+TEST(RunConfig, ParsesDurations) {
+    EXPECT_DOUBLE_EQ(train::parse_duration("90"), 90);
+    EXPECT_DOUBLE_EQ(train::parse_duration("90s"), 90);
+    EXPECT_DOUBLE_EQ(train::parse_duration("20m"), 1200);
+    EXPECT_DOUBLE_EQ(train::parse_duration("1.5h"), 5400);
+    for (const char* s : {"", "m", "20 m", "-3s", "abc", "5d"}) EXPECT_THROW(train::parse_duration(s), Error) << s;
+}
+
+struct DataFile {
+    fs::path dir = fs::temp_directory_path() / ("qkv_data_" + std::to_string(::getpid()));
+    std::string path;
+    explicit DataFile(const std::string& text) {
+        fs::create_directories(dir);
+        path = (dir / "fra.txt").string();
+        std::ofstream(path) << text;
+    }
+    ~DataFile() { fs::remove_all(dir); }
+};
+
+std::string corpus(int n, const std::string& extra = "") {
+    std::string s;
+    for (int i = 0; i < n; ++i)
+        s += "I see " + std::to_string(i % 7) + " cats.\tJe vois " + std::to_string(i % 7) + " chats.\n";
+    return s + extra;
+}
+
+TEST(TranslationData, SmallCorpusSplitsDisjointAndCountsMalformedLines) {
+    DataFile f(corpus(50, "no tab here\n"));
+    train::DataConfig c;
+    c.path = f.path;
+    c.num_steps = 6;
+    const auto d = train::load_translation_data(c);
+    EXPECT_EQ(d.malformed, 1);
+    EXPECT_EQ(d.pairs, 50);
+    EXPECT_EQ(d.valid.n, 5);  // 10 % each for a small corpus
+    EXPECT_EQ(d.test.n, 5);
+    EXPECT_EQ(d.train.n, 40);
+    EXPECT_EQ(int64_t(d.test_src.size()), d.test.n);
+    EXPECT_EQ(d.test_ref[0].back(), ".");  // full references, no <eos>
+    EXPECT_NE(d.summary.find("malformed"), std::string::npos) << d.summary;
+    EXPECT_EQ(d.src_vocab.tokens()[0], "<unk>");
+    EXPECT_EQ(d.tgt_vocab.pad(), 1);
+    c.strict = true;
+    EXPECT_THROW(train::load_translation_data(c), Error);
+}
+
+TEST(TranslationData, FiltersKeepShortPairs) {
+    DataFile f(corpus(30) + "This sentence is much too long for the filter.\tCette phrase est trop longue.\n");
+    train::DataConfig c;
+    c.path = f.path;
+    c.max_src_tokens = 4;  // "i see 3 cats ." is 5 tokens
+    EXPECT_THROW(train::load_translation_data(c), Error);  // nothing left
+    c.max_src_tokens = 5;
+    c.max_pairs = 20;
+    const auto d = train::load_translation_data(c);
+    EXPECT_EQ(d.pairs, 20);
+}
+
+TEST(TranslationData, MissingFileNamesTheDownloadAddress) {
+    train::DataConfig c;
+    c.path = "/nonexistent/fra-eng.zip";
+    try {
+        train::load_translation_data(c);
+        ADD_FAILURE();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("d2l-data.s3-accelerate.amazonaws.com"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace qkv::test
