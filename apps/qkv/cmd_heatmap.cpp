@@ -37,12 +37,15 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
     return p;
 }
 
-/// Bahdanau: greedy decoding with the trace; cross[t][0] is (1, 1, 1, Ts) for output token t.
+/// Bahdanau: greedy decoding with the trace; cross[t][0] is (1, 1, 1, num_steps) for output token
+/// t. The source keeps its padding: the GRU encoder runs over the pads (spec §7.11), so its states
+/// (and the translation) depend on them; the padded keys get weight 0 and are not drawn (D2L
+/// slices the keys to the valid length the same way).
 void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
     data::SeqArray arr = train::encode_sources({toks}, m.src_vocab, m.config.data.num_steps);
-    const int64_t Ts = arr.valid_len[0];
-    std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
+    const int64_t Ts = arr.valid_len[0], Tp = arr.num_steps;
+    const std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
     const std::vector<std::string> src_labels = m.src_vocab.decode(ids);
     models::DecoderAttentionTrace trace;
     decode::GreedyOptions g;
@@ -50,7 +53,7 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     g.eos     = m.tgt_vocab.eos();
     g.max_len = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     g.trace   = &trace;
-    auto out = decode::greedy_decode(*m.model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
+    auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(), train::join_tokens(hyp).c_str());
     const int64_t steps = int64_t(trace.cross.size());
@@ -61,7 +64,7 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     p.values.assign(size_t(steps * Ts), 0.0);
     std::printf("attention weights (rows: output tokens; columns: %s):\n", train::join_tokens(src_labels).c_str());
     for (int64_t t = 0; t < steps; ++t) {
-        const auto w = trace.cross[size_t(t)][0].contiguous().to_vector<float>();  // (1, 1, 1, Ts)
+        const auto w = trace.cross[size_t(t)][0].contiguous().to_vector<float>();  // (1, 1, 1, Tp)
         std::printf("  %-12s", out_labels[size_t(t)].c_str());
         for (int64_t j = 0; j < Ts; ++j) {
             p.values[size_t(t * Ts + j)] = w[size_t(j)];

@@ -42,7 +42,13 @@ std::pair<Tensor, Tensor> Seq2SeqEncoder::forward(const Tensor& src) const {
               "Seq2SeqEncoder: src must be (B, Ts) int64, got ",
               src.defined() ? dtype_name(src.dtype()) : "undefined", " ",
               src.defined() ? src.shape() : Shape{});
-    return rnn->forward(embedding->forward(src.transpose(0, 1)));  // (Ts, B, E) -> GRU
+    const Tensor ids = src.transpose(0, 1);  // (Ts, B)
+    if (fold_embedding_projection && embedding->weight.size(0) < ids.numel()) {
+        // Row v of the table is embedding v projected by layer 0: a lookup replaces the GEMM.
+        const Tensor table = rnn->input_projection(0, embedding->weight);  // (V, 3H)
+        return rnn->forward_projected(qkv::embedding(ids, table));
+    }
+    return rnn->forward(embedding->forward(ids));  // (Ts, B, E) -> GRU
 }
 
 // ---- additive attention ---------------------------------------------------------------------
@@ -103,10 +109,18 @@ Seq2SeqAttentionDecoder::State Seq2SeqAttentionDecoder::init_state(const Tensor&
 }
 
 Tensor Seq2SeqAttentionDecoder::step(const Tensor& tokens, State& s, Tensor* weights) const {
+    return step_impl(tokens, s, weights, nullptr);
+}
+
+Tensor Seq2SeqAttentionDecoder::step_impl(const Tensor& tokens, State& s, Tensor* weights,
+                                          const Folded* f) const {
     const Tensor context = attention->forward(s.hidden.back(), s.projected_keys, s.enc_outputs,
-                                              s.valid_lens, weights);           // (B, H)
-    const Tensor x = concat({context, embedding->forward(tokens)}, 1);         // [context, emb]
-    s.hidden = rnn->step(rnn->input_projection(0, x), s.hidden);
+                                              s.valid_lens, weights);  // (B, H)
+    // Layer 0's input is [context, embedding(token)] (context first): projected as one GEMM on
+    // the concatenation, or as W_ctx·context plus the token's row of the folded table.
+    const Tensor gi0 = f ? qkv::embedding(tokens, f->table) + linear(context, f->W_ctx)
+                         : rnn->input_projection(0, concat({context, embedding->forward(tokens)}, 1));
+    s.hidden = rnn->step(gi0, s.hidden);
     return s.hidden.back();
 }
 
@@ -118,8 +132,17 @@ Tensor Seq2SeqAttentionDecoder::forward_hidden(const Tensor& X, State& s) {
     attention_weights_.assign(size_t(Tt), Tensor());
     std::vector<Tensor> outs;
     outs.reserve(size_t(Tt));
+    Folded f;
+    const bool fold = fold_embedding_projection && embedding->weight.size(0) < X.numel();
+    if (fold) {
+        const int64_t H = rnn->hidden_size, E = embedding->weight.size(1);
+        const Tensor& W = rnn->weight_ih[0];  // (3H, H + E)
+        f.W_ctx = W.slice(1, 0, H).contiguous();
+        f.table = linear(embedding->weight, W.slice(1, H, H + E).contiguous(), rnn->bias_ih[0]);
+    }
     for (int64_t t = 0; t < Tt; ++t)
-        outs.push_back(step(X.select(1, t).contiguous(), s, &attention_weights_[size_t(t)]));
+        outs.push_back(step_impl(X.select(1, t).contiguous(), s, &attention_weights_[size_t(t)],
+                                 fold ? &f : nullptr));
     if (Tt == 0) return zeros({X.size(0), 0, rnn->hidden_size});
     return stack(outs, 1);  // (B, Tt, H)
 }
@@ -160,6 +183,8 @@ Bahdanau::Bahdanau(const BahdanauConfig& cfg) : cfg_(cfg) {
                                              cfg.num_layers, cfg.dropout));
     encoder->rnn->impl = cfg.gru_impl;
     decoder->rnn->impl = cfg.gru_impl;
+    encoder->fold_embedding_projection = cfg.fold_embedding_projection;
+    decoder->fold_embedding_projection = cfg.fold_embedding_projection;
     if (cfg.init != BahdanauInit::pytorch) {
         xavier_gru(*encoder->rnn);
         xavier_gru(*decoder->rnn);

@@ -58,20 +58,28 @@ std::vector<Tensor> GRU::step(const Tensor& gi0, const std::vector<Tensor>& h) c
 std::pair<Tensor, Tensor> GRU::forward(const Tensor& X, const Tensor& h0) const {
     QKV_CHECK(X.defined() && X.dim() == 3 && X.shape()[2] == input_size, "GRU: input must be (T, B, ",
               input_size, "), got ", X.defined() ? X.shape() : Shape{});
-    const int64_t Tn = X.shape()[0], B = X.shape()[1], H = hidden_size;
+    return forward_projected(input_projection(0, X), h0);  // (T, B, 3H): one GEMM for all steps
+}
+
+std::pair<Tensor, Tensor> GRU::forward_projected(const Tensor& gi0, const Tensor& h0) const {
+    const int64_t H = hidden_size;
+    QKV_CHECK(gi0.defined() && gi0.dim() == 3 && gi0.shape()[2] == 3 * H, "GRU: layer-0 projection must be "
+              "(T, B, ", 3 * H, "), got ", gi0.defined() ? gi0.shape() : Shape{});
+    const int64_t Tn = gi0.shape()[0], B = gi0.shape()[1];
     QKV_CHECK(!h0.defined() || h0.shape() == Shape({num_layers, B, H}), "GRU: h0 must be (", num_layers,
               ", ", B, ", ", H, "), got ", h0.shape());
-    if (Tn == 0) return {zeros({0, B, H}, X.dtype()), h0.defined() ? h0 : zeros({num_layers, B, H}, X.dtype())};
-    Tensor seq = X;
+    const DType dt = gi0.dtype();
+    if (Tn == 0) return {zeros({0, B, H}, dt), h0.defined() ? h0 : zeros({num_layers, B, H}, dt)};
+    Tensor seq;
     std::vector<Tensor> last;
     for (int64_t l = 0; l < num_layers; ++l) {
-        if (l > 0) seq = qkv::dropout(seq, dropout, is_training());
-        const Tensor gi = input_projection(l, seq);  // (T, B, 3H): one GEMM for all steps
+        // (T, B, 3H): one GEMM for all steps of layers >= 1
+        const Tensor gi = l == 0 ? gi0 : input_projection(l, qkv::dropout(seq, dropout, is_training()));
         const Tensor hl = h0.defined() ? h0.select(0, l) : Tensor();
         if (impl == GRUImpl::sequence) {
             seq = gru_sequence(gi, hl, weight_hh[size_t(l)], bias_hh[size_t(l)]);
         } else {
-            Tensor h = hl.defined() ? hl : zeros({B, H}, X.dtype());
+            Tensor h = hl.defined() ? hl : zeros({B, H}, dt);
             std::vector<Tensor> outs;
             for (const Tensor& git : split(gi, 1, 0)) {
                 h = cell(l, git.squeeze(0), h);

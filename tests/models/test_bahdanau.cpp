@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/io/safetensors.h"
@@ -40,11 +41,14 @@ void load_fixture_weights(Bahdanau& m, const std::map<std::string, Tensor>& f) {
     m.load_state_dict(sd);
 }
 
-class BahdanauParity : public ::testing::TestWithParam<nn::GRUImpl> {};
+// (GRU recurrence, fold the embedding projection into a table): every path computes D2L's function.
+class BahdanauParity : public ::testing::TestWithParam<std::tuple<nn::GRUImpl, bool>> {};
 
 TEST_P(BahdanauParity, MatchesD2LForwardAttentionAndGradients) {
     auto f = io::load_safetensors(QKV_FIXTURE_DIR "/gru_bahdanau.safetensors");
-    Bahdanau m(fixture_config(GetParam()));
+    BahdanauConfig c = fixture_config(std::get<0>(GetParam()));
+    c.fold_embedding_projection = std::get<1>(GetParam());
+    Bahdanau m(c);
     load_fixture_weights(m, f);
     const Tensor logits = m.forward(f.at("src"), f.at("valid_lens"), f.at("dec_X"));
     const double atol = test::kTolGoldenAtol, rtol = test::kTolGoldenRtol;
@@ -66,12 +70,16 @@ TEST_P(BahdanauParity, MatchesD2LForwardAttentionAndGradients) {
     EXPECT_EQ(checked, 23);  // 1 + 8 encoder, 3 + 1 + 8 + 2 decoder
 }
 
-INSTANTIATE_TEST_SUITE_P(GruImpls, BahdanauParity,
-                         ::testing::Values(nn::GRUImpl::sequence, nn::GRUImpl::cell, nn::GRUImpl::composite),
+INSTANTIATE_TEST_SUITE_P(Paths, BahdanauParity,
+                         ::testing::Combine(::testing::Values(nn::GRUImpl::sequence, nn::GRUImpl::cell,
+                                                              nn::GRUImpl::composite),
+                                            ::testing::Bool()),
                          [](const auto& tp) {
-                             return std::string(tp.param == nn::GRUImpl::sequence ? "sequence"
-                                                : tp.param == nn::GRUImpl::cell   ? "cell"
-                                                                                    : "composite");
+                             const nn::GRUImpl i = std::get<0>(tp.param);
+                             return std::string(i == nn::GRUImpl::sequence ? "sequence"
+                                                : i == nn::GRUImpl::cell   ? "cell"
+                                                                           : "composite") +
+                                    (std::get<1>(tp.param) ? "_folded" : "_unfolded");
                          });
 
 // decode_step over the teacher tokens reproduces forward()'s logits step by step (eval mode).

@@ -33,6 +33,11 @@ struct BahdanauConfig {
     double dropout = 0.2;       // between GRU layers and on the attention weights (training)
     BahdanauInit init = BahdanauInit::d2l_en;
     nn::GRUImpl gru_impl = nn::GRUImpl::sequence;  // encoder recurrence (the decoder steps cells)
+    /// Compute the GRU's layer-0 input projection of an embedded token as a row of the table
+    /// T = Embedding.weight·W_ihᵀ + b_ih (V, 3H) when the vocabulary has fewer rows than the
+    /// batch has tokens: the same function with fewer FLOPs (bench/RESULTS_gru.md). false: always
+    /// embed, then project (D2L's order of operations).
+    bool fold_embedding_projection = true;
 };
 
 /// D2L Seq2SeqEncoder: src (B, Ts) i64 -> embedding (Ts, B, E) -> L-layer GRU from a zero state
@@ -45,6 +50,7 @@ public:
     std::pair<Tensor, Tensor> forward(const Tensor& src) const;
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::GRU> rnn;
+    bool fold_embedding_projection = true;  // see BahdanauConfig
 };
 
 /// Additive attention (D2L 11.3.3) with the keys projected once per source batch instead of at
@@ -93,8 +99,15 @@ public:
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::GRU> rnn;
     std::shared_ptr<nn::Linear> dense;
+    bool fold_embedding_projection = true;  // see BahdanauConfig (teacher forcing only)
 
 private:
+    /// Layer 0's weight split by input: W_ctx = W_ih_l0[:, :H] (3H, H) and the projected
+    /// embedding table Embedding.weight·W_ih_l0[:, H:]ᵀ + b_ih_l0 (V, 3H).
+    struct Folded {
+        Tensor W_ctx, table;
+    };
+    Tensor step_impl(const Tensor& tokens, State& state, Tensor* weights, const Folded* folded) const;
     std::vector<Tensor> attention_weights_;
 };
 

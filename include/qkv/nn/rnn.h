@@ -38,6 +38,11 @@ public:
     /// state h0). Throws qkv::Error naming the shapes when X or h0 do not fit.
     std::pair<Tensor, Tensor> forward(const Tensor& X, const Tensor& h0 = Tensor()) const;
 
+    /// forward() given layer 0's input projection gi0 = X·W_ih_l0ᵀ + b_ih_l0 (T, B, 3H) instead of
+    /// X (callers that can compute it more cheaply, e.g. as a lookup into a projected embedding
+    /// table, do so). Same results and errors as forward.
+    std::pair<Tensor, Tensor> forward_projected(const Tensor& gi0, const Tensor& h0 = Tensor()) const;
+
     /// Layer l's input projection x·W_ihᵀ + b_ih: x (..., I or H) -> (..., 3H).
     Tensor input_projection(int64_t layer, const Tensor& x) const;
     /// One step of layer l from its input projection gi (B, 3H) and state h (B, H) -> h' (B, H),

@@ -66,7 +66,29 @@ void gru_cell_forward_t(float* h_new, float* ws, const float* gi, const float* g
     }
 }
 
-// Pure arithmetic: the compiler vectorises this loop with the TU's ISA flags.
+// One row's backward for lanes [j, j + n) (full vectors, or a masked tail).
+template <class V, bool kTail>
+inline void gru_cell_backward_lanes(float* di, float* dg, float* dhb, const float* w, const float* g,
+                                    const float* hb, int64_t H, int64_t j, int64_t n) {
+    auto ld = [&](const float* p) { return kTail ? V::load_tail(p, n, 0.f) : V::load(p); };
+    auto st = [&](float* p, typename V::R a) {
+        if constexpr (kTail) V::store_tail(p, a, n); else V::store(p, a);
+    };
+    const auto one = V::set1(1.0f);
+    const auto r = ld(w + j), z = ld(w + H + j), nn = ld(w + 2 * H + j), hn = ld(w + 3 * H + j);
+    const auto gj = ld(g + j);
+    const auto an = V::mul(V::mul(gj, V::sub(one, z)), V::fnmadd(nn, nn, one));   // g(1−z)(1−n²)
+    const auto az = V::mul(V::mul(gj, V::sub(ld(hb + j), nn)), V::mul(z, V::sub(one, z)));
+    const auto ar = V::mul(V::mul(an, hn), V::mul(r, V::sub(one, r)));
+    st(di + j, ar);
+    st(dg + j, ar);
+    st(di + H + j, az);
+    st(dg + H + j, az);
+    st(di + 2 * H + j, an);
+    st(dg + 2 * H + j, V::mul(an, r));
+    if (dhb) st(dhb + j, V::mul(gj, z));
+}
+
 template <class V>
 void gru_cell_backward_t(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
                          const float* h, int64_t B, int64_t H) {
@@ -78,18 +100,9 @@ void gru_cell_backward_t(float* dgi, float* dgh, float* dh, const float* dh_new,
         float* di       = dgi + b * 3 * H;
         float* dg       = dgh + b * 3 * H;
         float* dhb      = dh ? dh + b * H : nullptr;
-        for (int64_t j = 0; j < H; ++j) {
-            const float r = w[j], z = w[H + j], n = w[2 * H + j], hn = w[3 * H + j];
-            const float an = g[j] * (1.0f - z) * (1.0f - n * n);
-            const float az = g[j] * (hb[j] - n) * z * (1.0f - z);
-            const float ar = an * hn * r * (1.0f - r);
-            di[j] = dg[j] = ar;
-            di[H + j] = dg[H + j] = az;
-            di[2 * H + j]         = an;
-            dg[2 * H + j]         = an * r;
-        }
-        if (dhb)
-            for (int64_t j = 0; j < H; ++j) dhb[j] = g[j] * w[H + j];
+        int64_t j       = 0;
+        for (; j + V::W <= H; j += V::W) gru_cell_backward_lanes<V, false>(di, dg, dhb, w, g, hb, H, j, V::W);
+        if (j < H) gru_cell_backward_lanes<V, true>(di, dg, dhb, w, g, hb, H, j, H - j);
     }
 }
 
