@@ -109,17 +109,17 @@ Seq2SeqAttentionDecoder::State Seq2SeqAttentionDecoder::init_state(const Tensor&
 }
 
 Tensor Seq2SeqAttentionDecoder::step(const Tensor& tokens, State& s, Tensor* weights) const {
-    return step_impl(tokens, s, weights, nullptr);
+    return step_impl(tokens, embedding->forward(tokens), s, weights, nullptr);
 }
 
-Tensor Seq2SeqAttentionDecoder::step_impl(const Tensor& tokens, State& s, Tensor* weights,
-                                          const Folded* f) const {
+Tensor Seq2SeqAttentionDecoder::step_impl(const Tensor& tokens, const Tensor& emb, State& s,
+                                          Tensor* weights, const Folded* f) const {
     const Tensor context = attention->forward(s.hidden.back(), s.projected_keys, s.enc_outputs,
                                               s.valid_lens, weights);  // (B, H)
     // Layer 0's input is [context, embedding(token)] (context first): projected as one GEMM on
     // the concatenation, or as W_ctx·context plus the token's row of the folded table.
     const Tensor gi0 = f ? qkv::embedding(tokens, f->table) + linear(context, f->W_ctx)
-                         : rnn->input_projection(0, concat({context, embedding->forward(tokens)}, 1));
+                         : rnn->input_projection(0, concat({context, emb}, 1));
     s.hidden = rnn->step(gi0, s.hidden);
     return s.hidden.back();
 }
@@ -140,9 +140,12 @@ Tensor Seq2SeqAttentionDecoder::forward_hidden(const Tensor& X, State& s) {
         f.W_ctx = W.slice(1, 0, H).contiguous();
         f.table = linear(embedding->weight, W.slice(1, H, H + E).contiguous(), rnn->bias_ih[0]);
     }
+    // Unfolded: embed every step's tokens at once (Tt, B, E) — one dense (V, E) gradient per
+    // forward instead of one per step, which matters for large vocabularies.
+    const Tensor emb_all = fold ? Tensor() : embedding->forward(X.transpose(0, 1));
     for (int64_t t = 0; t < Tt; ++t)
-        outs.push_back(step_impl(X.select(1, t).contiguous(), s, &attention_weights_[size_t(t)],
-                                 fold ? &f : nullptr));
+        outs.push_back(step_impl(X.select(1, t).contiguous(), fold ? Tensor() : emb_all.select(0, t), s,
+                                 &attention_weights_[size_t(t)], fold ? &f : nullptr));
     if (Tt == 0) return zeros({X.size(0), 0, rnn->hidden_size});
     return stack(outs, 1);  // (B, Tt, H)
 }

@@ -33,7 +33,7 @@ RunConfig preset_config(const std::string& name, ModelKind kind) {
     b.init = models::BahdanauInit::d2l_en;
     auto& t = c.train;
     t.adam_beta1 = 0.9, t.adam_beta2 = 0.999, t.adam_eps = 1e-8;
-    t.lr = name == "d2l" ? 0.005 : name == "demo" ? 2e-3 : 1e-3;
+    t.lr = name == "d2l" || name == "demo" ? 0.005 : 1e-3;
     return c;
 }
 

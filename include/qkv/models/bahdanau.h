@@ -107,7 +107,9 @@ private:
     struct Folded {
         Tensor W_ctx, table;
     };
-    Tensor step_impl(const Tensor& tokens, State& state, Tensor* weights, const Folded* folded) const;
+    /// One step; layer 0's input from `folded` (tokens' table rows) or else from emb (B, E).
+    Tensor step_impl(const Tensor& tokens, const Tensor& emb, State& state, Tensor* weights,
+                     const Folded* folded) const;
     std::vector<Tensor> attention_weights_;
 };
 

@@ -49,7 +49,7 @@ std::vector<std::string> preset_names();
 ///   Adam(5e-4, 0.9, 0.98, 1e-9), batch 128, masked loss, 20-minute budget, decoding ≤ 20).
 /// With kind == bahdanau the same data and schedule with D2L's Bahdanau model (spec §3): d2l:
 ///   E = H = 256, 2 GRU layers, dropout 0.2, Adam lr 0.005 (30 epochs, clip 1, batch 128, the
-///   book's 512 training pairs); demo/full/anchor: the same model, Adam lr 2e-3 (demo) or 1e-3
+///   book's 512 training pairs); demo/full/anchor: the same model, Adam lr 0.005 (demo) or 1e-3
 ///   with PyTorch's default betas/eps.
 /// Throws qkv::Error listing the names for an unknown one.
 RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
