@@ -6,6 +6,7 @@
 #include <dnnl.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -25,9 +26,13 @@ std::vector<float> filled(int64_t n, float v0) {
     return v;
 }
 
+// GFLOP/s over wall time (the benchmarks use real time); MFLOP per iteration lets a reader
+// recompute the rate over CPU time (cpu_time column), the robust figure for 1 thread on a shared
+// machine.
 void set_flops(benchmark::State& st, double flops_per_iter) {
     st.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["MFLOP"] = flops_per_iter * 1e-6;
 }
 
 // ---- one GEMM: (M×K)·(K×N), args {M, N, K} --------------------------------------------------
@@ -55,6 +60,30 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_gemm_qkv)->Apply(gemm_shapes)->UseRealTime();
 BENCHMARK(BM_gemm_dnnl)->Apply(gemm_shapes)->UseRealTime();
+
+// ---- paired: qkv and direct oneDNN calls alternate in one loop, so both see the same machine
+// load (this host is shared); counters give each one's GFLOP/s over wall time and their ratio.
+void BM_gemm_qkv_vs_dnnl(benchmark::State& st) {
+    const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+    auto A = filled(M * K, 0.5f), B = filled(K * N, 0.25f), C = filled(M * N, 0.f);
+    using clock = std::chrono::steady_clock;
+    double t_qkv = 0, t_dnnl = 0;
+    for (auto _ : st) {
+        const auto t0 = clock::now();
+        gemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+        const auto t1 = clock::now();
+        dnnl_sgemm('N', 'N', M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+        const auto t2 = clock::now();
+        benchmark::DoNotOptimize(C.data());
+        t_qkv += std::chrono::duration<double>(t1 - t0).count();
+        t_dnnl += std::chrono::duration<double>(t2 - t1).count();
+    }
+    const double flops = 2.0 * double(M) * double(N) * double(K) * double(st.iterations());
+    st.counters["qkv_GFLOP/s"]  = flops / t_qkv * 1e-9;
+    st.counters["dnnl_GFLOP/s"] = flops / t_dnnl * 1e-9;
+    st.counters["qkv/dnnl"]     = t_dnnl / t_qkv;
+}
+BENCHMARK(BM_gemm_qkv_vs_dnnl)->Apply(gemm_shapes)->UseRealTime();
 
 // ---- batched: args {batch, M, N, K, trans_b} ------------------------------------------------
 // D2L attention with 4 heads of D = 64 on a batch of 128 sentences × 9 tokens: scores are 512 ×

@@ -21,3 +21,10 @@ for f in out/nw/fit out/nw/loss out/nw/attention out/attention/self_attention; d
     echo "  $f.png  $f.svg"
 done
 echo "  training history: out/nw/history.csv"
+
+# ---- 3  translation (appended by the xfmr helper): D2L's Transformer on English-French -------
+# Trains about 4 minutes with the demo preset, then translate / eval / heatmap; output in
+# out/translation. Needs the fra-eng data (qkv says where to get it when it is missing).
+echo
+echo "== 3  qkv train --preset demo, translate, eval, heatmap  (the Transformer on English-French)"
+bash "$(dirname "$0")/demo_translation.sh" "$QKV" out/translation

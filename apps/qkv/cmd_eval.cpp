@@ -25,7 +25,7 @@ struct EvalArgs {
     std::string model = "runs/qkv", data, hyp_out, json_out;
     int64_t beam = 0, max_len = 0, limit = 0, batch = 250, show = 10;
     double length_penalty = -1;
-    bool pe_quirk = false, no_progress = false;
+    bool pe_quirk = false, no_progress = false, no_unk = false;
     int threads = 0;
 };
 
@@ -53,6 +53,7 @@ void run(const EvalArgs& a) {
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
     to.batch_size     = a.batch;
+    to.no_unk         = a.no_unk;
     to.progress       = !a.no_progress;
     util::Timer timer;
     auto hyp = train::translate_tokens(m, src, to);
@@ -133,6 +134,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--show", a->show, "print the first N translations (default 10)")->check(CLI::NonNegativeNumber);
     c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line");
     c->add_option("--json", a->json_out, "write the scores as JSON");
+    c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
     c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);

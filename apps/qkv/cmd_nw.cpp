@@ -19,6 +19,10 @@
 namespace qkv::cli {
 namespace {
 
+/// Leave-one-out training holds several (n, n − 1) tensors (and their gradients): 5000 points
+/// take about 1 GB; more is refused with a message rather than exhausting memory.
+constexpr int64_t kMaxTrainPoints = 5000;
+
 struct NwArgs {
     std::string preset = "seed";
     int64_t n_train    = 0;  // 0: the preset's
@@ -55,6 +59,8 @@ void run_nw(const NwArgs& a) {
         d = make_nw_data(preset, a.n_train > 0 ? a.n_train : (zh ? 50 : 150), gen);
     }
     const int64_t n = d.x_train.size(0);
+    QKV_CHECK(n <= kMaxTrainPoints, "nw: ", n, " training points: at most ", kMaxTrainPoints,
+              " are supported (the leave-one-out problem needs n^2 memory)");
     std::printf("Nadaraya-Watson (%s): %lld training points%s, %lld test queries\n",
                 zh ? "D2L ZH preset" : "seed experiment", (long long)n,
                 a.data.empty() ? "" : (" from " + a.data).c_str(), (long long)d.x_test.size(0));
@@ -161,7 +167,7 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
                                                       "(default: 150, or 50 with --preset zh)")
-                  ->check(CLI::Range(int64_t(2), int64_t(100000)));
+                  ->check(CLI::Range(int64_t(2), kMaxTrainPoints));
     auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh)")
         ->check(CLI::Range(int64_t(0), int64_t(1000000)));
     auto* lr = sc->add_option("--lr", a->lr, "SGD learning rate")

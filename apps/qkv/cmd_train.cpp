@@ -32,10 +32,11 @@ struct TrainArgs {
     std::string time_budget;
     std::string schedule;
     bool resume = false, no_progress = false;
+    int64_t log_every = 50;
     int threads = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
-            max_tgt_tokens = 0, n_test = 0, n_valid = 0, embed_size = 0, num_layers = 0;
+            max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -96,6 +97,7 @@ void run(TrainArgs& a) {
         if (a.max_tgt_tokens) d.max_tgt_tokens = a.max_tgt_tokens;
         if (a.n_test) d.n_test = a.n_test;
         if (a.n_valid) d.n_valid = a.n_valid;
+        if (a.min_freq) d.min_freq = a.min_freq;
         if (a.o_strict->count()) d.strict = true;
         if (a.num_hiddens) m.num_hiddens = a.num_hiddens;
         if (a.num_blks) m.num_blks = a.num_blks;
@@ -153,6 +155,7 @@ void run(TrainArgs& a) {
     rt.out_dir  = a.out;
     rt.resume   = a.resume;
     rt.progress = !a.no_progress;
+    rt.log_every = a.log_every;
     rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
     train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
     train::TrainResult r = trainer.fit();
@@ -217,12 +220,16 @@ Registration reg([](CLI::App& app) {
         ->check(CLI::PositiveNumber);
     c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
         ->check(CLI::PositiveNumber);
+    c->add_option("--min-freq", a->min_freq, "vocabulary: keep words seen at least N times in training")
+        ->check(CLI::PositiveNumber);
     c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")->check(CLI::PositiveNumber);
     c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(CLI::PositiveNumber);
     a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)");
     c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
+        ->check(CLI::NonNegativeNumber);
     c->callback([a] { run(*a); });
 });
 

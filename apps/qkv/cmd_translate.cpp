@@ -21,7 +21,7 @@ struct TranslateArgs {
     std::string file;
     int64_t beam = 0, max_len = 0, batch = 250;
     double length_penalty = -1;
-    bool show_source = false, pe_quirk = false;
+    bool show_source = false, pe_quirk = false, no_unk = false;
     int threads = 0;
 };
 
@@ -54,6 +54,7 @@ void run(const TranslateArgs& a) {
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
     to.batch_size     = a.batch;
+    to.no_unk         = a.no_unk;
     auto hyp = train::translate_tokens(m, src, to);
     for (size_t i = 0; i < hyp.size(); ++i) {
         if (a.show_source)
@@ -75,6 +76,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
     c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(CLI::PositiveNumber);
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
+    c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->callback([a] { run(*a); });

@@ -1,12 +1,18 @@
 // qkv command-line entry point: builds the CLI11 app from the registered subcommands, runs it,
 // and turns qkv::Error into "qkv: error: ..." with exit code 1 (usage errors exit 2).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "commands.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
+#include "qkv/ops/attention.h"
+#include "qkv/ops/kernel_mode.h"
 
 namespace qkv::cli {
 namespace {
@@ -19,14 +25,31 @@ Registration::Registration(Registrar r) { registry().push_back(r); }
 }  // namespace qkv::cli
 
 int main(int argc, char** argv) {
+    // OpenMP threads that spin at barriers starve each other when the cores are shared (another
+    // process, ctest -j): a training step measured 2.8 s instead of 0.6 s. libgomp reads its
+    // settings before main runs, so when the user has not chosen a policy we set a passive one
+    // and re-execute ourselves once.
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
+    }
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "qkv 0.1.0");
     int threads = 0;
     app.add_option("--threads", threads, "threads for kernels (default: all cores)")
         ->check(CLI::NonNegativeNumber);
+    std::string attention = "auto", kernels = "fast";
+    app.add_option("--attention", attention,
+                   "attention backend: auto (fused flash kernel when it can run), math or flash "
+                   "(also QKV_ATTENTION)")
+        ->check(CLI::IsMember({"auto", "math", "flash"}));
+    app.add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
+        ->check(CLI::IsMember({"fast", "ref"}));
     app.parse_complete_callback([&] {
         if (threads > 0) qkv::set_num_threads(threads);
+        qkv::set_attention_backend(qkv::parse_attention_backend(attention));
+        if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     try {

@@ -82,23 +82,16 @@ AnchorData prepare_anchor_data(const ParallelCorpus& corpus, const AnchorConfig&
         d.tgt_tokens.push_back(tokenize_nmt(corpus.tgt[size_t(i)]));
     }
     d.split = shuffled_split(corpus.size(), cfg.n_valid, cfg.n_test, cfg.seed);
-    auto pick = [](const Sentences& all, const std::vector<int64_t>& idx) {
-        Sentences out;
-        out.reserve(idx.size());
-        for (int64_t i : idx) out.push_back(all[size_t(i)]);
-        return out;
-    };
-    const Sentences train_src = pick(d.src_tokens, d.split.train);
-    const Sentences train_tgt = pick(d.tgt_tokens, d.split.train);
     VocabOptions vo;
     vo.min_freq = cfg.min_freq;
-    d.src_vocab = Vocab::build(train_src, vo);
-    d.tgt_vocab = Vocab::build(train_tgt, vo);
-    d.train = build_nmt_arrays(train_src, train_tgt, d.src_vocab, d.tgt_vocab, cfg.num_steps);
-    d.valid = build_nmt_arrays(pick(d.src_tokens, d.split.valid), pick(d.tgt_tokens, d.split.valid),
-                               d.src_vocab, d.tgt_vocab, cfg.num_steps);
-    d.test  = build_nmt_arrays(pick(d.src_tokens, d.split.test), pick(d.tgt_tokens, d.split.test),
-                               d.src_vocab, d.tgt_vocab, cfg.num_steps);
+    d.src_vocab = Vocab::build(d.src_tokens, d.split.train, vo);
+    d.tgt_vocab = Vocab::build(d.tgt_tokens, d.split.train, vo);
+    // Arrays of every pair once, then the three splits as row subsets.
+    const NmtArrays all =
+        build_nmt_arrays(d.src_tokens, d.tgt_tokens, d.src_vocab, d.tgt_vocab, cfg.num_steps);
+    d.train = all.subset(d.split.train);
+    d.valid = all.subset(d.split.valid);
+    d.test  = all.subset(d.split.test);
     return d;
 }
 

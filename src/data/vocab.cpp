@@ -24,15 +24,25 @@ Vocab::Vocab(std::vector<std::string> idx_to_token) : idx_to_token_(std::move(id
 
 Vocab Vocab::build(const std::vector<std::vector<std::string>>& sentences,
                    const VocabOptions& opt) {
+    std::vector<int64_t> rows(sentences.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = int64_t(i);
+    return build(sentences, rows, opt);
+}
+
+Vocab Vocab::build(const std::vector<std::vector<std::string>>& sentences,
+                   const std::vector<int64_t>& rows, const VocabOptions& opt) {
     // Counter in first-occurrence order (Python's Counter keeps insertion order).
     std::unordered_map<std::string_view, size_t> slot;
     std::vector<std::pair<std::string_view, int64_t>> counts;
-    for (const auto& s : sentences)
-        for (const auto& t : s) {
+    for (int64_t r : rows) {
+        QKV_CHECK(r >= 0 && r < int64_t(sentences.size()), "Vocab::build: row ", r,
+                  " out of range [0, ", sentences.size(), ")");
+        for (const auto& t : sentences[size_t(r)]) {
             auto [it, fresh] = slot.emplace(t, counts.size());
             if (fresh) counts.emplace_back(t, 0);
             ++counts[it->second].second;
         }
+    }
     std::vector<std::string> list;
     if (opt.order == VocabOrder::frequency) {
         std::stable_sort(counts.begin(), counts.end(),

@@ -45,6 +45,12 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     QKV_CHECK(opt.max_len >= 1, "beam_search: max_len must be >= 1, got ", opt.max_len);
     QKV_CHECK(std::isfinite(opt.length_penalty), "beam_search: length_penalty must be finite");
     QKV_CHECK(src.defined() && src.dim() == 2, "beam_search: src must be (B, Ts)");
+    std::vector<char> banned(static_cast<size_t>(V), 0);
+    for (int64_t id : opt.banned) {
+        QKV_CHECK(id >= 0 && id < V && id != opt.eos, "beam_search: banned id ", id, " is outside [0, ",
+                  V, ") or is <eos>");
+        banned[size_t(id)] = 1;
+    }
     const int64_t B = src.size(0);
     NoGradGuard ng;
 
@@ -77,7 +83,8 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 const Beam& bm = beams[size_t(b * K + k)];
                 if (bm.log_prob == kDead) continue;
                 const float* row = logp.data() + (b * K + k) * V;
-                for (int64_t v = 0; v < V; ++v) cand.push_back({bm.log_prob + double(row[v]), k, v});
+                for (int64_t v = 0; v < V; ++v)
+                    if (!banned[size_t(v)]) cand.push_back({bm.log_prob + double(row[v]), k, v});
             }
             // Best 2K candidates, ties broken by (beam, token) order so that K = 1 is argmax.
             const size_t n_top = std::min(cand.size(), size_t(2 * K));

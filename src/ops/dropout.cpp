@@ -2,7 +2,7 @@
 // the generator's stream, so masks do not depend on the thread count). Backward: dx = dy·mask/(1−p).
 #include "qkv/ops/dropout.h"
 
-#include "core/strided.h"
+#include "kernels/cpu/dropout.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
 #include "qkv/core/generator.h"
@@ -14,8 +14,12 @@ using detail::ptr;
 
 namespace {
 /// y = x·m/(1−p) with m_i = [u_i >= p]; the kept mask is returned for the backward.
+/// float32 uses the SIMD Philox kernel (kernels/cpu/dropout.h), which implements this formula.
 template <class T>
 void dropout_kernel(const T* x, T* y, uint8_t* keep, int64_t n, double p, uint64_t seed, uint64_t offset) {
+    if constexpr (std::is_same_v<T, float>) {
+        return kernels::cpu::dropout_forward(x, y, keep, n, float(p), seed, offset);
+    }
     const T scale = T(1.0 / (1.0 - p));
     const float pf = float(p);
 #pragma omp parallel for if (n > 65536) schedule(static)
@@ -24,6 +28,16 @@ void dropout_kernel(const T* x, T* y, uint8_t* keep, int64_t n, double p, uint64
         keep[i] = k;
         y[i] = k ? x[i] * scale : T(0);
     }
+}
+
+template <class T>
+void dropout_backward_kernel(const T* dy, T* dx, const uint8_t* keep, int64_t n, double p) {
+    if constexpr (std::is_same_v<T, float>) {
+        return kernels::cpu::dropout_backward(dy, dx, keep, n, float(p), 0, 0);
+    }
+    const T scale = T(1.0 / (1.0 - p));
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] = keep[i] ? dy[i] * scale : T(0);
 }
 }  // namespace
 
@@ -42,13 +56,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     record(y, "DropoutBackward", {x}, [keep, p](const Tensor& gr) {
         const Tensor gc = gr.contiguous();
         Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
-        QKV_DISPATCH_FLOAT(gc.dtype(), "dropout_backward", {
-            const scalar_t* pg = ptr<scalar_t>(gc);
-            const uint8_t* pk = ptr<uint8_t>(keep);
-            scalar_t* pd = ptr<scalar_t>(dx);
-            const scalar_t scale = scalar_t(1.0 / (1.0 - p));
-            for (int64_t i = 0; i < gc.numel(); ++i) pd[i] = pk[i] ? pg[i] * scale : scalar_t(0);
-        });
+        QKV_DISPATCH_FLOAT(gc.dtype(), "dropout_backward",
+                           dropout_backward_kernel<scalar_t>(ptr<scalar_t>(gc), ptr<scalar_t>(dx), ptr<uint8_t>(keep),
+                                                             gc.numel(), p));
         return std::vector<Tensor>{dx};
     });
     return y;

@@ -39,7 +39,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
         QKV_DISPATCH_FLOAT(g.dtype(), "embedding_backward", {
             const scalar_t* pg = ptr<scalar_t>(gc);
             scalar_t* pd = ptr<scalar_t>(dw);
-            for (int64_t i = 0; i < ic.numel(); ++i) {
+            for (int64_t i = 0, n_ids = ic.numel(); i < n_ids; ++i) {
                 scalar_t* row = pd + ip[i] * C;
                 const scalar_t* src = pg + i * C;
                 for (int64_t j = 0; j < C; ++j) row[j] += src[j];

@@ -126,7 +126,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     std::vector<int64_t> offs(static_cast<size_t>(ic.numel()));
     {
         Shape pos(static_cast<size_t>(ic.dim()), 0);
-        for (int64_t e = 0; e < ic.numel(); ++e) {
+        for (int64_t e = 0, ne = ic.numel(); e < ne; ++e) {
             const int64_t v = pi[e];
             QKV_CHECK(v >= 0 && v < n, "gather: index ", v, " out of range for dim ", dim, " of size ", n);
             int64_t off = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/ops/optim_step.h"
 
 namespace qkv::optim {
 
@@ -105,41 +106,18 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
 void Adam::step() {
     NoGradGuard ng;
     ++steps_;
-    const double bc1 = 1 - std::pow(opt_.beta1, double(steps_));
-    const double bc2 = 1 - std::pow(opt_.beta2, double(steps_));
-    const double step_size = lr_ / bc1;
-    const double bc2_sqrt = std::sqrt(bc2);
     for (size_t i = 0; i < params_.size(); ++i) {
         Tensor& p = params_[i];
         const Tensor g = p.grad();
         if (!g.defined()) continue;
-        const Tensor gc = g.contiguous().to(p.dtype());
         if (!m_[i].defined()) {
             m_[i] = zeros(p.shape(), p.dtype());
             v_[i] = zeros(p.shape(), p.dtype());
         }
-        auto run = [&](auto* pp, const auto* pg, auto* pm, auto* pv) {
-            using T = std::remove_pointer_t<decltype(pp)>;
-            const int64_t n = p.numel();
-            const T b1 = T(opt_.beta1), b2 = T(opt_.beta2), eps = T(opt_.eps), wd = T(opt_.weight_decay);
-            const T lr = T(lr_), ss = T(step_size), bcs = T(bc2_sqrt);
-            const bool decoupled = opt_.decoupled_weight_decay;
-#pragma omp parallel for if (n > 65536) schedule(static)
-            for (int64_t j = 0; j < n; ++j) {
-                T gj = pg[j];
-                if (wd != 0) {
-                    if (decoupled) pp[j] *= T(1) - lr * wd;
-                    else gj += wd * pp[j];
-                }
-                pm[j] = b1 * pm[j] + (T(1) - b1) * gj;
-                pv[j] = b2 * pv[j] + (T(1) - b2) * gj * gj;
-                pp[j] -= ss * pm[j] / (std::sqrt(pv[j]) / bcs + eps);
-            }
-        };
-        if (p.dtype() == DType::f32)
-            run(data_of<float>(p), data_of<float>(gc), data_of<float>(m_[i]), data_of<float>(v_[i]));
-        else
-            run(data_of<double>(p), data_of<double>(gc), data_of<double>(m_[i]), data_of<double>(v_[i]));
+        AdamStepArgs a;
+        a.lr = lr_, a.beta1 = opt_.beta1, a.beta2 = opt_.beta2, a.eps = opt_.eps;
+        a.weight_decay = opt_.weight_decay, a.decoupled = opt_.decoupled_weight_decay, a.step = steps_;
+        adam_step_(p, g, m_[i], v_[i], a);
     }
 }
 
@@ -162,22 +140,8 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     NoGradGuard ng;
     double total = 0;
-    for (const Tensor& p : params) {
-        const Tensor g = p.grad();
-        if (!g.defined()) continue;
-        const Tensor gc = g.contiguous();
-        const int64_t n = gc.numel();
-        double s = 0;
-        if (gc.dtype() == DType::f32) {
-            const float* pg = gc.data<float>();
-#pragma omp parallel for reduction(+ : s) if (n > 65536) schedule(static)
-            for (int64_t j = 0; j < n; ++j) s += double(pg[j]) * double(pg[j]);
-        } else {
-            const double* pg = gc.data<double>();
-            for (int64_t j = 0; j < n; ++j) s += pg[j] * pg[j];
-        }
-        total += s;
-    }
+    for (const Tensor& p : params)
+        if (p.grad().defined()) total += sum_of_squares(p.grad());
     const double norm = std::sqrt(total);
     QKV_CHECK(std::isfinite(norm), "clip_grad_norm: the gradient norm is ", norm,
               " (a NaN or inf gradient; lower the learning rate or check the inputs)");
@@ -186,15 +150,13 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
         for (const Tensor& p : params) {
             Tensor g = p.grad();
             if (!g.defined()) continue;
-            Tensor gc = g.contiguous().clone().detach();
-            if (gc.dtype() == DType::f32) {
-                float* pg = gc.data<float>();
-                for (int64_t j = 0; j < gc.numel(); ++j) pg[j] = float(pg[j] * scale);
-            } else {
-                double* pg = gc.data<double>();
-                for (int64_t j = 0; j < gc.numel(); ++j) pg[j] *= scale;
-            }
-            const_cast<Tensor&>(p).set_grad(gc);
+            // Scale in place only when nothing else shares the gradient's memory (the engine may
+            // hand the same tensor to several leaves, e.g. both inputs of an add).
+            const bool owned = g.is_contiguous() && g.impl().storage.use_count() == 1 &&
+                               g.impl_ptr().use_count() <= 2;
+            if (!owned) g = g.contiguous().clone().detach();
+            scale_(g, scale);
+            const_cast<Tensor&>(p).set_grad(g);
         }
     }
     return norm;

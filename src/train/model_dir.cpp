@@ -116,6 +116,7 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
             g.bos     = m.tgt_vocab.bos();
             g.eos     = m.tgt_vocab.eos();
             g.max_len = opt.max_len;
+            if (opt.no_unk) g.banned = {m.tgt_vocab.unk()};
             ids = decode::greedy_decode(*m.model, s, vl, g);
         } else {
             decode::BeamOptions b;
@@ -124,6 +125,7 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
             b.eos            = m.tgt_vocab.eos();
             b.max_len        = opt.max_len;
             b.length_penalty = opt.length_penalty;
+            if (opt.no_unk) b.banned = {m.tgt_vocab.unk()};
             ids = decode::beam_decode(*m.model, s, vl, b);
         }
         for (auto& row : ids) out.push_back(m.tgt_vocab.decode(row));

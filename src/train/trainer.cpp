@@ -214,9 +214,9 @@ TrainResult Trainer::fit() {
     int64_t step = prog.step;
     int64_t run_tokens = 0;
     double run_seconds = 0;
-    // window for the step records / progress fields
-    double win_loss = 0, win_secs = 0;
-    int64_t win_steps = 0, win_tokens = 0;
+    // windows for the metrics.jsonl step records (m_) and the progress fields (d_)
+    double m_loss = 0, m_secs = 0, d_loss = 0, d_secs = 0;
+    int64_t m_steps = 0, m_tokens = 0, d_steps = 0, d_tokens = 0;
     double shown_loss = std::numeric_limits<double>::quiet_NaN(), shown_tps = 0;
 
     for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
@@ -256,29 +256,37 @@ TrainResult Trainer::fit() {
             ep_secs += secs;
             ++ep_steps;
             ep_tokens += l.tokens;
-            win_loss += loss;
-            win_secs += secs;
-            ++win_steps;
-            win_tokens += l.tokens;
-            const int64_t every = rt_.log_every > 0 ? rt_.log_every : 50;
-            if (win_steps >= every || (bar && win_secs >= 2.0)) {
-                shown_loss = win_loss / double(win_steps);
-                shown_tps  = double(win_tokens) / std::max(win_secs, 1e-9);
-                if (metrics && rt_.log_every > 0) {
-                    std::fprintf(metrics,
-                                 "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
-                                 "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
-                                 (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
-                                 json_number(shown_loss).c_str(), json_number(adam.lr()).c_str(),
-                                 json_number(shown_tps).c_str(), json_number(train_seconds).c_str());
-                    std::fflush(metrics);
-                }
-                win_loss = win_secs = 0;
-                win_steps = win_tokens = 0;
+            // metrics.jsonl: the mean over the last log_every steps, at global step multiples
+            // (a resumed run writes its records at the same steps).
+            m_loss += loss;
+            m_secs += secs;
+            ++m_steps;
+            m_tokens += l.tokens;
+            if (metrics && rt_.log_every > 0 && step % rt_.log_every == 0) {
+                std::fprintf(metrics,
+                             "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
+                             "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
+                             (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
+                             json_number(m_loss / double(m_steps)).c_str(), json_number(adam.lr()).c_str(),
+                             json_number(double(m_tokens) / std::max(m_secs, 1e-9)).c_str(),
+                             json_number(train_seconds).c_str());
+                std::fflush(metrics);
+                m_loss = m_secs = 0;
+                m_steps = m_tokens = 0;
+            }
+            // progress bar: loss and target tokens/s over about the last second
+            d_loss += loss;
+            d_secs += secs;
+            ++d_steps;
+            d_tokens += l.tokens;
+            if (d_secs >= 1.0 || !std::isfinite(shown_loss)) {
+                shown_loss = d_loss / double(d_steps);
+                shown_tps  = double(d_tokens) / std::max(d_secs, 1e-9);
+                d_loss = d_secs = 0;
+                d_steps = d_tokens = 0;
             }
             if (bar)
-                bar->update(1, {{"loss", std::isfinite(shown_loss) ? shown_loss : loss},
-                                {"tok/s", shown_tps}});
+                bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
         }
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;

@@ -43,12 +43,14 @@ void render_to_file(const std::string& path, int w, int h, const std::function<v
     std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surf(s, &cairo_surface_destroy);
     QKV_CHECK(cairo_surface_status(s) == CAIRO_STATUS_SUCCESS, what, ": '", path,
               "': cannot create surface: ", cairo_status_to_string(cairo_surface_status(s)));
-    cairo_t* cr = cairo_create(s);
+    // The context holds a reference to the surface: both are released if draw() throws.
+    std::unique_ptr<cairo_t, decltype(&cairo_destroy)> ctx(cairo_create(s), &cairo_destroy);
+    cairo_t* cr = ctx.get();
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     draw(cr);
     const cairo_status_t st = cairo_status(cr);
-    cairo_destroy(cr);
+    ctx.reset();
     QKV_CHECK(st == CAIRO_STATUS_SUCCESS, what, ": '", path, "': drawing failed: ",
               cairo_status_to_string(st));
     if (png) {
@@ -163,8 +165,13 @@ std::pair<double, double> padded_range(double lo, double hi) {
 std::vector<int64_t> index_ticks(int64_t n, int target) {
     std::vector<int64_t> t;
     if (n <= 1) return {0};
-    const auto nt   = nice_ticks(0, double(n - 1), std::max(2, target));
-    const int64_t s = std::max<int64_t>(1, int64_t(nt.size() > 1 ? nt[1] - nt[0] : 1));
+    // Step = the smallest 1, 2 or 5 × 10^k that fits at most max(2, target) labels, never < 1
+    // (nice_ticks can return a single tick for short panels, which used to label every index).
+    const double raw  = double(n - 1) / double(std::max(2, target) - 1);
+    const double mag  = std::pow(10.0, std::floor(std::log10(std::max(raw, 1e-9))));
+    const double f    = raw / mag;
+    const double nice = f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10;
+    const int64_t s   = std::max<int64_t>(1, int64_t(std::llround(nice * mag)));
     for (int64_t i = 0; i < n; i += s) t.push_back(i);
     return t;
 }

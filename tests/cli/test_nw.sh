@@ -67,7 +67,7 @@ set +e
 "$QKV" nw --data "$TMP/nan.csv" --out "$TMP/e" 2> "$TMP/err.txt"; rc=$?
 set -e
 [ $rc = 1 ] && grep -q 'nan.csv:2: values must be finite' "$TMP/err.txt" || fail "NaN row: exit $rc, $(cat "$TMP/err.txt")"
-for args in "--kernel-width 0.5 --epochs 3" "--data $FIX/nw_seed_data.csv --n-train 10" "--preset en" "--lr -1"; do
+for args in "--n-train 1" "--kernel-width 0.5 --epochs 3" "--data $FIX/nw_seed_data.csv --n-train 10" "--preset en" "--lr -1"; do
     set +e
     # shellcheck disable=SC2086
     "$QKV" nw $args --out "$TMP/e" > /dev/null 2>&1; rc=$?

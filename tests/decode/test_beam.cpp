@@ -47,6 +47,10 @@ TEST(BeamSearch, BeamOfOneIsGreedy) {
         decode::BeamOptions b;
         b.beam_size = 1, b.bos = g.bos, b.eos = g.eos, b.max_len = 10;
         EXPECT_EQ(decode::beam_decode(m, src, vl, b), decode::greedy_decode(m, src, vl, g)) << seed;
+        g.banned = b.banned = {c.tgt_vocab.unk()};
+        EXPECT_EQ(decode::beam_decode(m, src, vl, b), decode::greedy_decode(m, src, vl, g)) << seed;
+        g.banned.clear();
+        b.banned.clear();
     }
 }
 

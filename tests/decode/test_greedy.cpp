@@ -88,6 +88,28 @@ TEST(Greedy, RespectsMaxLen) {
     for (auto& row : decode::greedy_decode(m, f.src, f.vl, f.opt)) EXPECT_LE(row.size(), 3u);
 }
 
+TEST(Greedy, BannedIdsAreNeverEmittedAndOnlyThoseRowsChange) {
+    Fixture f;
+    manual_seed(0);
+    models::Transformer m(tiny_config(f.c));
+    train_briefly(m, f.c, 40);
+    const auto plain = decode::greedy_decode(m, f.src, f.vl, f.opt);
+    const int64_t ban = plain[1].at(0);  // a token the model does emit
+    f.opt.banned = {ban};
+    const auto out = decode::greedy_decode(m, f.src, f.vl, f.opt);
+    for (size_t i = 0; i < out.size(); ++i) {
+        bool had = false;
+        for (int64_t t : plain[i]) had = had || t == ban;
+        for (int64_t t : out[i]) EXPECT_NE(t, ban);
+        if (!had) EXPECT_EQ(out[i], plain[i]) << i;  // rows that never chose it are unchanged
+    }
+    EXPECT_NE(out[1], plain[1]);
+    f.opt.use_cache = false;
+    EXPECT_EQ(decode::greedy_decode(m, f.src, f.vl, f.opt), out);
+    f.opt.banned = {f.opt.eos};
+    EXPECT_THROW(decode::greedy_decode(m, f.src, f.vl, f.opt), Error);
+}
+
 TEST(Greedy, RejectsBadOptions) {
     Fixture f;
     manual_seed(0);

@@ -666,7 +666,7 @@ TEST(FlashAttentionKernels, BackwardBothParallelSplits) {
     omp_set_num_threads(saved);
 }
 
-TEST(FlashAttentionKernels, UnsupportedIsaThrowsAndEmptyShapesWork) {
+TEST(FlashAttentionKernels, UnsupportedIsaThrowsEmptyShapesAndNoLse) {
     if (!cpu::flash_attention_isa_supported(cpu::FlashIsa::avx512)) {
         auto a = make_attn<float>(shape(1, 1, 4, 4, 4));
         EXPECT_THROW(cpu::flash_attention_forward(a.p, cpu::FlashIsa::avx512), qkv::Error);
@@ -678,6 +678,15 @@ TEST(FlashAttentionKernels, UnsupportedIsaThrowsAndEmptyShapesWork) {
     for (float x : a.out) EXPECT_EQ(x, 0.0f);
     for (float x : a.lse) EXPECT_EQ(x, -INFINITY);
     for (float x : a.dq) EXPECT_EQ(x, 0.0f);
+    // lse may be omitted (inference): out is unchanged.
+    for (auto isa : isas()) {
+        auto c = make_attn<float>(shape(2, 2, 70, 130, 24));
+        auto d = make_attn<float>(shape(2, 2, 70, 130, 24));
+        cpu::flash_attention_forward(c.p, isa);
+        d.p.lse = nullptr, d.p.lse_lo = nullptr;
+        cpu::flash_attention_forward(d.p, isa);
+        EXPECT_EQ(c.out, d.out) << cpu::flash_attention_isa_name(isa);
+    }
     auto b = make_attn<float>(shape(1, 2, 0, 5, 4));
     cpu::flash_attention_forward(b.p);
     cpu::flash_attention_backward(b.p, b.g);

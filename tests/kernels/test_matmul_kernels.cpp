@@ -1,6 +1,8 @@
 // GEMM kernels: cpu::gemm / cpu::gemm_batched (oneDNN) against ref::gemm<double>, with the 2x rule
 // (err_fast <= 2·err_ref<float> + 1e-6, both measured against ref<double>), every transpose
 // combination, odd sizes, padded leading dimensions and the BLAS edge cases.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -112,8 +114,9 @@ TEST(MatmulKernels, BadLeadingDimensionThrows) {
                  qkv::Error);
 }
 
-// Batched: fast vs ref<double> with the 2x rule; covers the one-GEMM-per-thread path (small
-// products) and the all-threads-per-GEMM path (>= 2·256³ FLOPs), and a shared (stride 0) operand.
+// Batched: fast vs ref<double> with the 2x rule; covers the one-tall-GEMM path (shared B), the
+// one-GEMM-per-thread path (small products, or an even batch) and the all-threads-per-GEMM path
+// (>= 2·256³ FLOPs with an odd batch).
 void check_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
                    bool share_b, float beta, uint64_t seed) {
     const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
@@ -147,9 +150,14 @@ TEST(MatmulKernels, BatchedMatchesRef_SmallPerThread) {
         }
 }
 
-TEST(MatmulKernels, BatchedMatchesRef_LargeAllThreads) {
-    check_batched(false, true, 2, 256, 256, 256, false, 0.f, 400);
-    check_batched(true, false, 3, 200, 300, 280, true, -1.f, 401);
+TEST(MatmulKernels, BatchedMatchesRef_LargeBothThreadingPaths) {
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        check_batched(false, true, 2, 256, 256, 256, false, 0.f, 400);   // 2 threads: per thread
+        check_batched(true, false, 3, 200, 300, 280, true, -1.f, 401);  // all threads per GEMM
+    }
+    omp_set_num_threads(saved);
 }
 
 TEST(MatmulKernels, BatchedDegenerate) {

@@ -43,6 +43,10 @@ public:
     /// tokens (quality_anchor.md §2.1).
     static Vocab build(const std::vector<std::vector<std::string>>& sentences,
                        const VocabOptions& opt = {});
+    /// The same over sentences[rows[0]], sentences[rows[1]], ... (a split, without copying it).
+    /// Throws qkv::Error on an out-of-range row.
+    static Vocab build(const std::vector<std::vector<std::string>>& sentences,
+                       const std::vector<int64_t>& rows, const VocabOptions& opt = {});
 
     int64_t size() const { return int64_t(idx_to_token_.size()); }
     /// Index of `token`, or unk() when absent.

@@ -17,6 +17,7 @@ struct BeamOptions {
     /// counted) is ranked by log P / lp(n). α = 0 ranks by log-probability alone.
     double length_penalty = 0.6;
     int64_t num_return = 1;        // hypotheses returned per source (<= beam_size), best first
+    std::vector<int64_t> banned;   // target ids never emitted (e.g. <unk>)
 };
 
 struct Hypothesis {

@@ -19,6 +19,8 @@ struct GreedyOptions {
     /// false: recompute the whole decoder over the prefix at every step (O(t²) per token; the
     /// reference the cached path is tested against).
     bool use_cache = true;
+    /// Target ids never emitted (e.g. <unk>: their logits are treated as −inf).
+    std::vector<int64_t> banned;
     /// With use_cache: receives the decoder's per-step attention weights (heatmaps).
     models::DecoderAttentionTrace* trace = nullptr;
 };
@@ -26,7 +28,7 @@ struct GreedyOptions {
 /// Translates a batch: src (B, Ts) i64 (ids + <eos>, padded), src_valid_len (B) i64. Returns
 /// B token lists, each cut before its first <eos> (without <eos>). Runs without autograd history
 /// in the model's current mode (call model.eval() first for deterministic output). Throws
-/// qkv::Error when bos/eos are unset or out of the vocabulary or max_len < 1.
+/// qkv::Error when bos/eos/banned ids are outside the vocabulary, eos is banned, or max_len < 1.
 std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, const Tensor& src,
                                                 const Tensor& src_valid_len,
                                                 const GreedyOptions& opt);

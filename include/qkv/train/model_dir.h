@@ -52,6 +52,7 @@ struct TranslateOptions {
     double length_penalty = 0.6;
     int64_t batch_size = 250;      // sentences per decoder batch
     bool progress = false;         // progress bar on stderr
+    bool no_unk = false;           // never emit <unk> (the best known word instead)
 };
 
 /// Translates tokenised sources (data::tokenize_nmt output) with the folder's model: source ids

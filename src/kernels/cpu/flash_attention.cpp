@@ -1,6 +1,6 @@
 // Flash attention: run-time ISA dispatch, the portable scalar build of flash_attention_impl.h, and
-// the helpers every ISA path shares (per-thread workspace, Philox dropout tiles). Compiled for
-// plain x86-64 so nothing here needs a newer instruction set.
+// the per-thread workspace every ISA path shares. Compiled for plain x86-64 so nothing here needs
+// a newer instruction set.
 #define QKV_FLASH_NS flash_scalar
 #include "kernels/cpu/flash_attention.h"
 
@@ -9,7 +9,6 @@
 #include <cstdlib>
 
 #include "kernels/cpu/flash_attention_impl.h"
-#include "qkv/core/philox.h"
 
 namespace qkv::kernels::cpu {
 namespace detail {
@@ -35,32 +34,22 @@ float* flash_thread_workspace(int64_t n) {
     return arena.data;
 }
 
-void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
-                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval) {
-    for (int64_t i = 0; i < lanes; ++i) {
-        if (i >= nq) {
-            for (int64_t j = 0; j < nk; ++j) t[j * ld + i] = 0.0f;
-            continue;
-        }
-        // Counters index0 + i*Tk + j0 .. + nk - 1; one Philox call yields 4 consecutive words.
-        const uint64_t first = index0 + uint64_t(i * Tk + j0);
-        int64_t        j     = 0;
-        while (j < nk) {
-            const uint64_t c   = first + uint64_t(j);
-            const uint64_t blk = c >> 2;
-            const auto     r   = philox::philox4x32(uint32_t(blk), uint32_t(blk >> 32), 0, 0,
-                                                    uint32_t(seed), uint32_t(seed >> 32));
-            for (uint64_t w = c & 3; w < 4 && j < nk; ++w, ++j)
-                t[j * ld + i] = (r.v[w] >> 8) >= thr ? keepval : 0.0f;
-        }
-    }
-}
-
 void flash_forward_scalar(const AttentionParams<float>& p) {
     flash_scalar::forward<flash_scalar::SimdScalar>(p);
 }
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
     flash_scalar::backward<flash_scalar::SimdScalar>(p, g);
+}
+
+void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc) {
+    switch (flash_attention_isa()) {
+        case FlashIsa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
+        case FlashIsa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
+        default:
+            return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false>(
+                M, N, K, A, lda, B, ldb, C, ldc);
+    }
 }
 
 }  // namespace detail

@@ -21,7 +21,8 @@ const char* flash_attention_isa_name(FlashIsa isa);
 /// Forward: out (B, H, Tq, Dv) and lse (B, H, Tq) from q (B, H, Tq, D), k (B, Hkv, Tk, D),
 /// v (B, Hkv, Tk, Dv), every AttentionParams option (scale, valid_lens rank 1/2, causal
 /// top_left/bottom_right, bool/additive mask through strides, dropout, GQA/MQA), D and Dv >= 1 of
-/// any size. Fully masked rows: out 0, lse -inf. Parallel (OpenMP) over (batch, head, query
+/// any size. lse (and lse_lo) may be null when no backward follows. Fully masked rows: out 0,
+/// lse -inf. Parallel (OpenMP) over (batch, head, query
 /// block); results do not depend on the thread count. Tq, Tk < 2^24. Per-thread workspace is
 /// kept between calls (no allocation in steady state). Flash-attention 2 (Dao 2023), Alg. 1.
 /// Throws qkv::Error when `isa` is not supported by this CPU; otherwise assumes valid input.

@@ -24,12 +24,17 @@ namespace qkv::kernels::cpu::detail {
 /// MADV_HUGEPAGE (first-touch cost of fresh 4 KiB pages; docs/kernels/flash_attention.md).
 float* flash_thread_workspace(int64_t n);
 
-/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
-/// where Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
-/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold).
-void flash_dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
-                        uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval);
+/// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
+/// the best ISA; for bench/bench_attention.cpp --tiles (tile speed vs dnnl_sgemm).
+void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc);
+void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                            const float* B, int64_t ldb, float* C, int64_t ldc);
+void flash_tile_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float* C, int64_t ldc);
 
+// The per-ISA entry points (flash_attention_avx512.cpp, flash_attention_avx2.cpp,
+// flash_attention.cpp), called by the dispatcher after the CPU checks.
 void flash_forward_avx512(const AttentionParams<float>& p);
 void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_avx2(const AttentionParams<float>& p);
@@ -51,14 +56,18 @@ inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
 // ---------------------------------------------------------------------------------------------
 // GEMM micro-kernel: C[m][0:n) (op)= sum_k A(m, k) * B[k][0:n) for R rows and NV vectors
-// (n = NV*W lanes, the last vector masked by `tail`). A(m, k) = A[m*am + k*ak] is broadcast
-// (AM1: am == 1 at compile time), B rows are bk apart, C rows cm apart.
+// (n = NV*W lanes, the last vector masked by `tail`); B rows are bk apart, C rows cm apart.
+// A(m, k) is broadcast; every use in this file has one unit stride, hence two forms:
+//   AM1:  A(m, k) = A[m + k*as]  (R consecutive floats per k: a row of a transposed tile)
+//   !AM1: A(m, k) = A[m*as + k]  (R rows walked together: K/V rows, tile rows)
 // Mode kStore: C = acc; kAcc: C += acc; kScaleAcc: C = rowscale[m] * C + acc (online softmax).
+// Tail: the last vector is partial (masked loads/stores; AMD's masked stores are slow, so the
+// full-width instances use none).
 enum Mode { kStore, kAcc, kScaleAcc };
 
-template <class S, int R, int NV, int Md, bool AM1>
-inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float* B, int64_t bk,
-                  float* C, int64_t cm, typename S::M tail, const float* rowscale) {
+template <class S, int R, int NV, int Md, bool AM1, bool Tail>
+inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
+                  int64_t cm, typename S::M tail, const float* rowscale) {
     if constexpr (R <= S::kR && NV <= S::kNV) {
         using V = typename S::V;
         constexpr int W = S::W;
@@ -67,34 +76,25 @@ inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
-        const float* a[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) a[r] = A + (AM1 ? r : r * am);
         for (int64_t kk = 0; kk < K; ++kk) {
             V b[NV];
 #pragma GCC unroll 8
             for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
-            b[NV - 1] = S::loadm(B + (NV - 1) * W, tail);
+            b[NV - 1] = Tail ? S::loadm(B + (NV - 1) * W, tail) : S::load(B + (NV - 1) * W);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
-                const V x = S::set1(AM1 ? A[r] : a[r][0]);
+                const V x = S::set1(AM1 ? A[kk * as + r] : A[r * as + kk]);
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
             }
             B += bk;
-            if constexpr (AM1) {
-                A += ak;
-            } else {
-#pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) a[r] += ak;
-            }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             float* c = C + r * cm;
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
-                const bool last = v == NV - 1;
+                const bool last = Tail && v == NV - 1;
                 V          out  = acc[r][v];
                 if constexpr (Md == kAcc) {
                     out = S::add(last ? S::loadm(c + v * W, tail) : S::load(c + v * W), out);
@@ -109,24 +109,26 @@ inline void micro(int64_t K, const float* A, int64_t am, int64_t ak, const float
     }
 }
 
-/// C (M x N) (op)= A (M x K, strides am/ak) * B (K x N, row stride bk), tiled by kR x kNV*W.
+/// C (M x N) (op)= A (M x K; see micro for `as`) * B (K x N, row stride bk), tiled kR x kNV*W.
 template <class S, int Md, bool AM1>
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t am, int64_t ak, const float* B,
-          int64_t bk, float* C, int64_t cm, const float* rowscale = nullptr) {
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B, int64_t bk,
+          float* C, int64_t cm, const float* rowscale = nullptr) {
     constexpr int W = S::W;
     for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
         const int64_t nl   = min64(N - n0, S::kNV * W);
         const int     nv   = int((nl + W - 1) / W);
         const auto    tail = S::tail(int(nl - (nv - 1) * W));
+        const bool    full = nl == nv * W;
         for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
             const int    r  = int(min64(S::kR, M - m0));
-            const float* a  = A + (AM1 ? m0 : m0 * am);
+            const float* a  = A + (AM1 ? m0 : m0 * as);
             const float* b  = B + n0;
             float*       c  = C + m0 * cm + n0;
             const float* rs = rowscale ? rowscale + m0 : nullptr;
-#define QKV_MK(R_, NV_)                                                        \
-    case (R_) * 8 + (NV_):                                                     \
-        micro<S, R_, NV_, Md, AM1>(K, a, am, ak, b, bk, c, cm, tail, rs);      \
+#define QKV_MK(R_, NV_)                                                             \
+    case (R_) * 8 + (NV_):                                                          \
+        if (full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
+        else micro<S, R_, NV_, Md, AM1, true>(K, a, as, b, bk, c, cm, tail, rs);       \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -138,6 +140,52 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t am, int64_t a
                 default: QKV_ASSERT(false);
             }
 #undef QKV_MK
+        }
+    }
+}
+
+/// dst[c * ld + r] = scale * src[r * ss + c] for r < rows, c < cols, and 0 for rows <= r < lanes:
+/// packs a block of Q or dO rows as the lane-major B operand of the score GEMMs, by 8 x 8 register
+/// transposes (a strided scalar loop cost ~12% of the forward at N = 128).
+template <class S>
+void pack_transposed(float* dst, int64_t ld, const float* src, int64_t ss, int64_t rows,
+                     int64_t lanes, int64_t cols, float scale) {
+    int64_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8)
+            S::transpose8(src + r0 * ss + c0, ss, dst + c0 * ld + r0, ld, scale);
+        for (int64_t r = r0; r < r0 + 8; ++r)
+            for (int64_t c = c0; c < cols; ++c) dst[c * ld + r] = scale * src[r * ss + c];
+    }
+    for (int64_t r = r0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = scale * src[r * ss + c];
+    for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = rows; r < lanes; ++r) dst[c * ld + r] = 0.0f;
+}
+
+/// Dropout factor tile: t[j * ld + i] = Z(i, j0 + j) for j < nk, i < nq, and 0 for nq <= i < lanes,
+/// with Z = keepval when kept and 0 when dropped; element (i, j) uses Philox counter
+/// index0 + i * Tk + j0 + j (params.h: attention_dropout_threshold). 8 Philox blocks (32
+/// counters) per call of S::philox8.
+template <class S>
+void dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, uint64_t seed,
+                  uint64_t index0, int64_t Tk, int64_t j0, uint32_t thr, float keepval) {
+    uint32_t w[4][8];
+    for (int64_t i = 0; i < lanes; ++i) {
+        if (i >= nq) {
+            for (int64_t j = 0; j < nk; ++j) t[j * ld + i] = 0.0f;
+            continue;
+        }
+        const uint64_t first = index0 + uint64_t(i * Tk + j0), last = first + uint64_t(nk);
+        for (uint64_t blk = first >> 2; blk <= (last - 1) >> 2; blk += 8) {
+            S::philox8(blk, seed, w);
+            for (uint64_t l = 0; l < 8; ++l)
+                for (uint64_t k = 0; k < 4; ++k) {
+                    const uint64_t c = 4 * (blk + l) + k;
+                    if (c >= first && c < last)
+                        t[(c - first) * uint64_t(ld) + uint64_t(i)] = (w[k][l] >> 8) >= thr ? keepval : 0.0f;
+                }
         }
     }
 }
@@ -232,7 +280,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *o = ws + L.o, *m = ws + L.m,
           *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim;
     float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
-    float*       lse0 = p.lse + (b * p.H + h) * p.Tq + i0;
+    float*       lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;  // optional
     const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
     const float* kbase = p.k + b * p.k_stride_b + hk * p.k_stride_h;
     const float* vbase = p.v + b * p.v_stride_b + hk * p.v_stride_h;
@@ -243,14 +291,13 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     if (kmax < 0) {  // every row fully masked
         for (int64_t i = 0; i < nq; ++i) {
             for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
-            lse0[i] = -INFINITY;
+            if (lse0) lse0[i] = -INFINITY;
             if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
         }
         return;
     }
     // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
-    for (int64_t d = 0; d < p.D; ++d)
-        for (int64_t i = 0; i < Bq; ++i) qt[d * Bq + i] = i < nq ? p.scale * q0[i * p.q_stride_t + d] : 0.0f;
+    pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, p.scale);
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
 
@@ -262,7 +309,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
         const int64_t nk = min64(Bk, kend - j0);
         // S^T = K_j Q^T (nk x Bq), reduction over D.
-        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, 1, qt, Bq, st, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, qt, Bq, st, Bq);
         if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
@@ -286,13 +333,13 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
         for (int64_t v = 0; v < NQV; ++v)
             S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
         if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
-            detail::flash_dropout_tile(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
+            dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
-        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, 1, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t,
-                                 o, Dvp, alpha);
+        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t, o,
+                                 Dvp, alpha);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
     const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
@@ -300,8 +347,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     for (int64_t i = 0; i < nq; ++i) {
         const float inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
         const float lg  = l[i] > 0.0f ? std::log(l[i]) : 0.0f;
-        lse0[i]         = l[i] > 0.0f ? m[i] + lg : -INFINITY;
-        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - lse0[i]) + lg : 0.0f;  // Fast2Sum residual
+        const float hi  = l[i] > 0.0f ? m[i] + lg : -INFINITY;
+        if (lse0) lse0[i] = hi;
+        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - hi) + lg : 0.0f;  // Fast2Sum residual
+        if (p.Dv == 0) continue;
         float*       dst = out0 + i * p.o_stride_t;
         const float* src = o + i * Dvp;
         const V      iv  = S::set1(inv);
@@ -336,7 +385,7 @@ void forward(const AttentionParams<float>& p) {
 
 template <class S>
 struct BwdLayout {
-    static constexpr int64_t Bq = S::kBlockQ, Bk = S::kBlockK;
+    static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
     int64_t nqb;
     int64_t qt, dot, lse, lo, dd, lim, kmin, kmax, st, pd, ds, dq, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
@@ -368,12 +417,8 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         float* qt  = ws + L.qt + qb * p.D * Bq;
         float* dot = ws + L.dot + qb * p.Dv * Bq;
-        for (int64_t d = 0; d < p.D; ++d)
-            for (int64_t i = 0; i < Bq; ++i)
-                qt[d * Bq + i] = i < nq ? p.scale * q0[(i0 + i) * p.q_stride_t + d] : 0.0f;
-        for (int64_t e = 0; e < p.Dv; ++e)
-            for (int64_t i = 0; i < Bq; ++i)
-                dot[e * Bq + i] = i < nq ? do0[(i0 + i) * p.o_stride_t + e] : 0.0f;
+        pack_transposed<S>(qt, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, nq, Bq, p.D, p.scale);
+        pack_transposed<S>(dot, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, Bq, p.Dv, 1.0f);
         for (int64_t i = 0; i < Bq; ++i) {
             float lv = INFINITY, lov = 0.0f, dv = 0.0f;
             if (i < nq) {
@@ -428,7 +473,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
-        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, 1, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         V lv[NQV], lov[NQV], dv_[NQV];
@@ -440,13 +485,13 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
             }
         if (dropout) {  // Pd = P Z with Z = keep / (1 - p) or 0
-            detail::flash_dropout_tile(pd, Bq, nk, Bq, nq, p.dropout_seed,
+            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
                                        p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk),
                                        p.Tk, j0, thr, keep);
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
-        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, 1, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
         // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {
@@ -456,10 +501,10 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
             }
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
-        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, 1, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
-        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, 1, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
+        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
+        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
         // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys).
-        gemm<S, kAcc, true>(nq, p.D, nk, ds, 1, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+        gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
     }
 }
 

@@ -5,7 +5,9 @@
 // static-inline inside the per-ISA namespace chosen by the includer, so no ISA-specific code can
 // be merged into another translation unit by the linker.
 //
-// Each struct gives: V (vector of W floats), M (tail mask), W, the register tile of the GEMM
+// Each struct gives: V (vector of W floats), M (tail mask), W, an 8 x 8 scaled transpose, 8
+// Philox blocks at once (dropout), the
+// register tile of the GEMM
 // micro-kernel (kR rows x kNV vectors of accumulators) and the attention block sizes
 // kBlockQ x kBlockK (queries x keys; chosen by bench/bench_attention.cpp, see the docs).
 #include <cmath>
@@ -37,6 +39,72 @@ constexpr float kExpP3   = 4.1665795894e-2f;
 constexpr float kExpP4   = 1.6666665459e-1f;
 constexpr float kExpP5   = 5.0000001201e-1f;
 
+// Philox4x32-10 with the constants and round of include/qkv/core/philox.h (not included here: this
+// header is compiled per ISA, and an inline function shared across ISA builds could be merged by
+// the linker into a build for the wrong CPU). The tests compare the dropped entries with the
+// reference kernel's, which uses philox.h, exactly.
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
+#if defined(__AVX2__)
+/// Philox blocks blk0 .. blk0 + 7 (counter (blk_lo, blk_hi, 0, 0), key seed) in the 8 lanes:
+/// w[k][l] = word k of block blk0 + l. 32x32 -> 64-bit products by two vpmuludq (even and odd
+/// lanes). The AVX-512 build uses it too, so the AVX2 tests cover it.
+static inline void philox8_avx2(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
+    alignas(32) uint32_t lo[8], hi[8];
+    for (int l = 0; l < 8; ++l) lo[l] = uint32_t(blk0 + uint64_t(l)), hi[l] = uint32_t((blk0 + uint64_t(l)) >> 32);
+    __m256i       c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+    __m256i       c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+    __m256i       c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+    const __m256i m0 = _mm256_set1_epi32(int(kPhiloxM0)), m1 = _mm256_set1_epi32(int(kPhiloxM1));
+    uint32_t      k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+        const __m256i e0  = _mm256_mul_epu32(c0, m0);
+        const __m256i o0  = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+        const __m256i e1  = _mm256_mul_epu32(c2, m1);
+        const __m256i o1  = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+        const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+        const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+        const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+        const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(int(k0)));
+        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(int(k1)));
+        c1 = lo1;
+        c3 = lo0;
+        k0 += kPhiloxW0;
+        k1 += kPhiloxW1;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w[0]), c0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w[1]), c1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w[2]), c2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w[3]), c3);
+}
+
+/// dst[c * ds + r] = scale * src[r * ss + c] for an 8 x 8 block (the AVX2 unpack/shuffle/permute
+/// transpose); the AVX-512 build uses it too, so the AVX2 tests cover it.
+static inline void transpose8x8_scaled(const float* src, int64_t ss, float* dst, int64_t ds,
+                                       float scale) {
+    const __m256 k = _mm256_set1_ps(scale);
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+    for (int i = 0; i < 8; i += 2) {
+        t[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i]     = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {
+        _mm256_storeu_ps(dst + c * ds, _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20)));
+        _mm256_storeu_ps(dst + (c + 4) * ds,
+                         _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31)));
+    }
+}
+#endif
+
 #if defined(__AVX512F__)
 struct SimdAvx512 {
     using V = __m512;
@@ -45,6 +113,13 @@ struct SimdAvx512 {
     // 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
     static constexpr int kR = 6, kNV = 4;
     static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        transpose8x8_scaled(src, ss, dst, ds, k);
+    }
+    static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
+        philox8_avx2(blk0, seed, w);
+    }
 
     static inline V zero() { return _mm512_setzero_ps(); }
     static inline V set1(float x) { return _mm512_set1_ps(x); }
@@ -68,14 +143,15 @@ struct SimdAvx512 {
         return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
                                   _mm512_setzero_ps());
     }
-    /// +inf lanes of x replaced by... (used for lse): -inf -> +inf so exp(s - lse) = 0.
+    /// x with -inf lanes replaced by +inf.
     static inline V neginf_to_posinf(V x) {
         return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
                                   _mm512_set1_ps(INFINITY));
     }
     static inline V exp(V x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final mask.
         const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
-        x       = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
+        x       = _mm512_min_ps(x, _mm512_set1_ps(kExpHi));
         V n     = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         V r     = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
@@ -101,6 +177,13 @@ struct SimdAvx2 {
     // 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
     static constexpr int kR = 6, kNV = 2;
     static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        transpose8x8_scaled(src, ss, dst, ds, k);
+    }
+    static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
+        philox8_avx2(blk0, seed, w);
+    }
 
     static inline V zero() { return _mm256_setzero_ps(); }
     static inline V set1(float x) { return _mm256_set1_ps(x); }
@@ -128,8 +211,9 @@ struct SimdAvx2 {
                                 _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
     }
     static inline V exp(V x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final andnot.
         const V under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
-        x       = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+        x       = _mm256_min_ps(x, _mm256_set1_ps(kExpHi));
         V n     = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         V r     = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
@@ -151,18 +235,46 @@ struct SimdAvx2 {
 };
 #endif
 
-/// Portable fallback: 4-lane arrays the compiler may vectorise with SSE2; exp lane by lane.
+/// Portable fallback: 16-lane arrays (the compiler vectorises them with SSE2) with exactly the
+/// AVX-512 geometry (W, register tile, blocks), so on any machine the tests run the tile, tail and
+/// mask code the AVX-512 path runs; exp lane by lane with the same recipe.
 struct SimdScalar {
     struct V {
-        float x[4];
+        float x[16];
     };
     using M = int;  // number of valid lanes
-    static constexpr int W = 4;
-    static constexpr int kR = 4, kNV = 2;
-    static constexpr int kBlockQ = 32, kBlockK = 64;
+    static constexpr int W = 16;
+    static constexpr int kR = 6, kNV = 4;
+    static constexpr int kBlockQ = 64, kBlockK = 128;
+    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
+        for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < 8; ++c) dst[c * ds + r] = k * src[r * ss + c];
+    }
+    static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
+        for (int l = 0; l < 8; ++l) {
+            const uint64_t blk = blk0 + uint64_t(l);
+            uint32_t c0 = uint32_t(blk), c1 = uint32_t(blk >> 32), c2 = 0, c3 = 0;
+            uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+            for (int r = 0; r < 10; ++r) {
+                const uint64_t p0 = uint64_t(kPhiloxM0) * c0, p1 = uint64_t(kPhiloxM1) * c2;
+                c0 = uint32_t(p1 >> 32) ^ c1 ^ k0;
+                c2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+                c1 = uint32_t(p1);
+                c3 = uint32_t(p0);
+                k0 += kPhiloxW0;
+                k1 += kPhiloxW1;
+            }
+            w[0][l] = c0, w[1][l] = c1, w[2][l] = c2, w[3][l] = c3;
+        }
+    }
 
-    static inline V zero() { return V{{0, 0, 0, 0}}; }
-    static inline V set1(float a) { return V{{a, a, a, a}}; }
+    static inline V zero() { return set1(0.0f); }
+    static inline V set1(float a) {
+        V v;
+        for (int t = 0; t < W; ++t) v.x[t] = a;
+        return v;
+    }
     static inline V load(const float* p) {
         V v;
         std::memcpy(v.x, p, sizeof v.x);

@@ -10,8 +10,12 @@
 namespace qkv::kernels::cpu {
 namespace {
 
-// gemm_batched runs one GEMM per thread below this many FLOPs per GEMM, otherwise one GEMM at a
-// time on all threads (provisional; set from bench_matmul).
+// gemm_batched runs one GEMM per thread (single-threaded oneDNN inside) when each GEMM has fewer
+// FLOPs than this, or when the batch divides evenly over the threads; otherwise one GEMM at a
+// time with all threads inside oneDNN (no idle thread on an uneven batch of large products).
+// Measured with 2 threads (bench/RESULTS_matmul.md, best of 100 trials on a shared machine):
+// per-thread beat oneDNN-threaded by 1.5-2.1x for 512 × (9×64)·(64×9) and 16 × 64³, by 1.3x for
+// 16 × 128³ and 1.1-1.3x for 8 × 256³.
 constexpr double kPerThreadMaxFlops = 2.0 * 256 * 256 * 256;
 
 // C = beta·C for the degenerate K == 0 product (beta == 0 writes zeros, never reads C).
@@ -47,7 +51,9 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     if (batch > 1 && stride_b == 0 && !trans_a && stride_a == M * lda && stride_c == M * ldc)
         return sgemm(false, trans_b, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     const double flops = 2.0 * double(M) * double(N) * double(K);
-    const bool per_thread = batch > 1 && omp_get_max_threads() > 1 && flops < kPerThreadMaxFlops;
+    const int64_t threads = omp_get_max_threads();
+    const bool per_thread =
+        batch > 1 && threads > 1 && (flops < kPerThreadMaxFlops || batch % threads == 0);
     if (!per_thread) {
         for (int64_t b = 0; b < batch; ++b)
             sgemm(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,

@@ -1,0 +1,221 @@
+// Flash attention kernel benchmarks (fp32): forward, forward+backward, causal, on the shapes of
+// bench/attn_side_by_side.py (PyTorch anchor). GFLOP/s with the convention of
+// /work/shared/bench/attn_bench.py: forward 4*B*H*N*N*d, backward 2.5x forward, causal half.
+//   bench_attention [--threads=2] [--isa=avx512|avx2|scalar] [google-benchmark flags]
+//   bench_attention --mem [N]      peak-RSS probe: (1, 8, N, 64) forward+backward, N = 16384
+//   bench_attention --tiles        tile-GEMM probe: micro-kernel vs dnnl_sgemm, 1 thread
+//   bench_attention --probe=fwd|fwdbwd|causal_fwd|causal_fwdbwd --shape=B,H,N,d --reps=R
+//                  [--dropout=P]   fixed work, rated per CPU-second (robust on a busy machine)
+#include <benchmark/benchmark.h>
+#include <dnnl.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/flash_attention_impl.h"
+#include "kernels/params.h"
+
+namespace {
+
+using qkv::kernels::AttentionGradParams;
+using qkv::kernels::AttentionParams;
+using qkv::kernels::CausalAlign;
+namespace cpu = qkv::kernels::cpu;
+
+int           g_threads = 2;
+float         g_dropout = 0.0f;  // --dropout=P (probe only)
+cpu::FlashIsa g_isa     = cpu::FlashIsa::automatic;
+
+struct Problem {
+    std::vector<float> q, k, v, out, lse, lse_lo, dout, dq, dk, dv;
+    AttentionParams<float>     p;
+    AttentionGradParams<float> g;
+    Problem(int64_t B, int64_t H, int64_t N, int64_t d, bool causal) {
+        const size_t n = size_t(B * H * N * d);
+        auto rnd = [](std::vector<float>& x, size_t n_, uint32_t s) {
+            x.resize(n_);
+            for (auto& e : x) s = s * 1664525u + 1013904223u, e = float(s >> 8) / 16777216.0f - 0.5f;
+        };
+        rnd(q, n, 1), rnd(k, n, 2), rnd(v, n, 3), rnd(dout, n, 4);
+        out.assign(n, 0), dq.assign(n, 0), dk.assign(n, 0), dv.assign(n, 0);
+        lse.assign(size_t(B * H * N), 0), lse_lo.assign(size_t(B * H * N), 0);
+        p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
+        p.lse_lo = lse_lo.data();
+        p.B = B, p.H = H, p.Hkv = H, p.Tq = N, p.Tk = N, p.D = d, p.Dv = d;
+        p.q_stride_b = p.k_stride_b = p.v_stride_b = p.o_stride_b = H * N * d;
+        p.q_stride_h = p.k_stride_h = p.v_stride_h = p.o_stride_h = N * d;
+        p.q_stride_t = p.k_stride_t = p.v_stride_t = p.o_stride_t = d;
+        p.scale  = float(1.0 / std::sqrt(double(d)));
+        p.causal = causal ? CausalAlign::top_left : CausalAlign::none;
+        g.dout = dout.data(), g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
+    }
+};
+
+double attn_flops(int64_t B, int64_t H, int64_t N, int64_t d, bool causal, bool bwd) {
+    const double fwd = 4.0 * double(B * H) * double(N) * double(N) * double(d) * (causal ? 0.5 : 1.0);
+    return fwd * (bwd ? 3.5 : 1.0);
+}
+
+void run_case(benchmark::State& st, bool causal, bool bwd) {
+    omp_set_num_threads(g_threads);
+    const int64_t B = st.range(0), H = st.range(1), N = st.range(2), d = st.range(3);
+    Problem       pr(B, H, N, d, causal);
+    for (auto _ : st) {
+        cpu::flash_attention_forward(pr.p, g_isa);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+        benchmark::ClobberMemory();
+    }
+    st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(B, H, N, d, causal, bwd) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(std::string(cpu::flash_attention_isa_name(g_isa == cpu::FlashIsa::automatic
+                                                              ? cpu::flash_attention_isa()
+                                                              : g_isa)) +
+                " threads=" + std::to_string(g_threads));
+}
+
+void BM_attention_flash_fwd(benchmark::State& st) { run_case(st, false, false); }
+void BM_attention_flash_fwdbwd(benchmark::State& st) { run_case(st, false, true); }
+void BM_attention_flash_causal_fwd(benchmark::State& st) { run_case(st, true, false); }
+void BM_attention_flash_causal_fwdbwd(benchmark::State& st) { run_case(st, true, true); }
+
+void shapes(benchmark::internal::Benchmark* b) {
+    b->Args({8, 8, 128, 64})->Args({4, 8, 512, 64})->Args({1, 8, 2048, 64})->Args({1, 8, 4096, 64});
+    b->ArgNames({"B", "H", "N", "d"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_attention_flash_fwd)->Apply(shapes);
+BENCHMARK(BM_attention_flash_fwdbwd)->Apply(shapes);
+BENCHMARK(BM_attention_flash_causal_fwd)->Apply(shapes);
+BENCHMARK(BM_attention_flash_causal_fwdbwd)->Apply(shapes);
+
+long maxrss_kib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+// Peak RSS of one (1, 8, N, 64) forward+backward beyond its inputs, outputs and gradients
+// (allocated and touched first), on g_threads threads.
+int mem_probe(int64_t N) {
+    omp_set_num_threads(g_threads);
+    Problem pr(1, 8, N, 64, false);
+    const long before = maxrss_kib();
+    const auto t0     = std::chrono::steady_clock::now();
+    cpu::flash_attention_forward(pr.p, g_isa);
+    cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const long after = maxrss_kib();
+    const double io  = double(8 * pr.q.size() + 2 * pr.lse.size()) * 4 / 1048576.0;
+    std::printf("MEM flash fwd+bwd shape=1,8,%lld,64 threads=%d maxrss_before=%.1fMiB "
+                "maxrss_after=%.1fMiB delta=%.1fMiB (inputs+outputs+grads = %.0f MiB) time=%.2fs "
+                "%.1f GFLOP/s\n",
+                (long long)N, g_threads, before / 1024.0, after / 1024.0, (after - before) / 1024.0,
+                io, secs, attn_flops(1, 8, N, 64, false, true) / secs / 1e9);
+    return 0;
+}
+
+// Single-thread tile GEMMs of the flash kernel's shapes, hot in cache: the kernel's own
+// micro-kernels (detail::flash_tile_gemm) vs oneDNN dnnl_sgemm on the same row-major operands.
+int tile_probe() {
+    omp_set_num_threads(1);
+    struct Shape {
+        int64_t M, N, K;
+        const char* what;
+    };
+    const Shape shapes_[] = {{128, 64, 64, "S^T = K Q^T (keys x queries, K = d)"},
+                             {64, 64, 128, "O += P V (queries x d, K = keys)"},
+                             {128, 64, 64, "dV += P dO (keys x d, K = queries)"},
+                             {256, 64, 64, "S^T 256 keys"},
+                             {64, 64, 512, "O += P V, 512 keys"}};
+    for (const auto& s : shapes_) {
+        std::vector<float> A(size_t(s.M * s.K), 0.5f), Bm(size_t(s.K * s.N), 0.25f), C(size_t(s.M * s.N));
+        auto time_it = [&](auto&& f) {
+            for (int w = 0; w < 200; ++w) f();
+            double best = 1e30;
+            // Best of many short batches: on a shared machine some run without preemption.
+            for (int rep = 0; rep < 400; ++rep) {
+                const int  iters = 20;
+                const auto t0    = std::chrono::steady_clock::now();
+                for (int it = 0; it < iters; ++it) f();
+                const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+                best = dt < best ? dt : best;
+            }
+            return 2.0 * double(s.M * s.N * s.K) / best / 1e9;
+        };
+        const double mk = time_it([&] {
+            cpu::detail::flash_tile_gemm(s.M, s.N, s.K, A.data(), s.K, Bm.data(), s.N, C.data(), s.N);
+        });
+        const double dn = time_it([&] {
+            dnnl_sgemm('N', 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, Bm.data(), s.N, 0.0f, C.data(), s.N);
+        });
+        std::printf("TILE M=%lld N=%lld K=%lld  micro-kernel %.1f GFLOP/s  dnnl_sgemm %.1f GFLOP/s  (%s)\n",
+                    (long long)s.M, (long long)s.N, (long long)s.K, mk, dn, s.what);
+    }
+    return 0;
+}
+
+int probe(const std::string& what, const std::string& shp, int reps) {
+    omp_set_num_threads(g_threads);
+    long long B, H, N, d;
+    if (std::sscanf(shp.c_str(), "%lld,%lld,%lld,%lld", &B, &H, &N, &d) != 4) return 2;
+    const bool causal = what.rfind("causal", 0) == 0;
+    const bool bwd    = what.find("fwdbwd") != std::string::npos;
+    Problem    pr(B, H, N, d, causal);
+    pr.p.dropout_p = g_dropout, pr.p.dropout_seed = 1234;
+    cpu::flash_attention_forward(pr.p, g_isa);  // warm-up: workspace, page faults
+    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) {
+        cpu::flash_attention_forward(pr.p, g_isa);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpus = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double gf   = attn_flops(B, H, N, d, causal, bwd) * reps / 1e9;
+    // Per CPU-second x threads: what dedicated cores would give when the machine is shared.
+    std::printf("PROBE %s %s reps=%d threads=%d GFLOP=%.3f wall=%.3fs cpu=%.3fs %.1f GFLOP/s wall, "
+                "%.1f GFLOP/s per cpu-second x threads\n", what.c_str(), shp.c_str(), reps, g_threads,
+                gf, secs, cpus, gf / secs, gf / cpus * g_threads);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<char*> rest;
+    bool               mem = false, tiles = false;
+    std::string        probe_what, probe_shape = "1,8,2048,64";
+    int                probe_reps = 5;
+    int64_t            memN = 16384;
+    for (int i = 0; i < argc; ++i) {
+        if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
+        else if (std::strcmp(argv[i], "--isa=avx512") == 0) g_isa = cpu::FlashIsa::avx512;
+        else if (std::strcmp(argv[i], "--isa=avx2") == 0) g_isa = cpu::FlashIsa::avx2;
+        else if (std::strcmp(argv[i], "--isa=scalar") == 0) g_isa = cpu::FlashIsa::scalar;
+        else if (std::strcmp(argv[i], "--mem") == 0) {
+            mem = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-') memN = std::atoll(argv[++i]);
+        } else if (std::strcmp(argv[i], "--tiles") == 0) tiles = true;
+        else if (std::strncmp(argv[i], "--probe=", 8) == 0) probe_what = argv[i] + 8;
+        else if (std::strncmp(argv[i], "--shape=", 8) == 0) probe_shape = argv[i] + 8;
+        else if (std::strncmp(argv[i], "--reps=", 7) == 0) probe_reps = std::atoi(argv[i] + 7);
+        else if (std::strncmp(argv[i], "--dropout=", 10) == 0) g_dropout = float(std::atof(argv[i] + 10));
+        else rest.push_back(argv[i]);
+    }
+    if (mem) return mem_probe(memN);
+    if (tiles) return tile_probe();
+    if (!probe_what.empty()) return probe(probe_what, probe_shape, probe_reps);
+    int n = int(rest.size());
+    benchmark::Initialize(&n, rest.data());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One D2L Transformer training step, PyTorch (shared/bench/d2l_transformer_bench.py, its best
+# configuration) beside qkv (bench_train_step), same shapes: batch 128 × 9, 256 hiddens, 2 blocks,
+# 4 heads, FFN 64, Adam, clip 1, masked loss; vocabularies 194/214 and 10000/10000.
+# Usage: bench/train_step_side_by_side.sh [build dir] [threads]   (run on an otherwise idle machine)
+set -euo pipefail
+BUILD="${1:-build}"
+THREADS="${2:-2}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PYBENCH="${QKV_SHARED:-$HERE/../../shared}/bench/d2l_transformer_bench.py"
+[ -f "$PYBENCH" ] || PYBENCH=/work/shared/bench/d2l_transformer_bench.py
+echo "== $(date -Is)  load: $(cut -d' ' -f1-3 /proc/loadavg)  threads: $THREADS"
+for v in "194 214" "10000 10000"; do
+  set -- $v
+  echo "-- PyTorch, src/tgt vocab $1/$2"
+  PYENV_VERSION=system env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \
+    python3 "$PYBENCH" --threads "$THREADS" --src-vocab "$1" --tgt-vocab "$2" | grep -E "RESULT|torch"
+done
+echo "-- qkv (bench_train_step; ms/step = wall time per step, positions/s = B*T per second)"
+"$BUILD/bench/bench_train_step" --threads "$THREADS" --benchmark_repetitions=3 \
+  --benchmark_report_aggregates_only=true 2>/dev/null | grep -E "BM_|^-|Benchmark"
+echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

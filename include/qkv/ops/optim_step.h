@@ -1,0 +1,23 @@
+#pragma once
+// Fused in-place optimiser updates on one parameter tensor (used by qkv::optim). Never recorded
+// by autograd. float32 runs the SIMD kernels (kernels/cpu/adam.h), float64 the reference.
+#include "qkv/core/tensor.h"
+
+namespace qkv {
+
+struct AdamStepArgs {
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+    bool decoupled = false;  // AdamW
+    int64_t step = 1;        // 1-based step number (bias corrections)
+};
+
+/// torch.optim.Adam/AdamW on one tensor: param, m, v contiguous of one shape and dtype; grad of
+/// the same shape (any layout). Throws naming the mismatch.
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamStepArgs& a);
+
+/// Multiplies a contiguous float tensor by s in place, in parallel (gradient clipping).
+void scale_(Tensor& t, double s);
+/// Σ t² over a float tensor (any layout) in double precision (gradient norms).
+double sum_of_squares(const Tensor& t);
+
+}  // namespace qkv
