@@ -32,7 +32,10 @@ struct EvalArgs {
 void run(const EvalArgs& a) {
     if (a.threads > 0) set_num_threads(a.threads);
     train::ModelDir m = train::load_model_dir(a.model);
-    if (a.pe_quirk) m.model->set_pe_position_zero_at_inference(true);
+    if (a.pe_quirk) {
+        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+        m.transformer()->set_pe_position_zero_at_inference(true);
+    }
     train::DataConfig dc = m.config.data;
     if (!a.data.empty()) dc.path = a.data;
     train::TranslationData d = train::load_translation_data(dc);

@@ -1,6 +1,8 @@
 // `qkv heatmap`: translates one sentence and draws the attention weights D2L shows (spec §5):
 // encoder self-attention, decoder self-attention and encoder–decoder (cross) attention, one
-// panel per block × head, tokens as tick labels.
+// panel per block × head, tokens as tick labels. For a Bahdanau model (one additive attention,
+// spec §5 "Bahdanau"): one panel of the decoder's attention over the source per output token,
+// also printed as numbers.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -35,11 +37,60 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
     return p;
 }
 
+/// Bahdanau: greedy decoding with the trace; cross[t][0] is (1, 1, 1, num_steps) for output token
+/// t. The source keeps its padding: the GRU encoder runs over the pads (spec §7.11), so its states
+/// (and the translation) depend on them; the padded keys get weight 0 and are not drawn (D2L
+/// slices the keys to the valid length the same way).
+void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
+    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
+    data::SeqArray arr = train::encode_sources({toks}, m.src_vocab, m.config.data.num_steps);
+    const int64_t Ts = arr.valid_len[0], Tp = arr.num_steps;
+    const std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
+    const std::vector<std::string> src_labels = m.src_vocab.decode(ids);
+    models::DecoderAttentionTrace trace;
+    decode::GreedyOptions g;
+    g.bos     = m.tgt_vocab.bos();
+    g.eos     = m.tgt_vocab.eos();
+    g.max_len = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    g.trace   = &trace;
+    auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
+    const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
+    std::printf("%s => %s\n", train::join_tokens(toks).c_str(), train::join_tokens(hyp).c_str());
+    const int64_t steps = int64_t(trace.cross.size());
+    std::vector<std::string> out_labels = hyp;
+    if (int64_t(out_labels.size()) < steps) out_labels.push_back("<eos>");
+    util::HeatmapPanel p;
+    p.rows = steps, p.cols = Ts;
+    p.values.assign(size_t(steps * Ts), 0.0);
+    std::printf("attention weights (rows: output tokens; columns: %s):\n", train::join_tokens(src_labels).c_str());
+    for (int64_t t = 0; t < steps; ++t) {
+        const auto w = trace.cross[size_t(t)][0].contiguous().to_vector<float>();  // (1, 1, 1, Tp)
+        std::printf("  %-12s", out_labels[size_t(t)].c_str());
+        for (int64_t j = 0; j < Ts; ++j) {
+            p.values[size_t(t * Ts + j)] = w[size_t(j)];
+            std::printf(" %.4f", double(w[size_t(j)]));
+        }
+        std::printf("\n");
+    }
+    util::HeatmapGrid cross(1, 1);
+    cross.title = "Bahdanau attention";
+    cross.xlabel = "Key positions (source)", cross.ylabel = "Query positions (output token)";
+    cross.row_labels = out_labels, cross.col_labels = src_labels;
+    cross.set(0, 0, p);
+    const std::string path = a.out + "-cross." + a.format;
+    cross.save(path);
+    std::printf("wrote %s\n", path.c_str());
+}
+
 void run(const HeatmapArgs& a) {
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
     train::ModelDir m = train::load_model_dir(a.model);
-    if (a.pe_quirk) m.model->set_pe_position_zero_at_inference(true);
-    auto& model = *m.model;
+    if (a.pe_quirk) {
+        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+        m.transformer()->set_pe_position_zero_at_inference(true);
+    }
+    if (m.bahdanau()) return run_bahdanau(a, m);
+    auto& model = *m.transformer();
     const auto& cfg = m.config.model;
     const int64_t H = cfg.num_heads, L = cfg.num_blks;
 

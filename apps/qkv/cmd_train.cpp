@@ -1,4 +1,5 @@
-// `qkv train`: train D2L's Transformer on English–French from a preset plus flag overrides;
+// `qkv train`: train D2L's Transformer (or, with --model bahdanau, D2L's GRU encoder–decoder with
+// Bahdanau attention) on English–French from a preset plus flag overrides;
 // writes the model folder (train/model_dir.h) and ends with a few held-out translations.
 #include <algorithm>
 #include <cstdio>
@@ -26,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct TrainArgs {
-    std::string preset = "demo";
+    std::string preset = "demo", model = "transformer";
     std::string data, out = "runs/qkv";
     std::string time_budget;
     std::string schedule;
@@ -35,7 +36,7 @@ struct TrainArgs {
     int threads = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
-            max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0;
+            max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -79,7 +80,7 @@ void run(TrainArgs& a) {
         QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
         cfg = train::load_model_dir_config(a.out);
     } else {
-        cfg = train::preset_config(a.preset);
+        cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
     }
     // Flag overrides (on resume only the stopping rules and the data path may change).
     if (!a.data.empty()) cfg.data.path = a.data;
@@ -103,6 +104,11 @@ void run(TrainArgs& a) {
         if (a.num_heads) m.num_heads = a.num_heads;
         if (a.ffn_num_hiddens) m.ffn_num_hiddens = a.ffn_num_hiddens;
         if (a.o_dropout->count()) m.dropout = a.dropout;
+        auto& b = cfg.bahdanau;
+        if (a.num_hiddens) b.num_hiddens = a.num_hiddens;
+        if (a.embed_size) b.embed_size = a.embed_size;
+        if (a.num_layers) b.num_layers = a.num_layers;
+        if (a.o_dropout->count()) b.dropout = a.dropout;
         if (a.o_quirk->count()) m.pe_position_zero_at_inference = true;
         if (a.batch_size) t.batch_size = a.batch_size;
         if (a.lr > 0) t.lr = a.lr;
@@ -136,13 +142,8 @@ void run(TrainArgs& a) {
     if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab);
 
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
-    auto model = std::make_shared<models::Transformer>(cfg.model);
-    std::fprintf(stderr,
-                 "model: Transformer, %lld parameters (C %lld, %lld+%lld blocks, %lld heads, FFN %lld, "
-                 "dropout %.2f)\n",
-                 (long long)model->num_parameters(), (long long)cfg.model.num_hiddens,
-                 (long long)cfg.model.num_blks, (long long)cfg.model.num_blks, (long long)cfg.model.num_heads,
-                 (long long)cfg.model.ffn_num_hiddens, cfg.model.dropout);
+    auto model = train::build_model(cfg);
+    std::fprintf(stderr, "model: %s\n", train::describe_model(cfg, *model).c_str());
     std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
                  (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,
                  cfg.train.time_budget_s > 0
@@ -175,11 +176,14 @@ void run(TrainArgs& a) {
 
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TrainArgs>();
-    CLI::App* c = app.add_subcommand("train", "train D2L's Transformer on English-French");
+    CLI::App* c = app.add_subcommand("train", "train D2L's Transformer or Bahdanau model on English-French");
     std::string presets;
     for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
     c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo)")
         ->check(CLI::IsMember(train::preset_names()));
+    c->add_option("--model", a->model, "transformer (default) or bahdanau (GRU encoder-decoder with "
+                                       "additive attention, D2L 11.4)")
+        ->check(CLI::IsMember({"transformer", "bahdanau"}));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip)");
     c->add_option("--out", a->out, "output folder (default runs/qkv)");
@@ -189,7 +193,10 @@ Registration reg([](CLI::App& app) {
     c->add_option("--epochs", a->epochs, "epochs")->check(CLI::PositiveNumber);
     c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
         ->check(CLI::PositiveNumber);
-    c->add_option("--num-hiddens", a->num_hiddens, "model width C")->check(CLI::PositiveNumber);
+    c->add_option("--num-hiddens", a->num_hiddens, "model width C (bahdanau: GRU and attention width H)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(CLI::PositiveNumber);
+    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(CLI::PositiveNumber);
     c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(CLI::PositiveNumber);
     c->add_option("--num-heads", a->num_heads, "attention heads")->check(CLI::PositiveNumber);
     c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(CLI::PositiveNumber);

@@ -28,7 +28,10 @@ struct TranslateArgs {
 void run(const TranslateArgs& a) {
     if (a.threads > 0) set_num_threads(a.threads);
     train::ModelDir m = train::load_model_dir(a.model);
-    if (a.pe_quirk) m.model->set_pe_position_zero_at_inference(true);
+    if (a.pe_quirk) {
+        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+        m.transformer()->set_pe_position_zero_at_inference(true);
+    }
     std::vector<std::string> lines = a.sentences;
     if (lines.empty()) {
         std::ifstream f;

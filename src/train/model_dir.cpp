@@ -55,10 +55,33 @@ ModelDir load_model_dir(const std::string& dir) {
               "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
               m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
               " / ", m.config.model.tgt_vocab_size);
-    m.model = std::make_shared<models::Transformer>(m.config.model);
+    m.model = build_model(m.config);
     load_model((fs::path(dir) / "model.safetensors").string(), *m.model);
     m.model->eval();
     return m;
+}
+
+std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg) {
+    if (cfg.architecture == ModelKind::bahdanau) {
+        models::BahdanauConfig b = cfg.bahdanau;
+        b.src_vocab_size = cfg.model.src_vocab_size;
+        b.tgt_vocab_size = cfg.model.tgt_vocab_size;
+        return std::make_shared<models::Bahdanau>(b);
+    }
+    return std::make_shared<models::Transformer>(cfg.model);
+}
+
+std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model) {
+    const auto n = (long long)model.num_parameters();
+    if (cfg.architecture == ModelKind::bahdanau) {
+        const auto& b = cfg.bahdanau;
+        return detail::str("Bahdanau (GRU encoder-decoder with additive attention), ", n, " parameters (E ",
+                           b.embed_size, ", H ", b.num_hiddens, ", ", b.num_layers, " GRU layers, dropout ",
+                           b.dropout, ")");
+    }
+    const auto& m = cfg.model;
+    return detail::str("Transformer, ", n, " parameters (C ", m.num_hiddens, ", ", m.num_blks, "+", m.num_blks,
+                       " blocks, ", m.num_heads, " heads, FFN ", m.ffn_num_hiddens, ", dropout ", m.dropout, ")");
 }
 
 std::string join_tokens(const std::vector<std::string>& tokens) {

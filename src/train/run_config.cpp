@@ -12,7 +12,35 @@ using json = nlohmann::json;
 
 std::vector<std::string> preset_names() { return {"d2l", "demo", "full", "anchor"}; }
 
-RunConfig preset_config(const std::string& name) {
+const char* model_kind_name(ModelKind k) { return k == ModelKind::bahdanau ? "bahdanau" : "transformer"; }
+
+ModelKind parse_model_kind(const std::string& s) {
+    if (s == "transformer") return ModelKind::transformer;
+    if (s == "bahdanau") return ModelKind::bahdanau;
+    throw Error(detail::str("model architecture '", s, "' is not transformer or bahdanau"));
+}
+
+namespace {
+RunConfig transformer_preset(const std::string& name);
+}  // namespace
+
+RunConfig preset_config(const std::string& name, ModelKind kind) {
+    RunConfig c = transformer_preset(name);
+    c.architecture = kind;
+    if (kind == ModelKind::transformer) return c;
+    auto& b = c.bahdanau;  // D2L EN's Bahdanau run (spec §3)
+    b.embed_size = 256, b.num_hiddens = 256, b.num_layers = 2, b.dropout = 0.2;
+    b.init = models::BahdanauInit::d2l_en;
+    auto& t = c.train;
+    t.adam_beta1 = 0.9, t.adam_beta2 = 0.999, t.adam_eps = 1e-8;  // D2L: plain Adam, constant lr
+    t.schedule = optim::LrSchedule::constant, t.warmup_steps = 0;
+    t.lr = name == "d2l" || name == "demo" ? 0.005 : 1e-3;
+    return c;
+}
+
+namespace {
+
+RunConfig transformer_preset(const std::string& name) {
     RunConfig c;
     c.preset = name;
     auto& d = c.data;
@@ -55,8 +83,6 @@ RunConfig preset_config(const std::string& name) {
     for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     throw Error(detail::str("unknown preset '", name, "' (choose one of ", names, ")"));
 }
-
-namespace {
 
 const char* pipeline_name(DataPipeline p) { return p == DataPipeline::d2l_en ? "d2l_en" : "anchor"; }
 
@@ -108,16 +134,30 @@ json to_json(const RunConfig& c) {
                  {"d2l_num_train", d.d2l_num_train},
                  {"d2l_num_val", d.d2l_num_val}};
     const auto& m = c.model;
-    j["model"] = {{"architecture", "transformer"},
-                  {"src_vocab_size", m.src_vocab_size},
-                  {"tgt_vocab_size", m.tgt_vocab_size},
-                  {"num_hiddens", m.num_hiddens},
-                  {"num_blks", m.num_blks},
-                  {"num_heads", m.num_heads},
-                  {"ffn_num_hiddens", m.ffn_num_hiddens},
-                  {"dropout", m.dropout},
-                  {"max_len", m.max_len},
-                  {"pe_position_zero_at_inference", m.pe_position_zero_at_inference}};
+    if (c.architecture == ModelKind::bahdanau) {
+        const auto& b = c.bahdanau;
+        j["model"] = {{"architecture", "bahdanau"},
+                      {"src_vocab_size", m.src_vocab_size},
+                      {"tgt_vocab_size", m.tgt_vocab_size},
+                      {"embed_size", b.embed_size},
+                      {"num_hiddens", b.num_hiddens},
+                      {"num_layers", b.num_layers},
+                      {"dropout", b.dropout},
+                      {"init", b.init == models::BahdanauInit::d2l_en   ? "d2l_en"
+                               : b.init == models::BahdanauInit::d2l_zh ? "d2l_zh"
+                                                                        : "pytorch"}};
+    } else {
+        j["model"] = {{"architecture", "transformer"},
+                      {"src_vocab_size", m.src_vocab_size},
+                      {"tgt_vocab_size", m.tgt_vocab_size},
+                      {"num_hiddens", m.num_hiddens},
+                      {"num_blks", m.num_blks},
+                      {"num_heads", m.num_heads},
+                      {"ffn_num_hiddens", m.ffn_num_hiddens},
+                      {"dropout", m.dropout},
+                      {"max_len", m.max_len},
+                      {"pe_position_zero_at_inference", m.pe_position_zero_at_inference}};
+    }
     const auto& t = c.train;
     j["train"] = {{"epochs", t.epochs},
                   {"max_steps", t.max_steps},
@@ -163,8 +203,22 @@ RunConfig run_config_from_json(const json& j) {
         if (j.contains("model")) {
             const json& m = j["model"];
             if (m.contains("architecture"))
-                QKV_CHECK(m["architecture"] == "transformer", "model.architecture '",
-                          m["architecture"].dump(), "' is not supported (transformer)");
+                c.architecture = parse_model_kind(m["architecture"].get<std::string>());
+            if (c.architecture == ModelKind::bahdanau) {
+                auto& b = c.bahdanau;
+                get(m, "embed_size", b.embed_size);
+                get(m, "num_hiddens", b.num_hiddens);
+                get(m, "num_layers", b.num_layers);
+                get(m, "dropout", b.dropout);
+                if (m.contains("init")) {
+                    const std::string in = m["init"].get<std::string>();
+                    QKV_CHECK(in == "d2l_en" || in == "d2l_zh" || in == "pytorch", "config.json: model.init '",
+                              in, "' is not d2l_en, d2l_zh or pytorch");
+                    b.init = in == "d2l_en"   ? models::BahdanauInit::d2l_en
+                             : in == "d2l_zh" ? models::BahdanauInit::d2l_zh
+                                              : models::BahdanauInit::pytorch;
+                }
+            }
             get(m, "src_vocab_size", c.model.src_vocab_size);
             get(m, "tgt_vocab_size", c.model.tgt_vocab_size);
             get(m, "num_hiddens", c.model.num_hiddens);

@@ -11,9 +11,11 @@
 
 #include "qkv/autograd/gradcheck.h"
 #include "qkv/autograd/node.h"
+#include "qkv/ops/additive_attention.h"
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/embedding.h"
+#include "qkv/ops/gru.h"
 #include "qkv/ops/layer_norm.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/ops.h"
@@ -124,6 +126,16 @@ std::vector<Row> table() {
              return cross_entropy(x[0], ids({0, 3, 1}, {3}), Tensor(), o);
          }},
         {"linear_nobias", {{3, 4}, {2, 4}}, [](V x) { return linear(x[0], x[1]); }},
+        {"additive_attention_scores", {{2, 3, 5}, {2, 4, 5}, {5}}, [](V x) {
+             return additive_attention_scores(x[0], x[1], x[2]);
+         }},
+        {"gru_cell", {{2, 9}, {2, 9}, {2, 3}}, [](V x) { return gru_cell(x[0], x[1], x[2]); }, -2.0, 2.0},
+        {"gru_sequence", {{3, 2, 9}, {2, 3}, {9, 3}, {9}}, [](V x) {
+             return gru_sequence(x[0], x[1], x[2], x[3]);
+         }, -2.0, 2.0},
+        {"gru_sequence_zero_h0", {{4, 2, 6}, {6, 2}}, [](V x) {
+             return gru_sequence(x[0], Tensor(), x[1], Tensor());
+         }, -2.0, 2.0},
     };
     return rows;
 }

@@ -21,11 +21,20 @@ namespace qkv::train {
 void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
                      const data::Vocab& tgt_vocab);
 
+/// A fresh model of the run's architecture (Transformer or Bahdanau), vocabulary sizes from
+/// cfg.model, parameters drawn from the default generator.
+std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg);
+/// One line for logs: architecture, parameter count and sizes.
+std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model);
+
 struct ModelDir {
     std::string dir;
     RunConfig config;
     data::Vocab src_vocab, tgt_vocab;
-    std::shared_ptr<models::Transformer> model;  // eval mode
+    std::shared_ptr<models::EncoderDecoder> model;  // eval mode
+    /// The model as its concrete type (nullptr when it is the other architecture).
+    models::Transformer* transformer() const { return dynamic_cast<models::Transformer*>(model.get()); }
+    models::Bahdanau* bahdanau() const { return dynamic_cast<models::Bahdanau*>(model.get()); }
 };
 
 /// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.

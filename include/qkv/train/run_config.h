@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "qkv/models/bahdanau.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/trainer.h"
 #include "qkv/train/translation_data.h"
@@ -18,10 +19,20 @@ struct DecodeConfig {
     double length_penalty = 0.6;   // GNMT α for beam search
 };
 
+/// Which model a run trains (`qkv train --model`; config.json "model.architecture").
+enum class ModelKind { transformer, bahdanau };
+/// "transformer" / "bahdanau".
+const char* model_kind_name(ModelKind k);
+/// Inverse of model_kind_name; throws qkv::Error naming the accepted names.
+ModelKind parse_model_kind(const std::string& s);
+
 struct RunConfig {
     std::string preset;            // the preset it started from ("" = none)
     DataConfig data;
-    models::TransformerConfig model;  // vocabulary sizes are filled from the data
+    ModelKind architecture = ModelKind::transformer;
+    models::TransformerConfig model;  // vocabulary sizes are filled from the data (also for
+                                      // bahdanau: model.*_vocab_size is what files are checked by)
+    models::BahdanauConfig bahdanau;  // architecture == bahdanau (vocabulary sizes as above)
     TrainOptions train;
     DecodeConfig decode;
 };
@@ -37,8 +48,12 @@ std::vector<std::string> preset_names();
 /// full: every pair, anchor pipeline and model, 60-minute training budget.
 /// anchor: quality_anchor.md §2 (C 256, 2+2 blocks, 4 heads, F 1024, dropout 0.1, num_steps 12,
 ///   Adam(5e-4, 0.9, 0.98, 1e-9), batch 128, masked loss, 20-minute budget, decoding ≤ 20).
+/// With kind == bahdanau the same data and schedule with D2L's Bahdanau model (spec §3): d2l:
+///   E = H = 256, 2 GRU layers, dropout 0.2, Adam lr 0.005 (30 epochs, clip 1, batch 128, the
+///   book's 512 training pairs); demo/full/anchor: the same model, Adam lr 0.005 (demo) or 1e-3
+///   with PyTorch's default betas/eps and a constant learning rate.
 /// Throws qkv::Error listing the names for an unknown one.
-RunConfig preset_config(const std::string& name);
+RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
 
 /// config.json: {"preset", "data": {...}, "model": {...}, "train": {...}, "decode": {...}}.
 nlohmann::json to_json(const RunConfig& c);

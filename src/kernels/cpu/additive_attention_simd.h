@@ -1,0 +1,98 @@
+#pragma once
+// Additive-attention score kernel bodies over a vector type V, instantiated by
+// additive_attention_avx2.cpp / additive_attention_avx512.cpp. The backward writes dq and dk rows
+// of batch row b only from iteration b (race-free), and dw into a per-b partial row.
+#include <cstdint>
+
+#include "kernels/cpu/activation_simd.h"
+
+namespace qkv::kernels::cpu::detail {
+
+#define QKV_ADDITIVE_DECLARE(isa)                                                                  \
+    void additive_scores_forward_##isa(float* scores, const float* q, const float* k,              \
+                                       const float* w, int64_t B, int64_t Tq, int64_t Tk,          \
+                                       int64_t H);                                                 \
+    void additive_scores_backward_##isa(float* dq, float* dk, float* dw_part, const float* dscores,\
+                                        const float* q, const float* k, const float* w, int64_t B, \
+                                        int64_t Tq, int64_t Tk, int64_t H);
+QKV_ADDITIVE_DECLARE(avx2)
+QKV_ADDITIVE_DECLARE(avx512)
+#undef QKV_ADDITIVE_DECLARE
+
+/// Below this many tanh evaluations (B·Tq·Tk·H) the kernels stay on the calling thread.
+constexpr int64_t kAdditiveMinParallel = 1 << 15;
+
+}  // namespace qkv::kernels::cpu::detail
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
+namespace {
+
+template <class V>
+void additive_scores_forward_t(float* scores, const float* q, const float* k, const float* w,
+                               int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
+#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Tq; ++i) {
+            const float* qi = q + (b * Tq + i) * H;
+            for (int64_t j = 0; j < Tk; ++j) {
+                const float* kj = k + (b * Tk + j) * H;
+                auto acc        = V::zero();
+                int64_t h       = 0;
+                for (; h + V::W <= H; h += V::W)
+                    acc = V::fmadd(V::load(w + h), tanh<V>(V::add(V::load(qi + h), V::load(kj + h))), acc);
+                if (h < H) {
+                    const int64_t n = H - h;  // tail: w = 0 in the padding lanes
+                    acc = V::fmadd(V::load_tail(w + h, n, 0.f),
+                                   tanh<V>(V::add(V::load_tail(qi + h, n, 0.f), V::load_tail(kj + h, n, 0.f))),
+                                   acc);
+                }
+                scores[(b * Tq + i) * Tk + j] = V::reduce_add(acc);
+            }
+        }
+}
+
+// dw_part: (B, H) partial sums of e·f per batch row (reduced by the caller in b order).
+template <class V>
+void additive_scores_backward_t(float* dq, float* dk, float* dw_part, const float* dscores,
+                                const float* q, const float* k, const float* w, int64_t B,
+                                int64_t Tq, int64_t Tk, int64_t H) {
+    const auto one = V::set1(1.0f);
+#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
+    for (int64_t b = 0; b < B; ++b) {
+        float* dqb = dq + b * Tq * H;
+        float* dkb = dk + b * Tk * H;
+        float* dwb = dw_part + b * H;
+        for (int64_t n = 0; n < Tq * H; ++n) dqb[n] = 0.f;
+        for (int64_t n = 0; n < Tk * H; ++n) dkb[n] = 0.f;
+        for (int64_t h = 0; h < H; ++h) dwb[h] = 0.f;
+        for (int64_t i = 0; i < Tq; ++i) {
+            const float* qi = q + (b * Tq + i) * H;
+            float* dqi      = dqb + i * H;
+            for (int64_t j = 0; j < Tk; ++j) {
+                const float* kj = k + (b * Tk + j) * H;
+                float* dkj      = dkb + j * H;
+                const auto e    = V::set1(dscores[(b * Tq + i) * Tk + j]);
+                int64_t h       = 0;
+                auto step       = [&](int64_t at, int64_t n) {
+                    const bool tail = n < V::W;
+                    auto ld = [&](const float* p) { return tail ? V::load_tail(p + at, n, 0.f) : V::load(p + at); };
+                    auto st = [&](float* p, typename V::R a) {
+                        if (tail) V::store_tail(p + at, a, n); else V::store(p + at, a);
+                    };
+                    const auto f = tanh<V>(V::add(ld(qi), ld(kj)));
+                    const auto t = V::mul(V::mul(e, ld(w)), V::fnmadd(f, f, one));  // e·w·(1 − f²)
+                    st(dqi, V::add(ld(dqi), t));
+                    st(dkj, V::add(ld(dkj), t));
+                    st(dwb, V::fmadd(e, f, ld(dwb)));
+                };
+                for (; h + V::W <= H; h += V::W) step(h, V::W);
+                if (h < H) step(h, H - h);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cpu::simd
+#endif

@@ -1,0 +1,92 @@
+// Fast GRU kernels: ISA dispatch for the cell (gru_simd.h) and the sequence recurrence on
+// oneDNN GEMMs. The math and its derivation are in ref/gru.cpp.
+#include "kernels/cpu/gru.h"
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gru_simd.h"
+#include "kernels/ref/gru.h"
+
+namespace qkv::kernels::cpu {
+
+void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
+                      int64_t B, int64_t H) {
+    if (B == 0 || H == 0) return;
+    switch (simd_isa()) {
+        case Isa::avx512: return detail::gru_cell_forward_avx512(h_new, ws, gi, gh, h, B, H);
+        case Isa::avx2: return detail::gru_cell_forward_avx2(h_new, ws, gi, gh, h, B, H);
+        case Isa::scalar: break;
+    }
+    ref::gru_cell_forward<float>(h_new, ws, gi, gh, h, B, H);
+}
+
+void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
+                       const float* h, int64_t B, int64_t H) {
+    if (B == 0 || H == 0) return;
+    switch (simd_isa()) {
+        case Isa::avx512: return detail::gru_cell_backward_avx512(dgi, dgh, dh, dh_new, ws, h, B, H);
+        case Isa::avx2: return detail::gru_cell_backward_avx2(dgi, dgh, dh, dh_new, ws, h, B, H);
+        case Isa::scalar: break;
+    }
+    ref::gru_cell_backward<float>(dgi, dgh, dh, dh_new, ws, h, B, H);
+}
+
+void gru_sequence_forward(float* out, float* ws, const float* gi, const float* h0,
+                          const float* w_hh, const float* b_hh, int64_t Tn, int64_t B, int64_t H) {
+    const int64_t G = 3 * H;
+    if (Tn == 0 || B == 0 || H == 0) return;
+    std::vector<float> gh(size_t(B * G)), zero(h0 ? 0 : size_t(B * H), 0.f);
+    const float* h = h0 ? h0 : zero.data();
+    for (int64_t t = 0; t < Tn; ++t) {
+        for (int64_t b = 0; b < B; ++b) {
+            if (b_hh) std::memcpy(gh.data() + b * G, b_hh, size_t(G) * sizeof(float));
+            else std::memset(gh.data() + b * G, 0, size_t(G) * sizeof(float));
+        }
+        gemm(false, true, B, G, H, 1.f, h, H, w_hh, H, 1.f, gh.data(), G);
+        float* ht = out + t * B * H;
+        gru_cell_forward(ht, ws ? ws + t * B * 4 * H : nullptr, gi + t * B * G, gh.data(), h, B, H);
+        h = ht;
+    }
+}
+
+void gru_sequence_backward(float* dgi, float* dh0, float* dw_hh, float* db_hh, const float* dout,
+                           const float* ws, const float* out, const float* h0, const float* w_hh,
+                           int64_t Tn, int64_t B, int64_t H) {
+    const int64_t G = 3 * H, BH = B * H;
+    if (Tn == 0 || B == 0 || H == 0) {
+        if (dh0) std::memset(dh0, 0, static_cast<size_t>(BH) * sizeof(float));
+        if (dw_hh) std::memset(dw_hh, 0, size_t(G * H) * sizeof(float));
+        if (db_hh) std::memset(db_hh, 0, size_t(G) * sizeof(float));
+        return;
+    }
+    std::vector<float> dgh(size_t(Tn * B * G)), carry(static_cast<size_t>(BH), 0.f), delta(static_cast<size_t>(BH)),
+        zero(h0 ? 0 : static_cast<size_t>(BH), 0.f);
+    for (int64_t t = Tn - 1; t >= 0; --t) {
+        const float* hp = t > 0 ? out + (t - 1) * BH : (h0 ? h0 : zero.data());
+        const float* dt = dout + t * BH;
+        for (int64_t i = 0; i < BH; ++i) delta[size_t(i)] = dt[i] + carry[size_t(i)];
+        float* dght = dgh.data() + t * B * G;
+        // carry = dh_direct + dgh_t · W_hh
+        gru_cell_backward(dgi + t * B * G, dght, carry.data(), delta.data(), ws + t * B * 4 * H, hp,
+                          B, H);
+        gemm(false, false, B, H, G, 1.f, dght, G, w_hh, H, 1.f, carry.data(), H);
+    }
+    if (dh0) std::memcpy(dh0, carry.data(), static_cast<size_t>(BH) * sizeof(float));
+    if (dw_hh) {
+        // dW_hh = Σ_{t>=1} dgh_tᵀ·out_{t-1} (one GEMM over (T−1)·B rows) + dgh_0ᵀ·h0.
+        gemm(true, false, G, H, (Tn - 1) * B, 1.f, dgh.data() + B * G, G, out, H, 0.f, dw_hh, H);
+        if (h0) gemm(true, false, G, H, B, 1.f, dgh.data(), G, h0, H, 1.f, dw_hh, H);
+    }
+    if (db_hh) {
+        std::memset(db_hh, 0, size_t(G) * sizeof(float));
+        for (int64_t i = 0; i < Tn * B; ++i) {
+            const float* row = dgh.data() + i * G;
+            for (int64_t k = 0; k < G; ++k) db_hh[k] += row[k];
+        }
+    }
+}
+
+}  // namespace qkv::kernels::cpu

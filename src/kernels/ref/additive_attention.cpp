@@ -1,0 +1,60 @@
+// Reference additive-attention scores (see ref/additive_attention.h). Scalar loops.
+// Forward s_ij = Σ_h w_h tanh(q_ih + k_jh); with f = tanh(·) and ∂tanh = 1 − f²:
+//   ∂s_ij/∂q_ih = ∂s_ij/∂k_jh = w_h (1 − f_h²),  ∂s_ij/∂w_h = f_h.
+#include "kernels/ref/additive_attention.h"
+
+#include <cmath>
+
+namespace qkv::kernels::ref {
+
+template <class T>
+void additive_scores_forward(T* scores, const T* q, const T* k, const T* w, int64_t B, int64_t Tq,
+                             int64_t Tk, int64_t H) {
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Tq; ++i)
+            for (int64_t j = 0; j < Tk; ++j) {
+                const T* qi = q + (b * Tq + i) * H;
+                const T* kj = k + (b * Tk + j) * H;
+                T s = 0;
+                for (int64_t h = 0; h < H; ++h) s += w[h] * std::tanh(qi[h] + kj[h]);
+                scores[(b * Tq + i) * Tk + j] = s;
+            }
+}
+
+template <class T>
+void additive_scores_backward(T* dq, T* dk, T* dw, const T* dscores, const T* q, const T* k,
+                              const T* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
+    if (dq)
+        for (int64_t n = 0; n < B * Tq * H; ++n) dq[n] = T(0);
+    if (dk)
+        for (int64_t n = 0; n < B * Tk * H; ++n) dk[n] = T(0);
+    if (dw)
+        for (int64_t h = 0; h < H; ++h) dw[h] = T(0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Tq; ++i)
+            for (int64_t j = 0; j < Tk; ++j) {
+                const T* qi = q + (b * Tq + i) * H;
+                const T* kj = k + (b * Tk + j) * H;
+                const T e   = dscores[(b * Tq + i) * Tk + j];
+                for (int64_t h = 0; h < H; ++h) {
+                    const T f = std::tanh(qi[h] + kj[h]);
+                    const T t = e * w[h] * (T(1) - f * f);
+                    if (dq) dq[(b * Tq + i) * H + h] += t;
+                    if (dk) dk[(b * Tk + j) * H + h] += t;
+                    if (dw) dw[h] += e * f;
+                }
+            }
+}
+
+template void additive_scores_forward<float>(float*, const float*, const float*, const float*,
+                                             int64_t, int64_t, int64_t, int64_t);
+template void additive_scores_forward<double>(double*, const double*, const double*, const double*,
+                                              int64_t, int64_t, int64_t, int64_t);
+template void additive_scores_backward<float>(float*, float*, float*, const float*, const float*,
+                                              const float*, const float*, int64_t, int64_t, int64_t,
+                                              int64_t);
+template void additive_scores_backward<double>(double*, double*, double*, const double*,
+                                               const double*, const double*, const double*, int64_t,
+                                               int64_t, int64_t, int64_t);
+
+}  // namespace qkv::kernels::ref

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# CLI end to end for --model bahdanau on a tiny corpus written here: train (2 steps), translate
+# (greedy and beam, batched), eval, info, heatmap (one panel + printed weights), resume, and
+# --pe-quirk refused for this architecture.
+# Usage: test_bahdanau.sh /path/to/qkv
+set -euo pipefail
+QKV="$1"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for i in $(seq 1 60); do
+  case $((i % 6)) in
+    0) echo -e "Go.\tVa !" ;;
+    1) echo -e "I lost.\tJ'ai perdu." ;;
+    2) echo -e "He's calm.\tIl est calme." ;;
+    3) echo -e "I'm home.\tJe suis chez moi." ;;
+    4) echo -e "We won.\tNous avons gagné." ;;
+    5) echo -e "Thank you.\tMerci." ;;
+  esac
+done > "$T/fra.txt"
+
+small=(--model bahdanau --num-hiddens 16 --embed-size 8 --num-layers 2 --batch-size 8 --num-steps 6 --no-progress)
+"$QKV" train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/run" "${small[@]}" > "$T/train.out" 2> "$T/train.err" \
+  || { cat "$T/train.err"; fail "qkv train --model bahdanau"; }
+grep -q "model: Bahdanau" "$T/train.err" || { cat "$T/train.err"; fail "model line"; }
+grep -q "trained 2 steps" "$T/train.out" || { cat "$T/train.out"; fail "train summary"; }
+grep -q '"architecture": *"bahdanau"' "$T/run/config.json" || fail "config.json architecture"
+grep -q '"embed_size": *8' "$T/run/config.json" || fail "config.json embed_size"
+
+n=$("$QKV" translate --model "$T/run" "i lost ." "go ." | wc -l)
+[ "$n" = 2 ] || fail "translate args gave $n lines"
+n=$(printf 'go .\ni lost .\nwe won .\n' | "$QKV" translate --model "$T/run" --beam 3 | wc -l)
+[ "$n" = 3 ] || fail "translate --beam 3 gave $n lines"
+"$QKV" eval --model "$T/run" --no-progress > "$T/eval.out" || fail "qkv eval"
+grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
+"$QKV" info "$T/run" | grep -q "decoder.attention.W_k.weight" || fail "qkv info"
+"$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > "$T/heat.out" || fail "qkv heatmap"
+[ -s "$T/att-cross.png" ] || fail "missing att-cross.png"
+grep -q "attention weights" "$T/heat.out" || fail "heatmap weights not printed"
+if "$QKV" translate --model "$T/run" --pe-quirk "go ." > /dev/null 2> "$T/quirk.err"; then fail "--pe-quirk accepted"; fi
+grep -q "Transformer only" "$T/quirk.err" || fail "--pe-quirk message"
+
+"$QKV" train --resume --out "$T/run" --data "$T/fra.txt" --max-steps 3 --no-progress > "$T/resume.out" 2> "$T/resume.err" \
+  || { cat "$T/resume.err"; fail "resume"; }
+grep -q "trained 3 steps" "$T/resume.out" || { cat "$T/resume.out"; fail "resume step count"; }
+echo "ok"
