@@ -47,7 +47,7 @@ void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
         case FlashIsa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
         case FlashIsa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
         default:
-            return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false>(
+            return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false, false>(
                 M, N, K, A, lda, B, ldb, C, ldc);
     }
 }

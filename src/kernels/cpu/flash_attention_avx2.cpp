@@ -12,7 +12,8 @@ void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradPar
 
 void flash_tile_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                           const float* B, int64_t ldb, float* C, int64_t ldc) {
-    flash_avx2::gemm<flash_avx2::SimdAvx2, flash_avx2::kStore, false>(M, N, K, A, lda, B, ldb, C, ldc);
+    flash_avx2::gemm<flash_avx2::SimdAvx2, flash_avx2::kStore, false, false>(M, N, K, A, lda, B, ldb, C,
+                                                                       ldc);
 }
 
 }  // namespace qkv::kernels::cpu::detail

@@ -14,7 +14,8 @@ void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradP
 
 void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                             const float* B, int64_t ldb, float* C, int64_t ldc) {
-    flash_avx512::gemm<flash_avx512::SimdAvx512, flash_avx512::kStore, false>(M, N, K, A, lda, B, ldb, C, ldc);
+    flash_avx512::gemm<flash_avx512::SimdAvx512, flash_avx512::kStore, false, false>(
+        M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 }  // namespace qkv::kernels::cpu::detail

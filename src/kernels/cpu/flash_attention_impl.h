@@ -25,7 +25,7 @@ namespace qkv::kernels::cpu::detail {
 float* flash_thread_workspace(int64_t n);
 
 /// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
-/// the best ISA; for bench/bench_attention.cpp --tiles (tile speed vs dnnl_sgemm).
+/// the best ISA; N a multiple of 16. For bench/bench_attention.cpp --tiles (vs dnnl_sgemm).
 void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc);
 void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
@@ -110,7 +110,8 @@ inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t
 }
 
 /// C (M x N) (op)= A (M x K; see micro for `as`) * B (K x N, row stride bk), tiled kR x kNV*W.
-template <class S, int Md, bool AM1>
+/// CanTail = false when N is a multiple of W (score tiles: N = Bq), which halves the instances.
+template <class S, int Md, bool AM1, bool CanTail = true>
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B, int64_t bk,
           float* C, int64_t cm, const float* rowscale = nullptr) {
     constexpr int W = S::W;
@@ -119,6 +120,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
         const int     nv   = int((nl + W - 1) / W);
         const auto    tail = S::tail(int(nl - (nv - 1) * W));
         const bool    full = nl == nv * W;
+        QKV_DASSERT(CanTail || full);
         for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
             const int    r  = int(min64(S::kR, M - m0));
             const float* a  = A + (AM1 ? m0 : m0 * as);
@@ -127,8 +129,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
             const float* rs = rowscale ? rowscale + m0 : nullptr;
 #define QKV_MK(R_, NV_)                                                             \
     case (R_) * 8 + (NV_):                                                          \
-        if (full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
-        else micro<S, R_, NV_, Md, AM1, true>(K, a, as, b, bk, c, cm, tail, rs);       \
+        if (!CanTail || full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
+        else micro<S, R_, NV_, Md, AM1, CanTail>(K, a, as, b, bk, c, cm, tail, rs);               \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -309,7 +311,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
         const int64_t nk = min64(Bk, kend - j0);
         // S^T = K_j Q^T (nk x Bq), reduction over D.
-        gemm<S, kStore, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, qt, Bq, st, Bq);
+        gemm<S, kStore, false, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, qt, Bq, st, Bq);
         if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
@@ -473,7 +475,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
-        gemm<S, kStore, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         V lv[NQV], lov[NQV], dv_[NQV];
@@ -491,7 +493,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
-        gemm<S, kStore, false>(nk, Bq, p.Dv, vj, p.v_stride_t, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, p.v_stride_t, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
         // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {

@@ -235,12 +235,13 @@ struct SimdAvx2 {
 };
 #endif
 
-/// Portable fallback: 16-lane arrays (the compiler vectorises them with SSE2) with exactly the
+/// Portable fallback: 16 lanes as 4 SSE2-sized GCC vectors, with exactly the
 /// AVX-512 geometry (W, register tile, blocks), so on any machine the tests run the tile, tail and
 /// mask code the AVX-512 path runs; exp lane by lane with the same recipe.
 struct SimdScalar {
+    typedef float V4 __attribute__((vector_size(16)));  // GCC generic vector = one SSE register
     struct V {
-        float x[16];
+        V4 p[4];
     };
     using M = int;  // number of valid lanes
     static constexpr int W = 16;
@@ -269,39 +270,36 @@ struct SimdScalar {
         }
     }
 
-    static inline V zero() { return set1(0.0f); }
-    static inline V set1(float a) {
-        V v;
-        for (int t = 0; t < W; ++t) v.x[t] = a;
-        return v;
-    }
+#define QKV_PARTS(expr)                  \
+    V r;                                 \
+    for (int u = 0; u < 4; ++u) r.p[u] = expr; \
+    return r
+    static inline V zero() { return V{}; }
+    static inline V set1(float a) { QKV_PARTS(V4{} + a); }
     static inline V load(const float* p) {
         V v;
-        std::memcpy(v.x, p, sizeof v.x);
+        std::memcpy(&v, p, sizeof v);
         return v;
     }
-    static inline void store(float* p, V v) { std::memcpy(p, v.x, sizeof v.x); }
+    static inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
     static inline M tail(int n) { return n >= W ? W : n; }
     static inline V loadm(const float* p, M m) {
-        V v = zero();
-        for (int t = 0; t < m; ++t) v.x[t] = p[t];
+        V v{};
+        std::memcpy(&v, p, sizeof(float) * size_t(m));
         return v;
     }
-    static inline void storem(float* p, V v, M m) {
-        for (int t = 0; t < m; ++t) p[t] = v.x[t];
+    static inline void storem(float* p, V v, M m) { std::memcpy(p, &v, sizeof(float) * size_t(m)); }
+    static inline V fmadd(V a, V b, V c) { QKV_PARTS(a.p[u] * b.p[u] + c.p[u]); }
+    static inline V add(V a, V b) { QKV_PARTS(a.p[u] + b.p[u]); }
+    static inline V sub(V a, V b) { QKV_PARTS(a.p[u] - b.p[u]); }
+    static inline V mul(V a, V b) { QKV_PARTS(a.p[u] * b.p[u]); }
+    static inline V max(V a, V b) { QKV_PARTS(a.p[u] > b.p[u] ? a.p[u] : b.p[u]); }
+    static inline V mask_gt(V s, V j, V lim) { QKV_PARTS(j.p[u] > lim.p[u] ? V4{} - INFINITY : s.p[u]); }
+    static inline V neginf_to_zero(V a) { QKV_PARTS(a.p[u] == V4{} - INFINITY ? V4{} : a.p[u]); }
+    static inline V neginf_to_posinf(V a) {
+        QKV_PARTS(a.p[u] == V4{} - INFINITY ? V4{} + INFINITY : a.p[u]);
     }
-#define QKV_LANES(expr)                       \
-    V r;                                      \
-    for (int t = 0; t < W; ++t) r.x[t] = expr; \
-    return r
-    static inline V fmadd(V a, V b, V c) { QKV_LANES(a.x[t] * b.x[t] + c.x[t]); }
-    static inline V add(V a, V b) { QKV_LANES(a.x[t] + b.x[t]); }
-    static inline V sub(V a, V b) { QKV_LANES(a.x[t] - b.x[t]); }
-    static inline V mul(V a, V b) { QKV_LANES(a.x[t] * b.x[t]); }
-    static inline V max(V a, V b) { QKV_LANES(a.x[t] > b.x[t] ? a.x[t] : b.x[t]); }
-    static inline V mask_gt(V s, V j, V lim) { QKV_LANES(j.x[t] > lim.x[t] ? -INFINITY : s.x[t]); }
-    static inline V neginf_to_zero(V a) { QKV_LANES(a.x[t] == -INFINITY ? 0.0f : a.x[t]); }
-    static inline V neginf_to_posinf(V a) { QKV_LANES(a.x[t] == -INFINITY ? INFINITY : a.x[t]); }
+#undef QKV_PARTS
     static inline float exp1(float x) {
         if (x < kExpLo) return 0.0f;
         x             = x > kExpHi ? kExpHi : x;
@@ -312,8 +310,11 @@ struct SimdScalar {
         y       = y * (r * r) + (r + 1.0f);
         return std::ldexp(y, int(n));
     }
-    static inline V exp(V a) { QKV_LANES(exp1(a.x[t])); }
-#undef QKV_LANES
+    static inline V exp(V a) {
+        V r;
+        for (int t = 0; t < W; ++t) r.p[t / 4][t % 4] = exp1(a.p[t / 4][t % 4]);
+        return r;
+    }
 };
 
 }  // namespace qkv::kernels::cpu::QKV_FLASH_NS
