@@ -30,8 +30,8 @@ std::vector<float> filled(int64_t n, float v0) {
 // recompute the rate over CPU time (cpu_time column), the robust figure for 1 thread on a shared
 // machine.
 void set_flops(benchmark::State& st, double flops_per_iter) {
-    st.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["GFLOP/s"] =
+        benchmark::Counter(flops_per_iter * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     st.counters["MFLOP"] = flops_per_iter * 1e-6;
 }
 
@@ -66,7 +66,7 @@ BENCHMARK(BM_gemm_dnnl)->Apply(gemm_shapes)->UseRealTime();
 void BM_gemm_qkv_vs_dnnl(benchmark::State& st) {
     const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
     auto A = filled(M * K, 0.5f), B = filled(K * N, 0.25f), C = filled(M * N, 0.f);
-    using clock = std::chrono::steady_clock;
+    using clock  = std::chrono::steady_clock;
     double t_qkv = 0, t_dnnl = 0;
     for (auto _ : st) {
         const auto t0 = clock::now();
@@ -78,7 +78,7 @@ void BM_gemm_qkv_vs_dnnl(benchmark::State& st) {
         t_qkv += std::chrono::duration<double>(t1 - t0).count();
         t_dnnl += std::chrono::duration<double>(t2 - t1).count();
     }
-    const double flops = 2.0 * double(M) * double(N) * double(K) * double(st.iterations());
+    const double flops          = 2.0 * double(M) * double(N) * double(K) * double(st.iterations());
     st.counters["qkv_GFLOP/s"]  = flops / t_qkv * 1e-9;
     st.counters["dnnl_GFLOP/s"] = flops / t_dnnl * 1e-9;
     st.counters["qkv/dnnl"]     = t_dnnl / t_qkv;
@@ -92,10 +92,10 @@ enum class Batched { qkv, serial, per_thread };
 template <Batched kMode>
 void BM_batched(benchmark::State& st) {
     const int64_t batch = st.range(0), M = st.range(1), N = st.range(2), K = st.range(3);
-    const bool tb = st.range(4) != 0;
+    const bool tb     = st.range(4) != 0;
     const int64_t ldb = tb ? K : N;
     auto A = filled(batch * M * K, 0.5f), B = filled(batch * K * N, 0.25f),
-         C = filled(batch * M * N, 0.f);
+         C         = filled(batch * M * N, 0.f);
     const char tbc = tb ? 'T' : 'N';
     for (auto _ : st) {
         if constexpr (kMode == Batched::qkv) {
@@ -120,9 +120,9 @@ void BM_gemm_batched_dnnl_serial(benchmark::State& st) { BM_batched<Batched::ser
 void BM_gemm_batched_dnnl_per_thread(benchmark::State& st) { BM_batched<Batched::per_thread>(st); }
 
 void batched_shapes(benchmark::internal::Benchmark* b) {
-    b->Args({512, 9, 9, 64, 1});     // scores  Q·Kᵀ per head
-    b->Args({512, 9, 64, 9, 0});     // weights·V per head
-    b->Args({128, 9, 9, 256, 1});    // one head of width 256 (Bahdanau-style / H = 1)
+    b->Args({512, 9, 9, 64, 1});   // scores  Q·Kᵀ per head
+    b->Args({512, 9, 64, 9, 0});   // weights·V per head
+    b->Args({128, 9, 9, 256, 1});  // one head of width 256 (Bahdanau-style / H = 1)
     b->Args({16, 64, 64, 64, 0});
     b->Args({16, 128, 128, 128, 0});
     b->Args({8, 256, 256, 256, 0});

@@ -38,14 +38,17 @@ inline std::vector<kernels::cpu::Isa> available_isas() {
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 /// The flash-attention rule: max|fast − ref64| <= kErrFactor·max|ref32 − ref64| + kErrFloor.
-inline ::testing::AssertionResult within_2x(const float* fast, const float* ref32,
-                                            const double* ref64, int64_t n) {
+inline ::testing::AssertionResult within_2x(const float* fast,
+                                            const float* ref32,
+                                            const double* ref64,
+                                            int64_t n) {
     const double err_fast = max_abs_diff(fast, ref64, n);
     const double err_ref  = max_abs_diff(ref32, ref64, n);
     const double bound    = kErrFactor * err_ref + kErrFloor;
     if (err_fast <= bound && !(err_fast != err_fast)) return ::testing::AssertionSuccess();
     auto fail = ::testing::AssertionFailure();
-    fail << "err_fast " << err_fast << " > 2·err_ref32 + floor = " << bound << "; first mismatches:";
+    fail << "err_fast " << err_fast << " > 2·err_ref32 + floor = " << bound
+         << "; first mismatches:";
     int shown = 0;
     for (int64_t i = 0; i < n && shown < 5; ++i) {
         const double e = std::abs(double(fast[i]) - ref64[i]);
@@ -68,7 +71,8 @@ inline ::testing::AssertionResult within_2x(const std::vector<float>& fast,
 /// Central differences of L(x) = Σ_j w_j · f(x)_j in float64: returns dL/dx.
 inline std::vector<double> numeric_grad(
     const std::function<std::vector<double>(const std::vector<double>&)>& f,
-    std::vector<double> x, const std::vector<double>& w) {
+    std::vector<double> x,
+    const std::vector<double>& w) {
     std::vector<double> g(x.size());
     auto loss = [&](const std::vector<double>& xv) {
         const auto y = f(xv);

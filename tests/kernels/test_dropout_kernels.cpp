@@ -17,8 +17,8 @@ namespace cpu = qkv::kernels::cpu;
 using cpu::Isa;
 
 // The specification, element by element.
-void dropout_spec(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed,
-                  uint64_t offset) {
+void dropout_spec(
+    const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     const float scale = 1.0f / (1.0f - p);
     for (int64_t i = 0; i < n; ++i) {
         const bool keep =
@@ -30,7 +30,7 @@ void dropout_spec(const float* x, float* y, uint8_t* mask, int64_t n, float p, u
 
 TEST(DropoutKernels, MatchesPhiloxSpec_OddSizesAndOffsets) {
     const uint64_t offsets[] = {0, 1, 2, 3, 5, 4096, (uint64_t(1) << 34) - 6};  // last: carry
-    uint64_t seed = 1;
+    uint64_t seed            = 1;
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         for (int64_t n : {1, 7, 17, 33, 1000, 17496, 100003})
@@ -42,7 +42,8 @@ TEST(DropoutKernels, MatchesPhiloxSpec_OddSizesAndOffsets) {
                     const uint64_t s = 0x123456789ABCDEFull * seed;
                     cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, s, off);
                     dropout_spec(x.data(), want_y.data(), want_mask.data(), n, p, s, off);
-                    ASSERT_EQ(mask, want_mask) << cpu::isa_name(isa) << " n=" << n << " off=" << off;
+                    ASSERT_EQ(mask, want_mask)
+                        << cpu::isa_name(isa) << " n=" << n << " off=" << off;
                     ASSERT_EQ(y, want_y) << cpu::isa_name(isa) << " n=" << n << " off=" << off;
                     std::vector<float> y_nomask(n);
                     cpu::dropout_forward(x.data(), y_nomask.data(), nullptr, n, p, s, off);

@@ -37,7 +37,7 @@ TEST(EmbeddingKernels, ForwardGathersRows_OddSizes) {
 }
 
 TEST(EmbeddingKernels, BackwardBitIdenticalToRef_AnyThreadCount) {
-    uint64_t seed = 100;
+    uint64_t seed   = 100;
     const int saved = omp_get_max_threads();
     for (int64_t V : {1, 17, 17496})
         for (int64_t C : {1, 7, 17, 256})
@@ -50,8 +50,8 @@ TEST(EmbeddingKernels, BackwardBitIdenticalToRef_AnyThreadCount) {
                     omp_set_num_threads(threads);
                     std::vector<float> dw(V * C, 123.f);  // overwritten, not accumulated
                     cpu::embedding_backward(dw.data(), dout.data(), ids.data(), n, V, C);
-                    ASSERT_EQ(dw, want) << "V=" << V << " C=" << C << " n=" << n
-                                        << " threads=" << threads;
+                    ASSERT_EQ(dw, want)
+                        << "V=" << V << " C=" << C << " n=" << n << " threads=" << threads;
                 }
             }
     omp_set_num_threads(saved);
@@ -68,10 +68,10 @@ TEST(EmbeddingKernels, BackwardSumsRepeatedIds) {
 TEST(EmbeddingKernels, RefBackwardMatchesFiniteDifferences) {
     const int64_t V = 5, C = 3;
     const std::vector<int64_t> ids = {4, 1, 4, 0, 4};
-    const int64_t n = int64_t(ids.size());
-    const auto w    = to_double(random_floats(V * C, 7));
-    const auto dout = to_double(random_floats(n * C, 8));
-    auto fwd = [&](const std::vector<double>& wv) {
+    const int64_t n                = int64_t(ids.size());
+    const auto w                   = to_double(random_floats(V * C, 7));
+    const auto dout                = to_double(random_floats(n * C, 8));
+    auto fwd                       = [&](const std::vector<double>& wv) {
         std::vector<double> out(n * C);
         ref::embedding_forward<double>(out.data(), wv.data(), ids.data(), n, C);
         return out;

@@ -35,15 +35,15 @@ void check_case(const LnCase& c, uint64_t seed) {
     const float* g32 = c.affine ? gamma.data() : nullptr;
     const float* b32 = c.affine ? beta.data() : nullptr;
     const auto x64 = to_double(x), gamma64 = to_double(gamma), beta64 = to_double(beta),
-               dy64 = to_double(dy);
+               dy64   = to_double(dy);
     const double* g64 = c.affine ? gamma64.data() : nullptr;
     const double* b64 = c.affine ? beta64.data() : nullptr;
 
     // Forward: ref32 and ref64 once, fast per ISA.
     std::vector<float> y32(n), mu32(c.rows), rs32(c.rows);
     std::vector<double> y64(n), mu64(c.rows), rs64(c.rows);
-    ref::layer_norm_forward<float>(y32.data(), mu32.data(), rs32.data(), x.data(), g32, b32,
-                                   c.rows, c.N, kEps);
+    ref::layer_norm_forward<float>(y32.data(), mu32.data(), rs32.data(), x.data(), g32, b32, c.rows,
+                                   c.N, kEps);
     ref::layer_norm_forward<double>(y64.data(), mu64.data(), rs64.data(), x64.data(), g64, b64,
                                     c.rows, c.N, kEps);
     // Backward from the same float statistics (ref32's) for all three.
@@ -52,18 +52,18 @@ void check_case(const LnCase& c, uint64_t seed) {
     ref::layer_norm_backward<float>(dx32.data(), dg32.data(), db32.data(), dy.data(), x.data(),
                                     mu32.data(), rs32.data(), g32, c.rows, c.N);
     const auto mu32d = to_double(mu32), rs32d = to_double(rs32);
-    ref::layer_norm_backward<double>(dx64.data(), dg64.data(), db64.data(), dy64.data(),
-                                     x64.data(), mu32d.data(), rs32d.data(), g64, c.rows, c.N);
+    ref::layer_norm_backward<double>(dx64.data(), dg64.data(), db64.data(), dy64.data(), x64.data(),
+                                     mu32d.data(), rs32d.data(), g64, c.rows, c.N);
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> y(n), mu(c.rows), rs(c.rows), dx(n), dg(c.N), db(c.N);
         cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), g32, b32, c.rows, c.N,
                                 kEps);
-        cpu::layer_norm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(),
-                                 mu32.data(), rs32.data(), g32, c.rows, c.N);
-        const auto where = ::testing::Message() << cpu::isa_name(isa) << " rows=" << c.rows
-                                                << " N=" << c.N << " affine=" << c.affine
-                                                << " offset=" << c.offset;
+        cpu::layer_norm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mu32.data(),
+                                 rs32.data(), g32, c.rows, c.N);
+        const auto where = ::testing::Message()
+                           << cpu::isa_name(isa) << " rows=" << c.rows << " N=" << c.N
+                           << " affine=" << c.affine << " offset=" << c.offset;
         EXPECT_TRUE(within_2x(y, y32, y64)) << "y " << where;
         EXPECT_TRUE(within_2x(mu, mu32, mu64)) << "mean " << where;
         // rstd = 1/sqrt(var + 1e-5) reaches 316 for constant rows: compare relative to it.
@@ -90,13 +90,9 @@ TEST(LayerNormKernels, FastMatchesRef_D2LShapeParallel) {
     check_case({1000, 33, true}, 104);
 }
 
-TEST(LayerNormKernels, FastMatchesRef_WideRows) {
-    check_case({3, 17496, true}, 150);
-}
+TEST(LayerNormKernels, FastMatchesRef_WideRows) { check_case({3, 17496, true}, 150); }
 
-TEST(LayerNormKernels, FastMatchesRef_LargeOffset) {
-    check_case({9, 256, true, 1e4f}, 200);
-}
+TEST(LayerNormKernels, FastMatchesRef_LargeOffset) { check_case({9, 256, true, 1e4f}, 200); }
 
 TEST(LayerNormKernels, ConstantRowsGiveBeta) {
     const int64_t N = 19;
@@ -105,8 +101,8 @@ TEST(LayerNormKernels, ConstantRowsGiveBeta) {
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> y(x.size()), mu(2), rs(2);
-        cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), gamma.data(),
-                                beta.data(), 2, N, kEps);
+        cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), gamma.data(), beta.data(),
+                                2, N, kEps);
         for (int64_t j = 0; j < 2 * N; ++j) EXPECT_EQ(y[j], beta[j % N]) << cpu::isa_name(isa);
         EXPECT_EQ(mu[0], 3.25f);
         EXPECT_FLOAT_EQ(rs[0], float(1.0 / std::sqrt(kEps)));
@@ -140,7 +136,7 @@ TEST(LayerNormKernels, RefBackwardMatchesFiniteDifferences) {
     const auto gm = to_double(random_floats(N, 42, 0.5f, 1.5f));
     const auto bt = to_double(random_floats(N, 43));
     const auto dy = to_double(random_floats(rows * N, 44));
-    auto fwd = [&](const std::vector<double>& xv, const std::vector<double>& g,
+    auto fwd      = [&](const std::vector<double>& xv, const std::vector<double>& g,
                    const std::vector<double>& b) {
         std::vector<double> y(xv.size());
         ref::layer_norm_forward<double>(y.data(), nullptr, nullptr, xv.data(), g.data(), b.data(),
@@ -148,8 +144,8 @@ TEST(LayerNormKernels, RefBackwardMatchesFiniteDifferences) {
         return y;
     };
     std::vector<double> y(x.size()), mu(rows), rs(rows), dx(x.size()), dg(N), db(N);
-    ref::layer_norm_forward<double>(y.data(), mu.data(), rs.data(), x.data(), gm.data(),
-                                    bt.data(), rows, N, kEps);
+    ref::layer_norm_forward<double>(y.data(), mu.data(), rs.data(), x.data(), gm.data(), bt.data(),
+                                    rows, N, kEps);
     ref::layer_norm_backward<double>(dx.data(), dg.data(), db.data(), dy.data(), x.data(),
                                      mu.data(), rs.data(), gm.data(), rows, N);
     EXPECT_TRUE(all_close(dx, numeric_grad([&](const auto& v) { return fwd(v, gm, bt); }, x, dy),

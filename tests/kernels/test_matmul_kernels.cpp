@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/kernel_test_util.h"
 #include "kernels/ref/matmul.h"
 #include "qkv/core/error.h"
-#include "kernels/kernel_test_util.h"
 
 namespace {
 
@@ -35,9 +35,9 @@ void check_gemm(const GemmCase& c, uint64_t seed) {
     const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
     const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
     const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
-    const auto A  = random_floats(a_rows * lda, seed);
-    const auto B  = random_floats(b_rows * ldb, seed + 1);
-    const auto C0 = random_floats(c.M * ldc, seed + 2);
+    const auto A              = random_floats(a_rows * lda, seed);
+    const auto B              = random_floats(b_rows * ldb, seed + 1);
+    const auto C0             = random_floats(c.M * ldc, seed + 2);
     std::vector<float> c_fast = C0, c_ref32 = C0;
     std::vector<double> c_ref64 = to_double(C0);
     const auto A64 = to_double(A), B64 = to_double(B);
@@ -46,8 +46,8 @@ void check_gemm(const GemmCase& c, uint64_t seed) {
               c_fast.data(), ldc);
     ref::gemm<float>(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta,
                      c_ref32.data(), ldc);
-    ref::gemm<double>(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A64.data(), lda, B64.data(), ldb,
-                      c.beta, c_ref64.data(), ldc);
+    ref::gemm<double>(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A64.data(), lda, B64.data(), ldb, c.beta,
+                      c_ref64.data(), ldc);
 
     const double err_fast = max_abs_diff(c_fast.data(), c_ref64.data(), c.M * ldc);
     const double err_ref  = max_abs_diff(c_ref32.data(), c_ref64.data(), c.M * ldc);
@@ -60,9 +60,9 @@ void check_gemm(const GemmCase& c, uint64_t seed) {
 }
 
 TEST(MatmulKernels, FastMatchesRef_AllTransposes_OddSizes) {
-    const int64_t sizes[][3] = {{1, 1, 1}, {7, 17, 5}, {17, 7, 1000}, {64, 65, 63}, {100, 31, 200},
-                                {1, 300, 17}, {129, 1, 33}};
-    uint64_t seed = 1;
+    const int64_t sizes[][3] = {{1, 1, 1},      {7, 17, 5},   {17, 7, 1000}, {64, 65, 63},
+                                {100, 31, 200}, {1, 300, 17}, {129, 1, 33}};
+    uint64_t seed            = 1;
     for (bool ta : {false, true})
         for (bool tb : {false, true})
             for (const auto& s : sizes) check_gemm({ta, tb, s[0], s[1], s[2]}, seed++);
@@ -117,13 +117,20 @@ TEST(MatmulKernels, BadLeadingDimensionThrows) {
 // Batched: fast vs ref<double> with the 2x rule; covers the one-tall-GEMM path (shared B), the
 // one-GEMM-per-thread path (small products, or an even batch) and the all-threads-per-GEMM path
 // (>= 2·256³ FLOPs with an odd batch).
-void check_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
-                   bool share_b, float beta, uint64_t seed) {
+void check_batched(bool ta,
+                   bool tb,
+                   int64_t batch,
+                   int64_t M,
+                   int64_t N,
+                   int64_t K,
+                   bool share_b,
+                   float beta,
+                   uint64_t seed) {
     const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
     const int64_t sa = M * K, sb = share_b ? 0 : K * N, sc = M * N;
-    const auto A  = random_floats(batch * sa, seed);
-    const auto B  = random_floats(share_b ? K * N : batch * sb, seed + 1);
-    const auto C0 = random_floats(batch * sc, seed + 2);
+    const auto A              = random_floats(batch * sa, seed);
+    const auto B              = random_floats(share_b ? K * N : batch * sb, seed + 1);
+    const auto C0             = random_floats(batch * sc, seed + 2);
     std::vector<float> c_fast = C0, c_ref32 = C0;
     std::vector<double> c_ref64 = to_double(C0);
     cpu::gemm_batched(ta, tb, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb, sb, beta,
@@ -144,8 +151,8 @@ TEST(MatmulKernels, BatchedMatchesRef_SmallPerThread) {
     uint64_t seed = 300;
     for (bool ta : {false, true})
         for (bool tb : {false, true}) {
-            check_batched(ta, tb, 37, 9, 9, 64, false, 0.f, seed++);   // D2L scores per head
-            check_batched(ta, tb, 13, 9, 64, 9, true, 1.f, seed++);    // shared B, accumulate
+            check_batched(ta, tb, 37, 9, 9, 64, false, 0.f, seed++);  // D2L scores per head
+            check_batched(ta, tb, 13, 9, 64, 9, true, 1.f, seed++);   // shared B, accumulate
             check_batched(ta, tb, 1, 7, 5, 3, false, 0.f, seed++);
         }
 }
@@ -154,7 +161,7 @@ TEST(MatmulKernels, BatchedMatchesRef_LargeBothThreadingPaths) {
     const int saved = omp_get_max_threads();
     for (int threads : {1, 2}) {
         omp_set_num_threads(threads);
-        check_batched(false, true, 2, 256, 256, 256, false, 0.f, 400);   // 2 threads: per thread
+        check_batched(false, true, 2, 256, 256, 256, false, 0.f, 400);  // 2 threads: per thread
         check_batched(true, false, 3, 200, 300, 280, true, -1.f, 401);  // all threads per GEMM
     }
     omp_set_num_threads(saved);
@@ -162,11 +169,11 @@ TEST(MatmulKernels, BatchedMatchesRef_LargeBothThreadingPaths) {
 
 TEST(MatmulKernels, BatchedDegenerate) {
     std::vector<float> C(2 * 3 * 2, 2.f);
-    cpu::gemm_batched(false, false, 3, 2, 0, 1.f, nullptr, 1, 0, nullptr, 2, 0, 0.25f, C.data(),
-                      2, 6, 2);
+    cpu::gemm_batched(false, false, 3, 2, 0, 1.f, nullptr, 1, 0, nullptr, 2, 0, 0.25f, C.data(), 2,
+                      6, 2);
     EXPECT_EQ(C, std::vector<float>(12, 0.5f));
-    cpu::gemm_batched(false, false, 3, 2, 4, 1.f, nullptr, 4, 12, nullptr, 2, 8, 0.f, C.data(),
-                      2, 6, 0);  // batch 0: nothing written
+    cpu::gemm_batched(false, false, 3, 2, 4, 1.f, nullptr, 4, 12, nullptr, 2, 8, 0.f, C.data(), 2,
+                      6, 0);  // batch 0: nothing written
     EXPECT_EQ(C, std::vector<float>(12, 0.5f));
 }
 
@@ -177,7 +184,7 @@ TEST(MatmulKernels, DocumentedBackwardCallsMatchFiniteDifferences) {
     const int64_t M = 3, K = 4, N = 5;
     const auto a = to_double(random_floats(M * K, 500)), b = to_double(random_floats(K * N, 501));
     const auto dc = to_double(random_floats(M * N, 502));
-    auto product = [&](const std::vector<double>& av, const std::vector<double>& bv) {
+    auto product  = [&](const std::vector<double>& av, const std::vector<double>& bv) {
         std::vector<double> c(M * N);
         ref::gemm<double>(false, false, M, N, K, 1.0, av.data(), K, bv.data(), N, 0.0, c.data(), N);
         return c;

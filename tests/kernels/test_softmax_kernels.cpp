@@ -8,8 +8,8 @@
 
 #include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/softmax.h"
-#include "kernels/ref/softmax.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/ref/softmax.h"
 
 namespace {
 
@@ -70,8 +70,9 @@ TEST(ExpSimd, AccuracyWithinDocumentedUlp) {
 }
 
 TEST(ExpSimd, SpecialValues) {
-    const float in[] = {-kInf, kInf, std::numeric_limits<float>::quiet_NaN(), 88.73f, 200.f,
-                        -200.f, 0.f, -0.f, 1.f, 17.f};
+    const float in[] = {
+        -kInf, kInf, std::numeric_limits<float>::quiet_NaN(), 88.73f, 200.f, -200.f, 0.f, -0.f,
+        1.f,   17.f};
     constexpr int64_t n = sizeof(in) / sizeof(in[0]);
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
@@ -101,42 +102,45 @@ struct Outputs {
 
 // Forward and backward through the three implementations on the same float inputs. The
 // backward of every implementation is fed the same float y (ref32's forward output).
-Outputs run_all(Kind kind, const std::vector<float>& x, const std::vector<float>& dy, int64_t rows,
+Outputs run_all(Kind kind,
+                const std::vector<float>& x,
+                const std::vector<float>& dy,
+                int64_t rows,
                 int64_t cols) {
     const int64_t n = rows * cols;
     Outputs o;
     o.y_fast.resize(n), o.y_ref32.resize(n), o.y_ref64.resize(n);
     o.dx_fast.resize(n), o.dx_ref32.resize(n), o.dx_ref64.resize(n);
     const auto x64 = to_double(x), dy64 = to_double(dy);
-    const bool sm  = kind == Kind::softmax;
+    const bool sm = kind == Kind::softmax;
     (sm ? cpu::softmax_forward : cpu::log_softmax_forward)(o.y_fast.data(), x.data(), rows, cols);
     (sm ? ref::softmax_forward<float> : ref::log_softmax_forward<float>)(o.y_ref32.data(), x.data(),
-                                                                        rows, cols);
+                                                                         rows, cols);
     (sm ? ref::softmax_forward<double> : ref::log_softmax_forward<double>)(o.y_ref64.data(),
-                                                                          x64.data(), rows, cols);
+                                                                           x64.data(), rows, cols);
     const auto& y  = o.y_ref32;
     const auto y64 = to_double(y);
     (sm ? cpu::softmax_backward : cpu::log_softmax_backward)(o.dx_fast.data(), dy.data(), y.data(),
                                                              rows, cols);
-    (sm ? ref::softmax_backward<float> : ref::log_softmax_backward<float>)(
-        o.dx_ref32.data(), dy.data(), y.data(), rows, cols);
-    (sm ? ref::softmax_backward<double> : ref::log_softmax_backward<double>)(
-        o.dx_ref64.data(), dy64.data(), y64.data(), rows, cols);
+    (sm ? ref::softmax_backward<float>
+        : ref::log_softmax_backward<float>)(o.dx_ref32.data(), dy.data(), y.data(), rows, cols);
+    (sm ? ref::softmax_backward<double>
+        : ref::log_softmax_backward<double>)(o.dx_ref64.data(), dy64.data(), y64.data(), rows,
+                                             cols);
     return o;
 }
 
-void expect_fast_matches(Kind kind, const std::vector<float>& x, int64_t rows, int64_t cols,
-                         uint64_t seed) {
+void expect_fast_matches(
+    Kind kind, const std::vector<float>& x, int64_t rows, int64_t cols, uint64_t seed) {
     const auto dy = random_floats(rows * cols, seed + 7);
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
-        const Outputs o = run_all(kind, x, dy, rows, cols);
+        const Outputs o  = run_all(kind, x, dy, rows, cols);
         const char* what = kind == Kind::softmax ? "softmax" : "log_softmax";
         EXPECT_TRUE(within_2x(o.y_fast, o.y_ref32, o.y_ref64))
             << what << " forward, " << cpu::isa_name(isa) << ", rows=" << rows << " cols=" << cols;
         EXPECT_TRUE(within_2x(o.dx_fast, o.dx_ref32, o.dx_ref64))
-            << what << " backward, " << cpu::isa_name(isa) << ", rows=" << rows
-            << " cols=" << cols;
+            << what << " backward, " << cpu::isa_name(isa) << ", rows=" << rows << " cols=" << cols;
     }
 }
 
@@ -162,7 +166,7 @@ TEST(SoftmaxKernels, LargeMagnitudeLogitsStayFinite) {
     // ±1e4 logits: exp(x) would overflow without the max subtraction.
     const int64_t rows = 4, cols = 37;
     auto x = random_floats(rows * cols, 21, -1e4f, 1e4f);
-    x[5]   = 1e4f, x[40] = -1e4f;
+    x[5] = 1e4f, x[40] = -1e4f;
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> y(x.size()), ly(x.size());
@@ -184,8 +188,8 @@ TEST(SoftmaxKernels, LargeMagnitudeLogitsStayFinite) {
 
 TEST(SoftmaxKernels, EqualRowsAreUniform_MaskedEntriesZero_AllMaskedNaN) {
     const int64_t cols = 19;
-    std::vector<float> x(3 * cols, 2.5f);  // row 0: all equal
-    for (int64_t j = 10; j < cols; ++j) x[cols + j] = -kInf;  // row 1: 10 live entries
+    std::vector<float> x(3 * cols, 2.5f);                        // row 0: all equal
+    for (int64_t j = 10; j < cols; ++j) x[cols + j] = -kInf;     // row 1: 10 live entries
     for (int64_t j = 0; j < cols; ++j) x[2 * cols + j] = -kInf;  // row 2: all −inf
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
@@ -227,14 +231,14 @@ TEST(SoftmaxKernels, RefBackwardMatchesFiniteDifferences) {
         const bool sm = kind == Kind::softmax;
         auto fwd      = [&](const std::vector<double>& xv) {
             std::vector<double> y(xv.size());
-            (sm ? ref::softmax_forward<double> : ref::log_softmax_forward<double>)(
-                y.data(), xv.data(), rows, cols);
+            (sm ? ref::softmax_forward<double>
+                     : ref::log_softmax_forward<double>)(y.data(), xv.data(), rows, cols);
             return y;
         };
         const auto y = fwd(x);
         std::vector<double> dx(x.size());
-        (sm ? ref::softmax_backward<double> : ref::log_softmax_backward<double>)(
-            dx.data(), dy.data(), y.data(), rows, cols);
+        (sm ? ref::softmax_backward<double>
+            : ref::log_softmax_backward<double>)(dx.data(), dy.data(), y.data(), rows, cols);
         EXPECT_TRUE(all_close(dx, numeric_grad(fwd, x, dy), kGradAtol, kGradRtol))
             << (sm ? "softmax" : "log_softmax");
     }

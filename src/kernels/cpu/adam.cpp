@@ -9,8 +9,17 @@
 
 namespace qkv::kernels::cpu {
 
-void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, double lr,
-               double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+void adam_step(float* param,
+               const float* grad,
+               float* m,
+               float* v,
+               int64_t n,
+               double lr,
+               double beta1,
+               double beta2,
+               double eps,
+               double weight_decay,
+               bool decoupled,
                int64_t step) {
     if (n <= 0) return;
     const Isa isa = simd_isa();
@@ -19,11 +28,16 @@ void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, d
                                      decoupled, step);
     const double bc1 = 1.0 - std::pow(beta1, double(step));
     const double bc2 = 1.0 - std::pow(beta2, double(step));
-    const detail::AdamScalars s{float(lr / bc1),         float(std::sqrt(bc2)),
-                                float(beta1),            float(beta2),
-                                float(1.0 - beta1),      float(1.0 - beta2),
-                                float(eps),              float(weight_decay),
-                                float(1.0 - lr * weight_decay), weight_decay != 0.0,
+    const detail::AdamScalars s{float(lr / bc1),
+                                float(std::sqrt(bc2)),
+                                float(beta1),
+                                float(beta2),
+                                float(1.0 - beta1),
+                                float(1.0 - beta2),
+                                float(eps),
+                                float(weight_decay),
+                                float(1.0 - lr * weight_decay),
+                                weight_decay != 0.0,
                                 decoupled};
     if (isa == Isa::avx512)
         detail::adam_step_avx512(param, grad, m, v, n, s);
@@ -31,8 +45,15 @@ void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, d
         detail::adam_step_avx2(param, grad, m, v, n, s);
 }
 
-void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, double lr,
-              double momentum, double dampening, double weight_decay, bool nesterov,
+void sgd_step(float* param,
+              const float* grad,
+              float* momentum_buf,
+              int64_t n,
+              double lr,
+              double momentum,
+              double dampening,
+              double weight_decay,
+              bool nesterov,
               bool first_step) {
     const float mu = float(momentum), damp = float(1.0 - dampening), wd = float(weight_decay),
                 neg_lr = float(-lr);

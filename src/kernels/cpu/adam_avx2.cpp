@@ -3,8 +3,8 @@
 
 namespace qkv::kernels::cpu::detail {
 
-void adam_step_avx2(float* param, const float* grad, float* m, float* v, int64_t n,
-                    const AdamScalars& s) {
+void adam_step_avx2(
+    float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s) {
     simd::adam_step_t<simd::V8>(param, grad, m, v, n, s);
 }
 

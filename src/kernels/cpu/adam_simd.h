@@ -13,10 +13,10 @@ struct AdamScalars {
     bool use_wd, decoupled;
 };
 
-void adam_step_avx2(float* param, const float* grad, float* m, float* v, int64_t n,
-                    const AdamScalars& s);
-void adam_step_avx512(float* param, const float* grad, float* m, float* v, int64_t n,
-                      const AdamScalars& s);
+void adam_step_avx2(
+    float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s);
+void adam_step_avx512(
+    float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s);
 
 constexpr int64_t kAdamMinParallel = 1 << 15;  // elements
 
@@ -28,7 +28,10 @@ namespace {
 
 // The operations of ref::adam_step in the same order, kept unfused (fp-contract is off).
 template <class V>
-inline void adam_lanes(typename V::R& p, typename V::R g, typename V::R& m, typename V::R& v,
+inline void adam_lanes(typename V::R& p,
+                       typename V::R g,
+                       typename V::R& m,
+                       typename V::R& v,
                        const detail::AdamScalars& s) {
     if (s.use_wd) {
         if (s.decoupled)
@@ -39,12 +42,12 @@ inline void adam_lanes(typename V::R& p, typename V::R g, typename V::R& m, type
     m = V::add(V::mul(m, V::set1(s.beta1)), V::mul(V::set1(s.one_minus_beta1), g));
     v = V::add(V::mul(v, V::set1(s.beta2)), V::mul(V::mul(V::set1(s.one_minus_beta2), g), g));
     const typename V::R denom = V::add(V::div(V::sqrt(v), V::set1(s.bc2_sqrt)), V::set1(s.eps));
-    p = V::add(p, V::div(V::mul(V::set1(-s.step_size), m), denom));
+    p                         = V::add(p, V::div(V::mul(V::set1(-s.step_size), m), denom));
 }
 
 template <class V>
-void adam_step_t(float* param, const float* grad, float* m, float* v, int64_t n,
-                 const detail::AdamScalars& s) {
+void adam_step_t(
+    float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s) {
     using R              = typename V::R;
     const int64_t blocks = (n + V::W - 1) / V::W;
 #pragma omp parallel for schedule(static) if (n >= detail::kAdamMinParallel)
@@ -56,10 +59,11 @@ void adam_step_t(float* param, const float* grad, float* m, float* v, int64_t n,
             V::store(param + i, p), V::store(m + i, vm), V::store(v + i, vv);
         } else {
             const int64_t t = n - i;
-            R p  = V::load_tail(param + i, t, 0.f), vm = V::load_tail(m + i, t, 0.f);
+            R p = V::load_tail(param + i, t, 0.f), vm = V::load_tail(m + i, t, 0.f);
             R vv = V::load_tail(v + i, t, 0.f);
             adam_lanes<V>(p, V::load_tail(grad + i, t, 0.f), vm, vv, s);
-            V::store_tail(param + i, p, t), V::store_tail(m + i, vm, t), V::store_tail(v + i, vv, t);
+            V::store_tail(param + i, p, t), V::store_tail(m + i, vm, t),
+                V::store_tail(v + i, vv, t);
         }
     }
 }

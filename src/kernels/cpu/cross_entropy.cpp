@@ -6,8 +6,14 @@
 
 namespace qkv::kernels::cpu {
 
-void cross_entropy_forward(float* loss, float* lse, const float* logits, const int64_t* target,
-                           const float* weight, int64_t N, int64_t V, int64_t ignore_index,
+void cross_entropy_forward(float* loss,
+                           float* lse,
+                           const float* logits,
+                           const int64_t* target,
+                           const float* weight,
+                           int64_t N,
+                           int64_t V,
+                           int64_t ignore_index,
                            double label_smoothing) {
     if (N == 0 || V == 0) return;
     const float eps = float(label_smoothing);
@@ -18,15 +24,23 @@ void cross_entropy_forward(float* loss, float* lse, const float* logits, const i
         case Isa::avx2:
             return detail::cross_entropy_forward_avx2(loss, lse, logits, target, weight, N, V,
                                                       ignore_index, eps);
-        case Isa::scalar: break;
+        case Isa::scalar:
+            break;
     }
     ref::cross_entropy_forward<float>(loss, lse, logits, target, weight, N, V, ignore_index,
                                       label_smoothing);
 }
 
-void cross_entropy_backward(float* dlogits, const float* dloss, int64_t dloss_stride,
-                            const float* logits, const float* lse, const int64_t* target,
-                            const float* weight, int64_t N, int64_t V, int64_t ignore_index,
+void cross_entropy_backward(float* dlogits,
+                            const float* dloss,
+                            int64_t dloss_stride,
+                            const float* logits,
+                            const float* lse,
+                            const int64_t* target,
+                            const float* weight,
+                            int64_t N,
+                            int64_t V,
+                            int64_t ignore_index,
                             double label_smoothing) {
     if (N == 0 || V == 0) return;
     const float eps = float(label_smoothing);
@@ -37,10 +51,11 @@ void cross_entropy_backward(float* dlogits, const float* dloss, int64_t dloss_st
         case Isa::avx2:
             return detail::cross_entropy_backward_avx2(dlogits, dloss, dloss_stride, logits, lse,
                                                        target, weight, N, V, ignore_index, eps);
-        case Isa::scalar: break;
+        case Isa::scalar:
+            break;
     }
-    ref::cross_entropy_backward<float>(dlogits, dloss, dloss_stride, logits, lse, target, weight,
-                                       N, V, ignore_index, label_smoothing);
+    ref::cross_entropy_backward<float>(dlogits, dloss, dloss_stride, logits, lse, target, weight, N,
+                                       V, ignore_index, label_smoothing);
 }
 
 }  // namespace qkv::kernels::cpu

@@ -4,17 +4,30 @@
 
 namespace qkv::kernels::cpu::detail {
 
-void cross_entropy_forward_avx2(float* loss, float* lse, const float* logits,
-                                const int64_t* target, const float* weight, int64_t N,
-                                int64_t V, int64_t ignore_index, float label_smoothing) {
-    simd::cross_entropy_forward_t<simd::V8>(loss, lse, logits, target, weight, N, V,
-                                            ignore_index, label_smoothing);
+void cross_entropy_forward_avx2(float* loss,
+                                float* lse,
+                                const float* logits,
+                                const int64_t* target,
+                                const float* weight,
+                                int64_t N,
+                                int64_t V,
+                                int64_t ignore_index,
+                                float label_smoothing) {
+    simd::cross_entropy_forward_t<simd::V8>(loss, lse, logits, target, weight, N, V, ignore_index,
+                                            label_smoothing);
 }
 
-void cross_entropy_backward_avx2(float* dlogits, const float* dloss, int64_t dloss_stride,
-                                 const float* logits, const float* lse, const int64_t* target,
-                                 const float* weight, int64_t N, int64_t V,
-                                 int64_t ignore_index, float label_smoothing) {
+void cross_entropy_backward_avx2(float* dlogits,
+                                 const float* dloss,
+                                 int64_t dloss_stride,
+                                 const float* logits,
+                                 const float* lse,
+                                 const int64_t* target,
+                                 const float* weight,
+                                 int64_t N,
+                                 int64_t V,
+                                 int64_t ignore_index,
+                                 float label_smoothing) {
     simd::cross_entropy_backward_t<simd::V8>(dlogits, dloss, dloss_stride, logits, lse, target,
                                              weight, N, V, ignore_index, label_smoothing);
 }

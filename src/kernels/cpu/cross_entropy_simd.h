@@ -20,7 +20,7 @@ QKV_CROSS_ENTROPY_DECLARE(avx512)
 #undef QKV_CROSS_ENTROPY_DECLARE
 
 /// Logits per block in the forward: 16 KiB, so the Σexp pass re-reads the block from L1.
-constexpr int64_t kCrossEntropyBlock = 4096;
+constexpr int64_t kCrossEntropyBlock       = 4096;
 constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxMinParallel
 
 }  // namespace qkv::kernels::cpu::detail
@@ -30,8 +30,14 @@ namespace qkv::kernels::cpu::simd {
 namespace {
 
 template <class V>
-void cross_entropy_forward_t(float* loss, float* lse, const float* logits, const int64_t* target,
-                             const float* weight, int64_t N, int64_t Vn, int64_t ignore_index,
+void cross_entropy_forward_t(float* loss,
+                             float* lse,
+                             const float* logits,
+                             const int64_t* target,
+                             const float* weight,
+                             int64_t N,
+                             int64_t Vn,
+                             int64_t ignore_index,
                              float eps) {
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
@@ -39,11 +45,13 @@ void cross_entropy_forward_t(float* loss, float* lse, const float* logits, const
         // Running (max m, Σ exp(x − m)) over blocks: s ← s·exp(m − m') + Σ_block exp(x − m').
         float m = kNegInf, s = 0.f, sum_x = 0.f;
         for (int64_t b = 0; b < Vn; b += detail::kCrossEntropyBlock) {
-            const int64_t n = Vn - b < detail::kCrossEntropyBlock ? Vn - b : detail::kCrossEntropyBlock;
-            const float bm  = row_max<V>(x + b, n);
+            const int64_t n =
+                Vn - b < detail::kCrossEntropyBlock ? Vn - b : detail::kCrossEntropyBlock;
+            const float bm = row_max<V>(x + b, n);
             if (eps != 0.f) sum_x += row_sum<V>(x + b, n);
             const float nm = bm > m || bm != bm ? bm : m;  // NaN propagates
-            if (nm == kNegInf) continue;  // only −inf so far: Σexp stays 0 (exp(−inf − −inf) is NaN)
+            if (nm == kNegInf)
+                continue;  // only −inf so far: Σexp stays 0 (exp(−inf − −inf) is NaN)
             if (nm != m) s *= __builtin_expf(m - nm);  // exp(−inf) = 0 for the first finite block
             s += row_sum_exp<V, false>(nullptr, x + b, n, nm);
             m = nm;
@@ -62,9 +70,16 @@ void cross_entropy_forward_t(float* loss, float* lse, const float* logits, const
 }
 
 template <class V>
-void cross_entropy_backward_t(float* dlogits, const float* dloss, int64_t dloss_stride,
-                              const float* logits, const float* lse, const int64_t* target,
-                              const float* weight, int64_t N, int64_t Vn, int64_t ignore_index,
+void cross_entropy_backward_t(float* dlogits,
+                              const float* dloss,
+                              int64_t dloss_stride,
+                              const float* logits,
+                              const float* lse,
+                              const int64_t* target,
+                              const float* weight,
+                              int64_t N,
+                              int64_t Vn,
+                              int64_t ignore_index,
                               float eps) {
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)

@@ -13,11 +13,18 @@ namespace qkv::kernels::cpu {
 namespace {
 
 // Scalar path for elements [i0, i1): one Philox call per block of 4 counters.
-void apply_scalar(const float* x, float* y, uint8_t* mask, int64_t i0, int64_t i1, float p,
-                  float scale, uint64_t seed, uint64_t offset) {
+void apply_scalar(const float* x,
+                  float* y,
+                  uint8_t* mask,
+                  int64_t i0,
+                  int64_t i1,
+                  float p,
+                  float scale,
+                  uint64_t seed,
+                  uint64_t offset) {
     for (int64_t i = i0; i < i1;) {
-        const uint64_t c   = offset + uint64_t(i);
-        const uint64_t blk = c >> 2;
+        const uint64_t c      = offset + uint64_t(i);
+        const uint64_t blk    = c >> 2;
         const philox::U32x4 r = philox::philox4x32(uint32_t(blk), uint32_t(blk >> 32), 0u, 0u,
                                                    uint32_t(seed), uint32_t(seed >> 32));
         for (uint64_t w = c & 3; w < 4 && i < i1; ++w, ++i) {
@@ -28,8 +35,8 @@ void apply_scalar(const float* x, float* y, uint8_t* mask, int64_t i0, int64_t i
     }
 }
 
-void apply(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed,
-           uint64_t offset) {
+void apply(
+    const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     if (n <= 0) return;
     const float scale = 1.0f / (1.0f - p);
     if (simd_isa() == Isa::scalar) return apply_scalar(x, y, mask, 0, n, p, scale, seed, offset);
@@ -45,13 +52,23 @@ void apply(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t
 
 }  // namespace
 
-void dropout_forward(const float* x, float* y, uint8_t* mask_or_null, int64_t n, float p,
-                     uint64_t seed, uint64_t offset) {
+void dropout_forward(const float* x,
+                     float* y,
+                     uint8_t* mask_or_null,
+                     int64_t n,
+                     float p,
+                     uint64_t seed,
+                     uint64_t offset) {
     apply(x, y, mask_or_null, n, p, seed, offset);
 }
 
-void dropout_backward(const float* dy, float* dx, const uint8_t* mask_or_null, int64_t n, float p,
-                      uint64_t seed, uint64_t offset) {
+void dropout_backward(const float* dy,
+                      float* dx,
+                      const uint8_t* mask_or_null,
+                      int64_t n,
+                      float p,
+                      uint64_t seed,
+                      uint64_t offset) {
     if (!mask_or_null) return apply(dy, dx, nullptr, n, p, seed, offset);
     const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n >= 32 * detail::kDropoutMinParallelGroups)

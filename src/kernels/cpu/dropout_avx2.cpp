@@ -14,8 +14,8 @@ namespace {
 inline void mulhilo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
     const __m256i even = _mm256_mul_epu32(a, m);
     const __m256i odd  = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-    lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    lo                 = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    hi                 = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
 // Philox4x32-10 for blocks b0 .. b0+7 (counter (b, b >> 32, 0, 0), key = seed), words in r[0..3].
@@ -25,18 +25,22 @@ inline void philox8(uint64_t b0, uint64_t seed, __m256i r[4]) {
     const __m256i base = _mm256_set1_epi32(int32_t(uint32_t(b0)));
     __m256i c0         = _mm256_add_epi32(base, lane);
     // Unsigned overflow of the low word: c0 < base (compare with the sign bit flipped).
-    const __m256i flip  = _mm256_set1_epi32(int32_t(0x80000000u));
-    const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0, flip));
+    const __m256i flip = _mm256_set1_epi32(int32_t(0x80000000u));
+    const __m256i carry =
+        _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0, flip));
     __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(int32_t(uint32_t(b0 >> 32))), carry);
     __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
     uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-    const __m256i m0 = _mm256_set1_epi32(int32_t(0xD2511F53u)), m1 = _mm256_set1_epi32(int32_t(0xCD9E8D57u));
+    const __m256i m0 = _mm256_set1_epi32(int32_t(0xD2511F53u)),
+                  m1 = _mm256_set1_epi32(int32_t(0xCD9E8D57u));
     for (int round = 0; round < 10; ++round) {
         __m256i hi0, lo0, hi1, lo1;
         mulhilo(c0, m0, hi0, lo0);
         mulhilo(c2, m1, hi1, lo1);
-        const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(int32_t(k0)));
-        const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(int32_t(k1)));
+        const __m256i n0 =
+            _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(int32_t(k0)));
+        const __m256i n2 =
+            _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(int32_t(k1)));
         c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
@@ -61,8 +65,14 @@ inline void transpose4x8(const __m256i r[4], __m256 out[4]) {
 
 }  // namespace
 
-void dropout_apply_avx2(const float* x, float* y, uint8_t* mask, int64_t groups, float p,
-                        float scale, uint64_t seed, uint64_t block0) {
+void dropout_apply_avx2(const float* x,
+                        float* y,
+                        uint8_t* mask,
+                        int64_t groups,
+                        float p,
+                        float scale,
+                        uint64_t seed,
+                        uint64_t block0) {
 #pragma omp parallel for schedule(static) if (groups >= kDropoutMinParallelGroups)
     for (int64_t g = 0; g < groups; ++g) {
         __m256i r[4];
@@ -85,7 +95,8 @@ void dropout_apply_avx2(const float* x, float* y, uint8_t* mask, int64_t groups,
             const __m256i p01 = _mm256_packs_epi32(keep[0], keep[1]);
             const __m256i p23 = _mm256_packs_epi32(keep[2], keep[3]);
             const __m256i b   = _mm256_packs_epi16(p01, p23);
-            const __m256i ord = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            const __m256i ord =
+                _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(mask + g * 32), ord);
         }
     }

@@ -9,7 +9,13 @@ constexpr int64_t kDropoutMinParallelGroups = 256;
 
 /// For element i < 32·groups, with counter 4·block0 + i: keep = uniform01(bits) >= p,
 /// y[i] = keep ? x[i]·scale : 0, mask[i] = keep (when mask is not null).
-void dropout_apply_avx2(const float* x, float* y, uint8_t* mask, int64_t groups, float p,
-                        float scale, uint64_t seed, uint64_t block0);
+void dropout_apply_avx2(const float* x,
+                        float* y,
+                        uint8_t* mask,
+                        int64_t groups,
+                        float p,
+                        float scale,
+                        uint64_t seed,
+                        uint64_t block0);
 
 }  // namespace qkv::kernels::cpu::detail

@@ -9,7 +9,7 @@ namespace qkv::kernels::cpu {
 namespace {
 
 constexpr int64_t kMinParallel = 1 << 15;  // elements: below this one thread is faster
-constexpr int64_t kColAlign    = 16;       // column slices start on 64-byte lines (no false sharing)
+constexpr int64_t kColAlign    = 16;  // column slices start on 64-byte lines (no false sharing)
 
 }  // namespace
 
@@ -19,8 +19,8 @@ void embedding_forward(float* out, const float* weight, const int64_t* ids, int6
         std::memcpy(out + i * C, weight + ids[i] * C, sizeof(float) * static_cast<std::size_t>(C));
 }
 
-void embedding_backward(float* dweight, const float* dout, const int64_t* ids, int64_t n,
-                        int64_t V, int64_t C) {
+void embedding_backward(
+    float* dweight, const float* dout, const int64_t* ids, int64_t n, int64_t V, int64_t C) {
     const bool par = (V + n) * C >= kMinParallel;
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t v = 0; v < V; ++v)

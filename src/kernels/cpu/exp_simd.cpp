@@ -36,18 +36,24 @@ Isa set_max_isa(Isa cap) {
 
 const char* isa_name(Isa isa) {
     switch (isa) {
-        case Isa::avx512: return "avx512";
-        case Isa::avx2: return "avx2";
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return "avx512";
+        case Isa::avx2:
+            return "avx2";
+        case Isa::scalar:
+            break;
     }
     return "scalar";
 }
 
 void exp_simd(float* y, const float* x, int64_t n) {
     switch (simd_isa()) {
-        case Isa::avx512: return detail::exp_simd_avx512(y, x, n);
-        case Isa::avx2: return detail::exp_simd_avx2(y, x, n);
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return detail::exp_simd_avx512(y, x, n);
+        case Isa::avx2:
+            return detail::exp_simd_avx2(y, x, n);
+        case Isa::scalar:
+            break;
     }
     for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
 }

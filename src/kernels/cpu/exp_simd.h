@@ -64,22 +64,22 @@ namespace simd {
 namespace {
 
 // ---- exp constants (Cephes expf) ----------------------------------------------------------------
-constexpr float kExpHi    = 88.8f;                   // e^88.8 > FLT_MAX: saturates to +inf
-constexpr float kExpLo    = -104.0f;                 // e^-104 < 2^-150: rounds to 0
-constexpr float kLog2e    = 1.44269504088896341f;
-constexpr float kLn2Hi    = 0.693359375f;            // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi has 9 bits
-constexpr float kLn2Lo    = -2.12194440e-4f;
-constexpr float kExpP0    = 1.9875691500e-4f;
-constexpr float kExpP1    = 1.3981999507e-3f;
-constexpr float kExpP2    = 8.3334519073e-3f;
-constexpr float kExpP3    = 4.1665795894e-2f;
-constexpr float kExpP4    = 1.6666665459e-1f;
-constexpr float kExpP5    = 5.0000001201e-1f;
+constexpr float kExpHi = 88.8f;    // e^88.8 > FLT_MAX: saturates to +inf
+constexpr float kExpLo = -104.0f;  // e^-104 < 2^-150: rounds to 0
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi has 9 bits
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP0 = 1.9875691500e-4f;
+constexpr float kExpP1 = 1.3981999507e-3f;
+constexpr float kExpP2 = 8.3334519073e-3f;
+constexpr float kExpP3 = 4.1665795894e-2f;
+constexpr float kExpP4 = 1.6666665459e-1f;
+constexpr float kExpP5 = 5.0000001201e-1f;
 
 #if defined(__AVX2__) && defined(__FMA__)
 /// 8 fp32 lanes (AVX2 + FMA).
 struct V8 {
-    using R                  = __m256;
+    using R                    = __m256;
     static constexpr int64_t W = 8;
 
     static R zero() { return _mm256_setzero_ps(); }
@@ -104,7 +104,9 @@ struct V8 {
     /// max/min return the second operand when either is NaN (x86 semantics).
     static R max(R a, R b) { return _mm256_max_ps(a, b); }
     static R min(R a, R b) { return _mm256_min_ps(a, b); }
-    static R round(R a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static R round(R a) {
+        return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
     static R floor(R a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
     /// 2^k for integer-valued k in [-126, 127] (exact, built from the exponent bits).
     static R pow2i(R k) {
@@ -136,7 +138,7 @@ private:
 #if defined(__AVX512F__)
 /// 16 fp32 lanes (AVX-512F; tails use mask registers).
 struct V16 {
-    using R                  = __m512;
+    using R                    = __m512;
     static constexpr int64_t W = 16;
 
     static R zero() { return _mm512_setzero_ps(); }
@@ -157,8 +159,12 @@ struct V16 {
     static R fnmadd(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }
     static R max(R a, R b) { return _mm512_max_ps(a, b); }
     static R min(R a, R b) { return _mm512_min_ps(a, b); }
-    static R round(R a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-    static R floor(R a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+    static R round(R a) {
+        return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    static R floor(R a) {
+        return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
     static R pow2i(R k) {
         const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127));
         return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
@@ -177,7 +183,7 @@ template <class V>
 inline typename V::R exp(typename V::R x) {
     using R = typename V::R;
     // Clamp with x as the second operand so that NaN propagates.
-    x       = V::max(V::set1(kExpLo), V::min(V::set1(kExpHi), x));
+    x         = V::max(V::set1(kExpLo), V::min(V::set1(kExpHi), x));
     const R n = V::round(V::mul(x, V::set1(kLog2e)));
     R r       = V::fnmadd(n, V::set1(kLn2Hi), x);
     r         = V::fnmadd(n, V::set1(kLn2Lo), r);

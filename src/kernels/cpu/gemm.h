@@ -13,8 +13,18 @@ namespace qkv::kernels::cpu {
 /// M, N or K may be 0 (K == 0 gives C = beta·C). Uses all OpenMP threads (oneDNN threads
 /// through OpenMP; inside a parallel region it runs on the calling thread only).
 /// Throws qkv::Error if oneDNN reports a failure (invalid leading dimensions).
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+void gemm(bool trans_a,
+          bool trans_b,
+          int64_t M,
+          int64_t N,
+          int64_t K,
+          float alpha,
+          const float* A,
+          int64_t lda,
+          const float* B,
+          int64_t ldb,
+          float beta,
+          float* C,
           int64_t ldc);
 
 /// `batch` independent GEMMs with the same shapes (cublasSgemmStridedBatched order): GEMM i
@@ -24,9 +34,22 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 /// (batch·M)-row GEMM. Otherwise products below 2·256³ FLOPs (D2L's attention heads, e.g.
 /// (9×64)·(64×9)), or any batch that divides evenly over the threads, run one whole GEMM per
 /// thread; the rest run one at a time with all threads inside oneDNN.
-void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
-                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
+void gemm_batched(bool trans_a,
+                  bool trans_b,
+                  int64_t M,
+                  int64_t N,
+                  int64_t K,
+                  float alpha,
+                  const float* A,
+                  int64_t lda,
+                  int64_t stride_a,
+                  const float* B,
+                  int64_t ldb,
+                  int64_t stride_b,
+                  float beta,
+                  float* C,
+                  int64_t ldc,
+                  int64_t stride_c,
                   int64_t batch);
 
 }  // namespace qkv::kernels::cpu

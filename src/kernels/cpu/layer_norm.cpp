@@ -10,8 +10,15 @@
 
 namespace qkv::kernels::cpu {
 
-void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                        const float* beta, int64_t rows, int64_t N, double eps) {
+void layer_norm_forward(float* y,
+                        float* mean,
+                        float* rstd,
+                        const float* x,
+                        const float* gamma,
+                        const float* beta,
+                        int64_t rows,
+                        int64_t N,
+                        double eps) {
     if (rows == 0 || N == 0) return;
     const Isa isa = simd_isa();
     if (isa == Isa::scalar)
@@ -25,8 +32,15 @@ void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, cons
         detail::layer_norm_forward_avx2(y, mean, rstd, x, gamma, beta, rows, N, float(eps));
 }
 
-void layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                         const float* mean, const float* rstd, const float* gamma, int64_t rows,
+void layer_norm_backward(float* dx,
+                         float* dgamma,
+                         float* dbeta,
+                         const float* dy,
+                         const float* x,
+                         const float* mean,
+                         const float* rstd,
+                         const float* gamma,
+                         int64_t rows,
                          int64_t N) {
     if (N == 0) return;
     if (rows == 0) {  // empty sums

@@ -3,15 +3,29 @@
 
 namespace qkv::kernels::cpu::detail {
 
-void layer_norm_forward_avx2(float* y, float* mean, float* rstd, const float* x,
-                             const float* gamma, const float* beta, int64_t rows, int64_t N,
+void layer_norm_forward_avx2(float* y,
+                             float* mean,
+                             float* rstd,
+                             const float* x,
+                             const float* gamma,
+                             const float* beta,
+                             int64_t rows,
+                             int64_t N,
                              float eps) {
     simd::layer_norm_forward_t<simd::V8>(y, mean, rstd, x, gamma, beta, rows, N, eps);
 }
 
-void layer_norm_backward_avx2(float* dx, float* dgamma, float* dbeta, const float* dy,
-                              const float* x, const float* mean, const float* rstd,
-                              const float* gamma, int64_t rows, int64_t N, float* partial) {
+void layer_norm_backward_avx2(float* dx,
+                              float* dgamma,
+                              float* dbeta,
+                              const float* dy,
+                              const float* x,
+                              const float* mean,
+                              const float* rstd,
+                              const float* gamma,
+                              int64_t rows,
+                              int64_t N,
+                              float* partial) {
     simd::layer_norm_backward_t<simd::V8>(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, N,
                                           partial);
 }

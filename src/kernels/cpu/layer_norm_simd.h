@@ -16,13 +16,13 @@ static inline int64_t layer_norm_rows_per_block(int64_t rows) {
     return by_cap > 32 ? by_cap : 32;
 }
 
-#define QKV_LAYER_NORM_DECLARE(isa)                                                             \
-    void layer_norm_forward_##isa(float* y, float* mean, float* rstd, const float* x,           \
-                                  const float* gamma, const float* beta, int64_t rows,          \
-                                  int64_t N, float eps);                                        \
-    /* partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials). */               \
-    void layer_norm_backward_##isa(float* dx, float* dgamma, float* dbeta, const float* dy,     \
-                                   const float* x, const float* mean, const float* rstd,        \
+#define QKV_LAYER_NORM_DECLARE(isa)                                                               \
+    void layer_norm_forward_##isa(float* y, float* mean, float* rstd, const float* x,             \
+                                  const float* gamma, const float* beta, int64_t rows, int64_t N, \
+                                  float eps);                                                     \
+    /* partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials). */             \
+    void layer_norm_backward_##isa(float* dx, float* dgamma, float* dbeta, const float* dy,       \
+                                   const float* x, const float* mean, const float* rstd,          \
                                    const float* gamma, int64_t rows, int64_t N, float* partial);
 QKV_LAYER_NORM_DECLARE(avx2)
 QKV_LAYER_NORM_DECLARE(avx512)
@@ -45,8 +45,8 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
     int64_t j = 0;
     for (; j + 2 * V::W <= n; j += 2 * V::W) {
         const R d0 = V::sub(V::load(x + j), vmu), d1 = V::sub(V::load(x + j + V::W), vmu);
-        s0         = V::fmadd(d0, d0, s0);
-        s1         = V::fmadd(d1, d1, s1);
+        s0 = V::fmadd(d0, d0, s0);
+        s1 = V::fmadd(d1, d1, s1);
     }
     for (; j + V::W <= n; j += V::W) {
         const R d = V::sub(V::load(x + j), vmu);
@@ -60,8 +60,15 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
 }
 
 template <class V>
-void layer_norm_forward_t(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                          const float* beta, int64_t rows, int64_t N, float eps) {
+void layer_norm_forward_t(float* y,
+                          float* mean,
+                          float* rstd,
+                          const float* x,
+                          const float* gamma,
+                          const float* beta,
+                          int64_t rows,
+                          int64_t N,
+                          float eps) {
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
@@ -79,10 +86,9 @@ void layer_norm_forward_t(float* y, float* mean, float* rstd, const float* x, co
         if (j < N) {
             const int64_t t = N - j;
             const R xhat    = V::mul(V::sub(V::load_tail(xr + j, t, 0.f), vmu), vrs);
-            V::store_tail(yr + j,
-                          V::fmadd(xhat, V::load_tail(gamma + j, t, 0.f),
-                                   V::load_tail(beta + j, t, 0.f)),
-                          t);
+            V::store_tail(
+                yr + j,
+                V::fmadd(xhat, V::load_tail(gamma + j, t, 0.f), V::load_tail(beta + j, t, 0.f)), t);
         }
         if (mean) mean[r] = mu;
         if (rstd) rstd[r] = rs;
@@ -90,9 +96,17 @@ void layer_norm_forward_t(float* y, float* mean, float* rstd, const float* x, co
 }
 
 template <class V>
-void layer_norm_backward_t(float* dx, float* dgamma, float* dbeta, const float* dy,
-                           const float* x, const float* mean, const float* rstd,
-                           const float* gamma, int64_t rows, int64_t N, float* partial) {
+void layer_norm_backward_t(float* dx,
+                           float* dgamma,
+                           float* dbeta,
+                           const float* dy,
+                           const float* x,
+                           const float* mean,
+                           const float* rstd,
+                           const float* gamma,
+                           int64_t rows,
+                           int64_t N,
+                           float* partial) {
     using R            = typename V::R;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);
     const int64_t nblk = (rows + rpb - 1) / rpb;
@@ -143,7 +157,7 @@ void layer_norm_backward_t(float* dx, float* dgamma, float* dbeta, const float* 
                 const R vx      = full ? V::load(xr + j) : V::load_tail(xr + j, t, 0.f);
                 const R vg      = full ? V::load(gamma + j) : V::load_tail(gamma + j, t, 0.f);
                 const R xhat    = V::mul(V::sub(vx, vmu), vrs);
-                const R v = V::mul(vrs, V::fnmadd(xhat, mgx, V::sub(V::mul(vdy, vg), mg)));
+                const R v       = V::mul(vrs, V::fnmadd(xhat, mgx, V::sub(V::mul(vdy, vg), mg)));
                 if (full)
                     V::store(dxr + j, v);
                 else

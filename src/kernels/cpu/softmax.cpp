@@ -9,9 +9,12 @@ namespace qkv::kernels::cpu {
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return;
     switch (simd_isa()) {
-        case Isa::avx512: return detail::softmax_forward_avx512(y, x, rows, cols);
-        case Isa::avx2: return detail::softmax_forward_avx2(y, x, rows, cols);
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return detail::softmax_forward_avx512(y, x, rows, cols);
+        case Isa::avx2:
+            return detail::softmax_forward_avx2(y, x, rows, cols);
+        case Isa::scalar:
+            break;
     }
     ref::softmax_forward<float>(y, x, rows, cols);
 }
@@ -19,9 +22,12 @@ void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return;
     switch (simd_isa()) {
-        case Isa::avx512: return detail::softmax_backward_avx512(dx, dy, y, rows, cols);
-        case Isa::avx2: return detail::softmax_backward_avx2(dx, dy, y, rows, cols);
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return detail::softmax_backward_avx512(dx, dy, y, rows, cols);
+        case Isa::avx2:
+            return detail::softmax_backward_avx2(dx, dy, y, rows, cols);
+        case Isa::scalar:
+            break;
     }
     ref::softmax_backward<float>(dx, dy, y, rows, cols);
 }
@@ -29,20 +35,25 @@ void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, 
 void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return;
     switch (simd_isa()) {
-        case Isa::avx512: return detail::log_softmax_forward_avx512(y, x, rows, cols);
-        case Isa::avx2: return detail::log_softmax_forward_avx2(y, x, rows, cols);
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return detail::log_softmax_forward_avx512(y, x, rows, cols);
+        case Isa::avx2:
+            return detail::log_softmax_forward_avx2(y, x, rows, cols);
+        case Isa::scalar:
+            break;
     }
     ref::log_softmax_forward<float>(y, x, rows, cols);
 }
 
-void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows,
-                          int64_t cols) {
+void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return;
     switch (simd_isa()) {
-        case Isa::avx512: return detail::log_softmax_backward_avx512(dx, dy, y, rows, cols);
-        case Isa::avx2: return detail::log_softmax_backward_avx2(dx, dy, y, rows, cols);
-        case Isa::scalar: break;
+        case Isa::avx512:
+            return detail::log_softmax_backward_avx512(dx, dy, y, rows, cols);
+        case Isa::avx2:
+            return detail::log_softmax_backward_avx2(dx, dy, y, rows, cols);
+        case Isa::scalar:
+            break;
     }
     ref::log_softmax_backward<float>(dx, dy, y, rows, cols);
 }

@@ -2,6 +2,7 @@
 // Fast fp32 softmax / log_softmax over the last dim of a contiguous (rows, cols) array:
 // AVX-512 or AVX2 with the polynomial exp of cpu/exp_simd.h, OpenMP over rows; on CPUs without
 // AVX2 the reference kernels run. Same semantics and signatures as kernels::ref (ref/softmax.h).
+// Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>
 
 namespace qkv::kernels::cpu {
@@ -14,7 +15,6 @@ void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, 
 /// y = x − max − log Σ exp(x − max) per row. y may alias x.
 void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols);
 /// dx = dy − exp(y)·rowsum(dy), y the forward output. dx may alias dy.
-void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows,
-                          int64_t cols);
+void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols);
 
 }  // namespace qkv::kernels::cpu

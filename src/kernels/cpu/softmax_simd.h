@@ -84,8 +84,8 @@ void log_softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols)
 
 // dx = dy − exp(y)·Σ dy
 template <class V>
-void log_softmax_backward_t(float* dx, const float* dy, const float* y, int64_t rows,
-                            int64_t cols) {
+void log_softmax_backward_t(
+    float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {

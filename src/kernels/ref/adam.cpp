@@ -8,15 +8,25 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void adam_step(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-               double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
-    const double bc1       = 1.0 - std::pow(beta1, double(step));
-    const double bc2       = 1.0 - std::pow(beta2, double(step));
-    const T step_size      = T(lr / bc1);
-    const T bc2_sqrt       = T(std::sqrt(bc2));
+void adam_step(T* param,
+               const T* grad,
+               T* m,
+               T* v,
+               int64_t n,
+               double lr,
+               double beta1,
+               double beta2,
+               double eps,
+               double weight_decay,
+               bool decoupled,
+               int64_t step) {
+    const double bc1  = 1.0 - std::pow(beta1, double(step));
+    const double bc2  = 1.0 - std::pow(beta2, double(step));
+    const T step_size = T(lr / bc1);
+    const T bc2_sqrt  = T(std::sqrt(bc2));
     const T b1 = T(beta1), b2 = T(beta2), omb1 = T(1.0 - beta1), omb2 = T(1.0 - beta2);
-    const T decay          = T(1.0 - lr * weight_decay);
-    const T wd             = T(weight_decay);
+    const T decay = T(1.0 - lr * weight_decay);
+    const T wd    = T(weight_decay);
     for (int64_t i = 0; i < n; ++i) {
         T g = grad[i];
         if (weight_decay != 0.0) {
@@ -33,8 +43,16 @@ void adam_step(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double
 }
 
 template <class T>
-void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum,
-              double dampening, double weight_decay, bool nesterov, bool first_step) {
+void sgd_step(T* param,
+              const T* grad,
+              T* momentum_buf,
+              int64_t n,
+              double lr,
+              double momentum,
+              double dampening,
+              double weight_decay,
+              bool nesterov,
+              bool first_step) {
     const T mu = T(momentum), damp = T(1.0 - dampening), wd = T(weight_decay), neg_lr = T(-lr);
     for (int64_t i = 0; i < n; ++i) {
         T g = grad[i];
@@ -48,13 +66,33 @@ void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, do
     }
 }
 
-template void adam_step<float>(float*, const float*, float*, float*, int64_t, double, double,
-                               double, double, double, bool, int64_t);
-template void adam_step<double>(double*, const double*, double*, double*, int64_t, double, double,
-                                double, double, double, bool, int64_t);
-template void sgd_step<float>(float*, const float*, float*, int64_t, double, double, double,
-                              double, bool, bool);
-template void sgd_step<double>(double*, const double*, double*, int64_t, double, double, double,
-                               double, bool, bool);
+template void adam_step<float>(float*,
+                               const float*,
+                               float*,
+                               float*,
+                               int64_t,
+                               double,
+                               double,
+                               double,
+                               double,
+                               double,
+                               bool,
+                               int64_t);
+template void adam_step<double>(double*,
+                                const double*,
+                                double*,
+                                double*,
+                                int64_t,
+                                double,
+                                double,
+                                double,
+                                double,
+                                double,
+                                bool,
+                                int64_t);
+template void sgd_step<float>(
+    float*, const float*, float*, int64_t, double, double, double, double, bool, bool);
+template void sgd_step<double>(
+    double*, const double*, double*, int64_t, double, double, double, double, bool, bool);
 
 }  // namespace qkv::kernels::ref

@@ -2,6 +2,7 @@
 // Reference optimizer steps with PyTorch's formulas (torch.optim.Adam / AdamW / SGD, torch 1.13,
 // single-tensor path), templated on float/double. Hyperparameters are doubles (Python floats);
 // the element arithmetic runs in T.
+// Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>
 
 namespace qkv::kernels::ref {
@@ -14,15 +15,33 @@ namespace qkv::kernels::ref {
 ///   p ← p − step_size · m / (sqrt(v) / sqrt(bc2) + eps)
 /// param, m, v: updated in place; grad: read only; all (n). m, v start at 0.
 template <class T>
-void adam_step(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-               double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+void adam_step(T* param,
+               const T* grad,
+               T* m,
+               T* v,
+               int64_t n,
+               double lr,
+               double beta1,
+               double beta2,
+               double eps,
+               double weight_decay,
+               bool decoupled,
+               int64_t step);
 
 /// One SGD step (torch.optim.SGD): g ← g + wd·p (wd != 0); with momentum μ != 0:
 /// buf ← g on the first step (first_step = true), else buf ← μ·buf + (1 − dampening)·g;
 /// g ← g + μ·buf (nesterov) or g ← buf; then p ← p − lr·g. momentum_buf: (n), may be nullptr
 /// when momentum == 0.
 template <class T>
-void sgd_step(T* param, const T* grad, T* momentum_buf, int64_t n, double lr, double momentum,
-              double dampening, double weight_decay, bool nesterov, bool first_step);
+void sgd_step(T* param,
+              const T* grad,
+              T* momentum_buf,
+              int64_t n,
+              double lr,
+              double momentum,
+              double dampening,
+              double weight_decay,
+              bool nesterov,
+              bool first_step);
 
 }  // namespace qkv::kernels::ref

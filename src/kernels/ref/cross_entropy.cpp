@@ -8,8 +8,14 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void cross_entropy_forward(T* loss, T* lse, const T* logits, const int64_t* target,
-                           const T* weight, int64_t N, int64_t V, int64_t ignore_index,
+void cross_entropy_forward(T* loss,
+                           T* lse,
+                           const T* logits,
+                           const int64_t* target,
+                           const T* weight,
+                           int64_t N,
+                           int64_t V,
+                           int64_t ignore_index,
                            double label_smoothing) {
     const T eps = T(label_smoothing);
     for (int64_t i = 0; i < N; ++i) {
@@ -30,7 +36,8 @@ void cross_entropy_forward(T* loss, T* lse, const T* logits, const int64_t* targ
         }
         QKV_DASSERT(t >= 0 && t < V);
         T li = (T(1) - eps) * (l - x[t]);
-        if (eps != T(0)) li += eps * (l - sum_x / T(V));  // skipped at ε = 0: −inf logits stay finite
+        if (eps != T(0))
+            li += eps * (l - sum_x / T(V));  // skipped at ε = 0: −inf logits stay finite
         loss[i] = (weight ? weight[i] : T(1)) * li;
     }
 }
@@ -38,9 +45,17 @@ void cross_entropy_forward(T* loss, T* lse, const T* logits, const int64_t* targ
 // loss_i = −w_i Σ_v q_v (x_v − lse) with ∂lse/∂x_v = softmax_v and Σ_v q_v = 1:
 //   ∂loss_i/∂x_v = −w_i (q_v − softmax_v Σ_u q_u) = w_i (softmax_v − q_v).
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* dloss, int64_t dloss_stride, const T* logits,
-                            const T* lse, const int64_t* target, const T* weight, int64_t N,
-                            int64_t V, int64_t ignore_index, double label_smoothing) {
+void cross_entropy_backward(T* dlogits,
+                            const T* dloss,
+                            int64_t dloss_stride,
+                            const T* logits,
+                            const T* lse,
+                            const int64_t* target,
+                            const T* weight,
+                            int64_t N,
+                            int64_t V,
+                            int64_t ignore_index,
+                            double label_smoothing) {
     const T eps = T(label_smoothing);
     for (int64_t i = 0; i < N; ++i) {
         const T* x      = logits + i * V;
@@ -58,15 +73,38 @@ void cross_entropy_backward(T* dlogits, const T* dloss, int64_t dloss_stride, co
     }
 }
 
-template void cross_entropy_forward<float>(float*, float*, const float*, const int64_t*,
-                                           const float*, int64_t, int64_t, int64_t, double);
-template void cross_entropy_forward<double>(double*, double*, const double*, const int64_t*,
-                                            const double*, int64_t, int64_t, int64_t, double);
-template void cross_entropy_backward<float>(float*, const float*, int64_t, const float*,
-                                            const float*, const int64_t*, const float*, int64_t,
-                                            int64_t, int64_t, double);
-template void cross_entropy_backward<double>(double*, const double*, int64_t, const double*,
-                                             const double*, const int64_t*, const double*,
-                                             int64_t, int64_t, int64_t, double);
+template void cross_entropy_forward<float>(
+    float*, float*, const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, double);
+template void cross_entropy_forward<double>(double*,
+                                            double*,
+                                            const double*,
+                                            const int64_t*,
+                                            const double*,
+                                            int64_t,
+                                            int64_t,
+                                            int64_t,
+                                            double);
+template void cross_entropy_backward<float>(float*,
+                                            const float*,
+                                            int64_t,
+                                            const float*,
+                                            const float*,
+                                            const int64_t*,
+                                            const float*,
+                                            int64_t,
+                                            int64_t,
+                                            int64_t,
+                                            double);
+template void cross_entropy_backward<double>(double*,
+                                             const double*,
+                                             int64_t,
+                                             const double*,
+                                             const double*,
+                                             const int64_t*,
+                                             const double*,
+                                             int64_t,
+                                             int64_t,
+                                             int64_t,
+                                             double);
 
 }  // namespace qkv::kernels::ref

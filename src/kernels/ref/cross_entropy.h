@@ -2,6 +2,7 @@
 // Reference fused cross-entropy (log_softmax + NLL with label smoothing), forward and backward,
 // templated on float/double. The loss of Szegedy et al. 2016 (label smoothing) as computed by
 // torch.nn.functional.cross_entropy, with per-row weights instead of per-class ones.
+// Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>
 
 namespace qkv::kernels::ref {
@@ -14,16 +15,30 @@ namespace qkv::kernels::ref {
 /// (the logsumexp of every row, ignored ones included; saved for the backward; may be nullptr).
 /// Kernels assume valid targets (the op checks them).
 template <class T>
-void cross_entropy_forward(T* loss, T* lse, const T* logits, const int64_t* target,
-                           const T* weight, int64_t N, int64_t V, int64_t ignore_index,
+void cross_entropy_forward(T* loss,
+                           T* lse,
+                           const T* logits,
+                           const int64_t* target,
+                           const T* weight,
+                           int64_t N,
+                           int64_t V,
+                           int64_t ignore_index,
                            double label_smoothing);
 
 /// dlogits_iv = g_i·w_i·(softmax(x_i)_v − q_v) with softmax = exp(x − lse), g_i =
 /// dloss[i·dloss_stride] (stride 0: one scalar gradient for every row, e.g. after a mean).
 /// Ignored rows get 0. dlogits: (N, V), overwritten; it may alias logits.
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* dloss, int64_t dloss_stride, const T* logits,
-                            const T* lse, const int64_t* target, const T* weight, int64_t N,
-                            int64_t V, int64_t ignore_index, double label_smoothing);
+void cross_entropy_backward(T* dlogits,
+                            const T* dloss,
+                            int64_t dloss_stride,
+                            const T* logits,
+                            const T* lse,
+                            const int64_t* target,
+                            const T* weight,
+                            int64_t N,
+                            int64_t V,
+                            int64_t ignore_index,
+                            double label_smoothing);
 
 }  // namespace qkv::kernels::ref

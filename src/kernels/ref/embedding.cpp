@@ -10,8 +10,8 @@ void embedding_forward(T* out, const T* weight, const int64_t* ids, int64_t n, i
 }
 
 template <class T>
-void embedding_backward(T* dweight, const T* dout, const int64_t* ids, int64_t n, int64_t V,
-                        int64_t C) {
+void embedding_backward(
+    T* dweight, const T* dout, const int64_t* ids, int64_t n, int64_t V, int64_t C) {
     for (int64_t k = 0; k < V * C; ++k) dweight[k] = 0;
     for (int64_t i = 0; i < n; ++i)
         for (int64_t c = 0; c < C; ++c) dweight[ids[i] * C + c] += dout[i * C + c];
@@ -19,9 +19,9 @@ void embedding_backward(T* dweight, const T* dout, const int64_t* ids, int64_t n
 
 template void embedding_forward<float>(float*, const float*, const int64_t*, int64_t, int64_t);
 template void embedding_forward<double>(double*, const double*, const int64_t*, int64_t, int64_t);
-template void embedding_backward<float>(float*, const float*, const int64_t*, int64_t, int64_t,
-                                        int64_t);
-template void embedding_backward<double>(double*, const double*, const int64_t*, int64_t, int64_t,
-                                         int64_t);
+template void embedding_backward<float>(
+    float*, const float*, const int64_t*, int64_t, int64_t, int64_t);
+template void embedding_backward<double>(
+    double*, const double*, const int64_t*, int64_t, int64_t, int64_t);
 
 }  // namespace qkv::kernels::ref

@@ -74,10 +74,10 @@ void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t 
     }
 }
 
-#define QKV_INSTANTIATE(T)                                                          \
-    template void softmax_forward<T>(T*, const T*, int64_t, int64_t);               \
-    template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);    \
-    template void log_softmax_forward<T>(T*, const T*, int64_t, int64_t);           \
+#define QKV_INSTANTIATE(T)                                                       \
+    template void softmax_forward<T>(T*, const T*, int64_t, int64_t);            \
+    template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
+    template void log_softmax_forward<T>(T*, const T*, int64_t, int64_t);        \
     template void log_softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);
 QKV_INSTANTIATE(float)
 QKV_INSTANTIATE(double)

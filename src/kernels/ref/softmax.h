@@ -1,6 +1,7 @@
 #pragma once
 // Reference softmax / log_softmax over the last dim of a contiguous (rows, cols) array, forward
 // and backward; templated on float/double (the spec for kernels::cpu, and gradcheck's path).
+// Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>
 
 namespace qkv::kernels::ref {
