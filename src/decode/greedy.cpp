@@ -29,16 +29,24 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
     int64_t n_done = 0;
     // prefix: (B, t+1) decoder inputs so far, <bos> first (only for the uncached path)
     std::vector<int64_t> prefix(size_t(B), opt.bos);
-    std::vector<int64_t> last(size_t(B), opt.bos);
     std::unique_ptr<models::DecoderState> state;
+    // Cached path: rows that have produced <eos> are dropped from the batch (their cache rows
+    // too, through DecoderState::reorder), so the step cost follows the unfinished rows only.
+    // `rows[i]` is the original row of batch position i. Not with a trace (heatmaps want every
+    // row at every step) and not with early_stop = false (D2L EN runs every row max_len steps).
+    const bool compact = opt.use_cache && opt.trace == nullptr && opt.early_stop;
+    std::vector<int64_t> rows(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = b;
+    std::vector<int64_t> last(size_t(B), opt.bos);  // per batch position
     if (opt.use_cache) {
         state = model.init_state(src, src_valid_len);
         state->trace = opt.trace;
     }
     for (int64_t t = 0; t < opt.max_len; ++t) {
-        Tensor logits;  // (B, V)
+        const int64_t Bn = int64_t(rows.size());
+        Tensor logits;  // (Bn, V)
         if (opt.use_cache) {
-            logits = model.decode_step(from_vector(last, {B}), *state);
+            logits = model.decode_step(from_vector(last, {Bn}), *state);
         } else {
             Tensor dec = from_vector(prefix, {B, t + 1});
             logits = model.forward(src, src_valid_len, dec).select(1, t);
@@ -48,8 +56,8 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
             next = argmax(logits, 1).to_vector<int64_t>();
         } else {  // first maximum over the allowed ids (argmax's tie rule)
             const std::vector<float> lv = logits.contiguous().to_vector<float>();
-            next.assign(static_cast<size_t>(B), 0);
-            for (int64_t b = 0; b < B; ++b) {
+            next.assign(static_cast<size_t>(Bn), 0);
+            for (int64_t b = 0; b < Bn; ++b) {
                 const float* row = lv.data() + b * V;
                 int64_t best = -1;
                 for (int64_t v = 0; v < V; ++v)
@@ -59,8 +67,9 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
         }
         std::vector<int64_t> grown;
         if (!opt.use_cache) grown.reserve(size_t(B * (t + 2)));
-        for (int64_t b = 0; b < B; ++b) {
-            const int64_t tok = next[size_t(b)];
+        for (int64_t i = 0; i < Bn; ++i) {
+            const int64_t b = rows[size_t(i)];
+            const int64_t tok = next[size_t(i)];
             if (!done[size_t(b)]) {
                 if (tok == opt.eos) {
                     done[size_t(b)] = 1;
@@ -69,7 +78,7 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
                     out[size_t(b)].push_back(tok);
                 }
             }
-            last[size_t(b)] = tok;
+            last[size_t(i)] = tok;
             if (!opt.use_cache) {
                 grown.insert(grown.end(), prefix.begin() + b * (t + 1), prefix.begin() + (b + 1) * (t + 1));
                 grown.push_back(tok);
@@ -77,6 +86,20 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
         }
         if (!opt.use_cache) prefix.swap(grown);
         if (opt.early_stop && n_done == B) break;
+        if (compact && t + 1 < opt.max_len) {
+            std::vector<int64_t> keep, keep_rows, keep_last;
+            for (int64_t i = 0; i < Bn; ++i)
+                if (!done[size_t(rows[size_t(i)])]) {
+                    keep.push_back(i);
+                    keep_rows.push_back(rows[size_t(i)]);
+                    keep_last.push_back(last[size_t(i)]);
+                }
+            if (int64_t(keep.size()) < Bn) {
+                state->reorder(from_vector(keep, {int64_t(keep.size())}));
+                rows.swap(keep_rows);
+                last.swap(keep_last);
+            }
+        }
     }
     return out;
 }
