@@ -15,6 +15,7 @@
 #include "qkv/decode/bleu.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/translation_data.h"
+#include "qkv/util/timer.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/timer.h"
 
@@ -73,8 +74,9 @@ void run(const EvalArgs& a) {
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
                 100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
                 100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);
-    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%\n", sent,
-                100.0 * double(exact) / std::max<double>(1.0, double(n)));
+    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", sent,
+                100.0 * double(exact) / std::max<double>(1.0, double(n)),
+                double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
         std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
                     train::join_tokens(hyp[i]).c_str(), train::join_tokens(ref[i]).c_str());
@@ -113,6 +115,7 @@ void run(const EvalArgs& a) {
                             {"mean_d2l_bleu_k2", sent},
                             {"exact_match", double(exact) / std::max<double>(1.0, double(n))},
                             {"decode_seconds", secs},
+                            {"peak_rss_bytes", util::peak_rss_bytes()},
                             {"beam", to.beam},
                             {"pe_quirk", a.pe_quirk},
                             {"book", jbook},

@@ -36,7 +36,9 @@ struct TrainArgs {
     int threads = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
-            max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0;
+            max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
+            bucket_pool = -1;
+    std::string trim;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -121,6 +123,8 @@ void run(TrainArgs& a) {
             t.schedule = train::run_config_from_json(j).train.schedule;
         }
         if (a.warmup) t.warmup_steps = a.warmup;
+        if (a.bucket_pool >= 0) t.bucket_pool = a.bucket_pool;
+        if (!a.trim.empty()) t.trim_batches = a.trim == "on";
         if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
     }
 
@@ -164,9 +168,10 @@ void run(TrainArgs& a) {
 
     const double final_loss = r.epochs.empty() ? 0.0 : r.epochs.back().train_loss;
     std::printf("trained %lld steps in %s (stopped: %s); last epoch train loss %.4f, val loss %.4f; "
-                "%.0f target tokens/s\n",
+                "%.0f target tokens/s; peak RSS %.0f MiB\n",
                 (long long)r.steps, util::format_duration(r.train_seconds).c_str(), r.stop_reason.c_str(),
-                final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s);
+                final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s,
+                double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
                 a.out.c_str());
     train::ModelDir m = train::load_model_dir(a.out);
@@ -211,6 +216,13 @@ Registration reg([](CLI::App& app) {
     c->add_option("--schedule", a->schedule, "learning-rate schedule: constant|warmup_inv_sqrt|warmup_linear_decay");
     c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
         ->check(CLI::PositiveNumber);
+    c->add_option("--bucket-pool", a->bucket_pool,
+                  "length bucketing: sort pools of N batches by pair length, shuffle the batches "
+                  "(0: off)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--trim", a->trim, "on|off: cut each batch to its longest pair (masked loss only; "
+                                     "same loss, less padding computed)")
+        ->check(CLI::IsMember({"on", "off"}));
     a->o_lop = c->add_flag("--loss-on-padding", a->loss_on_padding,
                            "average the loss over pad positions too (reproduces D2L EN's curves)");
     a->o_quirk = c->add_flag("--pe-quirk", a->pe_quirk,

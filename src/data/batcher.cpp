@@ -10,6 +10,7 @@ namespace qkv::data {
 
 Batcher::Batcher(const NmtArrays& data, BatcherOptions opt) : data_(&data), opt_(opt) {
     QKV_CHECK(opt_.batch_size >= 1, "Batcher: batch_size must be >= 1, got ", opt_.batch_size);
+    QKV_CHECK(opt_.bucket_pool >= 0, "Batcher: bucket_pool must be >= 0, got ", opt_.bucket_pool);
 }
 
 int64_t Batcher::num_batches() const {
@@ -27,6 +28,29 @@ void Batcher::start_epoch(int64_t epoch) {
         order_.resize(size_t(data_->n));
         std::iota(order_.begin(), order_.end(), int64_t(0));
     }
+    if (opt_.bucket_pool > 0) bucket();
+}
+
+void Batcher::bucket() {
+    const int64_t n = int64_t(order_.size()), bs = opt_.batch_size;
+    const int64_t pool = opt_.bucket_pool * bs;
+    auto len = [&](int64_t r) {
+        return std::max(data_->src_valid_len[size_t(r)], data_->tgt_valid_len[size_t(r)]);
+    };
+    for (int64_t p = 0; p < n; p += pool) {
+        auto first = order_.begin() + p, last = order_.begin() + std::min(n, p + pool);
+        std::stable_sort(first, last, [&](int64_t a, int64_t b) { return len(a) < len(b); });
+    }
+    // Shuffle the full batches (the partial last one, if any, stays last: batch() cuts fixed
+    // batch_size chunks). A different stream from the row shuffle: seed + 1, the same epoch.
+    const int64_t full = n / bs;
+    if (!opt_.shuffle || full < 2) return;
+    const std::vector<int64_t> perm = shuffled_indices(full, opt_.seed + 1, uint64_t(epoch_));
+    std::vector<int64_t> out(order_.size());
+    for (int64_t i = 0; i < full; ++i)
+        std::copy_n(order_.begin() + perm[size_t(i)] * bs, bs, out.begin() + i * bs);
+    std::copy(order_.begin() + full * bs, order_.end(), out.begin() + full * bs);
+    order_.swap(out);
 }
 
 Batch Batcher::batch(int64_t b) const {
@@ -37,20 +61,29 @@ Batch Batcher::batch(int64_t b) const {
     const int64_t end   = std::min(begin + opt_.batch_size, data_->n);
     const int64_t T     = data_->num_steps;
     Batch out;
-    out.size      = end - begin;
-    out.num_steps = T;
+    out.size = end - begin;
     out.rows.assign(order_.begin() + begin, order_.begin() + end);
-    const size_t cells = size_t(out.size * T);
-    out.src.resize(cells);
-    out.dec_input.resize(cells);
-    out.label.resize(cells);
+    int64_t Ts = T, Tt = T;
+    if (opt_.trim) {
+        Ts = Tt = 1;
+        for (int64_t r : out.rows) {
+            Ts = std::max(Ts, data_->src_valid_len[size_t(r)]);
+            Tt = std::max(Tt, data_->tgt_valid_len[size_t(r)]);
+        }
+        Ts = std::min(Ts, T), Tt = std::min(Tt, T);
+    }
+    out.num_steps = Tt;
+    out.src_steps = Ts;
+    out.src.resize(size_t(out.size * Ts));
+    out.dec_input.resize(size_t(out.size * Tt));
+    out.label.resize(size_t(out.size * Tt));
     out.src_valid_len.resize(size_t(out.size));
     out.tgt_valid_len.resize(size_t(out.size));
     for (int64_t i = 0; i < out.size; ++i) {
         const int64_t r = out.rows[size_t(i)];
-        std::copy_n(data_->src.begin() + r * T, T, out.src.begin() + i * T);
-        std::copy_n(data_->dec_input.begin() + r * T, T, out.dec_input.begin() + i * T);
-        std::copy_n(data_->label.begin() + r * T, T, out.label.begin() + i * T);
+        std::copy_n(data_->src.begin() + r * T, Ts, out.src.begin() + i * Ts);
+        std::copy_n(data_->dec_input.begin() + r * T, Tt, out.dec_input.begin() + i * Tt);
+        std::copy_n(data_->label.begin() + r * T, Tt, out.label.begin() + i * Tt);
         out.src_valid_len[size_t(i)] = data_->src_valid_len[size_t(r)];
         out.tgt_valid_len[size_t(i)] = data_->tgt_valid_len[size_t(r)];
     }

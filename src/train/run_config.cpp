@@ -173,7 +173,9 @@ json to_json(const RunConfig& c) {
                   {"schedule", schedule_name(t.schedule)},
                   {"warmup_steps", t.warmup_steps},
                   {"seed", t.seed},
-                  {"val_batch_size", t.val_batch_size}};
+                  {"val_batch_size", t.val_batch_size},
+                  {"trim_batches", t.trim_batches},
+                  {"bucket_pool", t.bucket_pool}};
     j["decode"] = {{"max_len", c.decode.max_len},
                    {"beam", c.decode.beam},
                    {"length_penalty", c.decode.length_penalty}};
@@ -246,6 +248,8 @@ RunConfig run_config_from_json(const json& j) {
             get(t, "warmup_steps", c.train.warmup_steps);
             get(t, "seed", c.train.seed);
             get(t, "val_batch_size", c.train.val_batch_size);
+            get(t, "trim_batches", c.train.trim_batches);
+            get(t, "bucket_pool", c.train.bucket_pool);
         }
         if (j.contains("decode")) {
             const json& d = j["decode"];

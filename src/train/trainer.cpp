@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 BatchTensors to_tensors(const data::Batch& b) {
     BatchTensors t;
-    t.src           = from_vector(b.src, {b.size, b.num_steps});
+    t.src           = from_vector(b.src, {b.size, b.src_steps > 0 ? b.src_steps : b.num_steps});
     t.src_valid_len = from_vector(b.src_valid_len, {b.size});
     t.dec_input     = from_vector(b.dec_input, {b.size, b.num_steps});
     t.label         = from_vector(b.label, {b.size, b.num_steps});
@@ -59,6 +59,7 @@ double Trainer::evaluate_loss(const data::NmtArrays& d) {
     data::BatcherOptions bo;
     bo.batch_size = opt_.val_batch_size;
     bo.shuffle    = false;
+    bo.trim       = opt_.trim_batches && !opt_.loss_on_padding;
     data::Batcher batcher(d, bo);
     batcher.start_epoch(0);
     Seq2SeqLossOptions lo;
@@ -170,6 +171,8 @@ TrainResult Trainer::fit() {
     bo.batch_size = opt_.batch_size;
     bo.shuffle    = true;
     bo.seed       = opt_.seed;
+    bo.bucket_pool = opt_.bucket_pool;
+    bo.trim       = opt_.trim_batches && !opt_.loss_on_padding;
     data::Batcher batcher(train_, bo);
     const int64_t nb = batcher.num_batches();
 

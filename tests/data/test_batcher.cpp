@@ -2,6 +2,7 @@
 // CPython's random.Random(seed + (epoch << 64)).shuffle, batch contents equal the dataset rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "qkv/core/error.h"
@@ -97,6 +98,98 @@ TEST(Batcher, UnshuffledAndDropLast) {
     Batcher e(empty, {.batch_size = 4});
     EXPECT_EQ(e.num_batches(), 0);
     EXPECT_FALSE(e.next(x));
+}
+
+// Pairs of varied lengths: row r has src_valid_len 1 + (7r mod 11) and tgt_valid_len
+// 1 + (5r mod 12), ids r*100 + t in the valid positions and 0 (<pad>) after them.
+NmtArrays varied(int64_t n, int64_t T = 12) {
+    NmtArrays a;
+    a.n = n, a.num_steps = T;
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t ls = 1 + (7 * r) % 11, lt = 1 + (5 * r) % 12;
+        for (int64_t t = 0; t < T; ++t) {
+            a.src.push_back(t < ls ? 100 * r + t : 0);
+            a.label.push_back(t < lt ? 100 * r + t : 0);
+            a.dec_input.push_back(t <= lt ? -(100 * r + t) : 0);
+        }
+        a.src_valid_len.push_back(ls);
+        a.tgt_valid_len.push_back(lt);
+    }
+    return a;
+}
+
+TEST(Batcher, TrimCutsOnlyPaddingColumns) {
+    const NmtArrays data = varied(50);
+    Batcher b(data, {.batch_size = 8, .shuffle = true, .seed = 3, .trim = true});
+    Batch x;
+    int64_t batches = 0, shorter = 0;
+    while (b.next(x)) {
+        ++batches;
+        int64_t ms = 0, mt = 0;
+        for (int64_t i = 0; i < x.size; ++i) {
+            ms = std::max(ms, x.src_valid_len[size_t(i)]);
+            mt = std::max(mt, x.tgt_valid_len[size_t(i)]);
+        }
+        ASSERT_EQ(x.src_steps, ms);
+        ASSERT_EQ(x.num_steps, mt);
+        ASSERT_EQ(x.src.size(), size_t(x.size * ms));
+        ASSERT_EQ(x.label.size(), size_t(x.size * mt));
+        ASSERT_EQ(x.dec_input.size(), size_t(x.size * mt));
+        shorter += ms < 12 || mt < 12;
+        for (int64_t i = 0; i < x.size; ++i) {  // the kept columns are the row's first columns
+            const int64_t r = x.rows[size_t(i)];
+            for (int64_t t = 0; t < ms; ++t) EXPECT_EQ(x.src[size_t(i * ms + t)], data.src[size_t(r * 12 + t)]);
+            for (int64_t t = 0; t < mt; ++t) {
+                EXPECT_EQ(x.label[size_t(i * mt + t)], data.label[size_t(r * 12 + t)]);
+                EXPECT_EQ(x.dec_input[size_t(i * mt + t)], data.dec_input[size_t(r * 12 + t)]);
+            }
+        }
+    }
+    EXPECT_EQ(batches, 7);
+    EXPECT_GT(shorter, 0);  // some batch actually lost columns
+}
+
+TEST(Batcher, BucketingIsAPermutationOfSimilarLengthsWithThePartialBatchLast) {
+    const NmtArrays data = varied(203);
+    auto len = [&](int64_t r) { return std::max(data.src_valid_len[size_t(r)], data.tgt_valid_len[size_t(r)]); };
+    BatcherOptions o{.batch_size = 10, .shuffle = true, .seed = 7, .bucket_pool = 5};
+    Batcher b(data, o), again(data, o);
+    Batcher plain(data, {.batch_size = 10, .shuffle = true, .seed = 7});
+    int64_t spread_bucketed = 0, spread_plain = 0;
+    for (int64_t epoch : {0, 1}) {
+        b.start_epoch(epoch);
+        again.start_epoch(epoch);
+        plain.start_epoch(epoch);
+        EXPECT_EQ(b.order(), again.order());  // deterministic for (seed, epoch)
+        std::vector<int64_t> seen = b.order();
+        std::sort(seen.begin(), seen.end());
+        std::vector<int64_t> all(203);
+        std::iota(all.begin(), all.end(), int64_t(0));
+        EXPECT_EQ(seen, all);
+        for (int64_t k = 0; k < b.num_batches(); ++k) {
+            const Batch x = b.batch(k), y = plain.batch(k);
+            EXPECT_EQ(x.size, k + 1 < b.num_batches() ? 10 : 3);
+            auto spread = [&](const Batch& z) {
+                int64_t lo = 99, hi = 0;
+                for (int64_t r : z.rows) lo = std::min(lo, len(r)), hi = std::max(hi, len(r));
+                return hi - lo;
+            };
+            spread_bucketed += spread(x);
+            spread_plain += spread(y);
+        }
+    }
+    // A pool of 50 pairs over 12 lengths puts ~4 pairs of each length in a pool, so a batch of
+    // 10 spans about 3 lengths; unbucketed batches span nearly all 12.
+    EXPECT_LT(spread_bucketed * 2, spread_plain);
+    b.start_epoch(0);
+    std::vector<int64_t> e0 = b.order();
+    b.start_epoch(1);
+    EXPECT_NE(b.order(), e0);
+}
+
+TEST(Batcher, RejectsANegativeBucketPool) {
+    const NmtArrays data = varied(5);
+    EXPECT_THROW(Batcher(data, {.batch_size = 2, .bucket_pool = -1}), Error);
 }
 
 }  // namespace

@@ -108,7 +108,9 @@ TEST(Greedy, BannedIdsAreNeverEmittedAndOnlyThoseRowsChange) {
         bool had = false;
         for (int64_t t : plain[i]) had = had || t == ban;
         for (int64_t t : out[i]) EXPECT_NE(t, ban);
-        if (!had) EXPECT_EQ(out[i], plain[i]) << i;  // rows that never chose it are unchanged
+        if (!had) {
+            EXPECT_EQ(out[i], plain[i]) << i;  // rows that never chose it are unchanged
+        }
     }
     EXPECT_NE(out[1], plain[1]);
     f.opt.use_cache = false;

@@ -9,10 +9,13 @@
 
 namespace qkv::data {
 
-/// One minibatch, rows in permutation order.
+/// One minibatch, rows in permutation order. With BatcherOptions::trim the source columns are
+/// cut to the longest source in the batch (Ts = src_steps) and the target columns to the longest
+/// target (T = num_steps); otherwise both are the data's num_steps.
 struct Batch {
-    int64_t size = 0, num_steps = 0;     // B, T
-    std::vector<int64_t> src;            // (B, T)
+    int64_t size = 0, num_steps = 0;     // B, T (target columns)
+    int64_t src_steps = 0;               // Ts (source columns)
+    std::vector<int64_t> src;            // (B, Ts)
     std::vector<int64_t> src_valid_len;  // (B)
     std::vector<int64_t> dec_input;      // (B, T)
     std::vector<int64_t> label;          // (B, T)
@@ -25,6 +28,16 @@ struct BatcherOptions {
     bool shuffle       = true;   // false: rows in order every epoch (validation)
     bool drop_last     = false;  // D2L and the anchor keep the last partial batch
     uint64_t seed      = 0;
+    /// Length bucketing (0: off). The epoch's permutation is cut into pools of
+    /// bucket_pool * batch_size rows; each pool is sorted (stably) by the pair's length
+    /// max(src_valid_len, tgt_valid_len) and cut into batches; the full batches of the whole epoch
+    /// are then shuffled (seeded by seed and epoch), the partial one stays last. Batches then hold
+    /// pairs of similar length, so `trim` removes most padding (fairseq/tensor2tensor's bucketing).
+    int64_t bucket_pool = 0;
+    /// Cut each batch's source and target columns to its longest valid length. Only padding is
+    /// removed, so a loss that ignores padded positions is unchanged (up to dropout draws); do
+    /// not use it with a loss over padding (D2L EN's --loss-on-padding).
+    bool trim = false;
 };
 
 /// Epoch e visits the rows in the order shuffled_indices(n, seed, e) (data/split.h: CPython's
@@ -52,6 +65,7 @@ public:
     const std::vector<int64_t>& order() const { return order_; }
 
 private:
+    void bucket();  // BatcherOptions::bucket_pool: reorders order_ in place
     const NmtArrays* data_;
     BatcherOptions opt_;
     int64_t epoch_ = -1;

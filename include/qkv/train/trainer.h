@@ -34,6 +34,11 @@ struct TrainOptions {
     uint64_t seed = 0;             // batch order (data/batcher.h); the caller seeds the default
                                    // generator (init, dropout) with it before building the model
     int64_t val_batch_size = 256;
+    /// Cut each batch to its longest source/target (data::BatcherOptions::trim); ignored with
+    /// loss_on_padding. Same loss, fewer padded positions computed.
+    bool trim_batches = false;
+    /// Length bucketing pool in batches (data::BatcherOptions::bucket_pool; 0: off).
+    int64_t bucket_pool = 0;
 };
 
 /// Where and how a run reports (not saved in config.json).

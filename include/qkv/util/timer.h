@@ -1,6 +1,8 @@
 #pragma once
-// Wall-clock timer on std::chrono::steady_clock (monotonic: unaffected by clock changes).
+// Wall-clock timer on std::chrono::steady_clock (monotonic: unaffected by clock changes), and the
+// process's peak resident memory.
 #include <chrono>
+#include <cstdint>
 
 namespace qkv::util {
 
@@ -22,5 +24,9 @@ private:
     using clock = std::chrono::steady_clock;
     clock::time_point start_;
 };
+
+/// Peak resident set size of this process so far, in bytes (getrusage ru_maxrss: the high-water
+/// mark of physical memory, the figure PyTorch anchors report). Returns 0 where unavailable.
+int64_t peak_rss_bytes();
 
 }  // namespace qkv::util
