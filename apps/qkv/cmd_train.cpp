@@ -38,7 +38,7 @@ struct TrainArgs {
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
             bucket_pool = -1;
-    std::string trim;
+    std::string trim, val_every;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -125,6 +125,7 @@ void run(TrainArgs& a) {
         if (a.warmup) t.warmup_steps = a.warmup;
         if (a.bucket_pool >= 0) t.bucket_pool = a.bucket_pool;
         if (!a.trim.empty()) t.trim_batches = a.trim == "on";
+        if (!a.val_every.empty()) t.val_every_s = train::parse_duration(a.val_every);
         if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
     }
 
@@ -195,6 +196,8 @@ Registration reg([](CLI::App& app) {
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (same losses as an "
                                        "uninterrupted run)");
     c->add_option("--time-budget", a->time_budget, "stop after this much training time, e.g. 20m, 90s, 1h");
+    c->add_option("--val-every", a->val_every,
+                  "also validate every this much training time, e.g. 5m (default: epoch ends only)");
     c->add_option("--epochs", a->epochs, "epochs")->check(CLI::PositiveNumber);
     c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
         ->check(CLI::PositiveNumber);

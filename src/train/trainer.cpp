@@ -221,6 +221,9 @@ TrainResult Trainer::fit() {
     double m_loss = 0, m_secs = 0, d_loss = 0, d_secs = 0;
     int64_t m_steps = 0, m_tokens = 0, d_steps = 0, d_tokens = 0;
     double shown_loss = std::numeric_limits<double>::quiet_NaN(), shown_tps = 0;
+    double next_val = opt_.val_every_s > 0
+                          ? (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s
+                          : 0.0;
 
     for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
         batcher.start_epoch(epoch);
@@ -290,6 +293,23 @@ TrainResult Trainer::fit() {
             }
             if (bar)
                 bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
+            if (opt_.val_every_s > 0 && train_seconds >= next_val) {
+                next_val = (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s;
+                const double vl = evaluate_loss(valid_);
+                model_.train();
+                if (metrics) {
+                    std::fprintf(metrics, "{\"kind\":\"val\",\"step\":%lld,\"epoch_pos\":%s,\"val_loss\":%s,"
+                                          "\"train_seconds\":%s}\n",
+                                 (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
+                                 json_number(vl).c_str(), json_number(train_seconds).c_str());
+                    std::fflush(metrics);
+                }
+                if (rt_.log && !bar) {
+                    std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f\n",
+                                 (long long)step, util::format_duration(train_seconds).c_str(), vl);
+                    std::fflush(rt_.log);
+                }
+            }
         }
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;

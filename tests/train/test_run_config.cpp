@@ -37,7 +37,18 @@ TEST(RunConfig, PresetsMatchTheirSpecification) {
     EXPECT_DOUBLE_EQ(anchor.train.adam_eps, 1e-9);
     EXPECT_DOUBLE_EQ(anchor.train.time_budget_s, 1200);
     EXPECT_EQ(anchor.decode.max_len, 20);
-    EXPECT_DOUBLE_EQ(train::preset_config("full").train.time_budget_s, 3600);
+    EXPECT_DOUBLE_EQ(anchor.train.val_every_s, 300);
+    EXPECT_EQ(anchor.train.bucket_pool, 0);  // the anchor's batches: random, fixed 12 columns
+    // full: the anchor's data, model and budget with qkv's recipe (issue 7).
+    const auto full = train::preset_config("full");
+    EXPECT_EQ(full.data.n_test, 5000);
+    EXPECT_EQ(full.data.split_seed, 0u);
+    EXPECT_EQ(full.model.num_hiddens, 256);
+    EXPECT_DOUBLE_EQ(full.train.time_budget_s, 1200);
+    EXPECT_EQ(full.train.bucket_pool, 50);
+    EXPECT_TRUE(full.train.trim_batches);
+    EXPECT_DOUBLE_EQ(full.train.label_smoothing, 0.1);
+    EXPECT_EQ(full.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
     EXPECT_GT(train::preset_config("demo").train.time_budget_s, 0);
     try {
         train::preset_config("huge");
@@ -57,12 +68,16 @@ TEST(RunConfig, JsonRoundTrip) {
     c.train.loss_on_padding = true;
     c.train.seed = 42;
     c.decode.beam = 4;
+    c.train.bucket_pool = 17, c.train.trim_batches = true, c.train.val_every_s = 45;
     const auto j = train::to_json(c);
     const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
     EXPECT_EQ(train::to_json(r), j);
     EXPECT_EQ(r.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
     EXPECT_EQ(r.model.tgt_vocab_size, 88);
     EXPECT_TRUE(r.model.pe_position_zero_at_inference);
+    EXPECT_EQ(r.train.bucket_pool, 17);
+    EXPECT_TRUE(r.train.trim_batches);
+    EXPECT_DOUBLE_EQ(r.train.val_every_s, 45);
     nlohmann::json bad = j;
     bad["data"]["pipeline"] = "zh";
     EXPECT_THROW(train::run_config_from_json(bad), Error);

@@ -39,6 +39,10 @@ struct TrainOptions {
     bool trim_batches = false;
     /// Length bucketing pool in batches (data::BatcherOptions::bucket_pool; 0: off).
     int64_t bucket_pool = 0;
+    /// Also validate at the first step boundary past every multiple of this much training time
+    /// (0: only at epoch ends), as the anchor protocol does at 5, 10 and 15 minutes. Writes a
+    /// "val" record to metrics.jsonl; uses no random numbers, so resuming stays exact.
+    double val_every_s = 0;
 };
 
 /// Where and how a run reports (not saved in config.json).
