@@ -189,6 +189,34 @@ TEST(Trainer, TimeBudgetStopsAtAStepBoundary) {
     EXPECT_LT(r.steps, 2000);
 }
 
+TEST(Trainer, ValidatesEveryValEverySecondsOfTraining) {
+    // A period shorter than any step: one "val" record per step, each equal to the loss a
+    // separate evaluation of the same model state gives (checked for the last one).
+    const TinyCorpus c = tiny_corpus();
+    const std::string dir = temp_dir("valevery");
+    manual_seed(0);
+    models::Transformer m(tiny_config(c, 0.1));
+    train::TrainOptions o;
+    o.epochs = 2;
+    o.batch_size = 4;
+    o.val_every_s = 1e-9;
+    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    const auto r = t.fit();
+    ASSERT_EQ(r.steps, 4);
+    std::ifstream in(fs::path(dir) / "metrics.jsonl");
+    std::string line;
+    std::vector<double> val;
+    while (std::getline(in, line)) {
+        if (line.find("\"kind\":\"val\"") == std::string::npos) continue;
+        const auto k = line.find("\"val_loss\":");
+        ASSERT_NE(k, std::string::npos) << line;
+        val.push_back(std::stod(line.substr(k + 11)));
+    }
+    ASSERT_EQ(val.size(), 4u);
+    EXPECT_NEAR(val.back(), t.evaluate_loss(c.arrays), 1e-12);
+    fs::remove_all(dir);
+}
+
 TEST(Trainer, RejectsBadOptions) {
     const TinyCorpus c = tiny_corpus();
     manual_seed(0);
