@@ -49,7 +49,17 @@ TEST(RunConfig, PresetsMatchTheirSpecification) {
     EXPECT_TRUE(full.train.trim_batches);
     EXPECT_DOUBLE_EQ(full.train.label_smoothing, 0.1);
     EXPECT_EQ(full.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
-    EXPECT_GT(train::preset_config("demo").train.time_budget_s, 0);
+    // demo: the small, fast configuration tuned for the 210 s budget on 2 cores (README presets table)
+    const auto demo = train::preset_config("demo");
+    EXPECT_DOUBLE_EQ(demo.train.time_budget_s, 210);
+    EXPECT_EQ(demo.model.num_hiddens, 128);
+    EXPECT_EQ(demo.model.ffn_num_hiddens, 256);
+    EXPECT_EQ(demo.model.num_hiddens % demo.model.num_heads, 0);
+    EXPECT_EQ(demo.train.batch_size, 64);
+    EXPECT_DOUBLE_EQ(demo.train.lr, 2e-3);
+    EXPECT_DOUBLE_EQ(demo.train.label_smoothing, 0.1);
+    EXPECT_EQ(demo.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
+    EXPECT_EQ(demo.train.warmup_steps, 200);
     try {
         train::preset_config("huge");
         ADD_FAILURE();

@@ -43,15 +43,16 @@ std::vector<std::string> preset_names();
 /// d2l: the book's run (spec §2–3): 641 pairs, D2L EN pipeline, num_steps 9, C 256, 2 blocks,
 ///   4 heads, F 64, dropout 0.2, batch 128, Adam lr 1e-3, 30 epochs, clip 1; decoding ≤ 9 tokens.
 /// demo: real data, short pairs (source ≤ 5, target ≤ 7 tokens; 40,594 pairs), words seen ≥ 3
-///   times, C 256, 2 blocks, 4 heads, F 1024, dropout 0.1, Adam(1e-3, 0.9, 0.98, 1e-9) with 200
-///   warmup steps then 1/√step decay, a 210 s training budget: about 4 minutes on 2 cores in all.
+///   times, a small fast model (C 128, 2 blocks, 4 heads, F 256, dropout 0.1), batch 64,
+///   Adam(2e-3, 0.9, 0.98, 1e-9) with 200 warmup steps then 1/√step decay, label smoothing 0.1,
+///   a 210 s training budget (validation, checkpoints and decoding come on top of it).
 /// full: every pair, anchor pipeline and model, 60-minute training budget.
 /// anchor: quality_anchor.md §2 (C 256, 2+2 blocks, 4 heads, F 1024, dropout 0.1, num_steps 12,
 ///   Adam(5e-4, 0.9, 0.98, 1e-9), batch 128, masked loss, 20-minute budget, decoding ≤ 20).
 /// With kind == bahdanau the same data and schedule with D2L's Bahdanau model (spec §3): d2l:
 ///   E = H = 256, 2 GRU layers, dropout 0.2, Adam lr 0.005 (30 epochs, clip 1, batch 128, the
 ///   book's 512 training pairs); demo/full/anchor: the same model, Adam lr 0.005 (demo) or 1e-3
-///   with PyTorch's default betas/eps and a constant learning rate.
+///   with PyTorch's default betas/eps and a constant learning rate, batch 128, no label smoothing.
 /// Throws qkv::Error listing the names for an unknown one.
 RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
 
