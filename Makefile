@@ -28,7 +28,7 @@ test: build
 ASAN_BUILD ?= build-asan
 SAN_DIR    := $(CURDIR)/tests/sanitizers
 SAN_ENV    := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1 \
-              LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp:print_suppressions=0 \
+              LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp \
               UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(SAN_DIR)/ubsan.supp
 
 test-asan: deps
