@@ -3,7 +3,9 @@
 // as /work/shared/bench/d2l_transformer_bench.py (PyTorch). Cases: vocabularies 194/214 and
 // 10000/10000. Counters: ms/step and target positions/s (B·T per step, the PyTorch script's
 // "tokens/s") and real target tokens/s (non-pad labels).
-// Run: build/bench/bench_train_step [--threads N] [--profile] [google-benchmark flags]
+// Run: build/bench/bench_train_step [--threads N] [--full-model] [--profile] [google-benchmark flags]
+//   --full-model: blocks on all B·T positions (forward_hidden + seq2seq_loss on its output);
+//   default: seq2seq_loss from the inputs, whose forward_hidden_rows skips <pad> positions.
 //   --profile: instead of benchmarks, time the phases of 40 steps (forward, loss, backward,
 //   clip, Adam) with wall-clock timers and print a table.
 // Results: bench/RESULTS_train.md (side by side with PyTorch: bench/train_step_side_by_side.sh).
@@ -25,6 +27,9 @@ namespace {
 
 constexpr int64_t kPad = 0, kBos = 1, kEos = 2;
 constexpr int64_t kBatch = 128, kSteps = 9;
+/// --full-model: run every block on all B·T positions (forward_hidden), as before the pad-free
+/// path; default: seq2seq_loss from the inputs (forward_hidden_rows skips <pad> positions).
+bool full_model = false;
 
 struct Batch {
     qkv::Tensor src, src_valid_len, dec_input, label;
@@ -81,8 +86,9 @@ struct Setup {
         lo.pad = kPad;
     }
     double step(const Batch& b) {
-        auto l = qkv::train::seq2seq_loss(*model, model->forward_hidden(b.src, b.src_valid_len, b.dec_input),
-                                          b.label, lo);
+        auto l = full_model ? qkv::train::seq2seq_loss(*model, model->forward_hidden(b.src, b.src_valid_len, b.dec_input),
+                                                       b.label, lo)
+                            : qkv::train::seq2seq_loss(*model, b.src, b.src_valid_len, b.dec_input, b.label, lo);
         adam->zero_grad();
         l.loss.backward();
         qkv::optim::clip_grad_norm(params, 1.0);
@@ -117,9 +123,14 @@ void profile(int64_t sv, int64_t tv) {
     for (int i = 0; i < n; ++i) {
         const Batch& b = s.batches[size_t(i % 4)];
         qkv::util::Timer t;
-        qkv::Tensor h = s.model->forward_hidden(b.src, b.src_valid_len, b.dec_input);
-        t_fwd += t.restart();
-        auto l = qkv::train::seq2seq_loss(*s.model, h, b.label, s.lo);
+        qkv::train::Seq2SeqLoss l;
+        if (full_model) {
+            qkv::Tensor h = s.model->forward_hidden(b.src, b.src_valid_len, b.dec_input);
+            t_fwd += t.restart();
+            l = qkv::train::seq2seq_loss(*s.model, h, b.label, s.lo);
+        } else {  // forward_hidden_rows runs inside the loss: both count as "loss"
+            l = qkv::train::seq2seq_loss(*s.model, b.src, b.src_valid_len, b.dec_input, b.label, s.lo);
+        }
         t_loss += t.restart();
         s.adam->zero_grad();
         l.loss.backward();
@@ -133,7 +144,7 @@ void profile(int64_t sv, int64_t tv) {
     std::printf("vocab %lld/%lld, %d threads, %d steps: %.2f ms/step\n", (long long)sv, (long long)tv,
                 qkv::get_num_threads(), n, 1e3 * all / n);
     const std::pair<const char*, double> rows[] = {{"forward (encoder+decoder)", t_fwd},
-                                                   {"loss (gather + output layer + CE)", t_loss},
+                                                   {full_model ? "loss (gather + output layer + CE)" : "forward_hidden_rows + output + CE", t_loss},
                                                    {"backward", t_bwd},
                                                    {"clip_grad_norm", t_clip},
                                                    {"Adam step", t_adam}};
@@ -148,6 +159,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) {
         if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             qkv::set_num_threads(std::atoi(argv[++i]));
+        } else if (std::strcmp(argv[i], "--full-model") == 0) {
+            full_model = true;
         } else if (std::strcmp(argv[i], "--profile") == 0) {
             prof = true;
         } else {

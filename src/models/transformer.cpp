@@ -2,6 +2,7 @@
 // forward, and incremental decoding with a per-block cache of projected keys and values.
 #include "qkv/models/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -159,6 +160,121 @@ Tensor Transformer::forward_hidden(const Tensor& src, const Tensor& src_valid_le
               ", dec_input ", dec_input.shape());
     Tensor enc = encoder->forward(src, src_valid_len);
     return decoder->forward_hidden(dec_input, enc, src_valid_len);
+}
+
+// ---- the pad-free training path ----------------------------------------------------------------
+
+namespace {
+
+/// Rows kept by the pad-free path: flat indices b·T + t for t < len[b], increasing.
+struct Packing {
+    Tensor idx;  // (N) i64
+    int64_t B = 0, T = 0, N = 0;
+};
+
+Packing prefix_rows(const std::vector<int64_t>& lens, int64_t T) {
+    Packing p;
+    p.B = int64_t(lens.size()), p.T = T;
+    std::vector<int64_t> idx;
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t t = 0; t < lens[size_t(b)]; ++t) idx.push_back(b * T + t);
+    p.N = int64_t(idx.size());
+    p.idx = from_vector(idx, {p.N});
+    return p;
+}
+
+/// (B, T, C) -> its kept rows (N, C).
+Tensor pack(const Tensor& x, const Packing& p) {
+    return index_select(x.reshape({p.B * p.T, x.size(-1)}), 0, p.idx);
+}
+
+/// (N, C) kept rows -> (B, T, C), zeros at the skipped positions.
+Tensor unpack(const Tensor& xp, const Packing& p) {
+    return scatter_rows(xp, p.idx, p.B * p.T).reshape({p.B, p.T, xp.size(1)});
+}
+
+/// MultiHeadAttention::forward on packed rows: the projections run on the kept rows only, the
+/// attention kernel on (B, H, T, D) with zeros at skipped positions (never attended to by a kept
+/// query: they lie past valid_lens or, causally, after it), the output projection on kept rows.
+Tensor mha_packed(const nn::MultiHeadAttention& m, const Tensor& qp, const Packing& qr, const Tensor& kvp,
+                  const Packing& kr, const Tensor& valid_lens, bool causal) {
+    const int64_t B = qr.B, H = m.cfg.num_heads, C = m.cfg.num_hiddens, D = C / H;
+    auto heads = [&](const Tensor& xp, const Packing& p) {
+        return unpack(xp, p).reshape({B, p.T, H, D}).permute({0, 2, 1, 3});
+    };
+    const Tensor q = heads(m.W_q->forward(qp), qr);
+    const Tensor k = heads(m.W_k->forward(kvp), kr);
+    const Tensor v = heads(m.W_v->forward(kvp), kr);
+    AttentionMask mask;
+    mask.valid_lens = valid_lens;
+    mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
+    AttentionOptions opt;
+    opt.dropout  = m.cfg.dropout;
+    opt.training = m.is_training();
+    const Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, nullptr);  // (B, H, T, D)
+    return m.W_o->forward(pack(out.permute({0, 2, 1, 3}).reshape({B, qr.T, C}), qr));
+}
+
+Tensor encoder_block_packed(const TransformerEncoderBlock& blk, const Tensor& Xp, const Packing& p,
+                            const Tensor& valid_lens) {
+    const Tensor Y = blk.addnorm1->forward(Xp, mha_packed(*blk.attention, Xp, p, Xp, p, valid_lens, false));
+    return blk.addnorm2->forward(Y, blk.ffn->forward(Y));
+}
+
+Tensor decoder_block_packed(const TransformerDecoderBlock& blk, const Tensor& Xp, const Packing& p,
+                            const Tensor& encp, const Packing& ep, const Tensor& enc_valid_lens) {
+    const Tensor Y = blk.addnorm1->forward(Xp, mha_packed(*blk.attention1, Xp, p, Xp, p, Tensor(), true));
+    const Tensor Z = blk.addnorm2->forward(Y, mha_packed(*blk.attention2, Y, p, encp, ep, enc_valid_lens, false));
+    return blk.addnorm3->forward(Z, blk.ffn->forward(Z));
+}
+
+}  // namespace
+
+Tensor Transformer::forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len,
+                                        const Tensor& dec_input, const Tensor& rows) {
+    check_ids(src, "src");
+    check_ids(dec_input, "dec_input");
+    check_valid_len(src_valid_len, src.size(0));
+    const int64_t B = src.size(0), Ts = src.size(1), Tt = dec_input.size(1);
+    QKV_CHECK(dec_input.size(0) == B, "Transformer: src ", src.shape(), " and dec_input ", dec_input.shape(),
+              " differ in batch size");
+    detail::check_hidden_rows(rows, B * Tt);
+    bool keeps = false;
+    for (auto& b : encoder->blks) keeps = keeps || b->attention->keeps_attention_weights();
+    for (auto& b : decoder->blks)
+        keeps = keeps || b->attention1->keeps_attention_weights() || b->attention2->keeps_attention_weights();
+    std::vector<int64_t> slen = src_valid_len.to_vector<int64_t>();
+    bool empty_source = false;
+    for (int64_t& l : slen) {
+        l = std::clamp<int64_t>(l, 0, Ts);
+        empty_source = empty_source || l == 0;
+    }
+    // A source with no valid position makes D2L's masked softmax average over all (pad) keys:
+    // their values matter then, so keep them.
+    if (keeps || empty_source) return EncoderDecoder::forward_hidden_rows(src, src_valid_len, dec_input, rows);
+    QKV_CHECK(Ts <= cfg_.max_len && Tt <= cfg_.max_len, "Transformer: sequences longer than max_len = ",
+              cfg_.max_len, ": src ", src.shape(), ", dec_input ", dec_input.shape());
+
+    const std::vector<int64_t> r = rows.to_vector<int64_t>();
+    std::vector<int64_t> dlen(size_t(B), 0);
+    for (int64_t x : r) dlen[size_t(x / Tt)] = std::max(dlen[size_t(x / Tt)], x % Tt + 1);
+    const Packing sp = prefix_rows(slen, Ts), dp = prefix_rows(dlen, Tt);
+    const double scale = std::sqrt(double(cfg_.num_hiddens));
+
+    Tensor enc = pack(encoder->pos_encoding->forward(mul(encoder->embedding->forward(src), scale)), sp);
+    for (auto& blk : encoder->blks) enc = encoder_block_packed(*blk, enc, sp, src_valid_len);
+    Tensor dec = pack(decoder->pos_encoding->forward(mul(decoder->embedding->forward(dec_input), scale)), dp);
+    for (auto& blk : decoder->blks) dec = decoder_block_packed(*blk, dec, dp, enc, sp, src_valid_len);
+    if (dp.N == int64_t(r.size())) return dec;  // the requested rows are the kept prefixes
+    // Position of each requested row among the kept rows (both increasing).
+    const std::vector<int64_t> kept = dp.idx.to_vector<int64_t>();
+    std::vector<int64_t> pos(r.size());
+    size_t j = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+        while (kept[j] != r[i]) ++j;
+        pos[i] = int64_t(j);
+    }
+    return index_select(dec, 0, from_vector(pos, {int64_t(pos.size())}));
 }
 
 Tensor Transformer::output_logits(const Tensor& hidden) { return decoder->dense->forward(hidden); }

@@ -1,6 +1,8 @@
 // concat/stack/split/chunk, index_select/gather, repeat_interleave, with their backward.
 #include "qkv/ops/shape_ops.h"
 
+#include <cstring>
+
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/elementwise.h"
@@ -79,6 +81,81 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t n, int64_t dim) {
     return split(x, std::max<int64_t>(1, (len + n - 1) / n), dim);
 }
 
+namespace {
+
+/// Bytes of one dim-0 row of a tensor of this shape and dtype.
+int64_t row_bytes(const Shape& shape, DType dt) {
+    int64_t n = dtype_size(dt);
+    for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+    return n;
+}
+
+/// dst[idx[i]] (+)= src[i] for rows of `row` elements (idx already range-checked).
+template <class T>
+void add_rows(T* dst, const T* src, const std::vector<int64_t>& idx, int64_t row) {
+    for (size_t i = 0; i < idx.size(); ++i) {
+        T* d = dst + idx[i] * row;
+        const T* s = src + int64_t(i) * row;
+        for (int64_t j = 0; j < row; ++j) d[j] += s[j];
+    }
+}
+
+/// index_select on dim 0 (indices checked): one memcpy per row; backward adds g's rows into
+/// zeros (repeated indices accumulate).
+Tensor index_select_rows(const Tensor& x, const std::vector<int64_t>& idx, const Shape& shape) {
+    const Tensor xc = x.detach().contiguous();
+    Tensor out = Tensor::empty(shape, x.dtype());
+    const int64_t rb = row_bytes(shape, x.dtype());
+    const char* src = static_cast<const char*>(xc.raw_data());
+    char* dst = static_cast<char*>(out.raw_data());
+    if (rb > 0)
+        for (size_t i = 0; i < idx.size(); ++i) std::memcpy(dst + int64_t(i) * rb, src + idx[i] * rb, size_t(rb));
+    const Shape in_shape = x.shape();
+    record(out, "IndexSelectBackward", {x}, [idx, in_shape](const Tensor& g) {
+        const Tensor gc = g.contiguous();
+        Tensor z = zeros(in_shape, g.dtype());
+        const int64_t row = in_shape.empty() || in_shape[0] == 0 ? 0 : shape_numel(in_shape) / in_shape[0];
+        QKV_DISPATCH_FLOAT(g.dtype(), "index_select_backward",
+                           add_rows<scalar_t>(ptr<scalar_t>(z), ptr<scalar_t>(gc), idx, row));
+        return std::vector<Tensor>{z};
+    });
+    return out;
+}
+
+}  // namespace
+
+Tensor scatter_rows(const Tensor& src, const Tensor& index, int64_t num_rows) {
+    QKV_CHECK(src.defined() && src.dim() >= 1, "scatter_rows: src must have at least 1 dim, got ",
+              src.defined() ? src.shape() : Shape{});
+    QKV_CHECK(index.defined() && index.dtype() == DType::i64 && index.dim() == 1 &&
+                  index.size(0) == src.size(0),
+              "scatter_rows: index must be 1-D int64 with one entry per src row (", src.size(0),
+              "), got ", index.defined() ? index.shape() : Shape{});
+    QKV_CHECK(num_rows >= 0, "scatter_rows: num_rows must be >= 0, got ", num_rows);
+    const std::vector<int64_t> idx = index.to_vector<int64_t>();
+    std::vector<uint8_t> seen(size_t(num_rows), 0);
+    for (size_t i = 0; i < idx.size(); ++i) {
+        QKV_CHECK(idx[i] >= 0 && idx[i] < num_rows, "scatter_rows: index ", idx[i], " at position ", i,
+                  " out of range [0, ", num_rows, ")");
+        QKV_CHECK(!seen[size_t(idx[i])], "scatter_rows: index ", idx[i], " repeats (position ", i, ")");
+        seen[size_t(idx[i])] = 1;
+    }
+    Shape shape = src.shape();
+    shape[0] = num_rows;
+    Tensor out = zeros(shape, src.dtype());
+    const Tensor sc = src.detach().contiguous();
+    const int64_t rb = row_bytes(shape, src.dtype());
+    const char* s = static_cast<const char*>(sc.raw_data());
+    char* d = static_cast<char*>(out.raw_data());
+    if (rb > 0)
+        for (size_t i = 0; i < idx.size(); ++i) std::memcpy(d + idx[i] * rb, s + int64_t(i) * rb, size_t(rb));
+    const Tensor index_c = index.detach().contiguous();
+    record(out, "ScatterRowsBackward", {src}, [index_c](const Tensor& g) {
+        return std::vector<Tensor>{index_select(g, 0, index_c)};
+    });
+    return out;
+}
+
 // index_select: backward scatter-adds g rows into zeros
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     dim = normalize_axis(dim, x.dim(), "index_select");
@@ -91,6 +168,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
                   " out of range for dim ", dim, " of size ", n, " (shape ", x.shape(), ")");
     Shape shape = x.shape();
     shape[size_t(dim)] = int64_t(idx.size());
+    if (dim == 0) return index_select_rows(x, idx, shape);
     Tensor out = Tensor::empty(shape, x.dtype());
     for (size_t i = 0; i < idx.size(); ++i) {
         Tensor dst = out.select(dim, int64_t(i));

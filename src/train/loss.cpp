@@ -49,4 +49,32 @@ Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& hidden, co
     return out;
 }
 
+Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& src, const Tensor& src_valid_len,
+                         const Tensor& dec_input, const Tensor& label, const Seq2SeqLossOptions& opt) {
+    if (opt.on_padding) return seq2seq_loss(model, model.forward_hidden(src, src_valid_len, dec_input), label, opt);
+    QKV_CHECK(opt.pad >= 0, "seq2seq_loss: the <pad> id is not set");
+    QKV_CHECK(dec_input.defined() && dec_input.dim() == 2, "seq2seq_loss: dec_input must be (B, T), got ",
+              dec_input.defined() ? dec_input.shape() : Shape{});
+    QKV_CHECK(label.defined() && label.dtype() == DType::i64 && label.shape() == dec_input.shape(),
+              "seq2seq_loss: label must be int64 (B, T) matching dec_input ", dec_input.shape(), ", got ",
+              label.defined() ? label.shape() : Shape{});
+    const std::vector<int64_t> lab = label.to_vector<int64_t>();
+    std::vector<int64_t> rows, target;
+    for (size_t i = 0; i < lab.size(); ++i)
+        if (lab[i] != opt.pad) rows.push_back(int64_t(i)), target.push_back(lab[i]);
+    Seq2SeqLoss out;
+    out.tokens = out.positions = int64_t(rows.size());
+    if (rows.empty()) {
+        out.loss = scalar_tensor(0.0);
+        return out;
+    }
+    const int64_t n = int64_t(rows.size());
+    const Tensor h = model.forward_hidden_rows(src, src_valid_len, dec_input, from_vector(rows, {n}));  // (N, C)
+    CrossEntropyOptions ce;
+    ce.reduction       = Reduction::mean;
+    ce.label_smoothing = opt.label_smoothing;
+    out.loss = cross_entropy(model.output_logits(h), from_vector(target, {n}), Tensor(), ce);
+    return out;
+}
+
 }  // namespace qkv::train

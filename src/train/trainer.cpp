@@ -70,8 +70,7 @@ double Trainer::evaluate_loss(const data::NmtArrays& d) {
     data::Batch b;
     while (batcher.next(b)) {
         BatchTensors t = to_tensors(b);
-        Seq2SeqLoss l = seq2seq_loss(model_, model_.forward_hidden(t.src, t.src_valid_len, t.dec_input),
-                                     t.label, lo);
+        Seq2SeqLoss l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo);
         sum += l.loss.item() * double(l.positions);
         count += l.positions;
     }
@@ -243,8 +242,7 @@ TrainResult Trainer::fit() {
             util::Timer timer;
             BatchTensors t = to_tensors(batcher.batch(b));
             adam.set_lr(optim::scheduled_lr(opt_.schedule, opt_.lr, step + 1, opt_.warmup_steps, total_steps));
-            Seq2SeqLoss l = seq2seq_loss(model_, model_.forward_hidden(t.src, t.src_valid_len, t.dec_input),
-                                         t.label, lo);
+            Seq2SeqLoss l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo);
             adam.zero_grad();
             l.loss.backward();
             if (opt_.clip_norm > 0) optim::clip_grad_norm(params, opt_.clip_norm);

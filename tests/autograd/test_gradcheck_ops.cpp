@@ -91,6 +91,8 @@ std::vector<Row> table() {
         {"concat_stack", {{2, 3}, {1, 3}}, [](V x) { return stack({concat({x[0], x[1]}, 0), concat({x[1], x[0]}, 0)}, 0); }},
         {"split_chunk", {{5, 2}}, [](V x) { return split(x[0], 2, 0)[1] * chunk(x[0], 3, 0)[0]; }},
         {"index_select", {{4, 3}}, [](V x) { return index_select(x[0], 0, ids({3, 1, 3}, {3})); }},
+        {"index_select_rows_3d", {{4, 2, 3}}, [](V x) { return index_select(x[0], 0, ids({2, 0, 2, 3}, {4})); }},
+        {"scatter_rows", {{3, 2, 2}}, [](V x) { return scatter_rows(x[0], ids({4, 0, 2}, {3}), 5); }},
         {"gather", {{3, 4}}, [](V x) { return gather(x[0], 1, ids({0, 3, 1, 1, 2, 2}, {3, 2})); }},
         {"repeat_interleave", {{2, 3}}, [](V x) { return repeat_interleave(x[0], 2, 0); }},
         {"matmul_2d", {{3, 4}, {4, 5}}, [](V x) { return matmul(x[0], x[1]); }},

@@ -108,6 +108,15 @@ TEST(Tensor, ShapeOps) {
     EXPECT_EQ(chunk(arange(0, 6), 3, 0)[1].to_vector<float>(), (std::vector<float>{2, 3}));
     Tensor idx = from_vector<int64_t>({1, 1, 0}, {3});
     EXPECT_EQ(index_select(a, 0, idx).to_vector<float>(), (std::vector<float>{2, 3, 2, 3, 0, 1}));
+    // scatter_rows puts packed rows back: rows 1 and 0 of a into rows 2 and 0 of 3, zeros in row 1.
+    EXPECT_EQ(scatter_rows(a, from_vector<int64_t>({2, 0}, {2}), 3).to_vector<float>(),
+              (std::vector<float>{2, 3, 0, 0, 0, 1}));
+    EXPECT_EQ(scatter_rows(from_vector<int64_t>({7}, {1}), from_vector<int64_t>({1}, {1}), 2).to_vector<int64_t>(),
+              (std::vector<int64_t>{0, 7}));
+    EXPECT_THROW(scatter_rows(a, from_vector<int64_t>({1, 1}, {2}), 3), Error);  // repeated row
+    EXPECT_THROW(scatter_rows(a, from_vector<int64_t>({0, 3}, {2}), 3), Error);  // out of range
+    EXPECT_THROW(scatter_rows(a, from_vector<int64_t>({0}, {1}), 3), Error);     // one index per row
+    EXPECT_THROW(scatter_rows(scalar_tensor(1.0), from_vector<int64_t>({0}, {1}), 3), Error);
     Tensor gi = from_vector<int64_t>({1, 0}, {2, 1});
     EXPECT_EQ(gather(a, 1, gi).to_vector<float>(), (std::vector<float>{1, 2}));
     EXPECT_EQ(repeat_interleave(from_vector<int64_t>({3, 2}, {2}), 2, 0).to_vector<int64_t>(),

@@ -8,6 +8,8 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/transformer.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/reduce.h"
 #include "qkv/ops/shape_ops.h"
 #include "support/test_util.h"
 
@@ -45,6 +47,71 @@ Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
         x = int64_t((s >> 33) % uint64_t(V));
     }
     return from_vector(v, {B, T});
+}
+
+/// The pad-free path against forward_hidden: the same fp32 sums per row, but GEMMs over fewer
+/// rows (M differs, so the library may block the K sums differently) and attention over the
+/// same keys; a few ulp per dot product through 2 blocks × 3 layer norms, as for the cache.
+constexpr double kTolPackedAtol = kTolCacheAtol;
+constexpr double kTolPackedRtol = kTolCacheRtol;
+
+/// Flat rows b·T + t of the positions t < len[b] whose t is not in `skip_t` (any subset).
+Tensor rows_of(const std::vector<int64_t>& len, int64_t T, int64_t skip_t = -1) {
+    std::vector<int64_t> r;
+    for (size_t b = 0; b < len.size(); ++b)
+        for (int64_t t = 0; t < len[b]; ++t)
+            if (t != skip_t) r.push_back(int64_t(b) * T + t);
+    return from_vector(r, {int64_t(r.size())});
+}
+
+/// Parameter gradients of sum(h ∘ w) for a fixed weight w, in model order.
+std::vector<std::vector<float>> grads_of(models::Transformer& m, const Tensor& h) {
+    m.zero_grad();
+    const Tensor w = from_vector(random_floats(h.numel(), 7), h.shape());
+    sum(mul(h, w)).backward();
+    std::vector<std::vector<float>> g;
+    for (auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>());
+    return g;
+}
+
+TEST(Transformer, ForwardHiddenRowsMatchesForwardHiddenRowsAndGradients) {
+    manual_seed(4);
+    models::Transformer m(small_config());
+    m.eval();  // dropout off: both paths are deterministic (gradients still recorded)
+    const int64_t B = 5, Ts = 7, Tt = 6;
+    const Tensor src = random_ids(B, Ts, 11, 1), dec = random_ids(B, Tt, 13, 2);
+    const Tensor vl = from_vector<int64_t>({7, 3, 1, 5, 9}, {B});  // 9 > Ts is clamped
+    const std::vector<int64_t> tlen{6, 2, 4, 1, 3};
+    for (int64_t skip : {int64_t(-1), int64_t(0)}) {  // prefixes, then rows with t = 0 left out
+        const Tensor rows = rows_of(tlen, Tt, skip);
+        const Tensor full = m.forward_hidden(src, vl, dec);
+        const Tensor want = index_select(full.reshape({B * Tt, -1}), 0, rows);
+        const Tensor got = m.forward_hidden_rows(src, vl, dec, rows);
+        ASSERT_EQ(got.shape(), want.shape());
+        EXPECT_TRUE(all_close(got.to_vector<float>(), want.to_vector<float>(), kTolPackedAtol, kTolPackedRtol)) << skip;
+        const auto gw = grads_of(m, want), gg = grads_of(m, got);
+        ASSERT_EQ(gw.size(), gg.size());
+        for (size_t i = 0; i < gw.size(); ++i)
+            EXPECT_TRUE(all_close(gg[i], gw[i], kTolPackedAtol, kTolPackedRtol)) << "param " << i << " skip " << skip;
+    }
+}
+
+TEST(Transformer, ForwardHiddenRowsFallsBackAndChecksRows) {
+    manual_seed(5);
+    models::Transformer m(small_config());
+    m.eval();
+    const int64_t B = 2, T = 4;
+    const Tensor src = random_ids(B, T, 11, 3), dec = random_ids(B, T, 13, 4);
+    const Tensor rows = rows_of({3, 2}, T);
+    // An empty source: D2L's masked softmax then averages all (pad) keys, so the full pass runs.
+    const Tensor vl0 = from_vector<int64_t>({0, 4}, {B});
+    const Tensor want0 = index_select(m.forward_hidden(src, vl0, dec).reshape({B * T, -1}), 0, rows);
+    EXPECT_TRUE(all_close(m.forward_hidden_rows(src, vl0, dec, rows).to_vector<float>(), want0.to_vector<float>(),
+                          kTolExact, kTolExact));
+    const Tensor vl = from_vector<int64_t>({2, 4}, {B});
+    EXPECT_THROW(m.forward_hidden_rows(src, vl, dec, from_vector<int64_t>({2, 1}, {2})), Error);  // not increasing
+    EXPECT_THROW(m.forward_hidden_rows(src, vl, dec, from_vector<int64_t>({0, 8}, {2})), Error);  // out of range
+    EXPECT_THROW(m.forward_hidden_rows(src, vl, dec, from_vector<double>({0, 1}, {2})), Error);   // not i64
 }
 
 TEST(Transformer, BookModelHasD2lParameterCountAndNames) {

@@ -101,6 +101,36 @@ TEST(Seq2SeqLoss, GatheredRowsGiveTheGradientsOfMaskedFullLogits) {
         EXPECT_TRUE(all_close(ga[i], params[i].grad().to_vector<float>(), kTolGradAtol, kTolGradRtol)) << i;
 }
 
+TEST(Seq2SeqLoss, PadFreeModelPathGivesTheSameLossAndGradients) {
+    LossSetup s;
+    train::Seq2SeqLossOptions o;
+    o.pad = s.c.tgt_vocab.pad();
+    // (a) from the hidden states of every position
+    s.m->zero_grad();
+    const auto ra = train::seq2seq_loss(*s.m, s.m->forward_hidden(s.src, s.vl, s.dec), s.label, o);
+    ra.loss.backward();
+    std::vector<std::vector<float>> ga;
+    for (auto& p : s.m->parameters()) ga.push_back(p.grad().to_vector<float>());
+    // (b) from the inputs: the blocks skip <pad> positions (forward_hidden_rows)
+    s.m->zero_grad();
+    const auto rb = train::seq2seq_loss(*s.m, s.src, s.vl, s.dec, s.label, o);
+    rb.loss.backward();
+    EXPECT_EQ(rb.tokens, ra.tokens);
+    EXPECT_EQ(rb.positions, ra.positions);
+    EXPECT_NEAR(rb.loss.item(), ra.loss.item(), kTolLossRtol * ra.loss.item());
+    auto params = s.m->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+        EXPECT_TRUE(all_close(params[i].grad().to_vector<float>(), ga[i], kTolGradAtol, kTolGradRtol)) << i;
+    // on_padding: exactly the hidden-state overload
+    o.on_padding = true;
+    EXPECT_EQ(train::seq2seq_loss(*s.m, s.src, s.vl, s.dec, s.label, o).loss.item(),
+              train::seq2seq_loss(*s.m, s.m->forward_hidden(s.src, s.vl, s.dec), s.label, o).loss.item());
+    o.on_padding = false;
+    const Tensor pads = full(s.label.shape(), double(o.pad), DType::i64);
+    EXPECT_EQ(train::seq2seq_loss(*s.m, s.src, s.vl, s.dec, pads, o).loss.item(), 0.0);
+    EXPECT_THROW(train::seq2seq_loss(*s.m, s.src, s.vl, s.dec, s.label.slice(1, 0, 3), o), Error);
+}
+
 TEST(Seq2SeqLoss, AllPadBatchGivesZeroAndChecksArguments) {
     LossSetup s;
     train::Seq2SeqLossOptions o;

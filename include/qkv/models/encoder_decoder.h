@@ -34,6 +34,11 @@ public:
     DecoderAttentionTrace* trace = nullptr;
 };
 
+namespace detail {
+/// Throws qkv::Error unless rows is 1-D i64, strictly increasing, inside [0, total).
+void check_hidden_rows(const Tensor& rows, int64_t total);
+}  // namespace detail
+
 /// A sequence-to-sequence model: encoder (source ids -> states) and decoder (target prefix +
 /// encoder states -> next-token logits). Inputs are i64 token ids; valid lengths are i64 (B).
 class EncoderDecoder : public nn::Module {
@@ -46,6 +51,15 @@ public:
     /// The output layer: hidden (..., C) -> logits (..., V). Separate so that a loss can apply it
     /// to the positions it counts only (the anchor skips <pad> rows; same loss, less work).
     virtual Tensor output_logits(const Tensor& hidden) = 0;
+    /// forward_hidden's rows `rows` only: rows (N) i64, strictly increasing flat positions
+    /// b·Tt + t -> (N, C) = forward_hidden(...).reshape({B·Tt, C}) rows `rows`, the same values
+    /// and gradients (up to float rounding). A model may skip work that cannot reach those rows
+    /// (the Transformer runs its blocks on the source positions inside src_valid_len and on each
+    /// target prefix up to its last requested position); with dropout active its random draws then
+    /// differ from forward_hidden's. This default runs forward_hidden and selects the rows.
+    /// Throws qkv::Error when rows is not 1-D i64, not increasing or out of range.
+    virtual Tensor forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len,
+                                       const Tensor& dec_input, const Tensor& rows);
     /// forward_hidden then output_logits: (B, Tt, V).
     Tensor forward(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input) {
         return output_logits(forward_hidden(src, src_valid_len, dec_input));

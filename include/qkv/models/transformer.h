@@ -94,6 +94,13 @@ public:
 
     Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len,
                           const Tensor& dec_input) override;
+    /// The pad-free path (EncoderDecoder::forward_hidden_rows): every block runs on packed
+    /// rows — source positions t < src_valid_len[b], target positions up to each sequence's last
+    /// requested row — and attention sees them unpacked to (B, T, C) with zeros at the skipped
+    /// positions, which no kept row can attend to (valid_lens and causal masks). Falls back to
+    /// forward_hidden + row selection when attention weights are kept or a src_valid_len is 0.
+    Tensor forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input,
+                               const Tensor& rows) override;
     Tensor output_logits(const Tensor& hidden) override;
     std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
     Tensor decode_step(const Tensor& tokens, DecoderState& state) override;

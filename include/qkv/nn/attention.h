@@ -83,6 +83,7 @@ public:
     const Tensor& attention_weights() const { return attention_weights_; }
     /// Keep the weights on every call (math path) — for heatmaps; off by default.
     void keep_attention_weights(bool on) { keep_weights_ = on; }
+    bool keeps_attention_weights() const { return keep_weights_; }
     std::shared_ptr<Linear> W_q, W_k, W_v, W_o;
     MultiHeadAttentionConfig cfg;
 

@@ -31,4 +31,13 @@ struct Seq2SeqLoss {
 Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& hidden, const Tensor& label,
                          const Seq2SeqLossOptions& opt);
 
+/// The same loss from the model's inputs: src (B, Ts) i64, src_valid_len (B) i64, dec_input
+/// (B, T) i64, label (B, T) i64. Masked (on_padding false): the model computes only the hidden
+/// rows the loss counts (EncoderDecoder::forward_hidden_rows: the Transformer skips <pad>
+/// positions in every block; same loss and gradients as seq2seq_loss(model,
+/// model.forward_hidden(...), ...) up to float rounding, other dropout draws). on_padding:
+/// exactly seq2seq_loss(model, model.forward_hidden(...), label, opt). Throws like the above.
+Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& src, const Tensor& src_valid_len,
+                         const Tensor& dec_input, const Tensor& label, const Seq2SeqLossOptions& opt);
+
 }  // namespace qkv::train

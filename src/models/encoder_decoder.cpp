@@ -1,0 +1,35 @@
+// EncoderDecoder's default forward_hidden_rows: the full teacher-forced pass, then the rows.
+#include "qkv/models/encoder_decoder.h"
+
+#include <vector>
+
+#include "qkv/ops/shape_ops.h"
+
+namespace qkv::models {
+
+namespace detail {
+
+void check_hidden_rows(const Tensor& rows, int64_t total) {
+    QKV_CHECK(rows.defined() && rows.dtype() == DType::i64 && rows.dim() == 1,
+              "forward_hidden_rows: rows must be 1-D int64, got ",
+              rows.defined() ? rows.shape() : Shape{});
+    const std::vector<int64_t> r = rows.to_vector<int64_t>();
+    for (size_t i = 0; i < r.size(); ++i) {
+        QKV_CHECK(r[i] >= 0 && r[i] < total, "forward_hidden_rows: row ", r[i], " at position ", i,
+                  " out of range [0, ", total, ")");
+        QKV_CHECK(i == 0 || r[i] > r[i - 1], "forward_hidden_rows: rows must be strictly increasing, "
+                  "got ", r[i - 1], " then ", r[i]);
+    }
+}
+
+}  // namespace detail
+
+Tensor EncoderDecoder::forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len,
+                                           const Tensor& dec_input, const Tensor& rows) {
+    const Tensor h = forward_hidden(src, src_valid_len, dec_input);  // (B, Tt, C)
+    const int64_t B = h.size(0), T = h.size(1), C = h.size(2);
+    detail::check_hidden_rows(rows, B * T);
+    return index_select(h.reshape({B * T, C}), 0, rows);
+}
+
+}  // namespace qkv::models
