@@ -4,7 +4,8 @@
 # PRESET = anchor (the PyTorch script's exact protocol) or full (qkv's own recipe); the
 # training budget is the preset's (20 minutes of training time, validation excluded).
 # Writes OUT/train.log, OUT/eval_greedy.{log,json}, OUT/eval_beam4.{log,json}, and the time
-# series of the load average in OUT/load.txt. Run on an otherwise idle machine.
+# series of the load average in OUT/load.txt. BEAMS="1 4" (default) lists the beam sizes to
+# evaluate. Run on an otherwise idle machine.
 set -euo pipefail
 PRESET="${1:?preset}"
 OUT="${2:?output folder}"
@@ -18,8 +19,8 @@ echo "== $(date -Is) load $(cut -d' ' -f1-3 /proc/loadavg): qkv train --preset $
 /usr/bin/time -v "$QKV" train --preset "$PRESET" --out "$OUT" --threads 2 --no-progress "$@" \
   >> "$OUT/train.log" 2> "$OUT/train.stderr"
 grep -E "Maximum resident|Elapsed" "$OUT/train.stderr" >> "$OUT/train.log" || true
-for mode in greedy beam4; do
-  beam=1; [ "$mode" = beam4 ] && beam=4
+for beam in ${BEAMS:-1 4}; do
+  mode=greedy; [ "$beam" != 1 ] && mode=beam$beam
   echo "== $(date -Is) load $(cut -d' ' -f1-3 /proc/loadavg): qkv eval --beam $beam" > "$OUT/eval_$mode.log"
   /usr/bin/time -v "$QKV" eval --model "$OUT" --beam "$beam" --threads 2 --no-progress \
     --hyp-out "$OUT/test_hyp_$mode.txt" --json "$OUT/eval_$mode.json" >> "$OUT/eval_$mode.log" 2> "$OUT/eval_$mode.stderr"
