@@ -8,6 +8,34 @@
 
 namespace qkv::train {
 
+namespace {
+
+/// The counted positions of a (B, T) label: flat indices of the non-pad tokens and their ids.
+struct NonPad {
+    std::vector<int64_t> rows, target;
+};
+
+NonPad non_pad(const Tensor& label, int64_t pad) {
+    const std::vector<int64_t> lab = label.to_vector<int64_t>();
+    NonPad np;
+    np.rows.reserve(lab.size());
+    np.target.reserve(lab.size());
+    for (size_t i = 0; i < lab.size(); ++i)
+        if (lab[i] != pad) np.rows.push_back(int64_t(i)), np.target.push_back(lab[i]);
+    return np;
+}
+
+/// Mean (smoothed) cross-entropy of the output layer on hidden rows h (N, C) against target (N).
+Tensor token_loss(models::EncoderDecoder& model, const Tensor& h, const std::vector<int64_t>& target,
+                  const Seq2SeqLossOptions& opt) {
+    CrossEntropyOptions ce;
+    ce.reduction       = Reduction::mean;
+    ce.label_smoothing = opt.label_smoothing;
+    return cross_entropy(model.output_logits(h), from_vector(target, {int64_t(target.size())}), Tensor(), ce);
+}
+
+}  // namespace
+
 Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& hidden, const Tensor& label,
                          const Seq2SeqLossOptions& opt) {
     QKV_CHECK(opt.pad >= 0, "seq2seq_loss: the <pad> id is not set");
@@ -18,34 +46,26 @@ Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& hidden, co
               "seq2seq_loss: label must be int64 (B, T) matching hidden ", hidden.shape(), ", got ",
               label.defined() ? label.shape() : Shape{});
     const int64_t B = hidden.size(0), T = hidden.size(1), C = hidden.size(2);
-    const std::vector<int64_t> lab = label.to_vector<int64_t>();
-    std::vector<int64_t> rows;
-    rows.reserve(lab.size());
-    for (int64_t i = 0; i < B * T; ++i)
-        if (lab[size_t(i)] != opt.pad) rows.push_back(i);
-
-    CrossEntropyOptions ce;
-    ce.reduction       = Reduction::mean;
-    ce.label_smoothing = opt.label_smoothing;
+    const NonPad np = non_pad(label, opt.pad);
     Seq2SeqLoss out;
-    out.tokens = int64_t(rows.size());
+    out.tokens = int64_t(np.rows.size());
     if (opt.on_padding) {
+        CrossEntropyOptions ce;
+        ce.reduction       = Reduction::mean;
+        ce.label_smoothing = opt.label_smoothing;
         out.positions = B * T;
         out.loss = cross_entropy(model.output_logits(hidden.reshape({B * T, C})), label.reshape({B * T}),
                                  Tensor(), ce);
         return out;
     }
     out.positions = out.tokens;
-    if (rows.empty()) {
+    if (np.rows.empty()) {
         out.loss = scalar_tensor(0.0);
         return out;
     }
-    const Tensor idx = from_vector(rows, {int64_t(rows.size())});
-    std::vector<int64_t> target(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) target[i] = lab[size_t(rows[i])];
-    const Tensor h = index_select(hidden.reshape({B * T, C}), 0, idx);  // (N, C)
-    out.loss = cross_entropy(model.output_logits(h), from_vector(target, {int64_t(rows.size())}),
-                             Tensor(), ce);
+    const Tensor h = index_select(hidden.reshape({B * T, C}), 0,
+                                  from_vector(np.rows, {int64_t(np.rows.size())}));  // (N, C)
+    out.loss = token_loss(model, h, np.target, opt);
     return out;
 }
 
@@ -58,22 +78,16 @@ Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& src, const
     QKV_CHECK(label.defined() && label.dtype() == DType::i64 && label.shape() == dec_input.shape(),
               "seq2seq_loss: label must be int64 (B, T) matching dec_input ", dec_input.shape(), ", got ",
               label.defined() ? label.shape() : Shape{});
-    const std::vector<int64_t> lab = label.to_vector<int64_t>();
-    std::vector<int64_t> rows, target;
-    for (size_t i = 0; i < lab.size(); ++i)
-        if (lab[i] != opt.pad) rows.push_back(int64_t(i)), target.push_back(lab[i]);
+    const NonPad np = non_pad(label, opt.pad);
     Seq2SeqLoss out;
-    out.tokens = out.positions = int64_t(rows.size());
-    if (rows.empty()) {
+    out.tokens = out.positions = int64_t(np.rows.size());
+    if (np.rows.empty()) {
         out.loss = scalar_tensor(0.0);
         return out;
     }
-    const int64_t n = int64_t(rows.size());
-    const Tensor h = model.forward_hidden_rows(src, src_valid_len, dec_input, from_vector(rows, {n}));  // (N, C)
-    CrossEntropyOptions ce;
-    ce.reduction       = Reduction::mean;
-    ce.label_smoothing = opt.label_smoothing;
-    out.loss = cross_entropy(model.output_logits(h), from_vector(target, {n}), Tensor(), ce);
+    const Tensor h = model.forward_hidden_rows(src, src_valid_len, dec_input,
+                                               from_vector(np.rows, {int64_t(np.rows.size())}));  // (N, C)
+    out.loss = token_loss(model, h, np.target, opt);
     return out;
 }
 
