@@ -5,6 +5,7 @@
 
 #include "qkv/core/allocator.h"
 #include "qkv/core/generator.h"
+#include "qkv/core/parallel.h"
 #include "qkv/core/tensor.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
@@ -175,3 +176,19 @@ TEST(Tensor, Printing) {
     os << arange(0, 3);
     EXPECT_EQ(os.str(), "tensor(float32 (3,) [0, 1, 2])");
 }
+
+namespace qkv {
+namespace {
+
+TEST(Parallel, ThreadCountOutsideOneToMaxThrowsAndKeepsTheCount) {
+    const int before = get_num_threads();
+    EXPECT_THROW(set_num_threads(0), Error);
+    EXPECT_THROW(set_num_threads(kMaxThreads + 1), Error);  // libgomp would crash instead
+    EXPECT_EQ(get_num_threads(), before);
+    set_num_threads(1);
+    EXPECT_EQ(get_num_threads(), 1);
+    set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace qkv

@@ -7,7 +7,10 @@ namespace qkv {
 
 /// Threads used by qkv kernels (default: OMP_NUM_THREADS or the number of cores).
 int get_num_threads();
-/// Sets the thread count for every later kernel call (>= 1; throws otherwise).
+/// Most threads set_num_threads accepts (libgomp crashes when thread creation fails).
+inline constexpr int kMaxThreads = 1024;
+/// Sets the thread count for every later kernel call. Throws qkv::Error unless
+/// 1 <= n <= kMaxThreads.
 void set_num_threads(int n);
 
 }  // namespace qkv
