@@ -118,10 +118,7 @@ void run(TrainArgs& a) {
         if (a.o_ls->count()) t.label_smoothing = a.label_smoothing;
         if (a.o_clip->count()) t.clip_norm = a.clip;
         if (a.o_lop->count()) t.loss_on_padding = true;
-        if (!a.schedule.empty()) {
-            nlohmann::json j = {{"train", {{"schedule", a.schedule}}}};
-            t.schedule = train::run_config_from_json(j).train.schedule;
-        }
+        if (!a.schedule.empty()) t.schedule = train::parse_schedule(a.schedule);
         if (a.warmup) t.warmup_steps = a.warmup;
         if (a.bucket_pool >= 0) t.bucket_pool = a.bucket_pool;
         if (!a.trim.empty()) t.trim_batches = a.trim == "on";
@@ -216,7 +213,8 @@ Registration reg([](CLI::App& app) {
                   ->check(CLI::Range(0.0, 0.99));
     a->o_clip = c->add_option("--clip", a->clip, "clip gradients to this global norm (0: off; default 1)")
                     ->check(CLI::NonNegativeNumber);
-    c->add_option("--schedule", a->schedule, "learning-rate schedule: constant|warmup_inv_sqrt|warmup_linear_decay");
+    c->add_option("--schedule", a->schedule, "learning-rate schedule (default: the preset's)")
+        ->check(CLI::IsMember({"constant", "warmup_inv_sqrt", "warmup_linear_decay"}));
     c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
         ->check(CLI::PositiveNumber);
     c->add_option("--bucket-pool", a->bucket_pool,

@@ -32,7 +32,11 @@ RunConfig load_model_dir_config(const std::string& dir) {
     try {
         return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {
-        throw Error(detail::str("'", cfg_path, "': ", e.what()));
+        // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracket tag
+        const std::string w = e.what();
+        const size_t tag = w.rfind("] ", w.find(' '));
+        throw Error(detail::str("'", cfg_path, "': not valid JSON: ",
+                                tag == std::string::npos ? w : w.substr(tag + 2)));
     } catch (const Error& e) {
         throw Error(detail::str("'", cfg_path, "': ", e.what()));
     }
