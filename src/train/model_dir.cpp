@@ -59,8 +59,12 @@ ModelDir load_model_dir(const std::string& dir) {
               "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
               m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
               " / ", m.config.model.tgt_vocab_size);
+    const std::string weights = (fs::path(dir) / "model.safetensors").string();
+    QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
+              "' not found): train a model first (qkv train --out ", dir,
+              ") or check the folder given with --model");
     m.model = build_model(m.config);
-    load_model((fs::path(dir) / "model.safetensors").string(), *m.model);
+    load_model(weights, *m.model);
     m.model->eval();
     return m;
 }

@@ -169,6 +169,19 @@ TEST(ModelDir, ConfigErrorsNameTheFileAndTheKey) {
     }
 }
 
+TEST(ModelDir, MissingModelFileSaysNotFound) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 5;
+    ModelFolder m(train::to_json(c).dump());
+    const data::Vocab v({"<unk>", "<pad>", "<bos>", "<eos>", "a"});
+    train::write_run_files(m.dir.string(), c, v, v);
+    const std::string e = error_of([&] { train::load_model_dir(m.dir.string()); });
+    EXPECT_TRUE(has(e, "not found") && has(e, (m.dir / "model.safetensors").string()) && has(e, "qkv train") &&
+                has(e, "--model"))
+        << e;
+    EXPECT_FALSE(has(e, "truncated")) << e;
+}
+
 TEST(RunConfig, ParsesDurations) {
     EXPECT_DOUBLE_EQ(train::parse_duration("90"), 90);
     EXPECT_DOUBLE_EQ(train::parse_duration("90s"), 90);

@@ -42,7 +42,8 @@ RunConfig load_model_dir_config(const std::string& dir);
 /// src_vocab.txt and tgt_vocab.txt of a model folder.
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 
-/// Loads a model folder. Throws qkv::Error naming the missing or damaged file, or when the
+/// Loads a model folder. Throws qkv::Error naming the missing or damaged file (a missing
+/// model.safetensors: "not found", with the hint to train first or check --model), or when the
 /// vocabulary sizes disagree with config.json.
 ModelDir load_model_dir(const std::string& dir);
 
