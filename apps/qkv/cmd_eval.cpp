@@ -37,8 +37,7 @@ void run(const EvalArgs& a) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
     }
-    train::DataConfig dc = m.config.data;
-    if (!a.data.empty()) dc.path = a.data;
+    const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
     train::TranslationData d = train::load_translation_data(dc);
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
@@ -128,7 +127,7 @@ Registration reg([](CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
     CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4 on the held-out split, and the book's sentences");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
-    c->add_option("--data", a->data, "data file (default: the one in config.json)");
+    c->add_option("--data", a->data, "data file (default: the one recorded in config.json)");
     c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(CLI::PositiveNumber);
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(CLI::NonNegativeNumber);
     c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);

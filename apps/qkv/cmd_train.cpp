@@ -81,11 +81,12 @@ void run(TrainArgs& a) {
     if (a.resume) {
         QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
         cfg = train::load_model_dir_config(a.out);
+        cfg.data = train::model_data_config(a.out, cfg, a.data);
     } else {
         cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
     }
     // Flag overrides (on resume only the stopping rules and the data path may change).
-    if (!a.data.empty()) cfg.data.path = a.data;
+    if (!a.resume && !a.data.empty()) cfg.data.path = a.data;
     if (a.epochs) cfg.train.epochs = a.epochs;
     if (a.max_steps) cfg.train.max_steps = a.max_steps;
     if (!a.time_budget.empty()) cfg.train.time_budget_s = train::parse_duration(a.time_budget);
@@ -129,7 +130,7 @@ void run(TrainArgs& a) {
     std::fprintf(stderr, "qkv train: preset %s, %d threads\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                  get_num_threads());
     train::TranslationData d = train::load_translation_data(cfg.data);
-    cfg.data.path = d.origin;
+    cfg.data.path = fs::weakly_canonical(d.origin).string();  // eval may run in another folder
     std::fprintf(stderr, "data: %s\n", d.summary.c_str());
     std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
                  (long long)d.tgt_vocab.size());

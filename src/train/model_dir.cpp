@@ -42,6 +42,25 @@ RunConfig load_model_dir_config(const std::string& dir) {
     }
 }
 
+DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag) {
+    DataConfig d = cfg.data;
+    if (!data_flag.empty()) {
+        d.path = data_flag;
+        return d;
+    }
+    std::error_code ec;
+    if (d.path.empty() || fs::exists(d.path, ec)) return d;  // "": QKV_DATA, then the default
+    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    if (fs::path(d.path).is_relative())
+        throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
+                                " is relative to the folder qkv train ran in; not found from here (tried '",
+                                fs::absolute(d.path, ec).string(),
+                                "'). Run from that folder, or pass the data file with --data PATH "
+                                "(it overrides config.json)"));
+    throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
+                            " does not exist; pass the data file with --data PATH (it overrides config.json)"));
+}
+
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {
     return {data::Vocab::load((fs::path(dir) / "src_vocab.txt").string()),
             data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string())};

@@ -182,6 +182,32 @@ TEST(ModelDir, MissingModelFileSaysNotFound) {
     EXPECT_FALSE(has(e, "truncated")) << e;
 }
 
+TEST(ModelDir, RelativeDataPathIsTriedFromTheWorkingDirectoryAndNamedWhenMissing) {
+    auto c = train::preset_config("demo");
+    ModelFolder m("{}");
+    const std::string dir = m.dir.string();
+    std::ofstream((m.dir / "fra.txt").string()) << "Go.\tVa !\n";
+    // --data wins over the recorded path; an empty recorded path stays empty (QKV_DATA, default).
+    c.data.path = "nowhere/fra.txt";
+    EXPECT_EQ(train::model_data_config(dir, c, "x.zip").path, "x.zip");
+    c.data.path = "";
+    EXPECT_EQ(train::model_data_config(dir, c, "").path, "");
+    // A relative path that exists from the working directory is used as it is.
+    const fs::path cwd = fs::current_path();
+    fs::current_path(m.dir);
+    c.data.path = "fra.txt";
+    EXPECT_EQ(train::model_data_config(dir, c, "").path, "fra.txt");
+    fs::current_path(cwd);
+    // From elsewhere: the error names config.json, the path tried and --data.
+    const std::string e = error_of([&] { train::model_data_config(dir, c, ""); });
+    EXPECT_TRUE(has(e, m.cfg_file) && has(e, "'fra.txt'") && has(e, (cwd / "fra.txt").string()) &&
+                has(e, "--data"))
+        << e;
+    c.data.path = (m.dir / "gone.zip").string();
+    const std::string e2 = error_of([&] { train::model_data_config(dir, c, ""); });
+    EXPECT_TRUE(has(e2, "gone.zip' in " + m.cfg_file + " does not exist") && has(e2, "--data")) << e2;
+}
+
 TEST(RunConfig, ParsesDurations) {
     EXPECT_DOUBLE_EQ(train::parse_duration("90"), 90);
     EXPECT_DOUBLE_EQ(train::parse_duration("90s"), 90);
