@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
@@ -173,7 +174,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("sentence", a->sentence, "English sentence")->required();
     c->add_option("--out,-o", a->out, "output prefix (default 'attention': attention-encoder.png, ...)");
     c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });
 });

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "qkv/core/parallel.h"
+#include "options.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/train/model_dir.h"
 
@@ -22,11 +22,9 @@ struct TranslateArgs {
     int64_t beam = 0, max_len = 0, batch = 250;
     double length_penalty = -1;
     bool show_source = false, pe_quirk = false, no_unk = false;
-    int threads = 0;
 };
 
 void run(const TranslateArgs& a) {
-    if (a.threads > 0) set_num_threads(a.threads);
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
@@ -70,15 +68,14 @@ Registration reg([](CLI::App& app) {
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
     c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin)");
     c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin)");
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(CLI::PositiveNumber);
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
-        ->check(CLI::NonNegativeNumber);
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(CLI::PositiveNumber);
+        ->check(real_range(0, 10));
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
-    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->callback([a] { run(*a); });
 });
 
