@@ -275,6 +275,8 @@ RunConfig run_config_from_json(const json& j) {
         need(m, "num_hiddens", b.num_hiddens);
         need(m, "num_layers", b.num_layers);
         get(m, "dropout", b.dropout);
+        c.model.num_hiddens = b.num_hiddens;  // as before: model.* mirrors the shared keys
+        get(m, "dropout", c.model.dropout);
         if (get(m, "init", s)) {
             QKV_CHECK(s == "d2l_en" || s == "d2l_zh" || s == "pytorch", "model.init '", s,
                       "' is not d2l_en, d2l_zh or pytorch");

@@ -141,6 +141,14 @@ TEST(RunConfig, JsonTypeErrorsAndMissingShapeKeysNameTheKey) {
     j["model"].erase("architecture");
     EXPECT_EQ(train::run_config_from_json(j).train.bucket_pool, 0);
     EXPECT_EQ(train::run_config_from_json(j).architecture, train::ModelKind::transformer);
+    // Bahdanau: its own shape keys are required.
+    auto b = train::preset_config("d2l", train::ModelKind::bahdanau);
+    b.model.src_vocab_size = 7, b.model.tgt_vocab_size = 9;
+    j = train::to_json(b);
+    EXPECT_EQ(train::to_json(train::run_config_from_json(j)), j);
+    j["model"].erase("embed_size");
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.embed_size' is missing")) << e;
 }
 
 struct ModelFolder {
