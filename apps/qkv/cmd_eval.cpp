@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "qkv/core/parallel.h"
+#include "options.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
 #include "qkv/train/model_dir.h"
@@ -27,18 +27,15 @@ struct EvalArgs {
     int64_t beam = 0, max_len = 0, limit = 0, batch = 250, show = 10;
     double length_penalty = -1;
     bool pe_quirk = false, no_progress = false, no_unk = false;
-    int threads = 0;
 };
 
 void run(const EvalArgs& a) {
-    if (a.threads > 0) set_num_threads(a.threads);
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
     }
-    train::DataConfig dc = m.config.data;
-    if (!a.data.empty()) dc.path = a.data;
+    const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
     train::TranslationData d = train::load_translation_data(dc);
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
@@ -128,19 +125,20 @@ Registration reg([](CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
     CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4 on the held-out split, and the book's sentences");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
-    c->add_option("--data", a->data, "data file (default: the one in config.json)");
-    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(CLI::PositiveNumber);
-    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(CLI::NonNegativeNumber);
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
-    c->add_option("--limit", a->limit, "score only the first N held-out pairs")->check(CLI::PositiveNumber);
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(CLI::PositiveNumber);
-    c->add_option("--show", a->show, "print the first N translations (default 10)")->check(CLI::NonNegativeNumber);
+    c->add_option("--data", a->data, "data file (default: the one recorded in config.json)");
+    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(int_range(1, 100));
+    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(real_range(0, 10));
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
+    c->add_option("--limit", a->limit, "score only the first N held-out pairs")
+        ->check(int_range(1, 1000000000));
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(int_range(1, 100000));
+    c->add_option("--show", a->show, "print the first N translations (default 10)")
+        ->check(int_range(0, 1000000000));
     c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line");
     c->add_option("--json", a->json_out, "write the scores as JSON");
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
-    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->callback([a] { run(*a); });
 });
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
@@ -84,7 +85,17 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
 
 void run(const HeatmapArgs& a) {
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
+    const size_t bad = data::invalid_utf8_offset(a.sentence);
+    QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
     train::ModelDir m = train::load_model_dir(a.model);
+    const auto n_tokens = int64_t(data::tokenize_nmt(a.sentence).size());
+    QKV_CHECK(n_tokens > 0, "heatmap: the sentence is empty");
+    if (n_tokens >= m.config.data.num_steps)
+        std::fprintf(stderr,
+                     "qkv heatmap: %lld tokens, the model reads at most %lld (+<eos>); truncated (the "
+                     "first %lld kept, without <eos>)\n",
+                     (long long)n_tokens, (long long)m.config.data.num_steps - 1,
+                     (long long)m.config.data.num_steps);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -173,7 +184,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("sentence", a->sentence, "English sentence")->required();
     c->add_option("--out,-o", a->out, "output prefix (default 'attention': attention-encoder.png, ...)");
     c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });
 });

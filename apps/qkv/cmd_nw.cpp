@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/nadaraya_watson.h"
@@ -167,11 +168,11 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
                                                       "(default: 150, or 50 with --preset zh)")
-                  ->check(CLI::Range(int64_t(2), kMaxTrainPoints));
+                  ->check(int_range(2, kMaxTrainPoints));
     auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh)")
-        ->check(CLI::Range(int64_t(0), int64_t(1000000)));
+        ->check(int_range(0, 1000000));
     auto* lr = sc->add_option("--lr", a->lr, "SGD learning rate")
-                   ->check(CLI::PositiveNumber)
+                   ->check(real_range(0, 1000, /*lo_open=*/true))
                    ->capture_default_str();
     sc->add_option("--seed", a->seed, "seed of the data generator (and of w0 with --preset zh)")
         ->capture_default_str();
@@ -183,7 +184,7 @@ Registration reg([](CLI::App& app) {
     sc->add_option("--kernel-width", a->kernel_width, "non-parametric Gaussian kernel of this "
                                                       "width sigma: exp(-(q-k)^2 / (2 sigma^2)); "
                                                       "no training")
-        ->check(CLI::PositiveNumber)
+        ->check(real_range(0, 1e6, /*lo_open=*/true))
         ->excludes(ep)
         ->excludes(lr);
     sc->callback([a] { run_nw(*a); });

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
@@ -33,7 +34,6 @@ struct TrainArgs {
     std::string schedule;
     bool resume = false, no_progress = false;
     int64_t log_every = 50;
-    int threads = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
@@ -74,21 +74,21 @@ void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
 }
 
 void run(TrainArgs& a) {
-    if (a.threads > 0) set_num_threads(a.threads);
     util::Timer wall;
     const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
     train::RunConfig cfg;
     if (a.resume) {
         QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
         cfg = train::load_model_dir_config(a.out);
+        cfg.data = train::model_data_config(a.out, cfg, a.data);
     } else {
         cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
     }
     // Flag overrides (on resume only the stopping rules and the data path may change).
-    if (!a.data.empty()) cfg.data.path = a.data;
+    if (!a.resume && !a.data.empty()) cfg.data.path = a.data;
     if (a.epochs) cfg.train.epochs = a.epochs;
     if (a.max_steps) cfg.train.max_steps = a.max_steps;
-    if (!a.time_budget.empty()) cfg.train.time_budget_s = train::parse_duration(a.time_budget);
+    if (!a.time_budget.empty()) cfg.train.time_budget_s = parse_duration_or_off(a.time_budget);
     if (!a.resume) {
         auto& d = cfg.data;
         auto& m = cfg.model;
@@ -118,21 +118,18 @@ void run(TrainArgs& a) {
         if (a.o_ls->count()) t.label_smoothing = a.label_smoothing;
         if (a.o_clip->count()) t.clip_norm = a.clip;
         if (a.o_lop->count()) t.loss_on_padding = true;
-        if (!a.schedule.empty()) {
-            nlohmann::json j = {{"train", {{"schedule", a.schedule}}}};
-            t.schedule = train::run_config_from_json(j).train.schedule;
-        }
+        if (!a.schedule.empty()) t.schedule = train::parse_schedule(a.schedule);
         if (a.warmup) t.warmup_steps = a.warmup;
         if (a.bucket_pool >= 0) t.bucket_pool = a.bucket_pool;
         if (!a.trim.empty()) t.trim_batches = a.trim == "on";
-        if (!a.val_every.empty()) t.val_every_s = train::parse_duration(a.val_every);
+        if (!a.val_every.empty()) t.val_every_s = parse_duration_or_off(a.val_every);
         if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
     }
 
     std::fprintf(stderr, "qkv train: preset %s, %d threads\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                  get_num_threads());
     train::TranslationData d = train::load_translation_data(cfg.data);
-    cfg.data.path = d.origin;
+    cfg.data.path = fs::weakly_canonical(d.origin).string();  // eval may run in another folder
     std::fprintf(stderr, "data: %s\n", d.summary.c_str());
     std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
                  (long long)d.tgt_vocab.size());
@@ -195,34 +192,40 @@ Registration reg([](CLI::App& app) {
     c->add_option("--out", a->out, "output folder (default runs/qkv)");
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (same losses as an "
                                        "uninterrupted run)");
-    c->add_option("--time-budget", a->time_budget, "stop after this much training time, e.g. 20m, 90s, 1h");
+    c->add_option("--time-budget", a->time_budget,
+                  "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time "
+                  "limit (default: the preset's, 210s for demo, 20m for full and anchor, none for d2l)")
+        ->check(duration_or_off());
     c->add_option("--val-every", a->val_every,
-                  "also validate every this much training time, e.g. 5m (default: epoch ends only)");
-    c->add_option("--epochs", a->epochs, "epochs")->check(CLI::PositiveNumber);
+                  "also validate every this much training time, e.g. 5m; 'off': at epoch ends only "
+                  "(default: the preset's, 5m for full and anchor, else off)")
+        ->check(duration_or_off());
+    c->add_option("--epochs", a->epochs, "epochs")->check(int_range(1, 1000000));
     c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
-        ->check(CLI::PositiveNumber);
+        ->check(int_range(1, 1000000000));
     c->add_option("--num-hiddens", a->num_hiddens, "model width C (bahdanau: GRU and attention width H)")
-        ->check(CLI::PositiveNumber);
-    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(CLI::PositiveNumber);
-    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(CLI::PositiveNumber);
-    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(CLI::PositiveNumber);
-    c->add_option("--num-heads", a->num_heads, "attention heads")->check(CLI::PositiveNumber);
-    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(CLI::PositiveNumber);
-    a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
-    c->add_option("--batch-size", a->batch_size, "minibatch size")->check(CLI::PositiveNumber);
-    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad)")->check(CLI::Range(2, 1000));
-    c->add_option("--lr", a->lr, "Adam learning rate")->check(CLI::PositiveNumber);
+        ->check(int_range(1, 65536));
+    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(int_range(1, 65536));
+    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(int_range(1, 64));
+    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(int_range(1, 64));
+    c->add_option("--num-heads", a->num_heads, "attention heads")->check(int_range(1, 1024));
+    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(int_range(1, 262144));
+    a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(real_range(0, 0.99));
+    c->add_option("--batch-size", a->batch_size, "minibatch size")->check(int_range(1, 100000));
+    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad)")->check(int_range(2, 1000));
+    c->add_option("--lr", a->lr, "Adam learning rate")->check(real_range(0, 10, /*lo_open=*/true));
     a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon")
-                  ->check(CLI::Range(0.0, 0.99));
+                  ->check(real_range(0, 0.99));
     a->o_clip = c->add_option("--clip", a->clip, "clip gradients to this global norm (0: off; default 1)")
-                    ->check(CLI::NonNegativeNumber);
-    c->add_option("--schedule", a->schedule, "learning-rate schedule: constant|warmup_inv_sqrt|warmup_linear_decay");
+                    ->check(real_range(0, 1e6));
+    c->add_option("--schedule", a->schedule, "learning-rate schedule (default: the preset's)")
+        ->check(CLI::IsMember({"constant", "warmup_inv_sqrt", "warmup_linear_decay"}));
     c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
-        ->check(CLI::PositiveNumber);
+        ->check(int_range(1, 1000000000));
     c->add_option("--bucket-pool", a->bucket_pool,
                   "length bucketing: sort pools of N batches by pair length, shuffle the batches "
                   "(0: off)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(int_range(0, 1000000));
     c->add_option("--trim", a->trim, "on|off: cut each batch to its longest pair (masked loss only; "
                                      "same loss, less padding computed)")
         ->check(CLI::IsMember({"on", "off"}));
@@ -230,21 +233,22 @@ Registration reg([](CLI::App& app) {
                            "average the loss over pad positions too (reproduces D2L EN's curves)");
     a->o_quirk = c->add_flag("--pe-quirk", a->pe_quirk,
                              "decode with D2L's position-0 positional encoding at every step");
-    c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs")->check(CLI::PositiveNumber);
+    c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs")
+        ->check(int_range(1, 1000000000));
     c->add_option("--max-src-tokens", a->max_src_tokens, "keep pairs with at most N source tokens")
-        ->check(CLI::PositiveNumber);
+        ->check(int_range(1, 1000));
     c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
-        ->check(CLI::PositiveNumber);
+        ->check(int_range(1, 1000));
     c->add_option("--min-freq", a->min_freq, "vocabulary: keep words seen at least N times in training")
-        ->check(CLI::PositiveNumber);
-    c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")->check(CLI::PositiveNumber);
-    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(CLI::PositiveNumber);
+        ->check(int_range(1, 1000000000));
+    c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")
+        ->check(int_range(1, 100000000));
+    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(int_range(1, 100000000));
     a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)");
-    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(int_range(0, 1000000000));
     c->callback([a] { run(*a); });
 });
 

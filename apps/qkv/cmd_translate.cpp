@@ -1,5 +1,6 @@
 // `qkv translate`: English -> French with a trained model folder; sentences from the command
 // line, a file, or stdin (one per line); one translation per output line.
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "qkv/core/parallel.h"
+#include "options.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/train/model_dir.h"
 
@@ -22,17 +23,23 @@ struct TranslateArgs {
     int64_t beam = 0, max_len = 0, batch = 250;
     double length_penalty = -1;
     bool show_source = false, pe_quirk = false, no_unk = false;
-    int threads = 0;
 };
 
+bool is_blank(const std::vector<std::string>& tokens) {
+    for (const auto& t : tokens)
+        for (unsigned char ch : t)
+            if (!std::isspace(ch)) return false;
+    return true;
+}
+
 void run(const TranslateArgs& a) {
-    if (a.threads > 0) set_num_threads(a.threads);
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
     }
     std::vector<std::string> lines = a.sentences;
+    const char* unit = lines.empty() ? "line" : "sentence";  // the input's numbering in messages
     if (lines.empty()) {
         std::ifstream f;
         std::istream* in = &std::cin;
@@ -47,8 +54,35 @@ void run(const TranslateArgs& a) {
             lines.push_back(line);
         }
     }
+    // One output line per input line: a line that cannot be translated (invalid UTF-8) or has
+    // nothing to translate gives an empty output line and a note on stderr.
+    const int64_t max_src = m.config.data.num_steps - 1;  // tokens before <eos> (encode_sources)
     std::vector<std::vector<std::string>> src;
-    for (const auto& l : lines) src.push_back(data::tokenize_nmt(l));
+    std::vector<size_t> row_of;  // input line -> row of src, or npos
+    int64_t invalid = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        const size_t bad = data::invalid_utf8_offset(lines[i]);
+        if (bad != std::string::npos) {
+            std::fprintf(stderr, "qkv translate: %s %zu: invalid UTF-8 (byte offset %zu); output left empty\n",
+                         unit, i + 1, bad);
+            ++invalid;
+            row_of.push_back(std::string::npos);
+            continue;
+        }
+        auto tokens = data::tokenize_nmt(lines[i]);
+        if (is_blank(tokens)) {
+            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
+            row_of.push_back(std::string::npos);
+            continue;
+        }
+        if (int64_t(tokens.size()) > max_src)
+            std::fprintf(stderr,
+                         "qkv translate: %s %zu: %zu tokens, the model reads at most %lld (+<eos>); "
+                         "truncated (the first %lld kept, without <eos>)\n",
+                         unit, i + 1, tokens.size(), (long long)max_src, (long long)max_src + 1);
+        row_of.push_back(src.size());
+        src.push_back(std::move(tokens));
+    }
     train::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
@@ -56,12 +90,18 @@ void run(const TranslateArgs& a) {
     to.batch_size     = a.batch;
     to.no_unk         = a.no_unk;
     auto hyp = train::translate_tokens(m, src, to);
-    for (size_t i = 0; i < hyp.size(); ++i) {
-        if (a.show_source)
-            std::printf("%s => %s\n", train::join_tokens(src[i]).c_str(), train::join_tokens(hyp[i]).c_str());
+    for (size_t i = 0; i < lines.size(); ++i) {
+        const size_t r = row_of[i];
+        if (r == std::string::npos)
+            std::printf("\n");
+        else if (a.show_source)
+            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), train::join_tokens(hyp[r]).c_str());
         else
-            std::printf("%s\n", train::join_tokens(hyp[i]).c_str());
+            std::printf("%s\n", train::join_tokens(hyp[r]).c_str());
     }
+    std::fflush(stdout);
+    QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,
+              lines.size() == 1 ? "" : "s", " not translated (invalid UTF-8; their output lines are empty)");
 }
 
 Registration reg([](CLI::App& app) {
@@ -70,15 +110,14 @@ Registration reg([](CLI::App& app) {
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
     c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin)");
     c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin)");
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(CLI::PositiveNumber);
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
-        ->check(CLI::NonNegativeNumber);
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(CLI::PositiveNumber);
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(CLI::PositiveNumber);
+        ->check(real_range(0, 10));
+    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
-    c->add_option("--threads", a->threads, "threads (default: all cores)")->check(CLI::PositiveNumber);
     c->callback([a] { run(*a); });
 });
 

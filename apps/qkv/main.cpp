@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/ops/attention.h"
@@ -36,22 +37,33 @@ int main(int argc, char** argv) {
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "qkv 0.1.0");
+    // The global options: accepted before the subcommand and after it, with the same values and
+    // meaning (one variable each; when given twice, the later one, after the subcommand, wins).
     int threads = 0;
-    app.add_option("--threads", threads, "threads for kernels (default: all cores)")
-        ->check(CLI::NonNegativeNumber);
     std::string attention = "auto", kernels = "fast";
-    app.add_option("--attention", attention,
-                   "attention backend: auto (fused flash kernel when it can run), math or flash "
-                   "(also QKV_ATTENTION)")
-        ->check(CLI::IsMember({"auto", "math", "flash"}));
-    app.add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
-        ->check(CLI::IsMember({"fast", "ref"}));
+    auto add_global_options = [&](CLI::App* a) {
+        const char* group = "Global options (before or after the subcommand)";
+        a->add_option("--threads", threads,
+                      "threads for kernels (default 0: all cores, or OMP_NUM_THREADS when set)")
+            ->check(qkv::cli::int_range(0, qkv::kMaxThreads))
+            ->group(group);
+        a->add_option("--attention", attention,
+                      "attention backend: auto (fused flash kernel when it can run), math or flash "
+                      "(also QKV_ATTENTION)")
+            ->check(CLI::IsMember({"auto", "math", "flash"}))
+            ->group(group);
+        a->add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
+            ->check(CLI::IsMember({"fast", "ref"}))
+            ->group(group);
+    };
+    add_global_options(&app);
     app.parse_complete_callback([&] {
         if (threads > 0) qkv::set_num_threads(threads);
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
     });
     for (auto reg : qkv::cli::registry()) reg(app);
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -16,18 +16,20 @@ void append_utf8(std::string& out, utf8proc_int32_t cp) {
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view s) {
+size_t invalid_utf8_offset(std::string_view s) {
     const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
     utf8proc_ssize_t left = utf8proc_ssize_t(s.size());
     while (left > 0) {
         utf8proc_int32_t cp;
         const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-        if (n <= 0 || cp < 0) return false;
+        if (n <= 0 || cp < 0) return s.size() - size_t(left);
         p += n;
         left -= n;
     }
-    return true;
+    return std::string_view::npos;
 }
+
+bool is_valid_utf8(std::string_view s) { return invalid_utf8_offset(s) == std::string_view::npos; }
 
 int64_t utf8_length(std::string_view s) {
     int64_t n = 0;

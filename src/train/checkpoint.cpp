@@ -3,6 +3,7 @@
 #include "qkv/train/checkpoint.h"
 
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <utility>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "qkv/io/safetensors.h"
 
 namespace qkv::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -76,6 +79,8 @@ std::vector<std::pair<std::string, Tensor>> ordered_state(const nn::Module& mode
 
 /// Opens and validates a file; rethrows safetensors errors with `what '<path>'` in front.
 io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
+    std::error_code ec;
+    QKV_CHECK(fs::exists(path, ec), what, " '", path, "' not found");
     try {
         io::SafeTensorsFile f(path);
         auto it = f.metadata().find(kChecksumKey);

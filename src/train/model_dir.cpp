@@ -32,10 +32,33 @@ RunConfig load_model_dir_config(const std::string& dir) {
     try {
         return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {
-        throw Error(detail::str("'", cfg_path, "': ", e.what()));
+        // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracket tag
+        const std::string w = e.what();
+        const size_t tag = w.rfind("] ", w.find(' '));
+        throw Error(detail::str("'", cfg_path, "': not valid JSON: ",
+                                tag == std::string::npos ? w : w.substr(tag + 2)));
     } catch (const Error& e) {
         throw Error(detail::str("'", cfg_path, "': ", e.what()));
     }
+}
+
+DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag) {
+    DataConfig d = cfg.data;
+    if (!data_flag.empty()) {
+        d.path = data_flag;
+        return d;
+    }
+    std::error_code ec;
+    if (d.path.empty() || fs::exists(d.path, ec)) return d;  // "": QKV_DATA, then the default
+    const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    if (fs::path(d.path).is_relative())
+        throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
+                                " is relative to the folder qkv train ran in; not found from here (tried '",
+                                fs::absolute(d.path, ec).string(),
+                                "'). Run from that folder, or pass the data file with --data PATH "
+                                "(it overrides config.json)"));
+    throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
+                            " does not exist; pass the data file with --data PATH (it overrides config.json)"));
 }
 
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {
@@ -55,8 +78,12 @@ ModelDir load_model_dir(const std::string& dir) {
               "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
               m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
               " / ", m.config.model.tgt_vocab_size);
+    const std::string weights = (fs::path(dir) / "model.safetensors").string();
+    QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
+              "' not found): train a model first (qkv train --out ", dir,
+              ") or check the folder given with --model");
     m.model = build_model(m.config);
-    load_model((fs::path(dir) / "model.safetensors").string(), *m.model);
+    load_model(weights, *m.model);
     m.model->eval();
     return m;
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -104,8 +105,61 @@ const char* pipeline_name(DataPipeline p) { return p == DataPipeline::d2l_en ? "
 DataPipeline parse_pipeline(const std::string& s) {
     if (s == "d2l_en") return DataPipeline::d2l_en;
     if (s == "anchor") return DataPipeline::anchor;
-    throw Error(detail::str("config.json: data.pipeline '", s, "' is not d2l_en or anchor"));
+    throw Error(detail::str("data.pipeline '", s, "' is not d2l_en or anchor"));
 }
+
+/// One section of config.json ("data", "model", ...), for error messages that name the key.
+struct Section {
+    const json& j;
+    const char* name;  // "" for the top level
+};
+
+std::string key_name(const Section& s, const char* key) {
+    return *s.name ? detail::str(s.name, ".", key) : std::string(key);
+}
+
+template <class T>
+const char* expected_kind() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else if constexpr (std::is_integral_v<T>) return std::is_unsigned_v<T> ? "an integer >= 0" : "an integer";
+    else return "a number";
+}
+
+/// v = s.j[key] when present and not null; a value of the wrong type throws naming the key.
+template <class T>
+bool get(const Section& s, const char* key, T& v) {
+    if (!s.j.contains(key) || s.j[key].is_null()) return false;
+    const json& x = s.j[key];
+    bool ok = false;
+    if constexpr (std::is_same_v<T, bool>) ok = x.is_boolean();
+    else if constexpr (std::is_same_v<T, std::string>) ok = x.is_string();
+    else if constexpr (std::is_unsigned_v<T>) ok = x.is_number_unsigned();
+    else if constexpr (std::is_integral_v<T>) ok = x.is_number_integer();
+    else ok = x.is_number();
+    QKV_CHECK(ok, "key '", key_name(s, key), "' must be ", expected_kind<T>(), ", got ", x.dump());
+    v = x.template get<T>();
+    return true;
+}
+
+/// As get, but a missing key is an error (keys that fix the model's shapes have no sane default).
+template <class T>
+void need(const Section& s, const char* key, T& v) {
+    QKV_CHECK(get(s, key, v), "key '", key_name(s, key), "' is missing");
+}
+
+/// The section j[name]; an absent one is empty (optional == true) or an error.
+Section section(const json& j, const char* name, bool optional) {
+    static const json empty = json::object();
+    if (!j.contains(name)) {
+        QKV_CHECK(optional, "section '", name, "' is missing");
+        return {empty, name};
+    }
+    QKV_CHECK(j[name].is_object(), "section '", name, "' must be an object, got ", j[name].dump());
+    return {j[name], name};
+}
+
+}  // namespace
 
 const char* schedule_name(optim::LrSchedule s) {
     switch (s) {
@@ -123,13 +177,6 @@ optim::LrSchedule parse_schedule(const std::string& s) {
     throw Error(detail::str("train.schedule '", s,
                             "' is not constant, warmup_inv_sqrt or warmup_linear_decay"));
 }
-
-template <class T>
-void get(const json& j, const char* key, T& v) {
-    if (j.contains(key) && !j[key].is_null()) v = j[key].get<T>();
-}
-
-}  // namespace
 
 json to_json(const RunConfig& c) {
     json j;
@@ -199,85 +246,79 @@ json to_json(const RunConfig& c) {
 }
 
 RunConfig run_config_from_json(const json& j) {
-    try {
-        RunConfig c;
-        get(j, "preset", c.preset);
-        if (j.contains("data")) {
-            const json& d = j["data"];
-            get(d, "path", c.data.path);
-            if (d.contains("pipeline")) c.data.pipeline = parse_pipeline(d["pipeline"].get<std::string>());
-            get(d, "num_steps", c.data.num_steps);
-            get(d, "strict", c.data.strict);
-            get(d, "max_src_tokens", c.data.max_src_tokens);
-            get(d, "max_tgt_tokens", c.data.max_tgt_tokens);
-            get(d, "max_pairs", c.data.max_pairs);
-            get(d, "n_valid", c.data.n_valid);
-            get(d, "n_test", c.data.n_test);
-            get(d, "split_seed", c.data.split_seed);
-            get(d, "min_freq", c.data.min_freq);
-            get(d, "d2l_num_train", c.data.d2l_num_train);
-            get(d, "d2l_num_val", c.data.d2l_num_val);
+    QKV_CHECK(j.is_object(), "config.json must be a JSON object, got ", j.type_name());
+    RunConfig c;
+    get(Section{j, ""}, "preset", c.preset);
+    const Section d = section(j, "data", true);
+    get(d, "path", c.data.path);
+    std::string s;
+    if (get(d, "pipeline", s)) c.data.pipeline = parse_pipeline(s);
+    need(d, "num_steps", c.data.num_steps);
+    get(d, "strict", c.data.strict);
+    get(d, "max_src_tokens", c.data.max_src_tokens);
+    get(d, "max_tgt_tokens", c.data.max_tgt_tokens);
+    get(d, "max_pairs", c.data.max_pairs);
+    get(d, "n_valid", c.data.n_valid);
+    get(d, "n_test", c.data.n_test);
+    get(d, "split_seed", c.data.split_seed);
+    get(d, "min_freq", c.data.min_freq);
+    get(d, "d2l_num_train", c.data.d2l_num_train);
+    get(d, "d2l_num_val", c.data.d2l_num_val);
+
+    const Section m = section(j, "model", false);
+    if (get(m, "architecture", s)) c.architecture = parse_model_kind(s);
+    need(m, "src_vocab_size", c.model.src_vocab_size);
+    need(m, "tgt_vocab_size", c.model.tgt_vocab_size);
+    if (c.architecture == ModelKind::bahdanau) {
+        auto& b = c.bahdanau;
+        need(m, "embed_size", b.embed_size);
+        need(m, "num_hiddens", b.num_hiddens);
+        need(m, "num_layers", b.num_layers);
+        get(m, "dropout", b.dropout);
+        c.model.num_hiddens = b.num_hiddens;  // as before: model.* mirrors the shared keys
+        get(m, "dropout", c.model.dropout);
+        if (get(m, "init", s)) {
+            QKV_CHECK(s == "d2l_en" || s == "d2l_zh" || s == "pytorch", "model.init '", s,
+                      "' is not d2l_en, d2l_zh or pytorch");
+            b.init = s == "d2l_en"   ? models::BahdanauInit::d2l_en
+                     : s == "d2l_zh" ? models::BahdanauInit::d2l_zh
+                                     : models::BahdanauInit::pytorch;
         }
-        if (j.contains("model")) {
-            const json& m = j["model"];
-            if (m.contains("architecture"))
-                c.architecture = parse_model_kind(m["architecture"].get<std::string>());
-            if (c.architecture == ModelKind::bahdanau) {
-                auto& b = c.bahdanau;
-                get(m, "embed_size", b.embed_size);
-                get(m, "num_hiddens", b.num_hiddens);
-                get(m, "num_layers", b.num_layers);
-                get(m, "dropout", b.dropout);
-                if (m.contains("init")) {
-                    const std::string in = m["init"].get<std::string>();
-                    QKV_CHECK(in == "d2l_en" || in == "d2l_zh" || in == "pytorch", "config.json: model.init '",
-                              in, "' is not d2l_en, d2l_zh or pytorch");
-                    b.init = in == "d2l_en"   ? models::BahdanauInit::d2l_en
-                             : in == "d2l_zh" ? models::BahdanauInit::d2l_zh
-                                              : models::BahdanauInit::pytorch;
-                }
-            }
-            get(m, "src_vocab_size", c.model.src_vocab_size);
-            get(m, "tgt_vocab_size", c.model.tgt_vocab_size);
-            get(m, "num_hiddens", c.model.num_hiddens);
-            get(m, "num_blks", c.model.num_blks);
-            get(m, "num_heads", c.model.num_heads);
-            get(m, "ffn_num_hiddens", c.model.ffn_num_hiddens);
-            get(m, "dropout", c.model.dropout);
-            get(m, "max_len", c.model.max_len);
-            get(m, "pe_position_zero_at_inference", c.model.pe_position_zero_at_inference);
-        }
-        if (j.contains("train")) {
-            const json& t = j["train"];
-            get(t, "epochs", c.train.epochs);
-            get(t, "max_steps", c.train.max_steps);
-            get(t, "time_budget_s", c.train.time_budget_s);
-            get(t, "batch_size", c.train.batch_size);
-            get(t, "lr", c.train.lr);
-            get(t, "adam_beta1", c.train.adam_beta1);
-            get(t, "adam_beta2", c.train.adam_beta2);
-            get(t, "adam_eps", c.train.adam_eps);
-            get(t, "clip_norm", c.train.clip_norm);
-            get(t, "loss_on_padding", c.train.loss_on_padding);
-            get(t, "label_smoothing", c.train.label_smoothing);
-            if (t.contains("schedule")) c.train.schedule = parse_schedule(t["schedule"].get<std::string>());
-            get(t, "warmup_steps", c.train.warmup_steps);
-            get(t, "seed", c.train.seed);
-            get(t, "val_batch_size", c.train.val_batch_size);
-            get(t, "trim_batches", c.train.trim_batches);
-            get(t, "bucket_pool", c.train.bucket_pool);
-            get(t, "val_every_s", c.train.val_every_s);
-        }
-        if (j.contains("decode")) {
-            const json& d = j["decode"];
-            get(d, "max_len", c.decode.max_len);
-            get(d, "beam", c.decode.beam);
-            get(d, "length_penalty", c.decode.length_penalty);
-        }
-        return c;
-    } catch (const json::exception& e) {
-        throw Error(detail::str("config.json: ", e.what()));
+    } else {
+        need(m, "num_hiddens", c.model.num_hiddens);
+        need(m, "num_blks", c.model.num_blks);
+        need(m, "num_heads", c.model.num_heads);
+        need(m, "ffn_num_hiddens", c.model.ffn_num_hiddens);
+        get(m, "dropout", c.model.dropout);
+        get(m, "max_len", c.model.max_len);
+        get(m, "pe_position_zero_at_inference", c.model.pe_position_zero_at_inference);
     }
+
+    const Section t = section(j, "train", true);
+    get(t, "epochs", c.train.epochs);
+    get(t, "max_steps", c.train.max_steps);
+    get(t, "time_budget_s", c.train.time_budget_s);
+    get(t, "batch_size", c.train.batch_size);
+    get(t, "lr", c.train.lr);
+    get(t, "adam_beta1", c.train.adam_beta1);
+    get(t, "adam_beta2", c.train.adam_beta2);
+    get(t, "adam_eps", c.train.adam_eps);
+    get(t, "clip_norm", c.train.clip_norm);
+    get(t, "loss_on_padding", c.train.loss_on_padding);
+    get(t, "label_smoothing", c.train.label_smoothing);
+    if (get(t, "schedule", s)) c.train.schedule = parse_schedule(s);
+    get(t, "warmup_steps", c.train.warmup_steps);
+    get(t, "seed", c.train.seed);
+    get(t, "val_batch_size", c.train.val_batch_size);
+    get(t, "trim_batches", c.train.trim_batches);
+    get(t, "bucket_pool", c.train.bucket_pool);
+    get(t, "val_every_s", c.train.val_every_s);
+
+    const Section dec = section(j, "decode", true);
+    get(dec, "max_len", c.decode.max_len);
+    get(dec, "beam", c.decode.beam);
+    get(dec, "length_penalty", c.decode.length_penalty);
+    return c;
 }
 
 double parse_duration(const std::string& s) {

@@ -49,6 +49,12 @@ TEST(Tokenizer, Utf8Validation) {
     EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));  // surrogate U+D800
     EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // > U+10FFFF
     EXPECT_EQ(utf8_length("été"), 3);
+    // Where the first ill-formed sequence starts (qkv translate reports it per line).
+    EXPECT_EQ(invalid_utf8_offset("été !"), std::string_view::npos);
+    EXPECT_EQ(invalid_utf8_offset("ab\xFF"), 2u);
+    EXPECT_EQ(invalid_utf8_offset("\xC3\xA9t\xC3"), 3u);       // é, t, then a cut-off sequence
+    EXPECT_EQ(invalid_utf8_offset("go \xED\xA0\x80 ."), 3u);  // surrogate
+    EXPECT_EQ(invalid_utf8_offset(""), std::string_view::npos);
 }
 
 TEST(Vocab, FrequencyOrderTiesByFirstOccurrence) {

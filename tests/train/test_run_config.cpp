@@ -5,10 +5,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/translation_data.h"
 #include "support/test_util.h"
@@ -91,6 +93,127 @@ TEST(RunConfig, JsonRoundTrip) {
     nlohmann::json bad = j;
     bad["data"]["pipeline"] = "zh";
     EXPECT_THROW(train::run_config_from_json(bad), Error);
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(RunConfig, JsonTypeErrorsAndMissingShapeKeysNameTheKey) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;
+    const nlohmann::json good = train::to_json(c);
+    nlohmann::json j = good;
+    j["model"]["num_hiddens"] = "abc";
+    std::string e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.num_hiddens'") && has(e, "\"abc\"")) << e;
+    EXPECT_FALSE(has(e, "json.exception")) << e;
+    j = good;
+    j["train"]["seed"] = -3;  // uint64
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'train.seed'") && has(e, "integer >= 0")) << e;
+    j = good;
+    j["data"]["strict"] = 1;
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'data.strict'") && has(e, "true or false")) << e;
+    j = good;
+    j["model"].erase("num_blks");
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.num_blks' is missing")) << e;
+    j = good;
+    j.erase("model");
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "section 'model' is missing")) << e;
+    j = good;
+    j["decode"] = 5;
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "section 'decode' must be an object")) << e;
+    // Keys added later keep their defaults when absent (older files).
+    j = good;
+    j["train"].erase("bucket_pool");
+    j["model"].erase("architecture");
+    EXPECT_EQ(train::run_config_from_json(j).train.bucket_pool, 0);
+    EXPECT_EQ(train::run_config_from_json(j).architecture, train::ModelKind::transformer);
+    // Bahdanau: its own shape keys are required.
+    auto b = train::preset_config("d2l", train::ModelKind::bahdanau);
+    b.model.src_vocab_size = 7, b.model.tgt_vocab_size = 9;
+    j = train::to_json(b);
+    EXPECT_EQ(train::to_json(train::run_config_from_json(j)), j);
+    j["model"].erase("embed_size");
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.embed_size' is missing")) << e;
+}
+
+struct ModelFolder {
+    fs::path dir = fs::temp_directory_path() / ("qkv_modeldir_" + std::to_string(::getpid()));
+    std::string cfg_file = (dir / "config.json").string();
+    explicit ModelFolder(const std::string& config_text) {
+        fs::create_directories(dir);
+        std::ofstream(cfg_file) << config_text;
+    }
+    ~ModelFolder() { fs::remove_all(dir); }
+};
+
+TEST(ModelDir, ConfigErrorsNameTheFileAndTheKey) {
+    auto c = train::preset_config("demo");
+    nlohmann::json j = train::to_json(c);
+    j["model"]["num_hiddens"] = "abc";
+    {
+        ModelFolder m(j.dump());
+        const std::string e = error_of([&] { train::load_model_dir_config(m.dir.string()); });
+        EXPECT_TRUE(has(e, m.cfg_file) && has(e, "'model.num_hiddens'")) << e;
+    }
+    {
+        ModelFolder m("{\"model\": ");
+        const std::string e = error_of([&] { train::load_model_dir_config(m.dir.string()); });
+        EXPECT_TRUE(has(e, m.cfg_file) && has(e, "not valid JSON") && !has(e, "[json.exception")) << e;
+    }
+}
+
+TEST(ModelDir, MissingModelFileSaysNotFound) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 5;
+    ModelFolder m(train::to_json(c).dump());
+    const data::Vocab v({"<unk>", "<pad>", "<bos>", "<eos>", "a"});
+    train::write_run_files(m.dir.string(), c, v, v);
+    const std::string e = error_of([&] { train::load_model_dir(m.dir.string()); });
+    EXPECT_TRUE(has(e, "not found") && has(e, (m.dir / "model.safetensors").string()) && has(e, "qkv train") &&
+                has(e, "--model"))
+        << e;
+    EXPECT_FALSE(has(e, "truncated")) << e;
+}
+
+TEST(ModelDir, RelativeDataPathIsTriedFromTheWorkingDirectoryAndNamedWhenMissing) {
+    auto c = train::preset_config("demo");
+    ModelFolder m("{}");
+    const std::string dir = m.dir.string();
+    std::ofstream((m.dir / "fra.txt").string()) << "Go.\tVa !\n";
+    // --data wins over the recorded path; an empty recorded path stays empty (QKV_DATA, default).
+    c.data.path = "nowhere/fra.txt";
+    EXPECT_EQ(train::model_data_config(dir, c, "x.zip").path, "x.zip");
+    c.data.path = "";
+    EXPECT_EQ(train::model_data_config(dir, c, "").path, "");
+    // A relative path that exists from the working directory is used as it is.
+    const fs::path cwd = fs::current_path();
+    fs::current_path(m.dir);
+    c.data.path = "fra.txt";
+    EXPECT_EQ(train::model_data_config(dir, c, "").path, "fra.txt");
+    fs::current_path(cwd);
+    // From elsewhere: the error names config.json, the path tried and --data.
+    const std::string e = error_of([&] { train::model_data_config(dir, c, ""); });
+    EXPECT_TRUE(has(e, m.cfg_file) && has(e, "'fra.txt'") && has(e, (cwd / "fra.txt").string()) &&
+                has(e, "--data"))
+        << e;
+    c.data.path = (m.dir / "gone.zip").string();
+    const std::string e2 = error_of([&] { train::model_data_config(dir, c, ""); });
+    EXPECT_TRUE(has(e2, "gone.zip' in " + m.cfg_file + " does not exist") && has(e2, "--data")) << e2;
 }
 
 TEST(RunConfig, ParsesDurations) {

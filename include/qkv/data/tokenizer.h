@@ -10,6 +10,10 @@ namespace qkv::data {
 /// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 
+/// Byte offset (0-based) where the first ill-formed sequence of `s` starts, or
+/// std::string_view::npos when `s` is well-formed UTF-8 (is_valid_utf8's rules).
+size_t invalid_utf8_offset(std::string_view s);
+
 /// Number of code points in valid UTF-8 `s`.
 int64_t utf8_length(std::string_view s);
 

@@ -39,9 +39,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 
 /// Loads a checkpoint into `model` (strict: every name and shape must match) and, when non-null,
 /// `opt`. Returns the saved progress (the caller restores the generator). Throws qkv::Error
-/// "checkpoint '<path>': ..." when the file is missing, truncated or corrupt (safetensors
-/// validation, checksum mismatch), is not a qkv checkpoint, has another version, or does not fit
-/// the model.
+/// "checkpoint '<path>' not found" when the file does not exist, and "checkpoint '<path>': ..."
+/// when it is unreadable, truncated or corrupt (safetensors validation, checksum mismatch), is
+/// not a qkv checkpoint, has another version, or does not fit the model.
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt);
 
 /// Metadata of a checkpoint or model file (validated and checksummed as load_checkpoint does).

@@ -39,10 +39,18 @@ struct ModelDir {
 
 /// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.
 RunConfig load_model_dir_config(const std::string& dir);
+/// The data settings of the model folder `dir` whose config.json is `cfg`, for eval and resume:
+/// cfg.data with `data_flag` (--data) as the path when non-empty; otherwise the recorded path
+/// (absolute since qkv train records the canonical path; older folders may hold the path as it
+/// was given, read relative to the working directory), or "" (QKV_DATA, then the default, as
+/// data::locate_fra_eng). Throws qkv::Error when a recorded path does not exist, naming
+/// config.json, the path tried and --data.
+DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag);
 /// src_vocab.txt and tgt_vocab.txt of a model folder.
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 
-/// Loads a model folder. Throws qkv::Error naming the missing or damaged file, or when the
+/// Loads a model folder. Throws qkv::Error naming the missing or damaged file (a missing
+/// model.safetensors: "not found", with the hint to train first or check --model), or when the
 /// vocabulary sizes disagree with config.json.
 ModelDir load_model_dir(const std::string& dir);
 

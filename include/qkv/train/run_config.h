@@ -58,9 +58,17 @@ RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::tra
 
 /// config.json: {"preset", "data": {...}, "model": {...}, "train": {...}, "decode": {...}}.
 nlohmann::json to_json(const RunConfig& c);
-/// Reads to_json's form; missing keys keep their defaults (older files), unknown enum names
-/// throw qkv::Error naming the key.
+/// Reads to_json's form. Missing keys keep their defaults (older files), except the ones that
+/// fix the parameter shapes: "model" with its vocabulary sizes and widths (transformer:
+/// num_hiddens, num_blks, num_heads, ffn_num_hiddens; bahdanau: embed_size, num_hiddens,
+/// num_layers) and "data.num_steps". Throws qkv::Error naming the key ("model.num_hiddens") when
+/// one of these is missing, a value has the wrong type, or an enum name is unknown.
 RunConfig run_config_from_json(const nlohmann::json& j);
+
+/// "constant" / "warmup_inv_sqrt" / "warmup_linear_decay".
+const char* schedule_name(optim::LrSchedule s);
+/// Inverse of schedule_name; throws qkv::Error naming the accepted names.
+optim::LrSchedule parse_schedule(const std::string& s);
 
 /// Parses a duration: "90" or "90s" (seconds), "20m", "1.5h"; throws qkv::Error otherwise.
 double parse_duration(const std::string& s);

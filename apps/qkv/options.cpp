@@ -1,0 +1,67 @@
+// Option checks with readable bounds (options.h).
+#include "options.h"
+
+#include <cstdio>
+
+#include "qkv/core/error.h"
+#include "qkv/train/run_config.h"
+
+namespace qkv::cli {
+namespace {
+
+std::string num(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+bool is_off(const std::string& s) { return s == "none" || s == "off"; }
+
+}  // namespace
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+    const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+    return CLI::Validator(
+        [lo, hi, range](std::string& in) -> std::string {
+            int64_t v = 0;
+            if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not " + range;
+            if (v < lo || v > hi) return in + " is out of range: expected " + range;
+            return {};
+        },
+        "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator real_range(double lo, double hi, bool lo_open) {
+    const std::string range = lo_open ? "a number > " + num(lo) + " and <= " + num(hi)
+                                      : "a number from " + num(lo) + " to " + num(hi);
+    return CLI::Validator(
+        [lo, hi, lo_open, range](std::string& in) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not " + range;
+            if (!(lo_open ? v > lo : v >= lo) || !(v <= hi)) return in + " is out of range: expected " + range;
+            return {};
+        },
+        std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]");
+}
+
+double parse_duration_or_off(const std::string& s) {
+    if (is_off(s)) return 0;
+    const double v = train::parse_duration(s);
+    QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') for no limit");
+    return v;
+}
+
+CLI::Validator duration_or_off() {
+    return CLI::Validator(
+        [](std::string& in) -> std::string {
+            try {
+                parse_duration_or_off(in);
+            } catch (const Error& e) {
+                return e.what();
+            }
+            return {};
+        },
+        "DURATION|none");
+}
+
+}  // namespace qkv::cli

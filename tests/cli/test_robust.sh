@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# What a fresh user runs into: numeric options with readable bounds, durations that name their
+# flag ('none'/'off' for no limit, 0 refused), the global options before and after the
+# subcommand, eval from another folder (config.json records the absolute data path; an old
+# relative one is named in the error with --data), translate line by line (invalid UTF-8, empty
+# lines, over-long sentences), config.json type errors and a missing model.safetensors.
+# Usage: test_robust.sh /path/to/qkv
+set -euo pipefail
+QKV="$1"
+case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# run_rc WANT ARGS...: runs qkv, output in $T/out (stdout) and $T/err (stderr), checks the exit code.
+run_rc() {
+  local want=$1; shift
+  set +e
+  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
+  set -e
+  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
+}
+# err_has TEXT...: every TEXT is in $T/err (fixed strings).
+err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
+no_long_numbers() { ! grep -Eq '[0-9]{16}' "$1" || { grep -E '[0-9]{16}' "$1" | head -3; fail "$1: a 16+ digit number"; }; }
+
+# ---- numeric options: the flag and the allowed range in readable numbers (usage errors, exit 2)
+run_rc 0 train --help
+no_long_numbers "$T/out"
+grep -qF -- "--num-steps INT:[2, 1000]" "$T/out" || fail "train --help: no range for --num-steps"
+grep -qF -- "--threads" "$T/out" || fail "train --help does not list --threads"
+for sub in eval translate heatmap nw; do run_rc 0 "$sub" --help; no_long_numbers "$T/out"; done
+run_rc 2 train --lr -1;                err_has "--lr: -1 is out of range: expected a number > 0 and <= 10"
+run_rc 2 train --batch-size 0;         err_has "--batch-size: 0 is out of range: expected an integer from 1 to 100000"
+run_rc 2 train --num-steps 100000000000; err_has "--num-steps: 100000000000 is out of range: expected an integer from 2 to 1000"
+run_rc 2 train --dropout 1.5;          err_has "--dropout: 1.5 is out of range: expected a number from 0 to 0.99"
+run_rc 2 train --epochs abc;           err_has "--epochs: 'abc' is not an integer from 1 to 1000000"
+run_rc 2 translate --beam 0 "go .";    err_has "--beam: 0 is out of range: expected an integer from 1 to 100"
+run_rc 2 eval --length-penalty -0.5;   err_has "--length-penalty: -0.5 is out of range"
+run_rc 2 nw --lr 0;                    err_has "--lr: 0 is out of range: expected a number > 0"
+for f in "$T/err"; do no_long_numbers "$f"; done
+
+# ---- durations: errors name the flag; 0 is refused, 'none'/'off' spell "no limit"
+run_rc 2 train --val-every 5x;    err_has "--val-every" "'5x'"
+run_rc 2 train --time-budget abc; err_has "--time-budget" "'abc'"
+run_rc 2 train --time-budget 0;   err_has "--time-budget" "none"
+run_rc 2 train --val-every 0s;    err_has "--val-every" "off"
+run_rc 0 train --help
+grep -qF "'none' (or 'off'): no time" "$T/out" || fail "--help does not document --time-budget none"
+
+# ---- --threads: the same values before and after the subcommand
+run_rc 2 --threads 2000 info "$T";        err_has "--threads: 2000 is out of range: expected an integer from 0 to 1024"
+run_rc 2 info "$T" --threads 2000;        err_has "--threads: 2000 is out of range"
+run_rc 2 translate --threads -1 "go .";   err_has "--threads: -1 is out of range"
+
+# ---- a tiny model, trained with a relative data path ('none': no time budget, the later --threads wins)
+for i in $(seq 1 60); do
+  case $((i % 6)) in
+    0) echo -e "Go.\tVa !" ;;
+    1) echo -e "I lost.\tJ'ai perdu." ;;
+    2) echo -e "He's calm.\tIl est calme." ;;
+    3) echo -e "I'm home.\tJe suis chez moi." ;;
+    4) echo -e "We won.\tNous avons gagné." ;;
+    5) echo -e "Thank you.\tMerci." ;;
+  esac
+done > "$T/fra.txt"
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
+cd "$T"
+run_rc 0 --threads 2 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none "${small[@]}" --threads 1
+err_has "qkv train: preset demo, 1 threads"
+grep -q "^training: .*epochs, max 2 steps, loss" "$T/err" || { cat "$T/err"; fail "a time budget is left with --time-budget none"; }
+grep -qF "\"time_budget_s\": 0.0" run/config.json || fail "config.json time_budget_s is not 0"
+want=$(realpath "$T/fra.txt")
+grep -qF "\"path\": \"$want\"" run/config.json || { grep path run/config.json; fail "config.json does not record $want"; }
+
+# ---- eval from another folder: the absolute path works; an old relative one is named, --data overrides
+mkdir "$T/elsewhere" && cd "$T/elsewhere"
+run_rc 0 eval --model ../run --no-progress --threads 0
+grep -q "corpus BLEU-4" "$T/out" || fail "eval output"
+sed -i "s|\"path\": \"$want\"|\"path\": \"fra.txt\"|" ../run/config.json
+run_rc 1 eval --model ../run --no-progress
+err_has "'fra.txt'" "$T/elsewhere/fra.txt" "--data"
+run_rc 0 eval --model ../run --no-progress --data ../fra.txt
+(cd "$T" && "$QKV" eval --model run --no-progress > /dev/null 2>&1) || fail "eval from the training folder with a relative path"
+cd "$T"
+
+# ---- translate line by line: invalid UTF-8 and empty lines give empty output lines, errors counted
+printf 'go .\n\xc3\x28 bad\n\n   \ni lost .\n' > in.txt
+set +e
+"$QKV" --threads 0 translate --model run --show-source -f in.txt > "$T/out" 2> "$T/err"; rc=$?
+set -e
+[ "$rc" = 1 ] || { cat "$T/err"; fail "translate with a bad line: exit $rc, want 1"; }
+[ "$(wc -l < "$T/out")" = 5 ] || { cat "$T/out"; fail "translate: $(wc -l < "$T/out") output lines for 5 input lines"; }
+sed -n 1p "$T/out" | grep -q "^go \. => " || fail "line 1 not translated"
+sed -n 5p "$T/out" | grep -q "^i lost \. => " || fail "line 5 not translated"
+[ -z "$(sed -n 2,4p "$T/out" | tr -d '\n')" ] || fail "lines 2-4 should be empty"
+err_has "line 2: invalid UTF-8 (byte offset 0)" "line 3: empty" "line 4: empty" "1 of 5 lines not translated"
+! grep -q "preprocess_nmt" "$T/err" || fail "an internal function name in the message"
+# Over-long sentences (num_steps 6: 5 tokens + <eos>): one warning per long line, exit 0.
+printf 'i lost . i lost . i lost .\ngo .\nhe is calm and i am home .\n' | "$QKV" translate --model run > "$T/out" 2> "$T/err" \
+  || { cat "$T/err"; fail "translate long lines"; }
+[ "$(wc -l < "$T/out")" = 3 ] || fail "long lines: output line count"
+err_has "line 1: 9 tokens, the model reads at most 5 (+<eos>); truncated" "line 3: 8 tokens, the model reads at most 5"
+[ "$(grep -c truncated "$T/err")" = 2 ] || { cat "$T/err"; fail "want exactly 2 truncation warnings"; }
+run_rc 0 heatmap --model run "go ." --out "$T/att" --threads 1
+
+# ---- config.json type errors name the key and the file; a missing model.safetensors is "not found"
+cp -r run bad && sed -i 's|"num_hiddens": 16|"num_hiddens": "abc"|' bad/config.json
+run_rc 1 translate --model bad "go ."
+err_has "bad/config.json" "'model.num_hiddens'" '"abc"'
+! grep -q "json.exception" "$T/err" || fail "raw nlohmann message"
+cp -r run nomodel && rm nomodel/model.safetensors
+run_rc 1 translate --model nomodel "go ."
+err_has "nomodel/model.safetensors' not found" "qkv train" "--model"
+! grep -q "truncated" "$T/err" || fail "a missing file reported as truncated"
+echo "cli robustness: ok"
