@@ -39,7 +39,7 @@ void run(const EvalArgs& a) {
     }
     train::DataConfig dc = m.config.data;
     if (!a.data.empty()) dc.path = a.data;
-    train::TranslationData d = train::load_translation_data(dc);
+    train::TranslationData d = train::load_translation_data(dc, m.subwords);
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
               "' is not the data the model was trained on, or its filters changed)");
