@@ -21,17 +21,17 @@ for i in $(seq 1 60); do
   esac
 done > "$T/fra.txt"
 
-small=(--data "$T/fra.txt" --preset demo --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16
+small=(--data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16
        --batch-size 8 --no-progress)
 
-"$QKV" train "${small[@]}" --max-steps 2 --out "$T/run" --subword bpe --vocab-size 40 --shared-vocab --tie-weights \
+"$QKV" train --preset demo "${small[@]}" --max-steps 2 --out "$T/run" --subword bpe --vocab-size 40 --shared-vocab --tie-weights \
   > "$T/train.out" 2> "$T/train.err" || { cat "$T/train.err"; fail "qkv train --subword bpe"; }
 grep -q "shared bpe vocabulary of 40 pieces" "$T/train.err" || { cat "$T/train.err"; fail "subword summary"; }
 grep -q "vocabularies: source 40, target 40 tokens" "$T/train.err" || fail "vocabulary sizes"
 [ -s "$T/run/spm.model" ] || fail "missing spm.model"
 grep -q '"subword": "bpe"' "$T/run/config.json" || fail "config.json subword"
 grep -q '"tie_weights": true' "$T/run/config.json" || fail "config.json tie_weights"
-grep -q '"num_steps": 10' "$T/run/config.json" || fail "num_steps not the preset's 8 + 1/3"
+grep -q '"num_steps": 13' "$T/run/config.json" || fail "num_steps not the preset's 8 + 2/3"
 # the translations printed by train are words (no piece marker U+2581)
 grep -q "=> " "$T/train.out" || fail "no translations"
 if grep -q $'\xe2\x96\x81' "$T/train.out"; then fail "pieces in the printed translations"; fi
@@ -51,8 +51,10 @@ grep -q "trained 3 steps" "$T/resume.out" || fail "resume step count"
 # errors name the flag
 expect_error() {  # expect_error PATTERN ARGS...
   local pat="$1"; shift
+  local preset=(--preset demo)
+  [[ " $* " == *" --preset "* ]] && preset=()
   set +e
-  "$QKV" train "${small[@]}" --max-steps 1 --out "$T/bad" "$@" > /dev/null 2> "$T/err"; local rc=$?
+  "$QKV" train "${preset[@]}" "${small[@]}" --max-steps 1 --out "$T/bad" "$@" > /dev/null 2> "$T/err"; local rc=$?
   set -e
   [ "$rc" = 1 ] || fail "exit code $rc for: $*"
   grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "message for: $*"; }

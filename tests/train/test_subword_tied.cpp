@@ -13,6 +13,7 @@
 #include "io/temp_dir.h"
 #include "qkv/core/generator.h"
 #include "qkv/data/subword.h"
+#include "qkv/ops/elementwise.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/model_dir.h"
@@ -32,7 +33,7 @@ struct TinyPieces {
     data::NmtArrays arrays;
 };
 
-TinyPieces tiny_pieces(int64_t num_steps = 12) {
+TinyPieces tiny_pieces(int64_t num_steps = 16) {
     TinyPieces t;
     t.words = tiny_corpus();
     std::vector<std::string> lines;
@@ -149,9 +150,9 @@ TEST(WeightTying, TinyBpeTiedModelMemorisesEightPairsAndStaysTied) {
     cfg.data.subword = data::SubwordKind::bpe;
     cfg.data.subword_vocab_size = 60;
     cfg.data.shared_vocab = true;
-    cfg.data.num_steps = 12;
+    cfg.data.num_steps = 16;
     cfg.model = tied_config(t);
-    cfg.decode.max_len = 16;
+    cfg.decode.max_len = 20;
     train::SubwordModels sw{t.sp, t.sp};
     train::write_run_files(dir / "run", cfg, t.vocab, t.vocab, sw);
     train::save_model(dir / "run/model.safetensors", *model);
@@ -168,7 +169,7 @@ TEST(WeightTying, TinyBpeTiedModelMemorisesEightPairsAndStaysTied) {
     EXPECT_TRUE(*disk.subwords.src == *t.sp);
     expect_tied(*disk.transformer());
     train::TranslateOptions to;
-    to.max_len = 16;
+    to.max_len = 20;
     const auto hyp_mem = train::translate_tokens(mem, t.words.src, to);
     const auto hyp_disk = train::translate_tokens(disk, t.words.src, to);
     EXPECT_EQ(hyp_disk, hyp_mem);
@@ -228,7 +229,7 @@ TEST(SubwordData, SharedBpeVocabularyPiecesInArraysWordsInReferences) {
     dc.subword = data::SubwordKind::bpe;
     dc.subword_vocab_size = 40;
     dc.shared_vocab = true;
-    dc.num_steps = 10;
+    dc.num_steps = 16;
     const train::TranslationData d = train::load_translation_data(dc);
     ASSERT_TRUE(d.subwords.active());
     EXPECT_EQ(d.subwords.src, d.subwords.tgt);
@@ -251,11 +252,10 @@ TEST(SubwordData, SharedBpeVocabularyPiecesInArraysWordsInReferences) {
     EXPECT_TRUE(*train::load_translation_data(dc).subwords.src == *d.subwords.src);
     // per-side models
     dc.shared_vocab = false;
-    dc.subword = data::SubwordKind::unigram;
-    dc.subword_vocab_size = 30;
+    dc.subword_vocab_size = 35;
     const train::TranslationData p = train::load_translation_data(dc);
     EXPECT_NE(p.subwords.src, p.subwords.tgt);
-    EXPECT_EQ(p.src_vocab.size(), 30);
+    EXPECT_EQ(p.src_vocab.size(), 35);
     EXPECT_NE(p.src_vocab, p.tgt_vocab);
 }
 
