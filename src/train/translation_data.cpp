@@ -171,11 +171,12 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
             char buf[256];
             std::snprintf(buf, sizeof buf,
                           "; %s %s vocabulary of %lld pieces, %.3f / %.3f pieces per word (source / target); "
-                          "truncated to %lld: source %s, target %s of train pairs (as words: %s, %s)",
+                          "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
                           cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
                           (long long)out.tgt_vocab.size(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
                           nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
-                          percent(t_src).c_str(), percent(t_tgt).c_str(), percent(out.truncated_src).c_str(),
+                          percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
+                          percent(out.truncated_src).c_str(),
                           percent(out.truncated_tgt).c_str());
             units_note = buf;
             out.truncated_src = t_src;
