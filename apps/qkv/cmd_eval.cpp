@@ -36,7 +36,7 @@ void run(const EvalArgs& a) {
         m.transformer()->set_pe_position_zero_at_inference(true);
     }
     const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
-    train::TranslationData d = train::load_translation_data(dc);
+    train::TranslationData d = train::load_translation_data(dc, m.subwords);
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
               "' is not the data the model was trained on, or its filters changed)");

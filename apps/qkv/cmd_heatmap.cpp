@@ -44,7 +44,8 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
 /// slices the keys to the valid length the same way).
 void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
-    data::SeqArray arr = train::encode_sources({toks}, m.src_vocab, m.config.data.num_steps);
+    // a subword model's attention is over pieces: the labels are pieces, the printed line words
+    data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0], Tp = arr.num_steps;
     const std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
     const std::vector<std::string> src_labels = m.src_vocab.decode(ids);
@@ -56,7 +57,8 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     g.trace   = &trace;
     auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
-    std::printf("%s => %s\n", train::join_tokens(toks).c_str(), train::join_tokens(hyp).c_str());
+    std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
+                train::join_tokens(train::target_words(m, hyp)).c_str());
     const int64_t steps = int64_t(trace.cross.size());
     std::vector<std::string> out_labels = hyp;
     if (int64_t(out_labels.size()) < steps) out_labels.push_back("<eos>");
@@ -107,7 +109,8 @@ void run(const HeatmapArgs& a) {
 
     // The source without padding: padded keys are masked anyway, so the weights are the same.
     const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
-    data::SeqArray arr = train::encode_sources({toks}, m.src_vocab, m.config.data.num_steps);
+    // a subword model's attention is over pieces: the labels are pieces, the printed line words
+    data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0];
     std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
     std::vector<std::string> src_labels = m.src_vocab.decode(ids);
@@ -121,7 +124,8 @@ void run(const HeatmapArgs& a) {
     g.trace   = &trace;
     auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
-    std::printf("%s => %s\n", train::join_tokens(toks).c_str(), train::join_tokens(hyp).c_str());
+    std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
+                train::join_tokens(train::target_words(m, hyp)).c_str());
 
     const int64_t steps = int64_t(trace.self.size());
     std::vector<std::string> out_labels = hyp, in_labels = {"<bos>"};

@@ -39,6 +39,9 @@ struct TrainArgs {
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
             bucket_pool = -1;
     std::string trim, val_every;
+    std::string subword;
+    int64_t vocab_size = 0;
+    bool shared_vocab = false, tie_weights = false;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -124,11 +127,35 @@ void run(TrainArgs& a) {
         if (!a.trim.empty()) t.trim_batches = a.trim == "on";
         if (!a.val_every.empty()) t.val_every_s = parse_duration_or_off(a.val_every);
         if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
+        if (!a.subword.empty()) d.subword = data::parse_subword_kind(a.subword);
+        if (a.vocab_size) d.subword_vocab_size = a.vocab_size;
+        if (a.shared_vocab) d.shared_vocab = true;
+        if (a.tie_weights) m.tie_weights = true;
+        QKV_CHECK(a.vocab_size == 0 || d.subword != data::SubwordKind::none,
+                  "--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
+        QKV_CHECK(!m.tie_weights || d.shared_vocab,
+                  "--tie-weights needs one vocabulary for both languages: add --shared-vocab");
+        QKV_CHECK(!m.tie_weights || cfg.architecture == train::ModelKind::transformer,
+                  "--tie-weights applies to the Transformer only (not --model bahdanau)");
+        QKV_CHECK((d.subword == data::SubwordKind::none && !d.shared_vocab) || d.pipeline == train::DataPipeline::anchor,
+                  "--subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), not --preset ",
+                  cfg.preset);
+        if (d.subword != data::SubwordKind::none && !a.num_steps) {
+            // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the
+            // long tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16
+            // pieces 3.0% / 7.6%. Two thirds more steps (12 -> 20) for about the same pairs whole
+            // (the data line reports the fractions); trimmed batches make the extra length free
+            // for the short pairs. Decoding may run half as long again.
+            d.num_steps += 2 * d.num_steps / 3;
+            cfg.decode.max_len += cfg.decode.max_len / 2;
+        }
     }
 
     std::fprintf(stderr, "qkv train: preset %s, %d threads\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                  get_num_threads());
-    train::TranslationData d = train::load_translation_data(cfg.data);
+    train::SubwordModels saved_subwords;
+    if (a.resume) saved_subwords = train::load_model_dir_subwords(a.out, cfg);
+    train::TranslationData d = train::load_translation_data(cfg.data, saved_subwords);
     cfg.data.path = fs::weakly_canonical(d.origin).string();  // eval may run in another folder
     std::fprintf(stderr, "data: %s\n", d.summary.c_str());
     std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
@@ -141,7 +168,7 @@ void run(TrainArgs& a) {
     }
     cfg.model.src_vocab_size = d.src_vocab.size();
     cfg.model.tgt_vocab_size = d.tgt_vocab.size();
-    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab);
+    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
     auto model = train::build_model(cfg);
@@ -162,7 +189,7 @@ void run(TrainArgs& a) {
     train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
     train::TrainResult r = trainer.fit();
     // The stopping rules given for this call are not part of the model's config.
-    train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab);
+    train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
     const double final_loss = r.epochs.empty() ? 0.0 : r.epochs.back().train_loss;
     std::printf("trained %lld steps in %s (stopped: %s); last epoch train loss %.4f, val loss %.4f; "
@@ -212,7 +239,8 @@ Registration reg([](CLI::App& app) {
     c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(int_range(1, 262144));
     a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(real_range(0, 0.99));
     c->add_option("--batch-size", a->batch_size, "minibatch size")->check(int_range(1, 100000));
-    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad)")->check(int_range(2, 1000));
+    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad; with --subword pieces, "
+                                               "default the preset's + 2/3)")->check(int_range(2, 1000));
     c->add_option("--lr", a->lr, "Adam learning rate")->check(real_range(0, 10, /*lo_open=*/true));
     a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon")
                   ->check(real_range(0, 0.99));
@@ -239,6 +267,17 @@ Registration reg([](CLI::App& app) {
         ->check(int_range(1, 1000));
     c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
         ->check(int_range(1, 1000));
+    c->add_option("--subword", a->subword,
+                  "none (D2L words, default) | bpe | unigram: SentencePiece subword units learned from "
+                  "the train split (BLEU stays on words)")
+        ->check(CLI::IsMember({"none", "bpe", "unigram"}));
+    c->add_option("--vocab-size", a->vocab_size, "subword vocabulary size, reserved tokens included (default 8000)")
+        ->check(int_range(8, 1000000));
+    c->add_flag("--shared-vocab", a->shared_vocab,
+                "one vocabulary (one SentencePiece model) for English and French");
+    c->add_flag("--tie-weights", a->tie_weights,
+                "Transformer: one matrix for source/target embeddings and the output layer "
+                "(needs --shared-vocab)");
     c->add_option("--min-freq", a->min_freq, "vocabulary: keep words seen at least N times in training")
         ->check(int_range(1, 1000000000));
     c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")

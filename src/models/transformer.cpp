@@ -144,8 +144,22 @@ Tensor TransformerDecoder::forward_hidden(const Tensor& tgt, const Tensor& enc_o
 
 Transformer::Transformer(const TransformerConfig& cfg) : cfg_(cfg) {
     check_config(cfg);
+    QKV_CHECK(!cfg.tie_weights || cfg.src_vocab_size == cfg.tgt_vocab_size,
+              "Transformer: tie_weights needs one shared vocabulary (--shared-vocab), got src ",
+              cfg.src_vocab_size, " and tgt ", cfg.tgt_vocab_size, " tokens");
     encoder = register_module("encoder", std::make_shared<TransformerEncoder>(cfg));
     decoder = register_module("decoder", std::make_shared<TransformerDecoder>(cfg));
+    if (cfg.tie_weights) {
+        // One (V, C) matrix, N(0, 1/C) (Vaswani et al. 2017 §3.4), drawn after the untied init.
+        Tensor w = randn({cfg.tgt_vocab_size, cfg.num_hiddens}, nullptr, 0.0,
+                         1.0 / std::sqrt(double(cfg.num_hiddens)));
+        encoder->embedding->tie_parameter("weight", w);
+        encoder->embedding->weight = w;
+        decoder->embedding->tie_parameter("weight", w);
+        decoder->embedding->weight = w;
+        decoder->dense->tie_parameter("weight", w);
+        decoder->dense->weight = w;
+    }
 }
 
 Tensor Transformer::forward_hidden(const Tensor& src, const Tensor& src_valid_len,

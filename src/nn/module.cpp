@@ -2,6 +2,7 @@
 #include "qkv/nn/module.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
@@ -31,9 +32,28 @@ void Module::collect(const std::string& prefix, std::vector<std::pair<std::strin
         if (m) m->collect(prefix + n + ".", out, buffers);
 }
 
+void Module::tie_parameter(const std::string& name, const Tensor& t) {
+    for (auto& [n, p] : params_) {
+        if (n != name) continue;
+        QKV_CHECK(t.defined() && t.shape() == p.shape(), "tie_parameter: '", name, "' has shape ", p.shape(),
+                  " but the shared tensor has ", t.defined() ? t.shape() : Shape{});
+        QKV_CHECK(t.is_leaf(), "tie_parameter: the shared tensor for '", name, "' is not a leaf");
+        p = t;
+        p.requires_grad_(true);
+        return;
+    }
+    throw Error(detail::str("tie_parameter: no parameter '", name, "' in this module"));
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-    std::vector<std::pair<std::string, Tensor>> out;
-    collect("", out, false);
+    std::vector<std::pair<std::string, Tensor>> all, out;
+    collect("", all, false);
+    out.reserve(all.size());
+    for (auto& [n, t] : all) {
+        bool dup = false;
+        for (auto& [n2, t2] : out) dup = dup || t2.is_same(t);
+        if (!dup) out.emplace_back(n, t);
+    }
     return out;
 }
 
@@ -53,11 +73,27 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool stric
     std::vector<std::pair<std::string, Tensor>> all;
     collect("", all, true);
     NoGradGuard ng;
+    // Tied parameters: the first name of each shared tensor that the file has, and its value.
+    auto file_name_of = [&](const Tensor& t) -> const std::string* {
+        for (auto& [n2, t2] : all)
+            if (t2.is_same(t) && sd.count(n2)) return &n2;
+        return nullptr;
+    };
     for (auto& [name, t] : all) {
         auto it = sd.find(name);
         if (it == sd.end()) {
-            QKV_CHECK(!strict, "load_state_dict: missing key '", name, "' (shape ", t.shape(), ")");
+            QKV_CHECK(!strict || file_name_of(t) != nullptr, "load_state_dict: missing key '", name,
+                      "' (shape ", t.shape(), ")");
             continue;
+        }
+        if (const std::string* first = file_name_of(t); first && *first != name) {
+            const Tensor& a = sd.at(*first);
+            const Tensor& b = it->second;
+            QKV_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() &&
+                          std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(),
+                                      size_t(a.numel() * dtype_size(a.dtype()))) == 0,
+                      "load_state_dict: '", *first, "' and '", name,
+                      "' are one tied parameter in the model but differ in the checkpoint");
         }
         QKV_CHECK(it->second.shape() == t.shape(), "load_state_dict: '", name, "' has shape ",
                   it->second.shape(), " in the checkpoint but ", t.shape(), " in the model");

@@ -16,9 +16,33 @@ namespace qkv::train {
 
 namespace fs = std::filesystem;
 
+std::pair<std::string, std::string> subword_files(const DataConfig& d) {
+    if (d.subword == data::SubwordKind::none) return {"", ""};
+    if (d.shared_vocab) return {"spm.model", "spm.model"};
+    return {"spm_src.model", "spm_tgt.model"};
+}
+
+SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg) {
+    SubwordModels s;
+    const auto [fs_src, fs_tgt] = subword_files(cfg.data);
+    if (fs_src.empty()) return s;
+    s.src = std::make_shared<const data::SubwordModel>(data::SubwordModel::load((fs::path(dir) / fs_src).string()));
+    s.tgt = fs_tgt == fs_src ? s.src
+                             : std::make_shared<const data::SubwordModel>(
+                                   data::SubwordModel::load((fs::path(dir) / fs_tgt).string()));
+    return s;
+}
+
 void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
-                     const data::Vocab& tgt_vocab) {
+                     const data::Vocab& tgt_vocab, const SubwordModels& subwords) {
+    const auto [fs_src, fs_tgt] = subword_files(cfg.data);
+    QKV_CHECK(fs_src.empty() || subwords.active(), "write_run_files: config.json says subword ",
+              data::subword_kind_name(cfg.data.subword), " but no SentencePiece model was given");
     fs::create_directories(dir);
+    if (!fs_src.empty()) {
+        subwords.src->save((fs::path(dir) / fs_src).string());
+        if (fs_tgt != fs_src) subwords.tgt->save((fs::path(dir) / fs_tgt).string());
+    }
     util::write_file_atomic((fs::path(dir) / "config.json").string(), to_json(cfg).dump(2) + "\n");
     src_vocab.save((fs::path(dir) / "src_vocab.txt").string());
     tgt_vocab.save((fs::path(dir) / "tgt_vocab.txt").string());
@@ -78,6 +102,10 @@ ModelDir load_model_dir(const std::string& dir) {
               "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
               m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
               " / ", m.config.model.tgt_vocab_size);
+    m.subwords = load_model_dir_subwords(dir, m.config);
+    if (m.subwords.active())
+        QKV_CHECK(m.subwords.src->vocab() == m.src_vocab && m.subwords.tgt->vocab() == m.tgt_vocab,
+                  "model folder '", dir, "': the vocabulary files do not list the SentencePiece model's pieces");
     const std::string weights = (fs::path(dir) / "model.safetensors").string();
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
               "' not found): train a model first (qkv train --out ", dir,
@@ -120,6 +148,15 @@ std::string join_tokens(const std::vector<std::string>& tokens) {
     return s;
 }
 
+std::vector<std::vector<std::string>> source_units(const ModelDir& m,
+                                                   const std::vector<std::vector<std::string>>& words) {
+    return m.subwords.active() ? m.subwords.src->encode(words) : words;
+}
+
+std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {
+    return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
+}
+
 std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
                                                        const std::vector<std::vector<std::string>>& src,
                                                        const TranslateOptions& opt) {
@@ -133,7 +170,7 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
     if (opt.progress) bar = std::make_unique<util::ProgressBar>(n, "decode");
     for (int64_t start = 0; start < n; start += opt.batch_size) {
         const int64_t end = std::min(n, start + opt.batch_size);
-        data::Sentences chunk(src.begin() + start, src.begin() + end);
+        data::Sentences chunk = source_units(m, data::Sentences(src.begin() + start, src.begin() + end));
         data::SeqArray a = encode_sources(chunk, m.src_vocab, m.config.data.num_steps);
         const Tensor s  = from_vector(a.ids, {a.rows, a.num_steps});
         const Tensor vl = from_vector(a.valid_len, {a.rows});
@@ -155,7 +192,7 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
             if (opt.no_unk) b.banned = {m.tgt_vocab.unk()};
             ids = decode::beam_decode(*m.model, s, vl, b);
         }
-        for (auto& row : ids) out.push_back(m.tgt_vocab.decode(row));
+        for (auto& row : ids) out.push_back(target_words(m, m.tgt_vocab.decode(row)));
         if (bar) bar->update(end - start);
     }
     return out;

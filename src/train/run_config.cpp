@@ -194,7 +194,16 @@ json to_json(const RunConfig& c) {
                  {"split_seed", d.split_seed},
                  {"min_freq", d.min_freq},
                  {"d2l_num_train", d.d2l_num_train},
-                 {"d2l_num_val", d.d2l_num_val}};
+                 {"d2l_num_val", d.d2l_num_val},
+                 {"subword", data::subword_kind_name(d.subword)},
+                 {"subword_vocab_size", d.subword_vocab_size},
+                 {"shared_vocab", d.shared_vocab}};
+    if (d.subword != data::SubwordKind::none) {
+        // the SentencePiece model files in the model folder (model_dir.h subword_files)
+        const bool shared = d.shared_vocab;
+        j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
+                                      {"target", shared ? "spm.model" : "spm_tgt.model"}};
+    }
     const auto& m = c.model;
     if (c.architecture == ModelKind::bahdanau) {
         const auto& b = c.bahdanau;
@@ -218,7 +227,8 @@ json to_json(const RunConfig& c) {
                       {"ffn_num_hiddens", m.ffn_num_hiddens},
                       {"dropout", m.dropout},
                       {"max_len", m.max_len},
-                      {"pe_position_zero_at_inference", m.pe_position_zero_at_inference}};
+                      {"pe_position_zero_at_inference", m.pe_position_zero_at_inference},
+                      {"tie_weights", m.tie_weights}};
     }
     const auto& t = c.train;
     j["train"] = {{"epochs", t.epochs},
@@ -264,6 +274,9 @@ RunConfig run_config_from_json(const json& j) {
     get(d, "min_freq", c.data.min_freq);
     get(d, "d2l_num_train", c.data.d2l_num_train);
     get(d, "d2l_num_val", c.data.d2l_num_val);
+    if (get(d, "subword", s)) c.data.subword = data::parse_subword_kind(s);
+    get(d, "subword_vocab_size", c.data.subword_vocab_size);
+    get(d, "shared_vocab", c.data.shared_vocab);
 
     const Section m = section(j, "model", false);
     if (get(m, "architecture", s)) c.architecture = parse_model_kind(s);
@@ -292,6 +305,7 @@ RunConfig run_config_from_json(const json& j) {
         get(m, "dropout", c.model.dropout);
         get(m, "max_len", c.model.max_len);
         get(m, "pe_position_zero_at_inference", c.model.pe_position_zero_at_inference);
+        get(m, "tie_weights", c.model.tie_weights);
     }
 
     const Section t = section(j, "train", true);

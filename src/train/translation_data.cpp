@@ -2,6 +2,7 @@
 #include "qkv/train/translation_data.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "qkv/core/error.h"
 #include "qkv/data/fra_eng.h"
@@ -14,11 +15,59 @@ data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& 
     return data::build_array_nmt(tokens, src_vocab, num_steps);
 }
 
-TranslationData load_translation_data(const DataConfig& cfg) {
+namespace {
+
+/// Fraction of `rows` whose unit count + 1 (<eos>) exceeds num_steps.
+double truncated_fraction(const data::Sentences& units, const std::vector<int64_t>& rows, int64_t num_steps) {
+    if (rows.empty()) return 0.0;
+    int64_t cut = 0;
+    for (int64_t r : rows) cut += int64_t(units[size_t(r)].size()) + 1 > num_steps;
+    return double(cut) / double(rows.size());
+}
+
+std::string percent(double f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * f);
+    return buf;
+}
+
+/// Trains one SentencePiece model on the given sentences (rows of one or two sides).
+std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg,
+                                                        const std::vector<const data::Sentences*>& sides,
+                                                        const std::vector<int64_t>& rows) {
+    std::vector<std::string> lines;
+    lines.reserve(rows.size() * sides.size());
+    for (const data::Sentences* side : sides)
+        for (int64_t r : rows) {
+            std::string line;
+            for (const auto& w : (*side)[size_t(r)]) line += (line.empty() ? "" : " ") + w;
+            if (!line.empty()) lines.push_back(std::move(line));
+        }
+    data::SubwordOptions so;
+    so.kind       = cfg.subword;
+    so.vocab_size = cfg.subword_vocab_size;
+    so.seed       = cfg.split_seed;
+    try {
+        return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
+    } catch (const Error& e) {
+        throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
+                                " does not fit this data: ", e.what()));
+    }
+}
+
+}  // namespace
+
+TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given) {
     QKV_CHECK(cfg.num_steps >= 2, "data: num_steps must be >= 2, got ", cfg.num_steps);
     QKV_CHECK(cfg.max_src_tokens >= 0 && cfg.max_tgt_tokens >= 0 && cfg.max_pairs >= 0,
               "data: max-src-tokens, max-tgt-tokens and max-pairs must be >= 0");
     QKV_CHECK(cfg.n_valid >= 1 && cfg.n_test >= 1, "data: n_valid and n_test must be >= 1");
+    QKV_CHECK(cfg.subword == data::SubwordKind::none || cfg.subword_vocab_size >= 5,
+              "data: subword vocabulary size (--vocab-size) must be >= 5, got ", cfg.subword_vocab_size);
+    QKV_CHECK(cfg.pipeline == DataPipeline::anchor ||
+                  (cfg.subword == data::SubwordKind::none && !cfg.shared_vocab),
+              "data: --subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), "
+              "not d2l_en");
     TranslationData out;
     out.origin = data::locate_fra_eng(cfg.path);
     data::ParseOptions po;
@@ -83,11 +132,74 @@ TranslationData load_translation_data(const DataConfig& cfg) {
         summary += "; small corpus: valid and test shrunk to " + std::to_string(ac.n_valid) + " pairs each";
     }
     data::AnchorData d = data::prepare_anchor_data(corpus, ac);
-    out.src_vocab = std::move(d.src_vocab);
-    out.tgt_vocab = std::move(d.tgt_vocab);
-    out.train     = std::move(d.train);
-    out.valid     = std::move(d.valid);
-    out.test      = std::move(d.test);
+    out.truncated_src = truncated_fraction(d.src_tokens, d.split.train, cfg.num_steps);
+    out.truncated_tgt = truncated_fraction(d.tgt_tokens, d.split.train, cfg.num_steps);
+    if (cfg.subword == data::SubwordKind::none && !cfg.shared_vocab) {
+        out.src_vocab = std::move(d.src_vocab);
+        out.tgt_vocab = std::move(d.tgt_vocab);
+        out.train     = std::move(d.train);
+        out.valid     = std::move(d.valid);
+        out.test      = std::move(d.test);
+    } else {
+        const data::Sentences* src_units = &d.src_tokens;
+        const data::Sentences* tgt_units = &d.tgt_tokens;
+        data::Sentences src_pieces, tgt_pieces;
+        std::string units_note;
+        if (cfg.subword != data::SubwordKind::none) {
+            if (given.active()) {
+                out.subwords = given;
+            } else if (cfg.shared_vocab) {
+                out.subwords.src = train_subword(cfg, {&d.src_tokens, &d.tgt_tokens}, d.split.train);
+                out.subwords.tgt = out.subwords.src;
+            } else {
+                out.subwords.src = train_subword(cfg, {&d.src_tokens}, d.split.train);
+                out.subwords.tgt = train_subword(cfg, {&d.tgt_tokens}, d.split.train);
+            }
+            src_pieces = out.subwords.src->encode(d.src_tokens);
+            tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);
+            src_units = &src_pieces;
+            tgt_units = &tgt_pieces;
+            out.src_vocab = out.subwords.src->vocab();
+            out.tgt_vocab = out.subwords.tgt->vocab();
+            int64_t nw[2] = {0, 0}, np[2] = {0, 0};
+            for (int64_t r : d.split.train) {
+                nw[0] += int64_t(d.src_tokens[size_t(r)].size()), np[0] += int64_t(src_pieces[size_t(r)].size());
+                nw[1] += int64_t(d.tgt_tokens[size_t(r)].size()), np[1] += int64_t(tgt_pieces[size_t(r)].size());
+            }
+            const double t_src = truncated_fraction(src_pieces, d.split.train, cfg.num_steps);
+            const double t_tgt = truncated_fraction(tgt_pieces, d.split.train, cfg.num_steps);
+            char buf[256];
+            std::snprintf(buf, sizeof buf,
+                          "; %s %s vocabulary of %lld pieces, %.3f / %.3f pieces per word (source / target); "
+                          "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
+                          cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
+                          (long long)out.tgt_vocab.size(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
+                          nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
+                          percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
+                          percent(out.truncated_src).c_str(),
+                          percent(out.truncated_tgt).c_str());
+            units_note = buf;
+            out.truncated_src = t_src;
+            out.truncated_tgt = t_tgt;
+        } else {
+            // shared word vocabulary: both sides' train sentences, source lines first
+            data::Sentences both;
+            both.reserve(d.split.train.size() * 2);
+            for (int64_t r : d.split.train) both.push_back(d.src_tokens[size_t(r)]);
+            for (int64_t r : d.split.train) both.push_back(d.tgt_tokens[size_t(r)]);
+            data::VocabOptions vo;
+            vo.min_freq   = cfg.min_freq;
+            out.src_vocab = data::Vocab::build(both, vo);
+            out.tgt_vocab = out.src_vocab;
+            units_note    = "; shared word vocabulary of " + std::to_string(out.src_vocab.size()) + " tokens";
+        }
+        const data::NmtArrays all =
+            data::build_nmt_arrays(*src_units, *tgt_units, out.src_vocab, out.tgt_vocab, cfg.num_steps);
+        out.train = all.subset(d.split.train);
+        out.valid = all.subset(d.split.valid);
+        out.test  = all.subset(d.split.test);
+        summary += units_note;
+    }
     for (int64_t i : d.split.test) {
         out.test_src.push_back(d.src_tokens[size_t(i)]);
         out.test_ref.push_back(d.tgt_tokens[size_t(i)]);

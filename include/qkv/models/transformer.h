@@ -27,6 +27,17 @@ struct TransformerConfig {
     /// D2L's inference quirk (spec §1.9): the decoder adds PE position 0 at every decoding step.
     /// false (default): step t uses position t, as in training.
     bool pe_position_zero_at_inference = false;
+    /// Weight tying (Press & Wolf 2017; Vaswani et al. 2017 §3.4): the source embedding, the
+    /// target embedding and the output layer's weight are one (V, C) parameter; needs
+    /// src_vocab_size == tgt_vocab_size (a shared vocabulary). It is initialised N(0, 1/C) (std
+    /// C^-1/2) instead of the untied N(0, 1) embeddings and U(±1/√C) output weight, so the
+    /// √C-scaled embeddings keep unit-scale entries and the logits of unit-scale LayerNorm
+    /// outputs start with std ≈ 1. named_parameters() lists it once, as
+    /// "encoder.embedding.weight"; state_dict() and model files list it under all three
+    /// PyTorch names (encoder.embedding.weight, decoder.embedding.weight, decoder.dense.weight);
+    /// loading accepts any of them and re-ties (identical values required). The output bias
+    /// stays separate.
+    bool tie_weights = false;
 };
 
 /// Encoder block (D2L TransformerEncoderBlock): Y = AddNorm1(X, MHA(X, X, X, valid_lens));

@@ -20,13 +20,25 @@ public:
     Module& operator=(const Module&) = delete;
 
     /// All parameters, depth-first in registration order, with dotted names (PyTorch's order).
+    /// A parameter shared under several names (tie_parameter) is listed once, under its first
+    /// name, as PyTorch's named_parameters() (remove_duplicate=True): optimizers see it once.
     std::vector<std::pair<std::string, Tensor>> named_parameters() const;
     std::vector<Tensor> parameters() const;
-    /// Parameters and buffers by name (what a checkpoint stores).
+    /// Parameters and buffers by name (what a checkpoint stores). A tied parameter appears under
+    /// every name, as in PyTorch's state_dict().
     std::map<std::string, Tensor> state_dict() const;
     /// Copies values into the registered tensors. strict: every key must match exactly (names
-    /// and shapes); throws naming the first missing, unexpected or mis-shaped key.
+    /// and shapes); throws naming the first missing, unexpected or mis-shaped key. A tied
+    /// parameter may be present under any one or several of its names (a file with only one of
+    /// them loads under strict); when several are present their values must be identical,
+    /// otherwise throws naming both.
     void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+    /// Makes this module's parameter `name` (a direct one, e.g. "weight") the tensor `t`, which
+    /// another module owns or will own (a leaf; requires_grad is set on it): both names then refer to
+    /// one parameter (weight tying). The
+    /// caller also points the module's member (e.g. Linear::weight) at `t`. Throws qkv::Error
+    /// when `name` is not registered here or the shapes differ.
+    void tie_parameter(const std::string& name, const Tensor& t);
     /// Total number of parameter elements.
     int64_t num_parameters() const;
 

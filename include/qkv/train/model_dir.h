@@ -3,6 +3,9 @@
 //   config.json        RunConfig (train/run_config.h)
 //   src_vocab.txt, tgt_vocab.txt   one token per line (data/vocab.h)
 //   model.safetensors  parameters, PyTorch names (train/checkpoint.h)
+//   spm.model          subword runs with a shared vocabulary: the SentencePiece model
+//                      (spm_src.model + spm_tgt.model without --shared-vocab); config.json's
+//                      data.subword_files names them. Folders without them are word models.
 //   checkpoint.safetensors, metrics.jsonl, loss.png   (training only)
 // plus translating raw sentences with it.
 #include <memory>
@@ -17,9 +20,18 @@
 
 namespace qkv::train {
 
-/// Writes config.json, src_vocab.txt and tgt_vocab.txt into dir (created), atomically.
+/// Writes config.json, src_vocab.txt and tgt_vocab.txt into dir (created), atomically, and the
+/// SentencePiece model file(s) of a subword run (subword_files names). Throws qkv::Error when
+/// cfg.data.subword is set but `subwords` is empty.
 void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
-                     const data::Vocab& tgt_vocab);
+                     const data::Vocab& tgt_vocab, const SubwordModels& subwords = {});
+
+/// File names of a subword run's SentencePiece models in its folder: {"spm.model", "spm.model"}
+/// with a shared vocabulary, else {"spm_src.model", "spm_tgt.model"}; {"", ""} for words.
+std::pair<std::string, std::string> subword_files(const DataConfig& d);
+/// Loads the SentencePiece model(s) of a model folder (none for a word model). Throws
+/// qkv::Error naming a missing or damaged file.
+SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg);
 
 /// A fresh model of the run's architecture (Transformer or Bahdanau), vocabulary sizes from
 /// cfg.model, parameters drawn from the default generator.
@@ -30,7 +42,8 @@ std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& m
 struct ModelDir {
     std::string dir;
     RunConfig config;
-    data::Vocab src_vocab, tgt_vocab;
+    data::Vocab src_vocab, tgt_vocab;               // pieces for a subword model
+    SubwordModels subwords;                         // inactive for a word model
     std::shared_ptr<models::EncoderDecoder> model;  // eval mode
     /// The model as its concrete type (nullptr when it is the other architecture).
     models::Transformer* transformer() const { return dynamic_cast<models::Transformer*>(model.get()); }
@@ -49,9 +62,10 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
 /// src_vocab.txt and tgt_vocab.txt of a model folder.
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 
-/// Loads a model folder. Throws qkv::Error naming the missing or damaged file (a missing
-/// model.safetensors: "not found", with the hint to train first or check --model), or when the
-/// vocabulary sizes disagree with config.json.
+/// Loads a model folder (with its SentencePiece model(s) when config.json says subword). Throws
+/// qkv::Error naming the missing or damaged file (a missing model.safetensors: "not found", with
+/// the hint to train first or check --model), or when the vocabulary sizes disagree with
+/// config.json or the vocabulary files with the SentencePiece model.
 ModelDir load_model_dir(const std::string& dir);
 
 struct TranslateOptions {
@@ -63,9 +77,18 @@ struct TranslateOptions {
     bool no_unk = false;           // never emit <unk> (the best known word instead)
 };
 
+/// The model's input units for word-tokenised sources: the SentencePiece pieces of a subword
+/// model, the words themselves otherwise.
+std::vector<std::vector<std::string>> source_units(const ModelDir& m,
+                                                   const std::vector<std::vector<std::string>>& words);
+/// Words of an output unit sequence: SentencePiece decoding for a subword model, the units
+/// themselves otherwise.
+std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units);
+
 /// Translates tokenised sources (data::tokenize_nmt output) with the folder's model: source ids
-/// + <eos> truncated to num_steps, then greedy or beam decoding. Returns target token lists
-/// (without <eos>; a predicted <unk> stays "<unk>").
+/// (through source_units) + <eos> truncated to num_steps, then greedy or beam decoding. Returns
+/// target word lists (without <eos>; a subword model's pieces are detokenised by target_words;
+/// a predicted <unk> stays "<unk>"). max_len counts the model's units (pieces for subwords).
 std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
                                                        const std::vector<std::vector<std::string>>& src,
                                                        const TranslateOptions& opt);

@@ -4,10 +4,12 @@
 // BLEU. Built on data/ (fra_eng.h, nmt_data.h); the pipelines are d2l_spec.md §2 and
 // quality_anchor.md §2.1.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "qkv/data/nmt_data.h"
+#include "qkv/data/subword.h"
 #include "qkv/data/vocab.h"
 
 namespace qkv::train {
@@ -35,9 +37,24 @@ struct DataConfig {
     int64_t n_test = 5000;            // held-out pairs for corpus BLEU
     uint64_t split_seed = 0;
     int64_t min_freq = 2;
+    // Subword units (anchor pipeline only). With subword bpe/unigram, SentencePiece learns
+    // subword_vocab_size pieces from the train split's sentences (source and target lines in one
+    // model when shared_vocab, else one model per side), arrays hold piece ids and num_steps
+    // counts pieces; the held-out references stay D2L words. min_freq then does not apply.
+    // shared_vocab with words: one frequency-ordered vocabulary over both sides' train split.
+    data::SubwordKind subword = data::SubwordKind::none;
+    int64_t subword_vocab_size = 8000;
+    bool shared_vocab = false;
     // d2l_en pipeline
     int64_t d2l_num_train = 512;
     int64_t d2l_num_val = 128;
+};
+
+/// The SentencePiece models of a subword run (both null for words; the same pointer twice when
+/// the vocabulary is shared).
+struct SubwordModels {
+    std::shared_ptr<const data::SubwordModel> src, tgt;
+    bool active() const { return src != nullptr; }
 };
 
 struct TranslationData {
@@ -45,8 +62,12 @@ struct TranslationData {
     std::string summary;              // "...: 167130 pairs from 167130 lines; ..." (+ filters)
     int64_t malformed = 0;            // malformed lines skipped
     int64_t pairs = 0;                // pairs used (after filters), train + valid + test
-    data::Vocab src_vocab, tgt_vocab;
+    data::Vocab src_vocab, tgt_vocab;  // pieces when subwords.active()
+    SubwordModels subwords;
     data::NmtArrays train, valid, test;
+    /// Train pairs whose source / target (+ <eos>) is longer than num_steps and was cut, as a
+    /// fraction of the train split (anchor pipeline; in pieces for a subword run).
+    double truncated_src = 0, truncated_tgt = 0;
     /// Held-out sources and references as full token lists (not truncated, no <unk> mapping, no
     /// <eos>): the anchor's BLEU references. Row i matches test row i.
     data::Sentences test_src, test_ref;
@@ -55,13 +76,17 @@ struct TranslationData {
 /// Reads the data file (data::locate_fra_eng rules; the error names the download address) and
 /// builds everything per `cfg`. Split sizes shrink for small corpora: when the pairs number
 /// fewer than 4·(n_valid + n_test), valid and test each get 10% (at least 1 pair), and the
-/// summary says so. Throws qkv::Error when the file is missing or malformed under strict, when
-/// fewer than 3 pairs remain, or an option is out of range.
-TranslationData load_translation_data(const DataConfig& cfg);
+/// summary says so. With cfg.subword != none the SentencePiece model(s) are trained on the train
+/// split (deterministic; data/subword.h) unless `given` holds them (a saved model folder: eval,
+/// resume); the summary then reports the pieces per word and the truncated fractions. Throws
+/// qkv::Error when the file is missing or malformed under strict, when fewer than 3 pairs remain,
+/// an option is out of range, subword or shared_vocab is asked of the d2l_en pipeline, or
+/// SentencePiece refuses the vocabulary size (the message names --vocab-size).
+TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given = {});
 
-/// Source arrays for new sentences with a trained vocabulary: tokenize_nmt, ids (unknown ->
-/// <unk>) + <eos>, truncated/padded to num_steps. Returns (B, T) ids and (B) valid lengths in
-/// a SeqArray.
+/// Source arrays for new sentences with a trained vocabulary: tokens (tokenize_nmt output, or
+/// pieces for a subword vocabulary), ids (unknown -> <unk>) + <eos>, truncated/padded to
+/// num_steps. Returns (B, T) ids and (B) valid lengths in a SeqArray.
 data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& src_vocab,
                               int64_t num_steps);
 

@@ -1,0 +1,82 @@
+#pragma once
+// Subword vocabularies through SentencePiece (Kudo & Richardson 2018; Debian libsentencepiece,
+// 0.1.97): BPE (Sennrich et al. 2016) or unigram-LM pieces learned in-process from D2L-tokenised
+// text, and the word <-> piece conversions the translation pipeline needs. Words are D2L tokens
+// (data/tokenizer.h: preprocess_nmt + split on ' '); a sentence's text for SentencePiece is its
+// words joined by single spaces, so decoding pieces gives back exactly those words.
+//
+// Piece ids equal qkv Vocab ids: the model reserves <unk> 0, <pad> 1, <bos> 2, <eos> 3 (the order
+// of the anchor pipeline's word vocabularies), then its pieces; vocab() lists them in id order.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/data/vocab.h"
+
+namespace qkv::data {
+
+/// Which subword algorithm (`qkv train --subword`; config.json "data.subword").
+enum class SubwordKind {
+    none,     // whole D2L words (the protocol's tokens)
+    bpe,      // byte-pair encoding merges
+    unigram,  // unigram language model pieces
+};
+/// "none" / "bpe" / "unigram".
+const char* subword_kind_name(SubwordKind k);
+/// Inverse of subword_kind_name; throws qkv::Error naming the accepted names.
+SubwordKind parse_subword_kind(const std::string& s);
+
+struct SubwordOptions {
+    SubwordKind kind = SubwordKind::bpe;  // bpe or unigram (none is refused by train)
+    int64_t vocab_size = 8000;            // pieces including the 4 reserved tokens
+    uint64_t seed = 0;                    // SentencePiece's random generator (unigram sampling)
+};
+
+/// A trained SentencePiece model. Copies share the (immutable) model. Not thread-safe to
+/// construct; encode/decode are const.
+class SubwordModel {
+public:
+    /// Trains on `lines` (one sentence per line, words separated by single spaces: join_tokens of
+    /// tokenize_nmt output), deterministically: one thread, no input shuffling or sampling, every
+    /// character kept (character_coverage 1), identity normalisation (the text is already D2L-
+    /// normalised), fixed random seed. Throws qkv::Error with SentencePiece's message when the
+    /// kind is none, vocab_size < 5, there are no lines, or SentencePiece refuses (e.g. a
+    /// vocabulary smaller than the characters plus the 4 reserved tokens, or larger than the
+    /// pieces the text allows, "Please set it to a value <= N").
+    static SubwordModel train(const std::vector<std::string>& lines, const SubwordOptions& opt);
+    /// From the bytes of a .model file (a serialized ModelProto). Throws qkv::Error when they are
+    /// not a SentencePiece model or its reserved ids are not <unk> 0, <pad> 1, <bos> 2, <eos> 3.
+    static SubwordModel from_bytes(std::string bytes);
+    /// Reads a .model file (spm_train's format, loadable by sentencepiece.SentencePieceProcessor).
+    /// Throws qkv::Error naming the path when it is missing or not a valid model.
+    static SubwordModel load(const std::string& path);
+    /// Writes the .model file atomically; throws qkv::Error on I/O errors.
+    void save(const std::string& path) const;
+
+    /// The serialized model (the .model file's bytes).
+    const std::string& bytes() const;
+    /// Number of pieces (= vocab().size()).
+    int64_t size() const;
+    /// The pieces in id order as a qkv Vocab (<unk> <pad> <bos> <eos> first), so Vocab ids are
+    /// piece ids.
+    Vocab vocab() const;
+
+    /// Pieces of one sentence given as words: "je suis chez moi ." -> e.g. {"▁je", "▁suis",
+    /// "▁chez", "▁moi", "▁."}. A character the model never saw becomes "<unk>".
+    std::vector<std::string> encode(const std::vector<std::string>& words) const;
+    /// encode() for each sentence.
+    std::vector<std::vector<std::string>> encode(const std::vector<std::vector<std::string>>& sentences) const;
+    /// Words of a piece sequence: pieces concatenated, "▁" read as a space, split on spaces.
+    /// "<unk>" decodes to the word "<unk>"; <pad>/<bos>/<eos> decode to nothing. decode(encode(w))
+    /// == w for words made of characters seen in training.
+    std::vector<std::string> decode(const std::vector<std::string>& pieces) const;
+
+    bool operator==(const SubwordModel& o) const { return bytes() == o.bytes(); }
+
+private:
+    struct Impl;
+    std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace qkv::data

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# CLI with subword vocabularies: qkv train --subword bpe --shared-vocab --tie-weights (2 steps)
+# writes spm.model and records it in config.json; translate/eval/heatmap/resume read it; the bad
+# flag combinations fail with messages that name the flag.
+# Usage: test_subword.sh /path/to/qkv
+set -euo pipefail
+QKV="$1"
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for i in $(seq 1 60); do
+  case $((i % 6)) in
+    0) echo -e "Go.\tVa !" ;;
+    1) echo -e "I lost.\tJ'ai perdu." ;;
+    2) echo -e "He's calm.\tIl est calme." ;;
+    3) echo -e "I'm home.\tJe suis chez moi." ;;
+    4) echo -e "We won.\tNous avons gagné." ;;
+    5) echo -e "Thank you.\tMerci." ;;
+  esac
+done > "$T/fra.txt"
+
+small=(--data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16
+       --batch-size 8 --no-progress)
+
+"$QKV" train --preset demo "${small[@]}" --max-steps 2 --out "$T/run" --subword bpe --vocab-size 40 --shared-vocab --tie-weights \
+  > "$T/train.out" 2> "$T/train.err" || { cat "$T/train.err"; fail "qkv train --subword bpe"; }
+grep -q "shared bpe vocabulary of 40 pieces" "$T/train.err" || { cat "$T/train.err"; fail "subword summary"; }
+grep -q "vocabularies: source 40, target 40 tokens" "$T/train.err" || fail "vocabulary sizes"
+[ -s "$T/run/spm.model" ] || fail "missing spm.model"
+grep -q '"subword": "bpe"' "$T/run/config.json" || fail "config.json subword"
+grep -q '"tie_weights": true' "$T/run/config.json" || fail "config.json tie_weights"
+grep -q '"num_steps": 13' "$T/run/config.json" || fail "num_steps not the preset's 8 + 2/3"
+# the translations printed by train are words (no piece marker U+2581)
+grep -q "=> " "$T/train.out" || fail "no translations"
+if grep -q $'\xe2\x96\x81' "$T/train.out"; then fail "pieces in the printed translations"; fi
+
+n=$("$QKV" translate --model "$T/run" "i lost ." "go ." | wc -l)
+[ "$n" = 2 ] || fail "translate gave $n lines"
+if "$QKV" translate --model "$T/run" "i lost ." | grep -q $'\xe2\x96\x81'; then fail "pieces in translate output"; fi
+"$QKV" eval --model "$T/run" --no-progress > "$T/eval.out" || fail "qkv eval"
+grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
+"$QKV" info "$T/run" | grep -q "decoder.dense.weight" || fail "qkv info"
+"$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > /dev/null || fail "qkv heatmap"
+[ -s "$T/att-cross.png" ] || fail "missing heatmap"
+"$QKV" train --resume --out "$T/run" --data "$T/fra.txt" --max-steps 3 --no-progress > "$T/resume.out" 2> "$T/resume.err" \
+  || { cat "$T/resume.err"; fail "resume"; }
+grep -q "trained 3 steps" "$T/resume.out" || fail "resume step count"
+
+# errors name the flag
+expect_error() {  # expect_error PATTERN ARGS...
+  local pat="$1"; shift
+  local preset=(--preset demo)
+  [[ " $* " == *" --preset "* ]] && preset=()
+  set +e
+  "$QKV" train "${preset[@]}" "${small[@]}" --max-steps 1 --out "$T/bad" "$@" > /dev/null 2> "$T/err"; local rc=$?
+  set -e
+  [ "$rc" = 1 ] || fail "exit code $rc for: $*"
+  grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "message for: $*"; }
+}
+expect_error "--tie-weights needs" --subword bpe --vocab-size 40 --tie-weights
+expect_error "--vocab-size" --subword bpe --vocab-size 100000 --shared-vocab
+expect_error "--vocab-size" --subword unigram --vocab-size 10
+expect_error "--vocab-size applies" --vocab-size 40
+expect_error "anchor pipeline" --preset d2l --subword bpe
+expect_error "Transformer only" --model bahdanau --subword bpe --vocab-size 40 --shared-vocab --tie-weights
+echo "cli subword train/translate/eval/heatmap/resume/errors: ok"

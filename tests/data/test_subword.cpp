@@ -1,0 +1,142 @@
+// SentencePiece subword models (data/subword.h): deterministic training, reserved ids, the
+// word -> piece -> word round trip, unknown characters, save/load, and SentencePiece's refusals
+// turned into qkv::Error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "io/temp_dir.h"
+#include "qkv/core/error.h"
+#include "qkv/data/subword.h"
+#include "qkv/data/tokenizer.h"
+#include "qkv/util/atomic_file.h"
+
+namespace qkv::data {
+namespace {
+
+using Toks = std::vector<std::string>;
+
+/// Sixteen D2L-tokenised sentences, English and French, as SentencePiece training lines.
+std::vector<std::string> tiny_lines() {
+    const char* raw[] = {"Go.", "Va !", "I lost.", "J'ai perdu.", "He's calm.", "Il est calme.", "I'm home.",
+                         "Je suis chez moi.", "We won.", "Nous avons gagné.", "Run!", "Cours !",
+                         "Hello!", "Bonjour !", "Thank you.", "Merci."};
+    std::vector<std::string> lines;
+    for (const char* r : raw) lines.push_back(preprocess_nmt(r));
+    return lines;
+}
+
+SubwordOptions opts(SubwordKind k, int64_t v) {
+    SubwordOptions o;
+    o.kind = k;
+    o.vocab_size = v;
+    return o;
+}
+
+TEST(Subword, KindNames) {
+    for (auto k : {SubwordKind::none, SubwordKind::bpe, SubwordKind::unigram})
+        EXPECT_EQ(parse_subword_kind(subword_kind_name(k)), k);
+    EXPECT_THROW(parse_subword_kind("wordpiece"), Error);
+}
+
+TEST(Subword, TrainingIsDeterministic) {
+    const auto lines = tiny_lines();
+    // (the unigram trainer allows at most 48 pieces on this text)
+    for (auto k : {SubwordKind::bpe, SubwordKind::unigram}) {
+        const SubwordModel a = SubwordModel::train(lines, opts(k, 45));
+        const SubwordModel b = SubwordModel::train(lines, opts(k, 45));
+        EXPECT_EQ(a.size(), 45) << subword_kind_name(k);
+        EXPECT_EQ(a.vocab().tokens(), b.vocab().tokens()) << subword_kind_name(k);
+        EXPECT_TRUE(a == b) << subword_kind_name(k) << ": the model bytes differ";
+    }
+    // BPE and unigram learn different piece sets from the same text
+    EXPECT_NE(SubwordModel::train(lines, opts(SubwordKind::bpe, 45)).vocab().tokens(),
+              SubwordModel::train(lines, opts(SubwordKind::unigram, 45)).vocab().tokens());
+}
+
+TEST(Subword, ReservedIdsMatchTheAnchorVocabularyOrder) {
+    const Vocab v = SubwordModel::train(tiny_lines(), opts(SubwordKind::bpe, 50)).vocab();
+    ASSERT_EQ(v.size(), 50);
+    EXPECT_EQ(v.unk(), 0);
+    EXPECT_EQ(v.pad(), 1);
+    EXPECT_EQ(v.bos(), 2);
+    EXPECT_EQ(v.eos(), 3);
+}
+
+TEST(Subword, EncodeDecodeRestoresTheWords) {
+    const auto lines = tiny_lines();
+    for (auto k : {SubwordKind::bpe, SubwordKind::unigram}) {
+        const SubwordModel m = SubwordModel::train(lines, opts(k, 45));
+        for (const auto& l : lines) {
+            const Toks words = split_tokens(l);
+            const Toks pieces = m.encode(words);
+            EXPECT_FALSE(pieces.empty());
+            EXPECT_EQ(m.decode(pieces), words) << subword_kind_name(k) << ": " << l;
+            for (const auto& p : pieces) EXPECT_NE(m.vocab().token_to_idx(p), 0) << p;  // no <unk>
+        }
+        // a new sentence of seen characters, and the empty sentence
+        const Toks fresh = {"je", "suis", "calme", "!"};
+        EXPECT_EQ(m.decode(m.encode(fresh)), fresh) << subword_kind_name(k);
+        EXPECT_TRUE(m.encode(Toks{}).empty());
+        EXPECT_TRUE(m.decode(Toks{}).empty());
+    }
+    // frequent words become single pieces; a word-initial piece carries U+2581
+    const SubwordModel m = SubwordModel::train(lines, opts(SubwordKind::bpe, 60));
+    EXPECT_EQ(m.encode(Toks{"."}), (Toks{"\xE2\x96\x81."}));
+}
+
+TEST(Subword, UnseenCharactersBecomeUnk) {
+    const SubwordModel m = SubwordModel::train(tiny_lines(), opts(SubwordKind::bpe, 60));
+    const Toks pieces = m.encode(Toks{"go", "\xC3\xB8", "."});  // 'ø' never seen
+    EXPECT_NE(std::find(pieces.begin(), pieces.end(), "<unk>"), pieces.end());
+    const Toks words = m.decode(pieces);
+    EXPECT_EQ(words.front(), "go");
+    EXPECT_EQ(words.back(), ".");
+    EXPECT_NE(std::find(words.begin(), words.end(), "<unk>"), words.end());
+    // reserved pieces other than <unk> decode to nothing
+    Toks framed = {"<bos>"};
+    for (const auto& p : m.encode(Toks{"il", "est"})) framed.push_back(p);
+    framed.push_back("<eos>");
+    framed.push_back("<pad>");
+    EXPECT_EQ(m.decode(framed), (Toks{"il", "est"}));
+}
+
+TEST(Subword, SaveLoadRoundTrip) {
+    test::TempDir dir;
+    const SubwordModel m = SubwordModel::train(tiny_lines(), opts(SubwordKind::unigram, 40));
+    m.save(dir / "spm.model");
+    const SubwordModel l = SubwordModel::load(dir / "spm.model");
+    EXPECT_TRUE(l == m);
+    EXPECT_EQ(l.vocab(), m.vocab());
+    const Toks w = {"il", "est", "chez", "moi", "."};
+    EXPECT_EQ(l.encode(w), m.encode(w));
+    EXPECT_THROW(SubwordModel::load(dir / "missing.model"), Error);
+    util::write_file_atomic(dir / "bad.model", std::string_view("not a sentencepiece model"));
+    EXPECT_THROW(SubwordModel::load(dir / "bad.model"), Error);
+}
+
+TEST(Subword, RefusalsAreErrors) {
+    const auto lines = tiny_lines();
+    // fewer pieces than characters + reserved tokens
+    try {
+        SubwordModel::train(lines, opts(SubwordKind::bpe, 10));
+        FAIL() << "vocab_size 10 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("vocab_size 10"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("smaller than required_chars"), std::string::npos) << e.what();
+    }
+    // more pieces than the text allows
+    try {
+        SubwordModel::train(lines, opts(SubwordKind::bpe, 5000));
+        FAIL() << "vocab_size 5000 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("too high"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(SubwordModel::train(lines, opts(SubwordKind::none, 60)), Error);
+    EXPECT_THROW(SubwordModel::train(lines, opts(SubwordKind::bpe, 4)), Error);
+    EXPECT_THROW(SubwordModel::train({}, opts(SubwordKind::bpe, 60)), Error);
+    EXPECT_THROW(SubwordModel::from_bytes("not a model"), Error);
+}
+
+}  // namespace
+}  // namespace qkv::data
