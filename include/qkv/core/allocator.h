@@ -1,7 +1,27 @@
 #pragma once
-// Caching allocator: freed blocks are kept in size-class bins and reused, so a steady-state
-// training step makes no fresh large mmaps (first touch of fresh 4 KiB pages costs ~0.35 GB/s on
-// the project's machines). Blocks >= 2 MiB are 2 MiB-aligned and advised MADV_HUGEPAGE.
+// Caching allocator. Freed memory is kept and reused, so a steady-state training step makes no
+// fresh system allocations: first touch of fresh memory is very slow on the project's machines
+// (measured 0.2–0.3 GB/s with 4 KiB pages and 0.1–1.2 GB/s with transparent huge pages, against
+// 2–4 GB/s for writing memory already touched), so a 74 MB logits block taken fresh costs
+// ~0.3 s, a third of a full-vocabulary step.
+//
+// Two pools, both under one mutex (thread-safe):
+//  - small (< 1 MiB): sizes round up to 64 B (< 64 KiB) or 4 KiB; freed blocks are binned by size
+//    and a request takes the smallest cached block of at least its size and at most twice it.
+//  - large (>= 1 MiB): sizes round up to 64 KiB and memory comes from mmap (2 MiB-aligned,
+//    MADV_HUGEPAGE). Free memory is kept as address ranges: a freed block merges with free
+//    neighbours, and a request takes the best-fitting free range and splits off the rest (as
+//    PyTorch's CUDA caching allocator splits its large blocks). Shapes that vary from step to step
+//    (batches trimmed to their longest row) thus reuse the same pages instead of each new size
+//    adding a block, as exact-size bins did (peak RSS 2.2 / 4.0 GiB for the anchor / full
+//    presets before; bench/RESULTS_anchor.md). Evicted large memory is munmap'ed, so it really
+//    returns to the system (glibc would keep freed big chunks in its heap).
+//
+// Cap: the cached (free) bytes of both pools never exceed a limit after a deallocation; beyond
+// it the least recently freed memory is released (for large ranges only the part needed, from the
+// range's end, in 2 MiB steps). Default 1 GiB (bench/RESULTS_anchor.md: the training steps of the
+// presets need less); QKV_ALLOCATOR_CACHE_LIMIT=<bytes>[K|M|G] overrides it at start-up,
+// set_allocator_cache_limit() at run time. QKV_ALLOCATOR_CACHE=0 disables caching.
 #include <cstddef>
 #include <cstdint>
 
@@ -11,19 +31,30 @@ struct AllocatorStats {
     int64_t allocs         = 0;  // calls to allocate()
     int64_t cache_hits     = 0;  // served from the cache
     int64_t system_allocs  = 0;  // fresh memory from the system
-    int64_t bytes_in_use   = 0;
-    int64_t bytes_cached   = 0;  // free blocks kept for reuse
-    int64_t peak_bytes     = 0;  // max of in_use
+    int64_t evictions      = 0;  // cached blocks or range pieces released because of the cap
+    int64_t bytes_evicted  = 0;  // their bytes
+    int64_t bytes_in_use   = 0;  // live blocks (rounded sizes)
+    int64_t bytes_cached   = 0;  // free memory kept for reuse
+    int64_t peak_bytes     = 0;  // max of bytes_in_use
+    int64_t peak_reserved  = 0;  // max of bytes_in_use + bytes_cached (the allocator's footprint)
 };
 
-/// 64-byte aligned memory of at least nbytes (nbytes 0 gives a valid unique pointer).
+/// 64-byte aligned memory of at least nbytes (nbytes 0 gives a valid unique pointer); blocks of
+/// 1 MiB and more are 64 KiB-aligned. Throws qkv::Error when the system has no memory.
 void* allocate(int64_t nbytes);
+/// Returns p (from allocate; nullptr is ignored) to the cache; nbytes is not used.
 void  deallocate(void* p, int64_t nbytes);
+/// Counters since the last reset_allocator_stats(); bytes_in_use / bytes_cached are current.
 AllocatorStats allocator_stats();
+/// Zeroes the counters; peaks restart from the current in-use / reserved bytes.
 void reset_allocator_stats();
-/// Returns cached blocks to the system.
+/// Returns all cached memory to the system.
 void empty_cache();
 /// Enables or disables caching (QKV_ALLOCATOR_CACHE=0 disables at start-up); for benchmarks.
 void set_allocator_caching(bool on);
+/// Sets the cap on cached bytes (>= 0; throws qkv::Error otherwise) and evicts down to it.
+void set_allocator_cache_limit(int64_t bytes);
+/// The current cap on cached bytes.
+int64_t allocator_cache_limit();
 
 }  // namespace qkv
