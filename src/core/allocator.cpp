@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "qkv/core/error.h"
 
@@ -27,6 +28,7 @@ constexpr int64_t kHugePage   = int64_t(2) << 20;   // transparent huge page siz
 constexpr int64_t kLargeMin   = int64_t(1) << 20;   // requests from here on use the large pool
 constexpr int64_t kLargeGrain = int64_t(64) << 10;  // large sizes and splits are multiples of it
 constexpr int64_t kDefaultLimit = int64_t(1) << 30;
+constexpr int64_t kArenaReserve[] = {int64_t(256) << 30, int64_t(32) << 30};  // address space tried
 
 struct Entry {
     char*   p;
@@ -35,9 +37,11 @@ struct Entry {
 };
 using Lru = std::list<Entry>;
 
+enum class Kind : uint8_t { small, arena, mapped };
+
 struct Live {
     int64_t size;
-    bool    large;
+    Kind    kind;
 };
 
 /// Parses "<digits>[K|M|G]" (binary units); -1 when malformed.
@@ -60,10 +64,28 @@ struct Cache {
     std::map<char*, Lru::iterator>     large_by_addr;
     std::set<std::pair<int64_t, char*>> large_by_size;
     std::unordered_map<void*, Live>    live;
+    // The large pool's address space: [arena, top) has been handed out at least once; holes are
+    // released ranges below top (no pages behind them), reused before top grows.
+    char*                              arena = nullptr;
+    char*                              arena_end = nullptr;
+    char*                              top = nullptr;
+    std::map<char*, int64_t>           holes;
+    std::set<std::pair<int64_t, char*>> holes_by_size;
     AllocatorStats                     stats;
     bool                               caching = true;
     int64_t                            limit   = kDefaultLimit;
     Cache() {
+        for (int64_t reserve : kArenaReserve) {
+            void* raw = mmap(nullptr, size_t(reserve + kHugePage), PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (raw == MAP_FAILED) continue;
+            arena = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + uintptr_t(kHugePage - 1)) &
+                                            ~uintptr_t(kHugePage - 1));
+            arena_end = arena + reserve;
+            top = arena;
+            madvise(arena, size_t(reserve), MADV_HUGEPAGE);
+            break;
+        }
         const char* env = std::getenv("QKV_ALLOCATOR_CACHE");
         if (env && env[0] == '0') caching = false;
         if (const char* lim = std::getenv("QKV_ALLOCATOR_CACHE_LIMIT")) {
@@ -93,8 +115,9 @@ void* small_system_alloc(int64_t n) {
     return p;
 }
 
-/// Fresh 2 MiB-aligned anonymous memory of n bytes (a multiple of kLargeGrain).
-char* large_system_alloc(int64_t n) {
+/// Fresh 2 MiB-aligned anonymous memory of n bytes (a multiple of kLargeGrain) outside the arena
+/// (used only when the arena's address space is exhausted or could not be reserved).
+char* mapped_alloc(int64_t n) {
     const size_t span = size_t(n + kHugePage);
     void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     QKV_CHECK(raw != MAP_FAILED, "allocate: out of memory requesting ", n, " bytes");
@@ -159,6 +182,70 @@ void free_large(Cache& c, char* p, int64_t size) {
     add_large_range(c, p, size, c.lru.end());
 }
 
+/// Gives the pages of [p, p + size) (arena memory, not cached) back to the system and makes the
+/// range a hole, merged with adjacent holes; a hole that reaches top lowers top instead.
+void release_arena(Cache& c, char* p, int64_t size) {
+    madvise(p, size_t(size), MADV_DONTNEED);
+    auto next = c.holes.find(p + size);
+    if (next != c.holes.end()) {
+        size += next->second;
+        c.holes_by_size.erase({next->second, next->first});
+        c.holes.erase(next);
+    }
+    auto prev = c.holes.lower_bound(p);
+    if (prev != c.holes.begin()) {
+        --prev;
+        if (prev->first + prev->second == p) {
+            p = prev->first;
+            size += prev->second;
+            c.holes_by_size.erase({prev->second, prev->first});
+            c.holes.erase(prev);
+        }
+    }
+    if (p + size == c.top) {
+        c.top = p;
+        return;
+    }
+    c.holes.emplace(p, size);
+    c.holes_by_size.emplace(size, p);
+}
+
+/// n bytes of the arena not cached (fresh pages, or nullptr when the arena is exhausted): the
+/// free range that ends at top grown by the shortfall, else the best-fitting hole, else top.
+char* arena_fresh(Cache& c, int64_t n) {
+    if (c.top != c.arena) {
+        auto last = c.large_by_addr.lower_bound(c.top);
+        if (last != c.large_by_addr.begin()) {
+            --last;
+            const int64_t r = last->second->size;
+            char* a = last->first;
+            if (a + r == c.top && a + n <= c.arena_end) {
+                remove_large_range(c, last);
+                c.top = a + n;
+                c.stats.bytes_fresh += n - r;
+                return a;
+            }
+        }
+    }
+    auto h = c.holes_by_size.lower_bound({n, nullptr});
+    if (h != c.holes_by_size.end()) {
+        const auto [hs, hp] = *h;
+        c.holes_by_size.erase(h);
+        c.holes.erase(hp);
+        if (hs > n) {
+            c.holes.emplace(hp + n, hs - n);
+            c.holes_by_size.emplace(hs - n, hp + n);
+        }
+        c.stats.bytes_fresh += n;
+        return hp;
+    }
+    if (c.arena_end - c.top < n) return nullptr;
+    char* p = c.top;
+    c.top += n;
+    c.stats.bytes_fresh += n;
+    return p;
+}
+
 /// Releases the least recently freed memory until bytes_cached <= limit.
 void evict_to_limit(Cache& c) {
     while (c.stats.bytes_cached > c.limit) {
@@ -177,8 +264,8 @@ void evict_to_limit(Cache& c) {
         auto ait = c.large_by_addr.find(e.p);
         const auto pos = std::next(ait->second);
         remove_large_range(c, ait);
-        munmap(e.p + (e.size - cut), size_t(cut));
         if (cut < e.size) add_large_range(c, e.p, e.size - cut, pos);
+        release_arena(c, e.p + (e.size - cut), cut);
     }
 }
 
@@ -195,8 +282,8 @@ void* allocate(int64_t nbytes) {
     ++c.stats.allocs;
     char* p = nullptr;
     int64_t got = 0;
-    const bool large = nbytes >= kLargeMin;
-    if (!large) {
+    Kind kind = nbytes >= kLargeMin ? Kind::arena : Kind::small;
+    if (kind == Kind::small) {
         const int64_t n = round_small(nbytes);
         got = n;
         auto it = c.caching ? c.small_by_size.lower_bound({n, nullptr}) : c.small_by_size.end();
@@ -207,6 +294,7 @@ void* allocate(int64_t nbytes) {
             ++c.stats.cache_hits;
         } else {
             ++c.stats.system_allocs;
+            c.stats.bytes_fresh += n;
             p = static_cast<char*>(small_system_alloc(n));
         }
     } else {
@@ -224,10 +312,15 @@ void* allocate(int64_t nbytes) {
             ++c.stats.cache_hits;
         } else {
             ++c.stats.system_allocs;
-            p = large_system_alloc(n);
+            p = arena_fresh(c, n);
+            if (!p) {
+                p = mapped_alloc(n);
+                kind = Kind::mapped;
+                c.stats.bytes_fresh += n;
+            }
         }
     }
-    c.live[p] = Live{got, large};
+    c.live[p] = Live{got, kind};
     c.stats.bytes_in_use += got;
     note_peaks(c);
     return p;
@@ -243,12 +336,16 @@ void deallocate(void* ptr, int64_t) {
     const Live b = it->second;
     c.live.erase(it);
     c.stats.bytes_in_use -= b.size;
+    if (b.kind == Kind::mapped) {  // outside the arena: never cached
+        munmap(p, size_t(b.size));
+        return;
+    }
     if (!c.caching) {
-        if (b.large) munmap(p, size_t(b.size));
+        if (b.kind == Kind::arena) release_arena(c, p, b.size);
         else std::free(p);
         return;
     }
-    if (b.large) free_large(c, p, b.size);
+    if (b.kind == Kind::arena) free_large(c, p, b.size);
     else add_small(c, p, b.size);
     evict_to_limit(c);
     note_peaks(c);
@@ -264,7 +361,7 @@ void reset_allocator_stats() {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
     c.stats.allocs = c.stats.cache_hits = c.stats.system_allocs = 0;
-    c.stats.evictions = c.stats.bytes_evicted = 0;
+    c.stats.evictions = c.stats.bytes_evicted = c.stats.bytes_fresh = 0;
     c.stats.peak_bytes    = c.stats.bytes_in_use;
     c.stats.peak_reserved = c.stats.bytes_in_use + c.stats.bytes_cached;
 }
@@ -272,15 +369,16 @@ void reset_allocator_stats() {
 void empty_cache() {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
-    for (const Entry& e : c.lru) {
-        if (e.large) munmap(e.p, size_t(e.size));
-        else std::free(e.p);
-    }
+    for (const Entry& e : c.lru)
+        if (!e.large) std::free(e.p);
+    std::vector<std::pair<char*, int64_t>> ranges;
+    for (const auto& [p, it] : c.large_by_addr) ranges.emplace_back(p, it->size);
     c.lru.clear();
     c.small_by_size.clear();
     c.large_by_addr.clear();
     c.large_by_size.clear();
     c.stats.bytes_cached = 0;
+    for (auto it = ranges.rbegin(); it != ranges.rend(); ++it) release_arena(c, it->first, it->second);
 }
 
 void set_allocator_caching(bool on) {

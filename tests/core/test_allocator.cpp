@@ -126,7 +126,9 @@ TEST(Allocator, BlocksAreAlignedAndKeepTheirContents) {
             auto* p = static_cast<unsigned char*>(allocate(sizes[i]));
             ASSERT_NE(p, nullptr);
             EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << sizes[i];
-            if (sizes[i] >= kMiB) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (64 * 1024), 0u) << sizes[i];
+            if (sizes[i] >= kMiB) {
+                EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (64 * 1024), 0u) << sizes[i];
+            }
             std::memset(p, int(i + 1), size_t(sizes[i]));
             ps.push_back(p);
         }

@@ -30,7 +30,8 @@ namespace qkv {
 struct AllocatorStats {
     int64_t allocs         = 0;  // calls to allocate()
     int64_t cache_hits     = 0;  // served from the cache
-    int64_t system_allocs  = 0;  // fresh memory from the system
+    int64_t system_allocs  = 0;  // served with fresh memory (not cached)
+    int64_t bytes_fresh    = 0;  // bytes of fresh memory handed out (each costs a first touch)
     int64_t evictions      = 0;  // cached blocks or range pieces released because of the cap
     int64_t bytes_evicted  = 0;  // their bytes
     int64_t bytes_in_use   = 0;  // live blocks (rounded sizes)
