@@ -175,9 +175,10 @@ void run(TrainArgs& a) {
                 final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s,
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     const AllocatorStats as = allocator_stats();
-    std::printf("tensor memory: peak in use %.0f MiB, peak reserved (in use + cached) %.0f MiB, cache limit "
-                "%.0f MiB; %lld of %lld allocations fresh from the system, %lld evictions\n",
-                double(as.peak_bytes) / (1024.0 * 1024.0), double(as.peak_reserved) / (1024.0 * 1024.0),
+    std::printf("tensor memory: peak in use %.0f MiB, peak cached %.0f MiB, peak in use + cached %.0f MiB, "
+                "cache limit %.0f MiB; %lld of %lld allocations fresh from the system, %lld evictions\n",
+                double(as.peak_bytes) / (1024.0 * 1024.0), double(as.peak_cached) / (1024.0 * 1024.0),
+                double(as.peak_reserved) / (1024.0 * 1024.0),
                 double(allocator_cache_limit()) / (1024.0 * 1024.0), (long long)as.system_allocs,
                 (long long)as.allocs, (long long)as.evictions);
     std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",

@@ -27,7 +27,7 @@ namespace {
 constexpr int64_t kHugePage   = int64_t(2) << 20;   // transparent huge page size
 constexpr int64_t kLargeMin   = int64_t(1) << 20;   // requests from here on use the large pool
 constexpr int64_t kLargeGrain = int64_t(64) << 10;  // large sizes and splits are multiples of it
-constexpr int64_t kDefaultLimit = int64_t(1) << 30;
+constexpr int64_t kDefaultLimit = int64_t(512) << 20;
 constexpr int64_t kArenaReserve[] = {int64_t(256) << 30, int64_t(32) << 30};  // address space tried
 
 struct Entry {
@@ -271,6 +271,7 @@ void evict_to_limit(Cache& c) {
 
 void note_peaks(Cache& c) {
     c.stats.peak_bytes    = std::max(c.stats.peak_bytes, c.stats.bytes_in_use);
+    c.stats.peak_cached   = std::max(c.stats.peak_cached, c.stats.bytes_cached);
     c.stats.peak_reserved = std::max(c.stats.peak_reserved, c.stats.bytes_in_use + c.stats.bytes_cached);
 }
 
@@ -363,6 +364,7 @@ void reset_allocator_stats() {
     c.stats.allocs = c.stats.cache_hits = c.stats.system_allocs = 0;
     c.stats.evictions = c.stats.bytes_evicted = c.stats.bytes_fresh = 0;
     c.stats.peak_bytes    = c.stats.bytes_in_use;
+    c.stats.peak_cached   = c.stats.bytes_cached;
     c.stats.peak_reserved = c.stats.bytes_in_use + c.stats.bytes_cached;
 }
 

@@ -8,20 +8,29 @@
 // Two pools, both under one mutex (thread-safe):
 //  - small (< 1 MiB): sizes round up to 64 B (< 64 KiB) or 4 KiB; freed blocks are binned by size
 //    and a request takes the smallest cached block of at least its size and at most twice it.
-//  - large (>= 1 MiB): sizes round up to 64 KiB and memory comes from mmap (2 MiB-aligned,
-//    MADV_HUGEPAGE). Free memory is kept as address ranges: a freed block merges with free
-//    neighbours, and a request takes the best-fitting free range and splits off the rest (as
-//    PyTorch's CUDA caching allocator splits its large blocks). Shapes that vary from step to step
-//    (batches trimmed to their longest row) thus reuse the same pages instead of each new size
-//    adding a block, as exact-size bins did (peak RSS 2.2 / 4.0 GiB for the anchor / full
-//    presets before; bench/RESULTS_anchor.md). Evicted large memory is munmap'ed, so it really
-//    returns to the system (glibc would keep freed big chunks in its heap).
+//  - large (>= 1 MiB): sizes round up to 64 KiB and come from one reserved address range (the
+//    arena: 256 GiB of address space, MAP_NORESERVE, MADV_HUGEPAGE; pages exist only once
+//    touched). Free memory is kept as address ranges: a freed block merges with free neighbours,
+//    and a request takes the best-fitting free range and splits off the rest (as PyTorch's CUDA
+//    caching allocator splits its large blocks). When nothing fits, the free range at the arena's
+//    top grows by the shortfall only. Shapes that vary from step to step (batches trimmed to their
+//    longest row, length buckets) thus reuse the same pages instead of each new size adding a
+//    block. Peak RSS after ~30 steps of the anchor / full presets: 1.65 / 2.17 GiB with the old
+//    exact-size bins (2.2 / 4.0 GiB after 20 minutes); 1.36 GiB (anchor, 1 GiB cap) with one
+//    mmap per block, which never merge (2 MiB-aligned mappings are not adjacent); 0.68 / 0.84 GiB
+//    with the arena, which took 1 fresh block in steps 30–40 of the anchor (bench/RESULTS_anchor.md).
 //
 // Cap: the cached (free) bytes of both pools never exceed a limit after a deallocation; beyond
 // it the least recently freed memory is released (for large ranges only the part needed, from the
-// range's end, in 2 MiB steps). Default 1 GiB (bench/RESULTS_anchor.md: the training steps of the
-// presets need less); QKV_ALLOCATOR_CACHE_LIMIT=<bytes>[K|M|G] overrides it at start-up,
+// range's end, in 2 MiB steps, with MADV_DONTNEED, so RSS really drops; the address range becomes
+// a hole that later fresh requests reuse). Default 512 MiB: in 30-step runs the anchor preset
+// kept at most 409 MiB cached (no eviction); the full preset reached the cap (35 evictions) with
+// the same 498 fresh allocations as under a 1 GiB cap, so the cap cost no fresh memory there,
+// and the footprint stays at most in use + 512 MiB (peak in use 0.41 / 0.48 GiB).
+// QKV_ALLOCATOR_CACHE_LIMIT=<bytes>[K|M|G] overrides it at start-up,
 // set_allocator_cache_limit() at run time. QKV_ALLOCATOR_CACHE=0 disables caching.
+// Blocks that do not fit the arena's remaining address space come from plain mmap and are
+// unmapped when freed (never cached).
 #include <cstddef>
 #include <cstdint>
 
@@ -37,6 +46,7 @@ struct AllocatorStats {
     int64_t bytes_in_use   = 0;  // live blocks (rounded sizes)
     int64_t bytes_cached   = 0;  // free memory kept for reuse
     int64_t peak_bytes     = 0;  // max of bytes_in_use
+    int64_t peak_cached    = 0;  // max of bytes_cached
     int64_t peak_reserved  = 0;  // max of bytes_in_use + bytes_cached (the allocator's footprint)
 };
 
@@ -47,7 +57,7 @@ void* allocate(int64_t nbytes);
 void  deallocate(void* p, int64_t nbytes);
 /// Counters since the last reset_allocator_stats(); bytes_in_use / bytes_cached are current.
 AllocatorStats allocator_stats();
-/// Zeroes the counters; peaks restart from the current in-use / reserved bytes.
+/// Zeroes the counters; peaks restart from the current in-use / cached / reserved bytes.
 void reset_allocator_stats();
 /// Returns all cached memory to the system.
 void empty_cache();
