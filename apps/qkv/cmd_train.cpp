@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/core/allocator.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
@@ -197,6 +198,13 @@ void run(TrainArgs& a) {
                 (long long)r.steps, util::format_duration(r.train_seconds).c_str(), r.stop_reason.c_str(),
                 final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s,
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
+    const AllocatorStats as = allocator_stats();
+    std::printf("tensor memory: peak in use %.0f MiB, peak cached %.0f MiB, peak in use + cached %.0f MiB, "
+                "cache limit %.0f MiB; %lld of %lld allocations fresh from the system, %lld evictions\n",
+                double(as.peak_bytes) / (1024.0 * 1024.0), double(as.peak_cached) / (1024.0 * 1024.0),
+                double(as.peak_reserved) / (1024.0 * 1024.0),
+                double(allocator_cache_limit()) / (1024.0 * 1024.0), (long long)as.system_allocs,
+                (long long)as.allocs, (long long)as.evictions);
     std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
                 a.out.c_str());
     train::ModelDir m = train::load_model_dir(a.out);
