@@ -117,7 +117,9 @@ TEST(BeamSearch, NBestIsSortedAndScoresAreConsistent) {
         ASSERT_FALSE(hyps[size_t(i)].empty());
         for (size_t k = 0; k < hyps[size_t(i)].size(); ++k) {
             const auto& h = hyps[size_t(i)][k];
-            if (k > 0) EXPECT_GE(hyps[size_t(i)][k - 1].score, h.score);
+            if (k > 0) {
+                EXPECT_GE(hyps[size_t(i)][k - 1].score, h.score);
+            }
             const int64_t n = int64_t(h.tokens.size()) + (h.finished ? 1 : 0);
             EXPECT_NEAR(h.score, h.log_prob / std::pow((5.0 + double(n)) / 6.0, 0.6), 1e-9);
             // log_prob is the model's probability of exactly these tokens.
