@@ -128,7 +128,15 @@ void run(TrainArgs& a) {
         if (!a.trim.empty()) t.trim_batches = a.trim == "on";
         if (!a.val_every.empty()) t.val_every_s = parse_duration_or_off(a.val_every);
         if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
+        const bool preset_subword = d.subword != data::SubwordKind::none;  // the full preset
         if (!a.subword.empty()) d.subword = data::parse_subword_kind(a.subword);
+        if (preset_subword && d.subword == data::SubwordKind::none) {
+            // `--preset full --subword none`: the same recipe on D2L words, untied (unless the
+            // flags ask for a shared vocabulary / tying), with the anchor's word lengths.
+            d.shared_vocab = false, m.tie_weights = false;
+            if (!a.num_steps) d.num_steps = 12;
+            cfg.decode.max_len = 20;
+        }
         if (a.vocab_size) d.subword_vocab_size = a.vocab_size;
         if (a.shared_vocab) d.shared_vocab = true;
         if (a.tie_weights) m.tie_weights = true;
@@ -141,7 +149,7 @@ void run(TrainArgs& a) {
         QKV_CHECK((d.subword == data::SubwordKind::none && !d.shared_vocab) || d.pipeline == train::DataPipeline::anchor,
                   "--subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), not --preset ",
                   cfg.preset);
-        if (d.subword != data::SubwordKind::none && !a.num_steps) {
+        if (d.subword != data::SubwordKind::none && !preset_subword && !a.num_steps) {
             // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the
             // long tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16
             // pieces 3.0% / 7.6%. Two thirds more steps (12 -> 20) for about the same pairs whole

@@ -151,8 +151,8 @@ Transformer::Transformer(const TransformerConfig& cfg) : cfg_(cfg) {
     decoder = register_module("decoder", std::make_shared<TransformerDecoder>(cfg));
     if (cfg.tie_weights) {
         // One (V, C) matrix, N(0, 1/C) (Vaswani et al. 2017 §3.4), drawn after the untied init.
-        Tensor w = randn({cfg.tgt_vocab_size, cfg.num_hiddens}, nullptr, 0.0,
-                         1.0 / std::sqrt(double(cfg.num_hiddens)));
+        Tensor w = nn::normal_init({cfg.tgt_vocab_size, cfg.num_hiddens}, 0.0,
+                                   1.0 / std::sqrt(double(cfg.num_hiddens)));
         encoder->embedding->tie_parameter("weight", w);
         encoder->embedding->weight = w;
         decoder->embedding->tie_parameter("weight", w);

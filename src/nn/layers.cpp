@@ -18,7 +18,7 @@ Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); 
 
 Embedding::Embedding(int64_t num, int64_t dim) {
     QKV_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, ", ", dim);
-    weight = register_parameter("weight", randn({num, dim}));
+    weight = register_parameter("weight", normal_init({num, dim}));
 }
 
 Tensor Embedding::forward(const Tensor& ids) const { return embedding(ids, weight); }

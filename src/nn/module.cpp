@@ -125,14 +125,29 @@ void Module::zero_grad() {
     for (auto& [n, t] : named_parameters()) t.reset_grad();
 }
 
+namespace {
+thread_local bool t_skip_init = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : prev_(t_skip_init) { t_skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { t_skip_init = prev_; }
+bool SkipInitGuard::active() { return t_skip_init; }
+
 Tensor uniform_init(const Shape& shape, int64_t fan_in) {
+    if (t_skip_init) return zeros(shape);
     const double bound = fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0;
     return rand(shape, nullptr, -bound, bound);
 }
 
 Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
+    if (t_skip_init) return zeros(shape);
     const double bound = std::sqrt(6.0 / double(fan_in + fan_out));
     return rand(shape, nullptr, -bound, bound);
+}
+
+Tensor normal_init(const Shape& shape, double mean, double std) {
+    if (t_skip_init) return zeros(shape);
+    return randn(shape, nullptr, mean, std);
 }
 
 }  // namespace qkv::nn

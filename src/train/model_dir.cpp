@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/decode/greedy.h"
+#include "qkv/nn/module.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/translation_data.h"
 #include "qkv/util/atomic_file.h"
@@ -110,7 +111,10 @@ ModelDir load_model_dir(const std::string& dir) {
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
               "' not found): train a model first (qkv train --out ", dir,
               ") or check the folder given with --model");
-    m.model = build_model(m.config);
+    {
+        nn::SkipInitGuard skip;  // load_model is strict: every parameter is overwritten
+        m.model = build_model(m.config);
+    }
     load_model(weights, *m.model);
     m.model->eval();
     return m;

@@ -51,6 +51,15 @@ TEST(RunConfig, PresetsMatchTheirSpecification) {
     EXPECT_TRUE(full.train.trim_batches);
     EXPECT_DOUBLE_EQ(full.train.label_smoothing, 0.1);
     EXPECT_EQ(full.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
+    EXPECT_EQ(full.data.subword, data::SubwordKind::bpe);  // shared BPE 8k, tied (issue 7)
+    EXPECT_EQ(full.data.subword_vocab_size, 8000);
+    EXPECT_TRUE(full.data.shared_vocab);
+    EXPECT_TRUE(full.model.tie_weights);
+    EXPECT_EQ(full.data.num_steps, 20);
+    EXPECT_EQ(full.decode.max_len, 30);
+    EXPECT_EQ(anchor.data.subword, data::SubwordKind::none);
+    EXPECT_FALSE(anchor.model.tie_weights);
+    EXPECT_FALSE(train::preset_config("full", train::ModelKind::bahdanau).model.tie_weights);
     // demo: the small, fast configuration tuned for the 210 s budget on 2 cores (README presets table)
     const auto demo = train::preset_config("demo");
     EXPECT_DOUBLE_EQ(demo.train.time_budget_s, 210);
