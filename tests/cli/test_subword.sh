@@ -65,4 +65,16 @@ expect_error "--vocab-size" --subword unigram --vocab-size 10
 expect_error "--vocab-size applies" --vocab-size 40
 expect_error "anchor pipeline" --preset d2l --subword bpe
 expect_error "Transformer only" --model bahdanau --subword bpe --vocab-size 40 --shared-vocab --tie-weights
+# --preset full is the shared-BPE + tied recipe (num_steps 20 pieces); --subword none gives its
+# words variant (untied, separate vocabularies, num_steps 12). Checked on config.json of 1 step.
+"$QKV" train --preset full "${small[@]}" --max-steps 1 --vocab-size 40 --out "$T/fullb" \
+  > /dev/null 2> "$T/fullb.err" || { cat "$T/fullb.err"; fail "--preset full"; }
+for kv in '"subword": "bpe"' '"shared_vocab": true' '"tie_weights": true' '"num_steps": 20'; do
+  grep -q "$kv" "$T/fullb/config.json" || fail "--preset full: config.json lacks $kv"
+done
+"$QKV" train --preset full "${small[@]}" --max-steps 1 --subword none --out "$T/fullw" \
+  > /dev/null 2> "$T/fullw.err" || { cat "$T/fullw.err"; fail "--preset full --subword none"; }
+for kv in '"subword": "none"' '"shared_vocab": false' '"tie_weights": false' '"num_steps": 12'; do
+  grep -q "$kv" "$T/fullw/config.json" || fail "--preset full --subword none: config.json lacks $kv"
+done
 echo "cli subword train/translate/eval/heatmap/resume/errors: ok"
