@@ -90,14 +90,9 @@ void run(const HeatmapArgs& a) {
     const size_t bad = data::invalid_utf8_offset(a.sentence);
     QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
     train::ModelDir m = train::load_model_dir(a.model);
-    const auto n_tokens = int64_t(data::tokenize_nmt(a.sentence).size());
-    QKV_CHECK(n_tokens > 0, "heatmap: the sentence is empty");
-    if (n_tokens >= m.config.data.num_steps)
-        std::fprintf(stderr,
-                     "qkv heatmap: %lld tokens, the model reads at most %lld (+<eos>); truncated (the "
-                     "first %lld kept, without <eos>)\n",
-                     (long long)n_tokens, (long long)m.config.data.num_steps - 1,
-                     (long long)m.config.data.num_steps);
+    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
+    QKV_CHECK(!toks.empty(), "heatmap: the sentence is empty");
+    warn_if_truncated("qkv heatmap", m, toks);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -108,7 +103,6 @@ void run(const HeatmapArgs& a) {
     const int64_t H = cfg.num_heads, L = cfg.num_blks;
 
     // The source without padding: padded keys are masked anyway, so the weights are the same.
-    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
     // a subword model's attention is over pieces: the labels are pieces, the printed line words
     data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0];

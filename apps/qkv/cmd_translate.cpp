@@ -56,7 +56,6 @@ void run(const TranslateArgs& a) {
     }
     // One output line per input line: a line that cannot be translated (invalid UTF-8) or has
     // nothing to translate gives an empty output line and a note on stderr.
-    const int64_t max_src = m.config.data.num_steps - 1;  // tokens before <eos> (encode_sources)
     std::vector<std::vector<std::string>> src;
     std::vector<size_t> row_of;  // input line -> row of src, or npos
     int64_t invalid = 0;
@@ -75,11 +74,7 @@ void run(const TranslateArgs& a) {
             row_of.push_back(std::string::npos);
             continue;
         }
-        if (int64_t(tokens.size()) > max_src)
-            std::fprintf(stderr,
-                         "qkv translate: %s %zu: %zu tokens, the model reads at most %lld (+<eos>); "
-                         "truncated (the first %lld kept, without <eos>)\n",
-                         unit, i + 1, tokens.size(), (long long)max_src, (long long)max_src + 1);
+        warn_if_truncated(std::string("qkv translate: ") + unit + " " + std::to_string(i + 1), m, tokens);
         row_of.push_back(src.size());
         src.push_back(std::move(tokens));
     }

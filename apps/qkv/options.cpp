@@ -64,4 +64,13 @@ CLI::Validator duration_or_off() {
         "DURATION|none");
 }
 
+void warn_if_truncated(const std::string& prefix, const train::ModelDir& m, const std::vector<std::string>& tokens) {
+    const int64_t max_src = m.config.data.num_steps - 1;  // units before <eos> (encode_sources)
+    const auto n = int64_t(m.subwords.active() ? train::source_units(m, {tokens})[0].size() : tokens.size());
+    if (n > max_src)
+        std::fprintf(stderr, "%s: %lld tokens, the model reads at most %lld (+<eos>); truncated (the first %lld kept, "
+                             "without <eos>)\n",
+                     prefix.c_str(), (long long)n, (long long)max_src, (long long)max_src + 1);
+}
+
 }  // namespace qkv::cli

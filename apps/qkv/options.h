@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "qkv/train/model_dir.h"
+
 namespace qkv::cli {
 
 /// An integer in [lo, hi].
@@ -23,5 +25,11 @@ CLI::Validator duration_or_off();
 
 /// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
+
+/// Prints "PREFIX: N tokens, the model reads at most K (+<eos>); truncated (the first K + 1 kept,
+/// without <eos>)" on stderr when `tokens` (one tokenised sentence) is longer than the encoder
+/// reads: num_steps - 1 units before <eos>, counted in the model's source units (words, or
+/// pieces with a subword model, as train::encode_sources will see them).
+void warn_if_truncated(const std::string& prefix, const train::ModelDir& m, const std::vector<std::string>& tokens);
 
 }  // namespace qkv::cli
