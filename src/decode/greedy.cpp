@@ -1,8 +1,8 @@
-// Greedy decoding: argmax of the next-token logits, batched, cached or recomputed.
+// Greedy decoding: the first maximum of the next-token logits (the model's greedy_next, fused with
+// the output layer where it can be), batched, cached or recomputed.
 #include "qkv/decode/greedy.h"
 
 #include "qkv/autograd/grad_mode.h"
-#include "qkv/ops/reduce.h"
 
 namespace qkv::decode {
 
@@ -14,11 +14,12 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
               "greedy_decode: bos and eos must be target ids in [0, ", V, "), got ", opt.bos, ", ",
               opt.eos);
     QKV_CHECK(opt.max_len >= 1, "greedy_decode: max_len must be >= 1, got ", opt.max_len);
-    std::vector<char> banned(static_cast<size_t>(V), 0);
+    std::vector<char> banned_flags;  // empty when nothing is banned
     for (int64_t id : opt.banned) {
         QKV_CHECK(id >= 0 && id < V && id != opt.eos, "greedy_decode: banned id ", id,
                   " is outside [0, ", V, ") or is <eos>");
-        banned[size_t(id)] = 1;
+        if (banned_flags.empty()) banned_flags.assign(static_cast<size_t>(V), 0);
+        banned_flags[size_t(id)] = 1;
     }
     QKV_CHECK(src.defined() && src.dim() == 2, "greedy_decode: src must be (B, Ts)");
     const int64_t B = src.size(0);
@@ -44,27 +45,14 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
     }
     for (int64_t t = 0; t < opt.max_len; ++t) {
         const int64_t Bn = int64_t(rows.size());
-        Tensor logits;  // (Bn, V)
+        Tensor hidden;  // (Bn, C): the decoder's top states; greedy_next applies the output layer
         if (opt.use_cache) {
-            logits = model.decode_step(from_vector(last, {Bn}), *state);
+            hidden = model.decode_step_hidden(from_vector(last, {Bn}), *state);
         } else {
             Tensor dec = from_vector(prefix, {B, t + 1});
-            logits = model.forward(src, src_valid_len, dec).select(1, t);
+            hidden = model.forward_hidden(src, src_valid_len, dec).select(1, t);
         }
-        std::vector<int64_t> next;
-        if (opt.banned.empty()) {
-            next = argmax(logits, 1).to_vector<int64_t>();
-        } else {  // first maximum over the allowed ids (argmax's tie rule)
-            const std::vector<float> lv = logits.contiguous().to_vector<float>();
-            next.assign(static_cast<size_t>(Bn), 0);
-            for (int64_t b = 0; b < Bn; ++b) {
-                const float* row = lv.data() + b * V;
-                int64_t best = -1;
-                for (int64_t v = 0; v < V; ++v)
-                    if (!banned[size_t(v)] && (best < 0 || row[v] > row[best])) best = v;
-                next[size_t(b)] = best;
-            }
-        }
+        const std::vector<int64_t> next = model.greedy_next(hidden, banned_flags).to_vector<int64_t>();
         std::vector<int64_t> grown;
         if (!opt.use_cache) grown.reserve(size_t(B * (t + 2)));
         for (int64_t i = 0; i < Bn; ++i) {

@@ -213,7 +213,7 @@ std::unique_ptr<DecoderState> Bahdanau::init_state(const Tensor& src, const Tens
     return std::make_unique<BahdanauState>(decoder->init_state(enc_out, enc_state, src_valid_len));
 }
 
-Tensor Bahdanau::decode_step(const Tensor& tokens, DecoderState& state) {
+Tensor Bahdanau::decode_step_hidden(const Tensor& tokens, DecoderState& state) {
     auto* st = dynamic_cast<BahdanauState*>(&state);
     QKV_CHECK(st != nullptr, "Bahdanau: decode_step needs the state made by Bahdanau::init_state");
     QKV_CHECK(tokens.defined() && tokens.dtype() == DType::i64 && tokens.shape() == Shape({st->batch_size()}),
@@ -228,7 +228,11 @@ Tensor Bahdanau::decode_step(const Tensor& tokens, DecoderState& state) {
         state.trace->self.emplace_back();
     }
     ++st->steps_;
-    return output_logits(h);
+    return h;
+}
+
+Tensor Bahdanau::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+    return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 
 }  // namespace qkv::models

@@ -9,6 +9,7 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/ops/attention.h"
 #include "qkv/ops/elementwise.h"
+#include "qkv/ops/matmul.h"
 #include "qkv/ops/shape_ops.h"
 
 namespace qkv::models {
@@ -377,7 +378,7 @@ std::unique_ptr<DecoderState> Transformer::init_state(const Tensor& src, const T
     return st;
 }
 
-Tensor Transformer::decode_step(const Tensor& tokens, DecoderState& state_base) {
+Tensor Transformer::decode_step_hidden(const Tensor& tokens, DecoderState& state_base) {
     auto* st = dynamic_cast<TransformerState*>(&state_base);
     QKV_CHECK(st != nullptr, "Transformer::decode_step: the state was not made by Transformer::init_state");
     const int64_t B = st->batch_size();
@@ -429,7 +430,11 @@ Tensor Transformer::decode_step(const Tensor& tokens, DecoderState& state_base) 
         }
     }
     st->t += 1;
-    return decoder->dense->forward(X).reshape({B, cfg_.tgt_vocab_size});
+    return X.reshape({B, cfg_.num_hiddens});
+}
+
+Tensor Transformer::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+    return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 
 }  // namespace qkv::models

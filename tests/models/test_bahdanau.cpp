@@ -217,6 +217,24 @@ TEST(Bahdanau, GreedyCacheEqualsRecomputationAndBeam1EqualsGreedy) {
     EXPECT_GT(nonempty, cached.size() / 2);  // the model did learn to emit tokens
 }
 
+// greedy_next (fused output layer + argmax) equals the default: logits, then first allowed maximum.
+TEST(Bahdanau, GreedyNextEqualsArgmaxOfOutputLogits) {
+    manual_seed(2);
+    BahdanauConfig cfg;
+    cfg.src_vocab_size = 11, cfg.tgt_vocab_size = 23;
+    cfg.embed_size = 8, cfg.num_hiddens = 16, cfg.num_layers = 1;
+    Bahdanau m(cfg);
+    NoGradGuard ng;
+    Generator g(4);
+    const Tensor hidden = randn({6, 16}, &g);
+    const std::vector<int64_t> want = argmax(m.output_logits(hidden), 1).to_vector<int64_t>();
+    EXPECT_EQ(m.greedy_next(hidden, {}).to_vector<int64_t>(), want);
+    std::vector<char> banned(23, 0);
+    for (int64_t id : want) banned[size_t(id)] = 1;
+    EXPECT_EQ(m.greedy_next(hidden, banned).to_vector<int64_t>(),
+              m.EncoderDecoder::greedy_next(hidden, banned).to_vector<int64_t>());
+}
+
 // A tiny model learns 8 short pairs by heart: greedy decoding then reproduces every target.
 TEST(Bahdanau, MemorisesEightPairs) {
     manual_seed(0);

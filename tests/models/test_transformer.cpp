@@ -172,6 +172,27 @@ TEST(Transformer, ForwardShapes) {
     EXPECT_EQ(m.forward(src, vl, dec).shape(), (Shape{3, 4, 13}));
 }
 
+// greedy_next (the fused output layer + argmax) equals the default path: the full logits, then
+// the first allowed maximum. With random weights the logits are distinct, so the ids must agree.
+TEST(Transformer, GreedyNextEqualsArgmaxOfOutputLogits) {
+    manual_seed(5);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    NoGradGuard ng;
+    Generator g(9);
+    const Tensor hidden = randn({7, cfg.num_hiddens}, &g);
+    const Tensor want = argmax(m.output_logits(hidden), 1);
+    EXPECT_EQ(m.greedy_next(hidden, {}).to_vector<int64_t>(), want.to_vector<int64_t>());
+    EXPECT_EQ(m.EncoderDecoder::greedy_next(hidden, {}).to_vector<int64_t>(), want.to_vector<int64_t>());
+    std::vector<char> banned(size_t(cfg.tgt_vocab_size), 0);
+    for (int64_t id : want.to_vector<int64_t>()) banned[size_t(id)] = 1;
+    const std::vector<int64_t> fused = m.greedy_next(hidden, banned).to_vector<int64_t>();
+    EXPECT_EQ(fused, m.EncoderDecoder::greedy_next(hidden, banned).to_vector<int64_t>());
+    for (int64_t id : fused) EXPECT_FALSE(banned[size_t(id)]);
+    EXPECT_THROW(m.greedy_next(hidden, std::vector<char>(3, 0)), Error);
+    EXPECT_THROW(m.EncoderDecoder::greedy_next(hidden, std::vector<char>(3, 0)), Error);
+}
+
 TEST(Transformer, RejectsBadInputs) {
     manual_seed(1);
     auto cfg = small_config();

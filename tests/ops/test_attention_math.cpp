@@ -59,7 +59,9 @@ TEST(MaskedSoftmax, BookChecksZerosBeyondLengthsAndRowsSumToOne) {
     for (int r = 0; r < 4; ++r) {
         double s = 0;
         for (int j = 0; j < 4; ++j) {
-            if (j >= lens1[r]) EXPECT_EQ(w[size_t(r * 4 + j)], 0.f);
+            if (j >= lens1[r]) {
+                EXPECT_EQ(w[size_t(r * 4 + j)], 0.f);
+            }
             s += w[size_t(r * 4 + j)];
         }
         EXPECT_NEAR(s, 1.0, kTolHand);

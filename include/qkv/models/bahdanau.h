@@ -126,7 +126,9 @@ public:
     std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
     /// One step; with state.trace set, appends the step's weights as cross[step] = {(B, 1, 1, Ts)}
     /// (one "block" and one "head") and self[step] = {} (no self-attention).
-    Tensor decode_step(const Tensor& tokens, DecoderState& state) override;
+    Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
+    /// ops::linear_argmax on the output layer (decoder.dense): no (B, V) logits.
+    Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }
 

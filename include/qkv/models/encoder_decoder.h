@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "qkv/autograd/grad_mode.h"
 #include "qkv/core/tensor.h"
 #include "qkv/nn/module.h"
 
@@ -69,9 +70,23 @@ public:
     /// is needed; callers run decoding under NoGradGuard.
     virtual std::unique_ptr<DecoderState> init_state(const Tensor& src,
                                                      const Tensor& src_valid_len) = 0;
-    /// One decoding step: tokens (B) i64, the previous output (<bos> first) -> logits (B, V).
-    /// Costs O(steps) per token (cached keys/values). Advances state.steps() by one.
-    virtual Tensor decode_step(const Tensor& tokens, DecoderState& state) = 0;
+    /// One decoding step before the output layer: tokens (B) i64, the previous output (<bos>
+    /// first) -> the decoder's top hidden state (B, C). Costs O(steps) per token (cached
+    /// keys/values). Advances state.steps() by one. Throws on a state of another model or a
+    /// token batch that is not (state.batch_size()) i64.
+    virtual Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) = 0;
+    /// One decoding step: tokens (B) i64 -> logits (B, V) = output_logits(decode_step_hidden(...)),
+    /// without autograd history.
+    Tensor decode_step(const Tensor& tokens, DecoderState& state) {
+        NoGradGuard ng;
+        return output_logits(decode_step_hidden(tokens, state));
+    }
+    /// Greedy choice from decoder hidden rows (B, C): the id of each row's largest logit (the
+    /// first one on ties), never an id with banned[id] != 0 -> i64 (B). banned: empty or V flags.
+    /// Equals argmax(output_logits(hidden), 1) with the banned ids removed. This default computes
+    /// the logits; a model whose output layer is one Linear uses the fused ops::linear_argmax,
+    /// which never holds the (B, V) logits. Throws on a banned list of the wrong length.
+    virtual Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned);
 
     virtual int64_t src_vocab_size() const = 0;
     virtual int64_t tgt_vocab_size() const = 0;

@@ -114,7 +114,9 @@ public:
                                const Tensor& rows) override;
     Tensor output_logits(const Tensor& hidden) override;
     std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
-    Tensor decode_step(const Tensor& tokens, DecoderState& state) override;
+    Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
+    /// ops::linear_argmax on the output layer (decoder.dense): no (B, V) logits.
+    Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }
 
