@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "qkv/autograd/grad_mode.h"
@@ -327,14 +328,30 @@ public:
                   index.defined() ? index.shape() : Shape{});
         NoGradGuard ng;
         enc_valid_lens = index_select(enc_valid_lens, 0, index);  // throws on an out-of-range row
+        const std::vector<int64_t> rows = index.to_vector<int64_t>();
         for (auto& b : blks) {
             if (b.k.defined()) {
-                b.k = index_select(b.k, 0, index);
-                b.v = index_select(b.v, 0, index);
+                b.k = gather_prefix(b.k, rows);
+                b.v = gather_prefix(b.v, rows);
             }
             b.ck = index_select(b.ck, 0, index);
             b.cv = index_select(b.cv, 0, index);
         }
+    }
+    /// buf (B, H, capacity, D) contiguous -> (B', H, capacity, D) with rows `rows`; only the
+    /// first t positions are copied (the rest is never read before decode_step writes it), so
+    /// greedy decoding's frequent compactions move t/capacity of the buffer.
+    Tensor gather_prefix(const Tensor& buf, const std::vector<int64_t>& rows) const {
+        const int64_t H = buf.size(1), cap = buf.size(2), D = buf.size(3);
+        Tensor out = Tensor::empty({int64_t(rows.size()), H, cap, D}, buf.dtype());
+        const int64_t es = dtype_size(buf.dtype());
+        const char* src = static_cast<const char*>(buf.raw_data());
+        char* dst = static_cast<char*>(out.raw_data());
+        const size_t run = size_t(t * D * es), head = size_t(cap * D * es);
+        for (size_t i = 0; i < rows.size(); ++i)
+            for (int64_t h = 0; h < H; ++h)
+                std::memcpy(dst + (int64_t(i) * H + h) * int64_t(head), src + (rows[i] * H + h) * int64_t(head), run);
+        return out;
     }
     int64_t steps() const override { return t; }
     int64_t batch_size() const override { return enc_valid_lens.size(0); }
