@@ -1,5 +1,6 @@
 // GEMM throughput: qkv's cpu::gemm / cpu::gemm_batched against dnnl_sgemm called directly, on
-// square sizes and on the D2L Transformer's shapes. FLOP convention: 2·M·N·K per GEMM.
+// square sizes and on the D2L Transformer's shapes, and greedy decoding's output layer (linear +
+// argmax against the fused linear_argmax). FLOP convention: 2·M·N·K per GEMM.
 // Run: build/bench/bench_matmul --threads 2 [google-benchmark flags]; results in
 // bench/RESULTS_matmul.md.
 #include <benchmark/benchmark.h>
@@ -14,6 +15,11 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/ref/matmul.h"
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/generator.h"
+#include "qkv/core/tensor.h"
+#include "qkv/ops/matmul.h"
+#include "qkv/ops/reduce.h"
 
 namespace {
 
@@ -144,6 +150,29 @@ void BM_gemm_ref(benchmark::State& st) {
     set_flops(st, 2.0 * double(n) * double(n) * double(n));
 }
 BENCHMARK(BM_gemm_ref)->Arg(256)->UseRealTime();
+
+// ---- greedy decoding's output layer: linear + argmax vs the fused linear_argmax -------------
+// args {M rows, N vocabulary}, K = 256 (the anchor model: C 256, V_tgt 17,496).
+template <bool kFused>
+void BM_output_argmax(benchmark::State& st) {
+    const int64_t M = st.range(0), N = st.range(1), K = 256;
+    qkv::Generator g(1);
+    const qkv::Tensor x = qkv::randn({M, K}, &g), w = qkv::randn({N, K}, &g), b = qkv::randn({N}, &g);
+    qkv::NoGradGuard ng;
+    for (auto _ : st) {
+        qkv::Tensor ids = kFused ? qkv::linear_argmax(x, w, b) : qkv::argmax(qkv::linear(x, w, b), 1);
+        benchmark::DoNotOptimize(ids.raw_data());
+    }
+    set_flops(st, 2.0 * double(M) * double(N) * double(K));
+}
+void BM_linear_then_argmax(benchmark::State& st) { BM_output_argmax<false>(st); }
+void BM_linear_argmax(benchmark::State& st) { BM_output_argmax<true>(st); }
+void output_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t m : {20, 100, 250, 1000}) b->Args({m, 17496});
+    b->Args({250, 8000});  // the --preset full model: shared BPE vocabulary of 8,000 pieces
+}
+BENCHMARK(BM_linear_then_argmax)->Apply(output_shapes)->UseRealTime();
+BENCHMARK(BM_linear_argmax)->Apply(output_shapes)->UseRealTime();
 
 }  // namespace
 

@@ -385,7 +385,13 @@ std::unique_ptr<DecoderState> Transformer::init_state(const Tensor& src, const T
     NoGradGuard ng;
     auto st = std::make_unique<TransformerState>();
     st->enc_valid_lens = src_valid_len.contiguous();
-    Tensor enc = encoder->forward(src, src_valid_len);
+    // Trailing source columns past every row's valid length only ever act as masked keys, and the
+    // positional encoding is absolute, so dropping them changes no output of a real position;
+    // a batch of similar lengths (translate_tokens sorts them) then skips most of its padding.
+    int64_t keep = 1;
+    for (int64_t v : st->enc_valid_lens.to_vector<int64_t>()) keep = std::max(keep, v);
+    const Tensor src_used = keep < src.size(1) ? src.slice(1, 0, keep).contiguous() : src;
+    Tensor enc = encoder->forward(src_used, src_valid_len);
     for (auto& blk : decoder->blks) {
         BlockCache c;
         c.ck = project_heads(*blk->attention2->W_k, enc, cfg_.num_heads);

@@ -491,6 +491,35 @@ TEST(FlashAttentionKernels, FastMatchesRef_TileEdgeSizes) {
     }
 }
 
+// Few queries (Tq <= one vector: incremental decoding) take query blocks of one vector instead
+// of 64 rows: every mask kind, causal alignments, dropout and GQA on that path too.
+TEST(FlashAttentionKernels, FastMatchesRef_FewQueriesEveryFeature) {
+    for (int64_t tq : {1, 3, 8, 16}) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << tq);
+        AttnSpec s = shape(3, 4, tq, 37, 64);
+        s.valid_lens_rank = 1, s.valid_lens = {0, 12, 500};
+        expect_fast_matches_ref(s);
+        s.valid_lens_rank = 2, s.valid_lens.clear();
+        for (int64_t t = 0; t < 3 * tq; ++t) s.valid_lens.push_back((t * 7) % 40);
+        expect_fast_matches_ref(s);
+        for (auto align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
+            AttnSpec c = shape(2, 2, tq, 29, 16);
+            c.causal   = align;
+            expect_fast_matches_ref(c);
+        }
+        AttnSpec m    = shape(2, 2, tq, 50, 24);
+        m.mask        = MaskKind::both;
+        m.mask_shape  = MaskShape::full;
+        expect_fast_matches_ref(m);
+        AttnSpec d = shape(2, 2, tq, 45, 32);
+        d.dropout = 0.2f, d.mask = MaskKind::additive, d.mask_shape = MaskShape::key_padding;
+        expect_fast_matches_ref(d);
+        AttnSpec g = shape(2, 4, tq, 33, 32, 48);
+        g.Hkv = 1, g.strided = true;
+        expect_fast_matches_ref(g);
+    }
+}
+
 TEST(FlashAttentionKernels, FastMatchesRef_ValidLens) {
     AttnSpec s = shape(3, 2, 97, 200, 31);
     s.valid_lens_rank = 1, s.valid_lens = {0, 130, 500};  // 0: fully masked batch; > Tk: clamped

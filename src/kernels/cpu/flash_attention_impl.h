@@ -252,9 +252,9 @@ void apply_general_mask(const AttentionParams<float>& p, float* t, int64_t nk, i
 // ---------------------------------------------------------------------------------------------
 // Forward. One work item = (b, h, query block); see the docs for the online softmax.
 
-template <class S>
+template <class S, int64_t BQ = S::kBlockQ>
 struct FwdLayout {
-    static constexpr int64_t Bq = S::kBlockQ, Bk = S::kBlockK;
+    static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
     int64_t qt, st, kt, o, m, l, alpha, lim, total;  // float offsets into the thread workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
@@ -270,12 +270,12 @@ struct FwdLayout {
     }
 };
 
-template <class S>
-void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float* ws, int64_t b,
+template <class S, int64_t BQ>
+void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, float* ws, int64_t b,
                    int64_t h, int64_t qb) {
     using V                    = typename S::V;
     constexpr int     W        = S::W;
-    constexpr int64_t Bq       = FwdLayout<S>::Bq, Bk = FwdLayout<S>::Bk, NQV = Bq / W;
+    constexpr int64_t Bq       = BQ, Bk = FwdLayout<S, BQ>::Bk, NQV = Bq / W;
     const int64_t     Dvp      = round_up(p.Dv, W);
     const int64_t     i0       = qb * Bq, nq = min64(Bq, p.Tq - i0);
     const int64_t     hk       = h / (p.H / p.Hkv);
@@ -361,10 +361,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S>& L, float
     }
 }
 
-template <class S>
-void forward(const AttentionParams<float>& p) {
+template <class S, int64_t BQ>
+void forward_with(const AttentionParams<float>& p) {
     QKV_ASSERT(p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
-    const FwdLayout<S> L(p);
+    const FwdLayout<S, BQ> L(p);
     const int64_t      nqb   = (p.Tq + L.Bq - 1) / L.Bq;
     const int64_t      items = p.B * p.H * nqb;
 #pragma omp parallel
@@ -375,9 +375,18 @@ void forward(const AttentionParams<float>& p) {
         for (int64_t it = 0; it < items; ++it) {
             const int64_t t  = items - 1 - it;
             const int64_t qb = t % nqb, bh = t / nqb;
-            forward_block<S>(p, L, ws, bh / p.H, bh % p.H, qb);
+            forward_block<S, BQ>(p, L, ws, bh / p.H, bh % p.H, qb);
         }
     }
+}
+
+/// Query blocks of kBlockQ rows, or of one vector (W rows) when Tq <= W: incremental decoding
+/// asks one query per (b, h), and a 64-lane block would spend 64x the score and softmax work
+/// on padding lanes. Each lane's arithmetic is the same either way (lanes are independent).
+template <class S>
+void forward(const AttentionParams<float>& p) {
+    if (p.Tq <= S::W && S::W < S::kBlockQ) return forward_with<S, S::W>(p);
+    forward_with<S, S::kBlockQ>(p);
 }
 
 // ---------------------------------------------------------------------------------------------
