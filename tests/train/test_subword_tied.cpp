@@ -292,6 +292,7 @@ TEST(SubwordData, BadSettingsNameTheFlag) {
 
 TEST(SubwordData, ConfigJsonRoundTrip) {
     train::RunConfig c = train::preset_config("full");
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 8000;  // (config.json holds the real sizes)
     c.data.subword = data::SubwordKind::unigram;
     c.data.subword_vocab_size = 8000;
     c.data.shared_vocab = true;
