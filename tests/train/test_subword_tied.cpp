@@ -285,6 +285,39 @@ TEST(SubwordData, BadSettingsNameTheFlag) {
             EXPECT_NE(std::string(e.what()).find("--vocab-size"), std::string::npos) << e.what();
         }
     }
+    // the error says which vocabulary the size does not fit: the source one (trained first) or the
+    // shared one
+    for (bool shared : {false, true}) {
+        dc.subword_vocab_size = 100000;
+        dc.shared_vocab = shared;
+        const std::string side = shared ? "shared (English + French)" : "source (English)";
+        try {
+            train::load_translation_data(dc);
+            ADD_FAILURE() << "vocab size 100000 accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("--vocab-size) 100000 does not fit the " + side + " vocabulary"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    {
+        // rich English, poor French: 40 pieces fit the source side, not the target side
+        std::ofstream f(dir / "fra2.txt");
+        const char* en[] = {"The quick brown fox jumps over the lazy dog.", "Pack my box with five dozen jugs.",
+                            "How vexingly quick daft zebras jump!", "Sphinx of black quartz, judge my vow."};
+        for (int i = 0; i < 60; ++i) f << en[i % 4] << "\tOui.\n";
+    }
+    dc.path = dir / "fra2.txt";
+    dc.shared_vocab = false;
+    dc.subword_vocab_size = 40;
+    try {
+        train::load_translation_data(dc);
+        ADD_FAILURE() << "40 French pieces from 'oui .' accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not fit the target (French) vocabulary"), std::string::npos)
+            << e.what();
+    }
+    dc.path = dir / "fra.txt";
     dc.subword_vocab_size = 40;
     dc.pipeline = train::DataPipeline::d2l_en;
     EXPECT_THROW(train::load_translation_data(dc), Error);
