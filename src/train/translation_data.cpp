@@ -31,9 +31,9 @@ std::string percent(double f) {
     return buf;
 }
 
-/// Trains one SentencePiece model on the given sentences (rows of one or two sides); `side` names
-/// them in errors ("source (English)", "target (French)", "shared (English + French)").
-std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, const char* side,
+/// Trains one SentencePiece model on the given sentences (rows of one or two sides); `which` names
+/// the vocabulary in errors: "source (English)", "target (French)" or "shared (English + French)".
+std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, const char* which,
                                                         const std::vector<const data::Sentences*>& sides,
                                                         const std::vector<int64_t>& rows) {
     std::vector<std::string> lines;
@@ -52,7 +52,7 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, c
         return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
     } catch (const Error& e) {
         throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
-                                " does not fit the ", side, " vocabulary of this data: ", e.what()));
+                                " does not fit the ", which, " vocabulary of this data: ", e.what()));
     }
 }
 
