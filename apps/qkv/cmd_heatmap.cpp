@@ -4,6 +4,7 @@
 // spec §5 "Bahdanau"): one panel of the decoder's attention over the source per output token,
 // also printed as numbers.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,14 +86,30 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     std::printf("wrote %s\n", path.c_str());
 }
 
-void run(const HeatmapArgs& a) {
+/// The file prefix --out names, checked before anything is loaded or decoded: a value ending in
+/// '/' or naming an existing folder is a folder (the files go inside it with the default prefix
+/// "attention"); the folder the files go in must exist.
+std::string output_prefix(const std::string& out) {
+    namespace fs = std::filesystem;
+    QKV_CHECK(!out.empty(), "heatmap: --out is empty (give a file prefix or a folder)");
+    std::error_code ec;
+    const bool as_dir = out.back() == '/' || fs::is_directory(out, ec);
+    const fs::path prefix = as_dir ? fs::path(out) / "attention" : fs::path(out);
+    const fs::path folder = prefix.parent_path();
+    QKV_CHECK(folder.empty() || fs::is_directory(folder, ec), "heatmap: --out '", out, "': the folder '",
+              folder.string(), "' does not exist", as_dir ? "" : " (--out is a file prefix; create the folder first)");
+    return prefix.string();
+}
+
+void run(HeatmapArgs a) {
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
+    a.out = output_prefix(a.out);
     const size_t bad = data::invalid_utf8_offset(a.sentence);
     QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
     train::ModelDir m = train::load_model_dir(a.model);
     const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
     QKV_CHECK(!toks.empty(), "heatmap: the sentence is empty");
-    warn_if_truncated("qkv heatmap", m, toks);
+    warn_if_truncated("qkv heatmap", "the sentence", m, toks);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -180,7 +197,10 @@ Registration reg([](CLI::App& app) {
     CLI::App* c = app.add_subcommand("heatmap", "draw a trained model's attention weights for one sentence");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
     c->add_option("sentence", a->sentence, "English sentence")->required();
-    c->add_option("--out,-o", a->out, "output prefix (default 'attention': attention-encoder.png, ...)");
+    c->add_option("--out,-o", a->out,
+                  "output file prefix (default 'attention': attention-encoder.png, ...); a folder (an "
+                  "existing one, or a value ending in '/') gets the files inside it with that default "
+                  "prefix; the folder must exist");
     c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");

@@ -33,6 +33,12 @@ bool is_blank(const std::vector<std::string>& tokens) {
 }
 
 void run(const TranslateArgs& a) {
+    // --file and sentences on the command line are alternatives; a usage error (exit 2) before
+    // the model is loaded, instead of translating the sentences and ignoring the file.
+    if (!a.file.empty() && !a.sentences.empty())
+        throw CLI::ValidationError(detail::str("--file '", a.file, "' and ", a.sentences.size(), " sentence",
+                                               a.sentences.size() == 1 ? "" : "s",
+                                               " on the command line: give one or the other, not both"));
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
@@ -74,7 +80,7 @@ void run(const TranslateArgs& a) {
             row_of.push_back(std::string::npos);
             continue;
         }
-        warn_if_truncated(std::string("qkv translate: ") + unit + " " + std::to_string(i + 1), m, tokens);
+        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
         row_of.push_back(src.size());
         src.push_back(std::move(tokens));
     }
@@ -103,8 +109,9 @@ Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TranslateArgs>();
     CLI::App* c = app.add_subcommand("translate", "translate English sentences with a trained model");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
-    c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin)");
-    c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin)");
+    c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin; not with --file)");
+    c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin; not with sentences "
+                                        "on the command line)");
     c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
         ->check(real_range(0, 10));

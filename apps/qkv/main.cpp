@@ -1,5 +1,6 @@
 // qkv command-line entry point: builds the CLI11 app from the registered subcommands, runs it,
-// and turns qkv::Error into "qkv: error: ..." with exit code 1 (usage errors exit 2).
+// and turns qkv::Error into "qkv: error: ..." with exit code 1; usage errors (CLI11's parse and
+// validation errors) get the same prefix and exit 2.
 #include <unistd.h>
 
 #include <cstdio>
@@ -37,6 +38,10 @@ int main(int argc, char** argv) {
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "qkv 0.1.0");
+    // Before the subcommands are added: they copy it. app.exit() prints it for every parse error.
+    app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+        return "qkv: error: " + CLI::FailureMessage::simple(a, e);
+    });
     // The global options: accepted before the subcommand and after it, with the same values and
     // meaning (one variable each; when given twice, the later one, after the subcommand, wins).
     int threads = 0;

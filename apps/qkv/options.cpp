@@ -64,13 +64,23 @@ CLI::Validator duration_or_off() {
         "DURATION|none");
 }
 
-void warn_if_truncated(const std::string& prefix, const train::ModelDir& m, const std::vector<std::string>& tokens) {
-    const int64_t max_src = m.config.data.num_steps - 1;  // units before <eos> (encode_sources)
-    const auto n = int64_t(m.subwords.active() ? train::source_units(m, {tokens})[0].size() : tokens.size());
-    if (n > max_src)
-        std::fprintf(stderr, "%s: %lld tokens, the model reads at most %lld (+<eos>); truncated (the first %lld kept, "
-                             "without <eos>)\n",
-                     prefix.c_str(), (long long)n, (long long)max_src, (long long)max_src + 1);
+void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+                       const std::vector<std::string>& tokens) {
+    // build_array_nmt keeps the first num_steps units of (units + <eos>): a sentence fits whole
+    // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
+    const int64_t steps = m.config.data.num_steps;
+    const bool pieces   = m.subwords.active();
+    const auto n        = int64_t(pieces ? train::source_units(m, {tokens})[0].size() : tokens.size());
+    if (n < steps) return;
+    const char* unit = pieces ? "pieces" : "tokens";
+    std::string has = std::to_string(n) + " source " + unit;
+    if (pieces) has += " (" + std::to_string(tokens.size()) + " words)";
+    const std::string dropped = n == steps ? "keeps all " + std::to_string(n) + " and drops <eos>"
+                                           : "keeps the first " + std::to_string(steps) + " and drops the last " +
+                                                 std::to_string(n - steps) + " and <eos>";
+    std::fprintf(stderr, "%s: warning: %s has %s; the model reads %lld positions (%lld %s + <eos>), so it %s\n",
+                 prefix.c_str(), what.c_str(), has.c_str(), (long long)steps, (long long)(steps - 1), unit,
+                 dropped.c_str());
 }
 
 }  // namespace qkv::cli

@@ -1,10 +1,11 @@
 #pragma once
 // Checks for the qkv CLI's option values, with readable bounds: --help shows "INT:[1, 100000]",
-// a bad value gives "--batch-size: 0 is out of range: expected an integer from 1 to 100000"
-// (CLI11 puts the flag in front; usage errors exit 2). CLI11's own PositiveNumber/Range print
+// a bad value gives "qkv: error: --batch-size: 0 is out of range: expected an integer from 1 to
+// 100000" (CLI11 puts the flag in front, main.cpp the prefix; usage errors exit 2). CLI11's own PositiveNumber/Range print
 // the double maximum in 309 digits.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,10 +27,15 @@ CLI::Validator duration_or_off();
 /// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
 
-/// Prints "PREFIX: N tokens, the model reads at most K (+<eos>); truncated (the first K + 1 kept,
-/// without <eos>)" on stderr when `tokens` (one tokenised sentence) is longer than the encoder
-/// reads: num_steps - 1 units before <eos>, counted in the model's source units (words, or
-/// pieces with a subword model, as train::encode_sources will see them).
-void warn_if_truncated(const std::string& prefix, const train::ModelDir& m, const std::vector<std::string>& tokens);
+/// Warns on stderr when `tokens` (one tokenised sentence) is longer than the encoder reads. The
+/// encoder reads num_steps positions: a sentence fits whole with num_steps - 1 units + <eos>; a
+/// longer one keeps its first num_steps units and loses the rest and <eos> (train::encode_sources).
+/// Units are the model's source units: words, or SentencePiece pieces for a subword model. Prints
+/// e.g. "qkv translate: warning: line 3 has 25 source tokens; the model reads 20 positions
+/// (19 tokens + <eos>), so it keeps the first 20 and drops the last 5 and <eos>" (a subword model:
+/// "25 source pieces (12 words) ... (19 pieces + <eos>)"). `prefix` is "qkv translate", `what`
+/// names the input ("line 3", "the sentence").
+void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+                       const std::vector<std::string>& tokens);
 
 }  // namespace qkv::cli

@@ -4,7 +4,10 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cctype>
+#include <cstdint>
 #include <filesystem>
+#include <utility>
 #include <unordered_map>
 
 #include "qkv/core/error.h"
@@ -83,18 +86,77 @@ SubwordModel SubwordModel::train(const std::vector<std::string>& lines, const Su
     return from_bytes(std::move(proto));
 }
 
+namespace {
+
+/// Top-level fields of a serialized ModelProto (sentencepiece_model.proto): 1 pieces, 2
+/// trainer_spec, 3 normalizer_spec, ... Returns "" when the wire format is whole and the trainer
+/// and normalizer specs are there (SentencePiece writes them after the pieces, so a file cut
+/// between two fields still parses, with fewer pieces), else what is wrong. No protobuf headers
+/// needed (Debian's libsentencepiece-dev does not ship sentencepiece_model.pb.h).
+std::string model_proto_problem(const std::string& b, int64_t pieces) {
+    size_t i = 0;
+    auto varint = [&](uint64_t& v) {
+        v = 0;
+        for (int shift = 0; shift < 64 && i < b.size(); shift += 7) {
+            const auto c = uint8_t(b[i++]);
+            v |= uint64_t(c & 0x7f) << shift;
+            if (!(c & 0x80)) return true;
+        }
+        return false;
+    };
+    bool trainer = false, normalizer = false;
+    while (i < b.size()) {
+        const size_t at = i;
+        uint64_t tag = 0, v = 0;
+        if (!varint(tag)) return detail::str("the file ends inside a field at byte ", at, " of ", b.size());
+        const uint64_t field = tag >> 3;
+        bool ok = true;
+        switch (tag & 7) {
+            case 0: ok = varint(v); break;
+            case 1: ok = b.size() - i >= 8, i += 8; break;
+            case 2: ok = varint(v) && v <= b.size() - i, i += size_t(v); break;
+            case 5: ok = b.size() - i >= 4, i += 4; break;
+            default: return detail::str("byte ", at, " is not a protobuf field");
+        }
+        if (!ok) return detail::str("the file ends inside a field at byte ", at, " of ", b.size());
+        trainer |= field == 2;
+        normalizer |= field == 3;
+    }
+    if (!trainer || !normalizer)
+        return detail::str("the file ends after ", pieces, " pieces, without the ", !trainer ? "trainer" : "normalizer",
+                           " spec that SentencePiece writes after them");
+    return "";
+}
+
+/// Loads `bytes` into `sp`, or says why not: {"", ""} when fine, else {"corrupt", reason} or
+/// {"foreign", reason} (a whole model, but not a qkv one: wrong reserved pieces).
+std::pair<std::string, std::string> load_problem(sentencepiece::SentencePieceProcessor& sp,
+                                                 const std::string& bytes) {
+    const auto st = sp.LoadFromSerializedProto(bytes);
+    if (!st.ok()) {
+        std::string msg = st.message();  // e.g. "./src/sentencepiece_processor.cc(232) [...] "
+        while (!msg.empty() && std::isspace(static_cast<unsigned char>(msg.back()))) msg.pop_back();
+        return {"corrupt", "SentencePiece: " + msg};
+    }
+    const std::string cut = model_proto_problem(bytes, sp.GetPieceSize());
+    if (!cut.empty()) return {"corrupt", cut};
+    const char* want[] = {Vocab::kUnk, Vocab::kPad, Vocab::kBos, Vocab::kEos};
+    if (sp.GetPieceSize() < 4) return {"foreign", detail::str("it has only ", sp.GetPieceSize(), " pieces")};
+    for (int i = 0; i < 4; ++i)
+        if (sp.IdToPiece(i) != want[i])
+            return {"foreign", detail::str("its piece ", i, " is '", sp.IdToPiece(i), "', expected '", want[i],
+                                           "' (qkv needs <unk> <pad> <bos> <eos> as ids 0-3)")};
+    return {"", ""};
+}
+
+}  // namespace
+
 SubwordModel SubwordModel::from_bytes(std::string bytes) {
     auto impl = std::make_shared<Impl>();
     impl->bytes = std::move(bytes);
-    const auto st = impl->sp.LoadFromSerializedProto(impl->bytes);
-    QKV_CHECK(st.ok(), "subword: not a SentencePiece model (", st.message(), ")");
-    const char* want[] = {Vocab::kUnk, Vocab::kPad, Vocab::kBos, Vocab::kEos};
-    QKV_CHECK(impl->sp.GetPieceSize() >= 4, "subword: the model has only ", impl->sp.GetPieceSize(),
-              " pieces");
-    for (int i = 0; i < 4; ++i)
-        QKV_CHECK(impl->sp.IdToPiece(i) == want[i], "subword: the model's piece ", i, " is '",
-                  impl->sp.IdToPiece(i), "', expected '", want[i],
-                  "' (qkv needs <unk> <pad> <bos> <eos> as ids 0-3)");
+    const auto [kind, why] = load_problem(impl->sp, impl->bytes);
+    QKV_CHECK(kind.empty(), "subword: ", kind == "corrupt" ? "not a (complete) SentencePiece model" : "not a qkv SentencePiece model",
+              " (", why, ")");
     SubwordModel m;
     m.impl_ = std::move(impl);
     return m;
@@ -102,11 +164,14 @@ SubwordModel SubwordModel::from_bytes(std::string bytes) {
 
 SubwordModel SubwordModel::load(const std::string& path) {
     QKV_CHECK(std::filesystem::exists(path), "subword model '", path, "' does not exist");
-    try {
-        return from_bytes(util::read_file(path));
-    } catch (const Error& e) {
-        throw Error(detail::str("subword model '", path, "': ", e.what()));
-    }
+    auto impl = std::make_shared<Impl>();
+    impl->bytes = util::read_file(path);
+    const auto [kind, why] = load_problem(impl->sp, impl->bytes);
+    QKV_CHECK(kind != "corrupt", path, " is corrupt or truncated (", why, ")");
+    QKV_CHECK(kind.empty(), path, " is not a SentencePiece model qkv can use (", why, ")");
+    SubwordModel m;
+    m.impl_ = std::move(impl);
+    return m;
 }
 
 void SubwordModel::save(const std::string& path) const {

@@ -2,7 +2,10 @@
 #include "qkv/train/model_dir.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -23,14 +26,55 @@ std::pair<std::string, std::string> subword_files(const DataConfig& d) {
     return {"spm_src.model", "spm_tgt.model"};
 }
 
+namespace {
+
+/// Every SentencePiece model file name a model folder may hold (subword_files).
+const char* const kSubwordFileNames[] = {"spm.model", "spm_src.model", "spm_tgt.model"};
+
+std::string in_dir(const std::string& dir, const std::string& file) { return (fs::path(dir) / file).string(); }
+
+/// config.json's data.subword against the SentencePiece files present: a word model must hold
+/// none (a left-over spm.model means the folder mixes two runs, or config.json was edited), a
+/// subword model the file(s) subword_files names.
+void check_subword_files_present(const std::string& dir, const RunConfig& cfg) {
+    std::error_code ec;
+    std::vector<std::string> present;
+    for (const char* f : kSubwordFileNames)
+        if (fs::exists(in_dir(dir, f), ec)) present.push_back(f);
+    std::string listed;
+    for (const auto& f : present) listed += (listed.empty() ? "" : ", ") + in_dir(dir, f);
+    const std::string cfg_file = in_dir(dir, "config.json");
+    const auto& d = cfg.data;
+    if (d.subword == data::SubwordKind::none) {
+        QKV_CHECK(present.empty(), cfg_file, " says data.subword \"none\" (a word model), but the folder holds ",
+                  listed, " (a subword model's SentencePiece file). Delete ", present.size() == 1 ? "it" : "them",
+                  " if left over from an earlier run; if the model was trained with subwords, config.json's "
+                  "data.subword is wrong");
+        return;
+    }
+    const auto [f_src, f_tgt] = subword_files(d);
+    for (const std::string& f : {f_src, f_tgt}) {
+        if (fs::exists(in_dir(dir, f), ec)) continue;
+        throw Error(detail::str(cfg_file, " says data.subword \"", data::subword_kind_name(d.subword), "\" with ",
+                                d.shared_vocab ? "one shared vocabulary (data.shared_vocab true)"
+                                               : "a vocabulary per language (data.shared_vocab false)",
+                                ", but ", in_dir(dir, f), " is missing",
+                                present.empty() ? std::string(" (the folder holds no SentencePiece model)")
+                                                : " (the folder holds " + listed + ": is data.shared_vocab right?)"));
+    }
+}
+
+}  // namespace
+
 SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg) {
+    check_subword_files_present(dir, cfg);
     SubwordModels s;
     const auto [fs_src, fs_tgt] = subword_files(cfg.data);
     if (fs_src.empty()) return s;
-    s.src = std::make_shared<const data::SubwordModel>(data::SubwordModel::load((fs::path(dir) / fs_src).string()));
+    // SubwordModel::load: "DIR/spm.model is corrupt or truncated (SentencePiece: ...)"
+    s.src = std::make_shared<const data::SubwordModel>(data::SubwordModel::load(in_dir(dir, fs_src)));
     s.tgt = fs_tgt == fs_src ? s.src
-                             : std::make_shared<const data::SubwordModel>(
-                                   data::SubwordModel::load((fs::path(dir) / fs_tgt).string()));
+                             : std::make_shared<const data::SubwordModel>(data::SubwordModel::load(in_dir(dir, fs_tgt)));
     return s;
 }
 
@@ -40,6 +84,10 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
     QKV_CHECK(fs_src.empty() || subwords.active(), "write_run_files: config.json says subword ",
               data::subword_kind_name(cfg.data.subword), " but no SentencePiece model was given");
     fs::create_directories(dir);
+    // A SentencePiece file this run does not use is left from an earlier run of another kind
+    // (the loader would refuse the folder, load_model_dir_subwords): remove it.
+    for (const char* f : kSubwordFileNames)
+        if (f != fs_src && f != fs_tgt) fs::remove(in_dir(dir, f));
     if (!fs_src.empty()) {
         subwords.src->save((fs::path(dir) / fs_src).string());
         if (fs_tgt != fs_src) subwords.tgt->save((fs::path(dir) / fs_tgt).string());
@@ -91,23 +139,86 @@ std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir
             data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string())};
 }
 
+namespace {
+
+constexpr const char* kPieceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word-start mark
+
+/// A word vocabulary (config.json data.subword "none") that lists SentencePiece pieces: some of
+/// its tokens start with U+2581, SentencePiece's word-start mark, which D2L words (Tatoeba text)
+/// do not contain. (A small piece vocabulary is mostly single characters, so "most tokens" would
+/// miss it.)
+void check_not_pieces(const std::string& dir, const char* file, const data::Vocab& v) {
+    int64_t marked = 0;
+    for (int64_t i = 0; i < v.size(); ++i) marked += v.idx_to_token(i).rfind(kPieceMark, 0) == 0;
+    QKV_CHECK(marked == 0, in_dir(dir, file), " lists SentencePiece pieces (", marked, " of its ", v.size(),
+              " tokens start with U+2581, the word-start mark), but ", in_dir(dir, "config.json"),
+              " says data.subword \"none\" (a word model): the folder mixes files of two runs, or config.json "
+              "was edited");
+}
+
+/// A vocabulary file against the SentencePiece model it must list (same pieces, same order).
+void check_lists_pieces(const std::string& dir, const char* file, const std::string& spm_file,
+                        const data::Vocab& v, const data::SubwordModel& spm) {
+    const data::Vocab pieces = spm.vocab();
+    QKV_CHECK(v.size() == pieces.size(), in_dir(dir, file), " has ", v.size(), " tokens, but ", in_dir(dir, spm_file),
+              " has ", pieces.size(), " pieces (the vocabulary must list the SentencePiece model's pieces)");
+    for (int64_t i = 0; i < v.size(); ++i)
+        QKV_CHECK(v.idx_to_token(i) == pieces.idx_to_token(i), in_dir(dir, file), ": token ", i, " is '",
+                  v.idx_to_token(i), "', but piece ", i, " of ", in_dir(dir, spm_file), " is '",
+                  pieces.idx_to_token(i), "' (the vocabulary must list the SentencePiece model's pieces)");
+}
+
+/// The tensor shapes of a safetensors file from its header alone; empty when the header cannot
+/// be read (load_model then reports the damage).
+std::map<std::string, Shape> safetensors_shapes(const std::string& path) {
+    std::map<std::string, Shape> out;
+    std::ifstream f(path, std::ios::binary);
+    unsigned char len_bytes[8];
+    if (!f.read(reinterpret_cast<char*>(len_bytes), 8)) return out;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec || n > size - 8 || n > (uint64_t(1) << 30)) return out;
+    std::string header(size_t(n), '\0');
+    if (!f.read(header.data(), std::streamsize(n))) return out;
+    const auto j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return out;
+    for (const auto& [name, e] : j.items()) {
+        if (name == "__metadata__" || !e.is_object() || !e.contains("shape") || !e["shape"].is_array()) continue;
+        Shape sh;
+        for (const auto& d : e["shape"])
+            if (d.is_number_integer()) sh.push_back(d.get<int64_t>());
+        out[name] = sh;
+    }
+    return out;
+}
+
+}  // namespace
+
 ModelDir load_model_dir(const std::string& dir) {
     ModelDir m;
     m.dir    = dir;
     m.config = load_model_dir_config(dir);
+    const std::string cfg_file = in_dir(dir, "config.json");
     auto v   = load_model_dir_vocabs(dir);
     m.src_vocab = std::move(v.first);
     m.tgt_vocab = std::move(v.second);
-    QKV_CHECK(m.src_vocab.size() == m.config.model.src_vocab_size &&
-                  m.tgt_vocab.size() == m.config.model.tgt_vocab_size,
-              "model folder '", dir, "': vocabulary files have ", m.src_vocab.size(), " / ",
-              m.tgt_vocab.size(), " tokens but config.json says ", m.config.model.src_vocab_size,
-              " / ", m.config.model.tgt_vocab_size);
-    m.subwords = load_model_dir_subwords(dir, m.config);
-    if (m.subwords.active())
-        QKV_CHECK(m.subwords.src->vocab() == m.src_vocab && m.subwords.tgt->vocab() == m.tgt_vocab,
-                  "model folder '", dir, "': the vocabulary files do not list the SentencePiece model's pieces");
-    const std::string weights = (fs::path(dir) / "model.safetensors").string();
+    const auto& mc = m.config.model;
+    QKV_CHECK(m.src_vocab.size() == mc.src_vocab_size, in_dir(dir, "src_vocab.txt"), " has ", m.src_vocab.size(),
+              " tokens, but ", cfg_file, " says model.src_vocab_size ", mc.src_vocab_size);
+    QKV_CHECK(m.tgt_vocab.size() == mc.tgt_vocab_size, in_dir(dir, "tgt_vocab.txt"), " has ", m.tgt_vocab.size(),
+              " tokens, but ", cfg_file, " says model.tgt_vocab_size ", mc.tgt_vocab_size);
+    m.subwords = load_model_dir_subwords(dir, m.config);  // config.json against the spm files present
+    if (m.subwords.active()) {
+        const auto [f_src, f_tgt] = subword_files(m.config.data);
+        check_lists_pieces(dir, "src_vocab.txt", f_src, m.src_vocab, *m.subwords.src);
+        check_lists_pieces(dir, "tgt_vocab.txt", f_tgt, m.tgt_vocab, *m.subwords.tgt);
+    } else {
+        check_not_pieces(dir, "src_vocab.txt", m.src_vocab);
+        check_not_pieces(dir, "tgt_vocab.txt", m.tgt_vocab);
+    }
+    const std::string weights = in_dir(dir, "model.safetensors");
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
               "' not found): train a model first (qkv train --out ", dir,
               ") or check the folder given with --model");
@@ -115,6 +226,19 @@ ModelDir load_model_dir(const std::string& dir) {
         nn::SkipInitGuard skip;  // load_model is strict: every parameter is overwritten
         m.model = build_model(m.config);
     }
+    // The weights' shapes against the sizes config.json and the vocabularies give (a file from
+    // another run would otherwise fail with a bare shape, or load and translate garbage).
+    const auto shapes = safetensors_shapes(weights);
+    if (!shapes.empty())
+        for (const auto& [name, t] : m.model->named_parameters()) {
+            auto it = shapes.find(name);
+            if (it == shapes.end() || it->second == t.shape()) continue;
+            throw Error(detail::str(weights, " does not fit ", cfg_file, " and the vocabularies: tensor '", name,
+                                    "' is ", shape_str(it->second), " in the file, but ", shape_str(t.shape()),
+                                    " for this folder (src_vocab.txt ", m.src_vocab.size(), " tokens, tgt_vocab.txt ",
+                                    m.tgt_vocab.size(), " tokens, model.num_hiddens ", mc.num_hiddens,
+                                    "); were the files copied from different runs?"));
+        }
     load_model(weights, *m.model);
     m.model->eval();
     return m;

@@ -1,8 +1,12 @@
 // Presets and the config.json form of RunConfig.
 #include "qkv/train/run_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -157,6 +161,34 @@ void need(const Section& s, const char* key, T& v) {
     QKV_CHECK(get(s, key, v), "key '", key_name(s, key), "' is missing");
 }
 
+std::string num_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+/// Range checks after reading: "key 'data.num_steps' is 0, expected an integer from 2 to 1000".
+/// hi == INT64_MAX: no upper bound ("an integer >= 2").
+void check_int(const Section& s, const char* key, int64_t v, int64_t lo, int64_t hi = INT64_MAX) {
+    QKV_CHECK(v >= lo && v <= hi, "key '", key_name(s, key), "' is ", v, ", expected an integer ",
+              hi == INT64_MAX ? ">= " + std::to_string(lo)
+                              : "from " + std::to_string(lo) + " to " + std::to_string(hi));
+}
+
+/// A real number in [lo, hi] (or (lo, ...] when lo_open, [..., hi) when hi_open); hi = inf: no
+/// upper bound.
+void check_real(const Section& s, const char* key, double v, double lo, double hi, bool lo_open = false,
+                bool hi_open = false) {
+    const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    std::string range;
+    if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_text(lo);
+    else if (!lo_open && !hi_open) range = "from " + num_text(lo) + " to " + num_text(hi);
+    else range = std::string(lo_open ? "> " : ">= ") + num_text(lo) + " and " + (hi_open ? "< " : "<= ") + num_text(hi);
+    QKV_CHECK(ok, "key '", key_name(s, key), "' is ", num_text(v), ", expected a number ", range);
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
 /// The section j[name]; an absent one is empty (optional == true) or an error.
 Section section(const json& j, const char* name, bool optional) {
     static const json empty = json::object();
@@ -205,9 +237,11 @@ json to_json(const RunConfig& c) {
                  {"d2l_num_train", d.d2l_num_train},
                  {"d2l_num_val", d.d2l_num_val},
                  {"subword", data::subword_kind_name(d.subword)},
-                 {"subword_vocab_size", d.subword_vocab_size},
                  {"shared_vocab", d.shared_vocab}};
     if (d.subword != data::SubwordKind::none) {
+        // (a word run has no subword vocabulary: the key is left out; older files that have it
+        // are still read)
+        j["data"]["subword_vocab_size"] = d.subword_vocab_size;
         // the SentencePiece model files in the model folder (model_dir.h subword_files)
         const bool shared = d.shared_vocab;
         j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
@@ -341,6 +375,66 @@ RunConfig run_config_from_json(const json& j) {
     get(dec, "max_len", c.decode.max_len);
     get(dec, "beam", c.decode.beam);
     get(dec, "length_penalty", c.decode.length_penalty);
+
+    // Ranges: the CLI flags' bounds (apps/qkv) where there is a flag, else what the code accepts.
+    // Every message names the key, the value and the range; load_model_dir_config adds the file.
+    const auto& dd = c.data;
+    check_int(d, "num_steps", dd.num_steps, 2, 1000);
+    check_int(d, "max_src_tokens", dd.max_src_tokens, 0, 1000);
+    check_int(d, "max_tgt_tokens", dd.max_tgt_tokens, 0, 1000);
+    check_int(d, "max_pairs", dd.max_pairs, 0);
+    check_int(d, "n_valid", dd.n_valid, 1);
+    check_int(d, "n_test", dd.n_test, 1);
+    check_int(d, "min_freq", dd.min_freq, 0);
+    check_int(d, "d2l_num_train", dd.d2l_num_train, 1);
+    check_int(d, "d2l_num_val", dd.d2l_num_val, 0);
+    if (dd.subword != data::SubwordKind::none)  // ignored (and no longer written) for words
+        check_int(d, "subword_vocab_size", dd.subword_vocab_size, 5, int64_t(1) << 24);
+    check_int(dec, "max_len", c.decode.max_len, 1, 1000);
+    check_int(dec, "beam", c.decode.beam, 1, 100);
+    check_real(dec, "length_penalty", c.decode.length_penalty, 0, 10);
+    // 4 reserved tokens (<unk> <pad> <bos> <eos>) at least
+    check_int(m, "src_vocab_size", c.model.src_vocab_size, 4);
+    check_int(m, "tgt_vocab_size", c.model.tgt_vocab_size, 4);
+    if (c.architecture == ModelKind::bahdanau) {
+        const auto& b = c.bahdanau;
+        check_int(m, "embed_size", b.embed_size, 1, 65536);
+        check_int(m, "num_hiddens", b.num_hiddens, 1, 65536);
+        check_int(m, "num_layers", b.num_layers, 1, 64);
+        check_real(m, "dropout", b.dropout, 0, 1, false, /*hi_open=*/true);
+    } else {
+        const auto& tm = c.model;
+        check_int(m, "num_hiddens", tm.num_hiddens, 1, 65536);
+        check_int(m, "num_blks", tm.num_blks, 1, 64);
+        check_int(m, "num_heads", tm.num_heads, 1, 1024);
+        QKV_CHECK(tm.num_hiddens % tm.num_heads == 0, "key 'model.num_heads' is ", tm.num_heads,
+                  ", expected a divisor of model.num_hiddens (", tm.num_hiddens, ")");
+        check_int(m, "ffn_num_hiddens", tm.ffn_num_hiddens, 1, 262144);
+        check_real(m, "dropout", tm.dropout, 0, 1, false, /*hi_open=*/true);
+        // the positional-encoding table covers the encoder's num_steps and the decoder's max_len
+        const int64_t need_len = std::max(dd.num_steps, c.decode.max_len);
+        QKV_CHECK(tm.max_len >= need_len && tm.max_len <= 1000000, "key 'model.max_len' is ", tm.max_len,
+                  ", expected an integer from ", need_len, " to 1000000 (the positional-encoding table must cover "
+                  "data.num_steps ", dd.num_steps, " and decode.max_len ", c.decode.max_len, ")");
+        QKV_CHECK(!tm.tie_weights || tm.src_vocab_size == tm.tgt_vocab_size, "key 'model.tie_weights' is true, "
+                  "but model.src_vocab_size (", tm.src_vocab_size, ") and model.tgt_vocab_size (", tm.tgt_vocab_size,
+                  ") differ (tying needs one shared vocabulary)");
+    }
+    const auto& tr = c.train;
+    check_int(t, "epochs", tr.epochs, 1, 1000000);
+    check_int(t, "max_steps", tr.max_steps, 0);
+    check_real(t, "time_budget_s", tr.time_budget_s, 0, kInf);
+    check_int(t, "batch_size", tr.batch_size, 1, 100000);
+    check_real(t, "lr", tr.lr, 0, 10, /*lo_open=*/true);
+    check_real(t, "adam_beta1", tr.adam_beta1, 0, 1, false, /*hi_open=*/true);
+    check_real(t, "adam_beta2", tr.adam_beta2, 0, 1, false, /*hi_open=*/true);
+    check_real(t, "adam_eps", tr.adam_eps, 0, kInf, /*lo_open=*/true);
+    check_real(t, "clip_norm", tr.clip_norm, 0, 1e6);
+    check_real(t, "label_smoothing", tr.label_smoothing, 0, 1, false, /*hi_open=*/true);
+    check_int(t, "warmup_steps", tr.warmup_steps, 0);
+    check_int(t, "val_batch_size", tr.val_batch_size, 1);
+    check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
+    check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
     return c;
 }
 

@@ -186,8 +186,11 @@ TrainResult Trainer::fit() {
         if (rt_.log)
             std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
                          (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
-    } else if (files && fs::exists(metrics_path)) {
-        fs::remove(metrics_path);
+    } else if (files) {
+        // A fresh run: an earlier run's files in this folder go now, not at the first checkpoint
+        // (until then its model.safetensors would pair old weights with the new config.json, and
+        // --resume would continue the wrong run).
+        for (const auto& p : {metrics_path, ckpt_path, model_path}) fs::remove(p);
     }
     std::FILE* metrics = files ? std::fopen(metrics_path.c_str(), "a") : nullptr;
     QKV_CHECK(!files || metrics, "cannot open '", metrics_path, "' for writing");

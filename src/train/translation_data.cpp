@@ -31,8 +31,9 @@ std::string percent(double f) {
     return buf;
 }
 
-/// Trains one SentencePiece model on the given sentences (rows of one or two sides).
-std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg,
+/// Trains one SentencePiece model on the given sentences (rows of one or two sides); `which` names
+/// the vocabulary in errors: "source (English)", "target (French)" or "shared (English + French)".
+std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, const char* which,
                                                         const std::vector<const data::Sentences*>& sides,
                                                         const std::vector<int64_t>& rows) {
     std::vector<std::string> lines;
@@ -51,7 +52,7 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg,
         return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
     } catch (const Error& e) {
         throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
-                                " does not fit this data: ", e.what()));
+                                " does not fit the ", which, " vocabulary of this data: ", e.what()));
     }
 }
 
@@ -149,11 +150,12 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
             if (given.active()) {
                 out.subwords = given;
             } else if (cfg.shared_vocab) {
-                out.subwords.src = train_subword(cfg, {&d.src_tokens, &d.tgt_tokens}, d.split.train);
+                out.subwords.src = train_subword(cfg, "shared (English + French)", {&d.src_tokens, &d.tgt_tokens},
+                                                 d.split.train);
                 out.subwords.tgt = out.subwords.src;
             } else {
-                out.subwords.src = train_subword(cfg, {&d.src_tokens}, d.split.train);
-                out.subwords.tgt = train_subword(cfg, {&d.tgt_tokens}, d.split.train);
+                out.subwords.src = train_subword(cfg, "source (English)", {&d.src_tokens}, d.split.train);
+                out.subwords.tgt = train_subword(cfg, "target (French)", {&d.tgt_tokens}, d.split.train);
             }
             src_pieces = out.subwords.src->encode(d.src_tokens);
             tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);

@@ -3,7 +3,8 @@
 # flag ('none'/'off' for no limit, 0 refused), the global options before and after the
 # subcommand, eval from another folder (config.json records the absolute data path; an old
 # relative one is named in the error with --data), translate line by line (invalid UTF-8, empty
-# lines, over-long sentences), config.json type errors and a missing model.safetensors.
+# lines, over-long sentences), --file with sentences, heatmap --out folders, config.json type and
+# range errors and a missing model.safetensors; every error starts with "qkv: error:".
 # Usage: test_robust.sh /path/to/qkv
 set -euo pipefail
 QKV="$1"
@@ -31,15 +32,20 @@ no_long_numbers "$T/out"
 grep -qF -- "--num-steps INT:[2, 1000]" "$T/out" || fail "train --help: no range for --num-steps"
 grep -qF -- "--threads" "$T/out" || fail "train --help does not list --threads"
 for sub in eval translate heatmap nw; do run_rc 0 "$sub" --help; no_long_numbers "$T/out"; done
-run_rc 2 train --lr -1;                err_has "--lr: -1 is out of range: expected a number > 0 and <= 10"
+run_rc 2 train --lr -1;                err_has "qkv: error: --lr: -1 is out of range: expected a number > 0 and <= 10"
 run_rc 2 train --batch-size 0;         err_has "--batch-size: 0 is out of range: expected an integer from 1 to 100000"
 run_rc 2 train --num-steps 100000000000; err_has "--num-steps: 100000000000 is out of range: expected an integer from 2 to 1000"
 run_rc 2 train --dropout 1.5;          err_has "--dropout: 1.5 is out of range: expected a number from 0 to 0.99"
 run_rc 2 train --epochs abc;           err_has "--epochs: 'abc' is not an integer from 1 to 1000000"
-run_rc 2 translate --beam 0 "go .";    err_has "--beam: 0 is out of range: expected an integer from 1 to 100"
+run_rc 2 translate --beam 0 "go .";    err_has "qkv: error: --beam: 0 is out of range: expected an integer from 1 to 100"
 run_rc 2 eval --length-penalty -0.5;   err_has "--length-penalty: -0.5 is out of range"
 run_rc 2 nw --lr 0;                    err_has "--lr: 0 is out of range: expected a number > 0"
 for f in "$T/err"; do no_long_numbers "$f"; done
+# every usage error has the CLI's "qkv: error:" prefix (range checks, unknown flags, a missing argument)
+run_rc 2 --threads 2000 info "$T";     err_has "qkv: error: --threads: 2000 is out of range"
+run_rc 2 train --bogus-flag;           err_has "qkv: error: " "--bogus-flag"
+run_rc 2 heatmap;                      err_has "qkv: error: " "sentence"
+run_rc 2 train --epochs abc;           [ "$(head -c 12 "$T/err")" = "qkv: error: " ] || { cat "$T/err"; fail "no prefix"; }
 
 # ---- durations: errors name the flag; 0 is refused, 'none'/'off' spell "no limit"
 run_rc 2 train --val-every 5x;    err_has "--val-every" "'5x'"
@@ -71,6 +77,7 @@ run_rc 0 --threads 2 train --data fra.txt --preset demo --max-steps 2 --out run 
 err_has "qkv train: preset demo, 1 threads"
 grep -q "^training: .*epochs, max 2 steps, loss" "$T/err" || { cat "$T/err"; fail "a time budget is left with --time-budget none"; }
 grep -qF "\"time_budget_s\": 0.0" run/config.json || fail "config.json time_budget_s is not 0"
+! grep -q "subword_vocab_size" run/config.json || fail "a word model's config.json records subword_vocab_size"
 want=$(realpath "$T/fra.txt")
 grep -qF "\"path\": \"$want\"" run/config.json || { grep path run/config.json; fail "config.json does not record $want"; }
 
@@ -97,12 +104,44 @@ sed -n 5p "$T/out" | grep -q "^i lost \. => " || fail "line 5 not translated"
 [ -z "$(sed -n 2,4p "$T/out" | tr -d '\n')" ] || fail "lines 2-4 should be empty"
 err_has "line 2: invalid UTF-8 (byte offset 0)" "line 3: empty" "line 4: empty" "1 of 5 lines not translated"
 ! grep -q "preprocess_nmt" "$T/err" || fail "an internal function name in the message"
-# Over-long sentences (num_steps 6: 5 tokens + <eos>): one warning per long line, exit 0.
-printf 'i lost . i lost . i lost .\ngo .\nhe is calm and i am home .\n' | "$QKV" translate --model run > "$T/out" 2> "$T/err" \
-  || { cat "$T/err"; fail "translate long lines"; }
-[ "$(wc -l < "$T/out")" = 3 ] || fail "long lines: output line count"
-err_has "line 1: 9 tokens, the model reads at most 5 (+<eos>); truncated" "line 3: 8 tokens, the model reads at most 5"
-[ "$(grep -c truncated "$T/err")" = 2 ] || { cat "$T/err"; fail "want exactly 2 truncation warnings"; }
+# Over-long sentences (num_steps 6: 5 tokens + <eos> fit): one warning per long line, exit 0. A line
+# of 6 tokens keeps them all and loses <eos>; 5 tokens fit whole (no warning).
+printf 'i lost . i lost . i lost .\ngo .\nhe is calm and i am home .\ni lost . i lost .\ni lost . we won\n' \
+  | "$QKV" translate --model run > "$T/out" 2> "$T/err" || { cat "$T/err"; fail "translate long lines"; }
+[ "$(wc -l < "$T/out")" = 5 ] || fail "long lines: output line count"
+err_has "qkv translate: warning: line 1 has 9 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps the first 6 and drops the last 3 and <eos>" \
+        "qkv translate: warning: line 3 has 8 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps the first 6 and drops the last 2 and <eos>" \
+        "qkv translate: warning: line 4 has 6 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps all 6 and drops <eos>"
+[ "$(grep -c "warning:" "$T/err")" = 3 ] || { cat "$T/err"; fail "want exactly 3 truncation warnings"; }
+run_rc 0 translate --model run "i lost . i lost . i lost ."
+err_has "qkv translate: warning: sentence 1 has 9 source tokens"
+run_rc 0 heatmap --model run "i lost . i lost . i lost ." --out "$T/att"
+err_has "qkv heatmap: warning: the sentence has 9 source tokens; the model reads 6 positions"
+
+# ---- translate: --file and sentences on the command line are alternatives (usage error, exit 2)
+run_rc 2 translate --model run --file in.txt "go ."
+err_has "qkv: error: --file 'in.txt' and 1 sentence on the command line" "not both"
+[ ! -s "$T/out" ] || fail "translated although --file and sentences were both given"
+run_rc 2 translate --model run -f - "go ." "i lost ."
+err_has "--file '-' and 2 sentences"
+
+# ---- heatmap --out: a folder (existing, or ending in '/') gets the default prefix inside it; a
+# missing folder fails before the model is loaded or anything decoded
+mkdir "$T/hm"
+run_rc 0 heatmap --model run "go ." --out "$T/hm/"
+for f in encoder decoder-self cross; do [ -s "$T/hm/attention-$f.png" ] || fail "--out DIR/: no attention-$f.png"; done
+rm "$T"/hm/*
+run_rc 0 heatmap --model run "go ." --out "$T/hm" --format svg
+for f in encoder decoder-self cross; do [ -s "$T/hm/attention-$f.svg" ] || fail "--out DIR: no attention-$f.svg"; done
+grep -qF "wrote $T/hm/attention-encoder.svg" "$T/out" || { cat "$T/out"; fail "--out DIR: wrote line"; }
+run_rc 1 heatmap --model no-such-model "go ." --out "$T/nodir/att"
+err_has "qkv: error: heatmap: --out '$T/nodir/att': the folder '$T/nodir' does not exist"
+[ ! -s "$T/out" ] || fail "heatmap decoded before failing on --out"
+run_rc 1 heatmap --model run "go ." --out "$T/nodir/"
+err_has "--out '$T/nodir/'" "'$T/nodir' does not exist"
+[ ! -e "$T/nodir" ] || fail "heatmap created the missing folder"
+run_rc 0 heatmap --help
+grep -qF "ending in '/'" "$T/out" || fail "heatmap --help does not document --out DIR/"
 run_rc 0 heatmap --model run "go ." --out "$T/att" --threads 1
 
 # ---- config.json type errors name the key and the file; a missing model.safetensors is "not found"
@@ -110,6 +149,17 @@ cp -r run bad && sed -i 's|"num_hiddens": 16|"num_hiddens": "abc"|' bad/config.j
 run_rc 1 translate --model bad "go ."
 err_has "bad/config.json" "'model.num_hiddens'" '"abc"'
 ! grep -q "json.exception" "$T/err" || fail "raw nlohmann message"
+# range errors name the file, the key, the value and the allowed range
+for kv in 'num_steps": 6|num_steps": 0|data.num_steps'"'"' is 0, expected an integer from 2 to 1000' \
+          'num_hiddens": 16|num_hiddens": -5|model.num_hiddens'"'"' is -5, expected an integer from 1 to 65536' \
+          'beam": 1|beam": 0|decode.beam'"'"' is 0, expected an integer from 1 to 100' \
+          'dropout": 0.1|dropout": 1.5|model.dropout'"'"' is 1.5, expected a number >= 0 and < 1'; do
+  IFS='|' read -r from to want <<< "$kv"
+  rm -rf range && cp -r run range && sed -i "s|\"$from|\"$to|" range/config.json
+  grep -qF "\"$to" range/config.json || fail "sed did not apply $to"
+  run_rc 1 translate --model range "go ."
+  err_has "qkv: error: " "range/config.json" "'$want"
+done
 cp -r run nomodel && rm nomodel/model.safetensors
 run_rc 1 translate --model nomodel "go ."
 err_has "nomodel/model.safetensors' not found" "qkv train" "--model"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CLI with subword vocabularies: qkv train --subword bpe --shared-vocab --tie-weights (2 steps)
 # writes spm.model and records it in config.json; translate/eval/heatmap/resume read it; the bad
-# flag combinations fail with messages that name the flag.
+# flag combinations fail with messages that name the flag; folders whose files disagree with
+# config.json (spm.model missing, left over, truncated; other weights) are refused naming the file;
+# a word run into a subword run's folder removes spm.model.
 # Usage: test_subword.sh /path/to/qkv
 set -euo pipefail
 QKV="$1"
@@ -44,6 +46,40 @@ grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
 "$QKV" info "$T/run" | grep -q "decoder.dense.weight" || fail "qkv info"
 "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > /dev/null || fail "qkv heatmap"
 [ -s "$T/att-cross.png" ] || fail "missing heatmap"
+# an over-long sentence is counted in pieces (num_steps 13: 12 pieces + <eos> fit)
+long="i lost . he's calm . i'm home . we won . thank you . go . i lost ."
+"$QKV" translate --model "$T/run" "$long" > /dev/null 2> "$T/err" || { cat "$T/err"; fail "translate a long sentence"; }
+re='^qkv translate: warning: sentence 1 has ([0-9]+) source pieces \(20 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so it keeps the first 13 and drops the last ([0-9]+) and <eos>$'
+line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning"; }
+[[ "$line" =~ $re ]] || fail "truncation warning: $line"
+[ $((BASH_REMATCH[1] - 13)) = "${BASH_REMATCH[2]}" ] || fail "pieces - 13 != dropped: $line"
+[ "${BASH_REMATCH[1]}" -ge 20 ] || fail "fewer pieces than words: $line"
+
+# model folders whose files disagree with config.json are refused, naming the file (no garbage)
+mixed() { rm -rf "$T/$1" && cp -r "$T/run" "$T/$1"; }
+expect_load_error() {  # expect_load_error DIR TEXT...
+  local d="$1"; shift
+  set +e
+  "$QKV" translate --model "$T/$d" "go ." > "$T/out" 2> "$T/err"; local rc=$?
+  set -e
+  [ "$rc" = 1 ] || { cat "$T/err"; fail "$d: exit $rc, want 1"; }
+  [ ! -s "$T/out" ] || fail "$d: translated anyway: $(cat "$T/out")"
+  for s in "qkv: error: " "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "$d: stderr lacks '$s'"; }; done
+}
+mixed none && sed -i 's|"subword": "bpe"|"subword": "none"|' "$T/none/config.json"
+expect_load_error none "$T/none/config.json says data.subword \"none\"" "$T/none/spm.model"
+rm "$T/none/spm.model"
+expect_load_error none "$T/none/src_vocab.txt lists SentencePiece pieces"
+mixed nospm && rm "$T/nospm/spm.model"
+expect_load_error nospm "data.subword \"bpe\"" "$T/nospm/spm.model is missing"
+# a truncated spm.model: "corrupt or truncated", never blamed on the vocabularies
+size=$(stat -c %s "$T/run/spm.model")
+for n in 0 10 $((size / 2)) $((size - 1)); do
+  mixed cut && head -c "$n" "$T/run/spm.model" > "$T/cut/spm.model"
+  expect_load_error cut "$T/cut/spm.model is corrupt or truncated ("
+  if grep -q "vocab" "$T/err"; then cat "$T/err"; fail "a $n-byte spm.model blamed on the vocabularies"; fi
+done
+
 "$QKV" train --resume --out "$T/run" --data "$T/fra.txt" --max-steps 3 --no-progress > "$T/resume.out" 2> "$T/resume.err" \
   || { cat "$T/resume.err"; fail "resume"; }
 grep -q "trained 3 steps" "$T/resume.out" || fail "resume step count"
@@ -60,7 +96,8 @@ expect_error() {  # expect_error PATTERN ARGS...
   grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "message for: $*"; }
 }
 expect_error "--tie-weights needs" --subword bpe --vocab-size 40 --tie-weights
-expect_error "--vocab-size" --subword bpe --vocab-size 100000 --shared-vocab
+expect_error "--vocab-size) 100000 does not fit the shared (English + French) vocabulary" --subword bpe --vocab-size 100000 --shared-vocab
+expect_error "--vocab-size) 100000 does not fit the source (English) vocabulary" --subword bpe --vocab-size 100000
 expect_error "--vocab-size" --subword unigram --vocab-size 10
 expect_error "--vocab-size applies" --vocab-size 40
 expect_error "anchor pipeline" --preset d2l --subword bpe
@@ -77,4 +114,14 @@ done
 for kv in '"subword": "none"' '"shared_vocab": false' '"tie_weights": false' '"num_steps": 12'; do
   grep -q "$kv" "$T/fullw/config.json" || fail "--preset full --subword none: config.json lacks $kv"
 done
+# a word run into the subword run's folder: spm.model goes, the folder loads as words
+"$QKV" train --preset demo "${small[@]}" --max-steps 1 --out "$T/run" > /dev/null 2> "$T/rew.err" \
+  || { cat "$T/rew.err"; fail "words run into a subword folder"; }
+[ ! -e "$T/run/spm.model" ] || fail "a stale spm.model left in a word model's folder"
+grep -q '"subword": "none"' "$T/run/config.json" || fail "config.json subword none"
+! grep -q "subword_vocab_size" "$T/run/config.json" || fail "a word model's config.json records subword_vocab_size"
+"$QKV" translate --model "$T/run" "go ." > /dev/null 2> "$T/err" || { cat "$T/err"; fail "translate after the words rerun"; }
+# model.safetensors from another run (another vocabulary) is named with both shapes
+rm -rf "$T/swap" && cp -r "$T/fullw" "$T/swap" && cp "$T/fullb/model.safetensors" "$T/swap/"
+expect_load_error swap "$T/swap/model.safetensors does not fit" "in the file, but"
 echo "cli subword train/translate/eval/heatmap/resume/errors: ok"

@@ -115,6 +115,34 @@ TEST(Subword, SaveLoadRoundTrip) {
     EXPECT_THROW(SubwordModel::load(dir / "bad.model"), Error);
 }
 
+TEST(Subword, EveryTruncationIsRefused) {
+    // A file cut between two protobuf fields parses (with fewer pieces); from_bytes must refuse
+    // every proper prefix, and load() call them "corrupt or truncated", naming the file.
+    const std::string bytes = SubwordModel::train(tiny_lines(), opts(SubwordKind::bpe, 45)).bytes();
+    ASSERT_GT(bytes.size(), 100u);
+    for (size_t n = 0; n < bytes.size(); ++n)
+        EXPECT_THROW(SubwordModel::from_bytes(bytes.substr(0, n)), Error) << "a prefix of " << n << " bytes accepted";
+    test::TempDir dir;
+    const std::string path = dir / "spm.model";
+    int sentencepiece_said = 0, cut_between_fields = 0;
+    for (size_t n = 0; n < bytes.size(); n += 7) {
+        util::write_file_atomic(path, std::string_view(bytes).substr(0, n));
+        try {
+            SubwordModel::load(path);
+            ADD_FAILURE() << n << " bytes loaded";
+        } catch (const Error& e) {
+            const std::string w = e.what();
+            EXPECT_EQ(w.rfind(path + " is corrupt or truncated (", 0), 0u) << n << " bytes: " << w;
+            sentencepiece_said += w.find("(SentencePiece: ") != std::string::npos;
+            cut_between_fields += w.find("(the file ends after ") != std::string::npos;
+        }
+    }
+    EXPECT_GT(sentencepiece_said, 0);  // both kinds of damage were met
+    EXPECT_GT(cut_between_fields, 0);
+    util::write_file_atomic(path, std::string_view(bytes));
+    EXPECT_EQ(SubwordModel::load(path).bytes(), bytes);
+}
+
 TEST(Subword, RefusalsAreErrors) {
     const auto lines = tiny_lines();
     // fewer pieces than characters + reserved tokens

@@ -160,6 +160,88 @@ TEST(RunConfig, JsonTypeErrorsAndMissingShapeKeysNameTheKey) {
     EXPECT_TRUE(has(e, "'model.embed_size' is missing")) << e;
 }
 
+TEST(RunConfig, RangeErrorsNameTheKeyTheValueAndTheRange) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;
+    const nlohmann::json good = train::to_json(c);
+    EXPECT_NO_THROW(train::run_config_from_json(good));
+    // {section, key, bad value, text of the allowed range}
+    struct Case {
+        const char *section, *key;
+        nlohmann::json value;
+        const char* range;
+    };
+    const Case cases[] = {
+        {"data", "num_steps", 0, "an integer from 2 to 1000"},
+        {"data", "num_steps", 1001, "an integer from 2 to 1000"},
+        {"data", "n_test", 0, "an integer >= 1"},
+        {"data", "max_pairs", -1, "an integer >= 0"},
+        {"model", "num_hiddens", -5, "an integer from 1 to 65536"},
+        {"model", "num_heads", 0, "an integer from 1 to 1024"},
+        {"model", "num_blks", 0, "an integer from 1 to 64"},
+        {"model", "ffn_num_hiddens", 0, "an integer from 1 to 262144"},
+        {"model", "dropout", 1, "a number >= 0 and < 1"},
+        {"model", "dropout", -0.1, "a number >= 0 and < 1"},
+        {"model", "src_vocab_size", 3, "an integer >= 4"},
+        {"model", "tgt_vocab_size", 0, "an integer >= 4"},
+        {"model", "max_len", 5, "an integer from 12 to 1000000"},  // decode.max_len 12 (demo)
+        {"train", "epochs", 0, "an integer from 1 to 1000000"},
+        {"train", "batch_size", 0, "an integer from 1 to 100000"},
+        {"train", "lr", 0, "a number > 0 and <= 10"},
+        {"train", "label_smoothing", 1, "a number >= 0 and < 1"},
+        {"train", "adam_eps", 0, "a number > 0"},
+        {"train", "time_budget_s", -1, "a number >= 0"},
+        {"decode", "beam", 0, "an integer from 1 to 100"},
+        {"decode", "max_len", 0, "an integer from 1 to 1000"},
+        {"decode", "length_penalty", -0.5, "a number from 0 to 10"},
+    };
+    for (const auto& k : cases) {
+        nlohmann::json j = good;
+        j[k.section][k.key] = k.value;
+        const std::string e = error_of([&] { train::run_config_from_json(j); });
+        const std::string key = std::string("'") + k.section + "." + k.key + "' is " + k.value.dump();
+        EXPECT_TRUE(has(e, key) && has(e, k.range)) << "want \"" << key << "\" and \"" << k.range << "\" in: " << e;
+    }
+    // num_heads must divide num_hiddens (128 / 3)
+    nlohmann::json j = good;
+    j["model"]["num_heads"] = 3;
+    std::string e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.num_heads' is 3") && has(e, "divisor of model.num_hiddens (128)")) << e;
+    // subword: its vocabulary size is checked
+    j = good;
+    j["data"]["subword"] = "bpe";
+    j["data"]["subword_vocab_size"] = 4;
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'data.subword_vocab_size' is 4") && has(e, "from 5 to 16777216")) << e;
+    // tying needs equal vocabulary sizes (77 / 88)
+    j = good;
+    j["model"]["tie_weights"] = true;
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.tie_weights'") && has(e, "(77)") && has(e, "(88)")) << e;
+    // Bahdanau: its own keys
+    auto b = train::preset_config("d2l", train::ModelKind::bahdanau);
+    b.model.src_vocab_size = 7, b.model.tgt_vocab_size = 9;
+    j = train::to_json(b);
+    j["model"]["num_layers"] = 0;
+    e = error_of([&] { train::run_config_from_json(j); });
+    EXPECT_TRUE(has(e, "'model.num_layers' is 0") && has(e, "from 1 to 64")) << e;
+}
+
+TEST(RunConfig, WordConfigsHaveNoSubwordVocabSize) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;
+    nlohmann::json j = train::to_json(c);
+    EXPECT_FALSE(j["data"].contains("subword_vocab_size")) << j["data"].dump();
+    // an old word config that records it (any value) still reads, and the value is not checked
+    j["data"]["subword_vocab_size"] = 0;
+    EXPECT_EQ(train::run_config_from_json(j).data.subword, data::SubwordKind::none);
+    // a subword config keeps it
+    c.data.subword = data::SubwordKind::unigram, c.data.subword_vocab_size = 300;
+    j = train::to_json(c);
+    EXPECT_EQ(j["data"]["subword_vocab_size"], 300);
+    EXPECT_EQ(train::run_config_from_json(j).data.subword_vocab_size, 300);
+}
+
 struct ModelFolder {
     fs::path dir = fs::temp_directory_path() / ("qkv_modeldir_" + std::to_string(::getpid()));
     std::string cfg_file = (dir / "config.json").string();

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,7 @@
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
 #include "qkv/train/translation_data.h"
+#include "qkv/util/atomic_file.h"
 #include "train/tiny_corpus.h"
 
 namespace qkv::test {
@@ -213,6 +216,125 @@ TEST(WeightTying, ModelFileHasAllNamesAndLoadingReTies) {
     EXPECT_THROW(models::Transformer m(bad), Error);
 }
 
+std::string error_text(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// A shared-BPE model folder (untrained weights) whose files are then made to disagree: every
+/// mismatch is an error naming the file and what disagrees, never a model that translates garbage.
+TEST(ModelFolder, FilesThatDisagreeAreNamed) {
+    test::TempDir tmp;
+    const std::string dir = tmp / "run";
+    const TinyPieces t = tiny_pieces();
+    train::RunConfig cfg;
+    cfg.data.subword = data::SubwordKind::bpe;
+    cfg.data.subword_vocab_size = 60;
+    cfg.data.shared_vocab = true;
+    cfg.data.num_steps = 16;
+    cfg.model = tied_config(t);
+    manual_seed(0);
+    models::Transformer model(cfg.model);
+    const train::SubwordModels sw{t.sp, t.sp};
+    auto write_all = [&] {
+        train::write_run_files(dir, cfg, t.vocab, t.vocab, sw);
+        train::save_model(dir + "/model.safetensors", model);
+    };
+    auto write_config = [&](const train::RunConfig& c) {
+        util::write_file_atomic(dir + "/config.json", train::to_json(c).dump(2));
+    };
+    auto load_error = [&] { return error_text([&] { train::load_model_dir(dir); }); };
+    write_all();
+    ASSERT_EQ(load_error(), "(no error)");
+    const std::string spm = dir + "/spm.model";
+
+    // config.json says words, the folder holds spm.model (and a piece vocabulary)
+    train::RunConfig words = cfg;
+    words.data.subword = data::SubwordKind::none;
+    words.data.shared_vocab = false;
+    write_config(words);
+    std::string e = load_error();
+    EXPECT_TRUE(has(e, dir + "/config.json") && has(e, "\"none\"") && has(e, spm)) << e;
+    // ... and without spm.model: the vocabulary lists pieces
+    std::filesystem::remove(spm);
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/src_vocab.txt lists SentencePiece pieces") && has(e, "\"none\"")) << e;
+    // config.json says bpe, spm.model is missing
+    write_config(cfg);
+    e = load_error();
+    EXPECT_TRUE(has(e, "\"bpe\"") && has(e, spm + " is missing")) << e;
+    // config.json says one model per side, the folder holds the shared one
+    write_all();
+    train::RunConfig per_side = cfg;
+    per_side.data.shared_vocab = false;
+    write_config(per_side);
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/spm_src.model is missing") && has(e, "data.shared_vocab")) << e;
+    write_all();
+
+    // a truncated spm.model is reported as such, never blamed on the vocabulary files
+    const std::string bytes = t.sp->bytes();
+    for (size_t n : {size_t(0), size_t(10), bytes.size() / 2, bytes.size() - 1}) {
+        util::write_file_atomic(spm, std::string_view(bytes).substr(0, n));
+        e = load_error();
+        EXPECT_TRUE(has(e, spm + " is corrupt or truncated (")) << n << " bytes: " << e;
+        EXPECT_FALSE(has(e, "vocab")) << n << " bytes: " << e;
+    }
+    write_all();
+
+    // a vocabulary file that does not list spm.model's pieces: count, then the first difference
+    std::vector<std::string> toks = t.vocab.tokens();
+    toks.pop_back();
+    data::Vocab(toks).save(dir + "/tgt_vocab.txt");
+    train::RunConfig fewer = cfg;
+    fewer.model.tgt_vocab_size -= 1;
+    fewer.model.tie_weights = false;
+    write_config(fewer);
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/tgt_vocab.txt has 59 tokens") && has(e, spm + " has 60 pieces")) << e;
+    write_all();
+    toks = t.vocab.tokens();
+    std::swap(toks[10], toks[11]);
+    data::Vocab(toks).save(dir + "/tgt_vocab.txt");
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/tgt_vocab.txt: token 10 is '" + toks[10] + "'") && has(e, "piece 10 of " + spm)) << e;
+    write_all();
+
+    // a vocabulary file against config.json
+    toks = t.vocab.tokens();
+    toks.push_back("extra");
+    data::Vocab(toks).save(dir + "/src_vocab.txt");
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/src_vocab.txt has 61 tokens") && has(e, "model.src_vocab_size 60")) << e;
+    write_all();
+
+    // model.safetensors from a run with another vocabulary size
+    models::TransformerConfig other = cfg.model;
+    other.src_vocab_size = other.tgt_vocab_size = 61;
+    train::save_model(dir + "/model.safetensors", models::Transformer(other));
+    e = load_error();
+    EXPECT_TRUE(has(e, dir + "/model.safetensors does not fit") && has(e, "(61, 32) in the file") &&
+                has(e, "(60, 32) for this folder"))
+        << e;
+    write_all();
+    ASSERT_EQ(load_error(), "(no error)");
+
+    // writing a word run's files into the folder removes the subword run's spm.model
+    train::write_run_files(dir, words, t.vocab, t.vocab);
+    EXPECT_FALSE(std::filesystem::exists(spm));
+    // and a per-side subword run's files remove the shared one
+    write_all();
+    train::write_run_files(dir, per_side, t.vocab, t.vocab, sw);
+    EXPECT_FALSE(std::filesystem::exists(spm));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/spm_src.model") && std::filesystem::exists(dir + "/spm_tgt.model"));
+}
+
 /// 60 pairs over a handful of words, one per line as fra.txt.
 std::string write_small_fra(const test::TempDir& dir) {
     const char* pairs[] = {"Go.\tVa !", "I lost.\tJ'ai perdu.", "He's calm.\tIl est calme.",
@@ -285,6 +407,39 @@ TEST(SubwordData, BadSettingsNameTheFlag) {
             EXPECT_NE(std::string(e.what()).find("--vocab-size"), std::string::npos) << e.what();
         }
     }
+    // the error says which vocabulary the size does not fit: the source one (trained first) or the
+    // shared one
+    for (bool shared : {false, true}) {
+        dc.subword_vocab_size = 100000;
+        dc.shared_vocab = shared;
+        const std::string side = shared ? "shared (English + French)" : "source (English)";
+        try {
+            train::load_translation_data(dc);
+            ADD_FAILURE() << "vocab size 100000 accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("--vocab-size) 100000 does not fit the " + side + " vocabulary"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    {
+        // rich English, poor French: 40 pieces fit the source side, not the target side
+        std::ofstream f(dir / "fra2.txt");
+        const char* en[] = {"The quick brown fox jumps over the lazy dog.", "Pack my box with five dozen jugs.",
+                            "How vexingly quick daft zebras jump!", "Sphinx of black quartz, judge my vow."};
+        for (int i = 0; i < 60; ++i) f << en[i % 4] << "\tOui.\n";
+    }
+    dc.path = dir / "fra2.txt";
+    dc.shared_vocab = false;
+    dc.subword_vocab_size = 40;
+    try {
+        train::load_translation_data(dc);
+        ADD_FAILURE() << "40 French pieces from 'oui .' accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not fit the target (French) vocabulary"), std::string::npos)
+            << e.what();
+    }
+    dc.path = dir / "fra.txt";
     dc.subword_vocab_size = 40;
     dc.pipeline = train::DataPipeline::d2l_en;
     EXPECT_THROW(train::load_translation_data(dc), Error);
@@ -292,6 +447,7 @@ TEST(SubwordData, BadSettingsNameTheFlag) {
 
 TEST(SubwordData, ConfigJsonRoundTrip) {
     train::RunConfig c = train::preset_config("full");
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 8000;  // (config.json holds the real sizes)
     c.data.subword = data::SubwordKind::unigram;
     c.data.subword_vocab_size = 8000;
     c.data.shared_vocab = true;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <unistd.h>
 
 #include "qkv/core/generator.h"
@@ -171,6 +172,30 @@ TEST(Trainer, WritesModelFolderFiles) {
     const auto meta = train::read_checkpoint_metadata((fs::path(dir) / "checkpoint.safetensors").string());
     EXPECT_EQ(meta.at("qkv.epoch"), "2");
     EXPECT_EQ(meta.at("qkv.step"), "4");
+    fs::remove_all(dir);
+}
+
+TEST(Trainer, FreshRunRemovesAnEarlierRunsFilesFirst) {
+    // A fresh run into a folder of an earlier run removes its model.safetensors,
+    // checkpoint.safetensors and metrics.jsonl before the first step: a run that fails before its
+    // first checkpoint (here: NaN weights, "the loss is nan" at step 1) leaves none of them.
+    const TinyCorpus c = tiny_corpus();
+    const std::string dir = temp_dir("fresh");
+    fs::create_directories(dir);
+    for (const char* f : {"checkpoint.safetensors", "model.safetensors", "metrics.jsonl"})
+        std::ofstream(fs::path(dir) / f) << "an earlier run";
+    manual_seed(0);
+    models::Transformer m(tiny_config(c));
+    Tensor w = m.encoder->embedding->weight;
+    float* p = static_cast<float*>(w.raw_data());
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+    train::TrainOptions o;
+    o.epochs = 1;
+    o.batch_size = 4;
+    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    EXPECT_THROW(t.fit(), Error);
+    for (const char* f : {"checkpoint.safetensors", "model.safetensors"})
+        EXPECT_FALSE(fs::exists(fs::path(dir) / f)) << f << " of the earlier run is still there";
     fs::remove_all(dir);
 }
 

@@ -46,10 +46,15 @@ public:
     /// pieces the text allows, "Please set it to a value <= N").
     static SubwordModel train(const std::vector<std::string>& lines, const SubwordOptions& opt);
     /// From the bytes of a .model file (a serialized ModelProto). Throws qkv::Error when they are
-    /// not a SentencePiece model or its reserved ids are not <unk> 0, <pad> 1, <bos> 2, <eos> 3.
+    /// not a whole SentencePiece model (SentencePiece refuses them, or they end early: a file cut
+    /// between two fields parses, with fewer pieces and without the trainer/normalizer specs that
+    /// follow the pieces, and is refused too) or its reserved ids are not <unk> 0, <pad> 1,
+    /// <bos> 2, <eos> 3.
     static SubwordModel from_bytes(std::string bytes);
     /// Reads a .model file (spm_train's format, loadable by sentencepiece.SentencePieceProcessor).
-    /// Throws qkv::Error naming the path when it is missing or not a valid model.
+    /// Throws qkv::Error: "PATH does not exist"; "PATH is corrupt or truncated (SentencePiece:
+    /// <its message>)" or "(the file ends after N pieces, ...)" for what from_bytes refuses as not
+    /// whole; "PATH is not a SentencePiece model qkv can use (...)" for wrong reserved pieces.
     static SubwordModel load(const std::string& path);
     /// Writes the .model file atomically; throws qkv::Error on I/O errors.
     void save(const std::string& path) const;

@@ -21,8 +21,10 @@
 namespace qkv::train {
 
 /// Writes config.json, src_vocab.txt and tgt_vocab.txt into dir (created), atomically, and the
-/// SentencePiece model file(s) of a subword run (subword_files names). Throws qkv::Error when
-/// cfg.data.subword is set but `subwords` is empty.
+/// SentencePiece model file(s) of a subword run (subword_files names); removes the SentencePiece
+/// files the run does not use (left by an earlier run of another kind: the loader refuses a word
+/// folder holding spm.model). Throws qkv::Error when cfg.data.subword is set but `subwords` is
+/// empty.
 void write_run_files(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
                      const data::Vocab& tgt_vocab, const SubwordModels& subwords = {});
 
@@ -30,7 +32,10 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
 /// with a shared vocabulary, else {"spm_src.model", "spm_tgt.model"}; {"", ""} for words.
 std::pair<std::string, std::string> subword_files(const DataConfig& d);
 /// Loads the SentencePiece model(s) of a model folder (none for a word model). Throws
-/// qkv::Error naming a missing or damaged file.
+/// qkv::Error naming the file when config.json's data.subword disagrees with the files present (a
+/// word model's folder holding spm.model / spm_src.model / spm_tgt.model, a subword model's
+/// missing), or a file is corrupt or truncated ("DIR/spm.model is corrupt or truncated
+/// (SentencePiece: ...)", data::SubwordModel::load).
 SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg);
 
 /// A fresh model of the run's architecture (Transformer or Bahdanau), vocabulary sizes from
@@ -63,9 +68,13 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 
 /// Loads a model folder (with its SentencePiece model(s) when config.json says subword). Throws
-/// qkv::Error naming the missing or damaged file (a missing model.safetensors: "not found", with
-/// the hint to train first or check --model), or when the vocabulary sizes disagree with
-/// config.json or the vocabulary files with the SentencePiece model.
+/// qkv::Error naming the file and the mismatch: a missing or damaged file (a missing
+/// model.safetensors: "not found", with the hint to train first or check --model); config.json
+/// against the files (load_model_dir_subwords); a vocabulary file's size against config.json's
+/// model.*_vocab_size; a subword model's vocabulary files against its SentencePiece pieces (count,
+/// then each piece); a word model's vocabulary files that list SentencePiece pieces (tokens that
+/// start with U+2581, SentencePiece's word-start mark); model.safetensors' tensor shapes against the sizes config.json and the
+/// vocabularies give (read from its header before the weights are loaded).
 ModelDir load_model_dir(const std::string& dir);
 
 struct TranslateOptions {

@@ -48,7 +48,9 @@ struct TrainOptions {
 /// Where and how a run reports (not saved in config.json).
 struct TrainRuntime {
     std::string out_dir;  // "": nothing written. Else checkpoint.safetensors, model.safetensors,
-                          // metrics.jsonl and loss.png are (re)written there each epoch.
+                          // metrics.jsonl and loss.png are (re)written there each epoch; a
+                          // fresh run (not resume) first removes an earlier run's metrics.jsonl,
+                          // checkpoint.safetensors and model.safetensors there.
     bool resume = false;  // continue from out_dir/checkpoint.safetensors
     std::map<std::string, std::string> checkpoint_metadata;  // added to every checkpoint/model file
     bool progress = true;            // progress bar (plain lines when stderr is not a TTY)
