@@ -1,5 +1,6 @@
-// Batched beam search over the model's incremental cache: B sources × K beams as one decoder
-// batch of B·K rows, reordered after each step to follow the surviving parents.
+// Batched beam search over the model's incremental cache: the searching sources × K beams form one
+// decoder batch, reordered after each step to follow the surviving parents; a source that is done
+// leaves the batch. Each beam row contributes only its best 2K tokens to the ranking.
 #include "qkv/decode/beam_search.h"
 
 #include <algorithm>
@@ -28,6 +29,22 @@ struct Candidate {
     double s;
     int64_t k, v;
 };
+
+/// ids of the n largest entries of row[0, V) that are not banned, best first; ties go to the
+/// smaller id (the order the full sort of candidates uses). O(V·n) with n = 2K small.
+void row_top(const float* row, int64_t V, const std::vector<char>& banned, int64_t n,
+             std::vector<int64_t>& ids) {
+    ids.clear();
+    for (int64_t v = 0; v < V; ++v) {
+        if (banned[size_t(v)]) continue;
+        const float x = row[v];
+        if (int64_t(ids.size()) == n && !(x > row[ids.back()])) continue;  // not better than the n-th
+        if (int64_t(ids.size()) < n) ids.push_back(v);
+        else ids.back() = v;
+        // bubble up: strictly larger values move ahead; equal values keep the smaller id first
+        for (size_t i = ids.size() - 1; i > 0 && x > row[ids[i - 1]]; --i) std::swap(ids[i], ids[i - 1]);
+    }
+}
 
 }  // namespace
 
@@ -67,24 +84,36 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     std::vector<char> done(size_t(B), 0);
     std::vector<int64_t> last(size_t(B * K), opt.bos);
     std::vector<Candidate> cand;
-    std::vector<Candidate> top;
+    std::vector<int64_t> top_ids;
 
+    // Sources still searching, in state order: the decoder batch holds act.size()·K rows, row
+    // a·K + k being beam k of source act[a]. A finished source leaves the batch (with its cache
+    // rows) at the next reorder, so the step cost follows the sources still searching.
+    std::vector<int64_t> act(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) act[size_t(b)] = b;
     for (int64_t t = 0; t < opt.max_len; ++t) {
-        Tensor logp_t = log_softmax(model.decode_step(from_vector(last, {B * K}), *state), 1);
-        const std::vector<float> logp = logp_t.to_vector<float>();
-        std::vector<Beam> next(static_cast<size_t>(B * K));
-        std::vector<int64_t> parent(static_cast<size_t>(B * K));
-        for (int64_t i = 0; i < B * K; ++i) parent[size_t(i)] = i;
+        const int64_t A = int64_t(act.size());
+        // Read in place: a (A·K, V) copy per step would be fresh memory every time (page faults).
+        const Tensor logp_t = log_softmax(model.decode_step(from_vector(last, {A * K}), *state), 1).contiguous();
+        QKV_CHECK(logp_t.dtype() == DType::f32, "beam_search: the model's logits must be float32, got ",
+                  dtype_name(logp_t.dtype()));
+        const float* logp = logp_t.data<float>();
+        std::vector<int64_t> parent(static_cast<size_t>(A * K));
+        for (int64_t i = 0; i < A * K; ++i) parent[size_t(i)] = i;
+        std::vector<int64_t> next_last = last;
         bool all_done = true;
-        for (int64_t b = 0; b < B; ++b) {
-            if (done[size_t(b)]) continue;
+        for (int64_t a = 0; a < A; ++a) {
+            const int64_t b = act[size_t(a)];
+            std::vector<Beam> next(static_cast<size_t>(K));
+            // The best 2K candidates overall are among each live beam's best 2K tokens (the
+            // beam's log-probability is a constant shift of its row), so only those are ranked.
             cand.clear();
             for (int64_t k = 0; k < K; ++k) {
                 const Beam& bm = beams[size_t(b * K + k)];
                 if (bm.log_prob == kDead) continue;
-                const float* row = logp.data() + (b * K + k) * V;
-                for (int64_t v = 0; v < V; ++v)
-                    if (!banned[size_t(v)]) cand.push_back({bm.log_prob + double(row[v]), k, v});
+                const float* row = logp + (a * K + k) * V;
+                row_top(row, V, banned, 2 * K, top_ids);
+                for (int64_t v : top_ids) cand.push_back({bm.log_prob + double(row[v]), k, v});
             }
             // Best 2K candidates, ties broken by (beam, token) order so that K = 1 is argmax.
             const size_t n_top = std::min(cand.size(), size_t(2 * K));
@@ -109,12 +138,12 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                     }
                     continue;
                 }
-                Beam& nb = next[size_t(b * K + n_live)];
+                Beam& nb = next[size_t(n_live)];
                 nb.tokens = from.tokens;
                 nb.tokens.push_back(c.v);
                 nb.log_prob = c.s;
-                parent[size_t(b * K + n_live)] = b * K + c.k;
-                last[size_t(b * K + n_live)] = c.v;
+                parent[size_t(a * K + n_live)] = a * K + c.k;
+                next_last[size_t(a * K + n_live)] = c.v;
                 ++n_live;
             }
             // Done when K hypotheses are finished and no live beam, scored at its current length,
@@ -126,18 +155,29 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 std::nth_element(sc.begin(), sc.begin() + (K - 1), sc.end(), std::greater<double>());
                 const double kth = sc[size_t(K - 1)];
                 const double best_live =
-                    n_live > 0 ? next[size_t(b * K)].log_prob / length_penalty(t + 1, opt.length_penalty)
-                               : kDead;
+                    n_live > 0 ? next[0].log_prob / length_penalty(t + 1, opt.length_penalty) : kDead;
                 if (best_live <= kth) done[size_t(b)] = 1;
             }
             if (n_live == 0) done[size_t(b)] = 1;
             if (done[size_t(b)])
-                for (int64_t k = 0; k < K; ++k) next[size_t(b * K + k)].log_prob = kDead;
+                for (auto& nb : next) nb.log_prob = kDead;
+            for (int64_t k = 0; k < K; ++k) beams[size_t(b * K + k)] = std::move(next[size_t(k)]);
             all_done = all_done && done[size_t(b)];
         }
-        beams.swap(next);
         if (all_done) break;
-        state->reorder(from_vector(parent, {B * K}));
+        // Keep the searching sources: their rows follow the surviving parents.
+        std::vector<int64_t> index, kept, kept_last;
+        for (int64_t a = 0; a < A; ++a) {
+            if (done[size_t(act[size_t(a)])]) continue;
+            kept.push_back(act[size_t(a)]);
+            for (int64_t k = 0; k < K; ++k) {
+                index.push_back(parent[size_t(a * K + k)]);
+                kept_last.push_back(next_last[size_t(a * K + k)]);
+            }
+        }
+        state->reorder(from_vector(index, {int64_t(index.size())}));
+        act.swap(kept);
+        last.swap(kept_last);
     }
     // Sources cut at max_len: their live beams become unfinished hypotheses.
     std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));

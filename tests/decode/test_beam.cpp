@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/decode/beam_search.h"
 #include "qkv/decode/greedy.h"
 #include "qkv/ops/softmax.h"
+#include "qkv/train/trainer.h"
 #include "support/test_util.h"
 #include "train/tiny_corpus.h"
 
@@ -127,6 +129,41 @@ TEST(BeamSearch, NBestIsSortedAndScoresAreConsistent) {
             EXPECT_NEAR(h.log_prob, sequence_log_prob(m, s1, v1, b.bos, b.eos, h.tokens, h.finished), 1e-3);
         }
     }
+}
+
+// Sources that finish at different steps leave the decoder batch (with their cache rows) as
+// they finish: the batched search must give each source exactly what it gets alone.
+TEST(BeamSearch, BatchedEqualsOneSourceAtATimeWhenSourcesFinishApart) {
+    const TinyCorpus c = tiny_corpus();
+    manual_seed(2);
+    models::Transformer m(tiny_config(c));
+    train::TrainOptions o;
+    o.epochs = 30, o.batch_size = 8, o.lr = 0.005;
+    train::TrainRuntime rt;
+    rt.progress = false, rt.log = nullptr;
+    train::Trainer(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt).fit();
+    m.eval();
+    const Tensor src = from_vector(c.arrays.src, {c.arrays.n, c.arrays.num_steps});
+    const Tensor vl = from_vector(c.arrays.src_valid_len, {c.arrays.n});
+    decode::BeamOptions b;
+    b.beam_size = 3, b.num_return = 3, b.bos = c.tgt_vocab.bos(), b.eos = c.tgt_vocab.eos();
+    b.max_len = 10, b.length_penalty = 0.6;
+    const auto batched = decode::beam_search(m, src, vl, b);
+    ASSERT_EQ(int64_t(batched.size()), c.arrays.n);
+    std::set<size_t> best_lengths;
+    for (int64_t i = 0; i < c.arrays.n; ++i) {
+        const auto alone = decode::beam_search(m, src.slice(0, i, i + 1), vl.slice(0, i, i + 1), b);
+        ASSERT_EQ(alone[0].size(), batched[size_t(i)].size()) << "source " << i;
+        for (size_t k = 0; k < alone[0].size(); ++k) {
+            EXPECT_EQ(alone[0][k].tokens, batched[size_t(i)][k].tokens) << "source " << i << " hyp " << k;
+            EXPECT_EQ(alone[0][k].finished, batched[size_t(i)][k].finished);
+            EXPECT_NEAR(alone[0][k].log_prob, batched[size_t(i)][k].log_prob, 1e-4);
+        }
+        if (!batched[size_t(i)].empty()) best_lengths.insert(batched[size_t(i)][0].tokens.size());
+    }
+    // The trained model translates the pairs: outputs of 2 to 4 tokens, so sources do finish
+    // at different steps and the batch really shrinks.
+    EXPECT_GE(best_lengths.size(), 2u);
 }
 
 TEST(BeamSearch, RejectsBadOptions) {
