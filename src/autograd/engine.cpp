@@ -32,7 +32,48 @@ Tensor add_same_shape(const Tensor& a, const Tensor& b) {
     return out;
 }
 
-void accumulate(Tensor& acc, const Tensor& g) { acc = acc.defined() ? add_same_shape(acc, g) : g; }
+/// Elements per in-place accumulation below which one thread does it (as ops' kParallelGrain).
+constexpr int64_t kAccumulateGrain = 32768;
+
+/// acc += g in place (acc contiguous float, same shape and dtype as g; g any layout).
+template <class T>
+void add_into(const Tensor& acc, const Tensor& g) {
+    T* pa = acc.data<T>();
+    const T* pg = g.data<T>();
+    const int64_t n = acc.numel();
+    if (g.is_contiguous()) {
+#pragma omp parallel for simd if (parallel : n > kAccumulateGrain) schedule(static)
+        for (int64_t i = 0; i < n; ++i) pa[i] += pg[i];
+        return;
+    }
+    const Shape as = acc.strides();
+    detail::for_each_strided<2>(g.shape(), {&g.strides(), &as}, {0, 0}, [&](int64_t m, auto o, auto s) {
+        for (int64_t i = 0; i < m; ++i) pa[o[1] + i * s[1]] += pg[o[0] + i * s[0]];
+    });
+}
+
+/// acc's memory is reachable through acc alone: one handle to its TensorImpl, one TensorImpl on
+/// its storage (no view, no saved copy, no user handle), contiguous, no autograd state.
+bool exclusively_owned(const Tensor& t) {
+    return t.impl_ptr().use_count() == 1 && t.impl().storage.use_count() == 1 && t.is_contiguous() &&
+           t.impl().grad == nullptr && t.impl().grad_fn == nullptr;
+}
+
+/// acc (+)= g. In place when nothing else can see acc's memory (a gradient summed from several
+/// uses: the GRU's weights at every step, residual branches); otherwise into a new tensor, so a
+/// gradient handed to two inputs (AddBackward) or held by the caller is never modified.
+void accumulate(Tensor& acc, const Tensor& g) {
+    if (!acc.defined()) {
+        acc = g;
+        return;
+    }
+    if (exclusively_owned(acc) && acc.shape() == g.shape() && acc.dtype() == g.dtype() &&
+        acc.impl().storage != g.impl().storage) {
+        if (acc.dtype() == DType::f32) return add_into<float>(acc, g);
+        if (acc.dtype() == DType::f64) return add_into<double>(acc, g);
+    }
+    acc = add_same_shape(acc, g);
+}
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -156,8 +197,13 @@ void Tensor::backward(const Tensor& grad) const {
                 TensorImpl& leaf = *e.leaf;
                 QKV_CHECK(in_grads[k].shape() == leaf.shape, node->name(), ": gradient of shape ",
                           in_grads[k].shape(), " for an input of shape ", leaf.shape);
-                Tensor acc = leaf.grad ? Tensor(leaf.grad) : Tensor();
-                accumulate(acc, in_grads[k]);
+                Tensor acc(std::move(leaf.grad));  // the leaf's own reference moves into acc
+                try {
+                    accumulate(acc, in_grads[k]);
+                } catch (...) {
+                    leaf.grad = acc.impl_ptr();  // keep the earlier gradient on a dtype error
+                    throw;
+                }
                 leaf.grad = acc.impl_ptr();
             }
         }
