@@ -84,7 +84,6 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     std::vector<char> done(size_t(B), 0);
     std::vector<int64_t> last(size_t(B * K), opt.bos);
     std::vector<Candidate> cand;
-    std::vector<int64_t> top_ids;
 
     // Sources still searching, in state order: the decoder batch holds act.size()·K rows, row
     // a·K + k being beam k of source act[a]. A finished source leaves the batch (with its cache
@@ -98,6 +97,19 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
         QKV_CHECK(logp_t.dtype() == DType::f32, "beam_search: the model's logits must be float32, got ",
                   dtype_name(logp_t.dtype()));
         const float* logp = logp_t.data<float>();
+        // Each live row's best 2K tokens, rows spread over the threads (the scan is O(V) per row).
+        const int64_t n_top_row = 2 * K;
+        std::vector<int64_t> tops(static_cast<size_t>(A * K * n_top_row), -1);
+#pragma omp parallel
+        {
+            std::vector<int64_t> ids;
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < A * K; ++r) {
+                if (beams[size_t(act[size_t(r / K)] * K + r % K)].log_prob == kDead) continue;
+                row_top(logp + r * V, V, banned, n_top_row, ids);
+                std::copy(ids.begin(), ids.end(), tops.begin() + r * n_top_row);
+            }
+        }
         std::vector<int64_t> parent(static_cast<size_t>(A * K));
         for (int64_t i = 0; i < A * K; ++i) parent[size_t(i)] = i;
         std::vector<int64_t> next_last = last;
@@ -112,8 +124,9 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 const Beam& bm = beams[size_t(b * K + k)];
                 if (bm.log_prob == kDead) continue;
                 const float* row = logp + (a * K + k) * V;
-                row_top(row, V, banned, 2 * K, top_ids);
-                for (int64_t v : top_ids) cand.push_back({bm.log_prob + double(row[v]), k, v});
+                const int64_t* top = tops.data() + (a * K + k) * n_top_row;
+                for (int64_t j = 0; j < n_top_row && top[j] >= 0; ++j)
+                    cand.push_back({bm.log_prob + double(row[top[j]]), k, top[j]});
             }
             // Best 2K candidates, ties broken by (beam, token) order so that K = 1 is argmax.
             const size_t n_top = std::min(cand.size(), size_t(2 * K));
