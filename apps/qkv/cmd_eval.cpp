@@ -15,7 +15,6 @@
 #include "qkv/decode/bleu.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/translation_data.h"
-#include "qkv/util/timer.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/timer.h"
 
@@ -30,6 +29,8 @@ struct EvalArgs {
 };
 
 void run(const EvalArgs& a) {
+    check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
+    check_output_file("--json", a.json_out);
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");

@@ -158,7 +158,6 @@ void run(HeatmapArgs a) {
             enc.set(b, h, p);
         }
     }
-    enc.save(a.out + "-encoder" + ext);
 
     util::HeatmapGrid self(L, H), cross(L, H);
     self.title = "decoder self-attention", cross.title = "encoder-decoder attention";
@@ -186,6 +185,14 @@ void run(HeatmapArgs a) {
             cross.set(b, h, pc);
         }
     }
+    // Every image is sized before any is written, so a too-large one leaves no partial output.
+    for (const auto* grid : {&enc, &self, &cross}) {
+        const auto [w, h] = grid->canvas_size();
+        QKV_CHECK(w <= 20000 && h <= 20000, "heatmap: the ", grid->title, " image would be ", w, "x", h,
+                  " px (at most 20000 each way) for ", steps, " decoded tokens and ", Ts,
+                  " source tokens: use a shorter sentence or a smaller --max-len");
+    }
+    enc.save(a.out + "-encoder" + ext);
     self.save(a.out + "-decoder-self" + ext);
     cross.save(a.out + "-cross" + ext);
     std::printf("wrote %s-encoder%s, %s-decoder-self%s, %s-cross%s\n", a.out.c_str(), ext.c_str(),

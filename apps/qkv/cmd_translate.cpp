@@ -2,6 +2,7 @@
 // line, a file, or stdin (one per line); one translation per output line.
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -39,6 +40,13 @@ void run(const TranslateArgs& a) {
         throw CLI::ValidationError(detail::str("--file '", a.file, "' and ", a.sentences.size(), " sentence",
                                                a.sentences.size() == 1 ? "" : "s",
                                                " on the command line: give one or the other, not both"));
+    // A --file that is a folder reads as an empty stream on Linux: refuse it before loading.
+    if (!a.file.empty() && a.file != "-") {
+        std::error_code ec;
+        if (std::filesystem::is_directory(a.file, ec))
+            throw CLI::ValidationError(detail::str("--file '", a.file, "' is a folder, not a file of sentences"));
+        QKV_CHECK(std::filesystem::exists(a.file, ec), "translate: --file '", a.file, "' does not exist");
+    }
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
@@ -57,8 +65,11 @@ void run(const TranslateArgs& a) {
         std::string line;
         while (std::getline(*in, line)) {
             if (!line.empty() && line.back() == '\r') line.pop_back();
+            // A UTF-8 byte-order mark (files saved by some Windows editors) is not text.
+            if (lines.empty() && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
             lines.push_back(line);
         }
+        QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
     }
     // One output line per input line: a line that cannot be translated (invalid UTF-8) or has
     // nothing to translate gives an empty output line and a note on stderr.

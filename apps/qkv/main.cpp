@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -69,6 +70,25 @@ int main(int argc, char** argv) {
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
+    // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
+    if (const char* k = std::getenv("QKV_KERNELS"); k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0) {
+        std::fprintf(stderr, "qkv: error: QKV_KERNELS must be 'fast' or 'ref', got '%s'\n", k);
+        return 2;
+    }
+    // A first word that is not a command: say so (CLI11 would only say a subcommand is required).
+    if (argc > 1 && argv[1][0] != '-') {
+        std::string names;
+        bool known = false;
+        for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+            known = known || sub->get_name() == argv[1];
+            names += (names.empty() ? "" : ", ") + sub->get_name();
+        }
+        if (!known) {
+            std::fprintf(stderr, "qkv: error: unknown command '%s' (commands: %s; qkv --help)\n", argv[1],
+                         names.c_str());
+            return 2;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

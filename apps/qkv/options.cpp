@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "qkv/core/error.h"
 #include "qkv/train/run_config.h"
@@ -74,13 +75,25 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     if (n < steps) return;
     const char* unit = pieces ? "pieces" : "tokens";
     std::string has = std::to_string(n) + " source " + unit;
-    if (pieces) has += " (" + std::to_string(tokens.size()) + " words)";
+    if (pieces) has += " (" + std::to_string(tokens.size()) + (tokens.size() == 1 ? " word)" : " words)");
     const std::string dropped = n == steps ? "keeps all " + std::to_string(n) + " and drops <eos>"
                                            : "keeps the first " + std::to_string(steps) + " and drops the last " +
                                                  std::to_string(n - steps) + " and <eos>";
     std::fprintf(stderr, "%s: warning: %s has %s; the model reads %lld positions (%lld %s + <eos>), so it %s\n",
                  prefix.c_str(), what.c_str(), has.c_str(), (long long)steps, (long long)(steps - 1), unit,
                  dropped.c_str());
+}
+
+void check_output_file(const std::string& flag, const std::string& path) {
+    if (path.empty() || path == "-") return;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+        throw CLI::ValidationError(flag + " '" + path + "' is a folder; give a file name");
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+        throw CLI::ValidationError(flag + " '" + path + "': the folder '" + parent.string() +
+                                   "' does not exist");
 }
 
 }  // namespace qkv::cli

@@ -38,4 +38,8 @@ double parse_duration_or_off(const std::string& s);
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
+/// Checks an output file flag before any work: `path` ("" or "-": nothing to check) must not be a
+/// folder and its parent folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.
+void check_output_file(const std::string& flag, const std::string& path);
+
 }  // namespace qkv::cli

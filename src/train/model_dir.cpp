@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -98,7 +100,10 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
 }
 
 RunConfig load_model_dir_config(const std::string& dir) {
-    QKV_CHECK(fs::is_directory(dir), "model folder '", dir,
+    std::error_code ec;
+    QKV_CHECK(fs::is_directory(dir, ec) || !fs::exists(dir, ec), "'", dir,
+              "' is a file, not a model folder (a folder written by qkv train --out)");
+    QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir,
               "' does not exist (train one with: qkv train --out ", dir, ")");
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
     QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json");
@@ -124,14 +129,22 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
     std::error_code ec;
     if (d.path.empty() || fs::exists(d.path, ec)) return d;  // "": QKV_DATA, then the default
     const std::string cfg_file = (fs::path(dir) / "config.json").string();
+    // The recorded file is not here (another machine or folder): $QKV_DATA names the data file
+    // as it does for qkv train; the vocabulary check after loading still guards the choice.
+    if (const char* env = std::getenv("QKV_DATA"); env != nullptr && *env != '\0') {
+        std::fprintf(stderr, "data: '%s' (recorded in %s) not found; using $QKV_DATA '%s'\n", d.path.c_str(),
+                     cfg_file.c_str(), env);
+        d.path = env;
+        return d;
+    }
     if (fs::path(d.path).is_relative())
         throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
                                 " is relative to the folder qkv train ran in; not found from here (tried '",
                                 fs::absolute(d.path, ec).string(),
-                                "'). Run from that folder, or pass the data file with --data PATH "
-                                "(it overrides config.json)"));
+                                "'). Run from that folder, or pass the data file with --data PATH or $QKV_DATA "
+                                "(they override config.json)"));
     throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
-                            " does not exist; pass the data file with --data PATH (it overrides config.json)"));
+                            " does not exist; pass the data file with --data PATH or $QKV_DATA (they override config.json)"));
 }
 
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {

@@ -61,8 +61,9 @@ RunConfig load_model_dir_config(const std::string& dir);
 /// cfg.data with `data_flag` (--data) as the path when non-empty; otherwise the recorded path
 /// (absolute since qkv train records the canonical path; older folders may hold the path as it
 /// was given, read relative to the working directory), or "" (QKV_DATA, then the default, as
-/// data::locate_fra_eng). Throws qkv::Error when a recorded path does not exist, naming
-/// config.json, the path tried and --data.
+/// data::locate_fra_eng). A recorded path that does not exist gives way to $QKV_DATA when set
+/// (noted on stderr). Throws qkv::Error when neither exists, naming config.json, the path tried,
+/// --data and QKV_DATA.
 DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag);
 /// src_vocab.txt and tgt_vocab.txt of a model folder.
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Inputs a fresh user gets wrong, checked before any work is done: translate --file naming a
+# folder or a missing file, a UTF-8 byte-order mark on the first line, eval's output files in a
+# missing folder, --model naming a file, QKV_DATA for eval when config.json's data path is gone,
+# heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
+# Usage: test_inputs.sh /path/to/qkv
+set -euo pipefail
+QKV="$1"
+case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+unset QKV_DATA QKV_KERNELS
+fail() { echo "FAIL: $*" >&2; exit 1; }
+run_rc() {
+  local want=$1; shift
+  set +e
+  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
+  set -e
+  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
+}
+err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
+
+# ---- commands and environment
+run_rc 2 bogus;                         err_has "qkv: error: unknown command 'bogus'" "translate"
+set +e
+QKV_KERNELS=fsat "$QKV" info --help > "$T/out" 2> "$T/err"; rc=$?
+set -e
+[ "$rc" = 2 ] || fail "QKV_KERNELS=fsat: exit $rc, want 2"
+err_has "QKV_KERNELS must be 'fast' or 'ref', got 'fsat'"
+QKV_KERNELS=ref "$QKV" info --help > /dev/null || fail "QKV_KERNELS=ref refused"
+
+# ---- a tiny model
+for i in $(seq 1 60); do
+  case $((i % 4)) in
+    0) echo -e "Go.\tVa !" ;;
+    1) echo -e "I lost.\tJ'ai perdu." ;;
+    2) echo -e "He's calm.\tIl est calme." ;;
+    3) echo -e "I'm home.\tJe suis chez moi." ;;
+  esac
+done > "$T/fra.txt"
+cd "$T"
+run_rc 0 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none --no-progress \
+  --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1
+
+# ---- translate --file: a folder or a missing file is refused before the model is loaded
+mkdir adir
+run_rc 2 translate --model run -f adir;            err_has "qkv: error: " "--file 'adir' is a folder"
+run_rc 1 translate --model run -f missing.txt;     err_has "--file 'missing.txt' does not exist"
+
+# ---- a byte-order mark on the first line changes nothing
+printf 'i lost .\ngo .\n' > plain.txt
+printf '\xef\xbb\xbfi lost .\ngo .\n' > bom.txt
+run_rc 0 translate --model run -f plain.txt; cp "$T/out" plain.out
+run_rc 0 translate --model run -f bom.txt
+cmp -s "$T/out" plain.out || { diff "$T/out" plain.out; fail "a BOM changed the translation"; }
+printf '\xef\xbb\xbfi lost .\n' | "$QKV" translate --model run > stdin.out 2> /dev/null
+[ "$(cat stdin.out)" = "$(head -1 plain.out)" ] || fail "a BOM on stdin changed the translation"
+
+# ---- --model naming a file
+run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file, not a model folder"
+
+# ---- eval: output files checked before decoding; QKV_DATA when the recorded data path is gone
+run_rc 2 eval --model run --no-progress --hyp-out nodir/h.txt;  err_has "--hyp-out 'nodir/h.txt': the folder 'nodir' does not exist"
+run_rc 2 eval --model run --no-progress --json adir;            err_has "--json 'adir' is a folder"
+[ ! -e nodir ] || fail "eval created nodir"
+mv fra.txt moved.txt
+run_rc 1 eval --model run --no-progress;           err_has "--data PATH or \$QKV_DATA"
+set +e
+QKV_DATA="$T/moved.txt" "$QKV" eval --model run --no-progress > "$T/out" 2> "$T/err"; rc=$?
+set -e
+[ "$rc" = 0 ] || { cat "$T/err"; fail "eval with QKV_DATA: exit $rc"; }
+err_has "not found; using \$QKV_DATA '$T/moved.txt'"
+grep -q "corpus BLEU-4" "$T/out" || fail "eval with QKV_DATA printed no BLEU"
+mv moved.txt fra.txt
+
+# ---- heatmap: an image too large to draw is refused before any file is written
+long=$(for i in $(seq 1 40); do printf 'i lost . '; done)
+mkdir maps
+# Whether the tiny model decodes long enough to overflow depends on when it emits <eos>: either it
+# fails with the message and writes nothing, or every image it writes is within the limit.
+set +e
+"$QKV" heatmap --model run --out maps/ --max-len 1000 "$long" > "$T/out" 2> "$T/err"; rc=$?
+set -e
+if [ "$rc" = 1 ]; then
+  err_has "px (at most 20000 each way)" "--max-len"
+  [ -z "$(ls maps)" ] || { ls maps; fail "heatmap wrote files before failing"; }
+else
+  [ "$rc" = 0 ] || { cat "$T/err"; fail "heatmap --max-len 1000: exit $rc"; }
+  for f in maps/*.png; do
+    set -- $(od -An -tu1 -j16 -N8 "$f")  # PNG IHDR: width, height as big-endian 32-bit
+    w=$(( ($1 << 24) | ($2 << 16) | ($3 << 8) | $4 )); h=$(( ($5 << 24) | ($6 << 16) | ($7 << 8) | $8 ))
+    [ "$w" -ge 16 ] && [ "$w" -le 20000 ] && [ "$h" -ge 16 ] && [ "$h" -le 20000 ] || fail "$f is $w x $h px"
+  done
+  rm -f maps/*
+fi
+run_rc 0 heatmap --model run --out maps/ "i lost ."
+[ -n "$(ls maps)" ] || fail "heatmap wrote nothing"
+echo "test_inputs: ok"
