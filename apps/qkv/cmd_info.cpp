@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "qkv/core/error.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
@@ -45,11 +46,22 @@ void run(const InfoArgs& a) {
                         m["qkv.batch"].c_str(), m["qkv.step"].c_str(), m["qkv.train_seconds"].c_str());
         }
         const std::string model = (fs::path(a.path) / "model.safetensors").string();
-        if (a.params && fs::exists(model)) {
-            train::read_checkpoint_metadata(model);  // validates and checks the checksum
+        if (!fs::exists(model)) {
+            // A run in progress has its checkpoint before its final model; otherwise nothing to load.
+            QKV_CHECK(fs::exists(ckpt), "'", model, "' not found and no checkpoint.safetensors: nothing to "
+                      "translate with (train first, or check the folder)");
+            std::printf("model.safetensors: not written yet (training in progress or stopped before the end; "
+                        "qkv train --resume --out %s continues)\n", a.path.c_str());
+            return;
+        }
+        train::read_checkpoint_metadata(model);  // validates and checks the checksum
+        if (a.params) {
             std::printf("model.safetensors:\n");
             print_tensors(model);
         }
+        // The same checks translate and eval run (vocabularies, SentencePiece files, shapes).
+        train::load_model_dir(a.path);
+        std::printf("check: the folder loads (config.json, vocabularies and model.safetensors agree)\n");
         return;
     }
     auto m = train::read_checkpoint_metadata(a.path);

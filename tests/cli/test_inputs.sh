@@ -2,6 +2,7 @@
 # Inputs a fresh user gets wrong, checked before any work is done: translate --file naming a
 # folder or a missing file, a UTF-8 byte-order mark on the first line, eval's output files in a
 # missing folder, --model naming a file, QKV_DATA for eval when config.json's data path is gone,
+# info running the loader's checks (a folder without weights, a damaged vocabulary),
 # heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 set -euo pipefail
@@ -42,6 +43,15 @@ done > "$T/fra.txt"
 cd "$T"
 run_rc 0 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none --no-progress \
   --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1
+
+# ---- info checks what translate and eval would load
+run_rc 0 info run --no-params;                     grep -qF "check: the folder loads" "$T/out" || fail "info: no load check"
+cp -r run run_nomodel && rm run_nomodel/model.safetensors run_nomodel/checkpoint.safetensors
+run_rc 1 info run_nomodel;                         err_has "model.safetensors' not found and no checkpoint.safetensors"
+cp -r run run_ckpt && rm run_ckpt/model.safetensors
+run_rc 0 info run_ckpt --no-params;                grep -qF "model.safetensors: not written yet" "$T/out" || fail "info: run in progress"
+cp -r run run_badvocab && head -c 5 run/src_vocab.txt > run_badvocab/src_vocab.txt
+run_rc 1 info run_badvocab --no-params;            err_has "src_vocab.txt"
 
 # ---- translate --file: a folder or a missing file is refused before the model is loaded
 mkdir adir
