@@ -48,7 +48,7 @@ CLI::Validator real_range(double lo, double hi, bool lo_open) {
 double parse_duration_or_off(const std::string& s) {
     if (is_off(s)) return 0;
     const double v = train::parse_duration(s);
-    QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') for no limit");
+    QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') to switch it off");
     return v;
 }
 
