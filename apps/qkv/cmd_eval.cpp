@@ -38,6 +38,11 @@ void run(const EvalArgs& a) {
     }
     const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
     train::TranslationData d = train::load_translation_data(dc, m.subwords);
+    // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
+    // reordered file, and a subword model's always agree); older folders: the vocabularies only.
+    if (!train::check_data_fingerprint(a.model, m.config, d))
+        std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
+                             "file is checked against the vocabularies only\n", a.model.c_str());
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
               "' is not the data the model was trained on, or its filters changed)");

@@ -47,6 +47,7 @@ void save_both(const util::LinePlot& p, const std::string& stem) {
 
 void run_nw(const NwArgs& a) {
     using namespace models;
+    check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
     const NWPreset preset = a.preset == "zh" ? NWPreset::zh : NWPreset::seed;
     const bool zh         = preset == NWPreset::zh;
     Generator gen(a.seed);

@@ -1,21 +1,29 @@
 // `qkv train`: train D2L's Transformer (or, with --model bahdanau, D2L's GRU encoder–decoder with
 // Bahdanau attention) on English–French from a preset plus flag overrides;
 // writes the model folder (train/model_dir.h) and ends with a few held-out translations.
+// Before the data is read or --out touched: --out must be (or become) a folder, the configuration
+// must pass validate_config (usage errors, exit 2); with --resume, flags that differ from
+// config.json are refused or reported (check_resume_flags) and a checkpoint that has nothing left
+// to train says so and writes nothing. config.json records the data's fingerprint
+// (translation_data.h DataFingerprint), which --resume checks.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "options.h"
 #include "qkv/core/allocator.h"
+#include "qkv/core/error.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
+#include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
@@ -77,13 +85,174 @@ void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
     std::printf("  mean bleu %.3f\n", mean);
 }
 
-void run(TrainArgs& a) {
+std::string num_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
+
+/// --resume continues the checkpoint's run as its config.json describes it: only the stopping
+/// rules (--epochs, --max-steps, --time-budget) and --data apply. Any other training flag given
+/// anyway is compared with config.json: one that would change the model (architecture, widths,
+/// blocks, heads, layers, vocabularies, tying) and differs is refused, as a usage error listing
+/// them all; any other that differs (optimisation, dropout, data filters, split sizes, seed, ...)
+/// gets a warning that it is ignored and which value is used. Flags equal to config.json's values
+/// pass silently.
+void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig& cfg) {
+    struct Diff {
+        std::string flag, given, key, saved;
+        bool model;  // would change the model: refused
+    };
+    std::vector<Diff> diffs;
+    const auto given = [c](const char* flag) { return c->get_option(flag)->count() > 0; };
+    const auto add = [&](const char* flag, const std::string& gv, bool differs, const char* key,
+                         const std::string& saved, bool model) {
+        if (given(flag) && differs) diffs.push_back({flag, gv, key, saved, model});
+    };
+    const bool bahdanau = cfg.architecture == train::ModelKind::bahdanau;
+    const auto& d = cfg.data;
+    const auto& m = cfg.model;
+    const auto& b = cfg.bahdanau;
+    const auto& t = cfg.train;
+    // the model: refused when different
+    add("--model", a.model, a.model != train::model_kind_name(cfg.architecture), "model.architecture",
+        train::model_kind_name(cfg.architecture), true);
+    const int64_t width = bahdanau ? b.num_hiddens : m.num_hiddens;
+    add("--num-hiddens", std::to_string(a.num_hiddens), a.num_hiddens != width, "model.num_hiddens",
+        std::to_string(width), true);
+    if (bahdanau) {
+        add("--embed-size", std::to_string(a.embed_size), a.embed_size != b.embed_size, "model.embed_size",
+            std::to_string(b.embed_size), true);
+        add("--num-layers", std::to_string(a.num_layers), a.num_layers != b.num_layers, "model.num_layers",
+            std::to_string(b.num_layers), true);
+    } else {
+        add("--num-blks", std::to_string(a.num_blks), a.num_blks != m.num_blks, "model.num_blks",
+            std::to_string(m.num_blks), true);
+        add("--num-heads", std::to_string(a.num_heads), a.num_heads != m.num_heads, "model.num_heads",
+            std::to_string(m.num_heads), true);
+        add("--ffn-num-hiddens", std::to_string(a.ffn_num_hiddens), a.ffn_num_hiddens != m.ffn_num_hiddens,
+            "model.ffn_num_hiddens", std::to_string(m.ffn_num_hiddens), true);
+        add("--tie-weights", "", !m.tie_weights, "model.tie_weights", bool_text(m.tie_weights), true);
+    }
+    add("--subword", a.subword, a.subword != data::subword_kind_name(d.subword), "data.subword",
+        data::subword_kind_name(d.subword), true);
+    const bool words = d.subword == data::SubwordKind::none;
+    add("--vocab-size", std::to_string(a.vocab_size), words || a.vocab_size != d.subword_vocab_size,
+        "data.subword_vocab_size", words ? std::string("(none: a word model)") : std::to_string(d.subword_vocab_size),
+        true);
+    add("--shared-vocab", "", !d.shared_vocab, "data.shared_vocab", bool_text(d.shared_vocab), true);
+    // everything else: ignored (with a warning) when different
+    add("--preset", a.preset, a.preset != cfg.preset, "preset", cfg.preset.empty() ? "(none)" : cfg.preset, false);
+    const double dropout = bahdanau ? b.dropout : m.dropout;
+    add("--dropout", num_text(a.dropout), a.dropout != dropout, "model.dropout", num_text(dropout), false);
+    if (!bahdanau)
+        add("--pe-quirk", "", !m.pe_position_zero_at_inference, "model.pe_position_zero_at_inference",
+            bool_text(m.pe_position_zero_at_inference), false);
+    add("--batch-size", std::to_string(a.batch_size), a.batch_size != t.batch_size, "train.batch_size",
+        std::to_string(t.batch_size), false);
+    add("--lr", num_text(a.lr), a.lr != t.lr, "train.lr", num_text(t.lr), false);
+    add("--seed", std::to_string(a.seed), a.seed != t.seed, "train.seed", std::to_string(t.seed), false);
+    add("--label-smoothing", num_text(a.label_smoothing), a.label_smoothing != t.label_smoothing,
+        "train.label_smoothing", num_text(t.label_smoothing), false);
+    add("--clip", num_text(a.clip), a.clip != t.clip_norm, "train.clip_norm", num_text(t.clip_norm), false);
+    add("--schedule", a.schedule, a.schedule != train::schedule_name(t.schedule), "train.schedule",
+        train::schedule_name(t.schedule), false);
+    add("--warmup", std::to_string(a.warmup), a.warmup != t.warmup_steps, "train.warmup_steps",
+        std::to_string(t.warmup_steps), false);
+    add("--bucket-pool", std::to_string(a.bucket_pool), a.bucket_pool != t.bucket_pool, "train.bucket_pool",
+        std::to_string(t.bucket_pool), false);
+    add("--trim", a.trim, (a.trim == "on") != t.trim_batches, "train.trim_batches", t.trim_batches ? "on" : "off",
+        false);
+    if (given("--val-every"))
+        add("--val-every", a.val_every, parse_duration_or_off(a.val_every) != t.val_every_s, "train.val_every_s",
+            duration_text(t.val_every_s), false);
+    add("--loss-on-padding", "", !t.loss_on_padding, "train.loss_on_padding", bool_text(t.loss_on_padding), false);
+    add("--num-steps", std::to_string(a.num_steps), a.num_steps != d.num_steps, "data.num_steps",
+        std::to_string(d.num_steps), false);
+    add("--max-pairs", std::to_string(a.max_pairs), a.max_pairs != d.max_pairs, "data.max_pairs",
+        std::to_string(d.max_pairs), false);
+    add("--max-src-tokens", std::to_string(a.max_src_tokens), a.max_src_tokens != d.max_src_tokens,
+        "data.max_src_tokens", std::to_string(d.max_src_tokens), false);
+    add("--max-tgt-tokens", std::to_string(a.max_tgt_tokens), a.max_tgt_tokens != d.max_tgt_tokens,
+        "data.max_tgt_tokens", std::to_string(d.max_tgt_tokens), false);
+    add("--test-pairs", std::to_string(a.n_test), a.n_test != d.n_test, "data.n_test", std::to_string(d.n_test),
+        false);
+    add("--valid-pairs", std::to_string(a.n_valid), a.n_valid != d.n_valid, "data.n_valid",
+        std::to_string(d.n_valid), false);
+    add("--min-freq", std::to_string(a.min_freq), a.min_freq != d.min_freq, "data.min_freq",
+        std::to_string(d.min_freq), false);
+    add("--strict", "", !d.strict, "data.strict", bool_text(d.strict), false);
+
+    const std::string cfg_file = (fs::path(a.out) / "config.json").string();
+    auto flag_text = [](const Diff& x) { return x.given.empty() ? x.flag : x.flag + " " + x.given; };
+    std::string refused;
+    for (const auto& x : diffs)
+        if (x.model)
+            refused += detail::str(refused.empty() ? "" : "; ", flag_text(x), " (the checkpoint's ", x.key, " is ",
+                                   x.saved, ")");
+    if (!refused.empty())
+        usage_error(detail::str("--resume continues the model in '", a.out, "' as ", cfg_file,
+                                " describes it, and these flags would change it: ", refused,
+                                ". Drop them, or train a new model into another --out (without --resume)"));
+    for (const auto& x : diffs)
+        std::fprintf(stderr, "qkv train: warning: --resume: %s is ignored; the checkpoint's %s %s (%s) is used\n",
+                     flag_text(x).c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());
+}
+
+/// The whole configuration checked before the data is read or anything in --out is written or
+/// removed: the Transformer's heads must divide its width, and config.json's rules
+/// (train::run_config_from_json: ranges, the positional-encoding table covering num_steps and
+/// decoding, tying with one vocabulary) must hold, with stand-in vocabulary sizes (the data gives
+/// the real ones). A violation is a usage error (exit 2).
+void validate_config(const train::RunConfig& cfg) {
+    const auto& m = cfg.model;
+    if (cfg.architecture == train::ModelKind::transformer && m.num_heads > 0 && m.num_hiddens % m.num_heads != 0)
+        usage_error(detail::str("the number of attention heads (--num-heads, ", m.num_heads,
+                                ") must divide the model width (--num-hiddens, ", m.num_hiddens,
+                                "): each head gets num_hiddens / num_heads dimensions"));
+    train::RunConfig c = cfg;
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 16;  // stand-ins: equal, as tying needs
+    try {
+        (void)train::run_config_from_json(train::to_json(c));
+    } catch (const Error& e) {
+        usage_error(detail::str("invalid training configuration: ", e.what()));
+    }
+}
+
+/// The stopping rule the checkpoint has already met, or "" when training would go on: --resume
+/// with --epochs (or config.json's epochs) at most the epochs done, --max-steps at most the steps
+/// done, or a time budget already spent.
+std::string already_done(const TrainArgs& a, const train::RunConfig& cfg, const train::TrainingProgress& p) {
+    const auto& t = cfg.train;
+    if (p.epoch >= t.epochs)
+        return detail::str("the checkpoint has already trained ", p.epoch, " epoch", p.epoch == 1 ? "" : "s", " (",
+                           a.epochs ? "--epochs " : "config.json's epochs ", t.epochs,
+                           "); give a larger --epochs to train on");
+    if (t.max_steps > 0 && p.step >= t.max_steps)
+        return detail::str("the checkpoint has already trained ", p.step, " steps (",
+                           a.max_steps ? "--max-steps " : "config.json's max_steps ", t.max_steps,
+                           "); give a larger --max-steps to train on");
+    if (t.time_budget_s > 0 && p.train_seconds >= t.time_budget_s)
+        return detail::str("the checkpoint has already trained for ", util::format_duration(p.train_seconds), " (",
+                           a.time_budget.empty() ? "config.json's time budget " : "--time-budget ",
+                           util::format_duration(t.time_budget_s),
+                           ", counted over all runs); give a longer --time-budget (or none) to train on");
+    return "";
+}
+
+void run(TrainArgs& a, CLI::App* c) {
     util::Timer wall;
+    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
     const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
     train::RunConfig cfg;
     if (a.resume) {
         QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
         cfg = train::load_model_dir_config(a.out);
+        check_resume_flags(a, c, cfg);
         cfg.data = train::model_data_config(a.out, cfg, a.data);
     } else {
         cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
@@ -140,15 +309,15 @@ void run(TrainArgs& a) {
         if (a.vocab_size) d.subword_vocab_size = a.vocab_size;
         if (a.shared_vocab) d.shared_vocab = true;
         if (a.tie_weights) m.tie_weights = true;
-        QKV_CHECK(a.vocab_size == 0 || d.subword != data::SubwordKind::none,
-                  "--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
-        QKV_CHECK(!m.tie_weights || d.shared_vocab,
-                  "--tie-weights needs one vocabulary for both languages: add --shared-vocab");
-        QKV_CHECK(!m.tie_weights || cfg.architecture == train::ModelKind::transformer,
-                  "--tie-weights applies to the Transformer only (not --model bahdanau)");
-        QKV_CHECK((d.subword == data::SubwordKind::none && !d.shared_vocab) || d.pipeline == train::DataPipeline::anchor,
-                  "--subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), not --preset ",
-                  cfg.preset);
+        if (a.vocab_size != 0 && d.subword == data::SubwordKind::none)
+            usage_error("--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
+        if (m.tie_weights && !d.shared_vocab)
+            usage_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
+        if (m.tie_weights && cfg.architecture != train::ModelKind::transformer)
+            usage_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
+        if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != train::DataPipeline::anchor)
+            usage_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
+                                    "anchor), not --preset ", cfg.preset));
         if (d.subword != data::SubwordKind::none && !preset_subword && !a.num_steps) {
             // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the
             // long tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16
@@ -157,6 +326,15 @@ void run(TrainArgs& a) {
             // for the short pairs. Decoding may run half as long again.
             d.num_steps += 2 * d.num_steps / 3;
             cfg.decode.max_len += cfg.decode.max_len / 2;
+        }
+    }
+
+    validate_config(cfg);  // nothing is read or written before the configuration is known good
+    if (a.resume) {
+        const std::string done = already_done(a, cfg, train::read_checkpoint_progress(ckpt));
+        if (!done.empty()) {
+            std::printf("qkv train: nothing to do: %s\n", done.c_str());
+            return;  // exit 0; config.json and the checkpoint stay as they are
         }
     }
 
@@ -170,17 +348,26 @@ void run(TrainArgs& a) {
     std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
                  (long long)d.tgt_vocab.size());
     if (a.resume) {
+        // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
+        // reordered file, and a subword model's always agree); older folders: the vocabularies only.
+        if (!train::check_data_fingerprint(a.out, cfg, d))
+            std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
+                                 "file is checked against the vocabularies only (the fingerprint is recorded now)\n",
+                         a.out.c_str());
         auto saved = train::load_model_dir_vocabs(a.out);
         QKV_CHECK(saved.first == d.src_vocab && saved.second == d.tgt_vocab,
                   "--resume: the data gives other vocabularies than the ones saved in '", a.out,
                   "' (different data file or filters)");
     }
+    cfg.data.fingerprint = d.fingerprint;
     cfg.model.src_vocab_size = d.src_vocab.size();
     cfg.model.tgt_vocab_size = d.tgt_vocab.size();
-    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
     auto model = train::build_model(cfg);
+    // Only now, with the model built, does a fresh run write into --out (and Trainer::fit remove
+    // the earlier run's model and checkpoint).
+    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
     std::fprintf(stderr, "model: %s\n", train::describe_model(cfg, *model).c_str());
     std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
                  (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,
@@ -233,8 +420,10 @@ Registration reg([](CLI::App& app) {
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip)");
     c->add_option("--out", a->out, "output folder (default runs/qkv)");
-    c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (same losses as an "
-                                       "uninterrupted run)");
+    c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors with OUT/config.json's "
+                                       "settings (same losses as an uninterrupted run); only --epochs, "
+                                       "--max-steps, --time-budget and --data apply, other flags that "
+                                       "differ are refused (model shape) or ignored with a warning");
     c->add_option("--time-budget", a->time_budget,
                   "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time "
                   "limit (default: the preset's, 210s for demo, 20m for full and anchor, none for d2l)")
@@ -304,7 +493,7 @@ Registration reg([](CLI::App& app) {
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
         ->check(int_range(0, 1000000000));
-    c->callback([a] { run(*a); });
+    c->callback([a, c] { run(*a, c); });
 });
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Option checks with readable bounds (options.h).
 #include "options.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -63,6 +65,31 @@ CLI::Validator duration_or_off() {
             return {};
         },
         "DURATION|none");
+}
+
+void usage_error(const std::string& msg) { throw CLI::ValidationError(msg); }
+
+void check_out_folder(const std::string& flag, const std::string& path) {
+    namespace fs = std::filesystem;
+    const std::string named = flag + " '" + path + "'";
+    if (path.empty()) usage_error(flag + " is empty (give a folder)");
+    std::error_code ec;
+    fs::path p = fs::path(path).lexically_normal();
+    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+    const fs::file_status st = fs::status(p, ec);
+    if (fs::exists(st)) {
+        if (!fs::is_directory(st)) usage_error(named + " is an existing file, not a folder");
+        if (::access(p.c_str(), W_OK | X_OK) != 0) usage_error(named + ": the folder is not writable");
+        return;
+    }
+    // The nearest existing ancestor must be a folder we can create folders in.
+    fs::path up = p.parent_path();
+    while (!up.empty() && !fs::exists(fs::status(up, ec))) up = up.parent_path();
+    if (up.empty()) up = p.is_absolute() ? fs::path("/") : fs::path(".");
+    if (!fs::is_directory(fs::status(up, ec)))
+        usage_error(named + ": '" + up.string() + "' is a file, so the folder cannot be created");
+    if (::access(up.c_str(), W_OK | X_OK) != 0)
+        usage_error(named + ": no permission to create it in '" + up.string() + "'");
 }
 
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,

@@ -27,6 +27,17 @@ CLI::Validator duration_or_off();
 /// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
 
+/// Throws a usage error: main.cpp prints "qkv: error: <msg>" and exits 2 (as for a bad flag).
+[[noreturn]] void usage_error(const std::string& msg);
+
+/// Checks an output-folder flag before any work is done (`qkv train --out`, `qkv nw --out`):
+/// `path` must be an existing folder, or a path whose nearest existing ancestor is a folder we may
+/// write in (the missing folders are created later). Otherwise a usage error (exit 2) naming the
+/// flag, the path and the reason: "--out 'X' is an existing file, not a folder", "--out 'X':
+/// 'P' is a file, so the folder cannot be created", "--out 'X': no permission to create it in
+/// 'P'" / "--out 'X': the folder is not writable". Creates nothing.
+void check_out_folder(const std::string& flag, const std::string& path);
+
 /// Warns on stderr when `tokens` (one tokenised sentence) is longer than the encoder reads. The
 /// encoder reads num_steps positions: a sentence fits whole with num_steps - 1 units + <eos>; a
 /// longer one keeps its first num_steps units and loses the rest and <eos> (train::encode_sources).

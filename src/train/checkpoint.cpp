@@ -158,25 +158,43 @@ std::map<std::string, std::string> read_checkpoint_metadata(const std::string& p
     return open_checked(path, "checkpoint").metadata();
 }
 
+namespace {
+
+/// The progress in a checkpoint's metadata (format tag and version checked).
+TrainingProgress progress_of(const std::map<std::string, std::string>& m) {
+    auto fmt = m.find("qkv.format");
+    QKV_CHECK(fmt != m.end() && fmt->second == kCheckpointFormat,
+              "not a qkv training checkpoint (metadata 'qkv.format' is ",
+              fmt == m.end() ? std::string("missing") : "'" + fmt->second + "'", ")");
+    const uint64_t ver = meta_u64(m, "qkv.version");
+    QKV_CHECK(ver == uint64_t(kCheckpointVersion), "checkpoint format version ", ver,
+              " is not supported (this build reads version ", kCheckpointVersion, ")");
+    TrainingProgress p;
+    p.epoch      = int64_t(meta_u64(m, "qkv.epoch"));
+    p.batch      = int64_t(meta_u64(m, "qkv.batch"));
+    p.step       = int64_t(meta_u64(m, "qkv.step"));
+    p.rng_seed   = meta_u64(m, "qkv.rng_seed");
+    p.rng_offset = meta_u64(m, "qkv.rng_offset");
+    auto ts = m.find("qkv.train_seconds");
+    p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
+    return p;
+}
+
+}  // namespace
+
+TrainingProgress read_checkpoint_progress(const std::string& path) {
+    io::SafeTensorsFile f = open_checked(path, "checkpoint");
+    try {
+        return progress_of(f.metadata());
+    } catch (const Error& e) {
+        throw Error(detail::str("checkpoint '", path, "': ", e.what()));
+    }
+}
+
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
     io::SafeTensorsFile f = open_checked(path, "checkpoint");
     try {
-        const auto& m = f.metadata();
-        auto fmt = m.find("qkv.format");
-        QKV_CHECK(fmt != m.end() && fmt->second == kCheckpointFormat,
-                  "not a qkv training checkpoint (metadata 'qkv.format' is ",
-                  fmt == m.end() ? std::string("missing") : "'" + fmt->second + "'", ")");
-        const uint64_t ver = meta_u64(m, "qkv.version");
-        QKV_CHECK(ver == uint64_t(kCheckpointVersion), "checkpoint format version ", ver,
-                  " is not supported (this build reads version ", kCheckpointVersion, ")");
-        TrainingProgress p;
-        p.epoch      = int64_t(meta_u64(m, "qkv.epoch"));
-        p.batch      = int64_t(meta_u64(m, "qkv.batch"));
-        p.step       = int64_t(meta_u64(m, "qkv.step"));
-        p.rng_seed   = meta_u64(m, "qkv.rng_seed");
-        p.rng_offset = meta_u64(m, "qkv.rng_offset");
-        auto ts = m.find("qkv.train_seconds");
-        p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
+        TrainingProgress p = progress_of(f.metadata());
         model.load_state_dict(with_prefix(f, "model."), /*strict=*/true);
         if (opt) opt->load_state_dict(with_prefix(f, "optim."));
         return p;

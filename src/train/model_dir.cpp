@@ -147,6 +147,24 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
                             " does not exist; pass the data file with --data PATH or $QKV_DATA (they override config.json)"));
 }
 
+bool check_data_fingerprint(const std::string& dir, const RunConfig& cfg, const TranslationData& d) {
+    const DataFingerprint& want = cfg.data.fingerprint;
+    if (!want.known()) return false;
+    const DataFingerprint& got = d.fingerprint;
+    if (got == want) return true;
+    const std::string cfg_file = in_dir(dir, "config.json");
+    const std::string head = detail::str("the data file '", d.origin, "' is not the data the model in '", dir,
+                                         "' was trained on: ");
+    const std::string tail = "; pass the training data with --data (or train a new model on this file)";
+    if (got.pairs != want.pairs)
+        throw Error(detail::str(head, "it gives ", got.pairs, " pairs (after the filters in config.json), ",
+                                cfg_file, " records ", want.pairs, " (data.fingerprint)", tail));
+    throw Error(detail::str(head, "it gives the same number of pairs (", got.pairs,
+                            ") but their contents or order differ (FNV-1a 64 hash ", fingerprint_hex(got.fnv1a64),
+                            ", ", cfg_file, " records ", fingerprint_hex(want.fnv1a64),
+                            "), so its split would put training pairs in the held-out set", tail));
+}
+
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir) {
     return {data::Vocab::load((fs::path(dir) / "src_vocab.txt").string()),
             data::Vocab::load((fs::path(dir) / "tgt_vocab.txt").string())};

@@ -247,6 +247,9 @@ json to_json(const RunConfig& c) {
         j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
                                       {"target", shared ? "spm.model" : "spm_tgt.model"}};
     }
+    if (d.fingerprint.known())  // the data the run was trained on (translation_data.h)
+        j["data"]["fingerprint"] = {{"pairs", d.fingerprint.pairs},
+                                    {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
     const auto& m = c.model;
     if (c.architecture == ModelKind::bahdanau) {
         const auto& b = c.bahdanau;
@@ -320,6 +323,21 @@ RunConfig run_config_from_json(const json& j) {
     if (get(d, "subword", s)) c.data.subword = data::parse_subword_kind(s);
     get(d, "subword_vocab_size", c.data.subword_vocab_size);
     get(d, "shared_vocab", c.data.shared_vocab);
+    if (d.j.contains("fingerprint") && !d.j["fingerprint"].is_null()) {
+        // written by qkv train since the data check; older files have none (no check then)
+        const json& fj = d.j["fingerprint"];
+        QKV_CHECK(fj.is_object(), "key 'data.fingerprint' must be an object, got ", fj.dump());
+        const Section fk{fj, "data.fingerprint"};
+        need(fk, "pairs", c.data.fingerprint.pairs);
+        check_int(fk, "pairs", c.data.fingerprint.pairs, 1);
+        std::string hex;
+        need(fk, "fnv1a64", hex);
+        const bool is_hex = hex.size() == 16 && std::all_of(hex.begin(), hex.end(), [](char ch) {
+                                return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+                            });
+        QKV_CHECK(is_hex, "key 'data.fingerprint.fnv1a64' is \"", hex, "\", expected 16 lowercase hex digits");
+        c.data.fingerprint.fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
+    }
 
     const Section m = section(j, "model", false);
     if (get(m, "architecture", s)) c.architecture = parse_model_kind(s);

@@ -15,6 +15,28 @@ data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& 
     return data::build_array_nmt(tokens, src_vocab, num_steps);
 }
 
+DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt) {
+    QKV_CHECK(src.size() == tgt.size(), "fingerprint_pairs: ", src.size(), " sources but ", tgt.size(),
+              " targets");
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
+    auto add = [&h](const std::string& s) {
+        for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;  // FNV-1a 64 prime
+    };
+    for (size_t i = 0; i < src.size(); ++i) {
+        add(src[i]);
+        add("\t");
+        add(tgt[i]);
+        add("\n");
+    }
+    return {int64_t(src.size()), h};
+}
+
+std::string fingerprint_hex(uint64_t h) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+    return buf;
+}
+
 namespace {
 
 /// Fraction of `rows` whose unit count + 1 (<eos>) exceeds num_steps.
@@ -79,6 +101,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
         po.max_lines = cfg.d2l_num_train + cfg.d2l_num_val + 1;
         data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
         out.malformed = corpus.malformed;
+        out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
         data::D2lEnData d = data::prepare_d2l_en(corpus, cfg.num_steps, cfg.d2l_num_train, cfg.d2l_num_val);
         out.src_vocab = std::move(d.src_vocab);
         out.tgt_vocab = std::move(d.tgt_vocab);
@@ -120,6 +143,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
         corpus = std::move(kept);
     }
     const int64_t n = corpus.size();
+    out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
     QKV_CHECK(n >= 3, "data: only ", n, " pairs in ", out.origin, " after filtering; need at least 3");
     data::AnchorConfig ac;
     ac.num_steps = cfg.num_steps;

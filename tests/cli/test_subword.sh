@@ -84,24 +84,25 @@ done
   || { cat "$T/resume.err"; fail "resume"; }
 grep -q "trained 3 steps" "$T/resume.out" || fail "resume step count"
 
-# errors name the flag
-expect_error() {  # expect_error PATTERN ARGS...
-  local pat="$1"; shift
+# errors name the flag: flag combinations are usage errors (exit 2, before the data is read), a
+# vocabulary size the data cannot fill is found by SentencePiece (exit 1)
+expect_error() {  # expect_error RC PATTERN ARGS...
+  local want="$1" pat="$2"; shift 2
   local preset=(--preset demo)
   [[ " $* " == *" --preset "* ]] && preset=()
   set +e
   "$QKV" train "${preset[@]}" "${small[@]}" --max-steps 1 --out "$T/bad" "$@" > /dev/null 2> "$T/err"; local rc=$?
   set -e
-  [ "$rc" = 1 ] || fail "exit code $rc for: $*"
+  [ "$rc" = "$want" ] || { cat "$T/err"; fail "exit code $rc (want $want) for: $*"; }
   grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "message for: $*"; }
 }
-expect_error "--tie-weights needs" --subword bpe --vocab-size 40 --tie-weights
-expect_error "--vocab-size) 100000 does not fit the shared (English + French) vocabulary" --subword bpe --vocab-size 100000 --shared-vocab
-expect_error "--vocab-size) 100000 does not fit the source (English) vocabulary" --subword bpe --vocab-size 100000
-expect_error "--vocab-size" --subword unigram --vocab-size 10
-expect_error "--vocab-size applies" --vocab-size 40
-expect_error "anchor pipeline" --preset d2l --subword bpe
-expect_error "Transformer only" --model bahdanau --subword bpe --vocab-size 40 --shared-vocab --tie-weights
+expect_error 2 "--tie-weights needs" --subword bpe --vocab-size 40 --tie-weights
+expect_error 1 "--vocab-size) 100000 does not fit the shared (English + French) vocabulary" --subword bpe --vocab-size 100000 --shared-vocab
+expect_error 1 "--vocab-size) 100000 does not fit the source (English) vocabulary" --subword bpe --vocab-size 100000
+expect_error 1 "--vocab-size" --subword unigram --vocab-size 10
+expect_error 2 "--vocab-size applies" --vocab-size 40
+expect_error 2 "anchor pipeline" --preset d2l --subword bpe
+expect_error 2 "Transformer only" --model bahdanau --subword bpe --vocab-size 40 --shared-vocab --tie-weights
 # --preset full is the shared-BPE + tied recipe (num_steps 20 pieces); --subword none gives its
 # words variant (untied, separate vocabularies, num_steps 12). Checked on config.json of 1 step.
 "$QKV" train --preset full "${small[@]}" --max-steps 1 --vocab-size 40 --out "$T/fullb" \

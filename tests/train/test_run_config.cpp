@@ -7,6 +7,8 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -374,6 +376,102 @@ TEST(TranslationData, MissingFileNamesTheDownloadAddress) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("d2l-data.s3-accelerate.amazonaws.com"), std::string::npos) << e.what();
     }
+}
+
+
+// ---- data fingerprint (config.json data.fingerprint; eval and --resume refuse other data)
+
+TEST(TranslationData, FingerprintIsFnv1a64OverThePairsInOrder) {
+    // FNV-1a 64 of "Go.\tVa !\nHi.\tSalut.\n" (Python: h = 0xcbf29ce484222325; per byte
+    // h = ((h ^ b) * 0x100000001b3) mod 2^64); the empty input gives the offset basis.
+    const auto fp = train::fingerprint_pairs({"Go.", "Hi."}, {"Va !", "Salut."});
+    EXPECT_EQ(fp.pairs, 2);
+    EXPECT_EQ(train::fingerprint_hex(fp.fnv1a64), "b48aca3731547271");
+    EXPECT_EQ(train::fingerprint_hex(train::fingerprint_pairs({}, {}).fnv1a64), "cbf29ce484222325");
+    // order and the pairing of the sides count
+    EXPECT_NE(train::fingerprint_pairs({"Hi.", "Go."}, {"Salut.", "Va !"}).fnv1a64, fp.fnv1a64);
+    EXPECT_NE(train::fingerprint_pairs({"Go.", "Hi."}, {"Salut.", "Va !"}).fnv1a64, fp.fnv1a64);
+    EXPECT_NE(train::fingerprint_pairs({"Go.\tVa", "Hi."}, {"!", "Salut."}).fnv1a64, fp.fnv1a64);
+    EXPECT_THROW(train::fingerprint_pairs({"Go."}, {}), Error);
+}
+
+TEST(TranslationData, FingerprintCountsThePairsAfterTheFilters) {
+    std::string rev;  // corpus(50) with its lines in reverse order
+    {
+        std::vector<std::string> lines;
+        std::string c = corpus(50), line;
+        for (char ch : c) {
+            line += ch;
+            if (ch == '\n') lines.push_back(std::move(line)), line.clear();
+        }
+        for (auto it = lines.rbegin(); it != lines.rend(); ++it) rev += *it;
+    }
+    train::DataConfig c;
+    c.num_steps = 6;
+    train::DataFingerprint fwd, bwd;
+    {
+        DataFile f(corpus(50));
+        c.path = f.path;
+        const auto d = train::load_translation_data(c);
+        fwd = d.fingerprint;
+        EXPECT_EQ(fwd.pairs, 50);
+        c.max_pairs = 20;
+        EXPECT_EQ(train::load_translation_data(c).fingerprint.pairs, 20);
+        c.max_pairs = 0;
+    }
+    {
+        DataFile f(rev);
+        c.path = f.path;
+        const auto d = train::load_translation_data(c);
+        bwd = d.fingerprint;
+        // the same pairs and (here) the same vocabularies, but another order: another split
+        EXPECT_EQ(bwd.pairs, 50);
+        EXPECT_NE(bwd.fnv1a64, fwd.fnv1a64);
+    }
+}
+
+TEST(RunConfig, FingerprintRoundTripsAndOlderFilesHaveNone) {
+    auto c = train::preset_config("demo");
+    c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;
+    nlohmann::json j = train::to_json(c);
+    EXPECT_FALSE(j["data"].contains("fingerprint"));  // none known: none written
+    EXPECT_FALSE(train::run_config_from_json(j).data.fingerprint.known());
+    c.data.fingerprint = {40594, 0x00ff00ff00ff00ffULL};
+    j = train::to_json(c);
+    EXPECT_EQ(j["data"]["fingerprint"]["pairs"], 40594);
+    EXPECT_EQ(j["data"]["fingerprint"]["fnv1a64"], "00ff00ff00ff00ff");
+    const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
+    EXPECT_EQ(r.data.fingerprint.pairs, 40594);
+    EXPECT_EQ(r.data.fingerprint.fnv1a64, 0x00ff00ff00ff00ffULL);
+    auto bad = j;
+    bad["data"]["fingerprint"]["fnv1a64"] = "xyz";
+    EXPECT_TRUE(has(error_of([&] { train::run_config_from_json(bad); }), "'data.fingerprint.fnv1a64'"));
+    bad = j;
+    bad["data"]["fingerprint"]["pairs"] = 0;
+    EXPECT_TRUE(has(error_of([&] { train::run_config_from_json(bad); }), "'data.fingerprint.pairs' is 0"));
+    bad = j;
+    bad["data"]["fingerprint"] = 5;
+    EXPECT_TRUE(has(error_of([&] { train::run_config_from_json(bad); }), "'data.fingerprint' must be an object"));
+}
+
+TEST(ModelDir, OtherDataThanTheRecordedFingerprintIsRefusedNamingFileFolderAndDifference) {
+    auto cfg = train::preset_config("demo");
+    train::TranslationData d;
+    d.origin = "/data/other.txt";
+    d.fingerprint = {100, 0x1234};
+    // an older config.json: no fingerprint, no check
+    EXPECT_FALSE(train::check_data_fingerprint("runs/m", cfg, d));
+    cfg.data.fingerprint = {100, 0x1234};
+    EXPECT_TRUE(train::check_data_fingerprint("runs/m", cfg, d));
+    cfg.data.fingerprint = {90, 0x1234};
+    std::string e = error_of([&] { train::check_data_fingerprint("runs/m", cfg, d); });
+    for (const char* part : {"'/data/other.txt'", "'runs/m'", "gives 100 pairs", "records 90", "--data"})
+        EXPECT_TRUE(has(e, part)) << part << " not in: " << e;
+    cfg.data.fingerprint = {100, 0x4321};
+    e = error_of([&] { train::check_data_fingerprint("runs/m", cfg, d); });
+    for (const char* part : {"'/data/other.txt'", "'runs/m'", "same number of pairs (100)", "contents or order",
+                             "0000000000001234", "0000000000004321", "held-out"})
+        EXPECT_TRUE(has(e, part)) << part << " not in: " << e;
 }
 
 }  // namespace

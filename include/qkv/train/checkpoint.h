@@ -44,6 +44,11 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 /// not a qkv checkpoint, has another version, or does not fit the model.
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt);
 
+/// The progress saved in a checkpoint (epoch, batch, step, ...), without loading its tensors (the
+/// file is validated and checksummed as load_checkpoint does). Throws qkv::Error like
+/// load_checkpoint.
+TrainingProgress read_checkpoint_progress(const std::string& path);
+
 /// Metadata of a checkpoint or model file (validated and checksummed as load_checkpoint does).
 std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
 

@@ -65,6 +65,16 @@ RunConfig load_model_dir_config(const std::string& dir);
 /// (noted on stderr). Throws qkv::Error when neither exists, naming config.json, the path tried,
 /// --data and QKV_DATA.
 DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag);
+/// Compares the data just loaded for the model folder `dir` (eval, resume) with the fingerprint
+/// its config.json `cfg` recorded at training time (translation_data.h DataFingerprint). Returns
+/// true when they match, false when config.json records none (a folder of an older build: no
+/// check). Throws qkv::Error when they differ, naming the data file (d.origin), the folder and
+/// what differs: "the data file 'F' is not the data the model in 'DIR' was trained on: it gives
+/// 41000 pairs (after config.json's filters), DIR/config.json records 40594 (data.fingerprint)",
+/// or, for the same count, that the pairs' contents or order differ (the two hashes), which would
+/// give another split (training pairs in the held-out set).
+bool check_data_fingerprint(const std::string& dir, const RunConfig& cfg, const TranslationData& d);
+
 /// src_vocab.txt and tgt_vocab.txt of a model folder.
 std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir);
 

@@ -57,6 +57,8 @@ std::vector<std::string> preset_names();
 RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
 
 /// config.json: {"preset", "data": {...}, "model": {...}, "train": {...}, "decode": {...}}.
+/// "data.fingerprint" ({"pairs": N, "fnv1a64": "16 hex digits"}, translation_data.h
+/// DataFingerprint) is written when known; run_config_from_json leaves it unknown when absent.
 nlohmann::json to_json(const RunConfig& c);
 /// Reads to_json's form. Missing keys keep their defaults (older files), except the ones that
 /// fix the parameter shapes: "model" with its vocabulary sizes and widths (transformer:

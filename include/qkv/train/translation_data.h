@@ -24,6 +24,26 @@ enum class DataPipeline {
     anchor,
 };
 
+/// What a run's data was, recorded in config.json ("data.fingerprint") at training time and
+/// checked by `qkv eval` and `qkv train --resume` (model_dir.h check_data_fingerprint): the number
+/// of pairs after the filters (max_src_tokens, max_tgt_tokens, max_pairs; for d2l_en the lines
+/// read) and the 64-bit FNV-1a hash over those pairs in file order, each as its raw source text,
+/// a tab, its raw target text and a newline. The split is a seeded shuffle of the pair indices,
+/// so equal fingerprints give the same train / valid / test split; a reordered or edited file
+/// (or other filters) gives another one. One pass over the pair bytes (~10 MB for the full data).
+struct DataFingerprint {
+    int64_t pairs = 0;             // 0: not recorded (config.json of an older build)
+    uint64_t fnv1a64 = 0;
+    bool known() const { return pairs > 0; }
+    bool operator==(const DataFingerprint& o) const { return pairs == o.pairs && fnv1a64 == o.fnv1a64; }
+};
+
+/// The fingerprint of parallel sentences (src[i], tgt[i]) in order (DataFingerprint). Throws
+/// qkv::Error when the sizes differ.
+DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt);
+/// 16 lowercase hex digits, config.json's form of DataFingerprint::fnv1a64.
+std::string fingerprint_hex(uint64_t h);
+
 struct DataConfig {
     std::string path;                 // fra-eng.zip, fra.txt or a folder; "" = QKV_DATA or default
     DataPipeline pipeline = DataPipeline::anchor;
@@ -48,6 +68,9 @@ struct DataConfig {
     // d2l_en pipeline
     int64_t d2l_num_train = 512;
     int64_t d2l_num_val = 128;
+    // The data the run was trained on (config.json data.fingerprint); not an input of
+    // load_translation_data, which computes TranslationData::fingerprint.
+    DataFingerprint fingerprint;
 };
 
 /// The SentencePiece models of a subword run (both null for words; the same pointer twice when
@@ -62,6 +85,7 @@ struct TranslationData {
     std::string summary;              // "...: 167130 pairs from 167130 lines; ..." (+ filters)
     int64_t malformed = 0;            // malformed lines skipped
     int64_t pairs = 0;                // pairs used (after filters), train + valid + test
+    DataFingerprint fingerprint;      // of the pairs used (after filters), in file order
     data::Vocab src_vocab, tgt_vocab;  // pieces when subwords.active()
     SubwordModels subwords;
     data::NmtArrays train, valid, test;
