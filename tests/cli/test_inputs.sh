@@ -5,22 +5,8 @@
 # info running the loader's checks (a folder without weights, a damaged vocabulary),
 # heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
+source "$(dirname "$0")/lib.sh" "$1"
 unset QKV_DATA QKV_KERNELS
-fail() { echo "FAIL: $*" >&2; exit 1; }
-run_rc() {
-  local want=$1; shift
-  set +e
-  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
-  set -e
-  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
-}
-err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
 
 # ---- commands and environment
 run_rc 2 bogus;                         err_has "qkv: error: unknown command 'bogus'" "translate"

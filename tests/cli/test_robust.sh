@@ -6,24 +6,7 @@
 # lines, over-long sentences), --file with sentences, heatmap --out folders, config.json type and
 # range errors and a missing model.safetensors; every error starts with "qkv: error:".
 # Usage: test_robust.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# run_rc WANT ARGS...: runs qkv, output in $T/out (stdout) and $T/err (stderr), checks the exit code.
-run_rc() {
-  local want=$1; shift
-  set +e
-  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
-  set -e
-  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
-}
-# err_has TEXT...: every TEXT is in $T/err (fixed strings).
-err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
+source "$(dirname "$0")/lib.sh" "$1"
 no_long_numbers() { ! grep -Eq '[0-9]{16}' "$1" || { grep -E '[0-9]{16}' "$1" | head -3; fail "$1: a 16+ digit number"; }; }
 
 # ---- numeric options: the flag and the allowed range in readable numbers (usage errors, exit 2)
@@ -61,16 +44,7 @@ run_rc 2 info "$T" --threads 2000;        err_has "--threads: 2000 is out of ran
 run_rc 2 translate --threads -1 "go .";   err_has "--threads: -1 is out of range"
 
 # ---- a tiny model, trained with a relative data path ('none': no time budget, the later --threads wins)
-for i in $(seq 1 60); do
-  case $((i % 6)) in
-    0) echo -e "Go.\tVa !" ;;
-    1) echo -e "I lost.\tJ'ai perdu." ;;
-    2) echo -e "He's calm.\tIl est calme." ;;
-    3) echo -e "I'm home.\tJe suis chez moi." ;;
-    4) echo -e "We won.\tNous avons gagné." ;;
-    5) echo -e "Thank you.\tMerci." ;;
-  esac
-done > "$T/fra.txt"
+six_pairs > "$T/fra.txt"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
 cd "$T"
 run_rc 0 --threads 2 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none "${small[@]}" --threads 1

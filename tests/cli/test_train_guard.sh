@@ -12,34 +12,10 @@
 #     exit 0, nothing written;
 #  5. train --out / nw --out naming a file (or a path under one) fail up front (exit 2).
 # Usage: test_train_guard.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
-fail() { echo "FAIL: $*" >&2; exit 1; }
-run_rc() {  # run_rc WANT ARGS...: stdout in $T/out, stderr in $T/err, checks the exit code
-  local want=$1; shift
-  set +e
-  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
-  set -e
-  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
-}
-err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
-out_has() { for s in "$@"; do grep -qF -- "$s" "$T/out" || { cat "$T/out"; fail "stdout lacks '$s'"; }; done; }
+source "$(dirname "$0")/lib.sh" "$1"
 sums() { (cd "$1" && md5sum config.json src_vocab.txt tgt_vocab.txt model.safetensors checkpoint.safetensors metrics.jsonl); }
 
-for i in $(seq 1 60); do
-  case $((i % 6)) in
-    0) echo -e "Go.\tVa !" ;;
-    1) echo -e "I lost.\tJ'ai perdu." ;;
-    2) echo -e "He's calm.\tIl est calme." ;;
-    3) echo -e "I'm home.\tJe suis chez moi." ;;
-    4) echo -e "We won.\tNous avons gagné." ;;
-    5) echo -e "Thank you.\tMerci." ;;
-  esac
-done > "$T/fra.txt"
+six_pairs > "$T/fra.txt"
 tac "$T/fra.txt" > "$T/rev.txt"          # the same 60 pairs in another order: another split
 head -n 54 "$T/fra.txt" > "$T/short.txt"  # fewer pairs
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6

@@ -1,0 +1,34 @@
+# Shared by the tests/cli/test_*.sh scripts: `source "$(dirname "$0")/lib.sh" "$1"` sets QKV (an
+# absolute path to the qkv binary), a temporary folder T removed on exit, passive OpenMP waiting,
+# and the helpers below.
+set -euo pipefail
+QKV="$1"
+case "$QKV" in /*) ;; *) QKV="$PWD/$QKV" ;; esac
+T="$(mktemp -d)"
+trap 'rm -rf "$T"' EXIT
+export OMP_WAIT_POLICY=passive
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# run_rc WANT ARGS...: runs qkv, stdout in $T/out, stderr in $T/err, checks the exit code.
+run_rc() {
+  local want=$1; shift
+  set +e
+  "$QKV" "$@" > "$T/out" 2> "$T/err"; local rc=$?
+  set -e
+  [ "$rc" = "$want" ] || { cat "$T/err"; fail "'qkv $*': exit $rc, want $want"; }
+}
+# err_has / out_has TEXT...: every TEXT is in $T/err / $T/out (fixed strings).
+err_has() { for s in "$@"; do grep -qF -- "$s" "$T/err" || { cat "$T/err"; fail "stderr lacks '$s'"; }; done; }
+out_has() { for s in "$@"; do grep -qF -- "$s" "$T/out" || { cat "$T/out"; fail "stdout lacks '$s'"; }; done; }
+# six_pairs: 60 lines of six English–French pairs in the fra.txt format, on stdout.
+six_pairs() {
+  for i in $(seq 1 60); do
+    case $((i % 6)) in
+      0) echo -e "Go.\tVa !" ;;
+      1) echo -e "I lost.\tJ'ai perdu." ;;
+      2) echo -e "He's calm.\tIl est calme." ;;
+      3) echo -e "I'm home.\tJe suis chez moi." ;;
+      4) echo -e "We won.\tNous avons gagné." ;;
+      5) echo -e "Thank you.\tMerci." ;;
+    esac
+  done
+}
