@@ -10,9 +10,13 @@ hugetlb malloc), as /work/shared/bench/README.md prescribes; nothing else in the
 Usage: attn_side_by_side.py [--bench build/bench/bench_attention] [--anchor .../attn_bench.py]
                             [--threads 2] [--reps 3] [--shapes 8,8,128,64 ...]
                             [--torch-blas-dir /usr/lib/x86_64-linux-gnu/openblas-pthread]
+                            [--torch-coretype Cooperlake]
 --torch-blas-dir prepends a directory holding libblas.so.3 to PyTorch's LD_LIBRARY_PATH (for the
 anchor command only): Debian's torch calls whatever libblas.so.3 the system alternative selects,
 and the netlib reference BLAS makes its matmuls ~1 GFLOP/s.
+--torch-coretype sets OPENBLAS_CORETYPE for the PyTorch command only, where OpenBLAS 0.3.21
+misdetects the CPU: on the Intel Xeon (family 6, model 207) of session 5 it picked a kernel that
+ran 2048^3 sgemm at 55 GFLOP/s on 2 threads, against 265 with Cooperlake (bench/RESULTS_avx512.md).
 
 --cpu-time: for a machine shared with other jobs. Runs attn_bench.py's own cases (make_case,
 imported) and `bench_attention --probe` on the same work and rates both by the process CPU time
@@ -30,12 +34,14 @@ CASES = [("math", "fwd", "BM_attention_flash_fwd", 3.0),
          ("causal", "fwdbwd", "BM_attention_flash_causal_fwdbwd", None)]
 
 
-def run_anchor(python, anchor, threads, reps, shapes, blas_dir):
+def run_anchor(python, anchor, threads, reps, shapes, blas_dir, coretype=""):
     env = dict(os.environ)
     if blas_dir:
         env["LD_LIBRARY_PATH"] = blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     env["PYENV_VERSION"] = "system"
     env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
     cmd = [python, anchor, "--threads", str(threads), "--reps", str(reps), "--modes", "math",
@@ -98,6 +104,8 @@ def cpu_time_table(a):
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
+    if a.torch_coretype:
+        env["OPENBLAS_CORETYPE"] = a.torch_coretype
     env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
     if a.torch_blas_dir:
         env["LD_LIBRARY_PATH"] = a.torch_blas_dir
@@ -141,15 +149,17 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--shapes", nargs="*", default=SHAPES)
     ap.add_argument("--torch-blas-dir", default="")
+    ap.add_argument("--torch-coretype", default="", help="OPENBLAS_CORETYPE for the PyTorch command only")
     # Debian's python3 (with python3-torch); a pyenv python would put its own bin first on PATH.
     ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3")
     ap.add_argument("--cpu-time", action="store_true")
     a = ap.parse_args()
     if a.cpu_time:
         return cpu_time_table(a)
-    anchor_out, torch = run_anchor(a.python, a.anchor, a.threads, a.reps, a.shapes, a.torch_blas_dir)
+    anchor_out, torch = run_anchor(a.python, a.anchor, a.threads, a.reps, a.shapes, a.torch_blas_dir, a.torch_coretype)
     ctx, qkv = run_qkv(a.bench, a.threads, a.reps, a.shapes)
-    print(anchor_out.splitlines()[0] + (" (libblas.so.3 from %s)" % a.torch_blas_dir if a.torch_blas_dir else ""))
+    print(anchor_out.splitlines()[0] + (" (libblas.so.3 from %s)" % a.torch_blas_dir if a.torch_blas_dir else "")
+          + (" OPENBLAS_CORETYPE=%s" % a.torch_coretype if a.torch_coretype else ""))
     print("qkv bench_attention: %s, %d threads, %d repetitions (medians)" % (ctx.get("host_name", "?"), a.threads, a.reps))
     print()
     print("| B,H,N,d | pass | PyTorch math GFLOP/s | qkv flash GFLOP/s | ratio | issue target |")

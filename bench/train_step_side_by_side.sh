@@ -8,6 +8,8 @@
 # system libblas is netlib reference BLAS. QKV_TORCH_BLAS_DIR names the directory holding that
 # OpenBLAS (default: /tmp/oblas/root/usr/lib/x86_64-linux-gnu/openblas-pthread, an unpacked
 # libopenblas0-pthread .deb); set it empty to use the system BLAS.
+# QKV_TORCH_CORETYPE sets OPENBLAS_CORETYPE for the PyTorch command only, for CPUs that OpenBLAS
+# 0.3.21 misdetects (session 5's Intel Xeon model 207: set it to Cooperlake; bench/RESULTS_avx512.md).
 # QKV_FULL_MODEL=1 also times qkv with --full-model (blocks on every position, pads included).
 set -euo pipefail
 BUILD="${1:-build}"
@@ -25,6 +27,7 @@ for v in "194 214" "10000 10000"; do
   echo "-- PyTorch, src/tgt vocab $1/$2"
   PYENV_VERSION=system OMP_WAIT_POLICY=passive LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \
+    ${QKV_TORCH_CORETYPE:+OPENBLAS_CORETYPE=$QKV_TORCH_CORETYPE} \
     python3 "$PYBENCH" --threads "$THREADS" --src-vocab "$1" --tgt-vocab "$2" | grep -E "RESULT|torch"
 done
 echo "-- qkv (bench_train_step; ms/step = wall time per step, positions/s = B*T per second)"

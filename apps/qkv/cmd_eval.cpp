@@ -23,7 +23,7 @@ namespace {
 
 struct EvalArgs {
     std::string model = "runs/qkv", data, hyp_out, json_out;
-    int64_t beam = 0, max_len = 0, limit = 0, batch = 250, show = 10;
+    int64_t beam = 0, max_len = 0, limit = 0, batch = 500, show = 10;
     double length_penalty = -1;
     bool pe_quirk = false, no_progress = false, no_unk = false;
 };
@@ -137,7 +137,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_option("--limit", a->limit, "score only the first N held-out pairs")
         ->check(int_range(1, 1000000000));
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(int_range(1, 100000));
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch (default 500)")->check(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
         ->check(int_range(0, 1000000000));
     c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line");

@@ -21,7 +21,7 @@ struct TranslateArgs {
     std::string model = "runs/qkv";
     std::vector<std::string> sentences;
     std::string file;
-    int64_t beam = 0, max_len = 0, batch = 250;
+    int64_t beam = 0, max_len = 0, batch = 500;
     double length_penalty = -1;
     bool show_source = false, pe_quirk = false, no_unk = false;
 };
@@ -127,7 +127,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
         ->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch")->check(int_range(1, 100000));
+    c->add_option("--batch-size", a->batch, "sentences per decoder batch (default 500)")->check(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");

@@ -30,9 +30,10 @@ Registration::Registration(Registrar r) { registry().push_back(r); }
 int main(int argc, char** argv) {
     // OpenMP threads that spin at barriers starve each other when the cores are shared (another
     // process, ctest -j): a training step measured 2.8 s instead of 0.6 s. libgomp reads its
-    // settings before main runs, so when the user has not chosen a policy we set a passive one
-    // and re-execute ourselves once.
-    if (!std::getenv("OMP_WAIT_POLICY")) {
+    // settings before main runs, so when the user has chosen neither a policy nor a spin count we
+    // set a passive policy and re-execute ourselves once. On a quiet machine a short spin is faster
+    // (GOMP_SPINCOUNT=10000: Bahdanau step 75-87 ms instead of 113-139 ms, bench/RESULTS_avx512.md).
+    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
     }

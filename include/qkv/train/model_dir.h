@@ -92,7 +92,7 @@ struct TranslateOptions {
     int64_t max_len = 20;
     int64_t beam = 1;              // 1: greedy (cached)
     double length_penalty = 0.6;
-    int64_t batch_size = 250;      // sentences per decoder batch
+    int64_t batch_size = 500;      // sentences per decoder batch (500: bench/RESULTS_avx512.md §3)
     bool progress = false;         // progress bar on stderr
     bool no_unk = false;           // never emit <unk> (the best known word instead)
 };
