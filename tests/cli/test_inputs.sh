@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Inputs a fresh user gets wrong, checked before any work is done: translate --file naming a
 # folder or a missing file, a UTF-8 byte-order mark on the first line, a NUL byte in the training
-# data or in translate's input, eval's output files in a missing folder, --model naming a file,
-# QKV_DATA for eval when config.json's data path is gone, info running the loader's checks (a
-# folder without weights, a damaged vocabulary), heatmap images too large to draw (nothing
-# written), QKV_KERNELS misspelt, an unknown command.
+# data or in translate's input, a truncated model.safetensors (its path named once), eval's output
+# files in a missing folder, --model naming a file, QKV_DATA for eval when config.json's data path
+# is gone, info running the loader's checks (a folder without weights, a damaged vocabulary),
+# heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 unset QKV_DATA QKV_KERNELS
@@ -70,6 +70,12 @@ for src in "-f nul.txt" "-f -"; do
   [ "$(sed -n 1p "$T/out")" = "$(sed -n 2p plain.out)" ] && [ "$(sed -n 3p "$T/out")" = "$(sed -n 1p plain.out)" ] ||
     fail "NUL line ($src): the other lines' translations changed"
 done
+
+# ---- a damaged model.safetensors: the error names the file once
+cp -r run run_cut && head -c 100 run/model.safetensors > run_cut/model.safetensors
+run_rc 1 translate --model run_cut "go ."
+err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
+[ "$(grep -o "model.safetensors" "$T/err" | wc -l)" = 1 ] || { cat "$T/err"; fail "the path is not named once"; }
 
 # ---- --model naming a file
 run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file, not a model folder"
