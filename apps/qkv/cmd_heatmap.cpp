@@ -188,9 +188,9 @@ void run(HeatmapArgs a) {
     // Every image is sized before any is written, so a too-large one leaves no partial output.
     for (const auto* grid : {&enc, &self, &cross}) {
         const auto [w, h] = grid->canvas_size();
-        QKV_CHECK(w <= 20000 && h <= 20000, "heatmap: the ", grid->title, " image would be ", w, "x", h,
-                  " px (at most 20000 each way) for ", steps, " decoded tokens and ", Ts,
-                  " source tokens: use a shorter sentence or a smaller --max-len");
+        QKV_CHECK(w <= util::kMaxCanvasPx && h <= util::kMaxCanvasPx, "heatmap: the ", grid->title,
+                  " image would be ", w, "x", h, " px (at most ", util::kMaxCanvasPx, " each way) for ", steps,
+                  " decoded tokens and ", Ts, " source tokens: use a shorter sentence or a smaller --max-len");
     }
     enc.save(a.out + "-encoder" + ext);
     self.save(a.out + "-decoder-self" + ext);

@@ -154,6 +154,9 @@ void run_nw(const NwArgs& a) {
         lp.add(s);
         save_both(lp, out + "loss");
         std::printf(", %sloss.png and .svg, %shistory.csv", out.c_str(), out.c_str());
+    } else {
+        // No training, no loss curve: an earlier run's in the same folder would pass for this one's.
+        for (const char* f : {"loss.png", "loss.svg", "history.csv"}) std::filesystem::remove(out + f);
     }
     std::printf("\n");
 }
@@ -170,8 +173,11 @@ Registration reg([](CLI::App& app) {
     auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
                                                       "(default: 150, or 50 with --preset zh)")
                   ->check(int_range(2, kMaxTrainPoints));
-    auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh)")
-        ->check(int_range(0, 1000000));
+    // 0 epochs would only plot the initial w, with no loss curve or history: that untrained kernel
+    // is --kernel-width 1/w (the seed's w0 = 1: sigma 1), so 0 is a usage error.
+    auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh; "
+                                                     "no training: --kernel-width)")
+        ->check(int_range(1, 1000000));
     auto* lr = sc->add_option("--lr", a->lr, "SGD learning rate")
                    ->check(real_range(0, 1000, /*lo_open=*/true))
                    ->capture_default_str();
@@ -181,7 +187,9 @@ Registration reg([](CLI::App& app) {
                                       "generated data")
         ->check(CLI::ExistingFile)
         ->excludes(n);
-    sc->add_option("--out", a->out, "output folder for plots and history.csv")->capture_default_str();
+    sc->add_option("--out", a->out, "output folder for plots and history.csv (a --kernel-width run removes "
+                                    "an earlier run's loss plot and history.csv)")
+        ->capture_default_str();
     sc->add_option("--kernel-width", a->kernel_width, "non-parametric Gaussian kernel of this "
                                                       "width sigma: exp(-(q-k)^2 / (2 sigma^2)); "
                                                       "no training")

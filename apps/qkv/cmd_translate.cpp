@@ -1,5 +1,6 @@
 // `qkv translate`: English -> French with a trained model folder; sentences from the command
 // line, a file, or stdin (one per line); one translation per output line.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -71,16 +72,18 @@ void run(const TranslateArgs& a) {
         }
         QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
     }
-    // One output line per input line: a line that cannot be translated (invalid UTF-8) or has
-    // nothing to translate gives an empty output line and a note on stderr.
+    // One output line per input line: a line that cannot be translated (invalid UTF-8, or a NUL
+    // byte, which would silently become <unk>) or has nothing to translate gives an empty output
+    // line and a note on stderr.
     std::vector<std::vector<std::string>> src;
     std::vector<size_t> row_of;  // input line -> row of src, or npos
     int64_t invalid = 0;
     for (size_t i = 0; i < lines.size(); ++i) {
         const size_t bad = data::invalid_utf8_offset(lines[i]);
-        if (bad != std::string::npos) {
-            std::fprintf(stderr, "qkv translate: %s %zu: invalid UTF-8 (byte offset %zu); output left empty\n",
-                         unit, i + 1, bad);
+        const size_t nul = lines[i].find('\0');
+        if (bad != std::string::npos || nul != std::string::npos) {
+            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
+                         i + 1, bad <= nul ? "invalid UTF-8" : "NUL byte", std::min(bad, nul));
             ++invalid;
             row_of.push_back(std::string::npos);
             continue;
@@ -113,7 +116,8 @@ void run(const TranslateArgs& a) {
     }
     std::fflush(stdout);
     QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,
-              lines.size() == 1 ? "" : "s", " not translated (invalid UTF-8; their output lines are empty)");
+              lines.size() == 1 ? "" : "s",
+              " not translated (invalid UTF-8 or a NUL byte; their output lines are empty)");
 }
 
 Registration reg([](CLI::App& app) {

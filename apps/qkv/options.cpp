@@ -98,14 +98,21 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
     const int64_t steps = m.config.data.num_steps;
     const bool pieces   = m.subwords.active();
-    const auto n        = int64_t(pieces ? train::source_units(m, {tokens})[0].size() : tokens.size());
+    const auto words    = int64_t(tokens.size());
+    // A subword model encodes the first source_word_limit words only (train/model_dir.h): past
+    // them each word counts as the one piece it gives at least, so n is then a lower bound.
+    const int64_t limit = pieces ? train::source_word_limit(m) : words;
+    const bool bound    = words > limit;
+    int64_t n           = pieces ? int64_t(train::source_units(m, {tokens})[0].size()) : words;
+    if (bound) n += words - limit;
     if (n < steps) return;
     const char* unit = pieces ? "pieces" : "tokens";
-    std::string has = std::to_string(n) + " source " + unit;
-    if (pieces) has += " (" + std::to_string(tokens.size()) + (tokens.size() == 1 ? " word)" : " words)");
+    const std::string at_least = bound ? "at least " : "";
+    std::string has = at_least + std::to_string(n) + " source " + unit;
+    if (pieces) has += " (" + std::to_string(words) + (words == 1 ? " word)" : " words)");
     const std::string dropped = n == steps ? "keeps all " + std::to_string(n) + " and drops <eos>"
-                                           : "keeps the first " + std::to_string(steps) + " and drops the last " +
-                                                 std::to_string(n - steps) + " and <eos>";
+                                           : "keeps the first " + std::to_string(steps) + " and drops " + at_least +
+                                                 "the last " + std::to_string(n - steps) + " and <eos>";
     std::fprintf(stderr, "%s: warning: %s has %s; the model reads %lld positions (%lld %s + <eos>), so it %s\n",
                  prefix.c_str(), what.c_str(), has.c_str(), (long long)steps, (long long)(steps - 1), unit,
                  dropped.c_str());

@@ -44,8 +44,10 @@ void check_out_folder(const std::string& flag, const std::string& path);
 /// Units are the model's source units: words, or SentencePiece pieces for a subword model. Prints
 /// e.g. "qkv translate: warning: line 3 has 25 source tokens; the model reads 20 positions
 /// (19 tokens + <eos>), so it keeps the first 20 and drops the last 5 and <eos>" (a subword model:
-/// "25 source pieces (12 words) ... (19 pieces + <eos>)"). `prefix` is "qkv translate", `what`
-/// names the input ("line 3", "the sentence").
+/// "25 source pieces (12 words) ... (19 pieces + <eos>)"; a sentence longer than
+/// train::source_word_limit words, whose words past the limit are not encoded, "has at least 200060
+/// source pieces (200000 words) ... drops at least the last 200040 and <eos>", counting one piece per
+/// word not encoded). `prefix` is "qkv translate", `what` names the input ("line 3", "the sentence").
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
                        const std::vector<std::string>& tokens);
 

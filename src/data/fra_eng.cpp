@@ -173,6 +173,8 @@ ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& op
         if (reason.empty()) {
             if (!is_valid_utf8(line))
                 reason = "invalid UTF-8";
+            else if (const size_t nul = line.find('\0'); nul != std::string_view::npos)
+                reason = detail::str("NUL byte (byte offset ", nul, ")");  // tokenised, it is <unk>
             else if (is_blank(en))
                 reason = "empty English side";
             else if (is_blank(fr))

@@ -50,11 +50,11 @@ std::string shape_text(const std::vector<int64_t>& s) { return detail::str(s); }
 
 std::vector<uint8_t> read_all(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    QKV_CHECK(fd >= 0, "safetensors: cannot open '", path, "': ", std::strerror(errno));
+    if (fd < 0) throw SafeTensorsError(path, detail::str("cannot open: ", std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw Error(detail::str("safetensors: '", path, "' is not a regular file"));
+        throw SafeTensorsError(path, "not a regular file");
     }
     std::vector<uint8_t> buf(size_t(st.st_size));
     size_t got = 0;
@@ -64,9 +64,8 @@ std::vector<uint8_t> read_all(const std::string& path) {
         if (r <= 0) {
             const int err = r < 0 ? errno : 0;
             ::close(fd);
-            throw Error(detail::str("safetensors: reading '", path, "' failed after ", got,
-                                    " of ", buf.size(), " bytes",
-                                    err ? std::string(": ") + std::strerror(err) : ""));
+            throw SafeTensorsError(path, detail::str("reading failed after ", got, " of ", buf.size(), " bytes",
+                                                     err ? std::string(": ") + std::strerror(err) : ""));
         }
         got += size_t(r);
     }
@@ -75,6 +74,9 @@ std::vector<uint8_t> read_all(const std::string& path) {
 }
 
 }  // namespace
+
+SafeTensorsError::SafeTensorsError(const std::string& path, const std::string& problem)
+    : Error("safetensors: '" + path + "': " + problem), path_(path), problem_(problem) {}
 
 int64_t SafeTensorInfo::numel() const {
     int64_t n = 1;
@@ -102,10 +104,7 @@ SafeTensorsFile SafeTensorsFile::from_bytes(std::vector<uint8_t> bytes, const st
 }
 
 void SafeTensorsFile::parse() {
-    const std::string where = "safetensors: '" + path_ + "': ";
-    auto fail = [&](const auto&... parts) -> void {
-        throw Error(where + detail::str(parts...));
-    };
+    auto fail = [&](const auto&... parts) -> void { throw SafeTensorsError(path_, detail::str(parts...)); };
     if (buf_.size() < 8) fail("file is ", buf_.size(), " bytes, shorter than the 8-byte header length");
     uint64_t n = 0;
     std::memcpy(&n, buf_.data(), 8);  // little-endian host (static_assert above)
@@ -239,8 +238,8 @@ const SafeTensorInfo& SafeTensorsFile::info(const std::string& name) const {
         for (size_t i = 0; i < entries_.size() && i < 5; ++i)
             some += (i ? ", " : "") + entries_[i].name;
         if (entries_.size() > 5) some += ", ...";
-        throw Error(detail::str("safetensors: '", path_, "': no tensor named '", name, "' (has ",
-                                entries_.size(), ": ", some, ")"));
+        throw SafeTensorsError(path_,
+                               detail::str("no tensor named '", name, "' (has ", entries_.size(), ": ", some, ")"));
     }
     return entries_[it->second];
 }

@@ -1,5 +1,5 @@
 // EncoderDecoder's defaults: forward_hidden_rows (the full teacher-forced pass, then the rows) and
-// greedy_next (the logits, then the first allowed maximum per row).
+// greedy_next (the logits, then argmax_allowed: the first allowed maximum per row).
 #include "qkv/models/encoder_decoder.h"
 
 #include <vector>
@@ -39,23 +39,10 @@ Tensor EncoderDecoder::greedy_next(const Tensor& hidden, const std::vector<char>
     NoGradGuard ng;
     const Tensor logits = output_logits(hidden);  // (B, V)
     QKV_CHECK(logits.dim() == 2, "greedy_next: hidden must be (B, C), got ", hidden.shape());
-    const int64_t B = logits.size(0), V = logits.size(1);
+    const int64_t V = logits.size(1);
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == V, "greedy_next: banned has ",
               banned.size(), " flags, expected 0 or V = ", V);
-    if (banned.empty()) return argmax(logits, 1);
-    const std::vector<double> lv = logits.to(DType::f64).contiguous().to_vector<double>();
-    std::vector<int64_t> next(size_t(B), -1);
-    for (int64_t b = 0; b < B; ++b) {  // argmax's rule: NaN first, then larger, ties to the lower id
-        const double* row = lv.data() + b * V;
-        int64_t best = -1;
-        for (int64_t v = 0; v < V; ++v) {
-            if (banned[size_t(v)]) continue;
-            const double x = row[v], y = best < 0 ? 0.0 : row[best];
-            if (best < 0 || (x != x && y == y) || x > y) best = v;
-        }
-        next[size_t(b)] = best;
-    }
-    return from_vector(next, {B});
+    return argmax_allowed(logits, banned);  // linear_argmax's rule, on the logits
 }
 
 }  // namespace qkv::models

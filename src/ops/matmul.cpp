@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/ref/matmul.h"
+#include "ops/argmax_rule.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
@@ -211,35 +212,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 namespace {
 
-// Is logit v at id i a better argmax than (best, bi)? argmax's order: NaN above everything, then
-// larger values, ties to the smaller id. bi < 0 means "nothing yet".
-template <class T>
-inline bool argmax_better(T v, int64_t i, T best, int64_t bi) {
-    if (bi < 0) return true;
-    const bool vn = v != v, bn = best != best;
-    if (vn || bn) return vn && (!bn || i < bi);
-    return v > best || (v == best && i < bi);
-}
-
-// Reference: the full logits, then a scan per row.
-template <class T>
+// Reference: the full logits, then argmax_allowed (argmax's rule without the banned ids).
 std::vector<int64_t> linear_argmax_ref(const Tensor& x2, const Tensor& weight, const Tensor& bias,
                                        const std::vector<char>& banned) {
-    const Tensor y = linear(x2, weight, bias).contiguous();
-    const int64_t rows = y.size(0), n = y.size(1);
-    const T* py = ptr<T>(y);
-    std::vector<int64_t> out(size_t(rows), -1);
-    for (int64_t r = 0; r < rows; ++r) {
-        T best = T(0);
-        int64_t bi = -1;
-        for (int64_t j = 0; j < n; ++j) {
-            if (!banned.empty() && banned[size_t(j)]) continue;
-            const T v = py[r * n + j];
-            if (argmax_better(v, j, best, bi)) best = v, bi = j;
-        }
-        out[size_t(r)] = bi;
-    }
-    return out;
+    return argmax_allowed(linear(x2, weight, bias), banned).to_vector<int64_t>();
 }
 
 // Fast f32 path: column blocks of Nc output ids; each block's (rows, Nc) logits are written by
@@ -302,7 +278,7 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
                 if (pban || nan || m == -std::numeric_limits<float>::infinity()) {
                     for (int64_t j = 0; j < nc; ++j) {
                         if (pban && pban[j0 + j]) continue;
-                        if (argmax_better(row[j], j0 + j, best, bj)) best = row[j], bj = j0 + j;
+                        if (detail::argmax_better(row[j], j0 + j, best, bj)) best = row[j], bj = j0 + j;
                     }
                 } else if (bj < 0 || m > best) {  // ties keep the earlier block's id
                     int64_t j = 0;
@@ -321,7 +297,7 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
         for (int t = 0; t < nt; ++t) {
             const int64_t i = bi[size_t(t) * size_t(M) + size_t(r)];
             const float v = bv[size_t(t) * size_t(M) + size_t(r)];
-            if (i >= 0 && argmax_better(v, i, best, bj)) best = v, bj = i;
+            if (i >= 0 && detail::argmax_better(v, i, best, bj)) best = v, bj = i;
         }
         out[size_t(r)] = bj;
     }
@@ -345,20 +321,18 @@ Tensor linear_argmax(const Tensor& x, const Tensor& weight, const Tensor& bias,
               "linear_argmax: dtypes differ: x ", dtype_name(x.dtype()), ", weight ",
               dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
               bias.defined() ? dtype_name(bias.dtype()) : "");
+    QKV_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, "linear_argmax: expected a float tensor, got ",
+              dtype_name(x.dtype()));
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == outf, "linear_argmax: banned has ",
               banned.size(), " flags, expected 0 or out_features = ", outf);
     NoGradGuard ng;
     const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
     const Tensor x2 = x.detach().contiguous().reshape({rows, in});
     std::vector<int64_t> idx;
-    if (x.dtype() == DType::f32 && kernel_mode() == KernelMode::fast && rows > 0 && in > 0) {
+    if (x.dtype() == DType::f32 && kernel_mode() == KernelMode::fast && rows > 0 && in > 0)
         idx = linear_argmax_f32(x2, weight.detach(), bias.defined() ? bias.detach() : Tensor(), banned);
-    } else {
-        QKV_DISPATCH_FLOAT(x.dtype(), "linear_argmax",
-                           idx = linear_argmax_ref<scalar_t>(x2, weight.detach(),
-                                                             bias.defined() ? bias.detach() : Tensor(),
-                                                             banned));
-    }
+    else
+        idx = linear_argmax_ref(x2, weight.detach(), bias.defined() ? bias.detach() : Tensor(), banned);
     return from_vector(idx, Shape(x.shape().begin(), x.shape().end() - 1));
 }
 

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/strided.h"
+#include "ops/argmax_rule.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/elementwise.h"
@@ -130,20 +131,14 @@ Shape drop_dim(const Shape& s, int64_t dim, bool keepdim) {
     return out;
 }
 
-/// Row-wise argmax of a contiguous (rows, n) tensor (first maximum; NaN counts as maximal).
+/// Row-wise argmax of a contiguous (rows, n) tensor by detail::row_argmax (first maximum; NaN
+/// counts as maximal), skipping banned indices (nullptr: none).
 template <class T>
-std::vector<int64_t> row_argmax(const Tensor& t, int64_t n) {
+std::vector<int64_t> rows_argmax(const Tensor& t, int64_t n, const char* banned = nullptr) {
     const int64_t rows = n ? t.numel() / n : 0;
     std::vector<int64_t> idx(static_cast<size_t>(rows));
     const T* p = ptr<T>(t);
-    for (int64_t r = 0; r < rows; ++r) {
-        int64_t best = 0;
-        for (int64_t j = 1; j < n; ++j) {
-            const T v = p[r * n + j], b = p[r * n + best];
-            if (v > b || (v != v && b == b)) best = j;
-        }
-        idx[size_t(r)] = best;
-    }
+    for (int64_t r = 0; r < rows; ++r) idx[size_t(r)] = detail::row_argmax(p + r * n, n, banned);
     return idx;
 }
 }  // namespace
@@ -154,8 +149,22 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
     QKV_CHECK(n > 0, "argmax: reducing an empty dim of shape ", a.shape());
     Tensor t = a.dim() ? move_last(a, dim) : a;
     std::vector<int64_t> idx;
-    QKV_DISPATCH_ALL(a.dtype(), "argmax", idx = row_argmax<scalar_t>(t, n));
+    QKV_DISPATCH_ALL(a.dtype(), "argmax", idx = rows_argmax<scalar_t>(t, n));
     return from_vector(idx, a.dim() ? drop_dim(a.shape(), dim, keepdim) : Shape{});
+}
+
+Tensor argmax_allowed(const Tensor& a, const std::vector<char>& banned) {
+    QKV_CHECK(a.defined() && a.dim() >= 1, "argmax_allowed: need a tensor of at least 1 dim, got ",
+              a.defined() ? a.shape() : Shape{});
+    const int64_t n = a.shape().back();
+    QKV_CHECK(n > 0, "argmax_allowed: reducing an empty dim of shape ", a.shape());
+    QKV_CHECK(banned.empty() || int64_t(banned.size()) == n, "argmax_allowed: banned has ", banned.size(),
+              " flags, expected 0 or ", n, " (the last dim of ", a.shape(), ")");
+    const Tensor t = a.detach().contiguous();
+    std::vector<int64_t> idx;
+    QKV_DISPATCH_ALL(a.dtype(), "argmax_allowed",
+                     idx = rows_argmax<scalar_t>(t, n, banned.empty() ? nullptr : banned.data()));
+    return from_vector(idx, Shape(a.shape().begin(), a.shape().end() - 1));
 }
 
 // max: d = g routed to the first maximal element of each row
@@ -167,7 +176,7 @@ Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
     Tensor out = Tensor::empty(drop_dim(a.shape(), dim, keepdim), a.dtype());
     std::vector<int64_t> idx;
     QKV_DISPATCH_FLOAT(a.dtype(), "max", {
-        idx = row_argmax<scalar_t>(t, n);
+        idx = rows_argmax<scalar_t>(t, n);
         const scalar_t* p = ptr<scalar_t>(t);
         scalar_t* po = ptr<scalar_t>(out);
         for (size_t r = 0; r < idx.size(); ++r) po[r] = p[int64_t(r) * n + idx[r]];

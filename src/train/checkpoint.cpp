@@ -77,7 +77,8 @@ std::vector<std::pair<std::string, Tensor>> ordered_state(const nn::Module& mode
     return out;
 }
 
-/// Opens and validates a file; rethrows safetensors errors with `what '<path>'` in front.
+/// Opens and validates a file; rethrows its errors as "<what> '<path>': <problem> (the file is
+/// truncated, ...)", naming the path once.
 io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
     std::error_code ec;
     QKV_CHECK(fs::exists(path, ec), what, " '", path, "' not found");
@@ -94,7 +95,10 @@ io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
                       h.hex(), "): the file is corrupt");
         }
         return f;
-    } catch (const Error& e) {
+    } catch (const io::SafeTensorsError& e) {  // "safetensors: '<path>': <problem>"
+        throw Error(detail::str(what, " '", path, "': ", e.problem(),
+                                " (the file is truncated, corrupt or not a qkv file)"));
+    } catch (const Error& e) {  // the checksum
         throw Error(detail::str(what, " '", path, "': ", e.what(),
                                 " (the file is truncated, corrupt or not a qkv file)"));
     }

@@ -307,9 +307,28 @@ std::string join_tokens(const std::vector<std::string>& tokens) {
     return s;
 }
 
+// Why a prefix of words gives the same first num_steps pieces as the whole sentence, for the
+// models SubwordModel::train makes (SentencePiece's defaults add_dummy_prefix and
+// split_by_whitespace, character_coverage 1): the text SentencePiece sees is the words joined by
+// single spaces, and each word starts with the whitespace mark '▁' (the dummy prefix for the
+// first, its space for the others). '▁' is a character of every training sentence, so it is a
+// known piece and never part of a run of unknown characters merged into one <unk>; no piece holds
+// '▁' after its start, so no piece spans two words, and BPE merges and unigram's Viterbi path
+// segment each word on its own. So the encoding of the first k words is a prefix of the whole
+// sentence's and holds at least k pieces: num_steps words would do. 4 × num_steps costs nothing
+// and leaves a margin for a model trained elsewhere whose pieces may span a few words.
+int64_t source_word_limit(const ModelDir& m) { return 4 * m.config.data.num_steps; }
+
 std::vector<std::vector<std::string>> source_units(const ModelDir& m,
                                                    const std::vector<std::vector<std::string>>& words) {
-    return m.subwords.active() ? m.subwords.src->encode(words) : words;
+    if (!m.subwords.active()) return words;
+    const auto limit = size_t(source_word_limit(m));
+    std::vector<std::vector<std::string>> units;
+    units.reserve(words.size());
+    for (const auto& w : words)
+        units.push_back(m.subwords.src->encode(
+            w.size() <= limit ? w : std::vector<std::string>(w.begin(), w.begin() + std::ptrdiff_t(limit))));
+    return units;
 }
 
 std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {

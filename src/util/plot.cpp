@@ -35,8 +35,8 @@ void render_to_file(const std::string& path, int w, int h, const std::function<v
                     const char* what) {
     const bool png = ends_with(path, ".png"), svg = ends_with(path, ".svg");
     QKV_CHECK(png || svg, what, ": '", path, "': unknown extension (use .png or .svg)");
-    QKV_CHECK(w >= 16 && h >= 16 && w <= 20000 && h <= 20000, what, ": '", path,
-              "': canvas ", w, "x", h, " px is out of range");
+    QKV_CHECK(w >= 16 && h >= 16 && w <= kMaxCanvasPx && h <= kMaxCanvasPx, what, ": '", path, "': canvas ", w,
+              "x", h, " px is out of range (16 to ", kMaxCanvasPx, " each way)");
     std::string bytes;
     cairo_surface_t* s = png ? cairo_image_surface_create(CAIRO_FORMAT_ARGB32, w, h)
                              : cairo_svg_surface_create_for_stream(append_bytes, &bytes, w, h);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Inputs a fresh user gets wrong, checked before any work is done: translate --file naming a
-# folder or a missing file, a UTF-8 byte-order mark on the first line, eval's output files in a
-# missing folder, --model naming a file, QKV_DATA for eval when config.json's data path is gone,
-# info running the loader's checks (a folder without weights, a damaged vocabulary),
+# folder or a missing file, a UTF-8 byte-order mark on the first line, a NUL byte in the training
+# data or in translate's input, a truncated model.safetensors (its path named once), eval's output
+# files in a missing folder, --model naming a file, QKV_DATA for eval when config.json's data path
+# is gone, info running the loader's checks (a folder without weights, a damaged vocabulary),
 # heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
@@ -26,9 +27,13 @@ for i in $(seq 1 60); do
     3) echo -e "I'm home.\tJe suis chez moi." ;;
   esac
 done > "$T/fra.txt"
+printf "I\0 won.\tJ'ai gagn\xc3\xa9.\n" >> "$T/fra.txt"  # line 61: a NUL byte is no text (it would be <unk>)
 cd "$T"
-run_rc 0 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none --no-progress \
-  --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1
+tiny=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1)
+run_rc 1 train --data fra.txt --preset demo --max-steps 2 --out strict --time-budget none --no-progress --strict "${tiny[@]}"
+err_has "qkv: error: " "fra.txt: line 61: NUL byte (byte offset 1)"
+run_rc 0 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none --no-progress "${tiny[@]}"
+err_has "60 pairs from 61 lines; 1 malformed line skipped (line 61: NUL byte (byte offset 1))"
 
 # ---- info checks what translate and eval would load
 run_rc 0 info run --no-params;                     grep -qF "check: the folder loads" "$T/out" || fail "info: no load check"
@@ -52,6 +57,25 @@ run_rc 0 translate --model run -f bom.txt
 cmp -s "$T/out" plain.out || { diff "$T/out" plain.out; fail "a BOM changed the translation"; }
 printf '\xef\xbb\xbfi lost .\n' | "$QKV" translate --model run > stdin.out 2> /dev/null
 [ "$(cat stdin.out)" = "$(head -1 plain.out)" ] || fail "a BOM on stdin changed the translation"
+
+# ---- a NUL byte in the input: like invalid UTF-8, the line is named, its output line left empty,
+# exit 1 (from a file and from stdin)
+printf 'go .\ni\0 lost .\ni lost .\n' > nul.txt
+for src in "-f nul.txt" "-f -"; do
+  # shellcheck disable=SC2086
+  run_rc 1 translate --model run $src < nul.txt
+  err_has "qkv translate: line 2: NUL byte (byte offset 1); output left empty" \
+          "1 of 3 lines not translated (invalid UTF-8 or a NUL byte; their output lines are empty)"
+  [ "$(wc -l < "$T/out")" = 3 ] && [ -z "$(sed -n 2p "$T/out")" ] || { cat "$T/out"; fail "NUL line ($src): output lines"; }
+  [ "$(sed -n 1p "$T/out")" = "$(sed -n 2p plain.out)" ] && [ "$(sed -n 3p "$T/out")" = "$(sed -n 1p plain.out)" ] ||
+    fail "NUL line ($src): the other lines' translations changed"
+done
+
+# ---- a damaged model.safetensors: the error names the file once
+cp -r run run_cut && head -c 100 run/model.safetensors > run_cut/model.safetensors
+run_rc 1 translate --model run_cut "go ."
+err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
+[ "$(grep -o "model.safetensors" "$T/err" | wc -l)" = 1 ] || { cat "$T/err"; fail "the path is not named once"; }
 
 # ---- --model naming a file
 run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file, not a model folder"

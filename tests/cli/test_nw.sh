@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI test of `qkv nw` (run by ctest with the qkv binary as $1): PyTorch parity of every epoch on
 # the seed program's 150 points (tests/fixtures/nw_seed_*.csv from tools/gen_fixtures.py), the
-# printed lines, the plot files (PNG IHDR size), the other modes, and input/usage errors.
+# printed lines, the plot files (PNG IHDR size), the other modes, input/usage errors, and no
+# outputs left from an earlier run that this run did not write.
 set -euo pipefail
 QKV=${1:?usage: test_nw.sh path/to/qkv}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,11 +68,24 @@ set +e
 "$QKV" nw --data "$TMP/nan.csv" --out "$TMP/e" 2> "$TMP/err.txt"; rc=$?
 set -e
 [ $rc = 1 ] && grep -q 'nan.csv:2: values must be finite' "$TMP/err.txt" || fail "NaN row: exit $rc, $(cat "$TMP/err.txt")"
-for args in "--n-train 1" "--kernel-width 0.5 --epochs 3" "--data $FIX/nw_seed_data.csv --n-train 10" "--preset en" "--lr -1"; do
+for args in "--n-train 1" "--n-train 0" "--epochs 0" "--preset zh --epochs 0" "--kernel-width 0.5 --epochs 3" "--data $FIX/nw_seed_data.csv --n-train 10" "--preset en" "--lr -1"; do
     set +e
     # shellcheck disable=SC2086
     "$QKV" nw $args --out "$TMP/e" > /dev/null 2>&1; rc=$?
     set -e
     [ $rc = 2 ] || fail "'qkv nw $args': exit $rc, want 2 (usage error)"
 done
+# ---- outputs match the run: --epochs 0 is refused before anything is written (an earlier run's
+# loss plot would stay beside this run's fit); a --kernel-width run removes the earlier loss plot
+# and history.csv ----
+cp "$TMP/gen/history.csv" "$TMP/history.before"
+set +e
+"$QKV" nw --epochs 0 --out "$TMP/gen" > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ $rc = 2 ] && grep -qF "qkv: error: --epochs: 0 is out of range: expected an integer from 1 to" "$TMP/err.txt" ||
+    fail "--epochs 0: exit $rc, $(cat "$TMP/err.txt")"
+cmp -s "$TMP/gen/history.csv" "$TMP/history.before" || fail "--epochs 0 changed history.csv"
+"$QKV" nw --kernel-width 0.5 --out "$TMP/gen" > /dev/null || fail "non-parametric run into an earlier run's folder"
+for f in loss.png loss.svg history.csv; do [ ! -e "$TMP/gen/$f" ] || fail "a --kernel-width run left $f"; done
+[ -s "$TMP/gen/fit.png" ] && [ -s "$TMP/gen/attention.svg" ] || fail "non-parametric run: no fit or attention plot"
 echo "test_nw: ok"

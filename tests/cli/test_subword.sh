@@ -3,6 +3,7 @@
 # writes spm.model and records it in config.json; translate/eval/heatmap/resume read it; the bad
 # flag combinations fail with messages that name the flag; folders whose files disagree with
 # config.json (spm.model missing, left over, truncated; other weights) are refused naming the file;
+# a 210,000-word line is translated from its first words (with a lower bound in the warning);
 # a word run into a subword run's folder removes spm.model.
 # Usage: test_subword.sh /path/to/qkv
 set -euo pipefail
@@ -54,6 +55,17 @@ line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning"
 [[ "$line" =~ $re ]] || fail "truncation warning: $line"
 [ $((BASH_REMATCH[1] - 13)) = "${BASH_REMATCH[2]}" ] || fail "pieces - 13 != dropped: $line"
 [ "${BASH_REMATCH[1]}" -ge 20 ] || fail "fewer pieces than words: $line"
+# a line of 210,000 words: only a prefix of words is encoded (whole: 0.6 s here), the warning
+# gives a lower bound, and the translation is that of the first 13 words (>= 13 pieces: all it reads)
+awk 'BEGIN { for (i = 0; i < 70000; i++) printf "i lost . "; print "" }' > "$T/long.txt"
+"$QKV" translate --model "$T/run" -f "$T/long.txt" > "$T/long.out" 2> "$T/err" || { cat "$T/err"; fail "translate a huge line"; }
+re='^qkv translate: warning: line 1 has at least ([0-9]+) source pieces \(210000 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so it keeps the first 13 and drops at least the last ([0-9]+) and <eos>$'
+line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning for the huge line"; }
+[[ "$line" =~ $re ]] || fail "huge line warning: $line"
+[ $((BASH_REMATCH[1] - 13)) = "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[1]}" -ge 210000 ] || fail "huge line counts: $line"
+"$QKV" translate --model "$T/run" "i lost . i lost . i lost . i lost . i" > "$T/prefix.out" 2> /dev/null
+[ "$(wc -l < "$T/long.out")" = 1 ] && cmp -s "$T/long.out" "$T/prefix.out" ||
+  fail "huge line: '$(head -c 200 "$T/long.out")', its first 13 words: '$(cat "$T/prefix.out")'"
 
 # model folders whose files disagree with config.json are refused, naming the file (no garbage)
 mixed() { rm -rf "$T/$1" && cp -r "$T/run" "$T/$1"; }

@@ -129,6 +129,22 @@ TEST(FraEng, MalformedLinesReportedWithLineNumbers) {
     EXPECT_EQ(e.tgt[1], "B.");
 }
 
+TEST(FraEng, NulByteIsMalformed) {
+    // A NUL is well-formed UTF-8 (U+0000) but no text: tokenised, the word holding it is <unk>.
+    using namespace std::string_literals;
+    const std::string text = "Go.\tVa !\nI\0 lost.\tJ'ai perdu.\nHi.\tSa\0lut !\nWho?\tQui ?\n"s;
+    const ParallelCorpus c = parse_parallel_text(text, {}, "t.txt");
+    EXPECT_EQ(c.src, (std::vector<std::string>{"Go.", "Who?"}));
+    EXPECT_EQ(c.line, (std::vector<int64_t>{0, 3}));
+    EXPECT_EQ(c.malformed, 2);
+    EXPECT_EQ(c.summary(), "t.txt: 2 pairs from 4 lines; 2 malformed lines skipped (line 2: NUL byte (byte "
+                           "offset 1); line 3: NUL byte (byte offset 6))");
+    ParseOptions strict;
+    strict.strict = true;
+    EXPECT_EQ(error_of([&] { parse_parallel_text(text, strict, "t.txt"); }),
+              "t.txt: line 2: NUL byte (byte offset 1)");
+}
+
 TEST(FraEng, MaxLinesAndEmptyInput) {
     ParseOptions o;
     o.max_lines = 2;

@@ -101,6 +101,24 @@ TEST(Subword, UnseenCharactersBecomeUnk) {
     EXPECT_EQ(m.decode(framed), (Toks{"il", "est"}));
 }
 
+TEST(Subword, APrefixOfWordsEncodesToAPrefixOfThePieces) {
+    // train::source_units encodes only a long sentence's first words: that is exact because the
+    // first k words give the first pieces of the whole sentence, at least one per word, also
+    // around unseen characters (which become <unk>) and words split into several pieces.
+    const Toks words = {"je", "suis", "\xC3\xB8", "calme", "goûter", "\xC3\xB8\xC3\xB8", "ø!", "va", "!",
+                        "thank", "youyou", "merci", ".", "h", "\xC3\xB8x\xC3\xB8"};
+    for (auto k : {SubwordKind::bpe, SubwordKind::unigram}) {
+        const SubwordModel m = SubwordModel::train(tiny_lines(), opts(k, 45));
+        const Toks all = m.encode(words);
+        for (size_t n = 0; n <= words.size(); ++n) {
+            const Toks head = m.encode(Toks(words.begin(), words.begin() + std::ptrdiff_t(n)));
+            EXPECT_GE(head.size(), n) << subword_kind_name(k);
+            ASSERT_LE(head.size(), all.size()) << subword_kind_name(k);
+            EXPECT_TRUE(std::equal(head.begin(), head.end(), all.begin())) << subword_kind_name(k) << ", " << n;
+        }
+    }
+}
+
 TEST(Subword, SaveLoadRoundTrip) {
     test::TempDir dir;
     const SubwordModel m = SubwordModel::train(tiny_lines(), opts(SubwordKind::unigram, 40));

@@ -181,6 +181,26 @@ TEST(Plot, ErrorsNameTheProblem) {
     EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+TEST(Plot, CanvasSidesUpToTheNamedLimit) {
+    TempDir dir;
+    LinePlot p = sample_line_plot();
+    p.width = kMaxCanvasPx;  // SVG: nothing of that size is allocated
+    p.save(dir / "wide.svg");
+    EXPECT_TRUE(std::filesystem::exists(dir / "wide.svg"));
+    p.width = kMaxCanvasPx + 1;
+    try {
+        p.save(dir / "wider.svg");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("canvas " + std::to_string(kMaxCanvasPx + 1) +
+                                             "x420 px is out of range (16 to " + std::to_string(kMaxCanvasPx) +
+                                             " each way)"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "wider.svg"));
+}
+
 TEST(Plot, DegenerateDataStillRenders) {
     TempDir dir;
     LinePlot p;

@@ -201,12 +201,20 @@ TEST(SafeTensors, MissingNameListsSome) {
 
 TEST(SafeTensors, MissingFile) {
     TempDir dir;
+    const std::string path = dir / "nope.safetensors";
     try {
-        SafeTensorsFile f(dir / "nope.safetensors");
+        SafeTensorsFile f(path);
         FAIL();
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("nope.safetensors"), std::string::npos);
+    } catch (const SafeTensorsError& e) {  // the path once, then the problem
+        EXPECT_EQ(std::string(e.what()), "safetensors: '" + path + "': cannot open: No such file or directory");
+        EXPECT_EQ(e.path(), path);
+        EXPECT_EQ(e.problem(), "cannot open: No such file or directory");
+    }
+    try {
+        SafeTensorsFile f(dir.path().string());
+        FAIL();
+    } catch (const SafeTensorsError& e) {
+        EXPECT_EQ(std::string(e.what()), "safetensors: '" + dir.path().string() + "': not a regular file");
     }
 }
 

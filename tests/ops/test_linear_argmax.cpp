@@ -1,5 +1,6 @@
 // linear_argmax (greedy decoding's fused output layer) against its definition,
-// argmax(linear(x, W, b), -1): exact ties, banned ids, NaN, block edges, threads, errors.
+// argmax(linear(x, W, b), -1): exact ties, banned ids, NaN, block edges, threads, errors; and
+// argmax_allowed, the rule it shares with EncoderDecoder::greedy_next's default.
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -122,6 +123,7 @@ TEST(LinearArgmax, BannedIdsAreSkipped) {
     for (int64_t id : plain) banned[size_t(id)] = 1;  // ban every row's winner
     const std::vector<int64_t> got = linear_argmax(x, w, b, banned).to_vector<int64_t>();
     EXPECT_EQ(got, reference(x, w, b, banned));
+    EXPECT_EQ(got, argmax_allowed(linear(x, w, b), banned).to_vector<int64_t>());  // the shared rule
     for (size_t r = 0; r < got.size(); ++r) EXPECT_FALSE(banned[size_t(got[r])]) << "row " << r;
     // Only id 699 allowed: every row gets it. Every id banned: -1.
     std::vector<char> all_but_last(700, 1);
@@ -182,4 +184,31 @@ TEST(LinearArgmax, BadArgumentsThrowNamingThem) {
     expect_throw_contains([&] { linear_argmax(x.to(DType::f64), w, b); }, "dtypes differ");
     expect_throw_contains([&] { linear_argmax(x, ones({0, 4})); }, "no output rows");
     expect_throw_contains([&] { linear_argmax(x, ones({4})); }, "weight must be (out, in)");
+}
+
+TEST(ArgmaxAllowed, FirstMaximumNaNFirstBannedSkipped) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const Tensor a = from_vector<float>({1, 3, 3, 2,  //
+                                         nan, 5, nan, 1,  //
+                                         2, 2, 2, 2},
+                                        {3, 4});
+    EXPECT_EQ(argmax_allowed(a, {}).to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 0}));
+    EXPECT_EQ(argmax_allowed(a, {}).to_vector<int64_t>(), argmax(a, -1).to_vector<int64_t>());
+    EXPECT_EQ(argmax_allowed(a, {0, 1, 0, 0}).to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 0}));
+    EXPECT_EQ(argmax_allowed(a, {1, 0, 0, 0}).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 1}));
+    EXPECT_EQ(argmax_allowed(a, {1, 0, 1, 0}).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+    EXPECT_EQ(argmax_allowed(a, {1, 1, 1, 1}).to_vector<int64_t>(), (std::vector<int64_t>{-1, -1, -1}));
+    // leading dims are kept; f64 and i64 follow the same rule
+    const Tensor c = small_ints({2, 3, 50}, 7);
+    std::vector<char> banned(50, 0);
+    banned[3] = banned[17] = 1;
+    const Tensor got = argmax_allowed(c, banned);
+    EXPECT_EQ(got.shape(), Shape({2, 3}));
+    EXPECT_EQ(got.dtype(), DType::i64);
+    EXPECT_EQ(got.to_vector<int64_t>(), argmax_allowed(c.to(DType::f64), banned).to_vector<int64_t>());
+    EXPECT_EQ(got.to_vector<int64_t>(), argmax_allowed(c.to(DType::i64), banned).to_vector<int64_t>());
+    EXPECT_EQ(argmax_allowed(c, {}).to_vector<int64_t>(), argmax(c, -1).to_vector<int64_t>());
+    expect_throw_contains([&] { argmax_allowed(a, {0, 0, 0}); }, "banned has 3 flags, expected 0 or 4");
+    expect_throw_contains([&] { argmax_allowed(ones({2, 0}), {}); }, "empty dim");
+    expect_throw_contains([&] { argmax_allowed(Tensor(), {}); }, "at least 1 dim");
 }

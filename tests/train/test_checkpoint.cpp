@@ -41,6 +41,13 @@ std::string error_of(const std::function<void()>& f) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+/// How many times `part` occurs in `s` (non-overlapping).
+int occurrences(const std::string& s, const std::string& part) {
+    int n = 0;
+    for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + part.size())) ++n;
+    return n;
+}
+
 struct Trained {
     TinyCorpus c = tiny_corpus();
     std::unique_ptr<models::Transformer> m;
@@ -135,7 +142,8 @@ TEST(Checkpoint, TruncatedFileGivesAClearError) {
         fs::resize_file(d.file("t.safetensors"), keep);
         models::Transformer fresh(tiny_config(t.c));
         const std::string e = error_of([&] { train::load_checkpoint(d.file("t.safetensors"), fresh, nullptr); });
-        EXPECT_TRUE(contains(e, "checkpoint '" + d.file("t.safetensors") + "'")) << e;
+        EXPECT_EQ(e.rfind("checkpoint '" + d.file("t.safetensors") + "': ", 0), 0u) << e;
+        EXPECT_EQ(occurrences(e, d.file("t.safetensors")), 1) << e;  // the path once
         EXPECT_TRUE(contains(e, "truncated")) << e;
     }
 }
@@ -171,7 +179,10 @@ TEST(Checkpoint, WrongKindOrShapeOrMissingFileIsReported) {
     models::Transformer wrong(other);
     e = error_of([&] { train::load_model(d.file("m.safetensors"), wrong); });
     EXPECT_TRUE(contains(e, "ffn.dense1.weight")) << e;
+    e = error_of([&] { train::load_model(d.file("m.safetensors"), wrong); });
+    EXPECT_EQ(occurrences(e, d.file("m.safetensors")), 1) << e;
     e = error_of([&] { train::load_model(d.file("nope.safetensors"), fresh); });
+    EXPECT_EQ(occurrences(e, d.file("nope.safetensors")), 1) << e;
     EXPECT_TRUE(contains(e, "nope.safetensors' not found")) << e;
     EXPECT_FALSE(contains(e, "truncated")) << e;  // a missing file is not a damaged one
 }

@@ -67,7 +67,8 @@ struct ParallelCorpus {
 /// Parses "English<TAB>French" lines split on '\n' (a trailing '\r' is removed; the empty
 /// piece after a final '\n' is not a line). Malformed: no TAB; a field count other than 2
 /// (unless allow_extra_fields); an empty or blank side (only spaces, U+00A0, U+202F); invalid
-/// UTF-8; a side longer than max_chars. Skipped and counted unless strict. Throws qkv::Error when
+/// UTF-8; a NUL byte (reason "NUL byte (byte offset N)", N counted from the line's start); a side
+/// longer than max_chars. Skipped and counted unless strict. Throws qkv::Error when
 /// strict and a line is malformed (naming origin, line number and reason), or when no pair at
 /// all is found.
 ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& opt = {},

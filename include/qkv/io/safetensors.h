@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/core/error.h"
+
 namespace qkv {
 class Tensor;
 }
@@ -33,21 +35,37 @@ struct SafeTensorInfo {
     int64_t numel() const;
 };
 
+/// What SafeTensorsFile throws: a qkv::Error whose message is "safetensors: '<path>': <problem>".
+/// path() and problem() give the parts, so a caller that names the file itself ("checkpoint
+/// '<path>': ...") can name it once.
+class SafeTensorsError : public Error {
+public:
+    SafeTensorsError(const std::string& path, const std::string& problem);
+    const std::string& path() const { return path_; }
+    /// The message without "safetensors: '<path>': ", e.g. "file is 4 bytes, shorter than ...".
+    const std::string& problem() const { return problem_; }
+
+private:
+    std::string path_, problem_;
+};
+
 /// Bytes per element of a spec dtype name; 0 when the name is unknown.
 size_t safetensors_itemsize(const std::string& dtype);
 
-/// A safetensors file read fully into memory and validated on open. Every check failure throws
-/// qkv::Error "safetensors: '<path>': <problem>", e.g. "header length 2^40 exceeds the file size
-/// 120". Checks: the file holds at least 8 bytes; N <= 100 MB and 8 + N <= file size; the header
-/// is a JSON object (valid UTF-8, first byte '{'); names are unique and non-empty; each entry has
-/// exactly dtype/shape/data_offsets of the right JSON types; the dtype is known; dims are
-/// non-negative integers whose product times the item size does not overflow; begin <= end <=
-/// data size and end - begin == numel * itemsize; entries do not overlap and together cover the
-/// whole data section with no gap (the reference implementation's "MetadataIncompleteBuffer"
-/// rule); __metadata__, when present, maps strings to strings.
+/// A safetensors file read fully into memory and validated on open. Every failure (reading, or a
+/// check) throws SafeTensorsError "safetensors: '<path>': <problem>", e.g. "header length 2^40
+/// exceeds the file size 120", naming the path once. Checks: the file holds at least 8 bytes;
+/// N <= 100 MB and 8 + N <= file size; the header is a JSON object (valid UTF-8, first byte '{');
+/// names are unique and non-empty; each entry has exactly dtype/shape/data_offsets of the right
+/// JSON types; the dtype is known; dims are non-negative integers whose product times the item
+/// size does not overflow; begin <= end <= data size and end - begin == numel * itemsize; entries
+/// do not overlap and together cover the whole data section with no gap (the reference
+/// implementation's "MetadataIncompleteBuffer" rule); __metadata__, when present, maps strings to
+/// strings.
 class SafeTensorsFile {
 public:
-    /// Reads and validates `path`; throws qkv::Error as above, or when the file cannot be read.
+    /// Reads and validates `path`; throws SafeTensorsError as above, also when the file cannot be
+    /// opened ("cannot open: <strerror>"), is not a regular file, or a read fails.
     explicit SafeTensorsFile(const std::string& path);
     /// Validates an in-memory image (`origin` names it in error messages).
     static SafeTensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& origin);
@@ -60,7 +78,7 @@ public:
     /// All entries in file order.
     const std::vector<SafeTensorInfo>& entries() const { return entries_; }
     bool contains(const std::string& name) const { return index_.count(name) != 0; }
-    /// Entry of `name`; throws qkv::Error listing a few names when absent.
+    /// Entry of `name`; throws SafeTensorsError listing a few names when absent.
     const SafeTensorInfo& info(const std::string& name) const;
     /// The raw little-endian bytes of `name` (end - begin bytes; valid while this object lives).
     std::span<const uint8_t> bytes(const std::string& name) const;

@@ -12,6 +12,11 @@
 
 namespace qkv::util {
 
+/// Largest canvas side save() draws, in px (each of width and height; the smallest is 16). A
+/// 20000 × 20000 ARGB image is 1.6 GB in memory, and cairo refuses sides past 32767; a caller that
+/// can size its plot beforehand (HeatmapGrid::canvas_size) checks against it before any work.
+constexpr int kMaxCanvasPx = 20000;
+
 struct Color {
     double r = 0, g = 0, b = 0, a = 1;  // each in [0, 1]
 };
@@ -47,8 +52,8 @@ public:
     /// Adds a series; throws qkv::Error when x and y differ in length. Returns *this.
     LinePlot& add(Series s);
     const std::vector<Series>& series() const { return series_; }
-    /// Writes PNG (".png") or SVG (".svg"); throws qkv::Error on another extension, an invalid
-    /// size, or a cairo/IO failure (naming the path).
+    /// Writes PNG (".png") or SVG (".svg"); throws qkv::Error on another extension, a size outside
+    /// [16, kMaxCanvasPx], or a cairo/IO failure (naming the path).
     void save(const std::string& path) const;
 
 private:
