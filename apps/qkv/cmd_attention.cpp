@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/nn/attention.h"
@@ -33,6 +34,7 @@ std::string shape_str(const Shape& s) {
 }
 
 void run_attention(const AttentionArgs& a) {
+    check_out_folder("--out", a.out);  // before the tables are printed (a usage error, exit 2)
     NoGradGuard ng;
     Generator gen(a.seed);
 

@@ -35,4 +35,14 @@ diff <(grep -E '^(I|love|deep|learning) ' "$TMP/out.txt") <(grep -E '^(I|love|de
 "$QKV" attention --seed 4 --out "$TMP/c" > "$TMP/out3.txt"
 ! diff -q <(grep -E '^(I|love|deep|learning) ' "$TMP/out.txt") <(grep -E '^(I|love|deep|learning) ' "$TMP/out3.txt") > /dev/null ||
     fail "seeds 3 and 4 gave the same table"
+
+# --out naming an existing file: a usage error (exit 2) naming the flag, before any output.
+touch "$TMP/file"
+set +e
+"$QKV" attention --out "$TMP/file" > "$TMP/o4.txt" 2> "$TMP/e4.txt"; rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$TMP/e4.txt"; fail "attention --out FILE: exit $rc, want 2"; }
+grep -qF "qkv: error: --out '$TMP/file' is an existing file, not a folder" "$TMP/e4.txt" ||
+    { cat "$TMP/e4.txt"; fail "attention --out FILE: message"; }
+[ ! -s "$TMP/o4.txt" ] || fail "attention --out FILE printed the tables before failing"
 echo "test_attention: ok"
