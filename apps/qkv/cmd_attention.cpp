@@ -99,7 +99,9 @@ Registration reg([](CLI::App& app) {
     auto* sc = app.add_subcommand("attention", "scaled dot-product attention on (2, 10, 8) inputs "
                                                "with dropout, and the 4-token self-attention "
                                                "matrix as a table and a heatmap");
-    sc->add_option("--seed", a->seed, "seed of the random inputs and embeddings")->capture_default_str();
+    sc->add_option("--seed", a->seed, "seed of the random inputs and embeddings")
+        ->check(seed_value())
+        ->capture_default_str();
     sc->add_option("--out", a->out, "output folder for the heatmap")->capture_default_str();
     sc->callback([a] { run_attention(*a); });
 });

@@ -182,6 +182,7 @@ Registration reg([](CLI::App& app) {
                    ->check(real_range(0, 1000, /*lo_open=*/true))
                    ->capture_default_str();
     sc->add_option("--seed", a->seed, "seed of the data generator (and of w0 with --preset zh)")
+        ->check(seed_value())
         ->capture_default_str();
     sc->add_option("--data", a->data, "CSV of x,y training pairs (header line allowed) instead of "
                                       "generated data")

@@ -489,7 +489,8 @@ Registration reg([](CLI::App& app) {
         ->check(int_range(1, 100000000));
     c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(int_range(1, 100000000));
     a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
-    a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)");
+    a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)")
+                    ->check(seed_value());
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
         ->check(int_range(0, 1000000000));

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 
@@ -32,6 +33,21 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
             return {};
         },
         "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator seed_value() {
+    const std::string range = "an integer from 0 to 18446744073709551615";
+    return CLI::Validator(
+        [range](std::string& in) -> std::string {
+            uint64_t v    = 0;
+            const char* e = in.data() + in.size();
+            const auto r  = std::from_chars(in.data(), e, v);
+            if (in.empty() || in.find_first_not_of("0123456789") != std::string::npos)
+                return "'" + in + "' is not " + range;
+            if (r.ec != std::errc() || r.ptr != e) return in + " is out of range: expected " + range;
+            return {};
+        },
+        "UINT64");
 }
 
 CLI::Validator real_range(double lo, double hi, bool lo_open) {

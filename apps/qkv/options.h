@@ -16,6 +16,10 @@ namespace qkv::cli {
 /// An integer in [lo, hi].
 CLI::Validator int_range(int64_t lo, int64_t hi);
 
+/// A seed: a whole number from 0 to 2^64 - 1 (18446744073709551615), digits only. CLI11 alone
+/// reads "-1" and an overflowing value as 18446744073709551615 without a word.
+CLI::Validator seed_value();
+
 /// A real number in [lo, hi], or in (lo, hi] when lo_open (e.g. a learning rate > 0).
 CLI::Validator real_range(double lo, double hi, bool lo_open = false);
 
