@@ -88,16 +88,18 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
 
 /// The file prefix --out names, checked before anything is loaded or decoded: a value ending in
 /// '/' or naming an existing folder is a folder (the files go inside it with the default prefix
-/// "attention"); the folder the files go in must exist.
+/// "attention"); the folder the files go in must exist. A bad --out is a usage error (exit 2), as
+/// for eval's --json and train's --out.
 std::string output_prefix(const std::string& out) {
     namespace fs = std::filesystem;
-    QKV_CHECK(!out.empty(), "heatmap: --out is empty (give a file prefix or a folder)");
+    if (out.empty()) usage_error("heatmap: --out is empty (give a file prefix or a folder)");
     std::error_code ec;
     const bool as_dir = out.back() == '/' || fs::is_directory(out, ec);
     const fs::path prefix = as_dir ? fs::path(out) / "attention" : fs::path(out);
     const fs::path folder = prefix.parent_path();
-    QKV_CHECK(folder.empty() || fs::is_directory(folder, ec), "heatmap: --out '", out, "': the folder '",
-              folder.string(), "' does not exist", as_dir ? "" : " (--out is a file prefix; create the folder first)");
+    if (!folder.empty() && !fs::is_directory(folder, ec))
+        usage_error("heatmap: --out '" + out + "': the folder '" + folder.string() + "' does not exist" +
+                    (as_dir ? "" : " (--out is a file prefix; create the folder first)"));
     return prefix.string();
 }
 

@@ -100,7 +100,7 @@ run_rc 2 translate --model run -f - "go ." "i lost ."
 err_has "--file '-' and 2 sentences"
 
 # ---- heatmap --out: a folder (existing, or ending in '/') gets the default prefix inside it; a
-# missing folder fails before the model is loaded or anything decoded
+# missing folder fails before the model is loaded or anything decoded, as a usage error (exit 2)
 mkdir "$T/hm"
 run_rc 0 heatmap --model run "go ." --out "$T/hm/"
 for f in encoder decoder-self cross; do [ -s "$T/hm/attention-$f.png" ] || fail "--out DIR/: no attention-$f.png"; done
@@ -108,12 +108,14 @@ rm "$T"/hm/*
 run_rc 0 heatmap --model run "go ." --out "$T/hm" --format svg
 for f in encoder decoder-self cross; do [ -s "$T/hm/attention-$f.svg" ] || fail "--out DIR: no attention-$f.svg"; done
 grep -qF "wrote $T/hm/attention-encoder.svg" "$T/out" || { cat "$T/out"; fail "--out DIR: wrote line"; }
-run_rc 1 heatmap --model no-such-model "go ." --out "$T/nodir/att"
+run_rc 2 heatmap --model no-such-model "go ." --out "$T/nodir/att"
 err_has "qkv: error: heatmap: --out '$T/nodir/att': the folder '$T/nodir' does not exist"
 [ ! -s "$T/out" ] || fail "heatmap decoded before failing on --out"
-run_rc 1 heatmap --model run "go ." --out "$T/nodir/"
-err_has "--out '$T/nodir/'" "'$T/nodir' does not exist"
+run_rc 2 heatmap --model run "go ." --out "$T/nodir/"
+err_has "qkv: error: heatmap: --out '$T/nodir/'" "'$T/nodir' does not exist"
 [ ! -e "$T/nodir" ] || fail "heatmap created the missing folder"
+run_rc 2 heatmap --model no-such-model "go ." --out ""
+err_has "qkv: error: heatmap: --out is empty"
 run_rc 0 heatmap --help
 grep -qF "ending in '/'" "$T/out" || fail "heatmap --help does not document --out DIR/"
 run_rc 0 heatmap --model run "go ." --out "$T/att" --threads 1
