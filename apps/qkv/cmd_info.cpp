@@ -36,6 +36,8 @@ void print_tensors(const std::string& file) {
 }
 
 void run(const InfoArgs& a) {
+    QKV_CHECK(fs::exists(a.path), "model folder '", a.path, "' does not exist (train one with: qkv train --out ",
+              a.path, "; info also reads a .safetensors file)");
     if (fs::is_directory(a.path)) {
         const train::RunConfig cfg = train::load_model_dir_config(a.path);
         std::printf("model folder %s\nconfig.json:\n%s\n", a.path.c_str(), train::to_json(cfg).dump(2).c_str());

@@ -99,6 +99,10 @@ err_has "qkv: error: --file 'in.txt' and 1 sentence on the command line" "not bo
 run_rc 2 translate --model run -f - "go ." "i lost ."
 err_has "--file '-' and 2 sentences"
 
+# ---- info on a path that does not exist: named as a missing model folder, like translate/eval
+run_rc 1 info --model "$T/no-such-model"
+err_has "qkv: error: model folder '$T/no-such-model' does not exist (train one with: qkv train --out"
+
 # ---- heatmap --out: a folder (existing, or ending in '/') gets the default prefix inside it; a
 # missing folder fails before the model is loaded or anything decoded, as a usage error (exit 2)
 mkdir "$T/hm"
