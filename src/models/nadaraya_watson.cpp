@@ -164,6 +164,8 @@ std::pair<Tensor, Tensor> read_xy_csv(const std::string& path) {
         QKV_CHECK(ok, path, ":", lineno, ": expected two numbers 'x,y', got '", t, "'");
         QKV_CHECK(std::isfinite(x) && std::isfinite(y), path, ":", lineno,
                   ": values must be finite (no NaN or inf), got '", t, "'");
+        QKV_CHECK(std::isfinite(float(x)) && std::isfinite(float(y)), path, ":", lineno,
+                  ": values must fit in float32 (|v| < 3.4e38), got '", t, "'");
         rows.emplace_back(x, y);
     }
     QKV_CHECK(rows.size() >= 2, path, ": need at least 2 data rows (x,y), found ", rows.size());
@@ -171,8 +173,6 @@ std::pair<Tensor, Tensor> read_xy_csv(const std::string& path) {
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<float> xs, ys;
     for (const auto& [x, y] : rows) {
-        QKV_CHECK(std::isfinite(float(x)) && std::isfinite(float(y)), path,
-                  ": value out of float32 range: ", x, ", ", y);
         xs.push_back(float(x));
         ys.push_back(float(y));
     }

@@ -197,6 +197,8 @@ TEST(NadarayaWatsonCsv, BadRowsNameTheirLine) {
     EXPECT_NE(msg.find("c.csv:2: values must be finite"), std::string::npos) << msg;
     msg = error_of([&] { read_xy_csv(write_file(dir, "d.csv", "1,inf\n2,3\n4,5\n")); });
     EXPECT_NE(msg.find("d.csv:1: values must be finite"), std::string::npos) << msg;
+    msg = error_of([&] { read_xy_csv(write_file(dir, "g.csv", "1,2\n-1e300,4\n0,1\n")); });  // sorted first
+    EXPECT_NE(msg.find("g.csv:2: values must fit in float32"), std::string::npos) << msg;
     msg = error_of([&] { read_xy_csv(write_file(dir, "e.csv", "1,abc\n2,3\n")); });
     EXPECT_NE(msg.find("e.csv:1: expected two numbers"), std::string::npos) << msg;
     msg = error_of([&] { read_xy_csv(write_file(dir, "f.csv", "x,y\n1,2\n")); });

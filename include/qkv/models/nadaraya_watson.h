@@ -97,7 +97,7 @@ Tensor nw_test_inputs();
 /// Reads (x, y) pairs from a CSV file: one "x,y" per line; blank lines and lines starting with '#'
 /// are skipped; a first line whose two fields are both non-numeric ("x,y") is a header. Throws
 /// qkv::Error naming the file and line number for a row that is not two numbers, a non-finite
-/// value (NaN/inf), an unreadable file, or fewer than 2 rows. Returns (x (n), y (n)) f32 sorted by
+/// value (NaN/inf) or one outside float32's range, an unreadable file, or fewer than 2 rows. Returns (x (n), y (n)) f32 sorted by
 /// x (stable), so heatmaps show keys in order.
 std::pair<Tensor, Tensor> read_xy_csv(const std::string& path);
 
