@@ -4,10 +4,11 @@
 # data or in translate's input, a truncated model.safetensors (its path named once), eval's output
 # files in a missing folder, --model naming a file, QKV_DATA for eval when config.json's data path
 # is gone, info running the loader's checks (a folder without weights, a damaged vocabulary),
-# heatmap images too large to draw (nothing written), QKV_KERNELS misspelt, an unknown command.
+# heatmap images too large to draw (nothing written), QKV_KERNELS or QKV_ATTENTION misspelt (exit 2
+# before any work), an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
-unset QKV_DATA QKV_KERNELS
+unset QKV_DATA QKV_KERNELS QKV_ATTENTION
 
 # ---- commands and environment
 run_rc 2 bogus;                         err_has "qkv: error: unknown command 'bogus'" "translate"
@@ -17,6 +18,12 @@ set -e
 [ "$rc" = 2 ] || fail "QKV_KERNELS=fsat: exit $rc, want 2"
 err_has "QKV_KERNELS must be 'fast' or 'ref', got 'fsat'"
 QKV_KERNELS=ref "$QKV" info --help > /dev/null || fail "QKV_KERNELS=ref refused"
+set +e
+QKV_ATTENTION=flsh "$QKV" info --help > "$T/out" 2> "$T/err"; rc=$?
+set -e
+[ "$rc" = 2 ] || fail "QKV_ATTENTION=flsh: exit $rc, want 2"
+err_has "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got 'flsh'"
+QKV_ATTENTION=math "$QKV" info --help > /dev/null || fail "QKV_ATTENTION=math refused"
 
 # ---- a tiny model
 for i in $(seq 1 60); do
