@@ -55,8 +55,9 @@ void check_out_folder(const std::string& flag, const std::string& path);
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
-/// Checks an output file flag before any work: `path` ("" or "-": nothing to check) must not be a
-/// folder and its parent folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.
+/// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
+/// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
+/// folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
 }  // namespace qkv::cli

@@ -90,6 +90,10 @@ run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file,
 # ---- eval: output files checked before decoding; QKV_DATA when the recorded data path is gone
 run_rc 2 eval --model run --no-progress --hyp-out nodir/h.txt;  err_has "--hyp-out 'nodir/h.txt': the folder 'nodir' does not exist"
 run_rc 2 eval --model run --no-progress --json adir;            err_has "--json 'adir' is a folder"
+for f in --json --hyp-out; do  # "-" is not stdout: it wrote a file named "-" in the working folder
+  run_rc 2 eval --model run --no-progress $f -;                 err_has "qkv: error: $f '-': writing to standard output is not supported"
+  [ ! -e ./- ] || fail "eval $f - wrote a file named '-'"
+done
 [ ! -e nodir ] || fail "eval created nodir"
 mv fra.txt moved.txt
 run_rc 1 eval --model run --no-progress;           err_has "--data PATH or \$QKV_DATA"
