@@ -45,6 +45,15 @@ void save_both(const util::LinePlot& p, const std::string& stem) {
     p.save(stem + ".svg");
 }
 
+/// The (test queries, training points) attention heatmap, 5 px per cell.
+util::Heatmap attention_heatmap(std::vector<double> values, int64_t rows, int64_t cols) {
+    util::Heatmap heat(std::move(values), rows, cols);
+    heat.title  = "attention weights";
+    heat.xlabel = "Sorted training inputs", heat.ylabel = "Sorted testing inputs";
+    heat.cell_px = 5;  // 50 test rows stay readable (250 px) with index ticks every 10
+    return heat;
+}
+
 void run_nw(const NwArgs& a) {
     using namespace models;
     check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
@@ -63,6 +72,15 @@ void run_nw(const NwArgs& a) {
     const int64_t n = d.x_train.size(0);
     QKV_CHECK(n <= kMaxTrainPoints, "nw: ", n, " training points: at most ", kMaxTrainPoints,
               " are supported (the leave-one-out problem needs n^2 memory)");
+    // The heatmap has a column per training point: check it can be drawn before training, not after.
+    const int64_t nq     = d.x_test.size(0);
+    const auto [cw, ch]  = attention_heatmap(std::vector<double>(size_t(nq * n), 0.0), nq, n).canvas_size();
+    const std::string px = std::to_string(cw) + "x" + std::to_string(ch) + " px (at most " +
+                           std::to_string(util::kMaxCanvasPx) + " each way)";
+    if (a.data.empty() && (cw > util::kMaxCanvasPx || ch > util::kMaxCanvasPx))
+        usage_error("--n-train " + std::to_string(n) + ": the attention heatmap would be " + px + "; use fewer points");
+    QKV_CHECK(cw <= util::kMaxCanvasPx && ch <= util::kMaxCanvasPx, a.data, ": ", n,
+              " training points make the attention heatmap ", px, "; use fewer rows");
     std::printf("Nadaraya-Watson (%s): %lld training points%s, %lld test queries\n",
                 zh ? "D2L ZH preset" : "seed experiment", (long long)n,
                 a.data.empty() ? "" : (" from " + a.data).c_str(), (long long)d.x_test.size(0));
@@ -124,11 +142,8 @@ void run_nw(const NwArgs& a) {
     fit.add(pred);
     save_both(fit, out + "fit");
 
-    util::Heatmap heat(as_doubles(test.attention_weights), test.attention_weights.size(0),
-                       test.attention_weights.size(1));
-    heat.title  = "attention weights";
-    heat.xlabel = "Sorted training inputs", heat.ylabel = "Sorted testing inputs";
-    heat.cell_px = 5;  // 50 test rows stay readable (250 px) with index ticks every 10
+    const util::Heatmap heat = attention_heatmap(as_doubles(test.attention_weights), test.attention_weights.size(0),
+                                                 test.attention_weights.size(1));
     heat.save(out + "attention.png");
     heat.save(out + "attention.svg");
     const auto [hw, hh] = heat.canvas_size();

@@ -88,4 +88,21 @@ cmp -s "$TMP/gen/history.csv" "$TMP/history.before" || fail "--epochs 0 changed 
 "$QKV" nw --kernel-width 0.5 --out "$TMP/gen" > /dev/null || fail "non-parametric run into an earlier run's folder"
 for f in loss.png loss.svg history.csv; do [ ! -e "$TMP/gen/$f" ] || fail "a --kernel-width run left $f"; done
 [ -s "$TMP/gen/fit.png" ] && [ -s "$TMP/gen/attention.svg" ] || fail "non-parametric run: no fit or attention plot"
+
+# ---- too many points to draw: refused before training, nothing written (it trained, wrote fit.png,
+# then failed on attention.png) ----
+set +e
+"$QKV" nw --n-train 5000 --epochs 1 --out "$TMP/big" > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ $rc = 2 ] && grep -qF "qkv: error: --n-train 5000: the attention heatmap would be " "$TMP/err.txt" ||
+    fail "--n-train 5000: exit $rc, $(cat "$TMP/err.txt")"
+[ -z "$(ls -A "$TMP/big" 2>/dev/null)" ] || fail "--n-train 5000 wrote $(ls "$TMP/big")"
+seq 1 5000 | awk '{ print $1 / 1000 "," $1 % 7 }' > "$TMP/big.csv"
+set +e
+"$QKV" nw --data "$TMP/big.csv" --epochs 1 --out "$TMP/big" > /dev/null 2> "$TMP/err.txt"; rc=$?
+set -e
+[ $rc = 1 ] && grep -qF "big.csv: 5000 training points make the attention heatmap" "$TMP/err.txt" ||
+    fail "--data with 5000 rows: exit $rc, $(cat "$TMP/err.txt")"
+[ -z "$(ls -A "$TMP/big" 2>/dev/null)" ] || fail "--data with 5000 rows wrote $(ls "$TMP/big")"
+"$QKV" nw --n-train 1000 --epochs 1 --out "$TMP/mid" > /dev/null || fail "--n-train 1000 refused"
 echo "test_nw: ok"
