@@ -86,11 +86,11 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 
 std::string read_file(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    QKV_CHECK(fd >= 0, "read_file: cannot open '", path, "': ", errno_text(errno));
+    QKV_CHECK(fd >= 0, "cannot open '", path, "': ", errno_text(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
         ::close(fd);
-        throw Error(detail::str("read_file: '", path, "' is not a readable file"));
+        throw Error(detail::str("'", path, "' is not a readable file"));
     }
     std::string out;
     out.reserve(size_t(st.st_size));
@@ -101,7 +101,7 @@ std::string read_file(const std::string& path) {
             if (errno == EINTR) continue;
             const int err = errno;
             ::close(fd);
-            throw Error(detail::str("read_file: reading '", path, "' failed: ", errno_text(err)));
+            throw Error(detail::str("reading '", path, "' failed: ", errno_text(err)));
         }
         if (r == 0) break;
         out.append(buf, size_t(r));

@@ -70,6 +70,9 @@ TEST(AtomicFile, MissingFolderAndMissingFileNameThePath) {
         FAIL();
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
+        // Users see this through `qkv info` and friends: no internal function name in it.
+        EXPECT_NE(std::string(e.what()).find("cannot open '"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("read_file"), std::string::npos) << e.what();
     }
     EXPECT_THROW(read_file(dir.path().string()), Error);  // a folder
 }
