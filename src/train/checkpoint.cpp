@@ -92,15 +92,15 @@ io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
                 h.add(b.data(), b.size());
             }
             QKV_CHECK(h.hex() == it->second, "checksum mismatch (stored ", it->second, ", computed ",
-                      h.hex(), "): the file is corrupt");
+                      h.hex(), ")");
         }
         return f;
     } catch (const io::SafeTensorsError& e) {  // "safetensors: '<path>': <problem>"
         throw Error(detail::str(what, " '", path, "': ", e.problem(),
                                 " (the file is truncated, corrupt or not a qkv file)"));
-    } catch (const Error& e) {  // the checksum
+    } catch (const Error& e) {  // the checksum: the header parsed, the tensor bytes changed
         throw Error(detail::str(what, " '", path, "': ", e.what(),
-                                " (the file is truncated, corrupt or not a qkv file)"));
+                                ": the file is corrupt (changed after it was written)"));
     }
 }
 
