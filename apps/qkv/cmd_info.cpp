@@ -56,7 +56,7 @@ void run(const InfoArgs& a) {
                         "qkv train --resume --out %s continues)\n", a.path.c_str());
             return;
         }
-        train::read_checkpoint_metadata(model);  // validates and checks the checksum
+        train::read_checkpoint_metadata(model, "model file");  // validates and checks the checksum
         if (a.params) {
             std::printf("model.safetensors:\n");
             print_tensors(model);

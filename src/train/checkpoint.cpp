@@ -158,8 +158,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     io::write_safetensors(path, w.views, meta);
 }
 
-std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path) {
-    return open_checked(path, "checkpoint").metadata();
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path,
+                                                            const std::string& what) {
+    return open_checked(path, what.c_str()).metadata();
 }
 
 namespace {

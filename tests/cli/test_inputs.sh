@@ -83,6 +83,9 @@ cp -r run run_cut && head -c 100 run/model.safetensors > run_cut/model.safetenso
 run_rc 1 translate --model run_cut "go ."
 err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
 [ "$(grep -o "model.safetensors" "$T/err" | wc -l)" = 1 ] || { cat "$T/err"; fail "the path is not named once"; }
+# qkv info names it the same way (it said "checkpoint '…/model.safetensors'")
+run_rc 1 info run_cut --no-params
+err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
 
 # ---- --model naming a file
 run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file, not a model folder"

@@ -50,7 +50,9 @@ TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, opt
 TrainingProgress read_checkpoint_progress(const std::string& path);
 
 /// Metadata of a checkpoint or model file (validated and checksummed as load_checkpoint does).
-std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
+/// `what` names the file in errors ("checkpoint '<path>': ...", or "model file" as load_model says).
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path,
+                                                            const std::string& what = "checkpoint");
 
 /// Writes the parameters (PyTorch names and order, F32) atomically, with metadata
 /// {"format": "pt", "qkv.checksum": ...} plus `metadata`. Throws qkv::Error on I/O errors.
