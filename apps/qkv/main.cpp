@@ -76,12 +76,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "qkv: error: QKV_KERNELS must be 'fast' or 'ref', got '%s'\n", k);
         return 2;
     }
-    // QKV_ATTENTION is read at the first attention call, after the model is loaded: check it now.
-    if (const char* e = std::getenv("QKV_ATTENTION");
-        e && *e && std::strcmp(e, "auto") != 0 && std::strcmp(e, "automatic") != 0 && std::strcmp(e, "math") != 0 &&
-        std::strcmp(e, "flash") != 0) {
-        std::fprintf(stderr, "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got '%s'\n", e);
-        return 2;
+    // QKV_ATTENTION is read at the first attention call, after the model is loaded: check it now,
+    // with the parser that call uses.
+    if (const char* e = std::getenv("QKV_ATTENTION"); e && *e) {
+        try {
+            qkv::parse_attention_backend(e);
+        } catch (const qkv::Error&) {
+            std::fprintf(stderr, "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got '%s'\n", e);
+            return 2;
+        }
     }
     // A first word that is not a command: say so (CLI11 would only say a subcommand is required).
     if (argc > 1 && argv[1][0] != '-') {
