@@ -39,12 +39,11 @@ CLI::Validator seed_value() {
     const std::string range = "an integer from 0 to 18446744073709551615";
     return CLI::Validator(
         [range](std::string& in) -> std::string {
-            uint64_t v    = 0;
-            const char* e = in.data() + in.size();
-            const auto r  = std::from_chars(in.data(), e, v);
             if (in.empty() || in.find_first_not_of("0123456789") != std::string::npos)
                 return "'" + in + "' is not " + range;
-            if (r.ec != std::errc() || r.ptr != e) return in + " is out of range: expected " + range;
+            uint64_t v   = 0;  // digits only, so from_chars can fail only by overflowing
+            const auto r = std::from_chars(in.data(), in.data() + in.size(), v);
+            if (r.ec != std::errc()) return in + " is out of range: expected " + range;
             return {};
         },
         "UINT64");
