@@ -5,8 +5,11 @@
 // must pass validate_config (usage errors, exit 2); with --resume, flags that differ from
 // config.json are refused or reported (check_resume_flags) and a checkpoint that has nothing left
 // to train says so and writes nothing. config.json records the data's fingerprint
-// (translation_data.h DataFingerprint), which --resume checks.
+// (translation_data.h DataFingerprint), which --resume checks. The first Ctrl-C (SIGINT) or SIGTERM
+// during training stops at the next step boundary with a checkpoint, says how to continue and
+// exits 130 / 143 (util/interrupt.h); a second one kills at once.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -28,6 +31,7 @@
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
 #include "qkv/train/translation_data.h"
+#include "qkv/util/interrupt.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/timer.h"
 
@@ -382,8 +386,12 @@ void run(TrainArgs& a, CLI::App* c) {
     rt.progress = !a.no_progress;
     rt.log_every = a.log_every;
     rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
+    // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
+    util::InterruptGuard interrupt;
+    rt.interrupt = interrupt.flag();
     train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
     train::TrainResult r = trainer.fit();
+    const int caught = interrupt.release();  // from here a signal has its usual effect
     // The stopping rules given for this call are not part of the model's config.
     train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
@@ -402,6 +410,21 @@ void run(TrainArgs& a, CLI::App* c) {
                 (long long)as.allocs, (long long)as.evictions);
     std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
                 a.out.c_str());
+    if (caught != 0) {
+        // No held-out samples: whoever pressed Ctrl-C wants the prompt back.
+        const char* name = caught == SIGINT ? "SIGINT" : "SIGTERM";
+        if (r.stop_reason != "interrupted")
+            std::fprintf(stderr, "qkv train: %s after training finished (step %lld); the model is saved in %s\n",
+                         name, (long long)r.steps, a.out.c_str());
+        else if (fs::exists(ckpt))
+            std::fprintf(stderr, "qkv train: interrupted (%s) at step %lld; checkpoint saved in %s; continue with: "
+                                 "qkv train --resume --out %s\n",
+                         name, (long long)r.steps, ckpt.c_str(), a.out.c_str());
+        else
+            std::fprintf(stderr, "qkv train: interrupted (%s) before the first step; nothing saved\n", name);
+        std::fflush(stdout);
+        throw ExitStatus{128 + caught};
+    }
     train::ModelDir m = train::load_model_dir(a.out);
     print_samples(m, d, 8);
     std::printf("total wall time %s\n", util::format_duration(wall.seconds()).c_str());
@@ -420,7 +443,8 @@ Registration reg([](CLI::App& app) {
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip)");
     c->add_option("--out", a->out, "output folder (default runs/qkv)");
-    c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors with OUT/config.json's "
+    c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
+                                       "validation points, stops and Ctrl-C) with OUT/config.json's "
                                        "settings (same losses as an uninterrupted run); only --epochs, "
                                        "--max-steps, --time-budget and --data apply, other flags that "
                                        "differ are refused (model shape) or ignored with a warning");
@@ -429,8 +453,8 @@ Registration reg([](CLI::App& app) {
                   "limit (default: the preset's, 210s for demo, 20m for full and anchor, none for d2l)")
         ->check(duration_or_off());
     c->add_option("--val-every", a->val_every,
-                  "also validate every this much training time, e.g. 5m; 'off': at epoch ends only "
-                  "(default: the preset's, 5m for full and anchor, else off)")
+                  "also validate, and write the checkpoint, every this much training time, e.g. 5m; "
+                  "'off': at epoch ends only (default: the preset's, 5m for full and anchor, else off)")
         ->check(duration_or_off());
     c->add_option("--epochs", a->epochs, "epochs")->check(int_range(1, 1000000));
     c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")

@@ -1,6 +1,6 @@
 // qkv command-line entry point: builds the CLI11 app from the registered subcommands, runs it,
 // and turns qkv::Error into "qkv: error: ..." with exit code 1; usage errors (CLI11's parse and
-// validation errors) get the same prefix and exit 2.
+// validation errors) get the same prefix and exit 2; a command's ExitStatus sets the exit code.
 #include <unistd.h>
 
 #include <cstdio>
@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         const int rc = app.exit(e);
         return rc == 0 ? 0 : 2;
+    } catch (const qkv::cli::ExitStatus& e) {
+        return e.code;
     } catch (const qkv::Error& e) {
         std::fprintf(stderr, "qkv: error: %s\n", e.what());
         return 1;

@@ -208,15 +208,36 @@ TrainResult Trainer::fit() {
     lo.on_padding      = opt_.loss_on_padding;
     lo.label_smoothing = opt_.label_smoothing;
 
-    auto checkpoint = [&](const TrainingProgress& p) {
-        if (!files) return;
-        save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
-        save_model(model_path, model_, rt_.checkpoint_metadata);
-    };
-
-    model_.train();
     double train_seconds = prog.train_seconds;
     int64_t step = prog.step;
+    // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start).
+    auto checkpoint = [&](int64_t epoch, int64_t batch) {
+        if (!files) return;
+        TrainingProgress p;
+        p.epoch         = epoch;
+        p.batch         = batch;
+        p.step          = step;
+        p.rng_seed      = default_generator().seed();
+        p.rng_offset    = default_generator().offset();
+        p.train_seconds = train_seconds;
+        save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
+        save_model(model_path, model_, rt_.checkpoint_metadata);
+        if (on_checkpoint) on_checkpoint(p);
+    };
+    // Divergence check (kDivergenceWindow, kDivergenceMargin). ln(V) is what a uniform guess
+    // scores, and about where a fresh model starts: the output layer's random logits add about
+    // half their variance (tests/cli's six-pair corpus, demo preset: ln(V) = 3.00, first epoch
+    // 3.23). So the first window is never judged, and the margin (0.5 nats) is twice that excess:
+    // a learning rate too small to move the loss stays quiet (--lr 1e-5 there: 3.21-3.25 up to
+    // step 150). A healthy run is far below ln(V) after one window (the same run at its default
+    // lr: 2.44 over steps 76-100; d2l preset: ln(V) = 5.37, 0.91 at steps 51-60, 0.50 at 91-100),
+    // a diverging one far above it (Adam moves every weight by about lr per step; --lr 10 on the
+    // six pairs: 95.6 over steps 51-100).
+    const double uniform_loss = std::log(double(model_.tgt_vocab_size()));
+    double w_loss = 0;
+    int64_t w_steps = 0;
+
+    model_.train();
     int64_t run_tokens = 0;
     double run_seconds = 0;
     // windows for the metrics.jsonl step records (m_) and the progress fields (d_)
@@ -242,6 +263,7 @@ TrainResult Trainer::fit() {
         for (; b < nb; ++b) {
             if (opt_.max_steps > 0 && step >= opt_.max_steps) { stop = "max_steps"; break; }
             if (opt_.time_budget_s > 0 && train_seconds >= opt_.time_budget_s) { stop = "time_budget"; break; }
+            if (rt_.interrupt && *rt_.interrupt) { stop = "interrupted"; break; }
             util::Timer timer;
             BatchTensors t = to_tensors(batcher.batch(b));
             adam.set_lr(optim::scheduled_lr(opt_.schedule, opt_.lr, step + 1, opt_.warmup_steps, total_steps));
@@ -294,6 +316,27 @@ TrainResult Trainer::fit() {
             }
             if (bar)
                 bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
+            w_loss += loss;
+            ++w_steps;
+            if (step % kDivergenceWindow == 0) {
+                const double mean = w_loss / double(w_steps);
+                // Only full windows after the first (a resumed run's first window may be partial).
+                if (res.diverged_at_step == 0 && w_steps == kDivergenceWindow && step > kDivergenceWindow &&
+                    mean > uniform_loss + kDivergenceMargin) {
+                    res.diverged_at_step = step;
+                    if (rt_.log) {
+                        if (bar && bar->is_tty()) std::fputc('\n', rt_.log);
+                        std::fprintf(rt_.log,
+                                     "qkv: warning: training loss %.3f (mean of steps %lld-%lld) is above "
+                                     "ln(V)=%.3f, the loss of a uniform guess: the learning rate (--lr %g) "
+                                     "is probably too high\n",
+                                     mean, (long long)(step - w_steps + 1), (long long)step, uniform_loss, opt_.lr);
+                        std::fflush(rt_.log);
+                    }
+                }
+                w_loss = 0;
+                w_steps = 0;
+            }
             if (opt_.val_every_s > 0 && train_seconds >= next_val) {
                 next_val = (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s;
                 const double vl = evaluate_loss(valid_);
@@ -305,9 +348,14 @@ TrainResult Trainer::fit() {
                                  json_number(vl).c_str(), json_number(train_seconds).c_str());
                     std::fflush(metrics);
                 }
+                // Inside the epoch, a checkpoint too (after the record: a run killed between
+                // the two resumes from the previous checkpoint, which drops the record and
+                // validates again). At the epoch's last batch the epoch end writes it.
+                if (b + 1 < nb) checkpoint(epoch, b + 1);
                 if (rt_.log && !bar) {
-                    std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f\n",
-                                 (long long)step, util::format_duration(train_seconds).c_str(), vl);
+                    std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f%s\n",
+                                 (long long)step, util::format_duration(train_seconds).c_str(), vl,
+                                 files && b + 1 < nb ? ", checkpoint saved" : "");
                     std::fflush(rt_.log);
                 }
             }
@@ -325,14 +373,7 @@ TrainResult Trainer::fit() {
         if (ep_steps > 0 || !partial) {
             rec.val_loss = evaluate_loss(valid_);
             model_.train();
-            TrainingProgress p;
-            p.epoch         = partial ? epoch : epoch + 1;
-            p.batch         = partial ? b : 0;
-            p.step          = step;
-            p.rng_seed      = default_generator().seed();
-            p.rng_offset    = default_generator().offset();
-            p.train_seconds = train_seconds;
-            checkpoint(p);
+            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0);
             if (metrics) {
                 std::fprintf(metrics,
                              "{\"kind\":\"epoch\",\"epoch\":%lld,\"epoch_pos\":%s,\"step\":%lld,"

@@ -1,8 +1,11 @@
-// Training loop: a tiny Transformer memorises eight pairs; resuming from a checkpoint gives the
-// same losses as an uninterrupted run; output files; option checks.
+// Training loop: a tiny Transformer memorises eight pairs; resuming from a checkpoint (a stop, an
+// epoch end, a mid-epoch validation point, an interrupt) gives the same losses as an
+// uninterrupted run; the divergence warning; output files; option checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -57,6 +60,7 @@ TEST(Trainer, TinyModelMemorisesEightPairs) {
     const train::TrainResult r = t.fit();
     EXPECT_EQ(r.steps, 120);
     EXPECT_EQ(r.stop_reason, "epochs");
+    EXPECT_EQ(r.diverged_at_step, 0);  // a healthy run: no divergence warning
     EXPECT_FALSE(m.is_training());  // left in eval mode, as D2L's Trainer
     EXPECT_LT(r.epochs.back().val_loss, 0.05);
     const auto out = translate_all(m, c);
@@ -126,6 +130,140 @@ void check_resume(int64_t stop_at, bool bucketed = false) {
 }
 
 TEST(Trainer, ResumeInsideAnEpochEqualsUninterruptedRun) { check_resume(5); }
+
+int64_t count_records(const std::string& dir, const std::string& kind) {
+    std::ifstream in(fs::path(dir) / "metrics.jsonl");
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(in, line)) n += line.find("\"kind\":\"" + kind + "\"") != std::string::npos;
+    return n;
+}
+
+/// check_resume's run (4 epochs of 3 batches, dropout) validating after every step: a period
+/// shorter than any step, so the validation points are deterministic.
+train::TrainOptions every_step_validation() {
+    train::TrainOptions o;
+    o.epochs = 4;
+    o.batch_size = 3;
+    o.lr = 0.003;
+    o.label_smoothing = 0.1;
+    o.val_every_s = 1e-9;
+    return o;
+}
+
+TEST(Trainer, ResumeFromAMidEpochValidationCheckpointEqualsUninterruptedRun) {
+    // Every validation point inside an epoch writes a checkpoint. The one of step 4 (epoch 2,
+    // batch 1) is kept aside while the run goes on to the end, then put back: as if the run had
+    // been killed after step 4 with later metrics.jsonl records on disk. Resuming from it gives
+    // the uninterrupted run's later losses and weights, and metrics.jsonl no record twice.
+    const TinyCorpus c = tiny_corpus();
+    const train::TrainOptions o = every_step_validation();
+    const std::string dir = temp_dir("midval");
+    const fs::path ckpt = fs::path(dir) / "checkpoint.safetensors", kept = dir + ".step4";
+    manual_seed(11);
+    models::Transformer ref(tiny_config(c, 0.2));
+    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    std::vector<train::TrainingProgress> saved;
+    tr.on_checkpoint = [&](const train::TrainingProgress& p) {
+        saved.push_back(p);
+        if (p.step == 4) fs::copy_file(ckpt, kept, fs::copy_options::overwrite_existing);
+    };
+    const train::TrainResult full = tr.fit();
+    ASSERT_EQ(full.step_losses.size(), 12u);
+    ASSERT_EQ(saved.size(), 12u);  // one per step: 8 validation points inside epochs, 4 epoch ends
+    EXPECT_EQ(saved[3].epoch, 1);
+    EXPECT_EQ(saved[3].batch, 1);
+    EXPECT_EQ(saved[3].step, 4);
+    EXPECT_GT(saved[3].train_seconds, 0);
+    EXPECT_EQ(saved[2].epoch, 1);  // the epoch end: the next epoch's start
+    EXPECT_EQ(saved[2].batch, 0);
+    ASSERT_EQ(count_records(dir, "val"), 12);
+    fs::copy_file(kept, ckpt, fs::copy_options::overwrite_existing);
+
+    manual_seed(999);  // the resumed run must not depend on the generator's state before loading
+    models::Transformer b(tiny_config(c, 0.2));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(rb.first_step, 4);
+    EXPECT_EQ(rb.step_losses, std::vector<double>(full.step_losses.begin() + 4, full.step_losses.end()));
+    auto pr = ref.parameters(), pb = b.parameters();
+    for (size_t i = 0; i < pr.size(); ++i) EXPECT_EQ(pr[i].to_vector<float>(), pb[i].to_vector<float>());
+    EXPECT_EQ(count_records(dir, "step"), 12);
+    EXPECT_EQ(count_records(dir, "val"), 12);
+    EXPECT_EQ(count_records(dir, "epoch"), 4);
+    fs::remove_all(dir);
+    fs::remove(kept);
+}
+
+TEST(Trainer, InterruptStopsAtTheNextBatchWithACheckpoint) {
+    // The flag (set here when step 4's checkpoint is written, as a signal handler would set it
+    // at any time) stops the run at the next batch top: a checkpoint of the state after step 4,
+    // stop reason "interrupted"; resuming continues as the uninterrupted run.
+    const TinyCorpus c = tiny_corpus();
+    const train::TrainOptions o = every_step_validation();
+    manual_seed(11);
+    models::Transformer ref(tiny_config(c, 0.2));
+    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
+    const train::TrainResult full = tr.fit();
+
+    const std::string dir = temp_dir("interrupt");
+    volatile std::sig_atomic_t flag = 0;
+    train::TrainRuntime rt = quiet(dir);
+    rt.interrupt = &flag;
+    manual_seed(11);
+    models::Transformer a(tiny_config(c, 0.2));
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+    ta.on_checkpoint = [&](const train::TrainingProgress& p) {
+        if (p.step == 4) flag = SIGINT;
+    };
+    const train::TrainResult ra = ta.fit();
+    EXPECT_EQ(ra.stop_reason, "interrupted");
+    EXPECT_EQ(ra.steps, 4);
+    ASSERT_FALSE(ra.epochs.empty());
+    EXPECT_TRUE(ra.epochs.back().partial);
+    const auto p = train::read_checkpoint_progress((fs::path(dir) / "checkpoint.safetensors").string());
+    EXPECT_EQ(p.step, 4);
+    EXPECT_EQ(p.epoch, 1);
+    EXPECT_EQ(p.batch, 1);
+
+    manual_seed(999);
+    models::Transformer b(tiny_config(c, 0.2));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(rb.stop_reason, "epochs");
+    std::vector<double> joined = ra.step_losses;
+    joined.insert(joined.end(), rb.step_losses.begin(), rb.step_losses.end());
+    EXPECT_EQ(joined, full.step_losses);
+    fs::remove_all(dir);
+}
+
+TEST(Trainer, WarnsOnceWhenTheLossStaysAboveAUniformGuess) {
+    // lr 10: Adam moves every weight by about 10 per step; the loss climbs far above ln(V). The
+    // warning comes at the end of the second window (the first is never judged), once.
+    const TinyCorpus c = tiny_corpus();
+    manual_seed(0);
+    models::Transformer m(tiny_config(c));
+    train::TrainOptions o;
+    o.epochs = 3 * train::kDivergenceWindow;  // one batch per epoch
+    o.batch_size = 8;
+    o.lr = 10;
+    train::TrainRuntime rt = quiet();
+    std::FILE* log = std::tmpfile();
+    ASSERT_NE(log, nullptr);
+    rt.log = log;
+    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+    const train::TrainResult r = t.fit();
+    EXPECT_EQ(r.diverged_at_step, 2 * train::kDivergenceWindow);
+    std::rewind(log);
+    std::string text;
+    for (int ch; (ch = std::fgetc(log)) != EOF;) text += char(ch);
+    std::fclose(log);
+    const std::string want = "qkv: warning: training loss ";
+    const auto at = text.find(want);
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_EQ(text.find(want, at + 1), std::string::npos) << "warned twice:\n" << text;
+    EXPECT_NE(text.find("the learning rate (--lr 10) is probably too high"), std::string::npos) << text;
+}
 TEST(Trainer, ResumeWithBucketedTrimmedBatchesEqualsUninterruptedRun) { check_resume(5, true); }
 
 TEST(Trainer, TrimmedBatchesGiveTheSameMaskedLoss) {

@@ -1,8 +1,11 @@
 #pragma once
 // The training loop for encoder–decoder models (D2L EN Trainer.fit, spec §1.13): shuffled
 // minibatches, teacher-forced forward, seq2seq loss, backward, clipping by global norm, Adam,
-// validation loss each epoch, checkpoints each epoch (exact resume), metrics.jsonl and a
-// progress bar. Stops at the epoch count, a step count or a training-time budget.
+// validation loss each epoch (and every val_every_s of training), checkpoints at every epoch end,
+// validation point and stop (exact resume), metrics.jsonl and a progress bar. Stops at the epoch
+// count, a step count, a training-time budget or an interrupt (Ctrl-C: util/interrupt.h). Warns
+// once when the training loss stays above a uniform guess's (a diverging run).
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -14,6 +17,7 @@
 #include "qkv/data/nmt_data.h"
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/optim/optimizer.h"
+#include "qkv/train/checkpoint.h"
 
 namespace qkv::train {
 
@@ -41,14 +45,17 @@ struct TrainOptions {
     int64_t bucket_pool = 0;
     /// Also validate at the first step boundary past every multiple of this much training time
     /// (0: only at epoch ends), as the anchor protocol does at 5, 10 and 15 minutes. Writes a
-    /// "val" record to metrics.jsonl; uses no random numbers, so resuming stays exact.
+    /// "val" record to metrics.jsonl and, inside an epoch, a checkpoint (the batch position, as a
+    /// stop inside an epoch does), so a killed run loses at most this much training; uses no
+    /// random numbers, so resuming stays exact.
     double val_every_s = 0;
 };
 
 /// Where and how a run reports (not saved in config.json).
 struct TrainRuntime {
-    std::string out_dir;  // "": nothing written. Else checkpoint.safetensors, model.safetensors,
-                          // metrics.jsonl and loss.png are (re)written there each epoch; a
+    std::string out_dir;  // "": nothing written. Else checkpoint.safetensors and model.safetensors
+                          // are (re)written there at each epoch end, mid-epoch validation point
+                          // and stop, metrics.jsonl and loss.png each epoch; a
                           // fresh run (not resume) first removes an earlier run's metrics.jsonl,
                           // checkpoint.safetensors and model.safetensors there.
     bool resume = false;  // continue from out_dir/checkpoint.safetensors
@@ -57,6 +64,10 @@ struct TrainRuntime {
     double progress_plain_interval_s = 10.0;
     std::FILE* log = stderr;         // one summary line per epoch; nullptr: silent
     int64_t log_every = 50;          // metrics.jsonl "step" record every N steps (0: none)
+    /// When non-null, read at the top of every batch: nonzero (e.g. the signal number an
+    /// util::InterruptGuard stored) stops the run there as max_steps does (checkpoint, epoch
+    /// record), with stop_reason "interrupted". Must stay valid during fit().
+    const volatile std::sig_atomic_t* interrupt = nullptr;
 };
 
 struct EpochRecord {
@@ -76,8 +87,19 @@ struct TrainResult {
     int64_t steps = 0;                   // optimizer steps done in total
     double train_seconds = 0;            // cumulative training time
     double tokens_per_s = 0;             // over this call's steps
-    std::string stop_reason;             // "epochs", "max_steps" or "time_budget"
+    std::string stop_reason;             // "epochs", "max_steps", "time_budget" or "interrupted"
+    int64_t diverged_at_step = 0;        // step of the divergence warning (kDivergenceWindow); 0: none
 };
+
+/// Steps in a divergence-check window. Trainer::fit warns once (on TrainRuntime::log, a line
+/// starting "qkv: warning:") when the mean training loss over a window of this many steps ending
+/// at a global step multiple of it, other than the first (steps 1..kDivergenceWindow), is above
+/// ln(V) + kDivergenceMargin, V the target vocabulary size: ln(V) is the loss of a uniform guess
+/// (with or without label smoothing, on real tokens or on all positions), so a model that does
+/// worse after a window of training is diverging (typically the learning rate is too high).
+constexpr int64_t kDivergenceWindow = 50;
+/// Nats above ln(V) before the warning fires (why this size: trainer.cpp).
+constexpr double kDivergenceMargin = 0.5;
 
 class Trainer {
 public:
@@ -87,7 +109,9 @@ public:
             const data::NmtArrays& valid_data, int64_t pad, TrainOptions opt, TrainRuntime rt = {});
 
     /// Trains (resuming when asked); returns what happened. Leaves the model in eval mode (as
-    /// D2L's Trainer does). Throws qkv::Error on a NaN/inf gradient or I/O failure.
+    /// D2L's Trainer does). Throws qkv::Error on a NaN/inf loss or I/O failure. A resumed run
+    /// continues exactly (same losses and weights as an uninterrupted run) from any checkpoint:
+    /// an epoch end, a mid-epoch validation point or a stop.
     TrainResult fit();
 
     /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean
@@ -96,6 +120,9 @@ public:
 
     /// Called after each epoch's checkpoint (e.g. to write plots).
     std::function<void(const EpochRecord&)> on_epoch_end;
+    /// Called after each checkpoint is written (epoch ends, mid-epoch validation points, stops),
+    /// with the progress it saved. Not called without an out_dir.
+    std::function<void(const TrainingProgress&)> on_checkpoint;
 
 private:
     models::EncoderDecoder& model_;

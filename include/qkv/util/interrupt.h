@@ -1,0 +1,39 @@
+#pragma once
+// Ctrl-C / SIGTERM as a request to stop at the next safe point (the training loop's batch top),
+// instead of killing the process mid-write: a scoped guard installs handlers that only record the
+// signal (an async-signal-safe write to a volatile std::sig_atomic_t) and put both signals back to
+// their default action, so a second Ctrl-C or SIGTERM kills at once.
+#include <csignal>
+
+namespace qkv::util {
+
+/// While alive, SIGINT and SIGTERM set a flag instead of ending the process. The first of them
+/// sets flag() to its number and restores the default action of both, so the next one kills (as
+/// if no guard were installed). A signal that was ignored (SIG_IGN) when the guard was created
+/// stays ignored (as shells start background jobs with SIGINT ignored). release() (or the
+/// destructor) restores the actions found at construction. One guard at a time: constructing a
+/// second while one is alive throws qkv::Error. Not thread-safe; create it on the main thread.
+class InterruptGuard {
+public:
+    /// Clears the flag and installs the handlers. Throws qkv::Error when another guard is alive
+    /// or sigaction fails.
+    InterruptGuard();
+    /// Calls release() (never throws).
+    ~InterruptGuard();
+    InterruptGuard(const InterruptGuard&)            = delete;
+    InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+    /// 0 until the first SIGINT or SIGTERM, then its number. The pointer stays valid for the
+    /// program's lifetime; read it anywhere (e.g. train::TrainRuntime::interrupt).
+    const volatile std::sig_atomic_t* flag() const;
+
+    /// Puts back the signal actions found at construction (idempotent) and returns the signal
+    /// caught while the guard was installed (0: none). A signal arriving after release() gets the
+    /// restored action, so none is lost between the last check and the restore.
+    int release();
+
+private:
+    bool installed_ = false;
+};
+
+}  // namespace qkv::util

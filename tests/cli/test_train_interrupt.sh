@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# qkv train stopped by a signal, and the divergence warning, on a tiny corpus written here:
+#  1. the first SIGINT during training finishes the step, writes the checkpoint, prints where and
+#     how to continue, exits 130; SIGTERM the same with 143; --resume continues from the step the
+#     message names, to the end.
+#  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once; the same run with the
+#     default learning rate does not.
+# Usage: test_train_interrupt.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+six_pairs > "$T/fra.txt"
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
+pid=""
+trap '[ -z "$pid" ] || kill "$pid" 2> /dev/null || true; rm -rf "$T"' EXIT
+
+# steps_logged DIR: the number of "step" records in DIR/metrics.jsonl (--log-every 1: one per step)
+steps_logged() { local n; n=$(grep -c '"kind":"step"' "$1/metrics.jsonl" 2> /dev/null) || true; echo "${n:-0}"; }
+# start_long NAME ARGS...: `qkv train ARGS` in the background (stdout/stderr in $T/NAME.out/.err);
+# returns once its metrics.jsonl holds more than 10 step records beyond what it had.
+start_long() {
+  local name=$1; shift
+  local before; before=$(steps_logged "$T/run")
+  "$QKV" train "$@" --out "$T/run" --data "$T/fra.txt" --no-progress > "$T/$name.out" 2> "$T/$name.err" &
+  pid=$!
+  for _ in $(seq 1 1200); do
+    [ "$(steps_logged "$T/run")" -gt $((before + 10)) ] && return 0
+    kill -0 "$pid" 2> /dev/null || { cat "$T/$name.err"; fail "qkv train $* ended before it was signalled"; }
+    sleep 0.25
+  done
+  fail "qkv train $* made no progress in 5 minutes"
+}
+# stop_with SIGNAL NAME WANT_RC: sends SIGNAL, waits, checks the exit status and the message;
+# sets `at` to the step the message names.
+stop_with() {
+  kill -"$1" "$pid"
+  set +e; wait "$pid"; local rc=$?; set -e
+  pid=""
+  [ "$rc" = "$3" ] || { cat "$T/$2.err"; fail "SIG$1: exit $rc, want $3"; }
+  grep -q "^qkv train: interrupted (SIG$1) at step [0-9]*; checkpoint saved in $T/run/checkpoint.safetensors; continue with: qkv train --resume --out $T/run\$" "$T/$2.err" ||
+    { cat "$T/$2.err"; fail "SIG$1: no 'interrupted ... continue with' line"; }
+  grep -q "stopped: interrupted" "$T/$2.out" || { cat "$T/$2.out"; fail "SIG$1: stop reason"; }
+  grep -q "held-out translations" "$T/$2.out" && fail "SIG$1: went on to the samples"
+  [ -s "$T/run/checkpoint.safetensors" ] && [ -s "$T/run/model.safetensors" ] || fail "SIG$1: no checkpoint/model"
+  at=$(sed -n "s/^qkv train: interrupted (SIG$1) at step \([0-9]*\);.*/\1/p" "$T/$2.err")
+  [ "$at" -gt 10 ] || fail "SIG$1: stopped at step '$at'"
+}
+
+# ---- 1. signals. Job control (set -m): without it bash starts `&` jobs with SIGINT ignored, and
+# qkv leaves an ignored SIGINT ignored.
+set -m
+start_long first --preset demo --time-budget none --epochs 100000 --log-every 1 "${small[@]}"
+stop_with INT first 130
+run_rc 0 info "$T/run"  # the folder loads
+start_long second --resume --log-every 1
+grep -q "resuming from $T/run/checkpoint.safetensors: .*, step $at\$" "$T/second.err" ||
+  { cat "$T/second.err"; fail "the resume does not continue at step $at"; }
+stop_with TERM second 143
+set +m
+run_rc 0 train --resume --out "$T/run" --data "$T/fra.txt" --max-steps $((at + 5)) --log-every 1 --no-progress
+err_has "step $at"
+out_has "trained $((at + 5)) steps" "stopped: max_steps" "held-out translations"
+[ "$(steps_logged "$T/run")" = $((at + 5)) ] || fail "metrics.jsonl: $(steps_logged "$T/run") step records, want $((at + 5))"
+
+# ---- 2. divergence: 150 steps (the first window of 50 is never judged, the next two are)
+warn="qkv: warning: training loss "
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 150 --out "$T/ok" "${small[@]}"
+grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a healthy run was warned of divergence"; }
+run_rc 0 train --data "$T/fra.txt" --preset demo --lr 10 --max-steps 150 --out "$T/bad" "${small[@]}"
+err_has "is above ln(V)=" "the loss of a uniform guess: the learning rate (--lr 10) is probably too high"
+[ "$(grep -cF "$warn" "$T/err")" = 1 ] || { cat "$T/err"; fail "the divergence warning is not given exactly once"; }
+echo "cli train signals (SIGINT 130, SIGTERM 143, resume) and divergence warning: ok"
