@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 QKV     := $(BUILD)/bin/qkv
 
-.PHONY: all deps configure build test test-asan demo bench clean
+.PHONY: all deps configure build test test-asan test-install demo bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ test-asan: deps
 	    -DQKV_SANITIZE="address;undefined" -DQKV_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -LE "bench|slow"
+
+# Install test from scratch (ctest install.fresh, label `slow`): a fresh library-only build installed
+# into a temporary prefix, then tests/install/consumer built with find_package(qkv) and run.
+test-install: deps
+	JOBS=$(JOBS) bash tests/install/test_install.sh $(CURDIR)
 
 demo: build
 	@bash scripts/demo.sh $(QKV)
