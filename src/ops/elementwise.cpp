@@ -361,16 +361,19 @@ void add_kernel(Tensor& a, const Tensor& b, double alpha) {
         for (int64_t i = 0; i < m; ++i) pa[o[0] + i * s[0]] += al * pb[o[1] + i * s[1]];
     });
 }
+/// copy_ for a destination of type D: dispatches on the source's dtype (a function rather than a
+/// nested QKV_DISPATCH_ALL, whose inner scalar_t would shadow the outer one).
+template <class D>
+void copy_to(Tensor& dst, const Tensor& src, const Shape& ss) {
+    QKV_DISPATCH_ALL(src.dtype(), "copy_", (copy_kernel<D, scalar_t>(dst, src, ss)));
+}
 }  // namespace
 
 void copy_(Tensor& dst, const Tensor& src) {
     QKV_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "copy_: source of shape ",
               src.shape(), " does not broadcast to ", dst.shape());
     const Shape ss = detail::broadcast_strides(src.shape(), src.strides(), dst.shape());
-    QKV_DISPATCH_ALL(dst.dtype(), "copy_", {
-        using dst_t = scalar_t;
-        QKV_DISPATCH_ALL(src.dtype(), "copy_", (copy_kernel<dst_t, scalar_t>(dst, src, ss)));
-    });
+    QKV_DISPATCH_ALL(dst.dtype(), "copy_", (copy_to<scalar_t>(dst, src, ss)));
 }
 
 void fill_(Tensor& a, double value) { copy_(a, full({}, value, DType::f64)); }

@@ -163,7 +163,7 @@ TEST_P(Gradcheck, AnalyticMatchesNumeric) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Gradcheck, ::testing::ValuesIn(table()),
-                         [](const auto& info) { return info.param.name; });
+                         [](const auto& p) { return p.param.name; });
 
 // ctest runs each test in its own process, so this test runs every row's forward itself.
 TEST(GradcheckCoverage, EveryBackwardNodeHasARow) {
