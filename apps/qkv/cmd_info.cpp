@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "options.h"
 #include "qkv/core/error.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
@@ -53,7 +54,7 @@ void run(const InfoArgs& a) {
             QKV_CHECK(fs::exists(ckpt), "'", model, "' not found and no checkpoint.safetensors: nothing to "
                       "translate with (train first, or check the folder)");
             std::printf("model.safetensors: not written yet (training in progress or stopped before the end; "
-                        "qkv train --resume --out %s continues)\n", a.path.c_str());
+                        "qkv train --resume --out %s continues)\n", shell_quote(a.path).c_str());
             return;
         }
         train::read_checkpoint_metadata(model, "model file");  // validates and checks the checksum

@@ -419,7 +419,7 @@ void run(TrainArgs& a, CLI::App* c) {
         else if (fs::exists(ckpt))
             std::fprintf(stderr, "qkv train: interrupted (%s) at step %lld; checkpoint saved in %s; continue with: "
                                  "qkv train --resume --out %s\n",
-                         name, (long long)r.steps, ckpt.c_str(), a.out.c_str());
+                         name, (long long)r.steps, ckpt.c_str(), shell_quote(a.out).c_str());
         else
             std::fprintf(stderr, "qkv train: interrupted (%s) before the first step; nothing saved\n", name);
         std::fflush(stdout);

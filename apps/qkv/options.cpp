@@ -3,9 +3,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "qkv/core/error.h"
 #include "qkv/train/run_config.h"
@@ -83,6 +85,17 @@ CLI::Validator duration_or_off() {
 }
 
 void usage_error(const std::string& msg) { throw CLI::ValidationError(msg); }
+
+std::string shell_quote(const std::string& s) {
+    const auto plain = [](unsigned char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               std::string_view("_./:=@%+,-").find(char(c)) != std::string_view::npos;
+    };
+    if (!s.empty() && std::all_of(s.begin(), s.end(), plain)) return s;
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
 
 void check_out_folder(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;

@@ -55,6 +55,11 @@ void check_out_folder(const std::string& flag, const std::string& path);
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
+/// `s` as one word for a POSIX shell, for commands printed to be copied: unchanged when it is
+/// non-empty and holds only letters, digits and _ . / : = @ % + , -; otherwise inside single quotes,
+/// each ' written as '\'' (e.g. "my run" -> 'my run', "it's" -> 'it'\''s').
+std::string shell_quote(const std::string& s);
+
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
 /// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
 /// folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.

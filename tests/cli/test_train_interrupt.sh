@@ -5,6 +5,8 @@
 #     message names, to the end.
 #  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once; the same run with the
 #     default learning rate does not.
+#  3. the "continue with" commands (qkv train's on a stop, qkv info's for a folder without a
+#     model yet) work pasted into a shell when the folder's name has a space and a quote.
 # Usage: test_train_interrupt.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -67,4 +69,30 @@ grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a healthy run was warned of d
 run_rc 0 train --data "$T/fra.txt" --preset demo --lr 10 --max-steps 150 --out "$T/bad" "${small[@]}"
 err_has "is above ln(V)=" "the loss of a uniform guess: the learning rate (--lr 10) is probably too high"
 [ "$(grep -cF "$warn" "$T/err")" = 1 ] || { cat "$T/err"; fail "the divergence warning is not given exactly once"; }
-echo "cli train signals (SIGINT 130, SIGTERM 143, resume) and divergence warning: ok"
+
+# ---- 3. the printed commands, run as a shell reads them, for a folder named "my run's"
+odd="$T/my run's"
+"$QKV" train --preset demo --time-budget none --epochs 100000 --log-every 1 "${small[@]}" --data "$T/fra.txt" \
+  --out "$odd" > "$T/odd.out" 2> "$T/odd.err" &
+pid=$!
+for _ in $(seq 1 1200); do
+  [ "$(steps_logged "$odd")" -gt 10 ] && break
+  kill -0 "$pid" 2> /dev/null || { cat "$T/odd.err"; fail "qkv train --out \"$odd\" ended before it was signalled"; }
+  sleep 0.25
+done
+kill -TERM "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+pid=""
+[ "$rc" = 143 ] || { cat "$T/odd.err"; fail "SIGTERM, --out \"$odd\": exit $rc, want 143"; }
+cmd=$(sed -n 's/^qkv train: interrupted (SIGTERM) at step [0-9]*; .*; continue with: qkv //p' "$T/odd.err")
+[ -n "$cmd" ] || { cat "$T/odd.err"; fail "--out \"$odd\": no 'continue with' command"; }
+eval "run_rc 0 $cmd --max-steps 1000000 --epochs 1"  # nothing to do: the checkpoint is past epoch 1
+out_has "nothing to do"
+rm "$odd/model.safetensors"
+run_rc 0 info "$odd"
+cmd=$(sed -n 's/^model.safetensors: not written yet .*; qkv \(train --resume --out .*\) continues)$/\1/p' "$T/out")
+[ -n "$cmd" ] || { cat "$T/out"; fail "qkv info: no 'continues' command"; }
+eval "run_rc 0 $cmd --epochs 1"
+out_has "nothing to do"
+
+echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands) and divergence warning: ok"
