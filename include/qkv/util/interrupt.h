@@ -13,6 +13,13 @@ namespace qkv::util {
 /// stays ignored (as shells start background jobs with SIGINT ignored). release() (or the
 /// destructor) restores the actions found at construction. One guard at a time: constructing a
 /// second while one is alive throws qkv::Error. Not thread-safe; create it on the main thread.
+///
+/// Delivery: while the guard lives, the creating thread and the threads of an OpenMP team of the
+/// current size block both signals, and a sleeping sink thread (started by the guard, joined by
+/// release()) takes them, so no compute thread is ever interrupted: a handler that ran inside
+/// oneDNN's sgemm corrupted the heap in ~1 of 15 SIGTERMs (src/util/interrupt.cpp). A signal sent
+/// to the creating thread itself (raise(), pthread_kill) therefore stays pending until release();
+/// send it to the process (kill(getpid(), sig)) instead.
 class InterruptGuard {
 public:
     /// Clears the flag and installs the handlers. Throws qkv::Error when another guard is alive
