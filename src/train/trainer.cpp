@@ -210,9 +210,13 @@ TrainResult Trainer::fit() {
 
     double train_seconds = prog.train_seconds;
     int64_t step = prog.step;
-    // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start).
+    // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start). A stop
+    // right after a mid-epoch validation point would write the same state again (same step, batch,
+    // RNG and train_seconds): one write per step is enough.
+    int64_t saved_step = -1;
     auto checkpoint = [&](int64_t epoch, int64_t batch) {
-        if (!files) return;
+        if (!files || step == saved_step) return;
+        saved_step = step;
         TrainingProgress p;
         p.epoch         = epoch;
         p.batch         = batch;
