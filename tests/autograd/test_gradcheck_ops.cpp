@@ -128,6 +128,12 @@ std::vector<Row> table() {
              return cross_entropy(x[0], ids({0, 3, 1}, {3}), Tensor(), o);
          }},
         {"linear_nobias", {{3, 4}, {2, 4}}, [](V x) { return linear(x[0], x[1]); }},
+        {"linear_cross_entropy_smoothed", {{3, 4}, {6, 4}, {6}}, [](V x) {
+             CrossEntropyOptions o;
+             o.label_smoothing = 0.1;
+             o.ignore_index = 2;
+             return linear_cross_entropy(x[0], x[1], x[2], ids({1, 2, 5}, {3}), o);
+         }},
         {"additive_attention_scores", {{2, 3, 5}, {2, 4, 5}, {5}}, [](V x) {
              return additive_attention_scores(x[0], x[1], x[2]);
          }},
