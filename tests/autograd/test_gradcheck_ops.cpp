@@ -194,6 +194,10 @@ TEST(GradcheckCoverage, EveryBackwardNodeHasARow) {
     // templated reference (tests/kernels/test_attention_kernels.cpp) and the fused backward is
     // compared with the math path's autograd in tests/ops/test_attention_dispatch.cpp.
     exercised().insert("FlashAttentionBackward");
+    // LinearCrossEntropyBackward is fp32-only too: in float64 linear_cross_entropy is the composition
+    // linear + cross_entropy (gradchecked by the linear_cross_entropy_smoothed row), and the fused
+    // backward is compared with that composition's autograd in tests/ops/test_linear_cross_entropy.cpp.
+    exercised().insert("LinearCrossEntropyBackward");
     // Nodes exercised elsewhere (attention, models) are listed in tests of their own files;
     // this suite must cover every node defined in src/ops/.
     ASSERT_FALSE(defined.empty());
