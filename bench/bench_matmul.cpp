@@ -18,6 +18,7 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/tensor.h"
+#include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/reduce.h"
 
@@ -173,6 +174,37 @@ void output_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_linear_then_argmax)->Apply(output_shapes)->UseRealTime();
 BENCHMARK(BM_linear_argmax)->Apply(output_shapes)->UseRealTime();
+
+// ---- training's output layer and loss, forward + backward: cross_entropy(linear(...)) vs the fused
+// linear_cross_entropy. args {N target rows, V vocabulary}, C = 256; 1,060 rows is the anchor
+// protocol's batch (128 pairs, ~8.3 non-pad target tokens each). FLOPs: the three GEMMs, 6·N·V·C.
+template <bool kFused>
+void BM_output_loss(benchmark::State& st) {
+    const int64_t N = st.range(0), V = st.range(1), C = 256;
+    qkv::Generator g(1);
+    qkv::Tensor x = qkv::randn({N, C}, &g), w = qkv::randn({V, C}, &g, 0.0, 0.05),
+                b = qkv::randn({V}, &g, 0.0, 0.05);
+    x.requires_grad_(true), w.requires_grad_(true), b.requires_grad_(true);
+    std::vector<int64_t> t(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) t[size_t(i)] = (i * 7919) % V;
+    const qkv::Tensor target = qkv::from_vector(t, {N});
+    for (auto _ : st) {
+        x.reset_grad(), w.reset_grad(), b.reset_grad();
+        qkv::Tensor loss = kFused ? qkv::linear_cross_entropy(x, w, b, target)
+                                  : qkv::cross_entropy(qkv::linear(x, w, b), target);
+        loss.backward();
+        benchmark::DoNotOptimize(w.grad().raw_data());
+    }
+    set_flops(st, 6.0 * double(N) * double(V) * double(C));
+}
+void BM_linear_then_cross_entropy(benchmark::State& st) { BM_output_loss<false>(st); }
+void BM_linear_cross_entropy(benchmark::State& st) { BM_output_loss<true>(st); }
+void loss_shapes(benchmark::internal::Benchmark* b) {
+    b->Args({1060, 17496});  // the anchor protocol's word vocabulary
+    b->Args({1400, 8000});   // --preset full: 8,000 shared BPE pieces, about 1.3 per French word
+}
+BENCHMARK(BM_linear_then_cross_entropy)->Apply(loss_shapes)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_linear_cross_entropy)->Apply(loss_shapes)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -235,4 +235,8 @@ Tensor Bahdanau::greedy_next(const Tensor& hidden, const std::vector<char>& bann
     return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 
+Tensor Bahdanau::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
+    return linear_cross_entropy(hidden, decoder->dense->weight, decoder->dense->bias, target, opt);
+}
+
 }  // namespace qkv::models

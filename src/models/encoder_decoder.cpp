@@ -1,5 +1,6 @@
 // EncoderDecoder's defaults: forward_hidden_rows (the full teacher-forced pass, then the rows) and
-// greedy_next (the logits, then argmax_allowed: the first allowed maximum per row).
+// greedy_next (the logits, then argmax_allowed: the first allowed maximum per row) and output_loss
+// (the logits, then cross_entropy).
 #include "qkv/models/encoder_decoder.h"
 
 #include <vector>
@@ -43,6 +44,10 @@ Tensor EncoderDecoder::greedy_next(const Tensor& hidden, const std::vector<char>
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == V, "greedy_next: banned has ",
               banned.size(), " flags, expected 0 or V = ", V);
     return argmax_allowed(logits, banned);  // linear_argmax's rule, on the logits
+}
+
+Tensor EncoderDecoder::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
+    return cross_entropy(output_logits(hidden), target, Tensor(), opt);
 }
 
 }  // namespace qkv::models

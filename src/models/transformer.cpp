@@ -460,4 +460,8 @@ Tensor Transformer::greedy_next(const Tensor& hidden, const std::vector<char>& b
     return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 
+Tensor Transformer::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
+    return linear_cross_entropy(hidden, decoder->dense->weight, decoder->dense->bias, target, opt);
+}
+
 }  // namespace qkv::models

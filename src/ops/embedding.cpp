@@ -1,11 +1,15 @@
 // embedding op: row gather forward; backward scatter-adds rows of dy into a dense dW in index
-// order (deterministic; single-threaded because rows may repeat).
+// order (deterministic). fp32 in KernelMode::fast runs kernels::cpu::embedding_backward (zeroing
+// and scatter-add split over the threads by columns, bit-identical to this file's loop); the
+// rest runs the single-threaded loop here.
 #include "qkv/ops/embedding.h"
 
 #include <cstring>
 
+#include "kernels/cpu/embedding.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
+#include "qkv/ops/kernel_mode.h"
 
 namespace qkv {
 
@@ -34,8 +38,15 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
     for (int64_t i = 0; i < n; ++i) std::memcpy(po + i * row_bytes, pw + pi[i] * row_bytes, size_t(row_bytes));
     record(out, "EmbeddingBackward", {ids, weight}, [ic, V, C](const Tensor& g) {
         const Tensor gc = g.contiguous();
-        Tensor dw = zeros({V, C}, g.dtype());
         const int64_t* ip = ptr<int64_t>(ic);
+        if (g.dtype() == DType::f32 && kernel_mode() == KernelMode::fast) {
+            // The anchor's 17,496 × 256 target table: zeroing its gradient alone took ~1 % of a
+            // training step on one thread.
+            Tensor dw = Tensor::empty({V, C}, DType::f32);
+            kernels::cpu::embedding_backward(ptr<float>(dw), ptr<float>(gc), ip, ic.numel(), V, C);
+            return std::vector<Tensor>{Tensor(), dw};
+        }
+        Tensor dw = zeros({V, C}, g.dtype());
         QKV_DISPATCH_FLOAT(g.dtype(), "embedding_backward", {
             const scalar_t* pg = ptr<scalar_t>(gc);
             scalar_t* pd = ptr<scalar_t>(dw);

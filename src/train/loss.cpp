@@ -31,7 +31,7 @@ Tensor token_loss(models::EncoderDecoder& model, const Tensor& h, const std::vec
     CrossEntropyOptions ce;
     ce.reduction       = Reduction::mean;
     ce.label_smoothing = opt.label_smoothing;
-    return cross_entropy(model.output_logits(h), from_vector(target, {int64_t(target.size())}), Tensor(), ce);
+    return model.output_loss(h, from_vector(target, {int64_t(target.size())}), ce);
 }
 
 }  // namespace
@@ -54,8 +54,7 @@ Seq2SeqLoss seq2seq_loss(models::EncoderDecoder& model, const Tensor& hidden, co
         ce.reduction       = Reduction::mean;
         ce.label_smoothing = opt.label_smoothing;
         out.positions = B * T;
-        out.loss = cross_entropy(model.output_logits(hidden.reshape({B * T, C})), label.reshape({B * T}),
-                                 Tensor(), ce);
+        out.loss = model.output_loss(hidden.reshape({B * T, C}), label.reshape({B * T}), ce);
         return out;
     }
     out.positions = out.tokens;

@@ -128,6 +128,12 @@ std::vector<Row> table() {
              return cross_entropy(x[0], ids({0, 3, 1}, {3}), Tensor(), o);
          }},
         {"linear_nobias", {{3, 4}, {2, 4}}, [](V x) { return linear(x[0], x[1]); }},
+        {"linear_cross_entropy_smoothed", {{3, 4}, {6, 4}, {6}}, [](V x) {
+             CrossEntropyOptions o;
+             o.label_smoothing = 0.1;
+             o.ignore_index = 2;
+             return linear_cross_entropy(x[0], x[1], x[2], ids({1, 2, 5}, {3}), o);
+         }},
         {"additive_attention_scores", {{2, 3, 5}, {2, 4, 5}, {5}}, [](V x) {
              return additive_attention_scores(x[0], x[1], x[2]);
          }},
@@ -188,6 +194,10 @@ TEST(GradcheckCoverage, EveryBackwardNodeHasARow) {
     // templated reference (tests/kernels/test_attention_kernels.cpp) and the fused backward is
     // compared with the math path's autograd in tests/ops/test_attention_dispatch.cpp.
     exercised().insert("FlashAttentionBackward");
+    // LinearCrossEntropyBackward is fp32-only too: in float64 linear_cross_entropy is the composition
+    // linear + cross_entropy (gradchecked by the linear_cross_entropy_smoothed row), and the fused
+    // backward is compared with that composition's autograd in tests/ops/test_linear_cross_entropy.cpp.
+    exercised().insert("LinearCrossEntropyBackward");
     // Nodes exercised elsewhere (attention, models) are listed in tests of their own files;
     // this suite must cover every node defined in src/ops/.
     ASSERT_FALSE(defined.empty());

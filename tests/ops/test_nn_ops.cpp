@@ -1,12 +1,14 @@
 // Forward values and error messages of the dense NN ops (cross_entropy, dropout, embedding,
 // layer_norm, softmax, matmul) against hand-derived values or compositions of simpler ops.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/embedding.h"
+#include "qkv/ops/kernel_mode.h"
 #include "qkv/ops/layer_norm.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/ops.h"
@@ -79,6 +81,30 @@ TEST(Dropout, IdentityInEvalAndScaledInTraining) {
     EXPECT_THROW(dropout(x, 1.0, true), Error);
     Generator g1(9), g2(9);
     EXPECT_EQ(dropout(x, 0.5, true, &g1).to_vector<float>(), dropout(x, 0.5, true, &g2).to_vector<float>());
+}
+
+// The fast fp32 backward (kernels::cpu::embedding_backward, threads split by columns) against the
+// reference loop (KernelMode::reference): bit-identical, repeated ids included, on 1 and 2 threads.
+TEST(Embedding, FastBackwardEqualsReferenceBitwiseWithRepeatedIds) {
+    const int64_t V = 50, C = 37, n = 300;
+    std::vector<int64_t> idv(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) idv[size_t(i)] = (i * i + 3) % 17;  // ids 0..16 repeat, 17..49 never appear
+    const Tensor ids = from_vector(idv, {n});
+    const Tensor w0 = from_vector(test::random_floats(V * C, 3), {V, C});
+    const Tensor up = from_vector(test::random_floats(n * C, 4), {n, C});
+    auto grad = [&](KernelMode mode) {
+        set_kernel_mode(mode);
+        Tensor w = w0.detach().requires_grad_(true);
+        embedding(ids, w).backward(up);
+        set_kernel_mode(KernelMode::fast);
+        return w.grad().to_vector<float>();
+    };
+    const int max_threads = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        EXPECT_EQ(grad(KernelMode::fast), grad(KernelMode::reference)) << threads << " threads";
+    }
+    omp_set_num_threads(max_threads);
 }
 
 TEST(Embedding, GathersRowsAndNamesBadIds) {

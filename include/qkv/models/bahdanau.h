@@ -129,6 +129,8 @@ public:
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
     /// ops::linear_argmax on the output layer (decoder.dense): no (B, V) logits.
     Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
+    /// ops::linear_cross_entropy on the output layer (decoder.dense).
+    Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) override;
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }
 

@@ -9,6 +9,7 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/tensor.h"
 #include "qkv/nn/module.h"
+#include "qkv/ops/cross_entropy.h"
 
 namespace qkv::models {
 
@@ -87,6 +88,12 @@ public:
     /// the logits; a model whose output layer is one Linear uses the fused ops::linear_argmax,
     /// which never holds the (B, V) logits. Throws on a banned list of the wrong length.
     virtual Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned);
+    /// The training loss of hidden rows (N, C) against target (N) i64:
+    /// cross_entropy(output_logits(hidden), target, Tensor(), opt), a scalar (reduction mean or
+    /// sum) or (N) (none). This default computes the logits; a model whose output layer is one
+    /// Linear uses the fused ops::linear_cross_entropy (one (N, V) buffer instead of the logits
+    /// and their gradient, no separate bias and column-sum passes). Throws as cross_entropy does.
+    virtual Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt);
 
     virtual int64_t src_vocab_size() const = 0;
     virtual int64_t tgt_vocab_size() const = 0;

@@ -23,4 +23,21 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
                      const CrossEntropyOptions& opt = {});
 
+/// A model's output layer and its loss in one op: cross_entropy(linear(x, weight, bias), target,
+/// Tensor(), opt), the same value and gradients (up to float rounding).
+/// Legend: N rows (x's leading dims flattened), C = in_features, V = out_features (vocabulary).
+///   x (..., C) float; weight (V, C) (torch.nn.Linear layout); bias (V) or undefined;
+///   target i64 of x's shape without the last dim, ids in [0, V) or opt.ignore_index.
+///   Returns a scalar (mean / sum) or target's shape (none), x's dtype.
+/// Fast fp32 path (KernelMode::fast): one GEMM writes the (N, V) logits, one pass per row adds
+/// the bias and takes logsumexp and the loss while the row is in cache. The backward turns those
+/// logits into their gradient g·(softmax − q) in place (q the smoothed one-hot), summing the bias
+/// gradient per thread while each row is hot, then dx = G·W and dW = Gᵀ·x are two GEMMs. So the
+/// (N, V) buffer is held once (linear + cross_entropy hold the logits and then a second buffer
+/// for their gradient) and the separate bias-add, softmax-gradient and column-sum passes over it
+/// are gone (bench/RESULTS.md, session 7). float64 or KernelMode::reference: the composition.
+/// Throws qkv::Error on shape or dtype mismatch and names the first target outside [0, V).
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const CrossEntropyOptions& opt = {});
+
 }  // namespace qkv

@@ -1,0 +1,163 @@
+// linear_cross_entropy: the output layer and the token loss as one op (include/qkv/ops/cross_entropy.h).
+//
+// Forward, per row i: z_i = x_i·Wᵀ + b, lse_i = log Σ_v exp(z_iv),
+//   loss_i = (1−ε)(lse_i − z_it) + ε(lse_i − mean_v z_iv)   (0 when t_i is ignore_index).
+// Backward, with c_i the upstream gradient of loss_i (g/denominator for mean, g for sum, g_i for none):
+//   G_iv = c_i·(softmax(z_i)_v − q_iv), q_i = (1−ε)·onehot(t_i) + ε/V   (G_i = 0 for ignored rows)
+//   dx = G·W, dW = Gᵀ·x, db = Σ_i G_i.
+// The fast fp32 path keeps one (N, V) buffer: the GEMM writes z into it, the forward pass adds b
+// row by row and reads each row once more for lse (the row, V·4 bytes, is still in L2), and the
+// backward overwrites z with G in place (each row's db contribution summed into a per-thread
+// accumulator while the row is hot), then runs the two GEMMs on G. The composition writes z, adds
+// b in a second pass, reads z for the loss, writes G into a new buffer and sums its columns in a
+// fourth pass. float64 and KernelMode::reference run the composition itself.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/gemm.h"
+#include "ops/dispatch.h"
+#include "qkv/autograd/node.h"
+#include "qkv/ops/cross_entropy.h"
+#include "qkv/ops/kernel_mode.h"
+#include "qkv/ops/matmul.h"
+
+namespace qkv {
+
+using detail::ptr;
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const CrossEntropyOptions& opt) {
+    QKV_CHECK(x.defined() && weight.defined() && target.defined(),
+              "linear_cross_entropy: undefined tensor argument");
+    QKV_CHECK(weight.dim() == 2, "linear_cross_entropy: weight must be (V, C), got ", weight.shape());
+    QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_cross_entropy: x of shape ",
+              x.shape(), " does not match weight of shape ", weight.shape(), " (C = ", weight.shape()[1], ")");
+    const int64_t C = weight.shape()[1], V = weight.shape()[0];
+    QKV_CHECK(V > 0, "linear_cross_entropy: weight has no output rows: ", weight.shape());
+    QKV_CHECK(!bias.defined() || bias.shape() == Shape{V}, "linear_cross_entropy: bias of shape ",
+              bias.defined() ? bias.shape() : Shape{}, " does not match V = ", V);
+    QKV_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+              "linear_cross_entropy: dtypes differ: x ", dtype_name(x.dtype()), ", weight ",
+              dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
+              bias.defined() ? dtype_name(bias.dtype()) : "");
+    const Shape tshape(x.shape().begin(), x.shape().end() - 1);
+    QKV_CHECK(target.dtype() == DType::i64 && target.shape() == tshape, "linear_cross_entropy: target must be "
+              "int64 of shape ", tshape, " (x without its last dim), got ", dtype_name(target.dtype()), " ",
+              target.shape());
+    if (x.dtype() != DType::f32 || kernel_mode() != KernelMode::fast)
+        return cross_entropy(linear(x, weight, bias), target, Tensor(), opt);
+    QKV_CHECK(opt.label_smoothing >= 0 && opt.label_smoothing <= 1, "linear_cross_entropy: label_smoothing "
+              "must be in [0, 1], got ", opt.label_smoothing);
+
+    const int64_t N = shape_numel(tshape);
+    const Tensor x2 = x.detach().contiguous().reshape({N, C});
+    const Tensor w  = weight.detach().contiguous();
+    const Tensor b  = bias.defined() ? bias.detach().contiguous() : Tensor();
+    const Tensor tc = target.contiguous();
+    const int64_t* pt = ptr<int64_t>(tc);
+    int64_t counted = 0;
+    for (int64_t r = 0; r < N; ++r) {
+        QKV_CHECK(pt[r] == opt.ignore_index || (pt[r] >= 0 && pt[r] < V), "linear_cross_entropy: target ", pt[r],
+                  " at position ", r, " is out of range for ", V, " classes");
+        counted += pt[r] != opt.ignore_index;
+    }
+    // z = x·Wᵀ (N, V), then per row: z += b, lse and loss from the cached row.
+    Tensor z   = Tensor::empty({N, V}, DType::f32);
+    Tensor lse = Tensor::empty({N}, DType::f32);
+    Tensor per = Tensor::empty(tshape, DType::f32);
+    float* pz = ptr<float>(z);
+    kernels::cpu::gemm(false, true, N, V, C, 1.f, ptr<float>(x2), C, ptr<float>(w), C, 0.f, pz, V);
+    {
+        const float* pb = b.defined() ? ptr<float>(b) : nullptr;
+        float* pl = ptr<float>(lse);
+        float* pp = ptr<float>(per);
+        const int64_t ignore = opt.ignore_index;
+        const double eps = opt.label_smoothing;
+#pragma omp parallel for schedule(static) if (N * V > detail::kParallelGrain)
+        for (int64_t r = 0; r < N; ++r) {
+            float* zr = pz + r * V;
+            if (pb) {
+#pragma omp simd
+                for (int64_t v = 0; v < V; ++v) zr[v] += pb[v];
+            }
+            kernels::cpu::cross_entropy_forward(pp + r, pl + r, zr, pt + r, nullptr, 1, V, ignore, eps);
+        }
+    }
+    Tensor out;
+    double scale = 1.0;
+    if (opt.reduction == Reduction::none) {
+        out = per;
+    } else {
+        double total = 0;
+        const float* pp = ptr<float>(per);
+        for (int64_t r = 0; r < N; ++r) total += double(pp[r]);
+        if (opt.reduction == Reduction::mean) scale = counted > 0 ? 1.0 / double(counted) : 0.0;
+        out = full({}, total * scale, DType::f32);
+    }
+
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    const Shape xshape = x.shape();
+    const Reduction red = opt.reduction;
+    const int64_t ignore = opt.ignore_index;
+    const double eps = opt.label_smoothing;
+    std::vector<Tensor> inputs{x, weight};
+    if (bias.defined()) inputs.push_back(bias);
+    // The node runs once (the engine frees the graph after backward), so it may overwrite z.
+    record(out, "LinearCrossEntropyBackward", inputs,
+           [z, lse, tc, x2, w, N, C, V, need_x, need_w, need_b, has_bias = bias.defined(), xshape, red, scale,
+            ignore, eps](const Tensor& g) {
+               const Tensor gr = red == Reduction::none ? g.contiguous().reshape({N})
+                                                        : full({1}, g.item() * scale, DType::f32);
+               const int64_t g_stride = red == Reduction::none ? 1 : 0;
+               const float* pg = ptr<float>(gr);
+               float* G = ptr<float>(z);
+               const float* pl = ptr<float>(lse);
+               const int64_t* ids = ptr<int64_t>(tc);
+               // G in place of z; each thread sums the rows it wrote into its own db row.
+               const int nt = N * V > detail::kParallelGrain ? std::max(1, omp_get_max_threads()) : 1;
+               std::vector<float> db_part(need_b ? size_t(nt) * size_t(V) : 0, 0.f);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+               {
+                   float* acc = need_b ? db_part.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
+#pragma omp for schedule(static)
+                   for (int64_t r = 0; r < N; ++r) {
+                       float* zr = G + r * V;
+                       kernels::cpu::cross_entropy_backward(zr, pg + r * g_stride, 0, zr, pl + r, ids + r, nullptr,
+                                                            1, V, ignore, eps);
+                       if (acc) {
+#pragma omp simd
+                           for (int64_t v = 0; v < V; ++v) acc[v] += zr[v];
+                       }
+                   }
+               }
+               std::vector<Tensor> grads(has_bias ? 3 : 2);
+               if (need_x) {
+                   Tensor dx = Tensor::empty({N, C}, DType::f32);
+                   kernels::cpu::gemm(false, false, N, C, V, 1.f, G, V, ptr<float>(w), C, 0.f, ptr<float>(dx), C);
+                   grads[0] = dx.reshape(xshape);
+               }
+               if (need_w) {
+                   Tensor dw = Tensor::empty({V, C}, DType::f32);  // N = 0: the K = 0 GEMM writes zeros
+                   kernels::cpu::gemm(true, false, V, C, N, 1.f, G, V, ptr<float>(x2), C, 0.f, ptr<float>(dw), C);
+                   grads[1] = dw;
+               }
+               if (need_b) {
+                   Tensor db = Tensor::empty({V}, DType::f32);
+                   float* pdb = ptr<float>(db);
+                   for (int64_t v = 0; v < V; ++v) {
+                       float s = 0.f;
+                       for (int t = 0; t < nt; ++t) s += db_part[size_t(t) * size_t(V) + size_t(v)];
+                       pdb[v] = s;
+                   }
+                   grads[2] = db;
+               }
+               return grads;
+           });
+    return out;
+}
+
+}  // namespace qkv
