@@ -110,11 +110,9 @@ void append_records(std::FILE* f, const std::vector<Record>& records) {
 }
 
 /// Keeps the metrics.jsonl records of steps <= step (what the checkpoint covers), so a resumed
-/// run does not repeat lines written after the checkpoint. Returns the kinds of the records kept
-/// at `step` itself.
-std::set<std::string> truncate_metrics(const std::string& path, int64_t step) {
-    std::set<std::string> at_step;
-    if (!fs::exists(path)) return at_step;
+/// run does not repeat lines written after the checkpoint.
+void truncate_metrics(const std::string& path, int64_t step) {
+    if (!fs::exists(path)) return;
     std::ifstream in(path);
     std::ostringstream kept;
     std::string line;
@@ -122,16 +120,39 @@ std::set<std::string> truncate_metrics(const std::string& path, int64_t step) {
         if (line.empty()) continue;
         try {
             auto j = nlohmann::json::parse(line);
-            const int64_t s = j.value("step", int64_t(0));
-            if (s > step) continue;
-            if (s == step) at_step.insert(j.value("kind", ""));
+            if (j.value("step", int64_t(0)) > step) continue;
         } catch (const std::exception&) {
             continue;  // a torn last line from a crash
         }
         kept << line << '\n';
     }
     util::write_file_atomic(path, kept.str());
-    return at_step;
+}
+
+/// The records of p.pending_records that the metrics.jsonl at `path` lacks (no record of their
+/// kind at p.step). Throws qkv::Error naming `ckpt` when pending_records is not a JSON array.
+std::vector<Record> missing_records(const std::string& path, const TrainingProgress& p, const std::string& ckpt) {
+    std::vector<Record> missing;
+    if (p.pending_records.empty()) return missing;
+    Record pending;
+    try {
+        pending = Record::parse(p.pending_records);
+    } catch (const std::exception&) {
+    }
+    QKV_CHECK(pending.is_array(), "checkpoint '", ckpt, "': metadata 'qkv.pending_records' is not a JSON array");
+    std::set<std::string> have;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+        try {
+            auto j = nlohmann::json::parse(line);
+            if (j.value("step", int64_t(-1)) == p.step) have.insert(j.value("kind", ""));
+        } catch (const std::exception&) {
+            // a torn line: not a record
+        }
+    }
+    for (auto& r : pending)
+        if (r.is_object() && !have.count(r.value("kind", ""))) missing.push_back(r);
+    return missing;
 }
 
 /// Training/validation loss curves from metrics.jsonl (epoch records), as D2L plots them.
@@ -206,14 +227,13 @@ TrainResult Trainer::fit() {
     const int64_t nb = batcher.num_batches();
 
     TrainingProgress prog;
-    std::set<std::string> kinds_at_checkpoint;
     if (rt_.resume) {
         prog = load_checkpoint(ckpt_path, model_, &adam);
         QKV_CHECK(prog.batch <= nb, "checkpoint '", ckpt_path, "': batch ", prog.batch,
                   " is past the ", nb, " batches per epoch of this data (different data or batch size?)");
         default_generator().manual_seed(prog.rng_seed);
         default_generator().set_offset(prog.rng_offset);
-        kinds_at_checkpoint = truncate_metrics(metrics_path, prog.step);
+        truncate_metrics(metrics_path, prog.step);
         if (rt_.log)
             std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
                          (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
@@ -277,12 +297,10 @@ TrainResult Trainer::fit() {
         save_model(model_path, model_, rt_.checkpoint_metadata);
         if (on_checkpoint) on_checkpoint(p);
     };
-    if (rt_.resume && !prog.pending_records.empty()) {
+    if (rt_.resume) {
         // The run that wrote the checkpoint was killed before the records of the validation after
         // it: the model is the checkpoint's, so validating now gives the loss it would have written.
-        std::vector<Record> missing;
-        for (auto& r : Record::parse(prog.pending_records))
-            if (!kinds_at_checkpoint.count(r.value("kind", ""))) missing.push_back(r);
+        std::vector<Record> missing = missing_records(metrics_path, prog, ckpt_path);
         if (!missing.empty()) {
             const double vl = validate();
             for (auto& r : missing) r["val_loss"] = number(vl);
@@ -513,6 +531,11 @@ TrainResult Trainer::fit() {
     res.tokens_per_s  = run_seconds > 0 ? double(run_tokens) / run_seconds : 0;
     model_.eval();
     return res;
+}
+
+bool has_missing_records(const std::string& out_dir, const TrainingProgress& p) {
+    const fs::path dir(out_dir);
+    return !missing_records((dir / "metrics.jsonl").string(), p, (dir / "checkpoint.safetensors").string()).empty();
 }
 
 }  // namespace qkv::train

@@ -8,6 +8,9 @@
 #     move the loss (--lr 1e-5), does not.
 #  3. the "continue with" commands (qkv train's on a stop, qkv info's for a folder without a
 #     model yet) work pasted into a shell when the folder's name has a space and a quote.
+#  4. a run killed while it validated after its last checkpoint (its last metrics.jsonl record
+#     removed here): --resume trains nothing, validates again and writes the same record; a
+#     second --resume has nothing to do.
 # Usage: test_train_interrupt.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -100,4 +103,18 @@ cmd=$(sed -n 's/^model.safetensors: not written yet .*; qkv \(train --resume --o
 eval "run_rc 0 $cmd --epochs 1"
 out_has "nothing to do"
 
-echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands) and divergence warning: ok"
+# ---- 4. killed during the last validation: the checkpoint (written before it) has the step, the
+# epoch record is missing
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 12 --out "$T/end" "${small[@]}"
+last=$(tail -n 1 "$T/end/metrics.jsonl")
+case "$last" in *'"kind":"epoch"'*'"step":12,'*) ;; *) fail "metrics.jsonl ends with '$last', not the epoch record" ;; esac
+sed -i '$d' "$T/end/metrics.jsonl"
+run_rc 0 train --resume --out "$T/end" --data "$T/fra.txt" --no-progress
+err_has "the run was stopped while it validated at step 12"
+out_has "trained 12 steps" "no epoch ended in this call"
+[ "$(tail -n 1 "$T/end/metrics.jsonl")" = "$last" ] ||
+  fail "the resumed run wrote '$(tail -n 1 "$T/end/metrics.jsonl")', want '$last'"
+run_rc 0 train --resume --out "$T/end" --data "$T/fra.txt" --no-progress
+out_has "nothing to do"
+
+echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands), divergence warning, records of a killed validation: ok"

@@ -442,8 +442,19 @@ TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
         if (step == 6) throw std::runtime_error("killed while validating");
     };
     EXPECT_THROW(ta.fit(), std::runtime_error);
-    EXPECT_EQ(train::read_checkpoint_progress((fs::path(dir) / "checkpoint.safetensors").string()).step, 6);
+    const std::string ckpt = (fs::path(dir) / "checkpoint.safetensors").string();
+    const train::TrainingProgress p = train::read_checkpoint_progress(ckpt);
+    EXPECT_EQ(p.step, 6);
     EXPECT_EQ(count_records(dir, "epoch"), 1);
+    EXPECT_TRUE(train::has_missing_records(dir, p));
+    train::TrainingProgress bad = p;
+    bad.pending_records = "{";
+    try {
+        train::has_missing_records(dir, bad);
+        ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("qkv.pending_records"), std::string::npos) << e.what();
+    }
 
     manual_seed(999);
     models::Transformer b(tiny_config(c, 0.2));
@@ -452,6 +463,8 @@ TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
     EXPECT_EQ(rb.step_losses, std::vector<double>(full.step_losses.begin() + 6, full.step_losses.end()));
     EXPECT_EQ(val_and_epoch_records(dir), val_and_epoch_records(ref_dir));
     EXPECT_EQ(count_records(dir, "step"), 12);
+    EXPECT_FALSE(train::has_missing_records(dir, p));
+    EXPECT_FALSE(train::has_missing_records(dir, train::read_checkpoint_progress(ckpt)));
     fs::remove_all(dir);
     fs::remove_all(ref_dir);
 }

@@ -148,6 +148,12 @@ private:
     TrainRuntime rt_;
 };
 
+/// Whether out_dir/metrics.jsonl lacks records that the validation after the checkpoint `p`
+/// (read from out_dir/checkpoint.safetensors) writes (TrainingProgress::pending_records): the run
+/// was killed while it validated. Trainer::fit resuming from it writes them first, also when it
+/// has no step left to train. Throws qkv::Error when p.pending_records is not a JSON array.
+bool has_missing_records(const std::string& out_dir, const TrainingProgress& p);
+
 /// Tensors of one batch (src (B, T), src_valid_len (B), dec_input (B, T), label (B, T); i64).
 struct BatchTensors {
     Tensor src, src_valid_len, dec_input, label;
