@@ -319,9 +319,9 @@ TrainResult Trainer::fit() {
         return "";
     };
     // Divergence check (kDivergenceWindow, kDivergenceMargin, kDivergenceFirstMargin,
-    // kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh model starts above it:
-    // its random logits add about half their variance, and with tied embeddings the output layer
-    // favours the input token. Means over the first window measured on tests/cli's six-pair
+    // kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh model starts above it
+    // (its random logits add about half their variance), a tied one further (measured below).
+    // Means over the first window measured on tests/cli's six-pair
     // corpus (demo preset with test_train_interrupt.sh's small model, ln(V) = 3.00, seeds 0-4,
     // steps 1-50): 2.85-3.24 at the default lr, 2.96-3.33 at --lr 1e-5 (too small to move the
     // loss), 8.51-10.95 at --lr 10 (diverging: Adam moves every weight by about lr per step, and
