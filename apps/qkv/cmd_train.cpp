@@ -335,10 +335,18 @@ void run(TrainArgs& a, CLI::App* c) {
 
     validate_config(cfg);  // nothing is read or written before the configuration is known good
     if (a.resume) {
-        const std::string done = already_done(a, cfg, train::read_checkpoint_progress(ckpt));
+        const train::TrainingProgress p = train::read_checkpoint_progress(ckpt);
+        const std::string done = already_done(a, cfg, p);
         if (!done.empty()) {
-            std::printf("qkv train: nothing to do: %s\n", done.c_str());
-            return;  // exit 0; config.json and the checkpoint stay as they are
+            if (!train::has_missing_records(a.out, p)) {
+                std::printf("qkv train: nothing to do: %s\n", done.c_str());
+                return;  // exit 0; config.json and the checkpoint stay as they are
+            }
+            // Killed during the validation after its last checkpoint: fit() trains no step and
+            // writes the records that validation did not.
+            std::fprintf(stderr, "qkv train: no step to train (%s); the run was stopped while it validated at "
+                                 "step %lld, so that validation runs again for metrics.jsonl\n",
+                         done.c_str(), (long long)p.step);
         }
     }
 
@@ -395,12 +403,13 @@ void run(TrainArgs& a, CLI::App* c) {
     // The stopping rules given for this call are not part of the model's config.
     train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
-    const double final_loss = r.epochs.empty() ? 0.0 : r.epochs.back().train_loss;
-    std::printf("trained %lld steps in %s (stopped: %s); last epoch train loss %.4f, val loss %.4f; "
-                "%.0f target tokens/s; peak RSS %.0f MiB\n",
-                (long long)r.steps, util::format_duration(r.train_seconds).c_str(), r.stop_reason.c_str(),
-                final_loss, r.epochs.empty() ? 0.0 : r.epochs.back().val_loss, r.tokens_per_s,
-                double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
+    char last[96] = "no epoch ended in this call";  // a resume that only completed metrics.jsonl
+    if (!r.epochs.empty())
+        std::snprintf(last, sizeof last, "last epoch train loss %.4f, val loss %.4f", r.epochs.back().train_loss,
+                      r.epochs.back().val_loss);
+    std::printf("trained %lld steps in %s (stopped: %s); %s; %.0f target tokens/s; peak RSS %.0f MiB\n",
+                (long long)r.steps, util::format_duration(r.train_seconds).c_str(), r.stop_reason.c_str(), last,
+                r.tokens_per_s, double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     const AllocatorStats as = allocator_stats();
     std::printf("tensor memory: peak in use %.0f MiB, peak cached %.0f MiB, peak in use + cached %.0f MiB, "
                 "cache limit %.0f MiB; %lld of %lld allocations fresh from the system, %lld evictions\n",

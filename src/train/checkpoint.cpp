@@ -154,6 +154,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["qkv.rng_seed"]      = std::to_string(p.rng_seed);
     meta["qkv.rng_offset"]    = std::to_string(p.rng_offset);
     meta["qkv.train_seconds"] = detail::str(p.train_seconds);
+    if (!p.pending_records.empty()) meta["qkv.pending_records"] = p.pending_records;
     meta[kChecksumKey]        = w.checksum();
     io::write_safetensors(path, w.views, meta);
 }
@@ -182,6 +183,8 @@ TrainingProgress progress_of(const std::map<std::string, std::string>& m) {
     p.rng_offset = meta_u64(m, "qkv.rng_offset");
     auto ts = m.find("qkv.train_seconds");
     p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
+    auto pr = m.find("qkv.pending_records");
+    if (pr != m.end()) p.pending_records = pr->second;
     return p;
 }
 

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +86,29 @@ std::string json_number(double v) {
     return std::isfinite(v) ? nlohmann::json(v).dump() : std::string("null");
 }
 
+struct CloseFile {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+/// A metrics.jsonl record, keys in the order written.
+using Record = nlohmann::ordered_json;
+
+Record number(double v) { return std::isfinite(v) ? Record(v) : Record(nullptr); }
+
+/// One "val" record (a validation point) with "val_loss" null, to be filled in.
+Record val_record(int64_t step, double epoch_pos, double train_seconds) {
+    return Record{{"kind", "val"}, {"step", step}, {"epoch_pos", number(epoch_pos)},
+                  {"val_loss", nullptr}, {"train_seconds", number(train_seconds)}};
+}
+
+/// Appends records, one line each, in one write.
+void append_records(std::FILE* f, const std::vector<Record>& records) {
+    std::string text;
+    for (const auto& r : records) text += r.dump() + '\n';
+    std::fputs(text.c_str(), f);
+    std::fflush(f);
+}
+
 /// Keeps the metrics.jsonl records of steps <= step (what the checkpoint covers), so a resumed
 /// run does not repeat lines written after the checkpoint.
 void truncate_metrics(const std::string& path, int64_t step) {
@@ -102,6 +127,32 @@ void truncate_metrics(const std::string& path, int64_t step) {
         kept << line << '\n';
     }
     util::write_file_atomic(path, kept.str());
+}
+
+/// The records of p.pending_records that the metrics.jsonl at `path` lacks (no record of their
+/// kind at p.step). Throws qkv::Error naming `ckpt` when pending_records is not a JSON array.
+std::vector<Record> missing_records(const std::string& path, const TrainingProgress& p, const std::string& ckpt) {
+    std::vector<Record> missing;
+    if (p.pending_records.empty()) return missing;
+    Record pending;
+    try {
+        pending = Record::parse(p.pending_records);
+    } catch (const std::exception&) {
+    }
+    QKV_CHECK(pending.is_array(), "checkpoint '", ckpt, "': metadata 'qkv.pending_records' is not a JSON array");
+    std::set<std::string> have;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+        try {
+            auto j = nlohmann::json::parse(line);
+            if (j.value("step", int64_t(-1)) == p.step) have.insert(j.value("kind", ""));
+        } catch (const std::exception&) {
+            // a torn line: not a record
+        }
+    }
+    for (auto& r : pending)
+        if (r.is_object() && !have.count(r.value("kind", ""))) missing.push_back(r);
+    return missing;
 }
 
 /// Training/validation loss curves from metrics.jsonl (epoch records), as D2L plots them.
@@ -192,7 +243,7 @@ TrainResult Trainer::fit() {
         // --resume would continue the wrong run).
         for (const auto& p : {metrics_path, ckpt_path, model_path}) fs::remove(p);
     }
-    std::FILE* metrics = files ? std::fopen(metrics_path.c_str(), "a") : nullptr;
+    const std::unique_ptr<std::FILE, CloseFile> metrics(files ? std::fopen(metrics_path.c_str(), "a") : nullptr);
     QKV_CHECK(!files || metrics, "cannot open '", metrics_path, "' for writing");
 
     TrainResult res;
@@ -210,36 +261,110 @@ TrainResult Trainer::fit() {
 
     double train_seconds = prog.train_seconds;
     int64_t step = prog.step;
-    // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start). A stop
-    // right after a mid-epoch validation point would write the same state again (same step, batch,
-    // RNG and train_seconds): one write per step is enough.
+    // The validation loss of the model after `val_step` steps: a stop right after a mid-epoch
+    // validation point (the signal came while it ran) reuses it instead of validating again.
+    int64_t val_step = -1;
+    double val_loss = std::numeric_limits<double>::quiet_NaN();
+    auto validate = [&]() {
+        if (val_step != step) {
+            if (on_validation) on_validation(step);
+            val_loss = evaluate_loss(valid_);
+            model_.train();
+            val_step = step;
+        }
+        return val_loss;
+    };
+    // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start), with
+    // the records the validation that follows it completes. Every checkpoint comes before that
+    // validation (10-60 s on real data): a second Ctrl-C, which kills at once, then loses at most
+    // the validation, and the resumed run writes the records it finds missing (below). A stop
+    // right after a mid-epoch validation point would write the same state again (same step,
+    // batch, RNG and train_seconds): one write per step is enough (and `validate` gives it that
+    // point's loss at once, so its record follows without a wait).
     int64_t saved_step = -1;
-    auto checkpoint = [&](int64_t epoch, int64_t batch) {
+    auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending) {
         if (!files || step == saved_step) return;
         saved_step = step;
         TrainingProgress p;
-        p.epoch         = epoch;
-        p.batch         = batch;
-        p.step          = step;
-        p.rng_seed      = default_generator().seed();
-        p.rng_offset    = default_generator().offset();
-        p.train_seconds = train_seconds;
+        p.epoch           = epoch;
+        p.batch           = batch;
+        p.step            = step;
+        p.rng_seed        = default_generator().seed();
+        p.rng_offset      = default_generator().offset();
+        p.train_seconds   = train_seconds;
+        p.pending_records = pending.empty() ? "" : Record(pending).dump();
         save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
         save_model(model_path, model_, rt_.checkpoint_metadata);
         if (on_checkpoint) on_checkpoint(p);
     };
-    // Divergence check (kDivergenceWindow, kDivergenceMargin). ln(V) is what a uniform guess
-    // scores, and about where a fresh model starts: the output layer's random logits add about
-    // half their variance (tests/cli's six-pair corpus, demo preset: ln(V) = 3.00, first epoch
-    // 3.23). So the first window is never judged, and the margin (0.5 nats) is twice that excess:
-    // a learning rate too small to move the loss stays quiet (--lr 1e-5 there: 3.21-3.25 up to
-    // step 150). A healthy run is far below ln(V) after one window (the same run at its default
-    // lr: 2.44 over steps 76-100; d2l preset: ln(V) = 5.37, 0.91 at steps 51-60, 0.50 at 91-100),
-    // a diverging one far above it (Adam moves every weight by about lr per step; --lr 10 on the
-    // six pairs: 95.6 over steps 51-100).
+    if (rt_.resume) {
+        // The run that wrote the checkpoint was killed before the records of the validation after
+        // it: the model is the checkpoint's, so validating now gives the loss it would have written.
+        std::vector<Record> missing = missing_records(metrics_path, prog, ckpt_path);
+        if (!missing.empty()) {
+            const double vl = validate();
+            for (auto& r : missing) r["val_loss"] = number(vl);
+            append_records(metrics.get(), missing);
+            plot_losses(metrics_path, plot_path);
+            if (rt_.log)
+                std::fprintf(rt_.log, "validation at step %lld (the stopped run did not finish it): val loss %.4f\n",
+                             (long long)step, vl);
+        }
+    }
+    // The reason to stop before the next step, or "".
+    auto stop_reason = [&]() -> std::string {
+        if (opt_.max_steps > 0 && step >= opt_.max_steps) return "max_steps";
+        if (opt_.time_budget_s > 0 && train_seconds >= opt_.time_budget_s) return "time_budget";
+        if (rt_.interrupt && *rt_.interrupt) return "interrupted";
+        return "";
+    };
+    // Divergence check (kDivergenceWindow, kDivergenceMargin, kDivergenceFirstMargin,
+    // kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh model starts above it
+    // (its random logits add about half their variance), a tied one further (measured below).
+    // Means over the first window measured on tests/cli's six-pair
+    // corpus (demo preset with test_train_interrupt.sh's small model, ln(V) = 3.00, seeds 0-4,
+    // steps 1-50): 2.85-3.24 at the default lr, 2.96-3.33 at --lr 1e-5 (too small to move the
+    // loss), 8.51-10.95 at --lr 10 (diverging: Adam moves every weight by about lr per step, and
+    // the warmup reaches lr 2.5 by step 50); the same with --shared-vocab --tie-weights (ln(V) =
+    // 3.43, seeds 0-2): 3.89-4.34, 4.09-4.58, 7.79-8.64. --preset full on the real data (tied,
+    // ln(V) = 8.99, seed 0): 11.39 at step 1, 10.88 over steps 1-10, 8.67 over steps 1-50. So a
+    // window holding any of the first kDivergenceWindow steps is judged against ln(V) + 3 nats
+    // (kDivergenceFirstMargin: above every healthy or too slow start measured, +1.9 at most,
+    // below every diverging first window, +5.5 at least); later windows against ln(V) + 0.5
+    // (kDivergenceMargin): a healthy run is far below ln(V) by then (default lr: 2.33-2.71 over
+    // steps 51-100; d2l preset: ln(V) = 5.37, 0.91 at steps 51-60, 0.50 at 91-100), a diverging
+    // one far above it (--lr 10: 77.4-102.0 over steps 51-100), and one too slow stays where it
+    // started (--lr 1e-5: 2.95-3.33). A window is judged at each global multiple of
+    // kDivergenceWindow and, at the end of the run, the last one if it is partial (a short run, a
+    // stop), when it holds at least kDivergenceMinSteps steps: the first steps' losses are the
+    // noisiest and the farthest above ln(V) (--preset full: +2.4 at step 1), and a stop right
+    // after a window's end leaves a tail too short to say anything. Not covered: a tied model
+    // with a learning rate too small to move its loss, when it starts far above ln(V) (the demo
+    // preset's C 128 with --shared-vocab --tie-weights on the six pairs, ln(V) = 3.43: 7.68-7.98
+    // at step 1, 7.68-7.89 over steps 1-50 at --lr 1e-5) is warned, as it was from step 100
+    // before the first window was judged.
     const double uniform_loss = std::log(double(model_.tgt_vocab_size()));
     double w_loss = 0;
     int64_t w_steps = 0;
+    auto judge_window = [&](bool bar_line_open) {
+        const double mean = w_loss / double(std::max<int64_t>(w_steps, 1));
+        const int64_t first = step - w_steps + 1;
+        const double margin = first <= kDivergenceWindow ? kDivergenceFirstMargin : kDivergenceMargin;
+        if (res.diverged_at_step == 0 && w_steps >= kDivergenceMinSteps && mean > uniform_loss + margin) {
+            res.diverged_at_step = step;
+            if (rt_.log) {
+                if (bar_line_open && bar && bar->is_tty()) std::fputc('\n', rt_.log);
+                std::fprintf(rt_.log,
+                             "qkv: warning: training loss %.3f (mean of steps %lld-%lld) is above "
+                             "ln(V)=%.3f, the loss of a uniform guess: the learning rate (--lr %g) "
+                             "is probably too high\n",
+                             mean, (long long)first, (long long)step, uniform_loss, opt_.lr);
+                std::fflush(rt_.log);
+            }
+        }
+        w_loss = 0;
+        w_steps = 0;
+    };
 
     model_.train();
     int64_t run_tokens = 0;
@@ -258,6 +383,9 @@ TrainResult Trainer::fit() {
         double ep_loss = 0, ep_secs = 0;
         int64_t ep_steps = 0, ep_tokens = 0;
         std::string stop;
+        // A validation point at the epoch's last step, or where the run stops: the epoch end's
+        // validation serves it.
+        bool val_point_at_end = false;
         int64_t b = first_batch;
         if (rt_.progress) {
             bar = std::make_unique<util::ProgressBar>(
@@ -265,9 +393,7 @@ TrainResult Trainer::fit() {
             if (first_batch > 0) bar->update(first_batch);
         }
         for (; b < nb; ++b) {
-            if (opt_.max_steps > 0 && step >= opt_.max_steps) { stop = "max_steps"; break; }
-            if (opt_.time_budget_s > 0 && train_seconds >= opt_.time_budget_s) { stop = "time_budget"; break; }
-            if (rt_.interrupt && *rt_.interrupt) { stop = "interrupted"; break; }
+            if (stop = stop_reason(); !stop.empty()) break;
             util::Timer timer;
             BatchTensors t = to_tensors(batcher.batch(b));
             adam.set_lr(optim::scheduled_lr(opt_.schedule, opt_.lr, step + 1, opt_.warmup_steps, total_steps));
@@ -296,14 +422,14 @@ TrainResult Trainer::fit() {
             ++m_steps;
             m_tokens += l.tokens;
             if (metrics && rt_.log_every > 0 && step % rt_.log_every == 0) {
-                std::fprintf(metrics,
+                std::fprintf(metrics.get(),
                              "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
                              "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
                              (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
                              json_number(m_loss / double(m_steps)).c_str(), json_number(adam.lr()).c_str(),
                              json_number(double(m_tokens) / std::max(m_secs, 1e-9)).c_str(),
                              json_number(train_seconds).c_str());
-                std::fflush(metrics);
+                std::fflush(metrics.get());
                 m_loss = m_secs = 0;
                 m_steps = m_tokens = 0;
             }
@@ -322,72 +448,59 @@ TrainResult Trainer::fit() {
                 bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
             w_loss += loss;
             ++w_steps;
-            if (step % kDivergenceWindow == 0) {
-                const double mean = w_loss / double(w_steps);
-                // Only full windows after the first (a resumed run's first window may be partial).
-                if (res.diverged_at_step == 0 && w_steps == kDivergenceWindow && step > kDivergenceWindow &&
-                    mean > uniform_loss + kDivergenceMargin) {
-                    res.diverged_at_step = step;
-                    if (rt_.log) {
-                        if (bar && bar->is_tty()) std::fputc('\n', rt_.log);
-                        std::fprintf(rt_.log,
-                                     "qkv: warning: training loss %.3f (mean of steps %lld-%lld) is above "
-                                     "ln(V)=%.3f, the loss of a uniform guess: the learning rate (--lr %g) "
-                                     "is probably too high\n",
-                                     mean, (long long)(step - w_steps + 1), (long long)step, uniform_loss, opt_.lr);
-                        std::fflush(rt_.log);
-                    }
-                }
-                w_loss = 0;
-                w_steps = 0;
-            }
+            if (step % kDivergenceWindow == 0) judge_window(true);
             if (opt_.val_every_s > 0 && train_seconds >= next_val) {
                 next_val = (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s;
-                const double vl = evaluate_loss(valid_);
-                model_.train();
-                if (metrics) {
-                    std::fprintf(metrics, "{\"kind\":\"val\",\"step\":%lld,\"epoch_pos\":%s,\"val_loss\":%s,"
-                                          "\"train_seconds\":%s}\n",
-                                 (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
-                                 json_number(vl).c_str(), json_number(train_seconds).c_str());
-                    std::fflush(metrics);
-                }
-                // Inside the epoch, a checkpoint too (after the record: a run killed between
-                // the two resumes from the previous checkpoint, which drops the record and
-                // validates again). At the epoch's last batch the epoch end writes it.
-                if (b + 1 < nb) checkpoint(epoch, b + 1);
-                if (rt_.log && !bar) {
-                    std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f%s\n",
-                                 (long long)step, util::format_duration(train_seconds).c_str(), vl,
-                                 files && b + 1 < nb ? ", checkpoint saved" : "");
-                    std::fflush(rt_.log);
+                if (b + 1 == nb || !stop_reason().empty()) {
+                    val_point_at_end = true;
+                } else {
+                    // Inside the epoch: checkpoint (the batch position, as a stop inside an epoch
+                    // writes), validate, "val" record.
+                    std::vector<Record> recs{
+                        val_record(step, double(epoch) + double(b + 1) / double(nb), train_seconds)};
+                    checkpoint(epoch, b + 1, recs);
+                    recs[0]["val_loss"] = number(validate());
+                    if (metrics) append_records(metrics.get(), recs);
+                    if (rt_.log && !bar) {
+                        std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f%s\n",
+                                     (long long)step, util::format_duration(train_seconds).c_str(), val_loss,
+                                     files ? ", checkpoint saved" : "");
+                        std::fflush(rt_.log);
+                    }
                 }
             }
         }
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;
         if (bar) bar->finish();
-        EpochRecord rec;
-        rec.epoch         = epoch + 1;
-        rec.step          = step;
-        rec.train_loss    = ep_steps > 0 ? ep_loss / double(ep_steps) : std::numeric_limits<double>::quiet_NaN();
-        rec.train_seconds = train_seconds;
-        rec.tokens_per_s  = ep_secs > 0 ? double(ep_tokens) / ep_secs : 0;
-        rec.partial       = partial;
         if (ep_steps > 0 || !partial) {
-            rec.val_loss = evaluate_loss(valid_);
-            model_.train();
-            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0);
+            EpochRecord rec;
+            rec.epoch         = epoch + 1;
+            rec.step          = step;
+            rec.train_loss    = ep_steps > 0 ? ep_loss / double(ep_steps) : std::numeric_limits<double>::quiet_NaN();
+            rec.train_seconds = train_seconds;
+            rec.tokens_per_s  = ep_secs > 0 ? double(ep_tokens) / ep_secs : 0;
+            rec.partial       = partial;
+            const double pos  = double(epoch) + double(b) / double(nb);
+            // The checkpoint first, then the one validation, then the records: a "val" record
+            // when a validation point fell here (the --val-every series stays whole), and the
+            // epoch record.
+            std::vector<Record> recs;
+            if (val_point_at_end) recs.push_back(val_record(step, pos, train_seconds));
+            recs.push_back(Record{{"kind", "epoch"},
+                                  {"epoch", rec.epoch},
+                                  {"epoch_pos", number(pos)},
+                                  {"step", step},
+                                  {"train_loss", number(rec.train_loss)},
+                                  {"val_loss", nullptr},
+                                  {"train_seconds", number(train_seconds)},
+                                  {"tokens_per_s", number(rec.tokens_per_s)},
+                                  {"partial", partial}});
+            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0, recs);
+            rec.val_loss = validate();
             if (metrics) {
-                std::fprintf(metrics,
-                             "{\"kind\":\"epoch\",\"epoch\":%lld,\"epoch_pos\":%s,\"step\":%lld,"
-                             "\"train_loss\":%s,\"val_loss\":%s,\"train_seconds\":%s,"
-                             "\"tokens_per_s\":%s,\"partial\":%s}\n",
-                             (long long)rec.epoch, json_number(double(epoch) + double(b) / double(nb)).c_str(),
-                             (long long)step, json_number(rec.train_loss).c_str(),
-                             json_number(rec.val_loss).c_str(), json_number(train_seconds).c_str(),
-                             json_number(rec.tokens_per_s).c_str(), partial ? "true" : "false");
-                std::fflush(metrics);
+                for (auto& r : recs) r["val_loss"] = number(rec.val_loss);
+                append_records(metrics.get(), recs);
                 plot_losses(metrics_path, plot_path);
             }
             if (rt_.log) {
@@ -411,13 +524,18 @@ TrainResult Trainer::fit() {
             break;
         }
     }
+    if (w_steps > 0) judge_window(false);  // the run's last window, when partial
     if (res.stop_reason.empty()) res.stop_reason = "epochs";
-    if (metrics) std::fclose(metrics);
     res.steps         = step;
     res.train_seconds = train_seconds;
     res.tokens_per_s  = run_seconds > 0 ? double(run_tokens) / run_seconds : 0;
     model_.eval();
     return res;
+}
+
+bool has_missing_records(const std::string& out_dir, const TrainingProgress& p) {
+    const fs::path dir(out_dir);
+    return !missing_records((dir / "metrics.jsonl").string(), p, (dir / "checkpoint.safetensors").string()).empty();
 }
 
 }  // namespace qkv::train

@@ -3,10 +3,14 @@
 #  1. the first SIGINT during training finishes the step, writes the checkpoint, prints where and
 #     how to continue, exits 130; SIGTERM the same with 143; --resume continues from the step the
 #     message names, to the end.
-#  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once; the same run with the
-#     default learning rate does not.
+#  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once within 80 steps, less
+#     than two windows of 50; the same run with the default learning rate, or one too small to
+#     move the loss (--lr 1e-5), does not.
 #  3. the "continue with" commands (qkv train's on a stop, qkv info's for a folder without a
 #     model yet) work pasted into a shell when the folder's name has a space and a quote.
+#  4. a run killed while it validated after its last checkpoint (its last metrics.jsonl record
+#     removed here): --resume trains nothing, validates again and writes the same record; a
+#     second --resume has nothing to do.
 # Usage: test_train_interrupt.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -62,12 +66,16 @@ err_has "step $at"
 out_has "trained $((at + 5)) steps" "stopped: max_steps" "held-out translations"
 [ "$(steps_logged "$T/run")" = $((at + 5)) ] || fail "metrics.jsonl: $(steps_logged "$T/run") step records, want $((at + 5))"
 
-# ---- 2. divergence: 150 steps (the first window of 50 is never judged, the next two are)
+# ---- 2. divergence: 80 steps (the first window of 50 is judged with a wider margin, the partial
+# last one, steps 51-80, at the end of the run)
 warn="qkv: warning: training loss "
-run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 150 --out "$T/ok" "${small[@]}"
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 80 --out "$T/ok" "${small[@]}"
 grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a healthy run was warned of divergence"; }
-run_rc 0 train --data "$T/fra.txt" --preset demo --lr 10 --max-steps 150 --out "$T/bad" "${small[@]}"
-err_has "is above ln(V)=" "the loss of a uniform guess: the learning rate (--lr 10) is probably too high"
+run_rc 0 train --data "$T/fra.txt" --preset demo --lr 1e-5 --max-steps 80 --out "$T/slow" "${small[@]}"
+grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a run with a too small learning rate was warned of divergence"; }
+run_rc 0 train --data "$T/fra.txt" --preset demo --lr 10 --max-steps 80 --out "$T/bad" "${small[@]}"
+err_has "(mean of steps 1-50) is above ln(V)=" \
+  "the loss of a uniform guess: the learning rate (--lr 10) is probably too high"
 [ "$(grep -cF "$warn" "$T/err")" = 1 ] || { cat "$T/err"; fail "the divergence warning is not given exactly once"; }
 
 # ---- 3. the printed commands, run as a shell reads them, for a folder named "my run's"
@@ -95,4 +103,18 @@ cmd=$(sed -n 's/^model.safetensors: not written yet .*; qkv \(train --resume --o
 eval "run_rc 0 $cmd --epochs 1"
 out_has "nothing to do"
 
-echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands) and divergence warning: ok"
+# ---- 4. killed during the last validation: the checkpoint (written before it) has the step, the
+# epoch record is missing
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 12 --out "$T/end" "${small[@]}"
+last=$(tail -n 1 "$T/end/metrics.jsonl")
+case "$last" in *'"kind":"epoch"'*'"step":12,'*) ;; *) fail "metrics.jsonl ends with '$last', not the epoch record" ;; esac
+sed -i '$d' "$T/end/metrics.jsonl"
+run_rc 0 train --resume --out "$T/end" --data "$T/fra.txt" --no-progress
+err_has "the run was stopped while it validated at step 12"
+out_has "trained 12 steps" "no epoch ended in this call"
+[ "$(tail -n 1 "$T/end/metrics.jsonl")" = "$last" ] ||
+  fail "the resumed run wrote '$(tail -n 1 "$T/end/metrics.jsonl")', want '$last'"
+run_rc 0 train --resume --out "$T/end" --data "$T/fra.txt" --no-progress
+out_has "nothing to do"
+
+echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands), divergence warning, records of a killed validation: ok"

@@ -110,6 +110,7 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     train::TrainingProgress p;
     p.epoch = 3, p.batch = 2, p.step = 17, p.rng_seed = 5, p.rng_offset = 123456789012ULL;
     p.train_seconds = 12.5;
+    p.pending_records = R"([{"kind":"epoch","step":17,"val_loss":null}])";
     train::save_checkpoint(d.file("c.safetensors"), *t.m, *t.adam, p, {{"qkv.config", "{}"}});
     manual_seed(9);
     models::Transformer fresh(tiny_config(t.c));
@@ -121,6 +122,7 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     EXPECT_EQ(q.rng_seed, 5u);
     EXPECT_EQ(q.rng_offset, 123456789012ULL);
     EXPECT_DOUBLE_EQ(q.train_seconds, 12.5);
+    EXPECT_EQ(q.pending_records, p.pending_records);
     expect_same_params(*t.m, fresh);
     auto s1 = t.adam->state_dict(), s2 = adam2.state_dict();
     ASSERT_EQ(s1.size(), s2.size());

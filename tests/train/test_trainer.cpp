@@ -1,6 +1,7 @@
 // Training loop: a tiny Transformer memorises eight pairs; resuming from a checkpoint (a stop, an
-// epoch end, a mid-epoch validation point, an interrupt) gives the same losses as an
-// uninterrupted run; the divergence warning; output files; option checks.
+// epoch end, a mid-epoch validation point, an interrupt, a kill while validating) gives the same
+// losses (and metrics.jsonl records) as an uninterrupted run; one validation per validation
+// point; the divergence warning; output files; option checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
 #include "qkv/decode/greedy.h"
@@ -239,7 +242,7 @@ TEST(Trainer, InterruptStopsAtTheNextBatchWithACheckpoint) {
 
 TEST(Trainer, WarnsOnceWhenTheLossStaysAboveAUniformGuess) {
     // lr 10: Adam moves every weight by about 10 per step; the loss climbs far above ln(V). The
-    // warning comes at the end of the second window (the first is never judged), once.
+    // warning comes at the end of the first window (judged with kDivergenceFirstMargin), once.
     const TinyCorpus c = tiny_corpus();
     manual_seed(0);
     models::Transformer m(tiny_config(c));
@@ -253,7 +256,7 @@ TEST(Trainer, WarnsOnceWhenTheLossStaysAboveAUniformGuess) {
     rt.log = log;
     train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
     const train::TrainResult r = t.fit();
-    EXPECT_EQ(r.diverged_at_step, 2 * train::kDivergenceWindow);
+    EXPECT_EQ(r.diverged_at_step, train::kDivergenceWindow);
     std::rewind(log);
     std::string text;
     for (int ch; (ch = std::fgetc(log)) != EOF;) text += char(ch);
@@ -264,6 +267,283 @@ TEST(Trainer, WarnsOnceWhenTheLossStaysAboveAUniformGuess) {
     EXPECT_EQ(text.find(want, at + 1), std::string::npos) << "warned twice:\n" << text;
     EXPECT_NE(text.find("the learning rate (--lr 10) is probably too high"), std::string::npos) << text;
 }
+/// What a run printed on TrainRuntime::log.
+struct LogFile {
+    std::FILE* f = std::tmpfile();
+    ~LogFile() {
+        if (f) std::fclose(f);
+    }
+    std::string text() const {
+        std::rewind(f);
+        std::string t;
+        for (int ch; (ch = std::fgetc(f)) != EOF;) t += char(ch);
+        return t;
+    }
+};
+
+size_t count_of(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+/// `steps` steps of the tiny model (one batch of the eight pairs per epoch) at a constant `lr`:
+/// the step of the divergence warning (0: none), which the log must say exactly as often.
+int64_t diverged_at(double lr, int64_t steps) {
+    const TinyCorpus c = tiny_corpus();
+    manual_seed(0);
+    models::Transformer m(tiny_config(c));
+    train::TrainOptions o;
+    o.epochs = steps;
+    o.batch_size = 8;
+    o.lr = lr;
+    LogFile log;
+    train::TrainRuntime rt = quiet();
+    rt.log = log.f;
+    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+    const train::TrainResult r = t.fit();
+    EXPECT_EQ(count_of(log.text(), "qkv: warning: training loss "), r.diverged_at_step > 0 ? 1u : 0u) << log.text();
+    return r.diverged_at_step;
+}
+
+TEST(Trainer, JudgesTheLastPartialWindowOfAShortRun) {
+    // 40 steps: no window ends at a multiple of 50; the run's last (partial, first) window is
+    // judged at its end. Diverging: warned; healthy or too slow to move the loss: not.
+    EXPECT_EQ(diverged_at(10, 40), 40);
+    EXPECT_EQ(diverged_at(0.005, 40), 0);
+    EXPECT_EQ(diverged_at(1e-5, 40), 0);
+    // A window shorter than kDivergenceMinSteps is not judged.
+    EXPECT_EQ(diverged_at(10, train::kDivergenceMinSteps - 1), 0);
+    // 80 steps: the healthy and the too slow run stay quiet over both windows (1-50, 51-80).
+    EXPECT_EQ(diverged_at(0.005, 80), 0);
+    EXPECT_EQ(diverged_at(1e-5, 80), 0);
+}
+
+TEST(Trainer, JudgesTheTrailingWindowAfterTheFirst) {
+    // 50 healthy steps, then a resumed run at lr 10 to step 80: the window of steps 51-80 is
+    // partial, judged at the run's end against kDivergenceMargin.
+    const TinyCorpus c = tiny_corpus();
+    const std::string dir = temp_dir("trailing");
+    train::TrainOptions o;
+    o.epochs = 80;
+    o.batch_size = 8;
+    o.lr = 0.005;
+    o.max_steps = train::kDivergenceWindow;
+    manual_seed(0);
+    models::Transformer a(tiny_config(c));
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    EXPECT_EQ(ta.fit().diverged_at_step, 0);
+    o.max_steps = 80;
+    o.lr = 10;
+    models::Transformer b(tiny_config(c));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(rb.first_step, train::kDivergenceWindow);
+    EXPECT_EQ(rb.diverged_at_step, 80);
+    fs::remove_all(dir);
+}
+
+/// The records of metrics.jsonl, in order.
+std::vector<nlohmann::json> records(const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "metrics.jsonl");
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+}
+
+/// (kind, step, train loss, val loss) of each "val" and "epoch" record: what two runs of the same
+/// steps must agree on (their timings differ).
+std::vector<std::string> val_and_epoch_records(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& r : records(dir))
+        if (r["kind"] != "step")
+            out.push_back(nlohmann::json{r["kind"], r["step"], r.value("train_loss", nlohmann::json()),
+                                         r["val_loss"], r.value("partial", false)}
+                              .dump());
+    return out;
+}
+
+TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
+    // The run stops inside an epoch (max_steps 5: epoch 2, batch 2) and is killed while it
+    // validates (the hook throws, as a second Ctrl-C kills): the checkpoint of step 5 is already
+    // on disk, with the partial epoch record still to write. Resuming writes that record first
+    // (the validation loss of the model after step 5) and continues as the uninterrupted run.
+    const TinyCorpus c = tiny_corpus();
+    train::TrainOptions o;
+    o.epochs = 4;
+    o.batch_size = 3;
+    o.lr = 0.003;
+    o.label_smoothing = 0.1;
+    manual_seed(11);
+    models::Transformer ref(tiny_config(c, 0.2));
+    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
+    const train::TrainResult full = tr.fit();
+
+    const std::string dir = temp_dir("killstop");
+    train::TrainOptions first = o;
+    first.max_steps = 5;
+    manual_seed(11);
+    models::Transformer a(tiny_config(c, 0.2));
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), first, quiet(dir));
+    double val5 = 0;
+    ta.on_validation = [&](int64_t step) {
+        if (step < 5) return;
+        val5 = ta.evaluate_loss(c.arrays);
+        throw std::runtime_error("killed while validating");
+    };
+    EXPECT_THROW(ta.fit(), std::runtime_error);
+    const auto p = train::read_checkpoint_progress((fs::path(dir) / "checkpoint.safetensors").string());
+    EXPECT_EQ(p.step, 5);
+    EXPECT_EQ(p.epoch, 1);
+    EXPECT_EQ(p.batch, 2);
+    EXPECT_NE(p.pending_records.find("\"partial\":true"), std::string::npos) << p.pending_records;
+    EXPECT_EQ(count_records(dir, "epoch"), 1);  // epoch 1's; the stop's is missing
+
+    manual_seed(999);
+    models::Transformer b(tiny_config(c, 0.2));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
+    std::vector<int64_t> validated;
+    tb.on_validation = [&](int64_t step) { validated.push_back(step); };
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(validated, (std::vector<int64_t>{5, 6, 9, 12}));
+    EXPECT_EQ(rb.step_losses, std::vector<double>(full.step_losses.begin() + 5, full.step_losses.end()));
+    const auto recs = records(dir);
+    ASSERT_GE(recs.size(), 7u);
+    const auto& rec5 = recs[6];  // steps 1-3, epoch 1's record, steps 4-5, then the stop's record
+    EXPECT_EQ(rec5["kind"], "epoch");
+    EXPECT_EQ(rec5["step"], 5);
+    EXPECT_EQ(rec5["partial"], true);
+    EXPECT_EQ(rec5["val_loss"].get<double>(), val5);
+    EXPECT_EQ(count_records(dir, "epoch"), 5);
+    EXPECT_EQ(count_records(dir, "step"), 12);
+    fs::remove_all(dir);
+}
+
+TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
+    // Killed while validating at the end of epoch 2 (step 6): the resumed run validates the
+    // checkpoint's model, writes the epoch record the killed run did not, and goes on; its
+    // metrics.jsonl has the uninterrupted run's records, same losses.
+    const TinyCorpus c = tiny_corpus();
+    train::TrainOptions o;
+    o.epochs = 4;
+    o.batch_size = 3;
+    o.lr = 0.003;
+    o.label_smoothing = 0.1;
+    const std::string ref_dir = temp_dir("killref"), dir = temp_dir("killend");
+    manual_seed(11);
+    models::Transformer ref(tiny_config(c, 0.2));
+    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(ref_dir));
+    const train::TrainResult full = tr.fit();
+
+    manual_seed(11);
+    models::Transformer a(tiny_config(c, 0.2));
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    ta.on_validation = [&](int64_t step) {
+        if (step == 6) throw std::runtime_error("killed while validating");
+    };
+    EXPECT_THROW(ta.fit(), std::runtime_error);
+    const std::string ckpt = (fs::path(dir) / "checkpoint.safetensors").string();
+    const train::TrainingProgress p = train::read_checkpoint_progress(ckpt);
+    EXPECT_EQ(p.step, 6);
+    EXPECT_EQ(count_records(dir, "epoch"), 1);
+    EXPECT_TRUE(train::has_missing_records(dir, p));
+    train::TrainingProgress bad = p;
+    bad.pending_records = "{";
+    try {
+        train::has_missing_records(dir, bad);
+        ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("qkv.pending_records"), std::string::npos) << e.what();
+    }
+
+    manual_seed(999);
+    models::Transformer b(tiny_config(c, 0.2));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(rb.step_losses, std::vector<double>(full.step_losses.begin() + 6, full.step_losses.end()));
+    EXPECT_EQ(val_and_epoch_records(dir), val_and_epoch_records(ref_dir));
+    EXPECT_EQ(count_records(dir, "step"), 12);
+    EXPECT_FALSE(train::has_missing_records(dir, p));
+    EXPECT_FALSE(train::has_missing_records(dir, train::read_checkpoint_progress(ckpt)));
+    fs::remove_all(dir);
+    fs::remove_all(ref_dir);
+}
+
+TEST(Trainer, AValidationPointAtAnEpochEndOrAStopValidatesOnce) {
+    // Validation after every step, 2 batches per epoch: the points at steps 2 and 4 are epoch
+    // ends, the one at step 3 is where max_steps stops the run. Each step is validated once; the
+    // epoch end writes the point's "val" record before its epoch record, both with that loss, and
+    // prints the epoch line only (the "validation at step" line is for points inside an epoch).
+    const TinyCorpus c = tiny_corpus();
+    for (const int64_t max_steps : {int64_t(0), int64_t(3)}) {
+        const std::string dir = temp_dir("valonce" + std::to_string(max_steps));
+        manual_seed(0);
+        models::Transformer m(tiny_config(c, 0.1));
+        train::TrainOptions o;
+        o.epochs = 2;
+        o.batch_size = 4;
+        o.val_every_s = 1e-9;
+        o.max_steps = max_steps;
+        LogFile log;
+        train::TrainRuntime rt = quiet(dir);
+        rt.log = log.f;
+        train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+        std::vector<int64_t> validated;
+        t.on_validation = [&](int64_t step) { validated.push_back(step); };
+        const train::TrainResult r = t.fit();
+        const std::vector<int64_t> want =
+            max_steps ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{1, 2, 3, 4};
+        EXPECT_EQ(validated, want);
+        std::vector<std::string> seq;
+        for (const auto& rec : records(dir)) {
+            if (rec["kind"] != "step")
+                seq.push_back(rec["kind"].get<std::string>() + std::to_string(rec["step"].get<int>()));
+        }
+        const std::vector<std::string> want_seq =
+            max_steps ? std::vector<std::string>{"val1", "val2", "epoch2", "val3", "epoch3"}
+                      : std::vector<std::string>{"val1", "val2", "epoch2", "val3", "val4", "epoch4"};
+        EXPECT_EQ(seq, want_seq);
+        const auto recs = records(dir);
+        for (size_t i = 0; i + 1 < recs.size(); ++i) {
+            if (recs[i]["kind"] == "val" && recs[i + 1]["kind"] == "epoch") {
+                EXPECT_EQ(recs[i]["val_loss"], recs[i + 1]["val_loss"]) << "step " << recs[i]["step"];
+            }
+        }
+        const std::string text = log.text();
+        EXPECT_EQ(count_of(text, "validation at step "), max_steps ? 1u : 2u) << text;  // steps 1 (and 3)
+        EXPECT_EQ(count_of(text, "epoch "), r.epochs.size()) << text;
+        fs::remove_all(dir);
+    }
+}
+
+TEST(Trainer, AStopRightAfterAValidationPointReusesItsLoss) {
+    // The interrupt comes while step 4's validation point runs (inside epoch 2): the run stops at
+    // the next batch top and its partial epoch record takes that validation's loss, not another.
+    const TinyCorpus c = tiny_corpus();
+    const std::string dir = temp_dir("reuse");
+    manual_seed(11);
+    models::Transformer m(tiny_config(c, 0.2));
+    volatile std::sig_atomic_t flag = 0;
+    train::TrainRuntime rt = quiet(dir);
+    rt.interrupt = &flag;
+    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), every_step_validation(), rt);
+    std::vector<int64_t> validated;
+    t.on_validation = [&](int64_t step) {
+        validated.push_back(step);
+        if (step == 4) flag = SIGINT;
+    };
+    const train::TrainResult r = t.fit();
+    EXPECT_EQ(r.stop_reason, "interrupted");
+    EXPECT_EQ(validated, (std::vector<int64_t>{1, 2, 3, 4}));
+    const auto recs = records(dir);
+    ASSERT_GE(recs.size(), 2u);
+    EXPECT_EQ(recs[recs.size() - 2]["kind"], "val");
+    EXPECT_EQ(recs.back()["kind"], "epoch");
+    EXPECT_EQ(recs.back()["partial"], true);
+    EXPECT_EQ(recs.back()["val_loss"], recs[recs.size() - 2]["val_loss"]);
+    fs::remove_all(dir);
+}
+
 TEST(Trainer, ResumeWithBucketedTrimmedBatchesEqualsUninterruptedRun) { check_resume(5, true); }
 
 TEST(Trainer, TrimmedBatchesGiveTheSameMaskedLoss) {

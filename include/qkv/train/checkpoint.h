@@ -5,7 +5,7 @@
 // - the training checkpoint (checkpoint.safetensors): "model.<name>" parameters, "optim.<key>"
 //   optimizer state, and in the metadata the format tag, version, progress (epoch, batch,
 //   step), the default generator's seed/offset (dropout) and the elapsed training time — enough
-//   to resume exactly.
+//   to resume exactly — and the metrics records still to be written after it (optional).
 // Both carry a checksum of their data section, so a corrupted byte is caught, not trained on.
 #include <cstdint>
 #include <map>
@@ -28,6 +28,10 @@ struct TrainingProgress {
     uint64_t rng_seed = 0;      // default generator (core/generator.h): seed and offset
     uint64_t rng_offset = 0;
     double train_seconds = 0;   // training wall-clock so far (validation excluded)
+    /// The metrics.jsonl records the validation that follows this checkpoint completes: a JSON
+    /// array of objects with "val_loss" null (Trainer::fit checkpoints before it validates, and a
+    /// resumed run that finds them missing validates and writes them); "": none.
+    std::string pending_records;
 };
 
 /// Writes a training checkpoint atomically (readers see the old file or the new one). `extra`

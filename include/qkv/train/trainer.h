@@ -2,9 +2,10 @@
 // The training loop for encoder–decoder models (D2L EN Trainer.fit, spec §1.13): shuffled
 // minibatches, teacher-forced forward, seq2seq loss, backward, clipping by global norm, Adam,
 // validation loss each epoch (and every val_every_s of training), checkpoints at every epoch end,
-// validation point and stop (exact resume), metrics.jsonl and a progress bar. Stops at the epoch
-// count, a step count, a training-time budget or an interrupt (Ctrl-C: util/interrupt.h). Warns
-// once when the training loss stays above a uniform guess's (a diverging run).
+// validation point and stop (exact resume; each written before its validation), metrics.jsonl
+// and a progress bar. Stops at the epoch count, a step count, a training-time budget or an
+// interrupt (Ctrl-C: util/interrupt.h). Warns once when the training loss stays above a uniform
+// guess's (a diverging run).
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -45,9 +46,11 @@ struct TrainOptions {
     int64_t bucket_pool = 0;
     /// Also validate at the first step boundary past every multiple of this much training time
     /// (0: only at epoch ends), as the anchor protocol does at 5, 10 and 15 minutes. Writes a
-    /// "val" record to metrics.jsonl and, inside an epoch, a checkpoint (the batch position, as a
-    /// stop inside an epoch does), so a killed run loses at most this much training; uses no
-    /// random numbers, so resuming stays exact.
+    /// "val" record to metrics.jsonl and, inside an epoch, a checkpoint first (the batch
+    /// position, as a stop inside an epoch does), so a killed run loses at most this much
+    /// training; uses no random numbers, so resuming stays exact. A point at an epoch's last step
+    /// or where the run stops shares the epoch end's validation (one validation, the "val" record
+    /// before the epoch record, both with its loss).
     double val_every_s = 0;
 };
 
@@ -91,15 +94,21 @@ struct TrainResult {
     int64_t diverged_at_step = 0;        // step of the divergence warning (kDivergenceWindow); 0: none
 };
 
-/// Steps in a divergence-check window. Trainer::fit warns once (on TrainRuntime::log, a line
-/// starting "qkv: warning:") when the mean training loss over a window of this many steps ending
-/// at a global step multiple of it, other than the first (steps 1..kDivergenceWindow), is above
-/// ln(V) + kDivergenceMargin, V the target vocabulary size: ln(V) is the loss of a uniform guess
-/// (with or without label smoothing, on real tokens or on all positions), so a model that does
-/// worse after a window of training is diverging (typically the learning rate is too high).
+/// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a
+/// line starting "qkv: warning:") when the mean training loss over a window is above ln(V) plus a
+/// margin, V the target vocabulary size: ln(V) is the loss of a uniform guess (with or without
+/// label smoothing, on real tokens or on all positions), so a model that does worse after some
+/// training is diverging (typically the learning rate is too high). The windows end at the
+/// global step multiples of this, and at the run's last step (a partial window: a short run, a
+/// stop); one with fewer than kDivergenceMinSteps steps is not judged.
 constexpr int64_t kDivergenceWindow = 50;
-/// Nats above ln(V) before the warning fires (why this size: trainer.cpp).
+/// Nats above ln(V) before the warning fires, for windows after step kDivergenceWindow.
 constexpr double kDivergenceMargin = 0.5;
+/// The margin for a window holding any of steps 1..kDivergenceWindow, where a fresh model's loss
+/// is still about where it started, above ln(V) (why these sizes: trainer.cpp).
+constexpr double kDivergenceFirstMargin = 3.0;
+/// The fewest steps in a window that is judged.
+constexpr int64_t kDivergenceMinSteps = 10;
 
 class Trainer {
 public:
@@ -111,7 +120,9 @@ public:
     /// Trains (resuming when asked); returns what happened. Leaves the model in eval mode (as
     /// D2L's Trainer does). Throws qkv::Error on a NaN/inf loss or I/O failure. A resumed run
     /// continues exactly (same losses and weights as an uninterrupted run) from any checkpoint:
-    /// an epoch end, a mid-epoch validation point or a stop.
+    /// an epoch end, a mid-epoch validation point or a stop; when the run that wrote it was
+    /// killed while validating after it, the resumed run first validates and appends the
+    /// metrics.jsonl records that run did not write (TrainingProgress::pending_records).
     TrainResult fit();
 
     /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean
@@ -123,6 +134,10 @@ public:
     /// Called after each checkpoint is written (epoch ends, mid-epoch validation points, stops),
     /// with the progress it saved. Not called without an out_dir.
     std::function<void(const TrainingProgress&)> on_checkpoint;
+    /// Called just before each validation of the held-out data (epoch ends, validation points,
+    /// stops, and a resumed run's completing the records of a run killed while validating), with
+    /// the number of steps done; with an out_dir, after the checkpoint of that state.
+    std::function<void(int64_t step)> on_validation;
 
 private:
     models::EncoderDecoder& model_;
@@ -132,6 +147,12 @@ private:
     TrainOptions opt_;
     TrainRuntime rt_;
 };
+
+/// Whether out_dir/metrics.jsonl lacks records that the validation after the checkpoint `p`
+/// (read from out_dir/checkpoint.safetensors) writes (TrainingProgress::pending_records): the run
+/// was killed while it validated. Trainer::fit resuming from it writes them first, also when it
+/// has no step left to train. Throws qkv::Error when p.pending_records is not a JSON array.
+bool has_missing_records(const std::string& out_dir, const TrainingProgress& p);
 
 /// Tensors of one batch (src (B, T), src_valid_len (B), dec_input (B, T), label (B, T); i64).
 struct BatchTensors {
