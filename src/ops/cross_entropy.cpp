@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/ref/cross_entropy.h"
+#include "ops/cross_entropy_common.h"
 #include "ops/dispatch.h"
 #include "qkv/ops/kernel_mode.h"
 #include "qkv/autograd/node.h"
@@ -58,9 +59,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     const Tensor xc = logits.detach().contiguous(), tc = target.contiguous();
     const Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
     const int64_t* pt = ptr<int64_t>(tc);
-    for (int64_t r = 0; r < rows; ++r)
-        QKV_CHECK(pt[r] == opt.ignore_index || (pt[r] >= 0 && pt[r] < V), "cross_entropy: target ", pt[r],
-                  " at position ", r, " is out of range for ", V, " classes");
+    detail::check_targets("cross_entropy", pt, rows, V, opt.ignore_index);
     Tensor per = Tensor::empty(tshape, logits.dtype());
     Tensor lse = Tensor::empty(tshape, logits.dtype());
     double denom = 0;
@@ -72,19 +71,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
         for (int64_t r = 0; r < rows; ++r)
             if (pt[r] != opt.ignore_index) denom += pw ? double(pw[r]) : 1.0;
     });
-    Tensor out;
     double scale = 1.0;
-    if (opt.reduction == Reduction::none) {
-        out = per;
-    } else {
-        double total = 0;
-        QKV_DISPATCH_FLOAT(per.dtype(), "cross_entropy", {
-            const scalar_t* pp = ptr<scalar_t>(per);
-            for (int64_t r = 0; r < rows; ++r) total += double(pp[r]);
-        });
-        if (opt.reduction == Reduction::mean) scale = denom > 0 ? 1.0 / denom : 0.0;
-        out = full({}, total * scale, logits.dtype());
-    }
+    Tensor out = detail::reduce_loss(per, opt.reduction, denom, scale);
     const Reduction red = opt.reduction;
     const int64_t ignore = opt.ignore_index;
     const double eps = opt.label_smoothing;

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
+#include "ops/cross_entropy_common.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/cross_entropy.h"
@@ -58,12 +59,9 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     const Tensor b  = bias.defined() ? bias.detach().contiguous() : Tensor();
     const Tensor tc = target.contiguous();
     const int64_t* pt = ptr<int64_t>(tc);
+    detail::check_targets("linear_cross_entropy", pt, N, V, opt.ignore_index);
     int64_t counted = 0;
-    for (int64_t r = 0; r < N; ++r) {
-        QKV_CHECK(pt[r] == opt.ignore_index || (pt[r] >= 0 && pt[r] < V), "linear_cross_entropy: target ", pt[r],
-                  " at position ", r, " is out of range for ", V, " classes");
-        counted += pt[r] != opt.ignore_index;
-    }
+    for (int64_t r = 0; r < N; ++r) counted += pt[r] != opt.ignore_index;
     // z = x·Wᵀ (N, V), then per row: z += b, lse and loss from the cached row.
     Tensor z   = Tensor::empty({N, V}, DType::f32);
     Tensor lse = Tensor::empty({N}, DType::f32);
@@ -86,17 +84,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
             kernels::cpu::cross_entropy_forward(pp + r, pl + r, zr, pt + r, nullptr, 1, V, ignore, eps);
         }
     }
-    Tensor out;
     double scale = 1.0;
-    if (opt.reduction == Reduction::none) {
-        out = per;
-    } else {
-        double total = 0;
-        const float* pp = ptr<float>(per);
-        for (int64_t r = 0; r < N; ++r) total += double(pp[r]);
-        if (opt.reduction == Reduction::mean) scale = counted > 0 ? 1.0 / double(counted) : 0.0;
-        out = full({}, total * scale, DType::f32);
-    }
+    Tensor out = detail::reduce_loss(per, opt.reduction, double(counted), scale);
 
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();

@@ -32,6 +32,16 @@ std::string temp_dir(const std::string& name) {
     return p.string();
 }
 
+/// The resume and validation tests' run: 4 epochs of batches of 3, lr 0.003, label smoothing 0.1.
+train::TrainOptions four_epochs() {
+    train::TrainOptions o;
+    o.epochs = 4;
+    o.batch_size = 3;
+    o.lr = 0.003;
+    o.label_smoothing = 0.1;
+    return o;
+}
+
 train::TrainRuntime quiet(const std::string& dir = "", bool resume = false) {
     train::TrainRuntime rt;
     rt.out_dir   = dir;
@@ -91,11 +101,7 @@ TEST(Trainer, SameSeedSameLosses) {
 /// steps, then resumes in a fresh model from the checkpoint; compares with one uninterrupted run.
 void check_resume(int64_t stop_at, bool bucketed = false) {
     const TinyCorpus c = tiny_corpus();
-    train::TrainOptions o;
-    o.epochs = 4;
-    o.batch_size = 3;
-    o.lr = 0.003;
-    o.label_smoothing = 0.1;
+    train::TrainOptions o = four_epochs();
     if (bucketed) o.bucket_pool = 2, o.trim_batches = true;
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
@@ -145,11 +151,7 @@ int64_t count_records(const std::string& dir, const std::string& kind) {
 /// check_resume's run (4 epochs of 3 batches, dropout) validating after every step: a period
 /// shorter than any step, so the validation points are deterministic.
 train::TrainOptions every_step_validation() {
-    train::TrainOptions o;
-    o.epochs = 4;
-    o.batch_size = 3;
-    o.lr = 0.003;
-    o.label_smoothing = 0.1;
+    train::TrainOptions o = four_epochs();
     o.val_every_s = 1e-9;
     return o;
 }
@@ -369,11 +371,7 @@ TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
     // on disk, with the partial epoch record still to write. Resuming writes that record first
     // (the validation loss of the model after step 5) and continues as the uninterrupted run.
     const TinyCorpus c = tiny_corpus();
-    train::TrainOptions o;
-    o.epochs = 4;
-    o.batch_size = 3;
-    o.lr = 0.003;
-    o.label_smoothing = 0.1;
+    train::TrainOptions o = four_epochs();
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
     train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
@@ -424,11 +422,7 @@ TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
     // checkpoint's model, writes the epoch record the killed run did not, and goes on; its
     // metrics.jsonl has the uninterrupted run's records, same losses.
     const TinyCorpus c = tiny_corpus();
-    train::TrainOptions o;
-    o.epochs = 4;
-    o.batch_size = 3;
-    o.lr = 0.003;
-    o.label_smoothing = 0.1;
+    train::TrainOptions o = four_epochs();
     const std::string ref_dir = temp_dir("killref"), dir = temp_dir("killend");
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
