@@ -178,11 +178,15 @@ void add_bias_rows(const Tensor& y, const Tensor& bias, int64_t rows, int64_t ou
 
 // y = x·Wᵀ + b over all leading dims; dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    QKV_CHECK(x.defined() && weight.defined(), "linear: undefined tensor argument");
     QKV_CHECK(weight.dim() == 2, "linear: weight must be (out, in), got ", weight.shape());
     QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input of shape ", x.shape(),
               " does not match weight of shape ", weight.shape(), " (in_features ", weight.shape()[1], ")");
     QKV_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, "linear: bias of shape ",
               bias.defined() ? bias.shape() : Shape{}, " does not match out_features ", weight.shape()[0]);
+    QKV_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+              "linear: dtypes differ: x ", dtype_name(x.dtype()), ", weight ", dtype_name(weight.dtype()),
+              bias.defined() ? ", bias " : "", bias.defined() ? dtype_name(bias.dtype()) : "");
     const int64_t in = weight.shape()[1], outf = weight.shape()[0];
     const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
     Tensor x2 = x.detach().contiguous().reshape({rows, in});

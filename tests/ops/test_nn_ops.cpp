@@ -67,6 +67,23 @@ TEST(CrossEntropy, HugeLogitsStayFinite) {
     EXPECT_NEAR(l.item(), (2e4 + 1e4) / 2, 1.0);
 }
 
+// Mixed dtypes used to reach the GEMM with mismatched element sizes and return garbage (a loss of
+// 9e18 for an f64 bias on f32 data); an undefined input hit an internal assertion.
+TEST(Linear, RefusesMixedDtypesAndUndefinedInputs) {
+    auto throws_with = [](auto f, const std::string& text) {
+        try {
+            f();
+            ADD_FAILURE() << "no exception; expected one containing '" << text << "'";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+        }
+    };
+    throws_with([] { linear(ones({4, 3}), ones({5, 3}, DType::f64)); }, "linear: dtypes differ: x float32, weight float64");
+    throws_with([] { linear(ones({4, 3}, DType::f64), ones({5, 3})); }, "linear: dtypes differ: x float64, weight float32");
+    throws_with([] { linear(ones({4, 3}), ones({5, 3}), zeros({5}, DType::f64)); }, ", bias float64");
+    throws_with([] { linear(Tensor(), ones({5, 3})); }, "linear: undefined tensor argument");
+}
+
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {
     Tensor x = ones({10000});
     EXPECT_TRUE(dropout(x, 0.3, false).is_same(x));
