@@ -55,7 +55,7 @@ SGD::SGD(std::vector<Tensor> params, double lr, SGDOptions opt)
               "SGD: nesterov needs momentum > 0 and dampening 0");
 }
 
-void SGD::step() {
+void SGD::step(double grad_scale) {
     NoGradGuard ng;
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -68,8 +68,10 @@ void SGD::step() {
         auto run = [&](auto* pp, const auto* pg, auto* buf) {
             using T = std::remove_pointer_t<decltype(pp)>;
             const int64_t n = p.numel();
+            const bool scaled = grad_scale != 1.0;
             for (int64_t j = 0; j < n; ++j) {
-                T d = pg[j] + T(opt_.weight_decay) * pp[j];
+                const T gj = scaled ? pg[j] * T(grad_scale) : pg[j];
+                T d        = gj + T(opt_.weight_decay) * pp[j];
                 if (opt_.momentum != 0) {
                     buf[j] = first ? d : T(opt_.momentum) * buf[j] + T(1 - opt_.dampening) * d;
                     d = opt_.nesterov ? d + T(opt_.momentum) * buf[j] : buf[j];
@@ -103,7 +105,7 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
     QKV_CHECK(opt.eps >= 0, "Adam: eps must be >= 0, got ", opt.eps);
 }
 
-void Adam::step() {
+void Adam::step(double grad_scale) {
     NoGradGuard ng;
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -117,6 +119,7 @@ void Adam::step() {
         AdamStepArgs a;
         a.lr = lr_, a.beta1 = opt_.beta1, a.beta2 = opt_.beta2, a.eps = opt_.eps;
         a.weight_decay = opt_.weight_decay, a.decoupled = opt_.decoupled_weight_decay, a.step = steps_;
+        a.grad_scale = grad_scale;
         adam_step_(p, g, m_[i], v_[i], a);
     }
 }
@@ -137,7 +140,7 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
     load_list(sd, "exp_avg_sq", params_, v_);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm) {
     NoGradGuard ng;
     double total = 0;
     for (const Tensor& p : params)
@@ -145,8 +148,13 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     const double norm = std::sqrt(total);
     QKV_CHECK(std::isfinite(norm), "clip_grad_norm: the gradient norm is ", norm,
               " (a NaN or inf gradient; lower the learning rate or check the inputs)");
-    if (norm > max_norm && norm > 0) {
-        const double scale = max_norm / norm;
+    return {norm, norm > max_norm && norm > 0 ? max_norm / norm : 1.0};
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+    NoGradGuard ng;
+    const auto [norm, scale] = grad_clip_factor(params, max_norm);
+    if (scale != 1.0) {
         for (const Tensor& p : params) {
             Tensor g = p.grad();
             if (!g.defined()) continue;

@@ -400,8 +400,9 @@ TrainResult Trainer::fit() {
             Seq2SeqLoss l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo);
             adam.zero_grad();
             l.loss.backward();
-            if (opt_.clip_norm > 0) optim::clip_grad_norm(params, opt_.clip_norm);
-            adam.step();
+            // Clipping folded into the update: one pass over the gradients fewer (≈1 % of an
+            // anchor step), the same parameters bit for bit.
+            adam.step(opt_.clip_norm > 0 ? optim::grad_clip_factor(params, opt_.clip_norm).scale : 1.0);
             const double loss = l.loss.item();
             QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step + 1,
                       " (lower the learning rate)");

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/dropout.h"
@@ -80,17 +81,31 @@ TEST(DropoutKernels, IndependentOfThreadCount) {
 }
 
 TEST(DropoutKernels, BackwardStoredAndRegeneratedMasksAgree) {
-    const int64_t n = 5003;
-    const float p   = 0.3f;
-    const auto x = random_floats(n, 20), dy = random_floats(n, 21);
-    std::vector<float> y(n), dx_mask(n), dx_regen(n);
-    std::vector<uint8_t> mask(n);
-    cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, 5, 3);
-    cpu::dropout_backward(dy.data(), dx_mask.data(), mask.data(), n, p, 5, 3);
-    cpu::dropout_backward(dy.data(), dx_regen.data(), nullptr, n, p, 5, 3);
-    EXPECT_EQ(dx_mask, dx_regen);
-    const float scale = 1.0f / (1.0f - p);
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dx_mask[i], mask[i] ? dy[i] * scale : 0.0f);
+    // Every SIMD path, sizes around the 32-element groups of the vector body and one above the
+    // parallel threshold; dy holds -0, inf and NaN so that a dropped element must come out as +0
+    // exactly (not NaN, not -0), as the scalar definition gives.
+    const float p = 0.3f;
+    for (Isa isa : available_isas()) {
+        IsaGuard guard(isa);
+        for (int64_t n : {1, 31, 32, 33, 5003, 300001}) {
+            const auto x = random_floats(n, 20);
+            auto dy      = random_floats(n, 21);
+            for (int64_t i = 0; i < n; i += 7) dy[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? INFINITY : NAN;
+            std::vector<float> y(n), dx_mask(n), dx_regen(n);
+            std::vector<uint8_t> mask(n);
+            cpu::dropout_forward(x.data(), y.data(), mask.data(), n, p, 5, 3);
+            cpu::dropout_backward(dy.data(), dx_mask.data(), mask.data(), n, p, 5, 3);
+            cpu::dropout_backward(dy.data(), dx_regen.data(), nullptr, n, p, 5, 3);
+            const float scale = 1.0f / (1.0f - p);
+            for (int64_t i = 0; i < n; ++i) {
+                const float want = mask[i] ? dy[i] * scale : 0.0f;
+                ASSERT_EQ(std::memcmp(&dx_mask[i], &want, sizeof(float)), 0)
+                    << cpu::isa_name(isa) << " n=" << n << " i=" << i << " got " << dx_mask[i] << " want " << want;
+                ASSERT_EQ(std::memcmp(&dx_regen[i], &want, sizeof(float)), 0)
+                    << cpu::isa_name(isa) << " n=" << n << " i=" << i << " (regenerated mask)";
+            }
+        }
+    }
 }
 
 TEST(DropoutKernels, KeepRateMatchesP) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "qkv/nn/layers.h"
 #include "qkv/ops/ops.h"
@@ -87,4 +88,57 @@ TEST(Optim, ClipGradNormScalesAndRejectsNaN) {
     EXPECT_NEAR(b.grad().item(), 0.8, 1e-6);
     a.set_grad(from_vector<float>({NAN}, {1}));
     EXPECT_THROW(optim::clip_grad_norm({a, b}, 1.0), Error);
+}
+
+// Optimizer::step(grad_clip_factor(...).scale) must update the parameters exactly as
+// clip_grad_norm followed by step() does (the trainer relies on it), leave .grad untouched, and
+// a factor of 1 (norm below max_norm) must change nothing.
+static bool same_values(const Tensor& a, const Tensor& b) {
+    // Exact equality in the tensors' own dtype (both are f32 or both f64; widening is exact).
+    return a.dtype() == b.dtype() && a.shape() == b.shape() && a.to(DType::f64).to_vector<double>() == b.to(DType::f64).to_vector<double>();
+}
+
+TEST(Optim, ClipFactorFoldedIntoStepEqualsClipThenStepBitwise) {
+    auto grads_for = [](DType dt, int which) {
+        // 17 + 4096 elements: a SIMD tail and a full-vector body; norm ≈ 33 > max_norm 1.
+        std::vector<Tensor> g;
+        for (int64_t n : {int64_t(17), int64_t(4096)}) {
+            std::vector<double> v(static_cast<size_t>(n), 0.0);
+            for (int64_t i = 0; i < n; ++i) v[size_t(i)] = std::sin(0.37 * double(i + 1) * (which + 1)) * 0.7;
+            g.push_back(from_vector<double>(v, {n}).to(dt));
+        }
+        return g;
+    };
+    for (DType dt : {DType::f32, DType::f64})
+        for (double max_norm : {1.0, 1e6})
+            for (int opt_kind : {0, 1}) {
+                std::vector<Tensor> p_clip, p_fold;
+                for (int64_t n : {int64_t(17), int64_t(4096)}) {
+                    p_clip.push_back(full({n}, 0.25, dt));
+                    p_fold.push_back(full({n}, 0.25, dt));
+                }
+                auto make = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+                    if (opt_kind == 0) return std::make_unique<optim::Adam>(ps, 1e-2, optim::AdamOptions{0.9, 0.98, 1e-9});
+                    return std::make_unique<optim::SGD>(ps, 1e-1, optim::SGDOptions{0.9});
+                };
+                auto oc = make(p_clip), of = make(p_fold);
+                for (int step = 0; step < 3; ++step) {
+                    const auto g = grads_for(dt, step);
+                    for (size_t i = 0; i < g.size(); ++i) {
+                        p_clip[i].set_grad(g[i].clone());
+                        p_fold[i].set_grad(g[i].clone());
+                    }
+                    const double norm = optim::clip_grad_norm(p_clip, max_norm);
+                    oc->step();
+                    const optim::ClipFactor f = optim::grad_clip_factor(p_fold, max_norm);
+                    EXPECT_EQ(f.norm, norm);
+                    EXPECT_EQ(f.scale == 1.0, max_norm > norm);
+                    of->step(f.scale);
+                    for (size_t i = 0; i < g.size(); ++i)
+                        EXPECT_TRUE(same_values(p_fold[i].grad(), g[i])) << "step() changed .grad";
+                }
+                for (size_t i = 0; i < p_clip.size(); ++i)
+                    EXPECT_TRUE(same_values(p_clip[i], p_fold[i]))
+                        << dtype_name(dt) << " max_norm " << max_norm << (opt_kind ? " SGD" : " Adam") << " param " << i;
+            }
 }

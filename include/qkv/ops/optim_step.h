@@ -9,6 +9,7 @@ struct AdamStepArgs {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
     bool decoupled = false;  // AdamW
     int64_t step = 1;        // 1-based step number (bias corrections)
+    double grad_scale = 1.0; // multiplies grad first, as clip_grad_norm's in-place scaling would
 };
 
 /// torch.optim.Adam/AdamW on one tensor: param, m, v contiguous of one shape and dtype; grad of

@@ -15,7 +15,11 @@ public:
     explicit Optimizer(std::vector<Tensor> params, double lr);
     virtual ~Optimizer() = default;
     /// One update from the current .grad of every parameter (parameters without grad are skipped).
-    virtual void step() = 0;
+    /// grad_scale multiplies every gradient inside the update (rounded to the parameter's dtype)
+    /// and leaves .grad untouched: step(grad_clip_factor(params, c).scale) updates the parameters
+    /// bit for bit as clip_grad_norm(params, c) followed by step() does, without a separate
+    /// pass over the gradients.
+    virtual void step(double grad_scale = 1.0) = 0;
     /// Drops every parameter's .grad (PyTorch's set_to_none=True).
     void zero_grad();
     double lr() const { return lr_; }
@@ -43,7 +47,7 @@ struct SGDOptions {
 class SGD : public Optimizer {
 public:
     SGD(std::vector<Tensor> params, double lr, SGDOptions opt = {});
-    void step() override;
+    void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
     void load_state_dict(const std::map<std::string, Tensor>& sd) override;
 
@@ -62,7 +66,7 @@ struct AdamOptions {
 class Adam : public Optimizer {
 public:
     Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions opt = {});
-    void step() override;
+    void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
     void load_state_dict(const std::map<std::string, Tensor>& sd) override;
 
@@ -75,6 +79,15 @@ private:
 /// exceeds max_norm (D2L 9.5 grad_clipping). Returns ‖g‖ before clipping. Throws when the norm is
 /// not finite (a NaN/inf gradient) so training never continues silently on NaN.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+struct ClipFactor {
+    double norm;   // ‖g‖, the global L2 norm before clipping
+    double scale;  // max_norm / ‖g‖ when ‖g‖ > max_norm, else 1
+};
+/// The norm and the factor clip_grad_norm(params, max_norm) would scale the gradients by,
+/// without touching them; pass .scale to Optimizer::step to fold the clipping into the update.
+/// Throws as clip_grad_norm does when the norm is not finite.
+ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm);
 
 /// Learning rate at optimiser step `step` (1-based) for the schedules qkv offers.
 /// constant: base. warmup_inv_sqrt (Vaswani et al. 2017 eq. 3 shape, peak = base at `warmup`):

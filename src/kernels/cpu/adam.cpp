@@ -20,12 +20,13 @@ void adam_step(float* param,
                double eps,
                double weight_decay,
                bool decoupled,
-               int64_t step) {
+               int64_t step,
+               double grad_scale) {
     if (n <= 0) return;
     const Isa isa = simd_isa();
     if (isa == Isa::scalar)
         return ref::adam_step<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                     decoupled, step);
+                                     decoupled, step, grad_scale);
     const double bc1 = 1.0 - std::pow(beta1, double(step));
     const double bc2 = 1.0 - std::pow(beta2, double(step));
     const detail::AdamScalars s{float(lr / bc1),
@@ -37,8 +38,10 @@ void adam_step(float* param,
                                 float(eps),
                                 float(weight_decay),
                                 float(1.0 - lr * weight_decay),
+                                float(grad_scale),
                                 weight_decay != 0.0,
-                                decoupled};
+                                decoupled,
+                                grad_scale != 1.0};
     if (isa == Isa::avx512)
         detail::adam_step_avx512(param, grad, m, v, n, s);
     else

@@ -10,6 +10,7 @@ namespace qkv::kernels::cpu {
 /// Adam (decoupled = false) or AdamW (decoupled = true) step on n fp32 elements; step >= 1 is
 /// the step number after incrementing. See ref::adam_step for the per-element formulas.
 /// Bias corrections and step size are computed in double, then rounded to float as PyTorch does.
+/// grad_scale multiplies each gradient first (rounded to float; clip_grad_norm's factor folded in).
 void adam_step(float* param,
                const float* grad,
                float* m,
@@ -21,7 +22,8 @@ void adam_step(float* param,
                double eps,
                double weight_decay,
                bool decoupled,
-               int64_t step);
+               int64_t step,
+               double grad_scale = 1.0);
 
 /// SGD step (torch.optim.SGD semantics, see ref::sgd_step); first_step = the momentum buffer
 /// does not exist yet (it is then set to the gradient). momentum_buf may be nullptr when

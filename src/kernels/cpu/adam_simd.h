@@ -10,7 +10,8 @@ namespace qkv::kernels::cpu::detail {
 struct AdamScalars {
     float step_size, bc2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
     float weight_decay, decay;  // decay = 1 − lr·wd (AdamW)
-    bool use_wd, decoupled;
+    float grad_scale;           // applied first when scaled (clip_grad_norm's factor)
+    bool use_wd, decoupled, scaled;
 };
 
 void adam_step_avx2(
@@ -33,6 +34,7 @@ inline void adam_lanes(typename V::R& p,
                        typename V::R& m,
                        typename V::R& v,
                        const detail::AdamScalars& s) {
+    if (s.scaled) g = V::mul(g, V::set1(s.grad_scale));
     if (s.use_wd) {
         if (s.decoupled)
             p = V::mul(p, V::set1(s.decay));

@@ -18,4 +18,8 @@ void dropout_apply_avx2(const float* x,
                         uint64_t seed,
                         uint64_t block0);
 
+/// For i < 32·groups: dx[i] = mask[i] ? dy[i]·scale : +0 (the masked backward of dropout).
+void dropout_backward_mask_avx2(
+    const float* dy, float* dx, const uint8_t* mask, int64_t groups, float scale);
+
 }  // namespace qkv::kernels::cpu::detail

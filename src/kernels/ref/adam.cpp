@@ -19,7 +19,8 @@ void adam_step(T* param,
                double eps,
                double weight_decay,
                bool decoupled,
-               int64_t step) {
+               int64_t step,
+               double grad_scale) {
     const double bc1  = 1.0 - std::pow(beta1, double(step));
     const double bc2  = 1.0 - std::pow(beta2, double(step));
     const T step_size = T(lr / bc1);
@@ -27,8 +28,11 @@ void adam_step(T* param,
     const T b1 = T(beta1), b2 = T(beta2), omb1 = T(1.0 - beta1), omb2 = T(1.0 - beta2);
     const T decay = T(1.0 - lr * weight_decay);
     const T wd    = T(weight_decay);
+    const T gs    = T(grad_scale);
+    const bool scaled = grad_scale != 1.0;
     for (int64_t i = 0; i < n; ++i) {
         T g = grad[i];
+        if (scaled) g *= gs;
         if (weight_decay != 0.0) {
             if (decoupled)
                 param[i] *= decay;
@@ -77,7 +81,8 @@ template void adam_step<float>(float*,
                                double,
                                double,
                                bool,
-                               int64_t);
+                               int64_t,
+                               double);
 template void adam_step<double>(double*,
                                 const double*,
                                 double*,
@@ -89,7 +94,8 @@ template void adam_step<double>(double*,
                                 double,
                                 double,
                                 bool,
-                                int64_t);
+                                int64_t,
+                                double);
 template void sgd_step<float>(
     float*, const float*, float*, int64_t, double, double, double, double, bool, bool);
 template void sgd_step<double>(

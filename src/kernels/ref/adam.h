@@ -8,7 +8,9 @@
 namespace qkv::kernels::ref {
 
 /// One Adam (Kingma & Ba 2015) or AdamW (decoupled = true; Loshchilov & Hutter 2019) step on n
-/// elements; step = the step number after incrementing (1 on the first call). Per element:
+/// elements; step = the step number after incrementing (1 on the first call). Per element, with
+/// g = grad·grad_scale (rounded to T; skipped when grad_scale == 1, so that clip_grad_norm's
+/// in-place scaling followed by a step with grad_scale 1 is bit-identical to a step with its factor):
 ///   AdamW: p ← p·(1 − lr·wd);      Adam: g ← g + wd·p      (each only when wd != 0)
 ///   m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²
 ///   bc1 = 1 − β1^step, bc2 = 1 − β2^step (in double), step_size = lr / bc1
@@ -26,7 +28,8 @@ void adam_step(T* param,
                double eps,
                double weight_decay,
                bool decoupled,
-               int64_t step);
+               int64_t step,
+               double grad_scale = 1.0);
 
 /// One SGD step (torch.optim.SGD): g ← g + wd·p (wd != 0); with momentum μ != 0:
 /// buf ← g on the first step (first_step = true), else buf ← μ·buf + (1 − dampening)·g;
