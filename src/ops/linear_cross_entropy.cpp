@@ -106,22 +106,35 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                float* G = ptr<float>(z);
                const float* pl = ptr<float>(lse);
                const int64_t* ids = ptr<int64_t>(tc);
-               // G in place of z; each thread sums the rows it wrote into its own db row.
+               // G in place of z; each thread sums the rows it wrote into its own db row, in two
+               // levels (chunks of kDbChunk rows, then the chunks): one running sum over ~1,000 rows
+               // per thread erred 4.1e-6 against the composition's 3.9e-7 (2,000 × 300 in
+               // LinearCrossEntropy.MatchesTheCompositionInFloat64).
+               constexpr int kDbChunk = 32;
                const int nt = N * V > detail::kParallelGrain ? std::max(1, omp_get_max_threads()) : 1;
-               std::vector<float> db_part(need_b ? size_t(nt) * size_t(V) : 0, 0.f);
+               std::vector<float> db_part(need_b ? 2 * size_t(nt) * size_t(V) : 0, 0.f);
 #pragma omp parallel num_threads(nt) if (nt > 1)
                {
-                   float* acc = need_b ? db_part.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
+                   float* acc   = need_b ? db_part.data() + 2 * size_t(omp_get_thread_num()) * size_t(V) : nullptr;
+                   float* chunk = need_b ? acc + V : nullptr;
+                   int in_chunk = 0;
+                   auto flush   = [&] {
+#pragma omp simd
+                       for (int64_t v = 0; v < V; ++v) acc[v] += chunk[v], chunk[v] = 0.f;
+                       in_chunk = 0;
+                   };
 #pragma omp for schedule(static)
                    for (int64_t r = 0; r < N; ++r) {
                        float* zr = G + r * V;
                        kernels::cpu::cross_entropy_backward(zr, pg + r * g_stride, 0, zr, pl + r, ids + r, nullptr,
                                                             1, V, ignore, eps);
-                       if (acc) {
+                       if (chunk) {
 #pragma omp simd
-                           for (int64_t v = 0; v < V; ++v) acc[v] += zr[v];
+                           for (int64_t v = 0; v < V; ++v) chunk[v] += zr[v];
+                           if (++in_chunk == kDbChunk) flush();
                        }
                    }
+                   if (chunk && in_chunk > 0) flush();
                }
                std::vector<Tensor> grads(has_bias ? 3 : 2);
                if (need_x) {
@@ -139,7 +152,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                    float* pdb = ptr<float>(db);
                    for (int64_t v = 0; v < V; ++v) {
                        float s = 0.f;
-                       for (int t = 0; t < nt; ++t) s += db_part[size_t(t) * size_t(V) + size_t(v)];
+                       for (int t = 0; t < nt; ++t) s += db_part[2 * size_t(t) * size_t(V) + size_t(v)];
                        pdb[v] = s;
                    }
                    grads[2] = db;

@@ -84,7 +84,9 @@ Tensor targets(int64_t n, int64_t V, int64_t ignore_every, int64_t ignore_id) {
 
 TEST(LinearCrossEntropy, MatchesTheCompositionInFloat64) {
     ASSERT_EQ(kernel_mode(), KernelMode::fast);
-    const int64_t shapes[][3] = {{1, 8, 5}, {7, 31, 65}, {64, 64, 1000}, {129, 16, 4099}, {33, 256, 17}};
+    // 2000 rows: the bias gradient sums ~1000 rows per thread.
+    const int64_t shapes[][3] = {{1, 8, 5},        {7, 31, 65},    {64, 64, 1000},
+                                 {129, 16, 4099},  {33, 256, 17},  {2000, 8, 300}};
     uint64_t seed = 1;
     for (const auto& s : shapes) {
         const int64_t N = s[0], C = s[1], V = s[2];
@@ -121,13 +123,16 @@ TEST(LinearCrossEntropy, SameOnOneAndTwoThreadsAndWithLeadingDims) {
 }
 
 TEST(LinearCrossEntropy, LargeLogitsStayFinite) {
-    // Logits up to about ±1e4: the logsumexp must subtract the row maximum.
-    const Tensor x = uniform({9, 16}, 11, -1.f, 1.f);
-    const Tensor w = mul(uniform({70, 16}, 12, -1.f, 1.f), 1000.0);
-    const Tensor b = uniform({70}, 13, -1.f, 1.f);
-    CrossEntropyOptions o;
-    o.label_smoothing = 0.1;
-    expect_close_to_definition(x, w, b, targets(9, 70, 0, -100), o, "logits of order 1e4");
+    // Logits up to about ±1e4: the logsumexp must subtract the row maximum (V = 1500: over more
+    // than one 16-lane vector pass and OpenMP split).
+    for (int64_t V : {70, 1500}) {
+        const Tensor x = uniform({9, 16}, 11, -1.f, 1.f);
+        const Tensor w = mul(uniform({V, 16}, 12, -1.f, 1.f), 1000.0);
+        const Tensor b = uniform({V}, 13, -1.f, 1.f);
+        CrossEntropyOptions o;
+        o.label_smoothing = 0.1;
+        expect_close_to_definition(x, w, b, targets(9, V, 0, -100), o, detail::str("logits of order 1e4, V ", V));
+    }
 }
 
 TEST(LinearCrossEntropy, EveryRowIgnoredGivesZeroLossAndZeroGradients) {
@@ -172,4 +177,24 @@ TEST(LinearCrossEntropy, BadArgumentsNameTheProblem) {
                 "does not match V = 5");
     throws_with([&] { linear_cross_entropy(x.to(DType::f64), w, b, from_vector<int64_t>({1, 2}, {2})); },
                 "dtypes differ");
+}
+
+TEST(LinearCrossEntropy, NaNLogitReachesTheLoss) {
+    // A NaN weight row gives every row one NaN logit; the loss of every row must be NaN, not a
+    // finite value from the other logits. A NaN in one row of x makes only that row's loss NaN.
+    const int64_t N = 6, C = 8, V = 1500;
+    const Tensor x = uniform({N, C}, 51, -1.f, 1.f), b = uniform({V}, 53, -0.5f, 0.5f);
+    std::vector<float> wv = uniform({V, C}, 52, -0.5f, 0.5f).to_vector<float>();
+    wv[size_t(700 * C + 3)] = NAN;
+    const Tensor w = from_vector(wv, {V, C});
+    CrossEntropyOptions o;
+    o.reduction = Reduction::none;
+    for (float v : linear_cross_entropy(x, w, b, targets(N, V, 0, -100), o).to_vector<float>())
+        EXPECT_TRUE(std::isnan(v));
+    std::vector<float> xv = x.to_vector<float>();
+    xv[size_t(2 * C + 5)] = NAN;
+    const std::vector<float> per =
+        linear_cross_entropy(from_vector(xv, {N, C}), uniform({V, C}, 52, -0.5f, 0.5f), b, targets(N, V, 0, -100), o)
+            .to_vector<float>();
+    for (int64_t r = 0; r < N; ++r) EXPECT_EQ(std::isnan(per[size_t(r)]), r == 2) << "row " << r;
 }
