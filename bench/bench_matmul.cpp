@@ -68,6 +68,34 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_gemm_qkv)->Apply(gemm_shapes)->UseRealTime();
 BENCHMARK(BM_gemm_dnnl)->Apply(gemm_shapes)->UseRealTime();
 
+// ---- the anchor Transformer's training GEMMs as a linear layer issues them (y = x·Wᵀ is NT, dX =
+// G·W is NN, dW = Gᵀ·x is TN), 1,060 rows: args {M, N, K, trans_a, trans_b}.
+void BM_gemm_layouts(benchmark::State& st) {
+    const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+    const bool ta = st.range(3) != 0, tb = st.range(4) != 0;
+    auto A = filled(M * K, 0.5f), B = filled(K * N, 0.25f), C = filled(M * N, 0.f);
+    for (auto _ : st) {
+        gemm(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
+        benchmark::DoNotOptimize(C.data());
+    }
+    set_flops(st, 2.0 * double(M) * double(N) * double(K));
+}
+void layout_shapes(benchmark::internal::Benchmark* b) {
+    b->Args({1060, 1024, 256, 0, 1});    // FFN dense1 forward
+    b->Args({1060, 256, 1024, 0, 1});    // FFN dense2 forward
+    b->Args({1060, 256, 1024, 0, 0});    // FFN dense1 dX
+    b->Args({1060, 1024, 256, 0, 0});    // FFN dense2 dX
+    b->Args({1024, 256, 1060, 1, 0});    // FFN dense1 dW
+    b->Args({256, 1024, 1060, 1, 0});    // FFN dense2 dW
+    b->Args({1060, 256, 256, 0, 1});     // attention projection forward
+    b->Args({1060, 256, 256, 0, 0});     // its dX
+    b->Args({256, 256, 1060, 1, 0});     // its dW
+    b->Args({1060, 17496, 256, 0, 1});   // output layer forward
+    b->Args({1060, 256, 17496, 0, 0});   // its dX
+    b->Args({17496, 256, 1060, 1, 0});   // its dW
+}
+BENCHMARK(BM_gemm_layouts)->Apply(layout_shapes)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ---- paired: qkv and direct oneDNN calls alternate in one loop, so both see the same machine
 // load (this host is shared); counters give each one's GFLOP/s over wall time and their ratio.
 void BM_gemm_qkv_vs_dnnl(benchmark::State& st) {
