@@ -192,3 +192,18 @@ TEST(Parallel, ThreadCountOutsideOneToMaxThrowsAndKeepsTheCount) {
 
 }  // namespace
 }  // namespace qkv
+
+TEST(Tensor, ScatterRowsZeroesSkippedRowsInReusedMemory) {
+    // The output is taken from the caching allocator without a fill: a freed 2 MiB block full of
+    // 7s is what the next same-size request gets, so every row no index names must be zeroed.
+    const int64_t rows = 1024, cols = 512;  // 2 MiB of float32: the large pool
+    { Tensor dirty = full({rows, cols}, 7.0); }
+    std::vector<int64_t> idx;
+    for (int64_t r = 0; r < rows; r += 3) idx.push_back(r);
+    const int64_t n = int64_t(idx.size());
+    const Tensor src = full({n, cols}, 1.0);
+    const std::vector<float> out = scatter_rows(src, from_vector(idx, {n}), rows).to_vector<float>();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; c += 97)
+            ASSERT_EQ(out[size_t(r * cols + c)], r % 3 == 0 ? 1.f : 0.f) << "row " << r << " col " << c;
+}
