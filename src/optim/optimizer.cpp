@@ -31,6 +31,10 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& sd) {
 }
 
 namespace {
+void check_grad_scale(const char* who, double grad_scale) {
+    QKV_CHECK(std::isfinite(grad_scale) && grad_scale >= 0, who, ": grad_scale must be finite and >= 0, got ",
+              grad_scale);
+}
 /// Restores a list of per-parameter state tensors named "<kind>.<i>".
 void load_list(const std::map<std::string, Tensor>& sd, const std::string& kind, const std::vector<Tensor>& params,
                std::vector<Tensor>& out) {
@@ -56,6 +60,7 @@ SGD::SGD(std::vector<Tensor> params, double lr, SGDOptions opt)
 }
 
 void SGD::step(double grad_scale) {
+    check_grad_scale("SGD::step", grad_scale);
     NoGradGuard ng;
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -106,6 +111,7 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
 }
 
 void Adam::step(double grad_scale) {
+    check_grad_scale("Adam::step", grad_scale);
     NoGradGuard ng;
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -141,6 +147,8 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
 }
 
 ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm) {
+    QKV_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0, got ",
+              max_norm);
     NoGradGuard ng;
     double total = 0;
     for (const Tensor& p : params)

@@ -142,3 +142,23 @@ TEST(Optim, ClipFactorFoldedIntoStepEqualsClipThenStepBitwise) {
                         << dtype_name(dt) << " max_norm " << max_norm << (opt_kind ? " SGD" : " Adam") << " param " << i;
             }
 }
+
+TEST(Optim, GradScaleAndMaxNormMustBeFiniteAndNonNegative) {
+    // A NaN, infinite or negative factor would turn every parameter into NaN or step uphill
+    // without a word; a NaN max_norm used to switch clipping off, a negative one flipped the signs.
+    Tensor p = from_vector<float>({1.f, 2.f}, {2}).requires_grad_();
+    p.set_grad(from_vector<float>({3.f, 4.f}, {2}));
+    optim::Adam adam({p}, 0.1);
+    optim::SGD sgd({p}, 0.1);
+    for (double bad : {std::nan(""), double(INFINITY), -1.0}) {
+        EXPECT_THROW(adam.step(bad), Error) << bad;
+        EXPECT_THROW(sgd.step(bad), Error) << bad;
+    }
+    EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1.f, 2.f}));  // nothing was applied
+    for (double bad : {std::nan(""), double(INFINITY), -1.0, 0.0}) {
+        EXPECT_THROW(optim::grad_clip_factor({p}, bad), Error) << bad;
+        EXPECT_THROW(optim::clip_grad_norm({p}, bad), Error) << bad;
+    }
+    EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{3.f, 4.f}));
+    adam.step(0.0);  // a zero factor is a valid (empty) update of the gradient
+}

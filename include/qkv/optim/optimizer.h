@@ -18,7 +18,7 @@ public:
     /// grad_scale multiplies every gradient inside the update (rounded to the parameter's dtype)
     /// and leaves .grad untouched: step(grad_clip_factor(params, c).scale) updates the parameters
     /// bit for bit as clip_grad_norm(params, c) followed by step() does, without a separate
-    /// pass over the gradients.
+    /// pass over the gradients. Throws qkv::Error when grad_scale is negative, NaN or infinite.
     virtual void step(double grad_scale = 1.0) = 0;
     /// Drops every parameter's .grad (PyTorch's set_to_none=True).
     void zero_grad();
@@ -77,7 +77,8 @@ private:
 
 /// Scales every gradient by max_norm / ‖g‖ when the global L2 norm ‖g‖ over all parameters
 /// exceeds max_norm (D2L 9.5 grad_clipping). Returns ‖g‖ before clipping. Throws when the norm is
-/// not finite (a NaN/inf gradient) so training never continues silently on NaN.
+/// not finite (a NaN/inf gradient) so training never continues silently on NaN, and when max_norm
+/// is not finite and > 0.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 struct ClipFactor {
@@ -86,7 +87,7 @@ struct ClipFactor {
 };
 /// The norm and the factor clip_grad_norm(params, max_norm) would scale the gradients by,
 /// without touching them; pass .scale to Optimizer::step to fold the clipping into the update.
-/// Throws as clip_grad_norm does when the norm is not finite.
+/// Throws as clip_grad_norm does (a norm that is not finite; max_norm not finite and > 0).
 ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm);
 
 /// Learning rate at optimiser step `step` (1-based) for the schedules qkv offers.
