@@ -234,9 +234,15 @@ TrainResult Trainer::fit() {
         default_generator().manual_seed(prog.rng_seed);
         default_generator().set_offset(prog.rng_offset);
         truncate_metrics(metrics_path, prog.step);
-        if (rt_.log)
+        if (rt_.log) {
             std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
                          (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
+            if (!prog.has_running_sums && prog.step > 0)
+                std::fprintf(rt_.log,
+                             "note: %s has no running sums (written by an older qkv): epoch %lld's train loss "
+                             "and the first metrics.jsonl step record cover the resumed steps only\n",
+                             ckpt_path.c_str(), (long long)prog.epoch + 1);
+        }
     } else if (files) {
         // A fresh run: an earlier run's files in this folder go now, not at the first checkpoint
         // (until then its model.safetensors would pair old weights with the new config.json, and
@@ -282,7 +288,11 @@ TrainResult Trainer::fit() {
     // batch, RNG and train_seconds): one write per step is enough (and `validate` gives it that
     // point's loss at once, so its record follows without a wait).
     int64_t saved_step = -1;
-    auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending) {
+    // The running sums of the metrics.jsonl "step" record (log_sums) and of the divergence window
+    // (w_sums) in progress; `epoch_sums` is passed.
+    RunningSums log_sums = prog.log_sums, w_sums = prog.window_sums;
+    auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending,
+                          const RunningSums& epoch_sums) {
         if (!files || step == saved_step) return;
         saved_step = step;
         TrainingProgress p;
@@ -293,6 +303,9 @@ TrainResult Trainer::fit() {
         p.rng_offset      = default_generator().offset();
         p.train_seconds   = train_seconds;
         p.pending_records = pending.empty() ? "" : Record(pending).dump();
+        p.epoch_sums      = epoch_sums;
+        p.log_sums        = log_sums;
+        p.window_sums     = w_sums;
         save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
         save_model(model_path, model_, rt_.checkpoint_metadata);
         if (on_checkpoint) on_checkpoint(p);
@@ -344,10 +357,9 @@ TrainResult Trainer::fit() {
     // at step 1, 7.68-7.89 over steps 1-50 at --lr 1e-5) is warned, as it was from step 100
     // before the first window was judged.
     const double uniform_loss = std::log(double(model_.tgt_vocab_size()));
-    double w_loss = 0;
-    int64_t w_steps = 0;
     auto judge_window = [&](bool bar_line_open) {
-        const double mean = w_loss / double(std::max<int64_t>(w_steps, 1));
+        const int64_t w_steps = w_sums.steps;
+        const double mean = w_sums.loss / double(std::max<int64_t>(w_steps, 1));
         const int64_t first = step - w_steps + 1;
         const double margin = first <= kDivergenceWindow ? kDivergenceFirstMargin : kDivergenceMargin;
         if (res.diverged_at_step == 0 && w_steps >= kDivergenceMinSteps && mean > uniform_loss + margin) {
@@ -362,16 +374,15 @@ TrainResult Trainer::fit() {
                 std::fflush(rt_.log);
             }
         }
-        w_loss = 0;
-        w_steps = 0;
+        w_sums = {};
     };
 
     model_.train();
     int64_t run_tokens = 0;
     double run_seconds = 0;
-    // windows for the metrics.jsonl step records (m_) and the progress fields (d_)
-    double m_loss = 0, m_secs = 0, d_loss = 0, d_secs = 0;
-    int64_t m_steps = 0, m_tokens = 0, d_steps = 0, d_tokens = 0;
+    // the window of the progress fields
+    double d_loss = 0, d_secs = 0;
+    int64_t d_steps = 0, d_tokens = 0;
     double shown_loss = std::numeric_limits<double>::quiet_NaN(), shown_tps = 0;
     double next_val = opt_.val_every_s > 0
                           ? (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s
@@ -380,8 +391,9 @@ TrainResult Trainer::fit() {
     for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
         batcher.start_epoch(epoch);
         const int64_t first_batch = epoch == prog.epoch ? prog.batch : 0;
-        double ep_loss = 0, ep_secs = 0;
-        int64_t ep_steps = 0, ep_tokens = 0;
+        // the epoch's steps, those of a resumed run's checkpoint included; ep_trained: this call's
+        RunningSums ep = epoch == prog.epoch ? prog.epoch_sums : RunningSums{};
+        int64_t ep_trained = 0;
         std::string stop;
         // A validation point at the epoch's last step, or where the run stops: the epoch end's
         // validation serves it.
@@ -411,27 +423,26 @@ TrainResult Trainer::fit() {
             run_seconds += secs;
             run_tokens += l.tokens;
             res.step_losses.push_back(loss);
-            ep_loss += loss;
-            ep_secs += secs;
-            ++ep_steps;
-            ep_tokens += l.tokens;
-            // metrics.jsonl: the mean over the last log_every steps, at global step multiples
-            // (a resumed run writes its records at the same steps).
-            m_loss += loss;
-            m_secs += secs;
-            ++m_steps;
-            m_tokens += l.tokens;
+            for (RunningSums* s : {&ep, &log_sums, &w_sums}) {
+                s->loss += loss;
+                s->seconds += secs;
+                ++s->steps;
+                s->tokens += l.tokens;
+            }
+            ++ep_trained;
+            // metrics.jsonl: the mean over the steps since the last record, at global step
+            // multiples of log_every (a resumed run writes its records at the same steps).
             if (metrics && rt_.log_every > 0 && step % rt_.log_every == 0) {
                 std::fprintf(metrics.get(),
                              "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
                              "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
                              (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
-                             json_number(m_loss / double(m_steps)).c_str(), json_number(adam.lr()).c_str(),
-                             json_number(double(m_tokens) / std::max(m_secs, 1e-9)).c_str(),
+                             json_number(log_sums.loss / double(log_sums.steps)).c_str(),
+                             json_number(adam.lr()).c_str(),
+                             json_number(double(log_sums.tokens) / std::max(log_sums.seconds, 1e-9)).c_str(),
                              json_number(train_seconds).c_str());
                 std::fflush(metrics.get());
-                m_loss = m_secs = 0;
-                m_steps = m_tokens = 0;
+                log_sums = {};
             }
             // progress bar: loss and target tokens/s over about the last second
             d_loss += loss;
@@ -446,8 +457,6 @@ TrainResult Trainer::fit() {
             }
             if (bar)
                 bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
-            w_loss += loss;
-            ++w_steps;
             if (step % kDivergenceWindow == 0) judge_window(true);
             if (opt_.val_every_s > 0 && train_seconds >= next_val) {
                 next_val = (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s;
@@ -458,7 +467,7 @@ TrainResult Trainer::fit() {
                     // writes), validate, "val" record.
                     std::vector<Record> recs{
                         val_record(step, double(epoch) + double(b + 1) / double(nb), train_seconds)};
-                    checkpoint(epoch, b + 1, recs);
+                    checkpoint(epoch, b + 1, recs, ep);
                     recs[0]["val_loss"] = number(validate());
                     if (metrics) append_records(metrics.get(), recs);
                     if (rt_.log && !bar) {
@@ -473,13 +482,13 @@ TrainResult Trainer::fit() {
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;
         if (bar) bar->finish();
-        if (ep_steps > 0 || !partial) {
+        if (ep_trained > 0 || !partial) {
             EpochRecord rec;
             rec.epoch         = epoch + 1;
             rec.step          = step;
-            rec.train_loss    = ep_steps > 0 ? ep_loss / double(ep_steps) : std::numeric_limits<double>::quiet_NaN();
+            rec.train_loss    = ep.steps > 0 ? ep.loss / double(ep.steps) : std::numeric_limits<double>::quiet_NaN();
             rec.train_seconds = train_seconds;
-            rec.tokens_per_s  = ep_secs > 0 ? double(ep_tokens) / ep_secs : 0;
+            rec.tokens_per_s  = ep.seconds > 0 ? double(ep.tokens) / ep.seconds : 0;
             rec.partial       = partial;
             const double pos  = double(epoch) + double(b) / double(nb);
             // The checkpoint first, then the one validation, then the records: a "val" record
@@ -496,7 +505,7 @@ TrainResult Trainer::fit() {
                                   {"train_seconds", number(train_seconds)},
                                   {"tokens_per_s", number(rec.tokens_per_s)},
                                   {"partial", partial}});
-            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0, recs);
+            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0, recs, partial ? ep : RunningSums{});
             rec.val_loss = validate();
             if (metrics) {
                 for (auto& r : recs) r["val_loss"] = number(rec.val_loss);
@@ -505,7 +514,7 @@ TrainResult Trainer::fit() {
             }
             if (rt_.log) {
                 // Remaining time: the smaller of the steps left at this epoch's speed and the budget.
-                double eta = ep_steps > 0 ? double(total_steps - step) * ep_secs / double(ep_steps) : 0;
+                double eta = ep.steps > 0 ? double(total_steps - step) * ep.seconds / double(ep.steps) : 0;
                 if (opt_.time_budget_s > 0) eta = std::min(eta, std::max(0.0, opt_.time_budget_s - train_seconds));
                 std::fprintf(rt_.log,
                              "epoch %lld/%lld%s: step %lld, train loss %.4f, val loss %.4f, "
@@ -524,7 +533,7 @@ TrainResult Trainer::fit() {
             break;
         }
     }
-    if (w_steps > 0) judge_window(false);  // the run's last window, when partial
+    if (w_sums.steps > 0) judge_window(false);  // the run's last window, when partial
     if (res.stop_reason.empty()) res.stop_reason = "epochs";
     res.steps         = step;
     res.train_seconds = train_seconds;

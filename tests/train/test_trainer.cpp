@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
 #include "qkv/decode/greedy.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
 #include "support/test_util.h"
@@ -97,49 +99,6 @@ TEST(Trainer, SameSeedSameLosses) {
     EXPECT_EQ(runs[0], runs[1]);
 }
 
-/// Trains with dropout (so the generator state matters) for `epochs`, stopping after `stop_at`
-/// steps, then resumes in a fresh model from the checkpoint; compares with one uninterrupted run.
-void check_resume(int64_t stop_at, bool bucketed = false) {
-    const TinyCorpus c = tiny_corpus();
-    train::TrainOptions o = four_epochs();
-    if (bucketed) o.bucket_pool = 2, o.trim_batches = true;
-    manual_seed(11);
-    models::Transformer ref(tiny_config(c, 0.2));
-    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
-    const train::TrainResult full = tr.fit();
-    ASSERT_EQ(full.step_losses.size(), 12u);
-
-    const std::string dir = temp_dir("resume" + std::to_string(stop_at) + (bucketed ? "b" : ""));
-    manual_seed(11);
-    models::Transformer a(tiny_config(c, 0.2));
-    train::TrainOptions first = o;
-    first.max_steps = stop_at;
-    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), first, quiet(dir));
-    const train::TrainResult ra = ta.fit();
-    EXPECT_EQ(ra.stop_reason, "max_steps");
-    ASSERT_EQ(int64_t(ra.step_losses.size()), stop_at);
-
-    manual_seed(999);  // the resumed run must not depend on the generator's state before loading
-    models::Transformer b(tiny_config(c, 0.2));
-    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
-    const train::TrainResult rb = tb.fit();
-    EXPECT_EQ(rb.first_step, stop_at);
-    std::vector<double> joined = ra.step_losses;
-    joined.insert(joined.end(), rb.step_losses.begin(), rb.step_losses.end());
-    EXPECT_EQ(joined, full.step_losses);  // bit for bit
-    auto pr = ref.parameters(), pb = b.parameters();
-    for (size_t i = 0; i < pr.size(); ++i) EXPECT_EQ(pr[i].to_vector<float>(), pb[i].to_vector<float>());
-    // metrics.jsonl has one "step" record per step: none lost, none repeated.
-    std::ifstream in(fs::path(dir) / "metrics.jsonl");
-    std::string line;
-    int64_t step_records = 0;
-    while (std::getline(in, line)) step_records += line.find("\"kind\":\"step\"") != std::string::npos;
-    EXPECT_EQ(step_records, 12);
-    fs::remove_all(dir);
-}
-
-TEST(Trainer, ResumeInsideAnEpochEqualsUninterruptedRun) { check_resume(5); }
-
 int64_t count_records(const std::string& dir, const std::string& kind) {
     std::ifstream in(fs::path(dir) / "metrics.jsonl");
     std::string line;
@@ -147,6 +106,88 @@ int64_t count_records(const std::string& dir, const std::string& kind) {
     while (std::getline(in, line)) n += line.find("\"kind\":\"" + kind + "\"") != std::string::npos;
     return n;
 }
+
+/// The records of metrics.jsonl, in order.
+std::vector<nlohmann::json> records(const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "metrics.jsonl");
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+}
+
+/// metrics.jsonl's records without their timing fields (train_seconds, tokens_per_s): what two
+/// runs of the same steps must agree on.
+std::vector<nlohmann::json> untimed_records(const std::string& dir) {
+    std::vector<nlohmann::json> out = records(dir);
+    for (auto& r : out) r.erase("train_seconds"), r.erase("tokens_per_s");
+    return out;
+}
+
+/// Trains with dropout (so the generator state matters) for `epochs`, stopping after `stop_at`
+/// steps, then resumes in a fresh model from the checkpoint; compares with one uninterrupted run:
+/// step losses, weights, the epoch records (train loss over the whole epoch, also the one the
+/// stop cut) and the metrics.jsonl "step" records (every 2 steps: a window can straddle the stop).
+void check_resume(int64_t stop_at, bool bucketed = false) {
+    const TinyCorpus c = tiny_corpus();
+    train::TrainOptions o = four_epochs();
+    if (bucketed) o.bucket_pool = 2, o.trim_batches = true;
+    const std::string tag = std::to_string(stop_at) + (bucketed ? "b" : "");
+    const std::string ref_dir = temp_dir("resumeref" + tag), dir = temp_dir("resume" + tag);
+    auto runtime = [](const std::string& d, bool resume) {
+        train::TrainRuntime rt = quiet(d, resume);
+        rt.log_every = 2;
+        return rt;
+    };
+    manual_seed(11);
+    models::Transformer ref(tiny_config(c, 0.2));
+    train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, runtime(ref_dir, false));
+    const train::TrainResult full = tr.fit();
+    ASSERT_EQ(full.step_losses.size(), 12u);
+    ASSERT_EQ(full.epochs.size(), 4u);
+
+    manual_seed(11);
+    models::Transformer a(tiny_config(c, 0.2));
+    train::TrainOptions first = o;
+    first.max_steps = stop_at;
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), first, runtime(dir, false));
+    const train::TrainResult ra = ta.fit();
+    EXPECT_EQ(ra.stop_reason, "max_steps");
+    ASSERT_EQ(int64_t(ra.step_losses.size()), stop_at);
+
+    manual_seed(999);  // the resumed run must not depend on the generator's state before loading
+    models::Transformer b(tiny_config(c, 0.2));
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, runtime(dir, true));
+    const train::TrainResult rb = tb.fit();
+    EXPECT_EQ(rb.first_step, stop_at);
+    std::vector<double> joined = ra.step_losses;
+    joined.insert(joined.end(), rb.step_losses.begin(), rb.step_losses.end());
+    EXPECT_EQ(joined, full.step_losses);  // bit for bit
+    auto pr = ref.parameters(), pb = b.parameters();
+    for (size_t i = 0; i < pr.size(); ++i) EXPECT_EQ(pr[i].to_vector<float>(), pb[i].to_vector<float>());
+    // The resumed run's epoch records: the uninterrupted run's last ones, train loss included
+    // (the mean over every step of the epoch, those before the stop too).
+    ASSERT_LE(rb.epochs.size(), full.epochs.size());
+    const size_t skip = full.epochs.size() - rb.epochs.size();
+    EXPECT_EQ(skip, size_t(stop_at / 3));  // 3 batches per epoch
+    for (size_t i = 0; i < rb.epochs.size(); ++i) {
+        EXPECT_EQ(rb.epochs[i].epoch, full.epochs[skip + i].epoch);
+        EXPECT_EQ(rb.epochs[i].train_loss, full.epochs[skip + i].train_loss) << "epoch " << rb.epochs[i].epoch;
+        EXPECT_EQ(rb.epochs[i].val_loss, full.epochs[skip + i].val_loss) << "epoch " << rb.epochs[i].epoch;
+    }
+    // metrics.jsonl: the same "step" records (none lost, none repeated, the same means) and
+    // whole-epoch records as the uninterrupted run's.
+    std::vector<nlohmann::json> got, want;
+    for (auto& r : untimed_records(dir))
+        if (!r.value("partial", false)) got.push_back(r);
+    for (auto& r : untimed_records(ref_dir))
+        if (!r.value("partial", false)) want.push_back(r);
+    EXPECT_EQ(count_records(ref_dir, "step"), 6);
+    EXPECT_EQ(got, want);
+    fs::remove_all(dir);
+    fs::remove_all(ref_dir);
+}
+
+TEST(Trainer, ResumeInsideAnEpochEqualsUninterruptedRun) { check_resume(5); }
 
 /// check_resume's run (4 epochs of 3 batches, dropout) validating after every step: a period
 /// shorter than any step, so the validation points are deterministic.
@@ -289,6 +330,48 @@ size_t count_of(const std::string& text, const std::string& what) {
     return n;
 }
 
+TEST(Trainer, AResumeFromACheckpointWithoutRunningSumsSaysSo) {
+    // A checkpoint of an older qkv (no "qkv.running_sums") resumes, with a note that the epoch's
+    // train loss covers the resumed steps only (here: steps 6, the rest of epoch 2).
+    const TinyCorpus c = tiny_corpus();
+    const std::string dir = temp_dir("oldsums");
+    const std::string ckpt = (fs::path(dir) / "checkpoint.safetensors").string();
+    train::TrainOptions o = four_epochs();
+    o.max_steps = 5;
+    manual_seed(11);
+    models::Transformer a(tiny_config(c, 0.2));
+    train::Trainer ta(a, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    const train::TrainResult ra = ta.fit();
+    {
+        io::SafeTensorsFile f(ckpt);
+        std::map<std::string, std::string> meta = f.metadata();
+        ASSERT_EQ(meta.erase("qkv.running_sums"), 1u);
+        std::vector<io::SafeTensorView> views;
+        for (const auto& e : f.entries()) {
+            const auto b = f.bytes(e.name);
+            views.push_back({e.name, e.dtype, e.shape, b.data(), b.size()});
+        }
+        const std::string old = ckpt + ".old";
+        io::write_safetensors(old, views, meta);
+        fs::rename(old, ckpt);
+    }
+    o.max_steps = 6;
+    models::Transformer b(tiny_config(c, 0.2));
+    LogFile log;
+    train::TrainRuntime rt = quiet(dir, true);
+    rt.log = log.f;
+    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+    const train::TrainResult rb = tb.fit();
+    ASSERT_EQ(rb.step_losses.size(), 1u);
+    EXPECT_NE(log.text().find("note: " + ckpt + " has no running sums (written by an older qkv): epoch 2's train "
+                              "loss and the first metrics.jsonl step record cover the resumed steps only"),
+              std::string::npos)
+        << log.text();
+    ASSERT_EQ(rb.epochs.size(), 1u);
+    EXPECT_EQ(rb.epochs[0].train_loss, rb.step_losses[0]);
+    fs::remove_all(dir);
+}
+
 /// `steps` steps of the tiny model (one batch of the eight pairs per epoch) at a constant `lr`:
 /// the step of the divergence warning (0: none), which the log must say exactly as often.
 int64_t diverged_at(double lr, int64_t steps) {
@@ -343,14 +426,6 @@ TEST(Trainer, JudgesTheTrailingWindowAfterTheFirst) {
     EXPECT_EQ(rb.first_step, train::kDivergenceWindow);
     EXPECT_EQ(rb.diverged_at_step, 80);
     fs::remove_all(dir);
-}
-
-/// The records of metrics.jsonl, in order.
-std::vector<nlohmann::json> records(const std::string& dir) {
-    std::ifstream in(fs::path(dir) / "metrics.jsonl");
-    std::vector<nlohmann::json> out;
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
 }
 
 /// (kind, step, train loss, val loss) of each "val" and "epoch" record: what two runs of the same

@@ -76,7 +76,7 @@ struct TrainRuntime {
 struct EpochRecord {
     int64_t epoch = 0;              // 1-based: epochs completed
     int64_t step = 0;               // optimizer steps done in total
-    double train_loss = 0;          // mean of this epoch's batch losses (since resume)
+    double train_loss = 0;          // mean of this epoch's batch losses (resumed: all of them)
     double val_loss = 0;            // NaN when there is no validation data
     double train_seconds = 0;       // cumulative training time
     double tokens_per_s = 0;        // non-pad target tokens per second in this epoch
