@@ -109,8 +109,16 @@ void append_records(std::FILE* f, const std::vector<Record>& records) {
     std::fflush(f);
 }
 
-/// Keeps the metrics.jsonl records of steps <= step (what the checkpoint covers), so a resumed
-/// run does not repeat lines written after the checkpoint.
+/// Whether `r` is the epoch record of a run stopped inside that epoch.
+template <class Json>
+bool is_partial_epoch(const Json& r) {
+    return r.value("kind", "") == "epoch" && r.value("partial", false);
+}
+
+/// Keeps the metrics.jsonl records a run resumed from the checkpoint of `step` does not write
+/// again: those of steps <= step (what the checkpoint covers) except the partial epoch records (a
+/// stop's: the resumed run writes that epoch's record, whole, or at its own stop). Rewritten
+/// atomically (temp file + rename). So the file ends as an uninterrupted run's.
 void truncate_metrics(const std::string& path, int64_t step) {
     if (!fs::exists(path)) return;
     std::ifstream in(path);
@@ -120,7 +128,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
         if (line.empty()) continue;
         try {
             auto j = nlohmann::json::parse(line);
-            if (j.value("step", int64_t(0)) > step) continue;
+            if (j.value("step", int64_t(0)) > step || is_partial_epoch(j)) continue;
         } catch (const std::exception&) {
             continue;  // a torn last line from a crash
         }
@@ -153,6 +161,15 @@ std::vector<Record> missing_records(const std::string& path, const TrainingProgr
     for (auto& r : pending)
         if (r.is_object() && !have.count(r.value("kind", ""))) missing.push_back(r);
     return missing;
+}
+
+/// missing_records without the partial epoch record: a resumed run writes that epoch's record
+/// itself (whole, or the partial one again when it stops before its first step).
+std::vector<Record> missing_records_to_write(const std::string& path, const TrainingProgress& p,
+                                             const std::string& ckpt) {
+    std::vector<Record> out = missing_records(path, p, ckpt);
+    std::erase_if(out, [](const Record& r) { return is_partial_epoch(r); });
+    return out;
 }
 
 /// Training/validation loss curves from metrics.jsonl (epoch records), as D2L plots them.
@@ -287,7 +304,7 @@ TrainResult Trainer::fit() {
     // right after a mid-epoch validation point would write the same state again (same step,
     // batch, RNG and train_seconds): one write per step is enough (and `validate` gives it that
     // point's loss at once, so its record follows without a wait).
-    int64_t saved_step = -1;
+    int64_t saved_step = rt_.resume ? prog.step : -1;  // a resumed run's checkpoint holds its state
     // The running sums of the metrics.jsonl "step" record (log_sums) and of the divergence window
     // (w_sums) in progress; `epoch_sums` is passed.
     RunningSums log_sums = prog.log_sums, w_sums = prog.window_sums;
@@ -313,7 +330,7 @@ TrainResult Trainer::fit() {
     if (rt_.resume) {
         // The run that wrote the checkpoint was killed before the records of the validation after
         // it: the model is the checkpoint's, so validating now gives the loss it would have written.
-        std::vector<Record> missing = missing_records(metrics_path, prog, ckpt_path);
+        std::vector<Record> missing = missing_records_to_write(metrics_path, prog, ckpt_path);
         if (!missing.empty()) {
             const double vl = validate();
             for (auto& r : missing) r["val_loss"] = number(vl);
@@ -391,9 +408,8 @@ TrainResult Trainer::fit() {
     for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
         batcher.start_epoch(epoch);
         const int64_t first_batch = epoch == prog.epoch ? prog.batch : 0;
-        // the epoch's steps, those of a resumed run's checkpoint included; ep_trained: this call's
+        // the epoch's steps, those before a resumed run's checkpoint included
         RunningSums ep = epoch == prog.epoch ? prog.epoch_sums : RunningSums{};
-        int64_t ep_trained = 0;
         std::string stop;
         // A validation point at the epoch's last step, or where the run stops: the epoch end's
         // validation serves it.
@@ -429,7 +445,6 @@ TrainResult Trainer::fit() {
                 ++s->steps;
                 s->tokens += l.tokens;
             }
-            ++ep_trained;
             // metrics.jsonl: the mean over the steps since the last record, at global step
             // multiples of log_every (a resumed run writes its records at the same steps).
             if (metrics && rt_.log_every > 0 && step % rt_.log_every == 0) {
@@ -482,7 +497,9 @@ TrainResult Trainer::fit() {
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;
         if (bar) bar->finish();
-        if (ep_trained > 0 || !partial) {
+        // A stop before the first step of a resumed epoch writes its partial record again (the
+        // resume removed it), with the checkpoint's sums; one at its start writes none.
+        if (ep.steps > 0 || !partial) {
             EpochRecord rec;
             rec.epoch         = epoch + 1;
             rec.step          = step;

@@ -2,7 +2,7 @@
 # qkv train stopped by a signal, and the divergence warning, on a tiny corpus written here:
 #  1. the first SIGINT during training finishes the step, writes the checkpoint, prints where and
 #     how to continue, exits 130; SIGTERM the same with 143; --resume continues from the step the
-#     message names, to the end.
+#     message names, to the end, and its metrics.jsonl is an uninterrupted run's (timings aside).
 #  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once within 80 steps, less
 #     than two windows of 50; the same run with the default learning rate, or one too small to
 #     move the loss (--lr 1e-5), does not.
@@ -65,6 +65,13 @@ run_rc 0 train --resume --out "$T/run" --data "$T/fra.txt" --max-steps $((at + 5
 err_has "step $at"
 out_has "trained $((at + 5)) steps" "stopped: max_steps" "held-out translations"
 [ "$(steps_logged "$T/run")" = $((at + 5)) ] || fail "metrics.jsonl: $(steps_logged "$T/run") step records, want $((at + 5))"
+# ... and is the uninterrupted run's, timings aside: the stops' partial epoch records are gone,
+# the epochs they cut have one record each, with the train loss over all their steps
+untimed() { sed -E 's/,"(train_seconds|tokens_per_s)":[^,}]*//g' "$1/metrics.jsonl"; }
+run_rc 0 train --data "$T/fra.txt" --preset demo --time-budget none --epochs 100000 --max-steps $((at + 5)) \
+  --log-every 1 "${small[@]}" --out "$T/whole"
+[ "$(untimed "$T/run")" = "$(untimed "$T/whole")" ] ||
+  { diff <(untimed "$T/whole") <(untimed "$T/run") | head -n 20; fail "the resumed run's metrics.jsonl differs from an uninterrupted run's"; }
 
 # ---- 2. divergence: 80 steps (the first window of 50 is judged with a wider margin, the partial
 # last one, steps 51-80, at the end of the run)

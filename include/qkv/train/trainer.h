@@ -123,6 +123,10 @@ public:
     /// an epoch end, a mid-epoch validation point or a stop; when the run that wrote it was
     /// killed while validating after it, the resumed run first validates and appends the
     /// metrics.jsonl records that run did not write (TrainingProgress::pending_records).
+    /// metrics.jsonl then ends as an uninterrupted run's, timings aside: the resume drops the
+    /// records after the checkpoint's step and the partial epoch records (the resumed run writes
+    /// that epoch's record, whole, or partial again when it stops before its first step), and
+    /// the checkpoint's running sums make its records cover the steps before the stop too.
     TrainResult fit();
 
     /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean
