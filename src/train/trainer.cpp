@@ -18,6 +18,7 @@
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss.h"
 #include "qkv/util/atomic_file.h"
+#include "qkv/util/interrupt.h"
 #include "qkv/util/plot.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/timer.h"
@@ -243,6 +244,17 @@ TrainResult Trainer::fit() {
     data::Batcher batcher(train_, bo);
     const int64_t nb = batcher.num_batches();
 
+    // The temporary files of writes cut short by a kill (a second Ctrl-C during the write): the
+    // files they were for are intact, and the next write would only replace them.
+    bool ckpt_write_cut = false;
+    if (files) {
+        for (const auto& p : {ckpt_path, model_path, metrics_path}) {
+            for (const auto& t : util::remove_stale_temp_files(p)) {
+                ckpt_write_cut = ckpt_write_cut || p == ckpt_path;
+                if (rt_.log) std::fprintf(rt_.log, "removed %s (left by a write that was cut short)\n", t.c_str());
+            }
+        }
+    }
     TrainingProgress prog;
     if (rt_.resume) {
         prog = load_checkpoint(ckpt_path, model_, &adam);
@@ -252,8 +264,11 @@ TrainResult Trainer::fit() {
         default_generator().set_offset(prog.rng_offset);
         truncate_metrics(metrics_path, prog.step);
         if (rt_.log) {
-            std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
-                         (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
+            std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld%s\n", ckpt_path.c_str(),
+                         (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step,
+                         ckpt_write_cut ? " (the write of a later checkpoint was cut short: its steps are "
+                                          "trained again)"
+                                        : "");
             if (!prog.has_running_sums && prog.step > 0)
                 std::fprintf(rt_.log,
                              "note: %s has no running sums (written by an older qkv): epoch %lld's train loss "
@@ -311,6 +326,7 @@ TrainResult Trainer::fit() {
     auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending,
                           const RunningSums& epoch_sums) {
         if (!files || step == saved_step) return;
+        const int64_t before = saved_step;
         saved_step = step;
         TrainingProgress p;
         p.epoch           = epoch;
@@ -323,8 +339,22 @@ TrainResult Trainer::fit() {
         p.epoch_sums      = epoch_sums;
         p.log_sums        = log_sums;
         p.window_sums     = w_sums;
-        save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
-        save_model(model_path, model_, rt_.checkpoint_metadata);
+        // A kill (a second Ctrl-C) during a write leaves the earlier file whole: say which step it
+        // holds, and remove the half-written temporary.
+        {
+            util::KillNote note(before < 0 ? detail::str("qkv: interrupted while writing the first checkpoint; ", ckpt_path,
+                                                         " is not saved")
+                                           : detail::str("qkv: interrupted while writing the checkpoint; ", ckpt_path,
+                                                         " still holds step ", before, " (--resume continues from it)"),
+                                util::atomic_temp_path(ckpt_path));
+            save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
+        }
+        {
+            util::KillNote note(detail::str("qkv: interrupted while writing ", model_path, "; ", ckpt_path,
+                                            " holds step ", step, " (--resume continues from it)"),
+                                util::atomic_temp_path(model_path));
+            save_model(model_path, model_, rt_.checkpoint_metadata);
+        }
         if (on_checkpoint) on_checkpoint(p);
     };
     if (rt_.resume) {

@@ -11,6 +11,9 @@
 #  4. a run killed while it validated after its last checkpoint (its last metrics.jsonl record
 #     removed here): --resume trains nothing, validates again and writes the same record; a
 #     second --resume has nothing to do.
+#  5. a second SIGINT while the checkpoint is written: a line names the step the checkpoint still
+#     holds, no temporary file is left; a stale one is removed by the next run; --resume names its
+#     step.
 # Usage: test_train_interrupt.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -124,4 +127,54 @@ out_has "trained 12 steps" "no epoch ended in this call"
 run_rc 0 train --resume --out "$T/end" --data "$T/fra.txt" --no-progress
 out_has "nothing to do"
 
-echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands), divergence warning, records of a killed validation: ok"
+# ---- 5. a second SIGINT while the checkpoint is written. Its temporary file is a FIFO here, so the
+# next checkpoint write (an epoch end: every 6 steps) waits in open() for a reader; then the first
+# SIGINT (the stop, waiting behind the write) and the second, which kills: the line naming the
+# step the checkpoint still holds, the temporary removed, exit 130 (killed). A stale temporary (a
+# kill the handler could not see, SIGKILL) is removed by the next run, which says so; --resume
+# names the step it continues from.
+cut="$T/cut"
+set -m
+"$QKV" train --preset demo --time-budget none --epochs 100000 --log-every 1 "${small[@]}" --data "$T/fra.txt" \
+  --out "$cut" > "$T/cut.out" 2> "$T/cut.err" &
+pid=$!
+for _ in $(seq 1 1200); do
+  [ "$(steps_logged "$cut")" -gt 10 ] && [ -s "$cut/checkpoint.safetensors" ] && break
+  kill -0 "$pid" 2> /dev/null || { cat "$T/cut.err"; fail "qkv train --out $cut ended before it was signalled"; }
+  sleep 0.25
+done
+# (the name is taken while a checkpoint is written: a few milliseconds)
+for _ in $(seq 1 200); do mkfifo "$cut/checkpoint.safetensors.tmp.$pid" 2> /dev/null && break; sleep 0.05; done
+[ -p "$cut/checkpoint.safetensors.tmp.$pid" ] || fail "cannot make the FIFO $cut/checkpoint.safetensors.tmp.$pid"
+for _ in $(seq 1 1200); do  # until the write waits on the FIFO
+  w=$(cat "/proc/$pid/wchan" 2> /dev/null || echo 0)
+  [ "$w" = wait_for_partner ] && break
+  [ "$w" = 0 ] && { sleep 5; break; }  # wchan hidden: time enough to reach the next epoch end
+  sleep 0.25
+done
+kill -INT "$pid"
+# the second SIGINT only once the first is taken (two pending ones are one)
+for _ in $(seq 1 1200); do
+  p=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2> /dev/null || echo 0)
+  [ $((0x${p:-0} & 2)) = 0 ] && break
+  sleep 0.05
+done
+sleep 0.2
+kill -INT "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+pid=""
+set +m
+[ "$rc" = 130 ] || { cat "$T/cut.err"; fail "a second SIGINT during the checkpoint write: exit $rc, want 130 (killed)"; }
+held=$(sed -n "s|^qkv: interrupted while writing the checkpoint; $cut/checkpoint.safetensors still holds step \([0-9]*\) (--resume continues from it)\$|\1|p" "$T/cut.err")
+[ -n "$held" ] || { cat "$T/cut.err"; fail "a second SIGINT during the checkpoint write: no 'interrupted while writing the checkpoint' line"; }
+left=$(cd "$cut" && ls | grep '\.tmp\.' || true)
+[ -z "$left" ] || fail "a second SIGINT during the checkpoint write left $left"
+echo "half a checkpoint" > "$cut/checkpoint.safetensors.tmp.999999"
+run_rc 0 train --resume --out "$cut" --data "$T/fra.txt" --max-steps $((held + 2)) --no-progress
+err_has "removed $cut/checkpoint.safetensors.tmp.999999 (left by a write that was cut short)" \
+  "resuming from $cut/checkpoint.safetensors: " \
+  ", step $held (the write of a later checkpoint was cut short: its steps are trained again)"
+out_has "trained $((held + 2)) steps"
+[ ! -e "$cut/checkpoint.safetensors.tmp.999999" ] || fail "the stale temporary file is still there"
+
+echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands), divergence warning, records of a killed validation, a second SIGINT during the checkpoint write: ok"

@@ -60,7 +60,10 @@ struct TrainRuntime {
                           // are (re)written there at each epoch end, mid-epoch validation point
                           // and stop, metrics.jsonl and loss.png each epoch; a
                           // fresh run (not resume) first removes an earlier run's metrics.jsonl,
-                          // checkpoint.safetensors and model.safetensors there.
+                          // checkpoint.safetensors and model.safetensors there. Any run first
+                          // removes the temporary files of their writes that were cut short
+                          // (util::remove_stale_temp_files, said on `log`), and arms a
+                          // util::KillNote around each checkpoint and model write.
     bool resume = false;  // continue from out_dir/checkpoint.safetensors
     std::map<std::string, std::string> checkpoint_metadata;  // added to every checkpoint/model file
     bool progress = true;            // progress bar (plain lines when stderr is not a TTY)
