@@ -2,7 +2,8 @@
 # qkv train stopped by a signal, and the divergence warning, on a tiny corpus written here:
 #  1. the first SIGINT during training finishes the step, writes the checkpoint, prints where and
 #     how to continue, exits 130; SIGTERM the same with 143; --resume continues from the step the
-#     message names, to the end, and its metrics.jsonl is an uninterrupted run's (timings aside).
+#     message names, to the end (keeping --log-every), and its metrics.jsonl is an uninterrupted
+#     run's (timings aside).
 #  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once within 80 steps, less
 #     than two windows of 50; the same run with the default learning rate, or one too small to
 #     move the loss (--lr 1e-5), does not.
@@ -59,12 +60,12 @@ set -m
 start_long first --preset demo --time-budget none --epochs 100000 --log-every 1 "${small[@]}"
 stop_with INT first 130
 run_rc 0 info "$T/run"  # the folder loads
-start_long second --resume --log-every 1
+start_long second --resume  # --log-every 1 is kept (config.json)
 grep -q "resuming from $T/run/checkpoint.safetensors: .*, step $at\$" "$T/second.err" ||
   { cat "$T/second.err"; fail "the resume does not continue at step $at"; }
 stop_with TERM second 143
 set +m
-run_rc 0 train --resume --out "$T/run" --data "$T/fra.txt" --max-steps $((at + 5)) --log-every 1 --no-progress
+run_rc 0 train --resume --out "$T/run" --data "$T/fra.txt" --max-steps $((at + 5)) --no-progress
 err_has "step $at"
 out_has "trained $((at + 5)) steps" "stopped: max_steps" "held-out translations"
 [ "$(steps_logged "$T/run")" = $((at + 5)) ] || fail "metrics.jsonl: $(steps_logged "$T/run") step records, want $((at + 5))"
@@ -176,5 +177,10 @@ err_has "removed $cut/checkpoint.safetensors.tmp.999999 (left by a write that wa
   ", step $held (the write of a later checkpoint was cut short: its steps are trained again)"
 out_has "trained $((held + 2)) steps"
 [ ! -e "$cut/checkpoint.safetensors.tmp.999999" ] || fail "the stale temporary file is still there"
+# --log-every is kept by --resume (above: one record per step), and a new one given applies (and is kept)
+[ "$(steps_logged "$cut")" = $((held + 2)) ] || fail "--resume: $(steps_logged "$cut") step records, want $((held + 2))"
+run_rc 0 train --resume --out "$cut" --data "$T/fra.txt" --max-steps $((held + 6)) --log-every 2 --no-progress
+[ "$(steps_logged "$cut")" = $((held + 4)) ] || fail "--resume --log-every 2: $(steps_logged "$cut") step records, want $((held + 4))"
+grep -q '"log_every": *2' "$cut/config.json" || fail "config.json does not keep --log-every 2"
 
 echo "cli train signals (SIGINT 130, SIGTERM 143, resume, the printed commands), divergence warning, records of a killed validation, a second SIGINT during the checkpoint write: ok"
