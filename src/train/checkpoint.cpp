@@ -2,6 +2,7 @@
 // contract, a FNV-1a checksum of the data section, and clear errors for damaged files.
 #include "qkv/train/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -141,6 +142,7 @@ uint64_t meta_u64(const std::map<std::string, std::string>& m, const std::string
 }
 
 constexpr const char* kRunningSumsKey = "qkv.running_sums";
+constexpr const char* kDivergenceReferenceKey = "qkv.divergence_reference";
 
 nlohmann::json sums_json(const RunningSums& s) {
     return {{"loss", s.loss}, {"seconds", s.seconds}, {"steps", s.steps}, {"tokens", s.tokens}};
@@ -180,6 +182,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["qkv.rng_offset"]    = std::to_string(p.rng_offset);
     meta["qkv.train_seconds"] = detail::str(p.train_seconds);
     if (!p.pending_records.empty()) meta["qkv.pending_records"] = p.pending_records;
+    if (std::isfinite(p.divergence_reference))
+        meta[kDivergenceReferenceKey] = nlohmann::json(p.divergence_reference).dump();  // exact
     meta[kRunningSumsKey] = nlohmann::json{{"epoch", sums_json(p.epoch_sums)},
                                            {"log", sums_json(p.log_sums)},
                                            {"window", sums_json(p.window_sums)}}
@@ -226,6 +230,15 @@ TrainingProgress progress_of(const std::map<std::string, std::string>& m) {
         p.epoch_sums  = sums_of(j, "epoch");
         p.log_sums    = sums_of(j, "log");
         p.window_sums = sums_of(j, "window");
+    }
+    auto dr = m.find(kDivergenceReferenceKey);
+    if (dr != m.end()) {
+        try {
+            p.divergence_reference = nlohmann::json::parse(dr->second).get<double>();
+        } catch (const std::exception&) {
+            throw Error(detail::str("metadata entry '", kDivergenceReferenceKey, "' is not a number: '", dr->second,
+                                    "'"));
+        }
     }
     return p;
 }

@@ -323,6 +323,8 @@ TrainResult Trainer::fit() {
     // The running sums of the metrics.jsonl "step" record (log_sums) and of the divergence window
     // (w_sums) in progress; `epoch_sums` is passed.
     RunningSums log_sums = prog.log_sums, w_sums = prog.window_sums;
+    // The divergence check's reference (below); a fresh run's is step 1's loss.
+    double div_ref = prog.divergence_reference;
     auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending,
                           const RunningSums& epoch_sums) {
         if (!files || step == saved_step) return;
@@ -339,6 +341,7 @@ TrainResult Trainer::fit() {
         p.epoch_sums      = epoch_sums;
         p.log_sums        = log_sums;
         p.window_sums     = w_sums;
+        p.divergence_reference = div_ref;
         // A kill (a second Ctrl-C) during a write leaves the earlier file whole: say which step it
         // holds, and remove the half-written temporary.
         {
@@ -379,9 +382,9 @@ TrainResult Trainer::fit() {
         return "";
     };
     // Divergence check (kDivergenceWindow, kDivergenceMargin, kDivergenceFirstMargin,
-    // kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh model starts above it
-    // (its random logits add about half their variance), a tied one further (measured below).
-    // Means over the first window measured on tests/cli's six-pair
+    // kDivergenceRiseMargin, kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh
+    // model starts above it (its random logits add about half their variance), a tied one further
+    // (measured below). Means over the first window measured on tests/cli's six-pair
     // corpus (demo preset with test_train_interrupt.sh's small model, ln(V) = 3.00, seeds 0-4,
     // steps 1-50): 2.85-3.24 at the default lr, 2.96-3.33 at --lr 1e-5 (too small to move the
     // loss), 8.51-10.95 at --lr 10 (diverging: Adam moves every weight by about lr per step, and
@@ -394,22 +397,34 @@ TrainResult Trainer::fit() {
     // (kDivergenceMargin): a healthy run is far below ln(V) by then (default lr: 2.33-2.71 over
     // steps 51-100; d2l preset: ln(V) = 5.37, 0.91 at steps 51-60, 0.50 at 91-100), a diverging
     // one far above it (--lr 10: 77.4-102.0 over steps 51-100), and one too slow stays where it
-    // started (--lr 1e-5: 2.95-3.33). A window is judged at each global multiple of
-    // kDivergenceWindow and, at the end of the run, the last one if it is partial (a short run, a
-    // stop), when it holds at least kDivergenceMinSteps steps: the first steps' losses are the
-    // noisiest and the farthest above ln(V) (--preset full: +2.4 at step 1), and a stop right
-    // after a window's end leaves a tail too short to say anything. Not covered: a tied model
-    // with a learning rate too small to move its loss, when it starts far above ln(V) (the demo
-    // preset's C 128 with --shared-vocab --tie-weights on the six pairs, ln(V) = 3.43: 7.68-7.98
-    // at step 1, 7.68-7.89 over steps 1-50 at --lr 1e-5) is warned, as it was from step 100
-    // before the first window was judged.
+    // started (--lr 1e-5: 2.95-3.33).
+    // A tied model of the demo preset's width (C 128, --shared-vocab --tie-weights, six pairs,
+    // ln(V) = 3.43) starts much further up: 7.70 / 7.93 at step 1 (seeds 0 / 1), and at --lr 1e-5
+    // (too small to move it) stays there: 7.67 / 7.87 over steps 1-50, 7.28 / 7.47 over 51-100,
+    // above both margins, where the rule above warned "the learning rate is probably too high".
+    // So a window must also be above the run's own reference by kDivergenceRiseMargin (0.5 nats):
+    // the lowest of step 1's loss (the model as initialised: no step has moved it) and the means
+    // of the windows judged before it, i.e. the loss went up. Measured: the too slow tied runs
+    // stay 0.03-0.06 below step 1 (first window), the diverging ones rise far above it (--lr 10:
+    // 122.6 / 138.2 over steps 1-50), a healthy one falls (default lr: 3.73 over steps 1-50); an
+    // untied model starts within 0.3 of ln(V), so for it the first window's rule is unchanged and
+    // later windows need at most +0.8 over ln(V) instead of +0.5. A run resumed from a checkpoint
+    // without the reference (an older qkv) judges by ln(V) alone until its first window.
+    // A window is judged at each global multiple of kDivergenceWindow and, at the end of the run,
+    // the last one if it is partial (a short run, a stop), when it holds at least
+    // kDivergenceMinSteps steps: the first steps' losses are the noisiest and the farthest above
+    // ln(V) (--preset full: +2.4 at step 1), and a stop right after a window's end leaves a tail
+    // too short to say anything.
     const double uniform_loss = std::log(double(model_.tgt_vocab_size()));
     auto judge_window = [&](bool bar_line_open) {
         const int64_t w_steps = w_sums.steps;
         const double mean = w_sums.loss / double(std::max<int64_t>(w_steps, 1));
         const int64_t first = step - w_steps + 1;
         const double margin = first <= kDivergenceWindow ? kDivergenceFirstMargin : kDivergenceMargin;
-        if (res.diverged_at_step == 0 && w_steps >= kDivergenceMinSteps && mean > uniform_loss + margin) {
+        const bool judged = w_steps >= kDivergenceMinSteps;
+        const bool rose = !std::isfinite(div_ref) || mean > div_ref + kDivergenceRiseMargin;
+        if (judged) div_ref = std::isfinite(div_ref) ? std::min(div_ref, mean) : mean;
+        if (res.diverged_at_step == 0 && judged && rose && mean > uniform_loss + margin) {
             res.diverged_at_step = step;
             if (rt_.log) {
                 if (bar_line_open && bar && bar->is_tty()) std::fputc('\n', rt_.log);
@@ -464,6 +479,7 @@ TrainResult Trainer::fit() {
             QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step + 1,
                       " (lower the learning rate)");
             ++step;
+            if (step == 1) div_ref = loss;
             const double secs = timer.seconds();
             train_seconds += secs;
             run_seconds += secs;

@@ -6,7 +6,7 @@
 #     run's (timings aside).
 #  2. --lr 10 (loss far above ln V, the loss of a uniform guess) warns once within 80 steps, less
 #     than two windows of 50; the same run with the default learning rate, or one too small to
-#     move the loss (--lr 1e-5), does not.
+#     move the loss (--lr 1e-5, also a tied model far above ln V at its start), does not.
 #  3. the "continue with" commands (qkv train's on a stop, qkv info's for a folder without a
 #     model yet) work pasted into a shell when the folder's name has a space and a quote.
 #  4. a run killed while it validated after its last checkpoint (its last metrics.jsonl record
@@ -84,6 +84,10 @@ run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 80 --out "$T/ok" "$
 grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a healthy run was warned of divergence"; }
 run_rc 0 train --data "$T/fra.txt" --preset demo --lr 1e-5 --max-steps 80 --out "$T/slow" "${small[@]}"
 grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a run with a too small learning rate was warned of divergence"; }
+# a tied model of the demo width starts 4 nats above ln(V), and at --lr 1e-5 stays there: not warned
+run_rc 0 train --data "$T/fra.txt" --preset demo --shared-vocab --tie-weights --lr 1e-5 --max-steps 80 --batch-size 8 \
+  --num-steps 6 --no-progress --out "$T/tied"
+grep -qF "$warn" "$T/err" && { cat "$T/err"; fail "a tied model with a too small learning rate was warned of divergence"; }
 run_rc 0 train --data "$T/fra.txt" --preset demo --lr 10 --max-steps 80 --out "$T/bad" "${small[@]}"
 err_has "(mean of steps 1-50) is above ln(V)=" \
   "the loss of a uniform guess: the learning rate (--lr 10) is probably too high"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include <limits>
 #include <map>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -401,6 +404,66 @@ TEST(Trainer, JudgesTheLastPartialWindowOfAShortRun) {
     // 80 steps: the healthy and the too slow run stay quiet over both windows (1-50, 51-80).
     EXPECT_EQ(diverged_at(0.005, 80), 0);
     EXPECT_EQ(diverged_at(1e-5, 80), 0);
+}
+
+/// The tiny corpus with one vocabulary for both languages (as --shared-vocab).
+struct SharedVocabCorpus {
+    TinyCorpus c = tiny_corpus();
+    data::Vocab vocab;
+    data::NmtArrays arrays;
+    SharedVocabCorpus() {
+        data::Sentences both = c.src;
+        both.insert(both.end(), c.tgt.begin(), c.tgt.end());
+        data::VocabOptions vo;
+        vo.min_freq = 1;
+        vocab  = data::Vocab::build(both, vo);
+        arrays = data::build_nmt_arrays(c.src, c.tgt, vocab, vocab, 8);
+    }
+};
+
+/// The divergence step (0: none) and the step losses of `steps` steps of a tied model at a constant
+/// `lr`: SharedVocabCorpus, width 128 (the demo preset's), embeddings and output layer tied; one
+/// batch of the eight pairs per epoch.
+std::pair<int64_t, std::vector<double>> tied_run(double lr, int64_t steps) {
+    const SharedVocabCorpus sc;
+    const data::Vocab& v = sc.vocab;
+    const data::NmtArrays& arrays = sc.arrays;
+    models::TransformerConfig cfg = tiny_config(sc.c);
+    cfg.src_vocab_size = cfg.tgt_vocab_size = v.size();
+    cfg.num_hiddens = 128;
+    cfg.tie_weights = true;
+    manual_seed(0);
+    models::Transformer m(cfg);
+    train::TrainOptions o;
+    o.epochs = steps;
+    o.batch_size = 8;
+    o.lr = lr;
+    LogFile log;
+    train::TrainRuntime rt = quiet();
+    rt.log = log.f;
+    train::Trainer t(m, arrays, arrays, v.pad(), o, rt);
+    const train::TrainResult r = t.fit();
+    EXPECT_EQ(count_of(log.text(), "qkv: warning: training loss "), r.diverged_at_step > 0 ? 1u : 0u) << log.text();
+    return {r.diverged_at_step, r.step_losses};
+}
+
+TEST(Trainer, DoesNotWarnATiedModelTooSlowToMoveItsLoss) {
+    // A tied model starts far above ln(V): at lr 1e-5 its loss stays there, above both margins,
+    // but it does not go up (kDivergenceRiseMargin): no warning. At lr 10 it does, at step 50; at a
+    // healthy lr it falls.
+    const auto [slow_at, slow] = tied_run(1e-5, 80);
+    ASSERT_EQ(slow.size(), 80u);
+    double first = 0, second = 0;
+    for (int i = 0; i < 50; ++i) first += slow[size_t(i)] / 50;
+    for (int i = 50; i < 80; ++i) second += slow[size_t(i)] / 30;
+    const double ln_v = std::log(double(SharedVocabCorpus().vocab.size()));
+    // the case the ln(V) rule alone warned: both windows above their margins
+    ASSERT_GT(first, ln_v + train::kDivergenceFirstMargin) << "ln(V) " << ln_v;
+    ASSERT_GT(second, ln_v + train::kDivergenceMargin) << "ln(V) " << ln_v;
+    EXPECT_LT(first, slow[0] + train::kDivergenceRiseMargin);
+    EXPECT_EQ(slow_at, 0);
+    EXPECT_EQ(tied_run(10, 80).first, train::kDivergenceWindow);
+    EXPECT_EQ(tied_run(0.005, 80).first, 0);
 }
 
 TEST(Trainer, JudgesTheTrailingWindowAfterTheFirst) {

@@ -9,6 +9,7 @@
 //   still to be written after it (optional).
 // Both carry a checksum of their data section, so a corrupted byte is caught, not trained on.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -48,6 +49,10 @@ struct TrainingProgress {
     /// `batch` steps of `epoch` done (the epoch record's train loss and tokens/s), `log_sums` since
     /// the last metrics.jsonl "step" record, `window_sums` of the divergence window in progress.
     RunningSums epoch_sums, log_sums, window_sums;
+    /// What the divergence check compares a window with (trainer.h kDivergenceRiseMargin): the
+    /// lowest of step 1's loss and the means of the windows judged so far (metadata
+    /// "qkv.divergence_reference"); NaN: unknown (before step 1, or an older checkpoint).
+    double divergence_reference = std::numeric_limits<double>::quiet_NaN();
     /// False when the checkpoint has no "qkv.running_sums" (written by an older qkv): the sums
     /// above are zero, and a resumed run's first records cover its own steps only.
     bool has_running_sums = true;

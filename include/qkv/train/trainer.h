@@ -99,9 +99,10 @@ struct TrainResult {
 
 /// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a
 /// line starting "qkv: warning:") when the mean training loss over a window is above ln(V) plus a
-/// margin, V the target vocabulary size: ln(V) is the loss of a uniform guess (with or without
-/// label smoothing, on real tokens or on all positions), so a model that does worse after some
-/// training is diverging (typically the learning rate is too high). The windows end at the
+/// margin, V the target vocabulary size, and has gone up (kDivergenceRiseMargin): ln(V) is the
+/// loss of a uniform guess (with or without label smoothing, on real tokens or on all positions),
+/// so a model that does worse after some training, and worse than it started, is diverging
+/// (typically the learning rate is too high). The windows end at the
 /// global step multiples of this, and at the run's last step (a partial window: a short run, a
 /// stop); one with fewer than kDivergenceMinSteps steps is not judged.
 constexpr int64_t kDivergenceWindow = 50;
@@ -110,6 +111,11 @@ constexpr double kDivergenceMargin = 0.5;
 /// The margin for a window holding any of steps 1..kDivergenceWindow, where a fresh model's loss
 /// is still about where it started, above ln(V) (why these sizes: trainer.cpp).
 constexpr double kDivergenceFirstMargin = 3.0;
+/// Nats a window's mean must also be above the run's reference to warn: the lowest of step 1's
+/// loss (the model as initialised) and the means of the earlier judged windows. A tied model
+/// starts far above ln(V), and at a learning rate too small to move its loss stays there: no
+/// warning (why this size: trainer.cpp).
+constexpr double kDivergenceRiseMargin = 0.5;
 /// The fewest steps in a window that is judged.
 constexpr int64_t kDivergenceMinSteps = 10;
 
