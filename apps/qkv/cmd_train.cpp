@@ -100,7 +100,7 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
 
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
-/// rules (--epochs, --max-steps, --time-budget) and --data apply. Any other training flag given
+/// rules (--epochs, --max-steps, --time-budget), --log-every and --data apply. Any other training flag given
 /// anyway is compared with config.json: one that would change the model (architecture, widths,
 /// blocks, heads, layers, vocabularies, tying) and differs is refused, as a usage error listing
 /// them all; any other that differs (optimisation, dropout, data filters, split sizes, seed, ...)
@@ -261,11 +261,12 @@ void run(TrainArgs& a, CLI::App* c) {
     } else {
         cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
     }
-    // Flag overrides (on resume only the stopping rules and the data path may change).
+    // Flag overrides (on resume only the stopping rules, --log-every and the data path may change).
     if (!a.resume && !a.data.empty()) cfg.data.path = a.data;
     if (a.epochs) cfg.train.epochs = a.epochs;
     if (a.max_steps) cfg.train.max_steps = a.max_steps;
     if (!a.time_budget.empty()) cfg.train.time_budget_s = parse_duration_or_off(a.time_budget);
+    if (!a.resume || c->get_option("--log-every")->count() > 0) cfg.log_every = a.log_every;
     if (!a.resume) {
         auto& d = cfg.data;
         auto& m = cfg.model;
@@ -392,7 +393,7 @@ void run(TrainArgs& a, CLI::App* c) {
     rt.out_dir  = a.out;
     rt.resume   = a.resume;
     rt.progress = !a.no_progress;
-    rt.log_every = a.log_every;
+    rt.log_every = cfg.log_every;
     rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     util::InterruptGuard interrupt;
@@ -455,8 +456,9 @@ Registration reg([](CLI::App& app) {
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
                                        "validation points, stops and Ctrl-C) with OUT/config.json's "
                                        "settings (same losses as an uninterrupted run); only --epochs, "
-                                       "--max-steps, --time-budget and --data apply, other flags that "
-                                       "differ are refused (model shape) or ignored with a warning");
+                                       "--max-steps, --time-budget, --log-every and --data apply, other "
+                                       "flags that differ are refused (model shape) or ignored with a "
+                                       "warning");
     c->add_option("--time-budget", a->time_budget,
                   "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time "
                   "limit (default: the preset's, 210s for demo, 20m for full and anchor, none for d2l)")
@@ -525,7 +527,8 @@ Registration reg([](CLI::App& app) {
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)")
                     ->check(seed_value());
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
-    c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none)")
+    c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none; "
+                                               "--resume: config.json's unless given)")
         ->check(int_range(0, 1000000000));
     c->callback([a, c] { run(*a, c); });
 });

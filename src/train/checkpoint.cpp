@@ -2,11 +2,14 @@
 // contract, a FNV-1a checksum of the data section, and clear errors for damaged files.
 #include "qkv/train/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "qkv/io/safetensors.h"
 
@@ -138,6 +141,30 @@ uint64_t meta_u64(const std::map<std::string, std::string>& m, const std::string
     }
 }
 
+constexpr const char* kRunningSumsKey = "qkv.running_sums";
+constexpr const char* kDivergenceReferenceKey = "qkv.divergence_reference";
+
+nlohmann::json sums_json(const RunningSums& s) {
+    return {{"loss", s.loss}, {"seconds", s.seconds}, {"steps", s.steps}, {"tokens", s.tokens}};
+}
+
+/// j[key] as RunningSums; throws qkv::Error naming the metadata entry when it is malformed.
+RunningSums sums_of(const nlohmann::json& j, const char* key) {
+    try {
+        const auto& o = j.at(key);
+        RunningSums s;
+        s.loss    = o.at("loss").get<double>();
+        s.seconds = o.at("seconds").get<double>();
+        s.steps   = o.at("steps").get<int64_t>();
+        s.tokens  = o.at("tokens").get<int64_t>();
+        QKV_CHECK(s.steps >= 0 && s.tokens >= 0, "negative count");
+        return s;
+    } catch (const std::exception&) {
+        throw Error(detail::str("metadata entry '", kRunningSumsKey, "' has no valid \"", key,
+                                "\" (an object of loss, seconds, steps, tokens)"));
+    }
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
@@ -155,6 +182,12 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["qkv.rng_offset"]    = std::to_string(p.rng_offset);
     meta["qkv.train_seconds"] = detail::str(p.train_seconds);
     if (!p.pending_records.empty()) meta["qkv.pending_records"] = p.pending_records;
+    if (std::isfinite(p.divergence_reference))
+        meta[kDivergenceReferenceKey] = nlohmann::json(p.divergence_reference).dump();  // exact
+    meta[kRunningSumsKey] = nlohmann::json{{"epoch", sums_json(p.epoch_sums)},
+                                           {"log", sums_json(p.log_sums)},
+                                           {"window", sums_json(p.window_sums)}}
+                                .dump();
     meta[kChecksumKey]        = w.checksum();
     io::write_safetensors(path, w.views, meta);
 }
@@ -185,6 +218,28 @@ TrainingProgress progress_of(const std::map<std::string, std::string>& m) {
     p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
     auto pr = m.find("qkv.pending_records");
     if (pr != m.end()) p.pending_records = pr->second;
+    auto rs = m.find(kRunningSumsKey);
+    p.has_running_sums = rs != m.end();
+    if (p.has_running_sums) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(rs->second);
+        } catch (const std::exception&) {
+            throw Error(detail::str("metadata entry '", kRunningSumsKey, "' is not valid JSON"));
+        }
+        p.epoch_sums  = sums_of(j, "epoch");
+        p.log_sums    = sums_of(j, "log");
+        p.window_sums = sums_of(j, "window");
+    }
+    auto dr = m.find(kDivergenceReferenceKey);
+    if (dr != m.end()) {
+        try {
+            p.divergence_reference = nlohmann::json::parse(dr->second).get<double>();
+        } catch (const std::exception&) {
+            throw Error(detail::str("metadata entry '", kDivergenceReferenceKey, "' is not a number: '", dr->second,
+                                    "'"));
+        }
+    }
     return p;
 }
 

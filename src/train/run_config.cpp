@@ -294,7 +294,8 @@ json to_json(const RunConfig& c) {
                   {"val_batch_size", t.val_batch_size},
                   {"trim_batches", t.trim_batches},
                   {"bucket_pool", t.bucket_pool},
-                  {"val_every_s", t.val_every_s}};
+                  {"val_every_s", t.val_every_s},
+                  {"log_every", c.log_every}};
     j["decode"] = {{"max_len", c.decode.max_len},
                    {"beam", c.decode.beam},
                    {"length_penalty", c.decode.length_penalty}};
@@ -388,6 +389,7 @@ RunConfig run_config_from_json(const json& j) {
     get(t, "trim_batches", c.train.trim_batches);
     get(t, "bucket_pool", c.train.bucket_pool);
     get(t, "val_every_s", c.train.val_every_s);
+    get(t, "log_every", c.log_every);  // older files: the default
 
     const Section dec = section(j, "decode", true);
     get(dec, "max_len", c.decode.max_len);
@@ -453,6 +455,7 @@ RunConfig run_config_from_json(const json& j) {
     check_int(t, "val_batch_size", tr.val_batch_size, 1);
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
     check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
+    check_int(t, "log_every", c.log_every, 0, 1000000000);
     return c;
 }
 

@@ -18,6 +18,7 @@
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/loss.h"
 #include "qkv/util/atomic_file.h"
+#include "qkv/util/interrupt.h"
 #include "qkv/util/plot.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/timer.h"
@@ -109,8 +110,16 @@ void append_records(std::FILE* f, const std::vector<Record>& records) {
     std::fflush(f);
 }
 
-/// Keeps the metrics.jsonl records of steps <= step (what the checkpoint covers), so a resumed
-/// run does not repeat lines written after the checkpoint.
+/// Whether `r` is the epoch record of a run stopped inside that epoch.
+template <class Json>
+bool is_partial_epoch(const Json& r) {
+    return r.value("kind", "") == "epoch" && r.value("partial", false);
+}
+
+/// Keeps the metrics.jsonl records a run resumed from the checkpoint of `step` does not write
+/// again: those of steps <= step (what the checkpoint covers) except the partial epoch records (a
+/// stop's: the resumed run writes that epoch's record, whole, or at its own stop). Rewritten
+/// atomically (temp file + rename). So the file ends as an uninterrupted run's.
 void truncate_metrics(const std::string& path, int64_t step) {
     if (!fs::exists(path)) return;
     std::ifstream in(path);
@@ -120,7 +129,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
         if (line.empty()) continue;
         try {
             auto j = nlohmann::json::parse(line);
-            if (j.value("step", int64_t(0)) > step) continue;
+            if (j.value("step", int64_t(0)) > step || is_partial_epoch(j)) continue;
         } catch (const std::exception&) {
             continue;  // a torn last line from a crash
         }
@@ -153,6 +162,15 @@ std::vector<Record> missing_records(const std::string& path, const TrainingProgr
     for (auto& r : pending)
         if (r.is_object() && !have.count(r.value("kind", ""))) missing.push_back(r);
     return missing;
+}
+
+/// missing_records without the partial epoch record: a resumed run writes that epoch's record
+/// itself (whole, or the partial one again when it stops before its first step).
+std::vector<Record> missing_records_to_write(const std::string& path, const TrainingProgress& p,
+                                             const std::string& ckpt) {
+    std::vector<Record> out = missing_records(path, p, ckpt);
+    std::erase_if(out, [](const Record& r) { return is_partial_epoch(r); });
+    return out;
 }
 
 /// Training/validation loss curves from metrics.jsonl (epoch records), as D2L plots them.
@@ -226,6 +244,17 @@ TrainResult Trainer::fit() {
     data::Batcher batcher(train_, bo);
     const int64_t nb = batcher.num_batches();
 
+    // The temporary files of writes cut short by a kill (a second Ctrl-C during the write): the
+    // files they were for are intact, and the next write would only replace them.
+    bool ckpt_write_cut = false;
+    if (files) {
+        for (const auto& p : {ckpt_path, model_path, metrics_path}) {
+            for (const auto& t : util::remove_stale_temp_files(p)) {
+                ckpt_write_cut = ckpt_write_cut || p == ckpt_path;
+                if (rt_.log) std::fprintf(rt_.log, "removed %s (left by a write that was cut short)\n", t.c_str());
+            }
+        }
+    }
     TrainingProgress prog;
     if (rt_.resume) {
         prog = load_checkpoint(ckpt_path, model_, &adam);
@@ -234,9 +263,18 @@ TrainResult Trainer::fit() {
         default_generator().manual_seed(prog.rng_seed);
         default_generator().set_offset(prog.rng_offset);
         truncate_metrics(metrics_path, prog.step);
-        if (rt_.log)
-            std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld\n", ckpt_path.c_str(),
-                         (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step);
+        if (rt_.log) {
+            std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld%s\n", ckpt_path.c_str(),
+                         (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step,
+                         ckpt_write_cut ? " (the write of a later checkpoint was cut short: its steps are "
+                                          "trained again)"
+                                        : "");
+            if (!prog.has_running_sums && prog.step > 0)
+                std::fprintf(rt_.log,
+                             "note: %s has no running sums (written by an older qkv): epoch %lld's train loss "
+                             "and the first metrics.jsonl step record cover the resumed steps only\n",
+                             ckpt_path.c_str(), (long long)prog.epoch + 1);
+        }
     } else if (files) {
         // A fresh run: an earlier run's files in this folder go now, not at the first checkpoint
         // (until then its model.safetensors would pair old weights with the new config.json, and
@@ -281,9 +319,16 @@ TrainResult Trainer::fit() {
     // right after a mid-epoch validation point would write the same state again (same step,
     // batch, RNG and train_seconds): one write per step is enough (and `validate` gives it that
     // point's loss at once, so its record follows without a wait).
-    int64_t saved_step = -1;
-    auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending) {
+    int64_t saved_step = rt_.resume ? prog.step : -1;  // a resumed run's checkpoint holds its state
+    // The running sums of the metrics.jsonl "step" record (log_sums) and of the divergence window
+    // (w_sums) in progress; `epoch_sums` is passed.
+    RunningSums log_sums = prog.log_sums, w_sums = prog.window_sums;
+    // The divergence check's reference (below); a fresh run's is step 1's loss.
+    double div_ref = prog.divergence_reference;
+    auto checkpoint = [&](int64_t epoch, int64_t batch, const std::vector<Record>& pending,
+                          const RunningSums& epoch_sums) {
         if (!files || step == saved_step) return;
+        const int64_t before = saved_step;
         saved_step = step;
         TrainingProgress p;
         p.epoch           = epoch;
@@ -293,14 +338,32 @@ TrainResult Trainer::fit() {
         p.rng_offset      = default_generator().offset();
         p.train_seconds   = train_seconds;
         p.pending_records = pending.empty() ? "" : Record(pending).dump();
-        save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
-        save_model(model_path, model_, rt_.checkpoint_metadata);
+        p.epoch_sums      = epoch_sums;
+        p.log_sums        = log_sums;
+        p.window_sums     = w_sums;
+        p.divergence_reference = div_ref;
+        // A kill (a second Ctrl-C) during a write leaves the earlier file whole: say which step it
+        // holds, and remove the half-written temporary.
+        {
+            util::KillNote note(before < 0 ? detail::str("qkv: interrupted while writing the first checkpoint; ", ckpt_path,
+                                                         " is not saved")
+                                           : detail::str("qkv: interrupted while writing the checkpoint; ", ckpt_path,
+                                                         " still holds step ", before, " (--resume continues from it)"),
+                                util::atomic_temp_path(ckpt_path));
+            save_checkpoint(ckpt_path, model_, adam, p, rt_.checkpoint_metadata);
+        }
+        {
+            util::KillNote note(detail::str("qkv: interrupted while writing ", model_path, "; ", ckpt_path,
+                                            " holds step ", step, " (--resume continues from it)"),
+                                util::atomic_temp_path(model_path));
+            save_model(model_path, model_, rt_.checkpoint_metadata);
+        }
         if (on_checkpoint) on_checkpoint(p);
     };
     if (rt_.resume) {
         // The run that wrote the checkpoint was killed before the records of the validation after
         // it: the model is the checkpoint's, so validating now gives the loss it would have written.
-        std::vector<Record> missing = missing_records(metrics_path, prog, ckpt_path);
+        std::vector<Record> missing = missing_records_to_write(metrics_path, prog, ckpt_path);
         if (!missing.empty()) {
             const double vl = validate();
             for (auto& r : missing) r["val_loss"] = number(vl);
@@ -319,9 +382,9 @@ TrainResult Trainer::fit() {
         return "";
     };
     // Divergence check (kDivergenceWindow, kDivergenceMargin, kDivergenceFirstMargin,
-    // kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh model starts above it
-    // (its random logits add about half their variance), a tied one further (measured below).
-    // Means over the first window measured on tests/cli's six-pair
+    // kDivergenceRiseMargin, kDivergenceMinSteps). ln(V) is what a uniform guess scores; a fresh
+    // model starts above it (its random logits add about half their variance), a tied one further
+    // (measured below). Means over the first window measured on tests/cli's six-pair
     // corpus (demo preset with test_train_interrupt.sh's small model, ln(V) = 3.00, seeds 0-4,
     // steps 1-50): 2.85-3.24 at the default lr, 2.96-3.33 at --lr 1e-5 (too small to move the
     // loss), 8.51-10.95 at --lr 10 (diverging: Adam moves every weight by about lr per step, and
@@ -334,23 +397,34 @@ TrainResult Trainer::fit() {
     // (kDivergenceMargin): a healthy run is far below ln(V) by then (default lr: 2.33-2.71 over
     // steps 51-100; d2l preset: ln(V) = 5.37, 0.91 at steps 51-60, 0.50 at 91-100), a diverging
     // one far above it (--lr 10: 77.4-102.0 over steps 51-100), and one too slow stays where it
-    // started (--lr 1e-5: 2.95-3.33). A window is judged at each global multiple of
-    // kDivergenceWindow and, at the end of the run, the last one if it is partial (a short run, a
-    // stop), when it holds at least kDivergenceMinSteps steps: the first steps' losses are the
-    // noisiest and the farthest above ln(V) (--preset full: +2.4 at step 1), and a stop right
-    // after a window's end leaves a tail too short to say anything. Not covered: a tied model
-    // with a learning rate too small to move its loss, when it starts far above ln(V) (the demo
-    // preset's C 128 with --shared-vocab --tie-weights on the six pairs, ln(V) = 3.43: 7.68-7.98
-    // at step 1, 7.68-7.89 over steps 1-50 at --lr 1e-5) is warned, as it was from step 100
-    // before the first window was judged.
+    // started (--lr 1e-5: 2.95-3.33).
+    // A tied model of the demo preset's width (C 128, --shared-vocab --tie-weights, six pairs,
+    // ln(V) = 3.43) starts much further up: 7.70 / 7.93 at step 1 (seeds 0 / 1), and at --lr 1e-5
+    // (too small to move it) stays there: 7.67 / 7.87 over steps 1-50, 7.28 / 7.47 over 51-100,
+    // above both margins, where the rule above warned "the learning rate is probably too high".
+    // So a window must also be above the run's own reference by kDivergenceRiseMargin (0.5 nats):
+    // the lowest of step 1's loss (the model as initialised: no step has moved it) and the means
+    // of the windows judged before it, i.e. the loss went up. Measured: the too slow tied runs
+    // stay 0.03-0.06 below step 1 (first window), the diverging ones rise far above it (--lr 10:
+    // 122.6 / 138.2 over steps 1-50), a healthy one falls (default lr: 3.73 over steps 1-50); an
+    // untied model starts within 0.3 of ln(V), so for it the first window's rule is unchanged and
+    // later windows need at most +0.8 over ln(V) instead of +0.5. A run resumed from a checkpoint
+    // without the reference (an older qkv) judges by ln(V) alone until its first window.
+    // A window is judged at each global multiple of kDivergenceWindow and, at the end of the run,
+    // the last one if it is partial (a short run, a stop), when it holds at least
+    // kDivergenceMinSteps steps: the first steps' losses are the noisiest and the farthest above
+    // ln(V) (--preset full: +2.4 at step 1), and a stop right after a window's end leaves a tail
+    // too short to say anything.
     const double uniform_loss = std::log(double(model_.tgt_vocab_size()));
-    double w_loss = 0;
-    int64_t w_steps = 0;
     auto judge_window = [&](bool bar_line_open) {
-        const double mean = w_loss / double(std::max<int64_t>(w_steps, 1));
+        const int64_t w_steps = w_sums.steps;
+        const double mean = w_sums.loss / double(std::max<int64_t>(w_steps, 1));
         const int64_t first = step - w_steps + 1;
         const double margin = first <= kDivergenceWindow ? kDivergenceFirstMargin : kDivergenceMargin;
-        if (res.diverged_at_step == 0 && w_steps >= kDivergenceMinSteps && mean > uniform_loss + margin) {
+        const bool judged = w_steps >= kDivergenceMinSteps;
+        const bool rose = !std::isfinite(div_ref) || mean > div_ref + kDivergenceRiseMargin;
+        if (judged) div_ref = std::isfinite(div_ref) ? std::min(div_ref, mean) : mean;
+        if (res.diverged_at_step == 0 && judged && rose && mean > uniform_loss + margin) {
             res.diverged_at_step = step;
             if (rt_.log) {
                 if (bar_line_open && bar && bar->is_tty()) std::fputc('\n', rt_.log);
@@ -362,16 +436,15 @@ TrainResult Trainer::fit() {
                 std::fflush(rt_.log);
             }
         }
-        w_loss = 0;
-        w_steps = 0;
+        w_sums = {};
     };
 
     model_.train();
     int64_t run_tokens = 0;
     double run_seconds = 0;
-    // windows for the metrics.jsonl step records (m_) and the progress fields (d_)
-    double m_loss = 0, m_secs = 0, d_loss = 0, d_secs = 0;
-    int64_t m_steps = 0, m_tokens = 0, d_steps = 0, d_tokens = 0;
+    // the window of the progress fields
+    double d_loss = 0, d_secs = 0;
+    int64_t d_steps = 0, d_tokens = 0;
     double shown_loss = std::numeric_limits<double>::quiet_NaN(), shown_tps = 0;
     double next_val = opt_.val_every_s > 0
                           ? (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s
@@ -380,8 +453,8 @@ TrainResult Trainer::fit() {
     for (int64_t epoch = prog.epoch; epoch < opt_.epochs; ++epoch) {
         batcher.start_epoch(epoch);
         const int64_t first_batch = epoch == prog.epoch ? prog.batch : 0;
-        double ep_loss = 0, ep_secs = 0;
-        int64_t ep_steps = 0, ep_tokens = 0;
+        // the epoch's steps, those before a resumed run's checkpoint included
+        RunningSums ep = epoch == prog.epoch ? prog.epoch_sums : RunningSums{};
         std::string stop;
         // A validation point at the epoch's last step, or where the run stops: the epoch end's
         // validation serves it.
@@ -407,32 +480,31 @@ TrainResult Trainer::fit() {
             QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step + 1,
                       " (lower the learning rate)");
             ++step;
+            if (step == 1) div_ref = loss;
             const double secs = timer.seconds();
             train_seconds += secs;
             run_seconds += secs;
             run_tokens += l.tokens;
             res.step_losses.push_back(loss);
-            ep_loss += loss;
-            ep_secs += secs;
-            ++ep_steps;
-            ep_tokens += l.tokens;
-            // metrics.jsonl: the mean over the last log_every steps, at global step multiples
-            // (a resumed run writes its records at the same steps).
-            m_loss += loss;
-            m_secs += secs;
-            ++m_steps;
-            m_tokens += l.tokens;
+            for (RunningSums* s : {&ep, &log_sums, &w_sums}) {
+                s->loss += loss;
+                s->seconds += secs;
+                ++s->steps;
+                s->tokens += l.tokens;
+            }
+            // metrics.jsonl: the mean over the steps since the last record, at global step
+            // multiples of log_every (a resumed run writes its records at the same steps).
             if (metrics && rt_.log_every > 0 && step % rt_.log_every == 0) {
                 std::fprintf(metrics.get(),
                              "{\"kind\":\"step\",\"step\":%lld,\"epoch_pos\":%s,\"loss\":%s,"
                              "\"lr\":%s,\"tokens_per_s\":%s,\"train_seconds\":%s}\n",
                              (long long)step, json_number(double(epoch) + double(b + 1) / double(nb)).c_str(),
-                             json_number(m_loss / double(m_steps)).c_str(), json_number(adam.lr()).c_str(),
-                             json_number(double(m_tokens) / std::max(m_secs, 1e-9)).c_str(),
+                             json_number(log_sums.loss / double(log_sums.steps)).c_str(),
+                             json_number(adam.lr()).c_str(),
+                             json_number(double(log_sums.tokens) / std::max(log_sums.seconds, 1e-9)).c_str(),
                              json_number(train_seconds).c_str());
                 std::fflush(metrics.get());
-                m_loss = m_secs = 0;
-                m_steps = m_tokens = 0;
+                log_sums = {};
             }
             // progress bar: loss and target tokens/s over about the last second
             d_loss += loss;
@@ -447,8 +519,6 @@ TrainResult Trainer::fit() {
             }
             if (bar)
                 bar->update(1, {{"loss", shown_loss}, {"tok/s", shown_tps}});
-            w_loss += loss;
-            ++w_steps;
             if (step % kDivergenceWindow == 0) judge_window(true);
             if (opt_.val_every_s > 0 && train_seconds >= next_val) {
                 next_val = (std::floor(train_seconds / opt_.val_every_s) + 1) * opt_.val_every_s;
@@ -459,7 +529,7 @@ TrainResult Trainer::fit() {
                     // writes), validate, "val" record.
                     std::vector<Record> recs{
                         val_record(step, double(epoch) + double(b + 1) / double(nb), train_seconds)};
-                    checkpoint(epoch, b + 1, recs);
+                    checkpoint(epoch, b + 1, recs, ep);
                     recs[0]["val_loss"] = number(validate());
                     if (metrics) append_records(metrics.get(), recs);
                     if (rt_.log && !bar) {
@@ -474,13 +544,15 @@ TrainResult Trainer::fit() {
         // End of the epoch, or the run stopped inside it.
         const bool partial = b < nb;
         if (bar) bar->finish();
-        if (ep_steps > 0 || !partial) {
+        // A stop before the first step of a resumed epoch writes its partial record again (the
+        // resume removed it), with the checkpoint's sums; one at its start writes none.
+        if (ep.steps > 0 || !partial) {
             EpochRecord rec;
             rec.epoch         = epoch + 1;
             rec.step          = step;
-            rec.train_loss    = ep_steps > 0 ? ep_loss / double(ep_steps) : std::numeric_limits<double>::quiet_NaN();
+            rec.train_loss    = ep.steps > 0 ? ep.loss / double(ep.steps) : std::numeric_limits<double>::quiet_NaN();
             rec.train_seconds = train_seconds;
-            rec.tokens_per_s  = ep_secs > 0 ? double(ep_tokens) / ep_secs : 0;
+            rec.tokens_per_s  = ep.seconds > 0 ? double(ep.tokens) / ep.seconds : 0;
             rec.partial       = partial;
             const double pos  = double(epoch) + double(b) / double(nb);
             // The checkpoint first, then the one validation, then the records: a "val" record
@@ -497,7 +569,7 @@ TrainResult Trainer::fit() {
                                   {"train_seconds", number(train_seconds)},
                                   {"tokens_per_s", number(rec.tokens_per_s)},
                                   {"partial", partial}});
-            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0, recs);
+            checkpoint(partial ? epoch : epoch + 1, partial ? b : 0, recs, partial ? ep : RunningSums{});
             rec.val_loss = validate();
             if (metrics) {
                 for (auto& r : recs) r["val_loss"] = number(rec.val_loss);
@@ -506,7 +578,7 @@ TrainResult Trainer::fit() {
             }
             if (rt_.log) {
                 // Remaining time: the smaller of the steps left at this epoch's speed and the budget.
-                double eta = ep_steps > 0 ? double(total_steps - step) * ep_secs / double(ep_steps) : 0;
+                double eta = ep.steps > 0 ? double(total_steps - step) * ep.seconds / double(ep.steps) : 0;
                 if (opt_.time_budget_s > 0) eta = std::min(eta, std::max(0.0, opt_.time_budget_s - train_seconds));
                 std::fprintf(rt_.log,
                              "epoch %lld/%lld%s: step %lld, train loss %.4f, val loss %.4f, "
@@ -525,7 +597,7 @@ TrainResult Trainer::fit() {
             break;
         }
     }
-    if (w_steps > 0) judge_window(false);  // the run's last window, when partial
+    if (w_sums.steps > 0) judge_window(false);  // the run's last window, when partial
     if (res.stop_reason.empty()) res.stop_reason = "epochs";
     res.steps         = step;
     res.train_seconds = train_seconds;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -53,9 +54,32 @@ void sync_parent_dir(const std::string& path) {
 
 }  // namespace
 
+std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+std::vector<std::string> remove_stale_temp_files(const std::string& path) {
+    namespace fs = std::filesystem;
+    const fs::path target(path);
+    fs::path dir = target.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::string prefix = target.filename().string() + ".tmp.";
+    std::vector<std::string> stale;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+            std::all_of(name.begin() + std::ptrdiff_t(prefix.size()), name.end(),
+                        [](char c) { return c >= '0' && c <= '9'; }))
+            stale.push_back((dir / name).string());
+    }
+    std::sort(stale.begin(), stale.end());
+    for (const auto& f : stale)
+        QKV_CHECK(::unlink(f.c_str()) == 0 || errno == ENOENT, "cannot remove '", f, "': ", errno_text(errno));
+    return stale;
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
     QKV_CHECK(!path.empty(), "write_file_atomic: empty path");
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const std::string tmp = atomic_temp_path(path);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     QKV_CHECK(fd >= 0, "write_file_atomic: cannot create '", tmp, "' (for '", path,
               "'): ", errno_text(errno));

@@ -1,5 +1,8 @@
-// SIGINT/SIGTERM to a flag (see util/interrupt.h). The handler only stores the signal number and
-// resets both signals to SIG_DFL; sigaction is async-signal-safe (POSIX.1-2008, signal-safety(7)).
+// SIGINT/SIGTERM to a flag (see util/interrupt.h). The handler stores the first signal's number; at
+// the next it carries out the armed KillNote (write, unlink), resets both signals to SIG_DFL and
+// raises the signal again, which kills once the handler returns. All of write, unlink, sigaction
+// and raise are async-signal-safe (POSIX.1-2008, signal-safety(7)); the note's slot is published
+// with a lock-free atomic (the handler runs on the sink thread, not the one that arms it).
 //
 // Where the handler runs: while a guard is alive, the calling thread and every OpenMP thread block
 // both signals, and a sleeping "sink" thread leaves them unblocked, so the kernel delivers a
@@ -13,7 +16,9 @@
 #include <omp.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -33,6 +38,14 @@ bool g_alive = false;
 std::atomic<bool> g_sink_stop{false};
 std::thread g_sink;
 
+// The armed KillNote: its text (with the newline) and the file to remove ("" : none).
+std::atomic<bool> g_note_armed{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler reads g_note_armed");
+bool g_note_alive = false;
+char g_note_text[1024];
+size_t g_note_len = 0;
+char g_note_path[4096];
+
 sigset_t guarded_set() {
     sigset_t set;
     sigemptyset(&set);
@@ -51,13 +64,23 @@ void mask_compute_threads(int how) {
 }
 
 extern "C" void on_interrupt(int sig) {
-    if (g_caught == 0) g_caught = sig;
+    if (g_caught == 0) {
+        g_caught = sig;
+        return;
+    }
+    if (g_note_armed.load(std::memory_order_acquire)) {
+        if (::write(STDERR_FILENO, g_note_text, g_note_len) < 0) {
+            // nothing to do: the process ends now
+        }
+        if (g_note_path[0] != '\0') ::unlink(g_note_path);
+    }
     struct sigaction dfl;
     std::memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     for (int i = 0; i < 2; ++i)
         if (g_handles[i]) sigaction(kSignals[i], &dfl, nullptr);
+    raise(sig);  // blocked in this handler: delivered, with the default action, when it returns
 }
 
 }  // namespace
@@ -110,6 +133,24 @@ int InterruptGuard::release() {
         installed_ = g_alive = false;
     }
     return g_caught;
+}
+
+KillNote::KillNote(const std::string& message, const std::string& remove_path) {
+    QKV_CHECK(!g_note_alive, "KillNote: another note is already armed");
+    QKV_CHECK(remove_path.size() < sizeof g_note_path, "KillNote: the path is too long (", remove_path.size(),
+              " bytes)");
+    const size_t n = std::min(message.size(), sizeof g_note_text - 1);
+    std::memcpy(g_note_text, message.data(), n);
+    g_note_text[n] = '\n';
+    g_note_len = n + 1;
+    std::memcpy(g_note_path, remove_path.c_str(), remove_path.size() + 1);
+    g_note_alive = true;
+    g_note_armed.store(true, std::memory_order_release);
+}
+
+KillNote::~KillNote() {
+    g_note_armed.store(false, std::memory_order_release);
+    g_note_alive = false;
 }
 
 }  // namespace qkv::util

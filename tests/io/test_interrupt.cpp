@@ -1,13 +1,18 @@
-// util::InterruptGuard: the first SIGINT/SIGTERM is recorded, not fatal, and puts both signals
-// back to their default action (the second one kills); release restores the earlier actions; a
-// signal ignored at construction stays ignored. While a guard is alive the test's own thread
-// blocks both signals (only the guard's sink thread takes them), so they are sent to the process
-// with kill() and the test waits for the flag.
+// util::InterruptGuard: the first SIGINT/SIGTERM is recorded, not fatal; the second kills, after
+// carrying out the KillNote armed then (its line on stderr, its file removed); release restores
+// the earlier actions; a signal ignored at construction stays ignored. While a guard is alive the
+// test's own thread blocks both signals (only the guard's sink thread takes them), so they are
+// sent to the process with kill() and the test waits for the flag. The kills run in death tests
+// ("threadsafe": a fresh process, as the guard's threads and OpenMP's do not survive fork()).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include "qkv/core/error.h"
@@ -54,7 +59,7 @@ struct ScopedAction {
     ~ScopedAction() { sigaction(sig, &old, nullptr); }
 };
 
-TEST(InterruptGuard, FirstSignalSetsTheFlagAndRestoresTheDefaultForTheNext) {
+TEST(InterruptGuard, FirstSignalSetsTheFlag) {
     for (int sig : {SIGINT, SIGTERM}) {
         ScopedAction si(SIGINT, earlier_handler), st(SIGTERM, earlier_handler);
         g_earlier_calls = 0;
@@ -67,9 +72,6 @@ TEST(InterruptGuard, FirstSignalSetsTheFlagAndRestoresTheDefaultForTheNext) {
         EXPECT_EQ(send_and_wait(sig, g.flag()), sig);  // would kill the test without the guard
         EXPECT_EQ(*g.flag(), sig);
         EXPECT_EQ(g_earlier_calls, 0);
-        // the next SIGINT or SIGTERM gets the default action: it would end the process
-        EXPECT_EQ(current(SIGINT), SIG_DFL);
-        EXPECT_EQ(current(SIGTERM), SIG_DFL);
         EXPECT_EQ(g.release(), sig);
         EXPECT_FALSE(blocked_here(SIGINT));
         EXPECT_FALSE(blocked_here(SIGTERM));
@@ -77,6 +79,51 @@ TEST(InterruptGuard, FirstSignalSetsTheFlagAndRestoresTheDefaultForTheNext) {
         EXPECT_EQ(current(SIGTERM), earlier_handler);
         EXPECT_EQ(g.release(), sig);  // idempotent
     }
+}
+
+/// In a death test: a guard, `note` armed unless empty, two signals `first` then `second`; never
+/// returns (the second kills).
+[[noreturn]] void second_signal_kills(int first, int second, const char* note, const std::string& path) {
+    InterruptGuard g;
+    std::unique_ptr<KillNote> armed;
+    if (note[0]) armed = std::make_unique<KillNote>(note, path);
+    if (send_and_wait(first, g.flag()) != first) std::_Exit(3);
+    kill(getpid(), second);
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::_Exit(4);  // not killed
+}
+
+TEST(InterruptGuard, TheSecondSignalKills) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "", ""), testing::KilledBySignal(SIGINT), "");
+    EXPECT_EXIT(second_signal_kills(SIGTERM, SIGINT, "", ""), testing::KilledBySignal(SIGINT), "");
+    EXPECT_EXIT(second_signal_kills(SIGINT, SIGTERM, "", ""), testing::KilledBySignal(SIGTERM), "");
+}
+
+TEST(InterruptGuard, TheSecondSignalCarriesOutTheArmedKillNote) {
+    // A kill during a write: the note's line on stderr, the half-written file removed. (The path
+    // lies in this build tree: the death test's process makes the same file, by the same name.)
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    const std::string path = std::string(QKV_BINARY_DIR) + "/tests/killnote_test.safetensors.tmp.1";
+    std::ofstream(path) << "half a checkpoint";
+    ASSERT_TRUE(std::filesystem::exists(path));
+    EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "qkv: interrupted while writing; x still holds step 7", path),
+                testing::KilledBySignal(SIGINT), "qkv: interrupted while writing; x still holds step 7");
+    EXPECT_FALSE(std::filesystem::exists(path));
+    std::filesystem::remove(path);
+}
+
+TEST(KillNote, OneAtATimeAndNoEffectWithoutASecondSignal) {
+    EXPECT_THROW(KillNote("a path too long", std::string(5000, 'x')), Error);
+    {
+        KillNote a("first", "");
+        EXPECT_THROW(KillNote("second", ""), Error);
+    }
+    KillNote b(std::string(5000, 'm'), "");  // fine once the first is gone; a long message is cut
+    // armed, and one signal: only the flag
+    InterruptGuard g;
+    EXPECT_EQ(send_and_wait(SIGTERM, g.flag()), SIGTERM);
+    EXPECT_EQ(g.release(), SIGTERM);
 }
 
 TEST(InterruptGuard, ReleaseWithoutASignalRestoresTheEarlierActions) {

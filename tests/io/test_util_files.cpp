@@ -1,10 +1,13 @@
 // util: atomic file writes, whole-file reads, the progress bar (with a fake clock) and the timer.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "io/temp_dir.h"
 #include "qkv/core/error.h"
@@ -53,6 +56,23 @@ TEST(AtomicFile, FailingCallbackLeavesOldFileAndNoTemporary) {
                  Error);
     EXPECT_EQ(read_file(p), "old");
     EXPECT_EQ(count_files(dir.path()), 1);
+}
+
+TEST(AtomicFile, RemovesTheStaleTemporariesOfAPath) {
+    // A process killed while it wrote leaves path.tmp.<pid>; only those of `path` go.
+    TempDir dir;
+    const std::string p = dir / "checkpoint.safetensors";
+    EXPECT_EQ(atomic_temp_path(p), p + ".tmp." + std::to_string(::getpid()));
+    write_file_atomic(p, "whole");
+    for (const char* name : {"checkpoint.safetensors.tmp.12", "checkpoint.safetensors.tmp.7", "model.safetensors.tmp.3",
+                             "checkpoint.safetensors.tmp.", "checkpoint.safetensors.tmp.x1", "notes.txt"})
+        write_file_atomic(dir / name, "x");
+    const std::vector<std::string> removed = remove_stale_temp_files(p);
+    EXPECT_EQ(removed, (std::vector<std::string>{p + ".tmp.12", p + ".tmp.7"}));
+    EXPECT_EQ(count_files(dir.path()), 5);
+    EXPECT_EQ(read_file(p), "whole");
+    EXPECT_TRUE(remove_stale_temp_files(p).empty());
+    EXPECT_TRUE(remove_stale_temp_files(dir / "absent/f").empty());  // no folder: nothing to remove
 }
 
 TEST(AtomicFile, MissingFolderAndMissingFileNameThePath) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "qkv/core/generator.h"
 #include "qkv/decode/greedy.h"
@@ -111,6 +112,9 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     p.epoch = 3, p.batch = 2, p.step = 17, p.rng_seed = 5, p.rng_offset = 123456789012ULL;
     p.train_seconds = 12.5;
     p.pending_records = R"([{"kind":"epoch","step":17,"val_loss":null}])";
+    p.epoch_sums  = {0.1 + 0.2 + 1.0 / 3.0, 0.123456789012345678, 2, 37};  // exact, not printed
+    p.log_sums    = {5.0e-17, 1e300, 1, 9};
+    p.window_sums = {42.0 / 11.0, 0, 11, 0};
     train::save_checkpoint(d.file("c.safetensors"), *t.m, *t.adam, p, {{"qkv.config", "{}"}});
     manual_seed(9);
     models::Transformer fresh(tiny_config(t.c));
@@ -123,6 +127,10 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     EXPECT_EQ(q.rng_offset, 123456789012ULL);
     EXPECT_DOUBLE_EQ(q.train_seconds, 12.5);
     EXPECT_EQ(q.pending_records, p.pending_records);
+    EXPECT_TRUE(q.has_running_sums);
+    EXPECT_EQ(q.epoch_sums, p.epoch_sums);  // bit for bit
+    EXPECT_EQ(q.log_sums, p.log_sums);
+    EXPECT_EQ(q.window_sums, p.window_sums);
     expect_same_params(*t.m, fresh);
     auto s1 = t.adam->state_dict(), s2 = adam2.state_dict();
     ASSERT_EQ(s1.size(), s2.size());
@@ -130,6 +138,50 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
         ASSERT_TRUE(s2.count(k)) << k;
         if (v.dtype() == DType::f32) EXPECT_EQ(v.to_vector<float>(), s2[k].to_vector<float>()) << k;
         else EXPECT_EQ(v.to_vector<int64_t>(), s2[k].to_vector<int64_t>()) << k;
+    }
+}
+
+/// Rewrites the checkpoint at `path` with `edit` applied to its metadata (the tensors as they were).
+void edit_metadata(const std::string& path, const std::function<void(std::map<std::string, std::string>&)>& edit) {
+    std::map<std::string, std::string> meta;
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<io::SafeTensorView> views;
+    {
+        io::SafeTensorsFile f(path);
+        meta = f.metadata();
+        for (const auto& e : f.entries()) {
+            auto b = f.bytes(e.name);
+            data.emplace_back(b.begin(), b.end());
+            views.push_back({e.name, e.dtype, e.shape, nullptr, b.size()});
+        }
+    }
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = data[i].data();
+    edit(meta);
+    io::write_safetensors(path, views, meta);
+}
+
+TEST(Checkpoint, ACheckpointWithoutRunningSumsLoadsWithZeroSums) {
+    // Written by a qkv before "qkv.running_sums" (same format version): it loads, with zero sums
+    // and has_running_sums false (Trainer::fit then says its first records cover the resumed
+    // steps only). A malformed entry is an error naming it.
+    Trained t;
+    TempDir d("oldsums");
+    const std::string path = d.file("c.safetensors");
+    train::TrainingProgress p;
+    p.step = 4;
+    p.epoch_sums = {1.5, 0.25, 2, 30};
+    train::save_checkpoint(path, *t.m, *t.adam, p);
+    ASSERT_TRUE(train::read_checkpoint_metadata(path).count("qkv.running_sums"));
+    edit_metadata(path, [](auto& m) { m.erase("qkv.running_sums"); });
+    train::TrainingProgress q = train::read_checkpoint_progress(path);
+    EXPECT_EQ(q.step, 4);
+    EXPECT_FALSE(q.has_running_sums);
+    EXPECT_EQ(q.epoch_sums, train::RunningSums{});
+    for (const char* bad : {"{", R"({"epoch":{"loss":1},"log":{},"window":{}})", "[]"}) {
+        edit_metadata(path, [&](auto& m) { m["qkv.running_sums"] = bad; });
+        const std::string e = error_of([&] { train::read_checkpoint_progress(path); });
+        EXPECT_TRUE(contains(e, "'qkv.running_sums'")) << e;
+        EXPECT_EQ(e.rfind("checkpoint '" + path + "': ", 0), 0u) << e;
     }
 }
 

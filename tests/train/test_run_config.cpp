@@ -92,6 +92,7 @@ TEST(RunConfig, JsonRoundTrip) {
     c.train.seed = 42;
     c.decode.beam = 4;
     c.train.bucket_pool = 17, c.train.trim_batches = true, c.train.val_every_s = 45;
+    c.log_every = 7;
     const auto j = train::to_json(c);
     const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
     EXPECT_EQ(train::to_json(r), j);
@@ -101,6 +102,11 @@ TEST(RunConfig, JsonRoundTrip) {
     EXPECT_EQ(r.train.bucket_pool, 17);
     EXPECT_TRUE(r.train.trim_batches);
     EXPECT_DOUBLE_EQ(r.train.val_every_s, 45);
+    EXPECT_EQ(j["train"]["log_every"], 7);  // --resume keeps it
+    EXPECT_EQ(r.log_every, 7);
+    nlohmann::json older = j;  // before "train.log_every": the default
+    older["train"].erase("log_every");
+    EXPECT_EQ(train::run_config_from_json(older).log_every, 50);
     nlohmann::json bad = j;
     bad["data"]["pipeline"] = "zh";
     EXPECT_THROW(train::run_config_from_json(bad), Error);
@@ -193,6 +199,7 @@ TEST(RunConfig, RangeErrorsNameTheKeyTheValueAndTheRange) {
         {"train", "label_smoothing", 1, "a number >= 0 and < 1"},
         {"train", "adam_eps", 0, "a number > 0"},
         {"train", "time_budget_s", -1, "a number >= 0"},
+        {"train", "log_every", -1, "an integer from 0 to 1000000000"},
         {"decode", "beam", 0, "an integer from 1 to 100"},
         {"decode", "max_len", 0, "an integer from 1 to 1000"},
         {"decode", "length_penalty", -0.5, "a number from 0 to 10"},

@@ -4,10 +4,12 @@
 //   loadable by safetensors.torch.load_file into D2L's PyTorch model;
 // - the training checkpoint (checkpoint.safetensors): "model.<name>" parameters, "optim.<key>"
 //   optimizer state, and in the metadata the format tag, version, progress (epoch, batch,
-//   step), the default generator's seed/offset (dropout) and the elapsed training time — enough
-//   to resume exactly — and the metrics records still to be written after it (optional).
+//   step), the default generator's seed/offset (dropout), the elapsed training time and the
+//   running sums of the records in progress — enough to resume exactly — and the metrics records
+//   still to be written after it (optional).
 // Both carry a checksum of their data section, so a corrupted byte is caught, not trained on.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -19,6 +21,16 @@ namespace qkv::train {
 /// Metadata value of "qkv.format" in a training checkpoint, and its version.
 constexpr const char* kCheckpointFormat = "qkv-checkpoint";
 constexpr int kCheckpointVersion = 1;
+
+/// Sums over a run of steps (the epoch in progress, a metrics.jsonl "step" record's window, a
+/// divergence-check window).
+struct RunningSums {
+    double loss = 0;     // sum of the step losses, in step order
+    double seconds = 0;  // training time
+    int64_t steps = 0;
+    int64_t tokens = 0;  // non-pad target tokens
+    bool operator==(const RunningSums&) const = default;
+};
 
 /// Where training stands; saved with every checkpoint.
 struct TrainingProgress {
@@ -32,6 +44,18 @@ struct TrainingProgress {
     /// array of objects with "val_loss" null (Trainer::fit checkpoints before it validates, and a
     /// resumed run that finds them missing validates and writes them); "": none.
     std::string pending_records;
+    /// The sums of the records in progress at this point (metadata "qkv.running_sums"), so a
+    /// resumed run's records cover the same steps as an uninterrupted run's: `epoch_sums` of the
+    /// `batch` steps of `epoch` done (the epoch record's train loss and tokens/s), `log_sums` since
+    /// the last metrics.jsonl "step" record, `window_sums` of the divergence window in progress.
+    RunningSums epoch_sums, log_sums, window_sums;
+    /// What the divergence check compares a window with (trainer.h kDivergenceRiseMargin): the
+    /// lowest of step 1's loss and the means of the windows judged so far (metadata
+    /// "qkv.divergence_reference"); NaN: unknown (before step 1, or an older checkpoint).
+    double divergence_reference = std::numeric_limits<double>::quiet_NaN();
+    /// False when the checkpoint has no "qkv.running_sums" (written by an older qkv): the sums
+    /// above are zero, and a resumed run's first records cover its own steps only.
+    bool has_running_sums = true;
 };
 
 /// Writes a training checkpoint atomically (readers see the old file or the new one). `extra`

@@ -34,6 +34,9 @@ struct RunConfig {
                                       // bahdanau: model.*_vocab_size is what files are checked by)
     models::BahdanauConfig bahdanau;  // architecture == bahdanau (vocabulary sizes as above)
     TrainOptions train;
+    /// metrics.jsonl "step" record every N steps (TrainRuntime::log_every; 0: none), in
+    /// config.json as "train.log_every" so --resume keeps it.
+    int64_t log_every = 50;
     DecodeConfig decode;
 };
 

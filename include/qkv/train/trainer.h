@@ -60,7 +60,10 @@ struct TrainRuntime {
                           // are (re)written there at each epoch end, mid-epoch validation point
                           // and stop, metrics.jsonl and loss.png each epoch; a
                           // fresh run (not resume) first removes an earlier run's metrics.jsonl,
-                          // checkpoint.safetensors and model.safetensors there.
+                          // checkpoint.safetensors and model.safetensors there. Any run first
+                          // removes the temporary files of their writes that were cut short
+                          // (util::remove_stale_temp_files, said on `log`), and arms a
+                          // util::KillNote around each checkpoint and model write.
     bool resume = false;  // continue from out_dir/checkpoint.safetensors
     std::map<std::string, std::string> checkpoint_metadata;  // added to every checkpoint/model file
     bool progress = true;            // progress bar (plain lines when stderr is not a TTY)
@@ -76,7 +79,7 @@ struct TrainRuntime {
 struct EpochRecord {
     int64_t epoch = 0;              // 1-based: epochs completed
     int64_t step = 0;               // optimizer steps done in total
-    double train_loss = 0;          // mean of this epoch's batch losses (since resume)
+    double train_loss = 0;          // mean of this epoch's batch losses (resumed: all of them)
     double val_loss = 0;            // NaN when there is no validation data
     double train_seconds = 0;       // cumulative training time
     double tokens_per_s = 0;        // non-pad target tokens per second in this epoch
@@ -96,9 +99,10 @@ struct TrainResult {
 
 /// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a
 /// line starting "qkv: warning:") when the mean training loss over a window is above ln(V) plus a
-/// margin, V the target vocabulary size: ln(V) is the loss of a uniform guess (with or without
-/// label smoothing, on real tokens or on all positions), so a model that does worse after some
-/// training is diverging (typically the learning rate is too high). The windows end at the
+/// margin, V the target vocabulary size, and has gone up (kDivergenceRiseMargin): ln(V) is the
+/// loss of a uniform guess (with or without label smoothing, on real tokens or on all positions),
+/// so a model that does worse after some training, and worse than it started, is diverging
+/// (typically the learning rate is too high). The windows end at the
 /// global step multiples of this, and at the run's last step (a partial window: a short run, a
 /// stop); one with fewer than kDivergenceMinSteps steps is not judged.
 constexpr int64_t kDivergenceWindow = 50;
@@ -107,6 +111,11 @@ constexpr double kDivergenceMargin = 0.5;
 /// The margin for a window holding any of steps 1..kDivergenceWindow, where a fresh model's loss
 /// is still about where it started, above ln(V) (why these sizes: trainer.cpp).
 constexpr double kDivergenceFirstMargin = 3.0;
+/// Nats a window's mean must also be above the run's reference to warn: the lowest of step 1's
+/// loss (the model as initialised) and the means of the earlier judged windows. A tied model
+/// starts far above ln(V), and at a learning rate too small to move its loss stays there: no
+/// warning (why this size: trainer.cpp).
+constexpr double kDivergenceRiseMargin = 0.5;
 /// The fewest steps in a window that is judged.
 constexpr int64_t kDivergenceMinSteps = 10;
 
@@ -123,6 +132,10 @@ public:
     /// an epoch end, a mid-epoch validation point or a stop; when the run that wrote it was
     /// killed while validating after it, the resumed run first validates and appends the
     /// metrics.jsonl records that run did not write (TrainingProgress::pending_records).
+    /// metrics.jsonl then ends as an uninterrupted run's, timings aside: the resume drops the
+    /// records after the checkpoint's step and the partial epoch records (the resumed run writes
+    /// that epoch's record, whole, or partial again when it stops before its first step), and
+    /// the checkpoint's running sums make its records cover the steps before the stop too.
     TrainResult fit();
 
     /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qkv::util {
 
@@ -26,6 +27,14 @@ public:
 /// `path` is left as it was, and the error propagates (qkv::Error naming the path and errno's text
 /// for OS failures).
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill);
+
+/// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
+std::string atomic_temp_path(const std::string& path);
+
+/// Removes the temporary files of atomic writes of `path` that never finished (named
+/// path + ".tmp.<digits>": a process killed while it wrote) and returns their paths, in name order.
+/// Throws qkv::Error naming the file when one cannot be removed.
+std::vector<std::string> remove_stale_temp_files(const std::string& path);
 
 /// Same, with the whole content given as bytes.
 void write_file_atomic(const std::string& path, std::string_view contents);

@@ -1,15 +1,18 @@
 #pragma once
 // Ctrl-C / SIGTERM as a request to stop at the next safe point (the training loop's batch top),
 // instead of killing the process mid-write: a scoped guard installs handlers that only record the
-// signal (an async-signal-safe write to a volatile std::sig_atomic_t) and put both signals back to
-// their default action, so a second Ctrl-C or SIGTERM kills at once.
+// signal (an async-signal-safe write to a volatile std::sig_atomic_t); a second Ctrl-C or SIGTERM
+// kills at once, after the KillNote armed then, if any (e.g. "interrupted while writing the
+// checkpoint", and the half-written file removed).
 #include <csignal>
+#include <string>
 
 namespace qkv::util {
 
 /// While alive, SIGINT and SIGTERM set a flag instead of ending the process. The first of them
-/// sets flag() to its number and restores the default action of both, so the next one kills (as
-/// if no guard were installed). A signal that was ignored (SIG_IGN) when the guard was created
+/// sets flag() to its number; the next one kills, as if no guard were installed (the handler puts
+/// the default action of both back and sends the signal again), after carrying out the KillNote
+/// armed at that moment, if any. A signal that was ignored (SIG_IGN) when the guard was created
 /// stays ignored (as shells start background jobs with SIGINT ignored). release() (or the
 /// destructor) restores the actions found at construction. One guard at a time: constructing a
 /// second while one is alive throws qkv::Error. Not thread-safe; create it on the main thread.
@@ -41,6 +44,23 @@ public:
 
 private:
     bool installed_ = false;
+};
+
+/// What the signal that kills (the second SIGINT or SIGTERM while an InterruptGuard is installed)
+/// does first, while this object lives: writes `message` and a newline to stderr and removes the
+/// file `remove_path` ("": none), e.g. around a write that the kill would cut short: say what is
+/// left, remove the half-written temporary file. Without a guard, or for the first signal, it has
+/// no effect. One at a time (the handler reads one static slot); not thread-safe (create it on
+/// the thread that installs guards).
+class KillNote {
+public:
+    /// A message longer than 1,023 bytes is cut there. Throws qkv::Error when another KillNote is
+    /// alive or the path is longer than 4,095 bytes (PATH_MAX).
+    KillNote(const std::string& message, const std::string& remove_path);
+    /// Disarms (never throws).
+    ~KillNote();
+    KillNote(const KillNote&)            = delete;
+    KillNote& operator=(const KillNote&) = delete;
 };
 
 }  // namespace qkv::util
