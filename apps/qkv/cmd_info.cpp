@@ -68,11 +68,14 @@ void run(const InfoArgs& a) {
         return;
     }
     auto m = train::read_checkpoint_metadata(a.path);
+    const auto cfg = m.find("qkv.config");
+    const nlohmann::json config = cfg == m.end() ? nlohmann::json()
+                                                 : train::parse_metadata_json<nlohmann::json>(a.path, cfg->first,
+                                                                                              cfg->second);
     std::printf("%s\nmetadata:\n", a.path.c_str());
     for (auto& [k, v] : m)
         if (k != "qkv.config") std::printf("  %s = %s\n", k.c_str(), v.c_str());
-    if (m.count("qkv.config"))
-        std::printf("config:\n%s\n", nlohmann::json::parse(m["qkv.config"]).dump(2).c_str());
+    if (cfg != m.end()) std::printf("config:\n%s\n", config.dump(2).c_str());
     if (a.params) print_tensors(a.path);
 }
 

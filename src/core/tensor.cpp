@@ -31,6 +31,7 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+    if (numel() == 0) return true;
     int64_t expect = 1;
     for (int64_t i = dim() - 1; i >= 0; --i) {
         const int64_t s = shape()[size_t(i)];

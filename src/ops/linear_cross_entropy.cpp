@@ -44,22 +44,26 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
               "linear_cross_entropy: dtypes differ: x ", dtype_name(x.dtype()), ", weight ",
               dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
               bias.defined() ? dtype_name(bias.dtype()) : "");
+    QKV_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, "linear_cross_entropy: x must be float32 or "
+              "float64, got ", dtype_name(x.dtype()));
     const Shape tshape(x.shape().begin(), x.shape().end() - 1);
     QKV_CHECK(target.dtype() == DType::i64 && target.shape() == tshape, "linear_cross_entropy: target must be "
               "int64 of shape ", tshape, " (x without its last dim), got ", dtype_name(target.dtype()), " ",
               target.shape());
-    if (x.dtype() != DType::f32 || kernel_mode() != KernelMode::fast)
-        return cross_entropy(linear(x, weight, bias), target, Tensor(), opt);
     QKV_CHECK(opt.label_smoothing >= 0 && opt.label_smoothing <= 1, "linear_cross_entropy: label_smoothing "
               "must be in [0, 1], got ", opt.label_smoothing);
-
     const int64_t N = shape_numel(tshape);
-    const Tensor x2 = x.detach().contiguous().reshape({N, C});
-    const Tensor w  = weight.detach().contiguous();
-    const Tensor b  = bias.defined() ? bias.detach().contiguous() : Tensor();
     const Tensor tc = target.contiguous();
     const int64_t* pt = ptr<int64_t>(tc);
     detail::check_targets("linear_cross_entropy", pt, N, V, opt.ignore_index);
+    // Every argument is checked above, so the composition's own checks (which say cross_entropy)
+    // cannot fire.
+    if (x.dtype() != DType::f32 || kernel_mode() != KernelMode::fast)
+        return cross_entropy(linear(x, weight, bias), target, Tensor(), opt);
+
+    const Tensor x2 = x.detach().contiguous().reshape({N, C});
+    const Tensor w  = weight.detach().contiguous();
+    const Tensor b  = bias.defined() ? bias.detach().contiguous() : Tensor();
     int64_t counted = 0;
     for (int64_t r = 0; r < N; ++r) counted += pt[r] != opt.ignore_index;
     // z = x·Wᵀ (N, V), then per row: z += b, lse and loss from the cached row.

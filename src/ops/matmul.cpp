@@ -22,6 +22,12 @@ using detail::ptr;
 
 namespace {
 
+/// The number of rows of x viewed as a (rows, last dim) matrix: the product of the leading dims
+/// (not numel / last dim, which is 0 when the last dim is 0).
+int64_t leading_rows(const Tensor& x) {
+    return shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+}
+
 /// A matrix operand as GEMM sees it: pointer, transpose flag, leading dimension, batch stride.
 struct Operand {
     Tensor  t;  // keeps the memory alive (maybe a contiguous copy)
@@ -114,7 +120,7 @@ Tensor matmul_nograd(const Tensor& a, const Tensor& b) {
     if (b.dim() == 2 && a.dim() > 2 && a.is_contiguous()) {
         Shape out_shape = a.shape();
         out_shape.back() = b.shape()[1];
-        const int64_t rows = a.numel() / std::max<int64_t>(a.shape().back(), 1);
+        const int64_t rows = leading_rows(a);
         return bmm_raw(a.reshape({1, rows, a.shape().back()}), b.unsqueeze(0)).reshape(out_shape);
     }
     Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
@@ -188,7 +194,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               "linear: dtypes differ: x ", dtype_name(x.dtype()), ", weight ", dtype_name(weight.dtype()),
               bias.defined() ? ", bias " : "", bias.defined() ? dtype_name(bias.dtype()) : "");
     const int64_t in = weight.shape()[1], outf = weight.shape()[0];
-    const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
+    const int64_t rows = leading_rows(x);
     Tensor x2 = x.detach().contiguous().reshape({rows, in});
     Tensor y = matmul_nograd(x2, weight.detach().transpose(0, 1));
     if (bias.defined()) {
@@ -330,7 +336,7 @@ Tensor linear_argmax(const Tensor& x, const Tensor& weight, const Tensor& bias,
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == outf, "linear_argmax: banned has ",
               banned.size(), " flags, expected 0 or out_features = ", outf);
     NoGradGuard ng;
-    const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
+    const int64_t rows = leading_rows(x);
     const Tensor x2 = x.detach().contiguous().reshape({rows, in});
     std::vector<int64_t> idx;
     if (x.dtype() == DType::f32 && kernel_mode() == KernelMode::fast && rows > 0 && in > 0)

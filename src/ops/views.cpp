@@ -20,9 +20,15 @@ Tensor make_view(const Tensor& t, Shape shape, Shape strides, int64_t offset) {
 }
 
 /// Strides for viewing a tensor with `strides` as `new_shape`, or empty if impossible without a
-/// copy (PyTorch's computeStride rule restricted to the contiguous-chunk case).
+/// copy (PyTorch's computeStride rule restricted to the contiguous-chunk case). A tensor with no
+/// elements always has a view (the rule Tensor::is_contiguous follows; reshape would otherwise
+/// copy it and try again forever).
 bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape, Shape& out) {
     out.assign(new_shape.size(), 0);
+    if (shape_numel(shape) == 0) {
+        out = contiguous_strides(new_shape);
+        return true;
+    }
     // Fast path: contiguous input.
     int64_t expect = 1;
     bool contiguous = true;

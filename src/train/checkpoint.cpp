@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/io/safetensors.h"
+#include "train/json_error.h"
 
 namespace qkv::train {
 
@@ -165,7 +166,34 @@ RunningSums sums_of(const nlohmann::json& j, const char* key) {
     }
 }
 
+double meta_double(const std::map<std::string, std::string>& m, const std::string& k) {
+    const std::string& v = m.at(k);
+    try {
+        size_t pos = 0;
+        const double d = std::stod(v, &pos);
+        QKV_CHECK(pos == v.size() && std::isfinite(d), "bad number");
+        return d;
+    } catch (const std::exception&) {
+        throw Error(detail::str("metadata entry '", k, "' is not a number: '", v, "'"));
+    }
+}
+
 }  // namespace
+
+template <class Json>
+Json parse_metadata_json(const std::string& path, const std::string& key, const std::string& text,
+                         const std::string& what) {
+    try {
+        return Json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(detail::str(what, " '", path, "': metadata '", key, "' is not valid JSON (",
+                                detail::json_error_text(e), ")"));
+    }
+}
+template nlohmann::json parse_metadata_json<nlohmann::json>(const std::string&, const std::string&,
+                                                            const std::string&, const std::string&);
+template nlohmann::ordered_json parse_metadata_json<nlohmann::ordered_json>(const std::string&, const std::string&,
+                                                                            const std::string&, const std::string&);
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const TrainingProgress& p, const std::map<std::string, std::string>& extra) {
@@ -215,7 +243,7 @@ TrainingProgress progress_of(const std::map<std::string, std::string>& m) {
     p.rng_seed   = meta_u64(m, "qkv.rng_seed");
     p.rng_offset = meta_u64(m, "qkv.rng_offset");
     auto ts = m.find("qkv.train_seconds");
-    p.train_seconds = ts == m.end() ? 0.0 : std::stod(ts->second);
+    p.train_seconds = ts == m.end() ? 0.0 : meta_double(m, "qkv.train_seconds");
     auto pr = m.find("qkv.pending_records");
     if (pr != m.end()) p.pending_records = pr->second;
     auto rs = m.find(kRunningSumsKey);

@@ -17,6 +17,7 @@
 #include "qkv/train/translation_data.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/progress.h"
+#include "train/json_error.h"
 
 namespace qkv::train {
 
@@ -110,11 +111,7 @@ RunConfig load_model_dir_config(const std::string& dir) {
     try {
         return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {
-        // "[json.exception.parse_error.101] parse error at line 3, ..." without the bracket tag
-        const std::string w = e.what();
-        const size_t tag = w.rfind("] ", w.find(' '));
-        throw Error(detail::str("'", cfg_path, "': not valid JSON: ",
-                                tag == std::string::npos ? w : w.substr(tag + 2)));
+        throw Error(detail::str("'", cfg_path, "': not valid JSON: ", detail::json_error_text(e)));
     } catch (const Error& e) {
         throw Error(detail::str("'", cfg_path, "': ", e.what()));
     }

@@ -143,11 +143,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
 std::vector<Record> missing_records(const std::string& path, const TrainingProgress& p, const std::string& ckpt) {
     std::vector<Record> missing;
     if (p.pending_records.empty()) return missing;
-    Record pending;
-    try {
-        pending = Record::parse(p.pending_records);
-    } catch (const std::exception&) {
-    }
+    const Record pending = parse_metadata_json<Record>(ckpt, "qkv.pending_records", p.pending_records);
     QKV_CHECK(pending.is_array(), "checkpoint '", ckpt, "': metadata 'qkv.pending_records' is not a JSON array");
     std::set<std::string> have;
     std::ifstream in(path);

@@ -3,9 +3,9 @@
 # folder or a missing file, a UTF-8 byte-order mark on the first line, a NUL byte in the training
 # data or in translate's input, a truncated model.safetensors (its path named once), eval's output
 # files in a missing folder, --model naming a file, QKV_DATA for eval when config.json's data path
-# is gone, info running the loader's checks (a folder without weights, a damaged vocabulary),
-# heatmap images too large to draw (nothing written), QKV_KERNELS or QKV_ATTENTION misspelt (exit 2
-# before any work), an unknown command.
+# is gone, info running the loader's checks (a folder without weights, a damaged vocabulary), a
+# checkpoint whose 'qkv.config' metadata is not JSON, heatmap images too large to draw (nothing
+# written), QKV_KERNELS or QKV_ATTENTION misspelt (exit 2 before any work), an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 unset QKV_DATA QKV_KERNELS QKV_ATTENTION
@@ -43,6 +43,16 @@ cp -r run run_ckpt && rm run_ckpt/model.safetensors
 run_rc 0 info run_ckpt --no-params;                grep -qF "model.safetensors: not written yet" "$T/out" || fail "info: run in progress"
 cp -r run run_badvocab && head -c 5 run/src_vocab.txt > run_badvocab/src_vocab.txt
 run_rc 1 info run_badvocab --no-params;            err_has "src_vocab.txt"
+# The checksum covers the tensors, not the metadata: a damaged 'qkv.config' (its first '{' made a
+# '[', same length) is named with the file and key, not as a bare JSON parser message.
+cp run/checkpoint.safetensors badmeta.safetensors
+off=$(grep -obaF '"qkv.config":"{' badmeta.safetensors | head -1 | cut -d: -f1)
+[ -n "$off" ] || fail "no qkv.config metadata in the checkpoint"
+printf '[' | dd of=badmeta.safetensors bs=1 seek=$((off + 14)) conv=notrunc status=none
+run_rc 1 info badmeta.safetensors --no-params
+err_has "qkv: error: checkpoint 'badmeta.safetensors': metadata 'qkv.config' is not valid JSON (parse error at line 1"
+! grep -qF "[json.exception" "$T/err" || { cat "$T/err"; fail "info: the JSON parser's tag"; }
+[ ! -s "$T/out" ] || { cat "$T/out"; fail "info printed metadata before failing"; }
 
 # ---- translate --file: a folder or a missing file is refused before the model is loaded
 mkdir adir

@@ -70,6 +70,21 @@ TEST(Tensor, ViewErrorsNameShapes) {
     EXPECT_THROW(a.select(0, 2), Error);
 }
 
+// contiguous_strides counts a 0 dim as 1, so zeros({3, 0}) has strides (1, 1); is_contiguous said
+// no, contiguous() copied into the same layout and reshape copied and retried until the stack
+// overflowed (linear with in_features 0 crashed this way).
+TEST(Tensor, EmptyTensorsAreContiguousAndReshape) {
+    const Tensor a = zeros({3, 0});
+    EXPECT_TRUE(a.is_contiguous());
+    EXPECT_TRUE(a.contiguous().is_same(a));
+    EXPECT_EQ(a.reshape({0, 3}).shape(), (Shape{0, 3}));
+    EXPECT_EQ(zeros({2, 0, 4}).reshape({-1, 4}).shape(), (Shape{0, 4}));
+    EXPECT_EQ(zeros({3, 0, 2}).transpose(0, 2).reshape({6, 0}).shape(), (Shape{6, 0}));
+    Tensor x = zeros({2, 0, 5}, DType::f64).requires_grad_(true);
+    sum(x.reshape({5, 0, 2})).backward();
+    EXPECT_EQ(x.grad().shape(), (Shape{2, 0, 5}));
+}
+
 TEST(Tensor, BroadcastingArithmetic) {
     Tensor a = arange(0, 6).reshape({2, 3});
     Tensor b = from_vector<float>({10, 20, 30}, {3});

@@ -198,3 +198,87 @@ TEST(LinearCrossEntropy, NaNLogitReachesTheLoss) {
             .to_vector<float>();
     for (int64_t r = 0; r < N; ++r) EXPECT_EQ(std::isnan(per[size_t(r)]), r == 2) << "row " << r;
 }
+
+// float64 and KernelMode::reference run cross_entropy(linear(...)); its errors said
+// "cross_entropy: ...". Every argument error names linear_cross_entropy on every path.
+TEST(LinearCrossEntropy, ErrorsNameTheOpOnEveryPath) {
+    auto throws_with = [](auto f, const std::string& text, const std::string& path) {
+        try {
+            f();
+            ADD_FAILURE() << path << ": no exception; expected one containing '" << text << "'";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << path << ": " << e.what();
+        }
+    };
+    const std::pair<KernelMode, DType> paths[] = {
+        {KernelMode::fast, DType::f32}, {KernelMode::reference, DType::f32}, {KernelMode::fast, DType::f64}};
+    for (const auto& [mode, dt] : paths) {
+        set_kernel_mode(mode);
+        const std::string path = detail::str(dtype_name(dt), mode == KernelMode::fast ? " fast" : " ref");
+        const Tensor x = uniform({2, 4}, 41, -1.f, 1.f).to(dt), w = uniform({5, 4}, 42, -1.f, 1.f).to(dt);
+        const Tensor b = zeros({5}, dt), t = from_vector<int64_t>({1, 2}, {2});
+        throws_with([&] { linear_cross_entropy(x, w, b, from_vector<int64_t>({1, 5}, {2})); },
+                    "linear_cross_entropy: target 5 at position 1 is out of range for 5 classes", path);
+        throws_with([&] { linear_cross_entropy(x, w, b, from_vector<int64_t>({-3, 0}, {2})); },
+                    "linear_cross_entropy: target -3 at position 0 is out of range for 5 classes", path);
+        CrossEntropyOptions o;
+        o.label_smoothing = 1.5;
+        throws_with([&] { linear_cross_entropy(x, w, b, t, o); },
+                    "linear_cross_entropy: label_smoothing must be in [0, 1], got 1.5", path);
+        throws_with([&] { linear_cross_entropy(x, w, b, from_vector<int64_t>({1}, {1})); },
+                    "linear_cross_entropy: target must be int64 of shape (2,)", path);
+        throws_with([&] { linear_cross_entropy(x, w, zeros({4}, dt), t); }, "linear_cross_entropy: bias of shape (4,)",
+                    path);
+        throws_with([&] { linear_cross_entropy(x.to(DType::i64), w.to(DType::i64), Tensor(), t); },
+                    "linear_cross_entropy: x must be float32 or float64, got int64", path);
+    }
+    set_kernel_mode(KernelMode::fast);
+}
+
+// C = 0 (weight (V, 0)): the logits are the bias on every row, as for cross_entropy(linear(...));
+// dx and dW are empty, db is the loss's gradient with respect to those logits summed over rows.
+// Both dtypes, fast and reference kernels (C = 0 crashed in linear's reshape). V = 0 is refused.
+TEST(LinearCrossEntropy, ZeroInFeaturesIsTheLossOfTheBias) {
+    const Tensor t = from_vector<int64_t>({0, 3, -100}, {3});
+    const Tensor up = from_vector<float>({0.5f, -2.f, 1.f}, {3});
+    for (KernelMode mode : {KernelMode::fast, KernelMode::reference})
+        for (DType dt : {DType::f32, DType::f64})
+            for (Reduction red : {Reduction::mean, Reduction::none}) {
+                set_kernel_mode(mode);
+                const std::string what = detail::str(dtype_name(dt), mode == KernelMode::fast ? " fast" : " ref",
+                                                     " reduction ", int(red));
+                CrossEntropyOptions o;
+                o.reduction = red;
+                o.label_smoothing = 0.1;
+                Tensor x = zeros({3, 0}, dt).requires_grad_(true);
+                Tensor w = zeros({4, 0}, dt).requires_grad_(true);
+                Tensor b = from_vector<float>({0.5f, -1.f, 2.f, 0.f}, {4}).to(dt).detach().requires_grad_(true);
+                Tensor loss = linear_cross_entropy(x, w, b, t, o);
+                Tensor b64 = b.detach().to(DType::f64).requires_grad_(true);
+                Tensor want = cross_entropy(b64.unsqueeze(0).expand({3, 4}), t, Tensor(), o);
+                EXPECT_TRUE(all_close(loss.to(DType::f64).contiguous().to_vector<double>(),
+                                      want.contiguous().to_vector<double>(), 1e-6, 1e-6))
+                    << what;
+                if (red == Reduction::none) {
+                    loss.backward(up.to(dt));
+                    want.backward(up.to(DType::f64));
+                } else {
+                    loss.backward();
+                    want.backward();
+                }
+                EXPECT_EQ(x.grad().shape(), (Shape{3, 0})) << what;
+                EXPECT_EQ(w.grad().shape(), (Shape{4, 0})) << what;
+                EXPECT_TRUE(all_close(b.grad().to(DType::f64).to_vector<double>(), b64.grad().to_vector<double>(),
+                                      1e-6, 1e-6))
+                    << what;
+            }
+    set_kernel_mode(KernelMode::fast);
+    try {
+        linear_cross_entropy(zeros({3, 2}), zeros({0, 2}), Tensor(), t);
+        ADD_FAILURE() << "V = 0 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("linear_cross_entropy: weight has no output rows: (0, 2)"),
+                  std::string::npos)
+            << e.what();
+    }
+}

@@ -84,6 +84,63 @@ TEST(Linear, RefusesMixedDtypesAndUndefinedInputs) {
     throws_with([] { linear(Tensor(), ones({5, 3})); }, "linear: undefined tensor argument");
 }
 
+// Zero-size operands follow torch.nn.functional.linear: in_features 0 gives the bias on every row
+// (zeros without one), out_features 0 or no rows an empty result; the backward gives gradients of
+// the inputs' shapes (in_features 0 crashed: reshape of the (rows, 0) input recursed forever, and
+// the row count was numel / in_features = 0). Both dtypes, fast and reference kernels.
+TEST(Linear, ZeroInFeaturesGivesTheBiasOnEveryRow) {
+    for (KernelMode mode : {KernelMode::fast, KernelMode::reference})
+        for (DType dt : {DType::f32, DType::f64}) {
+            set_kernel_mode(mode);
+            const std::string what = detail::str(dtype_name(dt), mode == KernelMode::fast ? " fast" : " ref");
+            Tensor x = zeros({2, 3, 0}, dt).requires_grad_(true);
+            Tensor w = zeros({4, 0}, dt).requires_grad_(true);
+            Tensor b = from_vector<float>({1, 2, 3, 4}, {4}).to(dt).detach().requires_grad_(true);
+            Tensor y = linear(x, w, b);
+            ASSERT_EQ(y.shape(), (Shape{2, 3, 4})) << what;
+            const std::vector<double> yv = y.to(DType::f64).contiguous().to_vector<double>();
+            for (size_t i = 0; i < yv.size(); ++i) EXPECT_EQ(yv[i], double(i % 4 + 1)) << what;
+            const std::vector<float> up = random_floats(24, 5);
+            y.backward(from_vector(up, {2, 3, 4}).to(dt));
+            EXPECT_EQ(x.grad().shape(), (Shape{2, 3, 0})) << what;
+            EXPECT_EQ(w.grad().shape(), (Shape{4, 0})) << what;
+            std::vector<double> db(4, 0.0);
+            for (size_t i = 0; i < up.size(); ++i) db[i % 4] += double(up[i]);
+            EXPECT_TRUE(all_close(b.grad().to(DType::f64).to_vector<double>(), db, 1e-5, 0)) << what;
+            const std::vector<double> nb = linear(x, w).to(DType::f64).contiguous().to_vector<double>();
+            EXPECT_EQ(nb, std::vector<double>(24, 0.0)) << what;
+        }
+    set_kernel_mode(KernelMode::fast);
+}
+
+TEST(Linear, ZeroOutFeaturesOrZeroRowsGiveEmptyResults) {
+    for (KernelMode mode : {KernelMode::fast, KernelMode::reference})
+        for (DType dt : {DType::f32, DType::f64}) {
+            set_kernel_mode(mode);
+            const std::string what = detail::str(dtype_name(dt), mode == KernelMode::fast ? " fast" : " ref");
+            Tensor x = ones({3, 5}, dt).requires_grad_(true);
+            Tensor w = zeros({0, 5}, dt).requires_grad_(true);
+            Tensor b = zeros({0}, dt).requires_grad_(true);
+            Tensor y = linear(x, w, b);
+            EXPECT_EQ(y.shape(), (Shape{3, 0})) << what;
+            sum(y).backward();
+            EXPECT_EQ(x.grad().to(DType::f64).to_vector<double>(), std::vector<double>(15, 0.0)) << what;
+            EXPECT_EQ(w.grad().shape(), (Shape{0, 5})) << what;
+            EXPECT_EQ(b.grad().shape(), (Shape{0})) << what;
+
+            Tensor x0 = zeros({0, 5}, dt).requires_grad_(true);
+            Tensor w0 = ones({4, 5}, dt).requires_grad_(true);
+            Tensor b0 = ones({4}, dt).requires_grad_(true);
+            Tensor y0 = linear(x0, w0, b0);
+            EXPECT_EQ(y0.shape(), (Shape{0, 4})) << what;
+            sum(y0).backward();
+            EXPECT_EQ(x0.grad().shape(), (Shape{0, 5})) << what;
+            EXPECT_EQ(w0.grad().to(DType::f64).to_vector<double>(), std::vector<double>(20, 0.0)) << what;
+            EXPECT_EQ(b0.grad().to(DType::f64).to_vector<double>(), std::vector<double>(4, 0.0)) << what;
+        }
+    set_kernel_mode(KernelMode::fast);
+}
+
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {
     Tensor x = ones({10000});
     EXPECT_TRUE(dropout(x, 0.3, false).is_same(x));
@@ -177,4 +234,34 @@ TEST(Matmul, ErrorsNameBothShapes) {
     // batch matmul demo (D2L 11.2): weights 0.1 (2, 10) times arange(20) (2, 10) -> 4.5, 14.5
     Tensor w = full({2, 1, 10}, 0.1), v = arange(0, 20).reshape({2, 10, 1});
     EXPECT_TRUE(all_close(matmul(w, v).to_vector<float>(), std::vector<float>{4.5f, 14.5f}, 1e-5, 0));
+}
+
+// A zero inner dim gives zeros (torch.matmul), a zero outer or batch dim an empty result; the
+// gradients have the operands' shapes. (2, 3, 0) x (0, 4) crashed like linear with in_features 0.
+TEST(Matmul, ZeroSizedDims) {
+    struct Case {
+        Shape a, b, out;
+    };
+    const Case cases[] = {{{2, 3, 0}, {0, 4}, {2, 3, 4}}, {{2, 3, 0}, {2, 0, 4}, {2, 3, 4}},
+                          {{3, 0}, {0, 4}, {3, 4}},       {{2, 3, 5}, {5, 0}, {2, 3, 0}},
+                          {{2, 0, 5}, {5, 3}, {2, 0, 3}}, {{0, 2, 5}, {0, 5, 3}, {0, 2, 3}},
+                          {{0}, {0}, {}},                 {{0}, {0, 3}, {3}}};
+    for (KernelMode mode : {KernelMode::fast, KernelMode::reference})
+        for (DType dt : {DType::f32, DType::f64})
+            for (const Case& c : cases) {
+                set_kernel_mode(mode);
+                const std::string what = detail::str(dtype_name(dt), mode == KernelMode::fast ? " fast " : " ref ",
+                                                     c.a, " x ", c.b);
+                Tensor a = ones(c.a, dt).requires_grad_(true), b = ones(c.b, dt).requires_grad_(true);
+                Tensor y = matmul(a, b);
+                ASSERT_EQ(y.shape(), c.out) << what;
+                const std::vector<double> yv = y.to(DType::f64).contiguous().to_vector<double>();
+                EXPECT_EQ(yv, std::vector<double>(size_t(y.numel()), 0.0)) << what;
+                sum(y).backward();
+                EXPECT_EQ(a.grad().shape(), c.a) << what;
+                EXPECT_EQ(b.grad().shape(), c.b) << what;
+                for (const Tensor& g : {a.grad(), b.grad()})
+                    for (double v : g.to(DType::f64).contiguous().to_vector<double>()) EXPECT_EQ(v, 0.0) << what;
+            }
+    set_kernel_mode(KernelMode::fast);
 }

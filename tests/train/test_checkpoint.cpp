@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
 #include "qkv/decode/greedy.h"
@@ -222,6 +225,41 @@ TEST(Checkpoint, CorruptedByteIsCaughtByTheChecksum) {
     // One explanation, once: not "the file is corrupt (the file is truncated, corrupt or ...)".
     EXPECT_TRUE(contains(e, ": the file is corrupt (changed after it was written)")) << e;
     EXPECT_FALSE(contains(e, "truncated")) << e;
+}
+
+// The checksum covers the tensors, not the metadata. A damaged number there said "stod" (no file,
+// no key); JSON text that does not parse is named with the file and key, without the parser's tag.
+TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
+    Trained t;
+    TempDir d("meta");
+    const std::string path = d.file("c.safetensors");
+    train::TrainingProgress p;
+    p.train_seconds = 12.5;
+    train::save_checkpoint(path, *t.m, *t.adam, p);
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        bytes = ss.str();
+    }
+    const std::string good = R"("qkv.train_seconds":"12.5")";
+    const size_t at = bytes.find(good);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, good.size(), R"("qkv.train_seconds":"1x.5")");
+    std::ofstream(path, std::ios::binary) << bytes;
+    EXPECT_EQ(error_of([&] { train::read_checkpoint_progress(path); }),
+              "checkpoint '" + path + "': metadata entry 'qkv.train_seconds' is not a number: '1x.5'");
+
+    const std::string e =
+        error_of([&] { train::parse_metadata_json<nlohmann::json>(path, "qkv.config", R"({"model": )"); });
+    EXPECT_EQ(e.rfind("checkpoint '" + path + "': metadata 'qkv.config' is not valid JSON (parse error at line 1", 0),
+              0u)
+        << e;
+    EXPECT_FALSE(contains(e, "[json.exception")) << e;
+    const auto records = train::parse_metadata_json<nlohmann::ordered_json>(path, "qkv.pending_records",
+                                                                             R"([{"kind":"val","step":3}])");
+    EXPECT_EQ(records.dump(), R"([{"kind":"val","step":3}])");  // key order kept
 }
 
 TEST(Checkpoint, WrongKindOrShapeOrMissingFileIsReported) {

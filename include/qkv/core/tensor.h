@@ -58,6 +58,9 @@ public:
     /// Size of dimension d (negative d counts from the end); throws when out of range.
     int64_t size(int64_t d) const;
     int64_t numel() const { return shape_numel(impl().shape); }
+    /// Row-major without gaps: each dim's stride is the product of the later dims' sizes (dims
+    /// of size 1 may have any stride). A tensor with no elements is contiguous whatever its
+    /// strides (as in PyTorch): contiguous_strides() counts a 0 dim as 1, so (3, 0) gets (1, 1).
     bool is_contiguous() const;
     /// True when both handles share one TensorImpl.
     bool is_same(const Tensor& o) const { return impl_ == o.impl_; }

@@ -36,7 +36,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 /// (N, V) buffer is held once (linear + cross_entropy hold the logits and then a second buffer
 /// for their gradient) and the separate bias-add, softmax-gradient and column-sum passes over it
 /// are gone (bench/RESULTS.md, session 7). float64 or KernelMode::reference: the composition.
-/// Throws qkv::Error on shape or dtype mismatch and names the first target outside [0, V).
+/// C == 0: every row's logits are the bias (zeros without one), dx and dW are empty. N == 0: mean
+/// and sum give 0, none an empty tensor. Throws qkv::Error on shape or dtype mismatch or V == 0,
+/// and names the first target outside [0, V).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const CrossEntropyOptions& opt = {});
 

@@ -9,10 +9,13 @@ namespace qkv {
 
 /// a: (..., M, K), b: (..., K, N) -> (..., M, N). 2-D × 2-D is a plain GEMM; batch dims broadcast
 /// (NumPy rules); a 1-D operand is treated as a row/column vector and that dim is dropped, as in
-/// torch.matmul. Throws naming both shapes when K differs.
+/// torch.matmul. Zero sizes as in torch.matmul: K == 0 gives zeros, a zero M, N or batch dim an
+/// empty result. Throws naming both shapes when K differs.
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out) = x·weightᵀ + bias
-/// (torch.nn.functional.linear). One GEMM over all leading dims.
+/// (torch.nn.functional.linear). One GEMM over all leading dims. Zero sizes as in PyTorch:
+/// in == 0 gives the bias on every row (zeros without one), out == 0 or no rows an empty result;
+/// the gradients keep the inputs' shapes.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 /// Greedy decoding's output layer: for each row of x, the index of the largest entry of

@@ -13,6 +13,8 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "qkv/nn/module.h"
 #include "qkv/optim/optimizer.h"
 
@@ -81,6 +83,20 @@ TrainingProgress read_checkpoint_progress(const std::string& path);
 /// `what` names the file in errors ("checkpoint '<path>': ...", or "model file" as load_model says).
 std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path,
                                                             const std::string& what = "checkpoint");
+
+/// The JSON text a metadata entry holds ("qkv.config", "qkv.pending_records"), parsed into Json
+/// (nlohmann::json or nlohmann::ordered_json). The checksum covers the tensors, not the metadata,
+/// so damage there shows up here: throws qkv::Error "<what> '<path>': metadata '<key>' is not
+/// valid JSON (<the parser's message>)".
+template <class Json>
+Json parse_metadata_json(const std::string& path, const std::string& key, const std::string& text,
+                         const std::string& what = "checkpoint");
+extern template nlohmann::json parse_metadata_json<nlohmann::json>(const std::string&, const std::string&,
+                                                                   const std::string&, const std::string&);
+extern template nlohmann::ordered_json parse_metadata_json<nlohmann::ordered_json>(const std::string&,
+                                                                                   const std::string&,
+                                                                                   const std::string&,
+                                                                                   const std::string&);
 
 /// Writes the parameters (PyTorch names and order, F32) atomically, with metadata
 /// {"format": "pt", "qkv.checksum": ...} plus `metadata`. Throws qkv::Error on I/O errors.
