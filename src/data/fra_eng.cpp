@@ -120,6 +120,13 @@ std::string read_fra_eng_text(const std::string& path) {
                   zip_file_strerror(zf.get()));
         got += size_t(r);
     }
+    // libzip checks the entry's CRC-32 only when a read reaches the end of the data: without this
+    // last read a damaged stored (uncompressed) entry was accepted.
+    char past_end = 0;
+    const zip_int64_t tail = zip_fread(zf.get(), &past_end, 1);
+    QKV_CHECK(tail == 0, "read_fra_eng_text: '", kZipEntry, "' in '", path, "' is damaged: ",
+              tail < 0 ? std::string(zip_file_strerror(zf.get())) : std::string("longer than its recorded size"),
+              " (download the archive again)");
     return text;
 }
 

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <zip.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -83,6 +86,36 @@ TEST(FraEng, ZipWithoutTheEntryListsWhatItHas) {
     util::write_file_atomic(dir / "broken.zip", "PK not really");
     EXPECT_NE(error_of([&] { read_fra_eng_text(dir / "broken.zip"); }).find("cannot open zip"),
               std::string::npos);
+}
+
+TEST(FraEng, DamagedStoredZipEntryIsRefused) {
+    // A stored (uncompressed) entry has no deflate stream to fail: only its CRC-32 shows damage.
+    TempDir dir;
+    const std::string path = dir / "stored.zip";
+    {
+        int err = 0;
+        zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+        ASSERT_NE(z, nullptr) << err;
+        const std::string content = kSmall;
+        zip_source_t* src = zip_source_buffer(z, content.data(), content.size(), 0);
+        ASSERT_NE(src, nullptr);
+        const zip_int64_t idx = zip_file_add(z, "fra-eng/fra.txt", src, ZIP_FL_OVERWRITE);
+        ASSERT_GE(idx, 0);
+        ASSERT_EQ(zip_set_file_compression(z, zip_uint64_t(idx), ZIP_CM_STORE, 0), 0);
+        ASSERT_EQ(zip_close(z), 0);
+    }
+    EXPECT_EQ(read_fra_eng_text(path), kSmall);  // intact: read as is
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = bytes.find("Salut");
+    ASSERT_NE(at, std::string::npos);
+    bytes[at] = 'Z';  // one byte of the stored text changed, sizes and headers intact
+    util::write_file_atomic(path, bytes);
+    const std::string msg = error_of([&] { read_fra_eng_text(path); });
+    EXPECT_NE(msg.find("'fra-eng/fra.txt' in '" + path + "' is damaged"), std::string::npos) << msg;
 }
 
 TEST(FraEng, MalformedLinesReportedWithLineNumbers) {
