@@ -81,6 +81,20 @@ std::vector<std::pair<std::string, Tensor>> ordered_state(const nn::Module& mode
     return out;
 }
 
+/// Throws naming the first parameter or buffer that holds a NaN or an infinity: a model whose
+/// checksum was removed or that was saved from a diverged run would otherwise decode to <unk>s
+/// and exit 0.
+void check_finite_state(const nn::Module& model) {
+    for (const auto& [n, t] : ordered_state(model)) {
+        if (!is_floating(t.dtype())) continue;
+        const Tensor c = t.contiguous().to(DType::f64);
+        const double* p = c.data<double>();
+        for (int64_t i = 0, e = c.numel(); i < e; ++i)
+            QKV_CHECK(std::isfinite(p[i]), "parameter '", n, "' holds ", p[i], " at element ", i,
+                      " (the weights are damaged, or were saved from a run that diverged)");
+    }
+}
+
 /// Opens and validates a file; rethrows its errors as "<what> '<path>': <problem> (the file is
 /// truncated, ...)", naming the path once.
 io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
@@ -287,6 +301,7 @@ TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, opt
     try {
         TrainingProgress p = progress_of(f.metadata());
         model.load_state_dict(with_prefix(f, "model."), /*strict=*/true);
+        check_finite_state(model);
         if (opt) opt->load_state_dict(with_prefix(f, "optim."));
         return p;
     } catch (const Error& e) {
@@ -312,6 +327,7 @@ void load_model(const std::string& path, nn::Module& model) {
     io::SafeTensorsFile f = open_checked(path, "model file");
     try {
         model.load_state_dict(with_prefix(f, ""), /*strict=*/true);
+        check_finite_state(model);
     } catch (const Error& e) {
         throw Error(detail::str("model file '", path, "': ", e.what()));
     }

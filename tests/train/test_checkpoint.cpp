@@ -108,6 +108,30 @@ TEST(Checkpoint, ModelFileRoundTripGivesIdenticalTranslations) {
     EXPECT_EQ(f.names().front(), "encoder.embedding.weight");
 }
 
+TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheParameter) {
+    // A model file with a valid checksum over a NaN (or inf) weight: translating with it gave
+    // <unk>s and exit 0. Loading must say which parameter is broken.
+    Trained t;
+    TempDir d("nan");
+    for (float bad : {NAN, INFINITY}) {
+        models::Transformer broken(tiny_config(t.c));
+        Tensor w = broken.named_parameters().back().second;
+        const std::string name = broken.named_parameters().back().first;
+        w.data<float>()[3] = bad;
+        train::save_model(d.file("model.safetensors"), broken);
+        models::Transformer fresh(tiny_config(t.c));
+        const std::string msg = error_of([&] { train::load_model(d.file("model.safetensors"), fresh); });
+        EXPECT_TRUE(contains(msg, "model file '" + d.file("model.safetensors") + "': parameter '" + name + "' holds"))
+            << msg;
+        EXPECT_TRUE(contains(msg, "at element 3")) << msg;
+        train::TrainingProgress prog;
+        train::save_checkpoint(d.file("checkpoint.safetensors"), broken, *t.adam, prog);
+        const std::string cmsg =
+            error_of([&] { train::load_checkpoint(d.file("checkpoint.safetensors"), fresh, nullptr); });
+        EXPECT_TRUE(contains(cmsg, "parameter '" + name + "' holds")) << cmsg;
+    }
+}
+
 TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     Trained t;
     TempDir d("ckpt");
