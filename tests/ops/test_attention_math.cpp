@@ -37,6 +37,17 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
 
 std::vector<float> vec(const Tensor& t) { return t.contiguous().to_vector<float>(); }
 
+/// The message of the qkv::Error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 /// D2L's masked_softmax (d2l_spec.md §1.1): entries j >= len set to −1e6, then softmax.
 Tensor d2l_masked_softmax(const Tensor& X, const std::vector<int64_t>& lens_per_row) {
     const int64_t K = X.shape().back(), rows = X.numel() / K;
@@ -369,4 +380,49 @@ TEST(AttentionMath, GradcheckFloat64WithMasks) {
              randn({2, 4, 2}, nullptr, 0, 1, DType::f64).requires_grad_()});
         EXPECT_TRUE(r.ok) << int(c) << ": " << r.message;
     }
+}
+
+TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBothBackends) {
+    // NaN, +inf and 1e30 once crashed the flash kernel (an undefined float -> int64 conversion) and
+    // gave zeros on the math path; every reader now clamps to [0, Tk] and NaN throws.
+    Generator g(11);
+    Tensor q = randn({2, 1, 5, 8}, &g), k = randn({2, 1, 5, 8}, &g), v = randn({2, 1, 5, 8}, &g);
+    AttentionMask ref;
+    ref.valid_lens = from_vector<int64_t>({3, 5}, {2});
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        const std::vector<float> want = vec(scaled_dot_product_attention(q, k, v, ref, o));
+        AttentionMask nan;
+        nan.valid_lens = from_vector<float>({3.f, NAN}, {2});
+        const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, nan, o); });
+        EXPECT_NE(msg.find("valid_lens[1]"), std::string::npos) << int(be) << ": " << msg;
+        EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
+        for (float big : {INFINITY, 1e30f, 6.f, 4.5e9f}) {
+            AttentionMask m;
+            m.valid_lens = from_vector<float>({2.5f, big}, {2});
+            EXPECT_EQ(vec(scaled_dot_product_attention(q, k, v, m, o)), want) << int(be) << " " << big;
+        }
+        AttentionMask neg;
+        neg.valid_lens = from_vector<float>({3.f, -INFINITY}, {2});
+        AttentionMask neg_i;
+        neg_i.valid_lens = from_vector<int64_t>({3, -7}, {2});
+        for (const AttentionMask& m : {neg, neg_i}) {
+            const std::vector<float> out = vec(scaled_dot_product_attention(q, k, v, m, o));
+            EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 40), std::vector<float>(want.begin(),
+                      want.begin() + 40)) << int(be);
+            for (size_t i = 40; i < 80; ++i) EXPECT_EQ(out[i], 0.f) << int(be) << " " << i;  // no key
+        }
+    }
+    // masked_softmax and sequence_mask read lengths the same way.
+    Tensor X = randn({2, 3, 5}, &g);
+    EXPECT_TRUE(all_close(vec(masked_softmax(X, from_vector<float>({INFINITY, 1e30f}, {2}))),
+                          vec(masked_softmax(X)), 1e-7, 1e-7));
+    std::string msg = error_of([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
+    EXPECT_NE(msg.find("masked_softmax: valid_lens[0]"), std::string::npos) << msg;
+    msg = error_of([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
+    EXPECT_NE(msg.find("sequence_mask: valid_lens[1]"), std::string::npos) << msg;
+    const std::vector<float> sm = vec(sequence_mask(X, from_vector<float>({INFINITY, -INFINITY}, {2}))),
+                             x = vec(X);
+    for (size_t i = 0; i < 30; ++i) EXPECT_EQ(sm[i], i < 15 ? x[i] : 0.f) << i;
 }

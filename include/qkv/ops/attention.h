@@ -19,6 +19,8 @@ enum class CausalAlign { none, top_left, bottom_right };
 
 struct AttentionMask {
     /// int64 or float, (B): keys j >= valid_lens[b] masked for every query; (B, Tq): per query.
+    /// Read as masked_softmax reads it (both backends): floats round up, > Tk (+inf) means Tk,
+    /// < 0 (−inf) means 0, NaN throws.
     Tensor valid_lens;
     CausalAlign causal = CausalAlign::none;
     /// Optional tensor broadcastable to (B, H, Tq, Tk) (or (B, Tq, Tk) for rank-3 inputs):
