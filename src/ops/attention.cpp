@@ -267,7 +267,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
                   full4);
     }
-    const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
+    QKV_CHECK(std::isfinite(opt.scale), "scaled_dot_product_attention: scale must be finite (0 means "
+              "1/sqrt(D)), got ", opt.scale);
+    const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
     AttentionBackend want = opt.backend;
     if (want == AttentionBackend::automatic) want = g_override;
     if (want == AttentionBackend::automatic) want = env_backend();

@@ -426,3 +426,27 @@ TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBo
                              x = vec(X);
     for (size_t i = 0; i < 30; ++i) EXPECT_EQ(sm[i], i < 15 ? x[i] : 0.f) << i;
 }
+
+TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
+    // Once NaN (and every value <= 0) silently meant 1/sqrt(D) and inf gave NaN output.
+    Generator g(12);
+    Tensor q = randn({1, 2, 3, 4}, &g), k = randn({1, 2, 5, 4}, &g), v = randn({1, 2, 5, 4}, &g);
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        for (double s : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+            o.scale = s;
+            const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, {}, o); });
+            EXPECT_NE(msg.find("scaled_dot_product_attention: scale must be finite"), std::string::npos)
+                << int(be) << ": " << msg;
+        }
+        o.scale = -0.5;
+        const std::vector<float> neg = vec(scaled_dot_product_attention(q, k, v, {}, o));
+        o.scale = 0.5;
+        EXPECT_TRUE(all_close(neg, vec(scaled_dot_product_attention(mul(q, -1.0), k, v, {}, o)), 1e-6, 1e-6))
+            << int(be);
+        const std::vector<float> half = vec(scaled_dot_product_attention(q, k, v, {}, o));
+        o.scale = 0.0;  // the default 1/sqrt(D) = 0.5 here
+        EXPECT_EQ(vec(scaled_dot_product_attention(q, k, v, {}, o)), half) << int(be);
+    }
+}

@@ -29,7 +29,9 @@ struct AttentionMask {
 };
 
 struct AttentionOptions {
-    double scale = 0.0;               // 0 means 1/√D
+    /// Multiplies q·kᵀ; 0 means 1/√D. Any other finite value (negative too, as in PyTorch) is used
+    /// as given; NaN or ±inf throws naming scale.
+    double scale = 0.0;
     double dropout = 0.0;             // on the attention weights, only when training
     bool training = false;
     Generator* gen = nullptr;         // dropout randomness; default generator when null
