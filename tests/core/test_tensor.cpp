@@ -260,3 +260,14 @@ TEST(Tensor, FactoriesThrowWhenTheElementOrByteCountOverflowsInt64) {
     EXPECT_THROW(rand({2}, nullptr, 0.0, NAN), Error);
     EXPECT_EQ(rand({2}, nullptr, 1.5, 1.5).to_vector<float>(), std::vector<float>(2, 1.5f));
 }
+
+TEST(Tensor, UndefinedTensorMethodsThrowInsteadOfAborting) {
+    // Once QKV_ASSERT in Tensor::impl() aborted the process.
+    Tensor t;
+    EXPECT_FALSE(t.defined());
+    EXPECT_FALSE(t.requires_grad());
+    const std::string msgs[] = {error_of([&] { (void)t.numel(); }), error_of([&] { t.requires_grad_(); }),
+                                error_of([&] { (void)t.shape(); }), error_of([&] { (void)t.grad(); }),
+                                error_of([&] { (void)t.contiguous(); }), error_of([&] { (void)t.dtype(); })};
+    for (const std::string& msg : msgs) EXPECT_NE(msg.find("undefined tensor"), std::string::npos) << msg;
+}

@@ -114,8 +114,10 @@ public:
     /// Same data, no history, requires_grad false.
     Tensor detach() const;
 
+    /// The shared state; throws qkv::Error ("undefined tensor") on a default-constructed Tensor,
+    /// so every accessor above (numel, shape, requires_grad_, ...) throws rather than aborts.
     TensorImpl& impl() const {
-        QKV_ASSERT(impl_ != nullptr);
+        if (impl_ == nullptr) [[unlikely]] detail::throw_undefined_tensor();
         return *impl_;
     }
     const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
