@@ -450,3 +450,32 @@ TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
         EXPECT_EQ(vec(scaled_dot_product_attention(q, k, v, {}, o)), half) << int(be);
     }
 }
+
+TEST(AttentionMath, AllNanRowGivesNanAndOnlyAFullyMaskedRowGivesZeroOnBothBackends) {
+    // Once the math path's max dropped NaN, so an all-NaN row came out as exact zeros.
+    for (float x : vec(masked_softmax(full({1, 1, 3}, NAN)))) EXPECT_TRUE(std::isnan(x));
+    for (float x : vec(masked_softmax(from_vector<float>({1.f, NAN, 2.f}, {1, 1, 3}))))
+        EXPECT_TRUE(std::isnan(x));
+    for (float x : vec(masked_softmax(full({1, 1, 3}, -INFINITY)))) EXPECT_EQ(x, 0.f);
+    for (float x : vec(masked_softmax(full({1, 1, 3}, NAN), from_vector<int64_t>({0}, {1}))))
+        EXPECT_EQ(x, 0.f);  // NaN behind the valid length is masked, never read
+    for (double x : masked_softmax(full({1, 1, 3}, NAN, DType::f64)).to_vector<double>())
+        EXPECT_TRUE(std::isnan(x));
+
+    // q (2, 1, 2, 4): query row 0 of batch 0 is all NaN; batch 1 has valid_lens 0 (fully masked).
+    Generator g(13);
+    Tensor q = randn({2, 1, 2, 4}, &g), k = randn({2, 1, 3, 4}, &g), v = randn({2, 1, 3, 4}, &g);
+    std::vector<float> qv = vec(q);
+    for (size_t i = 0; i < 4; ++i) qv[i] = NAN;
+    q = from_vector(qv, {2, 1, 2, 4});
+    AttentionMask m;
+    m.valid_lens = from_vector<int64_t>({3, 0}, {2});
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        const std::vector<float> out = vec(scaled_dot_product_attention(q, k, v, m, o));
+        for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(out[i])) << int(be) << " " << i;
+        for (size_t i = 4; i < 8; ++i) EXPECT_TRUE(std::isfinite(out[i])) << int(be) << " " << i;
+        for (size_t i = 8; i < 16; ++i) EXPECT_EQ(out[i], 0.f) << int(be) << " " << i;
+    }
+}
