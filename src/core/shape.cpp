@@ -18,7 +18,12 @@ const char* dtype_name(DType t) {
 
 int64_t shape_numel(const Shape& s) {
     int64_t n = 1;
-    for (int64_t d : s) n *= d;
+    bool overflow = false;
+    for (int64_t d : s) {
+        if (d == 0) return 0;
+        overflow |= __builtin_mul_overflow(n, d, &n);
+    }
+    QKV_CHECK(!overflow, "shape ", s, " has more elements than int64 can count");
     return n;
 }
 

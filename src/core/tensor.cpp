@@ -17,9 +17,17 @@ Storage::Storage(int64_t n) : data(allocate(n)), nbytes(n) {}
 Storage::~Storage() { deallocate(data, nbytes); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-    for (int64_t d : shape) QKV_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+    // The strides multiply every dim (a 0 counting as 1): their product and the byte count must fit.
+    int64_t span = 1, nbytes = 0;
+    for (int64_t d : shape) {
+        QKV_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+        QKV_CHECK(!__builtin_mul_overflow(span, std::max<int64_t>(d, 1), &span), "empty: shape ", shape,
+                  " has more elements than int64 can count");
+    }
+    QKV_CHECK(!__builtin_mul_overflow(shape_numel(shape), int64_t(dtype_size(dtype)), &nbytes),
+              "empty: shape ", shape, " of ", dtype_name(dtype), " needs more bytes than int64 can count");
     auto impl     = std::make_shared<TensorImpl>();
-    impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype));
+    impl->storage = std::make_shared<Storage>(nbytes);
     impl->shape   = shape;
     impl->strides = contiguous_strides(shape);
     impl->dtype   = dtype;
@@ -129,9 +137,13 @@ Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
 
 Tensor arange(double start, double end, double step, DType dtype) {
-    QKV_CHECK(step != 0, "arange: step must be non-zero");
+    QKV_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step) && step != 0,
+              "arange(start ", start, ", end ", end, ", step ", step,
+              "): start, end and step must be finite and step non-zero");
     const double len = std::ceil((end - start) / step);
-    const int64_t n  = len > 0 ? int64_t(len) : 0;
+    QKV_CHECK(len < 9.2e18, "arange(start ", start, ", end ", end, ", step ", step, "): ", len,
+              " elements are more than int64 can count");
+    const int64_t n = len > 0 ? int64_t(len) : 0;
     Tensor t = Tensor::empty({n}, dtype);
     for (int64_t i = 0; i < n; ++i) {
         const double v = start + double(i) * step;
@@ -175,6 +187,8 @@ void fill_random(Tensor& t, F&& f) {
 
 Tensor rand(const Shape& shape, Generator* gen, double low, double high, DType dtype) {
     QKV_CHECK(is_floating(dtype), "rand: dtype must be float32 or float64");
+    QKV_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high,
+              "rand: need finite low <= high, got low ", low, ", high ", high);
     Generator& g = gen ? *gen : default_generator();
     Tensor t = Tensor::empty(shape, dtype);
     const uint64_t seed = g.seed(), start = g.reserve(uint64_t(2 * t.numel()));
@@ -189,6 +203,8 @@ Tensor rand(const Shape& shape, Generator* gen, double low, double high, DType d
 
 Tensor randn(const Shape& shape, Generator* gen, double mean, double std, DType dtype) {
     QKV_CHECK(is_floating(dtype), "randn: dtype must be float32 or float64");
+    QKV_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "randn: need a finite mean and a finite "
+              "std >= 0, got mean ", mean, ", std ", std);
     Generator& g = gen ? *gen : default_generator();
     Tensor t = Tensor::empty(shape, dtype);
     const uint64_t seed = g.seed(), start = g.reserve(uint64_t(4 * t.numel()));

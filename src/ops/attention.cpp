@@ -11,6 +11,7 @@
 #include "kernels/params.h"
 #include "kernels/ref/attention.h"
 #include "ops/dispatch.h"
+#include "ops/valid_lens.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/dropout.h"
@@ -66,18 +67,13 @@ Call normalise(const Tensor& q, const Tensor& k, const Tensor& v) {
     return c;
 }
 
-/// valid_lens as int64 of shape (B) or (B, Tq).
+/// valid_lens as int64 of shape (B) or (B, Tq), clamped to [0, Tk] (NaN throws).
 Tensor check_valid_lens(const Call& c, const Tensor& vl) {
     if (!vl.defined()) return vl;
     QKV_CHECK((vl.dim() == 1 && vl.shape()[0] == c.B) || (vl.dim() == 2 && vl.shape()[0] == c.B &&
               vl.shape()[1] == c.Tq), "scaled_dot_product_attention: valid_lens must be (B) = (", c.B,
               ") or (B, Tq) = (", c.B, ", ", c.Tq, "), got ", vl.shape());
-    if (vl.dtype() == DType::i64) return vl.contiguous();
-    QKV_CHECK(is_floating(vl.dtype()), "scaled_dot_product_attention: valid_lens must be int64 or float");
-    std::vector<double> f = vl.to(DType::f64).to_vector<double>();
-    std::vector<int64_t> out(f.size());
-    for (size_t i = 0; i < f.size(); ++i) out[i] = int64_t(std::ceil(f[i]));
-    return from_vector(out, vl.shape());
+    return from_vector(detail::valid_lens_to_int(vl, c.Tk, "scaled_dot_product_attention"), vl.shape());
 }
 
 /// Per-row key prefix lengths (B, H, Tq) from valid_lens and causal masking.
@@ -271,7 +267,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
                   full4);
     }
-    const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
+    QKV_CHECK(std::isfinite(opt.scale), "scaled_dot_product_attention: scale must be finite (0 means "
+              "1/sqrt(D)), got ", opt.scale);
+    const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
     AttentionBackend want = opt.backend;
     if (want == AttentionBackend::automatic) want = g_override;
     if (want == AttentionBackend::automatic) want = env_backend();

@@ -1,10 +1,12 @@
 // masked_softmax / sequence_mask ops: valid_lens -> per-row lengths, kernel, backward.
 #include "qkv/ops/masked_softmax.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ref/masked_softmax.h"
 #include "ops/dispatch.h"
+#include "ops/valid_lens.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/elementwise.h"
 
@@ -41,25 +43,33 @@ Tensor masked_softmax_rows(const Tensor& X, const Tensor& lens) {
     return y;
 }
 
-namespace {
-/// valid_lens as int64 (floats truncate toward zero: arange(K) < 2.5 keeps 0, 1, 2 -> ceil).
-std::vector<int64_t> lens_as_int(const Tensor& v) {
-    if (v.dtype() == DType::i64) return v.contiguous().to_vector<int64_t>();
-    QKV_CHECK(is_floating(v.dtype()), "masked_softmax: valid_lens must be int64 or float, got ",
-              dtype_name(v.dtype()));
-    std::vector<double> f = v.to(DType::f64).to_vector<double>();
-    std::vector<int64_t> out(f.size());
-    for (size_t i = 0; i < f.size(); ++i) out[i] = int64_t(std::ceil(f[i]));  // j < len  <=>  j < ceil(len)
+namespace detail {
+std::vector<int64_t> valid_lens_to_int(const Tensor& v, int64_t K, const char* op) {
+    std::vector<int64_t> out;
+    if (v.dtype() == DType::i64) {
+        out = v.contiguous().to_vector<int64_t>();
+        for (int64_t& x : out) x = std::clamp<int64_t>(x, 0, K);
+        return out;
+    }
+    QKV_CHECK(is_floating(v.dtype()), op, ": valid_lens must be int64 or float, got ", dtype_name(v.dtype()));
+    const std::vector<double> f = v.to(DType::f64).contiguous().to_vector<double>();
+    out.resize(f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+        QKV_CHECK(!std::isnan(f[i]), op, ": valid_lens[", i, "] (flat index) is ", f[i],
+                  "; a length must be a number");
+        // j < len  <=>  j < ceil(len); clamp in double before the conversion (inf, 1e30 fit no int64)
+        out[i] = int64_t(std::clamp(std::ceil(f[i]), 0.0, double(K)));
+    }
     return out;
 }
-}  // namespace
+}  // namespace detail
 
 Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens) {
     if (!valid_lens.defined()) return masked_softmax_rows(X, Tensor());
     QKV_CHECK(X.dim() >= 2, "masked_softmax: X must be (B, ..., Q, K), got ", X.shape());
     const int64_t B = X.shape()[0], Q = X.shape()[size_t(X.dim() - 2)];
     const int64_t mid = X.numel() / std::max<int64_t>(1, B * Q * X.shape().back());
-    const std::vector<int64_t> v = lens_as_int(valid_lens);
+    const std::vector<int64_t> v = detail::valid_lens_to_int(valid_lens, X.shape().back(), "masked_softmax");
     Shape row_shape(X.shape().begin(), X.shape().end() - 1);
     std::vector<int64_t> lens(static_cast<size_t>(shape_numel(row_shape)));
     if (valid_lens.dim() == 1) {
@@ -83,7 +93,7 @@ Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value) {
     QKV_CHECK(valid_len.dim() == 1 && valid_len.shape()[0] == X.shape()[0], "sequence_mask: valid_len "
               "of shape ", valid_len.shape(), " does not match X ", X.shape());
     const int64_t B = X.shape()[0], T = X.shape()[1];
-    const std::vector<int64_t> v = lens_as_int(valid_len);
+    const std::vector<int64_t> v = detail::valid_lens_to_int(valid_len, T, "sequence_mask");
     std::vector<bool> m(static_cast<size_t>(B * T));
     for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < T; ++t) m[size_t(b * T + t)] = t >= v[size_t(b)];

@@ -222,3 +222,67 @@ TEST(Tensor, ScatterRowsZeroesSkippedRowsInReusedMemory) {
         for (int64_t c = 0; c < cols; c += 97)
             ASSERT_EQ(out[size_t(r * cols + c)], r % 3 == 0 ? 1.f : 0.f) << "row " << r << " col " << c;
 }
+
+namespace {
+/// The message of the qkv::Error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST(Tensor, FactoriesThrowWhenTheElementOrByteCountOverflowsInt64) {
+    // Once: numel 0 for (2^40, 2^40), negative for (3, 2^62), and (2^31, 2^31) f32 "succeeded" with
+    // a wrapped byte count.
+    const int64_t p40 = int64_t(1) << 40, p31 = int64_t(1) << 31, p62 = int64_t(1) << 62;
+    for (const Shape& s : {Shape{p40, p40}, Shape{3, p62}, Shape{p31, p31}, Shape{p40, 0, p40, p40}}) {
+        const std::string msg = error_of([&] { zeros(s); });
+        EXPECT_NE(msg.find("shape " + shape_str(s)), std::string::npos) << msg;
+        EXPECT_NE(msg.find("than int64 can count"), std::string::npos) << msg;
+        EXPECT_THROW(Tensor::empty(s, DType::f64), Error);
+        EXPECT_THROW(ones(s), Error);
+        EXPECT_THROW(full(s, 2.0, DType::i64), Error);
+        EXPECT_THROW(rand(s), Error);
+        EXPECT_THROW(randn(s), Error);
+    }
+    EXPECT_THROW(shape_numel({p40, p40}), Error);
+    EXPECT_EQ(shape_numel({p40, p40, 0}), 0);
+    EXPECT_EQ(shape_numel({p31, p31}), int64_t(1) << 62);
+    EXPECT_EQ(zeros({0, 3}).numel(), 0);
+
+    std::string msg = error_of([] { arange(0, NAN); });
+    EXPECT_NE(msg.find("arange(start 0, end nan, step 1)"), std::string::npos) << msg;
+    EXPECT_THROW(arange(0, INFINITY), Error);
+    EXPECT_THROW(arange(0, 1, NAN), Error);
+    msg = error_of([] { arange(0, 1e300); });
+    EXPECT_NE(msg.find("arange(start 0, end 1e+300, step 1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("more than int64 can count"), std::string::npos) << msg;
+    EXPECT_EQ(arange(3, 1).numel(), 0);  // an empty range stays legal
+
+    msg = error_of([] { randn({2}, nullptr, 0.0, -1.0); });
+    EXPECT_NE(msg.find("randn: need a finite mean and a finite std >= 0, got mean 0, std -1"),
+              std::string::npos) << msg;
+    EXPECT_THROW(randn({2}, nullptr, NAN, 1.0), Error);
+    EXPECT_THROW(randn({2}, nullptr, 0.0, INFINITY), Error);
+    EXPECT_EQ(randn({3}, nullptr, 2.0, 0.0).to_vector<float>(), std::vector<float>(3, 2.f));
+    msg = error_of([] { rand({2}, nullptr, 1.0, 0.0); });
+    EXPECT_NE(msg.find("rand: need finite low <= high, got low 1, high 0"), std::string::npos) << msg;
+    EXPECT_THROW(rand({2}, nullptr, 0.0, NAN), Error);
+    EXPECT_EQ(rand({2}, nullptr, 1.5, 1.5).to_vector<float>(), std::vector<float>(2, 1.5f));
+}
+
+TEST(Tensor, UndefinedTensorMethodsThrowInsteadOfAborting) {
+    // Once QKV_ASSERT in Tensor::impl() aborted the process.
+    Tensor t;
+    EXPECT_FALSE(t.defined());
+    EXPECT_FALSE(t.requires_grad());
+    const std::string msgs[] = {error_of([&] { (void)t.numel(); }), error_of([&] { t.requires_grad_(); }),
+                                error_of([&] { (void)t.shape(); }), error_of([&] { (void)t.grad(); }),
+                                error_of([&] { (void)t.contiguous(); }), error_of([&] { (void)t.dtype(); })};
+    for (const std::string& msg : msgs) EXPECT_NE(msg.find("undefined tensor"), std::string::npos) << msg;
+}

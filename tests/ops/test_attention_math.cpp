@@ -37,6 +37,17 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
 
 std::vector<float> vec(const Tensor& t) { return t.contiguous().to_vector<float>(); }
 
+/// The message of the qkv::Error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 /// D2L's masked_softmax (d2l_spec.md §1.1): entries j >= len set to −1e6, then softmax.
 Tensor d2l_masked_softmax(const Tensor& X, const std::vector<int64_t>& lens_per_row) {
     const int64_t K = X.shape().back(), rows = X.numel() / K;
@@ -368,5 +379,103 @@ TEST(AttentionMath, GradcheckFloat64WithMasks) {
              randn({2, 4, 3}, nullptr, 0, 1, DType::f64).requires_grad_(),
              randn({2, 4, 2}, nullptr, 0, 1, DType::f64).requires_grad_()});
         EXPECT_TRUE(r.ok) << int(c) << ": " << r.message;
+    }
+}
+
+TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBothBackends) {
+    // NaN, +inf and 1e30 once crashed the flash kernel (an undefined float -> int64 conversion) and
+    // gave zeros on the math path; every reader now clamps to [0, Tk] and NaN throws.
+    Generator g(11);
+    Tensor q = randn({2, 1, 5, 8}, &g), k = randn({2, 1, 5, 8}, &g), v = randn({2, 1, 5, 8}, &g);
+    AttentionMask ref;
+    ref.valid_lens = from_vector<int64_t>({3, 5}, {2});
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        const std::vector<float> want = vec(scaled_dot_product_attention(q, k, v, ref, o));
+        AttentionMask nan;
+        nan.valid_lens = from_vector<float>({3.f, NAN}, {2});
+        const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, nan, o); });
+        EXPECT_NE(msg.find("valid_lens[1]"), std::string::npos) << int(be) << ": " << msg;
+        EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
+        for (float big : {INFINITY, 1e30f, 6.f, 4.5e9f}) {
+            AttentionMask m;
+            m.valid_lens = from_vector<float>({2.5f, big}, {2});
+            EXPECT_EQ(vec(scaled_dot_product_attention(q, k, v, m, o)), want) << int(be) << " " << big;
+        }
+        AttentionMask neg;
+        neg.valid_lens = from_vector<float>({3.f, -INFINITY}, {2});
+        AttentionMask neg_i;
+        neg_i.valid_lens = from_vector<int64_t>({3, -7}, {2});
+        for (const AttentionMask& m : {neg, neg_i}) {
+            const std::vector<float> out = vec(scaled_dot_product_attention(q, k, v, m, o));
+            EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 40), std::vector<float>(want.begin(),
+                      want.begin() + 40)) << int(be);
+            for (size_t i = 40; i < 80; ++i) EXPECT_EQ(out[i], 0.f) << int(be) << " " << i;  // no key
+        }
+    }
+    // masked_softmax and sequence_mask read lengths the same way.
+    Tensor X = randn({2, 3, 5}, &g);
+    EXPECT_TRUE(all_close(vec(masked_softmax(X, from_vector<float>({INFINITY, 1e30f}, {2}))),
+                          vec(masked_softmax(X)), 1e-7, 1e-7));
+    std::string msg = error_of([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
+    EXPECT_NE(msg.find("masked_softmax: valid_lens[0]"), std::string::npos) << msg;
+    msg = error_of([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
+    EXPECT_NE(msg.find("sequence_mask: valid_lens[1]"), std::string::npos) << msg;
+    const std::vector<float> sm = vec(sequence_mask(X, from_vector<float>({INFINITY, -INFINITY}, {2}))),
+                             x = vec(X);
+    for (size_t i = 0; i < 30; ++i) EXPECT_EQ(sm[i], i < 15 ? x[i] : 0.f) << i;
+}
+
+TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
+    // Once NaN (and every value <= 0) silently meant 1/sqrt(D) and inf gave NaN output.
+    Generator g(12);
+    Tensor q = randn({1, 2, 3, 4}, &g), k = randn({1, 2, 5, 4}, &g), v = randn({1, 2, 5, 4}, &g);
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        for (double s : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+            o.scale = s;
+            const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, {}, o); });
+            EXPECT_NE(msg.find("scaled_dot_product_attention: scale must be finite"), std::string::npos)
+                << int(be) << ": " << msg;
+        }
+        o.scale = -0.5;
+        const std::vector<float> neg = vec(scaled_dot_product_attention(q, k, v, {}, o));
+        o.scale = 0.5;
+        EXPECT_TRUE(all_close(neg, vec(scaled_dot_product_attention(mul(q, -1.0), k, v, {}, o)), 1e-6, 1e-6))
+            << int(be);
+        const std::vector<float> half = vec(scaled_dot_product_attention(q, k, v, {}, o));
+        o.scale = 0.0;  // the default 1/sqrt(D) = 0.5 here
+        EXPECT_EQ(vec(scaled_dot_product_attention(q, k, v, {}, o)), half) << int(be);
+    }
+}
+
+TEST(AttentionMath, AllNanRowGivesNanAndOnlyAFullyMaskedRowGivesZeroOnBothBackends) {
+    // Once the math path's max dropped NaN, so an all-NaN row came out as exact zeros.
+    for (float x : vec(masked_softmax(full({1, 1, 3}, NAN)))) EXPECT_TRUE(std::isnan(x));
+    for (float x : vec(masked_softmax(from_vector<float>({1.f, NAN, 2.f}, {1, 1, 3}))))
+        EXPECT_TRUE(std::isnan(x));
+    for (float x : vec(masked_softmax(full({1, 1, 3}, -INFINITY)))) EXPECT_EQ(x, 0.f);
+    for (float x : vec(masked_softmax(full({1, 1, 3}, NAN), from_vector<int64_t>({0}, {1}))))
+        EXPECT_EQ(x, 0.f);  // NaN behind the valid length is masked, never read
+    for (double x : masked_softmax(full({1, 1, 3}, NAN, DType::f64)).to_vector<double>())
+        EXPECT_TRUE(std::isnan(x));
+
+    // q (2, 1, 2, 4): query row 0 of batch 0 is all NaN; batch 1 has valid_lens 0 (fully masked).
+    Generator g(13);
+    Tensor q = randn({2, 1, 2, 4}, &g), k = randn({2, 1, 3, 4}, &g), v = randn({2, 1, 3, 4}, &g);
+    std::vector<float> qv = vec(q);
+    for (size_t i = 0; i < 4; ++i) qv[i] = NAN;
+    q = from_vector(qv, {2, 1, 2, 4});
+    AttentionMask m;
+    m.valid_lens = from_vector<int64_t>({3, 0}, {2});
+    for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
+        AttentionOptions o;
+        o.backend = be;
+        const std::vector<float> out = vec(scaled_dot_product_attention(q, k, v, m, o));
+        for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(out[i])) << int(be) << " " << i;
+        for (size_t i = 4; i < 8; ++i) EXPECT_TRUE(std::isfinite(out[i])) << int(be) << " " << i;
+        for (size_t i = 8; i < 16; ++i) EXPECT_EQ(out[i], 0.f) << int(be) << " " << i;
     }
 }

@@ -38,6 +38,8 @@ std::string str(const Parts&... parts) {
     return os.str();
 }
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line);
+/// Throws qkv::Error for a method called on an undefined (default-constructed) Tensor.
+[[noreturn]] void throw_undefined_tensor();
 }  // namespace detail
 
 }  // namespace qkv

@@ -8,7 +8,8 @@ namespace qkv {
 
 using Shape = std::vector<int64_t>;
 
-/// Product of the dims (1 for a scalar shape ()).
+/// Product of the dims (1 for a scalar shape (), 0 when any dim is 0); throws qkv::Error naming
+/// the shape when the product overflows int64.
 int64_t shape_numel(const Shape& s);
 /// Contiguous row-major strides, in elements.
 Shape contiguous_strides(const Shape& s);

@@ -46,7 +46,9 @@ public:
     Tensor() = default;
     explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-    /// Uninitialised contiguous tensor (memory from the caching allocator).
+    /// Uninitialised contiguous tensor (memory from the caching allocator). Throws qkv::Error
+    /// naming the shape for a negative dim or when the element or byte count overflows int64
+    /// (as do every factory below, which build on it).
     static Tensor empty(const Shape& shape, DType dtype = DType::f32);
 
     bool defined() const { return impl_ != nullptr; }
@@ -115,8 +117,10 @@ public:
     /// Same data, no history, requires_grad false.
     Tensor detach() const;
 
+    /// The shared state; throws qkv::Error ("undefined tensor") on a default-constructed Tensor,
+    /// so every accessor above (numel, shape, requires_grad_, ...) throws rather than aborts.
     TensorImpl& impl() const {
-        QKV_ASSERT(impl_ != nullptr);
+        if (impl_ == nullptr) [[unlikely]] detail::throw_undefined_tensor();
         return *impl_;
     }
     const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
@@ -129,12 +133,14 @@ private:
 Tensor zeros(const Shape& shape, DType dtype = DType::f32);
 Tensor ones(const Shape& shape, DType dtype = DType::f32);
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
-/// [start, end) with step, like torch.arange; f32 unless dtype given.
+/// [start, end) with step, like torch.arange; f32 unless dtype given. Throws naming the arguments
+/// when start, end or step is not finite, step is 0, or the length overflows int64.
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32);
-/// U[low, high) from gen (the default generator when null).
+/// U[low, high) from gen (the default generator when null); throws unless low <= high, both finite.
 Tensor rand(const Shape& shape, Generator* gen = nullptr, double low = 0.0, double high = 1.0,
             DType dtype = DType::f32);
-/// N(mean, std²) by Box–Muller from gen (the default generator when null).
+/// N(mean, std²) by Box–Muller from gen (the default generator when null); throws unless mean is
+/// finite and std finite and >= 0.
 Tensor randn(const Shape& shape, Generator* gen = nullptr, double mean = 0.0, double std = 1.0,
              DType dtype = DType::f32);
 /// Copies `values` into a tensor of `shape` (numel must match); DType from T.

@@ -19,6 +19,8 @@ enum class CausalAlign { none, top_left, bottom_right };
 
 struct AttentionMask {
     /// int64 or float, (B): keys j >= valid_lens[b] masked for every query; (B, Tq): per query.
+    /// Read as masked_softmax reads it (both backends): floats round up, > Tk (+inf) means Tk,
+    /// < 0 (−inf) means 0, NaN throws.
     Tensor valid_lens;
     CausalAlign causal = CausalAlign::none;
     /// Optional tensor broadcastable to (B, H, Tq, Tk) (or (B, Tq, Tk) for rank-3 inputs):
@@ -27,7 +29,9 @@ struct AttentionMask {
 };
 
 struct AttentionOptions {
-    double scale = 0.0;               // 0 means 1/√D
+    /// Multiplies q·kᵀ; 0 means 1/√D. Any other finite value (negative too, as in PyTorch) is used
+    /// as given; NaN or ±inf throws naming scale.
+    double scale = 0.0;
     double dropout = 0.0;             // on the attention weights, only when training
     bool training = false;
     Generator* gen = nullptr;         // dropout randomness; default generator when null

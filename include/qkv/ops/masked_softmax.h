@@ -6,10 +6,13 @@ namespace qkv {
 
 /// Softmax over the last dim of X (B, ..., Q, K) where key positions j >= valid_len are masked.
 /// valid_lens: undefined (plain softmax), (B) — one length per batch row, every query of b — or
-/// (B, Q) — one per query row; int64 or float (truncated, as D2L compares arange(K) < len).
+/// (B, Q) — one per query row; int64 or float (a float length rounds up, as D2L compares
+/// arange(K) < len: 2.5 keeps keys 0, 1, 2). Lengths > K (+inf included) mean K, < 0 (−inf
+/// included) mean 0; a NaN length throws naming valid_lens and its index.
 /// Masked weights are exactly 0. A row with valid_len 0 gives all zeros (and zero gradients),
 /// not D2L's uniform 1/K from its −1e6 fill; partially masked rows equal D2L's result.
-/// Entries equal to −inf are masked too, so a row of all −inf also gives zeros (never NaN).
+/// Entries equal to −inf are masked too, so a row of all −inf also gives zeros (never NaN); a
+/// NaN among a row's kept entries makes that row NaN (an all-NaN row is NaN, not 0).
 /// Throws naming the shapes when valid_lens does not fit X.
 Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens = Tensor());
 

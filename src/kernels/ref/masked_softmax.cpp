@@ -15,7 +15,9 @@ void masked_softmax_forward(const T* x, T* y, const int64_t* lens, int64_t rows,
         T* yr = y + r * cols;
         const int64_t len = lens ? std::clamp<int64_t>(lens[r], 0, cols) : cols;
         T m = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < len; ++j) m = std::max(m, xr[j]);
+        // NaN wins the max (std::max would drop it): an all-NaN row gives NaN, not the zeros of a
+        // fully masked row.
+        for (int64_t j = 0; j < len; ++j) m = xr[j] > m || std::isnan(xr[j]) ? xr[j] : m;
         if (len == 0 || m == -std::numeric_limits<T>::infinity()) {
             std::fill(yr, yr + cols, T(0));
             continue;

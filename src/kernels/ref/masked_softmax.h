@@ -7,6 +7,7 @@ namespace qkv::kernels::ref {
 
 /// Row r keeps its first min(lens[r], cols) entries (all when lens is null) and entries that
 /// are not -inf; y = softmax over kept entries, 0 elsewhere; a row with nothing kept is all 0.
+/// A NaN among the kept entries makes the row NaN (like softmax), never 0.
 template <class T>
 void masked_softmax_forward(const T* x, T* y, const int64_t* lens, int64_t rows, int64_t cols);
 
