@@ -4,6 +4,7 @@
 #include "qkv/ops/attention.h"
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 
@@ -267,7 +268,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
                   full4);
     }
-    QKV_CHECK(std::isfinite(opt.scale), "scaled_dot_product_attention: scale must be finite (0 means "
+    QKV_CHECK(std::isfinite(opt.scale) && std::abs(opt.scale) <= double(std::numeric_limits<float>::max()),
+              "scaled_dot_product_attention: scale must be finite and within float range (0 means "
               "1/sqrt(D)), got ", opt.scale);
     const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
     AttentionBackend want = opt.backend;

@@ -2,6 +2,7 @@
 // contract, a FNV-1a checksum of the data section, and clear errors for damaged files.
 #include "qkv/train/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -147,9 +148,13 @@ uint64_t meta_u64(const std::map<std::string, std::string>& m, const std::string
     auto it = m.find(k);
     QKV_CHECK(it != m.end(), "metadata entry '", k, "' is missing");
     try {
+        // Digits only: std::stoull also takes leading spaces and a sign, and wraps "-1" to 2^64 − 1.
+        const std::string& s = it->second;
+        QKV_CHECK(!s.empty() && std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; }),
+                  "bad number");
         size_t pos = 0;
-        const unsigned long long v = std::stoull(it->second, &pos);
-        QKV_CHECK(pos == it->second.size(), "bad number");
+        const unsigned long long v = std::stoull(s, &pos);
+        QKV_CHECK(pos == s.size(), "bad number");
         return uint64_t(v);
     } catch (const std::exception&) {
         throw Error(detail::str("metadata entry '", k, "' is not a number: '", it->second, "'"));

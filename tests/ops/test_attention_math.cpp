@@ -434,7 +434,7 @@ TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
     for (AttentionBackend be : {AttentionBackend::math, AttentionBackend::flash}) {
         AttentionOptions o;
         o.backend = be;
-        for (double s : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+        for (double s : {double(NAN), double(INFINITY), -double(INFINITY), 1e39, -1e39}) {  // 1e39: inf as float
             o.scale = s;
             const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, {}, o); });
             EXPECT_NE(msg.find("scaled_dot_product_attention: scale must be finite"), std::string::npos)

@@ -275,6 +275,23 @@ TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
     EXPECT_EQ(error_of([&] { train::read_checkpoint_progress(path); }),
               "checkpoint '" + path + "': metadata entry 'qkv.train_seconds' is not a number: '1x.5'");
 
+    // A counter written as "-1" (same length as "10"): std::stoull alone wrapped it to 2^64 − 1.
+    for (const char* bad : {"-1", " 9"}) {
+        p.step = 10;
+        train::save_checkpoint(path, *t.m, *t.adam, p);
+        std::ifstream in(path, std::ios::binary);
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        std::string b = ss.str();
+        const std::string was = R"("qkv.step":"10")";
+        const size_t where = b.find(was);
+        ASSERT_NE(where, std::string::npos);
+        b.replace(where, was.size(), std::string(R"("qkv.step":")") + bad + "\"");
+        std::ofstream(path, std::ios::binary) << b;
+        EXPECT_EQ(error_of([&] { train::read_checkpoint_progress(path); }),
+                  "checkpoint '" + path + "': metadata entry 'qkv.step' is not a number: '" + bad + "'");
+    }
+
     const std::string e =
         error_of([&] { train::parse_metadata_json<nlohmann::json>(path, "qkv.config", R"({"model": )"); });
     EXPECT_EQ(e.rfind("checkpoint '" + path + "': metadata 'qkv.config' is not valid JSON (parse error at line 1", 0),
