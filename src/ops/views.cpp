@@ -53,7 +53,8 @@ Tensor Tensor::reshape(const Shape& shape_in) const {
             infer = int64_t(i);
         } else {
             QKV_CHECK(shape[i] >= 0, "reshape: invalid shape ", shape_in);
-            known *= shape[i];
+            QKV_CHECK(!__builtin_mul_overflow(known, shape[i], &known), "reshape: the shape ", shape_in,
+                      " has more elements than int64 can count");
         }
     }
     if (infer >= 0) {

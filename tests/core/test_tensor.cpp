@@ -236,6 +236,16 @@ std::string error_of(F f) {
 }
 }  // namespace
 
+TEST(Tensor, ReshapeWithMinusOneNamesAnOverflowingShape) {
+    // The known dims' product wrapped, and the error then blamed the element count.
+    const int64_t p40 = int64_t(1) << 40;
+    const std::string msg = error_of([&] { arange(0, 6).reshape({p40, p40, -1}); });
+    EXPECT_NE(msg.find("reshape: the shape (" + std::to_string(p40) + ", " + std::to_string(p40) +
+                       ", -1) has more elements than int64 can count"),
+              std::string::npos)
+        << msg;
+}
+
 TEST(Tensor, FactoriesThrowWhenTheElementOrByteCountOverflowsInt64) {
     // Once: numel 0 for (2^40, 2^40), negative for (3, 2^62), and (2^31, 2^31) f32 "succeeded" with
     // a wrapped byte count.
