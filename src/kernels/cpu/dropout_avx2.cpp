@@ -107,12 +107,11 @@ void dropout_backward_mask_avx2(
     const __m256 vs = _mm256_set1_ps(scale);
 #pragma omp parallel for schedule(static) if (groups >= kDropoutMinParallelGroups)
     for (int64_t g = 0; g < groups; ++g) {
-        const __m256i m32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask + g * 32));
         for (int j = 0; j < 4; ++j) {
             const int64_t e = g * 32 + j * 8;
-            // Bytes 8j .. 8j+7 of the mask widened to 32-bit lanes; a kept lane is all ones.
-            const __m256i w = _mm256_cvtepu8_epi32(
-                _mm_cvtsi64_si128(_mm256_extract_epi64(m32, j)));
+            // The mask bytes e .. e+7 widened to 32-bit lanes; a kept lane is all ones.
+            const __m256i w =
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mask + e)));
             const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(w, _mm256_setzero_si256()));
             _mm256_storeu_ps(dx + e, _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(dy + e), vs)));
         }
