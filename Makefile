@@ -37,7 +37,7 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -LE "bench|slow"
 
-# Install test from scratch (ctest install.fresh, label `slow`): a fresh library-only build installed
+# Install test from scratch (ctest install.fresh, label `slow`): a fresh tree, library target only, installed
 # into a temporary prefix, then tests/install/consumer built with find_package(qkv) and run.
 test-install: deps
 	JOBS=$(JOBS) bash tests/install/test_install.sh $(CURDIR)

@@ -139,9 +139,11 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
                                 " is relative to the folder qkv train ran in; not found from here (tried '",
                                 fs::absolute(d.path, ec).string(),
                                 "'). Run from that folder, or pass the data file with --data PATH or $QKV_DATA "
-                                "(they override config.json)"));
+                                "(--data replaces the recorded path; $QKV_DATA is used only when the recorded file "
+                                "is missing)"));
     throw Error(detail::str("the data path '", d.path, "' in ", cfg_file,
-                            " does not exist; pass the data file with --data PATH or $QKV_DATA (they override config.json)"));
+                            " does not exist; pass the data file with --data PATH or $QKV_DATA (--data replaces the "
+                            "recorded path; $QKV_DATA is used only when the recorded file is missing)"));
 }
 
 bool check_data_fingerprint(const std::string& dir, const RunConfig& cfg, const TranslationData& d) {

@@ -103,6 +103,7 @@ done
 [ ! -e nodir ] || fail "eval created nodir"
 mv fra.txt moved.txt
 run_rc 1 eval --model run --no-progress;           err_has "--data PATH or \$QKV_DATA"
+err_has "\$QKV_DATA is used only when the recorded file is missing"  # not "overrides config.json"
 set +e
 QKV_DATA="$T/moved.txt" "$QKV" eval --model run --no-progress > "$T/out" 2> "$T/err"; rc=$?
 set -e

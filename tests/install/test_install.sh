@@ -2,10 +2,11 @@
 # Install test: qkv installed into a temporary prefix is usable from an out-of-tree CMake project
 # (tests/install/consumer: find_package(qkv 0.1 REQUIRED), qkv::qkv).
 #   test_install.sh SOURCE_DIR BUILD_DIR   installs BUILD_DIR, an already built tree (ctest install.consumer)
-#   test_install.sh SOURCE_DIR             configures and builds a fresh library-only tree first (slow:
-#                                          the whole library; ctest install.fresh, `make test-install`)
-# Checks: the installed files (every public header, libqkv.a, the three package files, bin/qkv when
-# the tree built it), that the consumer configures, compiles every installed header, links and
+#   test_install.sh SOURCE_DIR             configures a fresh tree (the program on, as by default) and
+#                                          builds only the library (--target qkv) first (slow: the whole
+#                                          library; ctest install.fresh, `make test-install`)
+# Checks: the installed files (every public header, libqkv.a, the three package files, bin/qkv exactly
+# when the tree built it), that the consumer configures, compiles every installed header, links and
 # runs, and that find_package(qkv 0.2) refuses this 0.1 package. JOBS sets the fresh build's -j.
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -17,8 +18,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 if [[ -z $build ]]; then
     build=$work/build
     cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=OFF \
-        -DQKV_BUILD_BENCH=OFF -DQKV_BUILD_EXAMPLES=OFF -DQKV_BUILD_APPS=OFF
-    cmake --build "$build" -j "${JOBS:-2}"
+        -DQKV_BUILD_BENCH=OFF -DQKV_BUILD_EXAMPLES=OFF
+    cmake --build "$build" -j "${JOBS:-2}" --target qkv
 fi
 
 prefix=$work/prefix
@@ -31,9 +32,11 @@ diff <(cd "$src/include" && find qkv -name '*.h' | sort) <(cd "$prefix/include" 
 for f in qkvConfig.cmake qkvConfigVersion.cmake qkvTargets.cmake; do
     [[ -f $prefix/lib/cmake/qkv/$f ]] || fail "no lib/cmake/qkv/$f under $prefix"
 done
-if grep -q '^QKV_BUILD_APPS:BOOL=ON' "$build/CMakeCache.txt"; then
+if [[ -x $build/bin/qkv ]]; then
     [[ -x $prefix/bin/qkv ]] || fail "the tree built the qkv program but bin/qkv is not installed"
     "$prefix/bin/qkv" --help >/dev/null || fail "installed bin/qkv --help failed"
+else
+    [[ ! -e $prefix/bin/qkv ]] || fail "the tree did not build the qkv program but bin/qkv is installed"
 fi
 # The package must not point back into the source or build tree.
 if grep -n -e "$src/" -e "$build" "$prefix"/lib/cmake/qkv/*.cmake; then
