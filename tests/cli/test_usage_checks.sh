@@ -12,3 +12,30 @@ run_rc 0 nw --kernel-width 1e-19 --out "$T/nw"  # narrow, but every query keeps 
 out_has "test MSE against the true function: 0."
 run_rc 0 nw --epochs 1 --out "$T/nw1"
 out_has "1 epoch, loss"
+
+# ---- --out that cannot be created: a usage error before the data is read (root may write /proc
+# as far as access() is concerned, but cannot create anything there) ----
+six_pairs > "$T/fra.txt"
+run_rc 2 train --data "$T/fra.txt" --out /proc/qkv-test-$$
+err_has "qkv: error: --out '/proc/qkv-test-$$': cannot create the folder '/proc/qkv-test-$$'"
+grep -q "train:\|pairs" "$T/out" && fail "train read the data before checking --out"
+run_rc 2 nw --out /proc/qkv-test-$$/a/b
+err_has "qkv: error: --out '/proc/qkv-test-$$/a/b': cannot create the folder '/proc/qkv-test-$$'"
+# The probe leaves nothing behind.
+echo "x,y" > "$T/bad.csv"
+(cd "$T" && run_rc 1 nw --data bad.csv --out new/run)
+err_has "need at least 2 data rows"
+[ ! -e "$T/new" ] || fail "the --out check left '$T/new' behind"
+run_rc 1 nw --data "$T/bad.csv" --out "$T"
+[ -z "$(ls -A "$T" | grep qkv-write-test)" ] || fail "the --out check left its probe file in '$T'"
+
+# ---- attention weights with the flash backend forced: refused before the model is loaded ----
+mkdir "$T/empty"
+run_rc 2 --attention flash heatmap --model "$T/empty" "go ."
+err_has "qkv: error: --attention flash: heatmap shows the attention weights" "--attention auto or math"
+QKV_ATTENTION=flash run_rc 2 heatmap --model "$T/empty" "go ."
+err_has "qkv: error: QKV_ATTENTION=flash: heatmap shows the attention weights"
+run_rc 2 attention --attention flash --out "$T/att"
+err_has "qkv: error: --attention flash: attention shows the attention weights"
+[ ! -e "$T/att" ] || fail "attention --attention flash wrote files"
+QKV_ATTENTION=flash run_rc 1 heatmap --attention math --model "$T/empty" "go ."  # --attention wins
