@@ -39,3 +39,24 @@ run_rc 2 attention --attention flash --out "$T/att"
 err_has "qkv: error: --attention flash: attention shows the attention weights"
 [ ! -e "$T/att" ] || fail "attention --attention flash wrote files"
 QKV_ATTENTION=flash run_rc 1 heatmap --attention math --model "$T/empty" "go ."  # --attention wins
+
+# ---- a model folder whose vocabulary has its reserved tokens moved is refused, naming file and line ----
+tiny=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1)
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/run" --time-budget none --no-progress "${tiny[@]}"
+run_rc 0 translate --model "$T/run" "go ."
+cp -r "$T/run" "$T/swapped"
+{ sed -n 2p "$T/run/src_vocab.txt"; sed -n 1p "$T/run/src_vocab.txt"; tail -n +3 "$T/run/src_vocab.txt"; } > "$T/swapped/src_vocab.txt"
+run_rc 1 translate --model "$T/swapped" "go ."
+err_has "qkv: error: $T/swapped/src_vocab.txt:1: line 1 must be '<unk>', got '<pad>'"
+cp "$T/run/src_vocab.txt" "$T/swapped/src_vocab.txt"
+{ sed -n 1,2p "$T/run/tgt_vocab.txt"; sed -n 4p "$T/run/tgt_vocab.txt"; sed -n 3p "$T/run/tgt_vocab.txt"; tail -n +5 "$T/run/tgt_vocab.txt"; } > "$T/swapped/tgt_vocab.txt"
+run_rc 1 info "$T/swapped" --no-params
+err_has "$T/swapped/tgt_vocab.txt:3: line 3 must be '<bos>', got '<eos>'"
+# D2L EN's vocabulary is sorted byte-wise ('.' '<eos>' '<pad>' '<unk>' ...): that order is checked.
+for i in $(seq 12); do six_pairs; done > "$T/fra720.txt"
+run_rc 0 train --preset d2l --data "$T/fra720.txt" --max-steps 1 --out "$T/d2l" --time-budget none --no-progress "${tiny[@]}"
+run_rc 0 translate --model "$T/d2l" "go ."
+cp -r "$T/d2l" "$T/d2l_swapped"
+{ sed -n 3p "$T/d2l/src_vocab.txt"; sed -n 2p "$T/d2l/src_vocab.txt"; sed -n 1p "$T/d2l/src_vocab.txt"; tail -n +4 "$T/d2l/src_vocab.txt"; } > "$T/d2l_swapped/src_vocab.txt"
+run_rc 1 translate --model "$T/d2l_swapped" "go ."
+err_has "$T/d2l_swapped/src_vocab.txt:2: '<eos>' comes after '<pad>' on line 1: a D2L EN vocabulary is sorted byte-wise"
