@@ -185,8 +185,9 @@ void check_output_file(const std::string& flag, const std::string& path) {
         throw CLI::ValidationError(flag + " '" + path + "' is a folder; give a file name");
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
-        throw CLI::ValidationError(flag + " '" + path + "': the folder '" + parent.string() +
-                                   "' does not exist");
+        throw CLI::ValidationError(flag + " '" + path + "': " +
+                                   (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
+                                                           : "the folder '" + parent.string() + "' does not exist"));
 }
 
 }  // namespace qkv::cli

@@ -70,7 +70,8 @@ std::string shell_quote(const std::string& s);
 
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
 /// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
-/// folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.
+/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"). Throws
+/// CLI::ValidationError (exit 2) naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
 }  // namespace qkv::cli

@@ -60,3 +60,22 @@ cp -r "$T/d2l" "$T/d2l_swapped"
 { sed -n 3p "$T/d2l/src_vocab.txt"; sed -n 2p "$T/d2l/src_vocab.txt"; sed -n 1p "$T/d2l/src_vocab.txt"; tail -n +4 "$T/d2l/src_vocab.txt"; } > "$T/d2l_swapped/src_vocab.txt"
 run_rc 1 translate --model "$T/d2l_swapped" "go ."
 err_has "$T/d2l_swapped/src_vocab.txt:2: '<eos>' comes after '<pad>' on line 1: a D2L EN vocabulary is sorted byte-wise"
+
+# ---- messages name the file, not the function that read it; plurals; no trailing space ----
+printf "Go.\tVa !\n" > "$T/one.txt"
+run_rc 1 train --data "$T/one.txt" --out "$T/one"
+err_has "qkv: error: data: only 1 pair in $T/one.txt after filtering; need at least 3"
+: > "$T/empty.txt"
+run_rc 1 train --data "$T/empty.txt" --out "$T/e"
+[ "$(tail -n 1 "$T/err")" = "qkv: error: $T/empty.txt: no sentence pairs found (0 lines read)" ] ||
+    { cat -A "$T/err"; fail "empty data file: unexpected message"; }
+echo "not a zip" > "$T/fake.zip"
+run_rc 1 train --data "$T/fake.zip" --out "$T/z"
+err_has "qkv: error: cannot open the zip archive '$T/fake.zip': "
+grep -q "read_fra_eng_text" "$T/err" && fail "a function name leaked into the message"
+run_rc 2 eval --model "$T/run" --json "$T/fra.txt/x.json"
+err_has "qkv: error: --json '$T/fra.txt/x.json': '$T/fra.txt' is not a folder"
+run_rc 1 info "$T/fra.txt"
+err_has "qkv: error: '$T/fra.txt' is not a safetensors file"
+grep -q "checkpoint '" "$T/err" && fail "info called a text file a checkpoint"
+true
