@@ -35,6 +35,7 @@ std::string shape_str(const Shape& s) {
 
 void run_attention(const AttentionArgs& a) {
     check_out_folder("--out", a.out);  // before the tables are printed (a usage error, exit 2)
+    check_weights_backend("attention");
     NoGradGuard ng;
     Generator gen(a.seed);
 

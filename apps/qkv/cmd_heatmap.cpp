@@ -104,6 +104,7 @@ std::string output_prefix(const std::string& out) {
 }
 
 void run(HeatmapArgs a) {
+    check_weights_backend("heatmap");
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
     a.out = output_prefix(a.out);
     const size_t bad = data::invalid_utf8_offset(a.sentence);

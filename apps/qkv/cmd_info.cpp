@@ -2,6 +2,7 @@
 // parameter names and shapes.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,17 @@ void print_tensors(const std::string& file) {
     std::printf("  %zu tensors, %lld elements\n", f.entries().size(), (long long)total);
 }
 
+/// A file that does not start like a safetensors file (an 8-byte header length, then the JSON
+/// header's '{'), such as fra.txt, is named as what it is not rather than as a damaged checkpoint; a
+/// truncated or damaged safetensors file is left to read_checkpoint_metadata's messages.
+void check_safetensors(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    char b[9]       = {};
+    const bool read = bool(f.read(b, 9));
+    QKV_CHECK(read && b[8] == '{', "'", path, "' is not a safetensors file (qkv info reads a model folder, or a "
+              ".safetensors checkpoint or model file)");
+}
+
 void run(const InfoArgs& a) {
     QKV_CHECK(fs::exists(a.path), "model folder '", a.path, "' does not exist (train one with: qkv train --out ",
               a.path, "; info also reads a .safetensors file)");
@@ -67,6 +79,7 @@ void run(const InfoArgs& a) {
         std::printf("check: the folder loads (config.json, vocabularies and model.safetensors agree)\n");
         return;
     }
+    check_safetensors(a.path);
     auto m = train::read_checkpoint_metadata(a.path);
     const auto cfg = m.find("qkv.config");
     const nlohmann::json config = cfg == m.end() ? nlohmann::json()

@@ -54,6 +54,35 @@ util::Heatmap attention_heatmap(std::vector<double> values, int64_t rows, int64_
     return heat;
 }
 
+/// Refuses a result that is not finite, before any output is written (the plots would show nothing
+/// and the MSE would print as nan). A query whose Gaussian scores −(q − k)²/(2σ²) all overflow
+/// float32 to −inf (a tiny --kernel-width, a learned w blown up by a large --lr, or keys far from
+/// every query) has no weights; values whose weighted sum overflows float32 give no prediction.
+void check_finite(const NwArgs& a, const models::NWData& d, const models::NWResult& r, double w_learned) {
+    const std::vector<float> w = r.attention_weights.contiguous().to_vector<float>();
+    const int64_t m = r.attention_weights.size(1);
+    const std::vector<float> xq = d.x_test.contiguous().to_vector<float>();
+    for (size_t i = 0; i < xq.size(); ++i) {
+        bool ok = true;
+        for (int64_t j = 0; j < m && ok; ++j) ok = std::isfinite(w[i * size_t(m) + size_t(j)]);
+        if (ok) continue;
+        char q[32];
+        std::snprintf(q, sizeof q, "%g", double(xq[i]));
+        const std::string why = std::string("the Gaussian kernel underflows: exp(-(q-k)^2 / (2 sigma^2)) is 0 in "
+                                            "float32 for every training point of the test query x = ") + q;
+        if (a.kernel_width > 0) {
+            char s[32];
+            std::snprintf(s, sizeof s, "%g", a.kernel_width);
+            usage_error("--kernel-width " + std::string(s) + ": " + why + "; use a wider kernel");
+        }
+        QKV_CHECK(false, "the learned w = ", w_learned, " (after SGD with --lr ", a.lr, "): ", why,
+                  "; lower --lr or --epochs");
+    }
+    for (float p : r.predictions.contiguous().to_vector<float>())
+        QKV_CHECK(std::isfinite(p), "the predictions overflow float32 (a weighted sum of the training y values ",
+                  "is beyond 3.4e38)", a.data.empty() ? "" : "; scale the y values in '" + a.data + "' down");
+}
+
 void run_nw(const NwArgs& a) {
     using namespace models;
     check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
@@ -88,6 +117,7 @@ void run_nw(const NwArgs& a) {
     // ---- model: parametric (trained) or non-parametric with a fixed width ----
     NWResult test;
     std::vector<NWEpoch> hist;
+    double w_learned = 0;  // the parametric kernel's w after training
     if (a.kernel_width > 0) {
         std::printf("non-parametric Gaussian kernel, width sigma = %g (no training)\n", a.kernel_width);
         NoGradGuard ng;
@@ -100,8 +130,8 @@ void run_nw(const NwArgs& a) {
         cfg.epochs = a.epochs >= 0 ? a.epochs : (zh ? 5 : 20);
         cfg.lr     = a.lr;
         cfg.loss   = zh ? NWLoss::sum : NWLoss::mean;
-        std::printf("parametric kernel, w0 = %.4f, SGD lr %g, %lld epochs, loss %s\n", w0, cfg.lr,
-                    (long long)cfg.epochs, zh ? "sum of squared errors" : "MSE (mean)");
+        std::printf("parametric kernel, w0 = %.4f, SGD lr %g, %lld epoch%s, loss %s\n", w0, cfg.lr,
+                    (long long)cfg.epochs, cfg.epochs == 1 ? "" : "s", zh ? "sum of squared errors" : "MSE (mean)");
         hist = train_nw(model, d.x_train, d.y_train, cfg, [zh](const NWEpoch& e) {
             if (zh)  // D2L ZH's print
                 std::printf("epoch %lld, loss %.6f\n", (long long)e.epoch, e.loss);
@@ -112,7 +142,9 @@ void run_nw(const NwArgs& a) {
         NoGradGuard ng;
         test.predictions       = model.forward(d.x_test, d.x_train, d.y_train);
         test.attention_weights = model.attention_weights();
+        w_learned              = model.w.item();
     }
+    check_finite(a, d, test, w_learned);
     if (d.y_true.defined()) {
         const double mse = mean(pow(sub(test.predictions, d.y_true), 2.0)).item();
         std::printf("test MSE against the true function: %.4f\n", mse);

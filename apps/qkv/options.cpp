@@ -1,15 +1,20 @@
 // Option checks with readable bounds (options.h).
 #include "options.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 
 #include "qkv/core/error.h"
+#include "qkv/ops/attention.h"
 #include "qkv/train/run_config.h"
 
 namespace qkv::cli {
@@ -108,6 +113,12 @@ void check_out_folder(const std::string& flag, const std::string& path) {
     if (fs::exists(st)) {
         if (!fs::is_directory(st)) usage_error(named + " is an existing file, not a folder");
         if (::access(p.c_str(), W_OK | X_OK) != 0) usage_error(named + ": the folder is not writable");
+        // access() grants root everything: a probe file tells what writing there will do.
+        std::string probe = (p / ".qkv-write-test-XXXXXX").string();
+        const int fd      = ::mkstemp(probe.data());
+        if (fd < 0) usage_error(named + ": the folder is not writable (" + std::strerror(errno) + ")");
+        ::close(fd);
+        ::unlink(probe.c_str());
         return;
     }
     // The nearest existing ancestor must be a folder we can create folders in.
@@ -118,6 +129,24 @@ void check_out_folder(const std::string& flag, const std::string& path) {
         usage_error(named + ": '" + up.string() + "' is a file, so the folder cannot be created");
     if (::access(up.c_str(), W_OK | X_OK) != 0)
         usage_error(named + ": no permission to create it in '" + up.string() + "'");
+    // access() grants root everything (and /proc refuses root too): create the first missing
+    // folder to see, then remove it again.
+    fs::path first = p;
+    while (first.has_parent_path() && first.parent_path() != up)
+        first = first.parent_path();
+    if (::mkdir(first.c_str(), 0777) != 0)
+        usage_error(named + ": cannot create the folder '" + first.string() + "' (" + std::strerror(errno) + ")");
+    ::rmdir(first.c_str());
+}
+
+void check_weights_backend(const std::string& command) {
+    const std::string why = ": " + command + " shows the attention weights, which only the math backend gives; use "
+                            "--attention auto or math";
+    if (attention_backend_override() == AttentionBackend::flash) usage_error("--attention flash" + why);
+    const char* env = std::getenv("QKV_ATTENTION");
+    if (attention_backend_override() == AttentionBackend::automatic && env && *env &&
+        parse_attention_backend(env) == AttentionBackend::flash)
+        usage_error("QKV_ATTENTION=flash" + why + " (or unset QKV_ATTENTION)");
 }
 
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
@@ -156,8 +185,9 @@ void check_output_file(const std::string& flag, const std::string& path) {
         throw CLI::ValidationError(flag + " '" + path + "' is a folder; give a file name");
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
-        throw CLI::ValidationError(flag + " '" + path + "': the folder '" + parent.string() +
-                                   "' does not exist");
+        throw CLI::ValidationError(flag + " '" + path + "': " +
+                                   (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
+                                                           : "the folder '" + parent.string() + "' does not exist"));
 }
 
 }  // namespace qkv::cli

@@ -39,8 +39,16 @@ double parse_duration_or_off(const std::string& s);
 /// write in (the missing folders are created later). Otherwise a usage error (exit 2) naming the
 /// flag, the path and the reason: "--out 'X' is an existing file, not a folder", "--out 'X':
 /// 'P' is a file, so the folder cannot be created", "--out 'X': no permission to create it in
-/// 'P'" / "--out 'X': the folder is not writable". Creates nothing.
+/// 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot create the folder 'F' (reason)".
+/// Leaves nothing behind: to see what writing will do (access() grants root everything, and /proc
+/// refuses root too) it creates the first missing folder, or a probe file in an existing one, and
+/// removes it again.
 void check_out_folder(const std::string& flag, const std::string& path);
+
+/// For a command that shows attention weights (`command` names it: "heatmap"), which only the math
+/// backend gives: a usage error when the flash backend is forced by --attention flash or, without
+/// --attention, by QKV_ATTENTION=flash; call it before any model is loaded.
+void check_weights_backend(const std::string& command);
 
 /// Warns on stderr when `tokens` (one tokenised sentence) is longer than the encoder reads. The
 /// encoder reads num_steps positions: a sentence fits whole with num_steps - 1 units + <eos>; a
@@ -62,7 +70,8 @@ std::string shell_quote(const std::string& s);
 
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
 /// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
-/// folder must exist. Throws CLI::ValidationError (exit 2) naming the flag.
+/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"). Throws
+/// CLI::ValidationError (exit 2) naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
 }  // namespace qkv::cli

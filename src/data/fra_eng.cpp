@@ -86,7 +86,7 @@ std::string read_fra_eng_text(const std::string& path) {
         zip_error_init_with_code(&ze, err);
         const std::string msg = zip_error_strerror(&ze);
         zip_error_fini(&ze);
-        throw Error(detail::str("read_fra_eng_text: cannot open zip '", path, "': ", msg));
+        throw Error(detail::str("cannot open the zip archive '", path, "': ", msg));
     }
     const zip_int64_t idx = zip_name_locate(za.get(), kZipEntry, 0);
     if (idx < 0) {
@@ -97,25 +97,25 @@ std::string read_fra_eng_text(const std::string& path) {
             if (!name || std::string(name).rfind("__MACOSX/", 0) == 0) continue;
             names += (names.empty() ? "" : ", ") + std::string(name);
         }
-        throw Error(detail::str("read_fra_eng_text: '", path, "' has no entry '", kZipEntry,
+        throw Error(detail::str("'", path, "' has no entry '", kZipEntry,
                                 "' (entries: ", names.empty() ? "none" : names, ")"));
     }
     zip_stat_t st;
     zip_stat_init(&st);
     QKV_CHECK(zip_stat_index(za.get(), zip_uint64_t(idx), 0, &st) == 0 &&
                   (st.valid & ZIP_STAT_SIZE),
-              "read_fra_eng_text: cannot stat '", kZipEntry, "' in '", path, "'");
-    QKV_CHECK(st.size < (zip_uint64_t(1) << 32), "read_fra_eng_text: '", kZipEntry, "' in '",
+              "cannot stat '", kZipEntry, "' in '", path, "'");
+    QKV_CHECK(st.size < (zip_uint64_t(1) << 32), "'", kZipEntry, "' in '",
               path, "' claims ", st.size, " bytes; refusing more than 4 GiB");
     std::unique_ptr<zip_file_t, decltype(&zip_fclose)> zf(
         zip_fopen_index(za.get(), zip_uint64_t(idx), 0), &zip_fclose);
-    QKV_CHECK(zf != nullptr, "read_fra_eng_text: cannot open '", kZipEntry, "' in '", path,
+    QKV_CHECK(zf != nullptr, "cannot open '", kZipEntry, "' in '", path,
               "': ", zip_strerror(za.get()));
     std::string text(size_t(st.size), '\0');
     size_t got = 0;
     while (got < text.size()) {
         const zip_int64_t r = zip_fread(zf.get(), text.data() + got, text.size() - got);
-        QKV_CHECK(r > 0, "read_fra_eng_text: reading '", kZipEntry, "' in '", path,
+        QKV_CHECK(r > 0, "reading '", kZipEntry, "' in '", path,
                   "' failed after ", got, " of ", text.size(), " bytes: ",
                   zip_file_strerror(zf.get()));
         got += size_t(r);
@@ -124,14 +124,15 @@ std::string read_fra_eng_text(const std::string& path) {
     // last read a damaged stored (uncompressed) entry was accepted.
     char past_end = 0;
     const zip_int64_t tail = zip_fread(zf.get(), &past_end, 1);
-    QKV_CHECK(tail == 0, "read_fra_eng_text: '", kZipEntry, "' in '", path, "' is damaged: ",
+    QKV_CHECK(tail == 0, "'", kZipEntry, "' in '", path, "' is damaged: ",
               tail < 0 ? std::string(zip_file_strerror(zf.get())) : std::string("longer than its recorded size"),
               " (download the archive again)");
     return text;
 }
 
 std::string ParallelCorpus::summary() const {
-    std::string s = detail::str(origin, ": ", size(), " pairs from ", lines_read, " lines");
+    std::string s = detail::str(origin, ": ", size(), size() == 1 ? " pair" : " pairs", " from ", lines_read,
+                                    lines_read == 1 ? " line" : " lines");
     if (malformed > 0) {
         s += detail::str("; ", malformed, " malformed line", malformed == 1 ? "" : "s",
                          " skipped (");
@@ -202,7 +203,7 @@ ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& op
     }
     c.lines_read = lineno;
     QKV_CHECK(!c.src.empty(), origin, ": no sentence pairs found (", c.lines_read,
-              " lines read). ", c.malformed ? c.summary() : "");
+              c.lines_read == 1 ? " line read)" : " lines read)", c.malformed ? ". " + c.summary() : "");
     return c;
 }
 

@@ -173,6 +173,29 @@ namespace {
 
 constexpr const char* kPieceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word-start mark
 
+/// A word vocabulary's reserved tokens at the indices training gave them (the embeddings and the
+/// output layer were trained with those ids; a moved "<unk>" would turn unknown words into padding):
+/// the anchor and ZH pipelines put <unk> <pad> <bos> <eos> on lines 1 to 4 (data::Vocab::build,
+/// frequency order); D2L EN's vocabulary is sorted byte-wise, which fixes where its reserved tokens
+/// are. Throws naming the file and line.
+void check_reserved_tokens(const std::string& dir, const char* file, const data::Vocab& v, bool d2l_en) {
+    const std::string path = in_dir(dir, file);
+    if (!d2l_en) {
+        const char* reserved[] = {data::Vocab::kUnk, data::Vocab::kPad, data::Vocab::kBos, data::Vocab::kEos};
+        for (int64_t i = 0; i < 4; ++i) {
+            const std::string got = i < v.size() ? v.idx_to_token(i) : std::string("(end of file)");
+            QKV_CHECK(got == reserved[i], path, ":", i + 1, ": line ", i + 1, " must be '", reserved[i], "', got '", got,
+                      "' (the reserved tokens <unk> <pad> <bos> <eos> come first, in that order: the model was "
+                      "trained with those ids)");
+        }
+        return;
+    }
+    for (int64_t i = 1; i < v.size(); ++i)
+        QKV_CHECK(v.idx_to_token(i - 1) < v.idx_to_token(i), path, ":", i + 1, ": '", v.idx_to_token(i),
+                  "' comes after '", v.idx_to_token(i - 1), "' on line ", i,
+                  ": a D2L EN vocabulary is sorted byte-wise, and the model was trained with the ids of that order");
+}
+
 /// A word vocabulary (config.json data.subword "none") that lists SentencePiece pieces: some of
 /// its tokens start with U+2581, SentencePiece's word-start mark, which D2L words (Tatoeba text)
 /// do not contain. (A small piece vocabulary is mostly single characters, so "most tokens" would
@@ -247,6 +270,9 @@ ModelDir load_model_dir(const std::string& dir) {
     } else {
         check_not_pieces(dir, "src_vocab.txt", m.src_vocab);
         check_not_pieces(dir, "tgt_vocab.txt", m.tgt_vocab);
+        const bool d2l_en = m.config.data.pipeline == DataPipeline::d2l_en;
+        check_reserved_tokens(dir, "src_vocab.txt", m.src_vocab, d2l_en);
+        check_reserved_tokens(dir, "tgt_vocab.txt", m.tgt_vocab, d2l_en);
     }
     const std::string weights = in_dir(dir, "model.safetensors");
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,

@@ -136,7 +136,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
             kept.tgt.push_back(t);
             kept.line.push_back(corpus.line[size_t(i)]);
         }
-        summary += "; kept " + std::to_string(kept.size()) + " pairs";
+        summary += "; kept " + std::to_string(kept.size()) + (kept.size() == 1 ? " pair" : " pairs");
         if (cfg.max_src_tokens > 0) summary += ", source <= " + std::to_string(cfg.max_src_tokens) + " tokens";
         if (cfg.max_tgt_tokens > 0) summary += ", target <= " + std::to_string(cfg.max_tgt_tokens) + " tokens";
         if (cfg.max_pairs > 0) summary += ", first " + std::to_string(cfg.max_pairs);
@@ -144,7 +144,8 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     }
     const int64_t n = corpus.size();
     out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
-    QKV_CHECK(n >= 3, "data: only ", n, " pairs in ", out.origin, " after filtering; need at least 3");
+    QKV_CHECK(n >= 3, "data: only ", n, n == 1 ? " pair" : " pairs", " in ", out.origin,
+              " after filtering; need at least 3");
     data::AnchorConfig ac;
     ac.num_steps = cfg.num_steps;
     ac.min_freq  = cfg.min_freq;

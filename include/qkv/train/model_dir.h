@@ -84,7 +84,9 @@ std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir
 /// against the files (load_model_dir_subwords); a vocabulary file's size against config.json's
 /// model.*_vocab_size; a subword model's vocabulary files against its SentencePiece pieces (count,
 /// then each piece); a word model's vocabulary files that list SentencePiece pieces (tokens that
-/// start with U+2581, SentencePiece's word-start mark); model.safetensors' tensor shapes against the sizes config.json and the
+/// start with U+2581, SentencePiece's word-start mark) or whose reserved tokens are not where
+/// training put them ("F:2: line 2 must be '<pad>', got '<unk>'"; a D2L EN vocabulary must be sorted
+/// byte-wise); model.safetensors' tensor shapes against the sizes config.json and the
 /// vocabularies give (read from its header before the weights are loaded).
 ModelDir load_model_dir(const std::string& dir);
 
