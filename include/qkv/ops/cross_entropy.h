@@ -19,7 +19,9 @@ struct CrossEntropyOptions {
 /// weight: optional per-position weights of target's shape (e.g. a 0/1 valid mask).
 /// Per-position loss l_i = -w_i · Σ_v q_v log softmax(logits_i)_v.
 /// reduction mean divides by Σ w_i over non-ignored positions (count of them when weight is
-/// undefined); none returns target's shape. Throws naming the first target outside [0, V).
+/// undefined); none returns target's shape. When no position counts (every target ignored, or
+/// every weight 0), mean gives 0 with zero gradients, where PyTorch gives NaN: a batch of padding
+/// adds nothing instead of turning the run into NaN. Throws naming the first target outside [0, V).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
                      const CrossEntropyOptions& opt = {});
 
@@ -32,7 +34,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 /// Fast fp32 path (KernelMode::fast): one GEMM writes the (N, V) logits, one pass per row adds
 /// the bias and takes logsumexp and the loss while the row is in cache. The backward turns those
 /// logits into their gradient g·(softmax − q) in place (q the smoothed one-hot), summing the bias
-/// gradient per thread while each row is hot, then dx = G·W and dW = Gᵀ·x are two GEMMs. So the
+/// gradient per thread while each row is hot (in chunks of 32 rows, then the chunks, to keep the
+/// float sum accurate), then dx = G·W and dW = Gᵀ·x are two GEMMs. So the
 /// (N, V) buffer is held once (linear + cross_entropy hold the logits and then a second buffer
 /// for their gradient) and the separate bias-add, softmax-gradient and column-sum passes over it
 /// are gone (bench/RESULTS.md, session 7). float64 or KernelMode::reference: the composition.
