@@ -37,16 +37,6 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
 
 std::vector<float> vec(const Tensor& t) { return t.contiguous().to_vector<float>(); }
 
-/// The message of the qkv::Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_of(F f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 /// D2L's masked_softmax (d2l_spec.md §1.1): entries j >= len set to −1e6, then softmax.
 Tensor d2l_masked_softmax(const Tensor& X, const std::vector<int64_t>& lens_per_row) {
@@ -395,7 +385,7 @@ TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBo
         const std::vector<float> want = vec(scaled_dot_product_attention(q, k, v, ref, o));
         AttentionMask nan;
         nan.valid_lens = from_vector<float>({3.f, NAN}, {2});
-        const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, nan, o); });
+        const std::string msg = thrown_message([&] { scaled_dot_product_attention(q, k, v, nan, o); });
         EXPECT_NE(msg.find("valid_lens[1]"), std::string::npos) << int(be) << ": " << msg;
         EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
         for (float big : {INFINITY, 1e30f, 6.f, 4.5e9f}) {
@@ -418,9 +408,9 @@ TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBo
     Tensor X = randn({2, 3, 5}, &g);
     EXPECT_TRUE(all_close(vec(masked_softmax(X, from_vector<float>({INFINITY, 1e30f}, {2}))),
                           vec(masked_softmax(X)), 1e-7, 1e-7));
-    std::string msg = error_of([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
+    std::string msg = thrown_message([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
     EXPECT_NE(msg.find("masked_softmax: valid_lens[0]"), std::string::npos) << msg;
-    msg = error_of([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
+    msg = thrown_message([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
     EXPECT_NE(msg.find("sequence_mask: valid_lens[1]"), std::string::npos) << msg;
     const std::vector<float> sm = vec(sequence_mask(X, from_vector<float>({INFINITY, -INFINITY}, {2}))),
                              x = vec(X);
@@ -436,7 +426,7 @@ TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
         o.backend = be;
         for (double s : {double(NAN), double(INFINITY), -double(INFINITY), 1e39, -1e39}) {  // 1e39: inf as float
             o.scale = s;
-            const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, {}, o); });
+            const std::string msg = thrown_message([&] { scaled_dot_product_attention(q, k, v, {}, o); });
             EXPECT_NE(msg.find("scaled_dot_product_attention: scale must be finite"), std::string::npos)
                 << int(be) << ": " << msg;
         }

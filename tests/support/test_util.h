@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/error.h"
+
 namespace qkv::test {
 
 /// Exact comparisons (shape, view, gather, mask ops).
@@ -72,6 +74,28 @@ inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.
         x = lo + (hi - lo) * float((s >> 40) & 0xFFFFFF) / 16777216.0f;
     }
     return v;
+}
+
+/// The message of the qkv::Error `f` throws ("" when it throws none).
+template <class F>
+std::string thrown_message(F f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+/// Expects `f` to throw a qkv::Error whose message contains `text`.
+template <class F>
+void expect_error_containing(F f, const std::string& text) {
+    try {
+        f();
+        ADD_FAILURE() << "no exception; expected one containing '" << text << "'";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace qkv::test

@@ -52,6 +52,19 @@ int occurrences(const std::string& s, const std::string& part) {
     return n;
 }
 
+/// Replaces the first `was` in the file's bytes by `now` (the same length keeps a safetensors
+/// header valid); false when `was` is not there.
+bool replace_bytes(const std::string& path, const std::string& was, const std::string& now) {
+    std::ostringstream ss;
+    ss << std::ifstream(path, std::ios::binary).rdbuf();
+    std::string bytes = ss.str();
+    const size_t at = bytes.find(was);
+    if (at == std::string::npos) return false;
+    bytes.replace(at, was.size(), now);
+    std::ofstream(path, std::ios::binary) << bytes;
+    return true;
+}
+
 struct Trained {
     TinyCorpus c = tiny_corpus();
     std::unique_ptr<models::Transformer> m;
@@ -260,18 +273,7 @@ TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
     train::TrainingProgress p;
     p.train_seconds = 12.5;
     train::save_checkpoint(path, *t.m, *t.adam, p);
-    std::string bytes;
-    {
-        std::ifstream in(path, std::ios::binary);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        bytes = ss.str();
-    }
-    const std::string good = R"("qkv.train_seconds":"12.5")";
-    const size_t at = bytes.find(good);
-    ASSERT_NE(at, std::string::npos);
-    bytes.replace(at, good.size(), R"("qkv.train_seconds":"1x.5")");
-    std::ofstream(path, std::ios::binary) << bytes;
+    ASSERT_TRUE(replace_bytes(path, R"("qkv.train_seconds":"12.5")", R"("qkv.train_seconds":"1x.5")"));
     EXPECT_EQ(error_of([&] { train::read_checkpoint_progress(path); }),
               "checkpoint '" + path + "': metadata entry 'qkv.train_seconds' is not a number: '1x.5'");
 
@@ -279,15 +281,7 @@ TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
     for (const char* bad : {"-1", " 9"}) {
         p.step = 10;
         train::save_checkpoint(path, *t.m, *t.adam, p);
-        std::ifstream in(path, std::ios::binary);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        std::string b = ss.str();
-        const std::string was = R"("qkv.step":"10")";
-        const size_t where = b.find(was);
-        ASSERT_NE(where, std::string::npos);
-        b.replace(where, was.size(), std::string(R"("qkv.step":")") + bad + "\"");
-        std::ofstream(path, std::ios::binary) << b;
+        ASSERT_TRUE(replace_bytes(path, R"("qkv.step":"10")", std::string(R"("qkv.step":")") + bad + "\""));
         EXPECT_EQ(error_of([&] { train::read_checkpoint_progress(path); }),
                   "checkpoint '" + path + "': metadata entry 'qkv.step' is not a number: '" + bad + "'");
     }

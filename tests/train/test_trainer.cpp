@@ -538,13 +538,19 @@ TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
     EXPECT_EQ(count_records(dir, "epoch"), 1);  // epoch 1's; the stop's is missing
     EXPECT_TRUE(train::has_missing_records(dir, p));
 
-    {
+    // A resume of `dir` with `opts` (another init, overwritten by the checkpoint): its result and
+    // the steps it validated at.
+    auto resume = [&](const train::TrainOptions& opts) {
         manual_seed(999);
         models::Transformer b(tiny_config(c, 0.2));
-        train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), first, quiet(dir, true));
+        train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), opts, quiet(dir, true));
         std::vector<int64_t> validated;
         tb.on_validation = [&](int64_t step) { validated.push_back(step); };
         const train::TrainResult rb = tb.fit();
+        return std::make_pair(rb, validated);
+    };
+    {
+        const auto [rb, validated] = resume(first);
         EXPECT_TRUE(rb.step_losses.empty());
         EXPECT_EQ(validated, (std::vector<int64_t>{5}));
         const auto recs = records(dir);
@@ -558,12 +564,7 @@ TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
         EXPECT_FALSE(train::has_missing_records(dir, p));
     }
 
-    manual_seed(999);
-    models::Transformer b(tiny_config(c, 0.2));
-    train::Trainer tb(b, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
-    std::vector<int64_t> validated;
-    tb.on_validation = [&](int64_t step) { validated.push_back(step); };
-    const train::TrainResult rb = tb.fit();
+    const auto [rb, validated] = resume(o);
     EXPECT_EQ(validated, (std::vector<int64_t>{6, 9, 12}));
     EXPECT_EQ(rb.step_losses, std::vector<double>(full.step_losses.begin() + 5, full.step_losses.end()));
     EXPECT_EQ(untimed_records(dir), untimed_records(ref_dir));
