@@ -3,7 +3,8 @@
 // as /work/shared/bench/d2l_transformer_bench.py (PyTorch). Cases: vocabularies 194/214 and
 // 10000/10000. Counters: ms/step and target positions/s (B·T per step, the PyTorch script's
 // "tokens/s") and real target tokens/s (non-pad labels).
-// Run: build/bench/bench_train_step [--threads N] [--full-model] [--profile] [google-benchmark flags]
+// Run: build/bench/bench_train_step [--threads N] [--denormals flush|keep] [--full-model] [--profile]
+//   [google-benchmark flags]. --denormals: flush (default, as the qkv program) or keep subnormals.
 //   --full-model: blocks on all B·T positions (forward_hidden + seq2seq_loss on its output);
 //   default: seq2seq_loss from the inputs, whose forward_hidden_rows skips <pad> positions.
 //   --profile: instead of benchmarks, time the phases of 40 steps (forward, loss, backward,
@@ -155,10 +156,13 @@ void profile(int64_t sv, int64_t tv) {
 
 int main(int argc, char** argv) {
     bool prof = false;
+    std::string denormals = "flush";  // what the qkv program does unless given --denormals keep
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             qkv::set_num_threads(std::atoi(argv[++i]));
+        } else if (std::strcmp(argv[i], "--denormals") == 0 && i + 1 < argc) {
+            denormals = argv[++i];
         } else if (std::strcmp(argv[i], "--full-model") == 0) {
             full_model = true;
         } else if (std::strcmp(argv[i], "--profile") == 0) {
@@ -167,6 +171,12 @@ int main(int argc, char** argv) {
             rest.push_back(argv[i]);
         }
     }
+    if (denormals != "flush" && denormals != "keep") {
+        std::fprintf(stderr, "bench_train_step: --denormals must be flush or keep, got '%s'\n", denormals.c_str());
+        return 2;
+    }
+    qkv::set_flush_denormal(denormals == "flush");
+    std::printf("denormals: %s\n", denormals.c_str());
     if (prof) {
         profile(194, 214);
         profile(10000, 10000);

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     // The global options: accepted before the subcommand and after it, with the same values and
     // meaning (one variable each; when given twice, the later one, after the subcommand, wins).
     int threads = 0;
-    std::string attention = "auto", kernels = "fast";
+    std::string attention = "auto", kernels = "fast", denormals = "flush";
     auto add_global_options = [&](CLI::App* a) {
         const char* group = "Global options (before or after the subcommand)";
         a->add_option("--threads", threads,
@@ -62,12 +62,18 @@ int main(int argc, char** argv) {
         a->add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
             ->check(CLI::IsMember({"fast", "ref"}))
             ->group(group);
+        a->add_option("--denormals", denormals,
+                      "flush (default: subnormal floats become 0, as TensorFlow does; x86 runs "
+                      "them ~100x slower) or keep (IEEE gradual underflow, PyTorch's default)")
+            ->check(CLI::IsMember({"flush", "keep"}))
+            ->group(group);
     };
     add_global_options(&app);
     app.parse_complete_callback([&] {
         if (threads > 0) qkv::set_num_threads(threads);
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
+        qkv::set_flush_denormal(denormals == "flush");
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);

@@ -13,4 +13,23 @@ inline constexpr int kMaxThreads = 1024;
 /// 1 <= n <= kMaxThreads.
 void set_num_threads(int n);
 
+/// Flush-to-zero and denormals-are-zero for float arithmetic on the calling thread and on every
+/// OpenMP worker thread (threads created later inherit it from the thread that creates them).
+/// With `on`, a subnormal result (|x| < 1.18e-38 in float32, < 2.2e-308 in float64) becomes ±0
+/// and a subnormal operand reads as ±0; with `!on`, IEEE 754 gradual underflow (the default).
+///
+/// Why: x86 cores take a microcode assist of about a hundred cycles per subnormal operand or
+/// result. Peaked softmax rows give attention probabilities and their gradients in the subnormal
+/// range (exp(s) below e^-87); in the anchor Transformer's encoder about 4 % of dQ/dK/dV were
+/// subnormal, and the GEMMs reading them ran 8× slower (bench/RESULTS_avx512.md §15).
+/// PyTorch's torch.set_flush_denormal(bool) does the same; TensorFlow flushes by default.
+/// The qkv program flushes unless given `--denormals keep`; the library leaves the default alone.
+///
+/// Returns true when the CPU supports it (x86-64 with SSE); false, changing nothing, elsewhere.
+/// Does not throw. Call it outside any parallel region.
+bool set_flush_denormal(bool on);
+
+/// True when the calling thread flushes subnormals (both FTZ and DAZ set); false otherwise.
+bool flush_denormal();
+
 }  // namespace qkv
