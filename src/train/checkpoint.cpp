@@ -227,7 +227,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
     meta["qkv.step"]          = std::to_string(p.step);
     meta["qkv.rng_seed"]      = std::to_string(p.rng_seed);
     meta["qkv.rng_offset"]    = std::to_string(p.rng_offset);
-    meta["qkv.train_seconds"] = detail::str(p.train_seconds);
+    meta["qkv.train_seconds"] = nlohmann::json(p.train_seconds).dump();  // shortest exact form
     if (!p.pending_records.empty()) meta["qkv.pending_records"] = p.pending_records;
     if (std::isfinite(p.divergence_reference))
         meta[kDivergenceReferenceKey] = nlohmann::json(p.divergence_reference).dump();  // exact

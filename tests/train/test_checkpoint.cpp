@@ -150,7 +150,7 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     TempDir d("ckpt");
     train::TrainingProgress p;
     p.epoch = 3, p.batch = 2, p.step = 17, p.rng_seed = 5, p.rng_offset = 123456789012ULL;
-    p.train_seconds = 12.5;
+    p.train_seconds = 7261.123456789012;  // more digits than printing with 6 significant keeps
     p.pending_records = R"([{"kind":"epoch","step":17,"val_loss":null}])";
     p.epoch_sums  = {0.1 + 0.2 + 1.0 / 3.0, 0.123456789012345678, 2, 37};  // exact, not printed
     p.log_sums    = {5.0e-17, 1e300, 1, 9};
@@ -165,7 +165,7 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     EXPECT_EQ(q.step, 17);
     EXPECT_EQ(q.rng_seed, 5u);
     EXPECT_EQ(q.rng_offset, 123456789012ULL);
-    EXPECT_DOUBLE_EQ(q.train_seconds, 12.5);
+    EXPECT_EQ(q.train_seconds, 7261.123456789012);  // exact: a resumed --time-budget run loses nothing
     EXPECT_EQ(q.pending_records, p.pending_records);
     EXPECT_TRUE(q.has_running_sums);
     EXPECT_EQ(q.epoch_sums, p.epoch_sums);  // bit for bit
