@@ -1,6 +1,7 @@
 #pragma once
-// Autograd graph nodes. Each differentiable op defines a Node subclass next to its forward
-// (src/ops/<op>.cpp) that saves what its backward needs and maps grad_out to input grads.
+// Autograd graph nodes. Each differentiable op calls record(out, "XxxBackward", inputs, closure)
+// next to its forward (src/ops/<op>.cpp); the closure captures what its backward needs and maps
+// grad_out to input grads (a FunctionNode). Node stays an interface for other node kinds.
 #include <functional>
 #include <memory>
 #include <string>
