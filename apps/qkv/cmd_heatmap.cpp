@@ -104,7 +104,15 @@ std::string output_prefix(const std::string& out) {
 }
 
 void run(HeatmapArgs a) {
-    check_weights_backend("heatmap");
+    // A Bahdanau model's additive attention has no flash path: --attention does not concern it.
+    // Anything else (a Transformer, or a folder whose config cannot be read) is checked before
+    // the model is loaded.
+    bool additive = false;
+    try {
+        additive = train::load_model_dir_config(a.model).architecture == train::ModelKind::bahdanau;
+    } catch (const Error&) {
+    }
+    if (!additive) check_weights_backend("heatmap");
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
     a.out = output_prefix(a.out);
     const size_t bad = data::invalid_utf8_offset(a.sentence);

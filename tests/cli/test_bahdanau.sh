@@ -39,6 +39,13 @@ grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
 "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > "$T/heat.out" || fail "qkv heatmap"
 [ -s "$T/att-cross.png" ] || fail "missing att-cross.png"
 grep -q "attention weights" "$T/heat.out" || fail "heatmap weights not printed"
+# Additive attention has no flash path, so forcing the dot-product backend does not concern it
+# (a Transformer's heatmap refuses it: tests/cli/test_usage_checks.sh).
+"$QKV" --attention flash heatmap --model "$T/run" "i'm home ." --out "$T/attf" > "$T/heatf.out" \
+  || fail "heatmap of a Bahdanau model refused --attention flash"
+cmp -s "$T/heat.out" <(sed "s#$T/attf#$T/att#g" "$T/heatf.out") || fail "heatmap output changed with --attention flash"
+QKV_ATTENTION=flash "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/attf" > /dev/null \
+  || fail "heatmap of a Bahdanau model refused QKV_ATTENTION=flash"
 if "$QKV" translate --model "$T/run" --pe-quirk "go ." > /dev/null 2> "$T/quirk.err"; then fail "--pe-quirk accepted"; fi
 grep -q "Transformer only" "$T/quirk.err" || fail "--pe-quirk message"
 
