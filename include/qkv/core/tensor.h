@@ -148,7 +148,9 @@ template <class T> Tensor from_vector(const std::vector<T>& values, const Shape&
 /// A 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = DType::f32);
 
-/// Short printout: dtype, shape and up to 6 values per row ("tensor(f32 (2, 3) [[...]])").
+/// Short printout: dtype, shape and up to 6 values of up to 6 rows, rows separated by "; "
+/// ("tensor(float32 (2, 3) [0, 1, 2; 3, 4, 5])"). int64 values print exactly as integers, bool as
+/// 0/1; float values as the stream prints a double (its precision and flags, e.g. std::fixed).
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace qkv
