@@ -106,6 +106,11 @@ public:
     Tensor& requires_grad_(bool on = true);
     /// Accumulated gradient of a leaf (undefined until the first backward reaches it).
     Tensor grad() const;
+    /// Replaces the accumulated gradient by g (shared, not copied; any layout); an undefined g
+    /// drops it, as reset_grad() does. Throws qkv::Error naming the expected and the given shape
+    /// and dtype unless this tensor is float and g has its shape and dtype (no broadcasting or
+    /// conversion, as PyTorch's .grad assignment), so a wrong gradient fails here, not at the
+    /// optimizer's step.
     void set_grad(const Tensor& g);
     /// Drops the accumulated gradient (like PyTorch's zero_grad(set_to_none=True)).
     void reset_grad();
