@@ -124,7 +124,14 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
-void Tensor::set_grad(const Tensor& g) { impl().grad = g.defined() ? g.impl_ptr() : nullptr; }
+void Tensor::set_grad(const Tensor& g) {
+    if (g.defined())
+        QKV_CHECK(is_floating(dtype()) && g.shape() == shape() && g.dtype() == dtype(),
+                  "set_grad: expected a gradient of shape ", shape(), " and dtype ", dtype_name(dtype()),
+                  " (the tensor's), got shape ", g.shape(), " and dtype ", dtype_name(g.dtype()),
+                  is_floating(dtype()) ? "" : " (only float tensors have gradients)");
+    impl().grad = g.defined() ? g.impl_ptr() : nullptr;
+}
 void Tensor::reset_grad() { impl().grad = nullptr; }
 
 Tensor Tensor::detach() const {

@@ -228,22 +228,31 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     if (!t.defined()) return os << "tensor(undefined)";
     os << "tensor(" << dtype_name(t.dtype()) << " " << shape_str(t.shape());
     const int64_t n = t.numel();
-    const int64_t cols = t.dim() ? t.shape().back() : 1;
     const Shape& st = t.strides();
     const void* base = t.impl().storage->data;
+    // Integer dtypes print as integers, exactly; floats as the stream formats a double. (Through a
+    // double, 1234567 printed as 1.23457e+06, 2^53 + 1 lost its last digit, std::fixed added ".000000".)
+    auto print = [&](int64_t i) {
+        switch (t.dtype()) {
+            case DType::i64: os << static_cast<const int64_t*>(base)[i]; break;
+            case DType::b8: os << (static_cast<const uint8_t*>(base)[i] ? 1 : 0); break;
+            default: os << load_as_double(base, t.dtype(), i);
+        }
+    };
     os << " [";
     int64_t printed = 0, row = 0;
     detail::for_each_strided<1>(t.shape(), {&st}, {t.offset()},
                                 [&](int64_t cnt, std::array<int64_t, 1> o, std::array<int64_t, 1> s) {
                                     if (row++ >= 6) return;
                                     os << (printed ? "; " : "");
-                                    for (int64_t i = 0; i < std::min<int64_t>(cnt, 6); ++i)
-                                        os << (i ? ", " : "") << load_as_double(base, t.dtype(), o[0] + i * s[0]);
+                                    for (int64_t i = 0; i < std::min<int64_t>(cnt, 6); ++i) {
+                                        os << (i ? ", " : "");
+                                        print(o[0] + i * s[0]);
+                                    }
                                     if (cnt > 6) os << ", ...";
                                     printed += cnt;
                                 });
     if (n > printed) os << "; ...";
-    (void)cols;
     return os << "])";
 }
 

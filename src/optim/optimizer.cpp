@@ -3,17 +3,43 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/ops/optim_step.h"
 
 namespace qkv::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
-    QKV_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+namespace {
+/// Throws when a parameter is an earlier one again or overlaps it in memory: the step would update
+/// those elements once per listing. Parameters are contiguous, so each one covers the bytes
+/// [offset, offset + numel) · dtype_size of its storage.
+void check_distinct(const std::string& who, const std::vector<Tensor>& params) {
+    auto bytes = [](const Tensor& t) {
+        const int64_t begin = t.offset() * dtype_size(t.dtype());
+        return std::pair{begin, begin + t.numel() * dtype_size(t.dtype())};
+    };
+    for (size_t i = 0; i < params.size(); ++i)
+        for (size_t j = 0; j < i; ++j) {
+            QKV_CHECK(!params[i].is_same(params[j]), who, ": parameter ", i, " is the same tensor as parameter ",
+                      j, " (listed twice)");
+            if (params[i].impl().storage != params[j].impl().storage) continue;
+            const auto [a0, a1] = bytes(params[i]);
+            const auto [b0, b1] = bytes(params[j]);
+            QKV_CHECK(a0 == a1 || b0 == b1 || a1 <= b0 || b1 <= a0, who, ": parameter ", i,
+                      " shares memory with parameter ", j,
+                      " (overlapping views of one storage; their common elements would be updated twice)");
+        }
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, const std::string& name)
+    : params_(std::move(params)), lr_(lr) {
+    QKV_CHECK(lr >= 0, name, ": learning rate must be >= 0, got ", lr);
     for (size_t i = 0; i < params_.size(); ++i)
         QKV_CHECK(params_[i].defined() && params_[i].is_contiguous() && is_floating(params_[i].dtype()),
-                  "optimizer: parameter ", i, " must be a contiguous float tensor");
+                  name, ": parameter ", i, " must be a contiguous float tensor");
+    check_distinct(name, params_);
 }
 
 void Optimizer::zero_grad() {
@@ -54,7 +80,7 @@ T* data_of(const Tensor& t) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, double lr, SGDOptions opt)
-    : Optimizer(std::move(params), lr), opt_(opt), momentum_(params_.size()) {
+    : Optimizer(std::move(params), lr, "SGD"), opt_(opt), momentum_(params_.size()) {
     QKV_CHECK(!opt.nesterov || (opt.momentum > 0 && opt.dampening == 0),
               "SGD: nesterov needs momentum > 0 and dampening 0");
 }
@@ -104,7 +130,10 @@ void SGD::load_state_dict(const std::map<std::string, Tensor>& sd) {
 }
 
 Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
-    : Optimizer(std::move(params), lr), opt_(opt), m_(params_.size()), v_(params_.size()) {
+    : Optimizer(std::move(params), lr, opt.decoupled_weight_decay ? "AdamW" : "Adam"),
+      opt_(opt),
+      m_(params_.size()),
+      v_(params_.size()) {
     QKV_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1,
               "Adam: betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
     QKV_CHECK(opt.eps >= 0, "Adam: eps must be >= 0, got ", opt.eps);

@@ -65,3 +65,24 @@ TEST(AutogradEngine, WeightReusedAtEveryStepMatchesFiniteDifferences) {
                                              h0.detach().requires_grad_(), X.detach().requires_grad_()});
     EXPECT_TRUE(r.ok) << r.message;
 }
+
+TEST(AutogradEngine, SetGradRefusesAWrongShapeOrDtypeAtOnce) {
+    // A mis-shaped gradient used to be stored and fail only inside the optimizer's step.
+    Tensor w = zeros({2, 3}).requires_grad_();
+    test::expect_error_containing([&] { w.set_grad(zeros({3, 2})); },
+                                  "set_grad: expected a gradient of shape (2, 3) and dtype float32 (the tensor's), "
+                                  "got shape (3, 2) and dtype float32");
+    test::expect_error_containing([&] { w.set_grad(zeros({2, 3}, DType::f64)); },
+                                  "got shape (2, 3) and dtype float64");
+    test::expect_error_containing([&] { w.set_grad(zeros({6})); }, "got shape (6,)");
+    EXPECT_FALSE(w.grad().defined());  // nothing was stored
+    Tensor idx = zeros({2}, DType::i64);
+    test::expect_error_containing([&] { idx.set_grad(zeros({2}, DType::i64)); },
+                                  "(only float tensors have gradients)");
+    // The right shape and dtype in any layout is stored as given; an undefined tensor drops it.
+    const Tensor g = from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}).transpose(0, 1);
+    w.set_grad(g);
+    EXPECT_TRUE(w.grad().is_same(g));
+    w.set_grad(Tensor());
+    EXPECT_FALSE(w.grad().defined());
+}

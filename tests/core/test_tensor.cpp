@@ -1,6 +1,7 @@
 // Tensor basics: factories, views, strides, broadcasting, printing, errors.
 #include <gtest/gtest.h>
 
+#include <iomanip>
 #include <sstream>
 
 #include "qkv/core/allocator.h"
@@ -190,6 +191,29 @@ TEST(Tensor, Printing) {
     std::ostringstream os;
     os << arange(0, 3);
     EXPECT_EQ(os.str(), "tensor(float32 (3,) [0, 1, 2])");
+}
+
+TEST(Tensor, PrintingShowsIntegersExactlyAndFloatsAsTheStreamFormatsThem) {
+    // Integers used to go through a double: 1234567 printed as 1.23457e+06, 2^53 + 1 lost its
+    // last digit and std::fixed printed 3 as 3.0000.
+    auto str = [](const Tensor& t, bool fixed) {
+        std::ostringstream os;
+        if (fixed) os << std::fixed << std::setprecision(4);
+        os << t;
+        return os.str();
+    };
+    const Tensor i = from_vector<int64_t>({3, -7, 1234567, 9007199254740993}, {4});
+    for (bool fixed : {false, true}) {
+        EXPECT_EQ(str(i, fixed), "tensor(int64 (4,) [3, -7, 1234567, 9007199254740993])");
+        EXPECT_EQ(str(from_vector<bool>({true, false}, {2}), fixed), "tensor(bool (2,) [1, 0])");
+    }
+    EXPECT_EQ(str(arange(0, 6, 1, DType::i64).reshape({2, 3}).transpose(0, 1), false),
+              "tensor(int64 (3, 2) [0, 3; 1, 4; 2, 5])");
+    // Floats are unchanged: the stream's default format, or its std::fixed precision.
+    const Tensor f = from_vector<float>({3.f, -0.5f, 1234567.f}, {3});
+    EXPECT_EQ(str(f, false), "tensor(float32 (3,) [3, -0.5, 1.23457e+06])");
+    EXPECT_EQ(str(f, true), "tensor(float32 (3,) [3.0000, -0.5000, 1234567.0000])");
+    EXPECT_EQ(str(from_vector<double>({0.1, 1e-7}, {2}), false), "tensor(float64 (2,) [0.1, 1e-07])");
 }
 
 namespace qkv {

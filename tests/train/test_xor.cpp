@@ -7,6 +7,7 @@
 #include "qkv/nn/layers.h"
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
+#include "support/test_util.h"
 
 using namespace qkv;
 
@@ -161,4 +162,32 @@ TEST(Optim, GradScaleAndMaxNormMustBeFiniteAndNonNegative) {
     }
     EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{3.f, 4.f}));
     adam.step(0.0);  // a zero factor is a valid (empty) update of the gradient
+}
+
+TEST(Optim, ParameterListedTwiceOrOverlappingAnotherIsRefused) {
+    // Listed twice, a parameter used to get two updates per step without a word.
+    Tensor a = from_vector<float>({1.f, 2.f}, {2}).requires_grad_();
+    Tensor b = from_vector<float>({3.f, 4.f, 5.f}, {3}).requires_grad_();
+    test::expect_error_containing([&] { optim::Adam({a, b, a}, 0.1); },
+                                  "Adam: parameter 2 is the same tensor as parameter 0 (listed twice)");
+    test::expect_error_containing([&] { optim::SGD({b, a, a}, 0.1); },
+                                  "SGD: parameter 2 is the same tensor as parameter 1 (listed twice)");
+    optim::AdamOptions adamw;
+    adamw.decoupled_weight_decay = true;
+    test::expect_error_containing([&] { optim::Adam({b, b}, 0.1, adamw); },
+                                  "AdamW: parameter 1 is the same tensor as parameter 0 (listed twice)");
+    // Another handle on the same memory, and overlapping slices of one buffer.
+    test::expect_error_containing([&] { optim::SGD({a, b, a.detach()}, 0.1); },
+                                  "SGD: parameter 2 shares memory with parameter 0");
+    Tensor flat = zeros({6});
+    test::expect_error_containing([&] { optim::Adam({flat.slice(0, 0, 4), flat.slice(0, 3, 6)}, 0.1); },
+                                  "Adam: parameter 1 shares memory with parameter 0");
+    test::expect_error_containing([&] { optim::SGD({a}, -1.0); }, "SGD: learning rate must be >= 0");
+    // Disjoint slices of one buffer (and an empty one inside another) are distinct parameters:
+    // each element is updated once. SGD lr 1, grad 1: every element goes from 0 to -1.
+    std::vector<Tensor> halves{flat.slice(0, 0, 3), flat.slice(0, 3, 6), flat.slice(0, 2, 2)};
+    optim::SGD sgd(halves, 1.0);
+    for (int i = 0; i < 2; ++i) halves[size_t(i)].set_grad(ones({3}));
+    sgd.step();
+    EXPECT_EQ(flat.to_vector<float>(), std::vector<float>(6, -1.f));
 }

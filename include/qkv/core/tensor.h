@@ -106,6 +106,11 @@ public:
     Tensor& requires_grad_(bool on = true);
     /// Accumulated gradient of a leaf (undefined until the first backward reaches it).
     Tensor grad() const;
+    /// Replaces the accumulated gradient by g (shared, not copied; any layout); an undefined g
+    /// drops it, as reset_grad() does. Throws qkv::Error naming the expected and the given shape
+    /// and dtype unless this tensor is float and g has its shape and dtype (no broadcasting or
+    /// conversion, as PyTorch's .grad assignment), so a wrong gradient fails here, not at the
+    /// optimizer's step.
     void set_grad(const Tensor& g);
     /// Drops the accumulated gradient (like PyTorch's zero_grad(set_to_none=True)).
     void reset_grad();
@@ -148,7 +153,9 @@ template <class T> Tensor from_vector(const std::vector<T>& values, const Shape&
 /// A 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = DType::f32);
 
-/// Short printout: dtype, shape and up to 6 values per row ("tensor(f32 (2, 3) [[...]])").
+/// Short printout: dtype, shape and up to 6 values of up to 6 rows, rows separated by "; "
+/// ("tensor(float32 (2, 3) [0, 1, 2; 3, 4, 5])"). int64 values print exactly as integers, bool as
+/// 0/1; float values as the stream prints a double (its precision and flags, e.g. std::fixed).
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace qkv

@@ -12,7 +12,15 @@ namespace qkv::optim {
 
 class Optimizer {
 public:
-    explicit Optimizer(std::vector<Tensor> params, double lr);
+    /// Takes the parameters to update (handles: the updates land in the caller's tensors). `name`
+    /// ("SGD", "Adam", ...) starts every error message. Throws qkv::Error when lr < 0, when a
+    /// parameter is undefined, not contiguous or not float, and when a parameter is listed twice
+    /// ("Adam: parameter 3 is the same tensor as parameter 1 (listed twice)", indices 0-based as
+    /// in state_dict) or overlaps an earlier one in memory (two views of one storage sharing
+    /// elements, e.g. W and W.detach()): every step would update those elements twice. Disjoint
+    /// views of one storage (slices of a flat buffer) are accepted. Models list a tied tensor once
+    /// (nn::Module::parameters), so their parameters() always pass.
+    Optimizer(std::vector<Tensor> params, double lr, const std::string& name = "optimizer");
     virtual ~Optimizer() = default;
     /// One update from the current .grad of every parameter (parameters without grad are skipped).
     /// grad_scale multiplies every gradient inside the update (rounded to the parameter's dtype)
@@ -46,6 +54,8 @@ struct SGDOptions {
 /// g = nesterov ? g + momentum·buf : buf; p −= lr·g.
 class SGD : public Optimizer {
 public:
+    /// Throws as Optimizer's constructor does (messages start "SGD:") and when nesterov is set
+    /// without momentum > 0 and dampening 0.
     SGD(std::vector<Tensor> params, double lr, SGDOptions opt = {});
     void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
@@ -65,6 +75,8 @@ struct AdamOptions {
 /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
 class Adam : public Optimizer {
 public:
+    /// Throws as Optimizer's constructor does (messages start "Adam:", or "AdamW:" with
+    /// decoupled_weight_decay) and when a beta is outside [0, 1) or eps < 0.
     Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions opt = {});
     void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
