@@ -451,8 +451,9 @@ Registration reg([](CLI::App& app) {
                                        "additive attention, D2L 11.4)")
         ->check(CLI::IsMember({"transformer", "bahdanau"}));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
-                                     "../shared/data/fra-eng.zip)");
-    c->add_option("--out", a->out, "output folder (default runs/qkv)");
+                                     "../shared/data/fra-eng.zip)")
+        ->check(non_empty_path());
+    c->add_option("--out", a->out, "output folder (default runs/qkv)")->check(non_empty_path());
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
                                        "validation points, stops and Ctrl-C) with OUT/config.json's "
                                        "settings (same losses as an uninterrupted run); only --epochs, "
