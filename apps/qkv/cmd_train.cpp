@@ -7,7 +7,8 @@
 // to train says so and writes nothing. config.json records the data's fingerprint
 // (translation_data.h DataFingerprint), which --resume checks. The first Ctrl-C (SIGINT) or SIGTERM
 // during training stops at the next step boundary with a checkpoint, says how to continue and
-// exits 130 / 143 (util/interrupt.h); a second one kills at once.
+// exits 130 / 143 (util/interrupt.h); a second one kills at once, saying what is saved when it lands
+// during a checkpoint write or a validation (train::Trainer's KillNotes).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
