@@ -8,10 +8,10 @@
 # step takes milliseconds, so the signals land in it.
 # Usage: test_train_interrupt_validation.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
-awk -v pairs=40000 'BEGIN { for (i = 0; i < pairs; ++i)
+awk -v pairs=64000 'BEGIN { for (i = 0; i < pairs; ++i)
   printf "Thing%d and word%d.\tChose%d et mot%d.\n", i % 97, i % 89, i % 97, i % 89 }' > "$T/fra.txt"
-args=(--preset demo --num-hiddens 64 --num-heads 2 --num-blks 2 --ffn-num-hiddens 128 --batch-size 32 --num-steps 10
-      --valid-pairs 9000 --test-pairs 1 --val-every 1s --time-budget none --log-every 1 --no-progress)
+args=(--preset demo --num-hiddens 128 --num-heads 2 --num-blks 2 --ffn-num-hiddens 512 --batch-size 32 --num-steps 10
+      --valid-pairs 15000 --test-pairs 1 --val-every 1s --time-budget none --log-every 1 --no-progress)
 run="$T/run"
 pid=""
 trap '[ -z "$pid" ] || kill -KILL "$pid" 2> /dev/null || true; rm -rf "$T"' EXIT
