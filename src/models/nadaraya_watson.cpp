@@ -90,9 +90,9 @@ std::vector<NWEpoch> train_nw(NWKernelRegression& model, const Tensor& x_train,
         const Tensor sq = pow(d, 2.0);
         const Tensor loss = cfg.loss == NWLoss::mean ? mean(sq) : sum(sq);
         const double lv = loss.item();
-        QKV_CHECK(std::isfinite(lv), "training diverged: the loss is not finite at epoch ", e, " (w = ", model.w.item(),
-                  "); lower --lr, or scale the data down (the squared error of values near 1e19 or beyond overflows "
-                  "float32)");
+        QKV_CHECK(std::isfinite(lv), "training diverged: the loss is not finite at epoch ", e,
+                  " (w = ", model.w.item(), "); lower --lr, or scale the data down (the squared error of values "
+                  "near 1e19 or beyond overflows float32)");
         opt.zero_grad();
         loss.backward();
         opt.step();

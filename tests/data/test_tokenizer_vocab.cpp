@@ -133,8 +133,9 @@ TEST(Vocab, LoadErrorsNameTheFileAndLine) {
               dir / "dup.txt" + ":4: the token \"x\" is also on line 2 (each token must appear once: the "
                                 "vocabulary file is damaged)");
     EXPECT_EQ(message("cut.txt", "<unk>\nx\ny"),
-              "the vocabulary file '" + dir / "cut.txt" + "' does not end with a newline: it is truncated (one "
-                                                          "token per line, each line ending with a newline, expected)");
+              "the vocabulary file '" + dir / "cut.txt" +
+                  "' does not end with a newline: it is truncated (one token per line, each line ending with a "
+                  "newline, expected)");
     EXPECT_EQ(message("empty.txt", ""), "the vocabulary file '" + dir / "empty.txt" +
                                             "' is empty (one token per line expected)");
     EXPECT_EQ(message("nounk.txt", "x\ny\n"), "the vocabulary file '" + dir / "nounk.txt" +
