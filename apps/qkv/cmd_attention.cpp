@@ -103,7 +103,9 @@ Registration reg([](CLI::App& app) {
     sc->add_option("--seed", a->seed, "seed of the random inputs and embeddings")
         ->check(seed_value())
         ->capture_default_str();
-    sc->add_option("--out", a->out, "output folder for the heatmap")->capture_default_str();
+    sc->add_option("--out", a->out, "output folder for the heatmap")
+        ->check(non_empty_path())
+        ->capture_default_str();
     sc->callback([a] { run_attention(*a); });
 });
 

@@ -130,8 +130,10 @@ void run(const EvalArgs& a) {
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
     CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4 on the held-out split, and the book's sentences");
-    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
-    c->add_option("--data", a->data, "data file (default: the one recorded in config.json)");
+    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
+        ->check(non_empty_path());
+    c->add_option("--data", a->data, "data file (default: the one recorded in config.json)")
+        ->check(non_empty_path());
     c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
@@ -140,8 +142,8 @@ Registration reg([](CLI::App& app) {
     c->add_option("--batch-size", a->batch, "sentences per decoder batch (default 500)")->check(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
         ->check(int_range(0, 1000000000));
-    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line");
-    c->add_option("--json", a->json_out, "write the scores as JSON");
+    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line")->check(non_empty_path());
+    c->add_option("--json", a->json_out, "write the scores as JSON")->check(non_empty_path());
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->add_flag("--no-progress", a->no_progress, "no progress bar");

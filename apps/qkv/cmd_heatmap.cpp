@@ -89,10 +89,10 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
 /// The file prefix --out names, checked before anything is loaded or decoded: a value ending in
 /// '/' or naming an existing folder is a folder (the files go inside it with the default prefix
 /// "attention"); the folder the files go in must exist. A bad --out is a usage error (exit 2), as
-/// for eval's --json and train's --out.
+/// for eval's --json and train's --out; an empty one is refused when the options are parsed
+/// (non_empty_path).
 std::string output_prefix(const std::string& out) {
     namespace fs = std::filesystem;
-    if (out.empty()) usage_error("heatmap: --out is empty (give a file prefix or a folder)");
     std::error_code ec;
     const bool as_dir = out.back() == '/' || fs::is_directory(out, ec);
     const fs::path prefix = as_dir ? fs::path(out) / "attention" : fs::path(out);
@@ -213,12 +213,14 @@ void run(HeatmapArgs a) {
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<HeatmapArgs>();
     CLI::App* c = app.add_subcommand("heatmap", "draw a trained model's attention weights for one sentence");
-    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
+    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
+        ->check(non_empty_path());
     c->add_option("sentence", a->sentence, "English sentence")->required();
     c->add_option("--out,-o", a->out,
                   "output file prefix (default 'attention': attention-encoder.png, ...); a folder (an "
                   "existing one, or a value ending in '/') gets the files inside it with that default "
-                  "prefix; the folder must exist");
+                  "prefix; the folder must exist")
+        ->check(non_empty_path());
     c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");

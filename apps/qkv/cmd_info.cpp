@@ -95,7 +95,8 @@ void run(const InfoArgs& a) {
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<InfoArgs>();
     CLI::App* c = app.add_subcommand("info", "show a model folder's or checkpoint's configuration and tensors");
-    c->add_option("path,--model", a->path, "model folder or .safetensors file (default runs/qkv)");
+    c->add_option("path,--model", a->path, "model folder or .safetensors file (default runs/qkv)")
+        ->check(non_empty_path());
     c->add_flag("!--no-params", a->params, "do not list the tensors");
     c->callback([a] { run(*a); });
 });

@@ -233,10 +233,12 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     sc->add_option("--data", a->data, "CSV of x,y training pairs (header line allowed) instead of "
                                       "generated data")
+        ->check(non_empty_path())
         ->check(CLI::ExistingFile)
         ->excludes(n);
     sc->add_option("--out", a->out, "output folder for plots and history.csv (a --kernel-width run removes "
                                     "an earlier run's loss plot and history.csv)")
+        ->check(non_empty_path())
         ->capture_default_str();
     sc->add_option("--kernel-width", a->kernel_width, "non-parametric Gaussian kernel of this "
                                                       "width sigma: exp(-(q-k)^2 / (2 sigma^2)); "

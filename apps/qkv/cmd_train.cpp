@@ -7,7 +7,8 @@
 // to train says so and writes nothing. config.json records the data's fingerprint
 // (translation_data.h DataFingerprint), which --resume checks. The first Ctrl-C (SIGINT) or SIGTERM
 // during training stops at the next step boundary with a checkpoint, says how to continue and
-// exits 130 / 143 (util/interrupt.h); a second one kills at once.
+// exits 130 / 143 (util/interrupt.h); a second one kills at once, saying what is saved when it lands
+// during a checkpoint write or a validation (train::Trainer's KillNotes).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -451,8 +452,9 @@ Registration reg([](CLI::App& app) {
                                        "additive attention, D2L 11.4)")
         ->check(CLI::IsMember({"transformer", "bahdanau"}));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
-                                     "../shared/data/fra-eng.zip)");
-    c->add_option("--out", a->out, "output folder (default runs/qkv)");
+                                     "../shared/data/fra-eng.zip)")
+        ->check(non_empty_path());
+    c->add_option("--out", a->out, "output folder (default runs/qkv)")->check(non_empty_path());
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
                                        "validation points, stops and Ctrl-C) with OUT/config.json's "
                                        "settings (same losses as an uninterrupted run); only --epochs, "

@@ -123,10 +123,12 @@ void run(const TranslateArgs& a) {
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TranslateArgs>();
     CLI::App* c = app.add_subcommand("translate", "translate English sentences with a trained model");
-    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)");
+    c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
+        ->check(non_empty_path());
     c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin; not with --file)");
     c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin; not with sentences "
-                                        "on the command line)");
+                                        "on the command line)")
+        ->check(non_empty_path());
     c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
         ->check(real_range(0, 10));

@@ -89,6 +89,10 @@ CLI::Validator duration_or_off() {
         "DURATION|none");
 }
 
+CLI::Validator non_empty_path() {
+    return CLI::Validator([](std::string& in) -> std::string { return in.empty() ? "empty path" : ""; }, "");
+}
+
 void usage_error(const std::string& msg) { throw CLI::ValidationError(msg); }
 
 std::string shell_quote(const std::string& s) {
@@ -105,7 +109,7 @@ std::string shell_quote(const std::string& s) {
 void check_out_folder(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;
     const std::string named = flag + " '" + path + "'";
-    if (path.empty()) usage_error(flag + " is empty (give a folder)");
+    if (path.empty()) usage_error(flag + ": empty path");
     std::error_code ec;
     fs::path p = fs::path(path).lexically_normal();
     if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/" -> "runs/x"

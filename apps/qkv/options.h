@@ -31,15 +31,23 @@ CLI::Validator duration_or_off();
 /// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
 
+/// For every option that names a file or folder (--data, --out, --model, --file, --hyp-out, --json):
+/// an empty value is refused, since "" would otherwise read as "not given" and silently mean the
+/// default (a data file found elsewhere, standard input, no output file). CLI11 puts the flag in
+/// front and main.cpp the prefix: "qkv: error: --data: empty path" (a usage error, exit 2), before
+/// anything is loaded or written.
+CLI::Validator non_empty_path();
+
 /// Throws a usage error: main.cpp prints "qkv: error: <msg>" and exits 2 (as for a bad flag).
 [[noreturn]] void usage_error(const std::string& msg);
 
 /// Checks an output-folder flag before any work is done (`qkv train --out`, `qkv nw --out`):
 /// `path` must be an existing folder, or a path whose nearest existing ancestor is a folder we may
 /// write in (the missing folders are created later). Otherwise a usage error (exit 2) naming the
-/// flag, the path and the reason: "--out 'X' is an existing file, not a folder", "--out 'X':
-/// 'P' is a file, so the folder cannot be created", "--out 'X': no permission to create it in
-/// 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot create the folder 'F' (reason)".
+/// flag, the path and the reason: "--out: empty path", "--out 'X' is an existing file, not a
+/// folder", "--out 'X': 'P' is a file, so the folder cannot be created", "--out 'X': no permission
+/// to create it in 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot create the
+/// folder 'F' (reason)".
 /// Leaves nothing behind: to see what writing will do (access() grants root everything, and /proc
 /// refuses root too) it creates the first missing folder, or a probe file in an existing one, and
 /// removes it again.

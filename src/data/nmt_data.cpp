@@ -163,8 +163,10 @@ D2lEnData prepare_d2l_en(const ParallelCorpus& corpus, int64_t num_steps, int64_
         tgt.push_back(d2l_en_tokens(corpus.tgt[size_t(i)], num_steps, true));
     }
     const int64_t n = int64_t(src.size());
-    QKV_CHECK(n >= num_train, "prepare_d2l_en: ", corpus.origin, " has ", n, " pairs in its first ",
-              max_examples + 1, " lines, fewer than num_train = ", num_train);
+    QKV_CHECK(n >= num_train, "'", corpus.origin, "' has only ", n, n == 1 ? " sentence pair" : " sentence pairs",
+              " in its first ", max_examples + 1, " lines, fewer than the ", num_train,
+              " that D2L EN's split trains on (the d2l preset reads the first num_train + num_val = ", max_examples,
+              " pairs): use a larger data file, or another preset");
     VocabOptions vo;
     vo.min_freq = 2;
     vo.reserved = {};

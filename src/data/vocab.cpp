@@ -2,6 +2,7 @@
 #include "qkv/data/vocab.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "qkv/core/error.h"
@@ -112,20 +113,23 @@ void Vocab::save(const std::string& path) const {
 
 Vocab Vocab::load(const std::string& path) {
     const std::string text = util::read_file(path);
-    QKV_CHECK(!text.empty() && text.back() == '\n', "Vocab::load: '", path,
-              "' is empty or does not end with a newline (one token per line expected)");
+    const std::string file = "the vocabulary file '" + path + "'";
+    QKV_CHECK(!text.empty(), file, " is empty (one token per line expected)");
+    QKV_CHECK(text.back() == '\n', file, " does not end with a newline: it is truncated (one token per line, each "
+              "line ending with a newline, expected)");
     std::vector<std::string> list;
+    std::unordered_map<std::string, int64_t> line_of;  // token -> its 1-based line
     size_t start = 0;
     while (start < text.size()) {
         const size_t p = text.find('\n', start);
         list.emplace_back(text.substr(start, p - start));
         start = p + 1;
+        const auto [it, fresh] = line_of.emplace(list.back(), int64_t(list.size()));
+        QKV_CHECK(fresh, path, ":", list.size(), ": the token \"", list.back(), "\" is also on line ", it->second,
+                  " (each token must appear once: the vocabulary file is damaged)");
     }
-    try {
-        return Vocab(std::move(list));
-    } catch (const Error& e) {
-        throw Error("Vocab::load: '" + path + "': " + e.what());
-    }
+    QKV_CHECK(line_of.count(kUnk) > 0, file, " has no \"", kUnk, "\" line (every qkv vocabulary has one)");
+    return Vocab(std::move(list));
 }
 
 }  // namespace qkv::data

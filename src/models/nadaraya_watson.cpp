@@ -2,8 +2,10 @@
 #include "qkv/models/nadaraya_watson.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "qkv/ops/elementwise.h"
@@ -88,9 +90,9 @@ std::vector<NWEpoch> train_nw(NWKernelRegression& model, const Tensor& x_train,
         const Tensor sq = pow(d, 2.0);
         const Tensor loss = cfg.loss == NWLoss::mean ? mean(sq) : sum(sq);
         const double lv = loss.item();
-        QKV_CHECK(std::isfinite(lv), "train_nw: the loss is not finite at epoch ", e,
-                  " (w = ", model.w.item(), "); lower --lr, or scale the data down (the squared error of values near "
-                  "1e19 or beyond overflows float32)");
+        QKV_CHECK(std::isfinite(lv), "training diverged: the loss is not finite at epoch ", e,
+                  " (w = ", model.w.item(), "); lower --lr, or scale the data down (the squared error of values "
+                  "near 1e19 or beyond overflows float32)");
         opt.zero_grad();
         loss.backward();
         opt.step();
@@ -142,7 +144,7 @@ std::string trim(const std::string& s) {
 
 std::pair<Tensor, Tensor> read_xy_csv(const std::string& path) {
     std::ifstream in(path);
-    QKV_CHECK(in.good(), "read_xy_csv: cannot open '", path, "'");
+    QKV_CHECK(in.good(), "cannot open the CSV file '", path, "': ", std::strerror(errno));
     std::vector<std::pair<double, double>> rows;
     std::string line;
     int64_t lineno = 0;

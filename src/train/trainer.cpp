@@ -302,6 +302,14 @@ TrainResult Trainer::fit() {
     auto validate = [&]() {
         if (val_step != step) {
             if (on_validation) on_validation(step);
+            // A second Ctrl-C kills during the validation too (the first waits for it to end): say
+            // what is saved. Every validation follows the checkpoint of its step (below).
+            util::KillNote note(files ? detail::str("qkv: interrupted during the validation at step ", step, "; ",
+                                                    ckpt_path, " holds step ", step,
+                                                    " (--resume continues from it and validates again)")
+                                      : detail::str("qkv: interrupted during the validation at step ", step,
+                                                    " (no output folder: nothing saved)"),
+                                "");
             val_loss = evaluate_loss(valid_);
             model_.train();
             val_step = step;
@@ -310,8 +318,9 @@ TrainResult Trainer::fit() {
     };
     // A checkpoint of the state after `batch` batches of `epoch` (batch == 0: at its start), with
     // the records the validation that follows it completes. Every checkpoint comes before that
-    // validation (10-60 s on real data): a second Ctrl-C, which kills at once, then loses at most
-    // the validation, and the resumed run writes the records it finds missing (below). A stop
+    // validation (10-60 s on real data): a second Ctrl-C, which kills at once (saying so: the
+    // KillNote in `validate`), then loses at most the validation, and the resumed run writes the
+    // records it finds missing (below). A stop
     // right after a mid-epoch validation point would write the same state again (same step,
     // batch, RNG and train_seconds): one write per step is enough (and `validate` gives it that
     // point's loss at once, so its record follows without a wait).

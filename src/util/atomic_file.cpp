@@ -19,14 +19,14 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 class FdSink final : public FileSink {
 public:
-    FdSink(int fd, const std::string& path) : fd_(fd), path_(path) {}
+    FdSink(int fd, const std::string& path, const std::string& tmp) : fd_(fd), path_(path), tmp_(tmp) {}
     void write(const void* data, size_t n) override {
         const char* p = static_cast<const char*>(data);
         while (n > 0) {
             const ssize_t w = ::write(fd_, p, n);
             if (w < 0) {
                 if (errno == EINTR) continue;
-                throw Error(detail::str("write_file_atomic: writing '", path_,
+                throw Error(detail::str("cannot write '", path_, "': writing its temporary file '", tmp_,
                                         "' failed: ", errno_text(errno)));
             }
             p += w;
@@ -39,6 +39,7 @@ public:
 private:
     int fd_;
     const std::string& path_;
+    const std::string& tmp_;
     size_t written_ = 0;
 };
 
@@ -78,18 +79,19 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
-    QKV_CHECK(!path.empty(), "write_file_atomic: empty path");
+    QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
     const std::string tmp = atomic_temp_path(path);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    QKV_CHECK(fd >= 0, "write_file_atomic: cannot create '", tmp, "' (for '", path,
-              "'): ", errno_text(errno));
+    QKV_CHECK(fd >= 0, "cannot write '", path, "': cannot create its temporary file '", tmp, "': ",
+              errno_text(errno));
     try {
-        FdSink sink(fd, tmp);
+        FdSink sink(fd, path, tmp);
         fill(sink);
-        QKV_CHECK(::fsync(fd) == 0, "write_file_atomic: fsync of '", tmp, "' failed: ",
-                  errno_text(errno));
+        QKV_CHECK(::fsync(fd) == 0, "cannot write '", path, "': flushing its temporary file '", tmp,
+                  "' to disk failed: ", errno_text(errno));
         const int rc = ::close(fd);
-        QKV_CHECK(rc == 0, "write_file_atomic: closing '", tmp, "' failed: ", errno_text(errno));
+        QKV_CHECK(rc == 0, "cannot write '", path, "': closing its temporary file '", tmp, "' failed: ",
+                  errno_text(errno));
     } catch (...) {
         ::close(fd);  // harmless EBADF if already closed
         ::unlink(tmp.c_str());
@@ -98,8 +100,8 @@ void write_file_atomic(const std::string& path, const std::function<void(FileSin
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
         const int err = errno;
         ::unlink(tmp.c_str());
-        throw Error(detail::str("write_file_atomic: cannot rename '", tmp, "' to '", path,
-                                "': ", errno_text(err)));
+        throw Error(detail::str("cannot write '", path, "': cannot rename its temporary file '", tmp,
+                                "' to it: ", errno_text(err)));
     }
     sync_parent_dir(path);
 }

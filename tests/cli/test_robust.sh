@@ -119,7 +119,7 @@ run_rc 2 heatmap --model run "go ." --out "$T/nodir/"
 err_has "qkv: error: heatmap: --out '$T/nodir/'" "'$T/nodir' does not exist"
 [ ! -e "$T/nodir" ] || fail "heatmap created the missing folder"
 run_rc 2 heatmap --model no-such-model "go ." --out ""
-err_has "qkv: error: heatmap: --out is empty"
+err_has "qkv: error: --out: empty path"
 run_rc 0 heatmap --help
 grep -qF "ending in '/'" "$T/out" || fail "heatmap --help does not document --out DIR/"
 run_rc 0 heatmap --model run "go ." --out "$T/att" --threads 1

@@ -11,7 +11,7 @@
 namespace qkv::util {
 
 /// Byte sink handed to the callback of write_file_atomic. write() throws qkv::Error naming the
-/// temporary file when the OS reports an error (disk full, I/O error).
+/// target and its temporary file when the OS reports an error (disk full, I/O error).
 class FileSink {
 public:
     virtual ~FileSink() = default;
@@ -24,8 +24,9 @@ public:
 /// Writes `path` atomically: `fill` writes the content into `path + ".tmp.<pid>"` (same folder,
 /// so the rename stays on one file system); then the temporary is fsynced, renamed over `path`,
 /// and the folder is fsynced. If `fill` throws or any step fails, the temporary is removed,
-/// `path` is left as it was, and the error propagates (qkv::Error naming the path and errno's text
-/// for OS failures).
+/// `path` is left as it was, and the error propagates. OS failures throw qkv::Error in the user's
+/// terms: "cannot write 'PATH': cannot create its temporary file 'PATH.tmp.<pid>': Permission
+/// denied" (likewise for writing, flushing, closing and renaming it), with errno's text.
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill);
 
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".

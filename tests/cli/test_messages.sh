@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# What the qkv program says about bad paths and files, in the user's terms:
+#  1. a file or folder flag given an empty value ("", e.g. an unset shell variable) is a usage error
+#     naming the flag, "qkv: error: --data: empty path" (exit 2), for every command that takes one,
+#     before anything is read or written: "" must not silently mean the default ($QKV_DATA, the
+#     data path in config.json, standard input, runs/qkv, ...).
+#  2. errors about damaged or unwritable files name the file (and line) and what is wrong, not an
+#     internal function (Vocab::load, write_file_atomic, read_xy_csv, train_nw): a truncated
+#     vocabulary, a vocabulary listing a token twice, an output file that cannot be created, a
+#     CSV whose values make qkv nw's training diverge, a data file too small for --preset d2l.
+# Usage: test_messages.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+six_pairs > "$T/fra.txt"
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
+# no_internal_names: stderr names no internal function
+no_internal_names() {
+  ! grep -Eq 'Vocab::|write_file_atomic|read_xy_csv|train_nw' "$T/err" || { cat "$T/err"; fail "an internal function name in the message"; }
+}
+
+# ---- 1. empty paths. In an empty folder, with $QKV_DATA naming a good data file: a default taken
+# instead of the refusal would train or write something here.
+mkdir "$T/work" && cd "$T/work"
+export QKV_DATA="$T/fra.txt"
+check_empty() {  # check_empty FLAG QKV-ARGS... (the flag's value "" is among the args)
+  local flag=$1; shift
+  run_rc 2 "$@" < /dev/null
+  err_has "qkv: error: $flag: empty path"
+  [ ! -s "$T/out" ] || { cat "$T/out"; fail "'qkv $*' printed output before refusing $flag \"\""; }
+  [ -z "$(ls -A "$T/work")" ] || fail "'qkv $*' wrote $(ls -A "$T/work")"
+}
+check_empty --data train --data "" --max-steps 1 "${small[@]}"
+check_empty --out train --out "" --max-steps 1 "${small[@]}"
+check_empty --data eval --data ""
+check_empty --model eval --model ""
+check_empty --hyp-out eval --hyp-out ""
+check_empty --json eval --json ""
+check_empty --model translate --model "" "go ."
+check_empty --file translate --file ""
+check_empty --file translate -f ""
+check_empty --model heatmap --model "" "go ."
+check_empty --out heatmap --out "" "go ."
+check_empty --data nw --data ""
+check_empty --out nw --out ""
+check_empty --out attention --out ""
+check_empty --model info --model ""
+check_empty --model info ""
+unset QKV_DATA
+cd "$T"
+
+# ---- 2. damaged and unwritable files
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/run" "${small[@]}"
+# a vocabulary file cut short (its last line has no newline)
+cp -r "$T/run" "$T/cut"
+head -c -1 "$T/run/src_vocab.txt" > "$T/cut/src_vocab.txt"  # the last newline gone
+run_rc 1 translate --model "$T/cut" "go ."
+err_has "qkv: error: the vocabulary file '$T/cut/src_vocab.txt' does not end with a newline: it is truncated"
+no_internal_names
+# a vocabulary file that lists a token twice: the file, the line and the earlier line
+cp -r "$T/run" "$T/dup"
+tok5=$(sed -n 5p "$T/run/tgt_vocab.txt")
+sed -i "6s/.*/$tok5/" "$T/dup/tgt_vocab.txt"
+run_rc 1 eval --model "$T/dup" --no-progress
+err_has "qkv: error: $T/dup/tgt_vocab.txt:6: the token \"$tok5\" is also on line 5" "the vocabulary file is damaged"
+no_internal_names
+# an output file whose folder exists but cannot be written in (root too cannot create files in /proc)
+hyp="/proc/qkv-hyp-$$.txt"
+run_rc 1 eval --model "$T/run" --no-progress --hyp-out "$hyp"
+err_has "qkv: error: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
+no_internal_names
+# qkv nw on a CSV whose values overflow float32's squared error: training diverges at epoch 1
+printf 'x,y\n0,1e20\n1,-1e20\n2,1e20\n' > "$T/huge.csv"
+run_rc 1 nw --data "$T/huge.csv" --out "$T/nw"
+err_has "qkv: error: training diverged: the loss is not finite at epoch 1" "scale the data down"
+no_internal_names
+# --preset d2l on a data file too small for D2L EN's split
+run_rc 1 train --preset d2l --data "$T/fra.txt" --out "$T/d2l" --no-progress
+err_has "qkv: error: '$T/fra.txt' has only 60 sentence pairs in its first " "use a larger data file, or another preset"
+! grep -q prepare_d2l_en "$T/err" || { cat "$T/err"; fail "an internal function name in the message"; }
+echo "cli messages (empty path flags; truncated and duplicated vocabularies, an unwritable output file, a diverging nw CSV, a small file for --preset d2l): ok"
