@@ -32,3 +32,16 @@ six_pairs() {
     esac
   done
 }
+
+# second_sigint PID PAUSE: sends PID a second SIGINT once the first is taken (two pending ones
+# are one), PAUSE seconds after that.
+second_sigint() {
+  local p
+  for _ in $(seq 1 1200); do
+    p=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$1/status" 2> /dev/null || echo 0)
+    [ $((0x${p:-0} & 2)) = 0 ] && break
+    sleep 0.05
+  done
+  sleep "$2"
+  kill -INT "$1"
+}

@@ -158,14 +158,7 @@ for _ in $(seq 1 1200); do  # until the write waits on the FIFO
   sleep 0.25
 done
 kill -INT "$pid"
-# the second SIGINT only once the first is taken (two pending ones are one)
-for _ in $(seq 1 1200); do
-  p=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2> /dev/null || echo 0)
-  [ $((0x${p:-0} & 2)) = 0 ] && break
-  sleep 0.05
-done
-sleep 0.2
-kill -INT "$pid"
+second_sigint "$pid" 0.2
 set +e; wait "$pid"; rc=$?; set -e
 pid=""
 set +m

@@ -30,14 +30,7 @@ for _ in $(seq 1 2400); do
 done
 [ -s "$run/model.safetensors" ] || { cat "$T/train.err"; fail "no checkpoint within 2 minutes"; }
 kill -INT "$pid"
-# the second SIGINT only once the first is taken (two pending ones are one)
-for _ in $(seq 1 1200); do
-  p=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2> /dev/null || echo 0)
-  [ $((0x${p:-0} & 2)) = 0 ] && break
-  sleep 0.05
-done
-sleep 0.1
-kill -INT "$pid"
+second_sigint "$pid" 0.1
 set +e; wait "$pid"; rc=$?; set -e
 pid=""
 set +m

@@ -374,12 +374,10 @@ TEST(Trainer, AResumeFromACheckpointWithoutRunningSumsSaysSo) {
     fs::remove_all(dir);
 }
 
-/// `steps` steps of the tiny model (one batch of the eight pairs per epoch) at a constant `lr`:
-/// the step of the divergence warning (0: none), which the log must say exactly as often.
-int64_t diverged_at(double lr, int64_t steps) {
-    const TinyCorpus c = tiny_corpus();
-    manual_seed(0);
-    models::Transformer m(tiny_config(c));
+/// `steps` steps of `m` on `arrays` (one batch of the eight pairs per epoch) at a constant `lr`;
+/// the log must give the divergence warning exactly as often as the result reports one.
+train::TrainResult run_constant_lr(models::Transformer& m, const data::NmtArrays& arrays, int64_t pad,
+                                   double lr, int64_t steps) {
     train::TrainOptions o;
     o.epochs = steps;
     o.batch_size = 8;
@@ -387,10 +385,18 @@ int64_t diverged_at(double lr, int64_t steps) {
     LogFile log;
     train::TrainRuntime rt = quiet();
     rt.log = log.f;
-    train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
-    const train::TrainResult r = t.fit();
+    train::Trainer t(m, arrays, arrays, pad, o, rt);
+    train::TrainResult r = t.fit();
     EXPECT_EQ(count_of(log.text(), "qkv: warning: training loss "), r.diverged_at_step > 0 ? 1u : 0u) << log.text();
-    return r.diverged_at_step;
+    return r;
+}
+
+/// The step of the divergence warning (0: none) of `steps` steps of the tiny model at `lr`.
+int64_t diverged_at(double lr, int64_t steps) {
+    const TinyCorpus c = tiny_corpus();
+    manual_seed(0);
+    models::Transformer m(tiny_config(c));
+    return run_constant_lr(m, c.arrays, c.tgt_vocab.pad(), lr, steps).diverged_at_step;
 }
 
 TEST(Trainer, JudgesTheLastPartialWindowOfAShortRun) {
@@ -434,16 +440,7 @@ std::pair<int64_t, std::vector<double>> tied_run(double lr, int64_t steps) {
     cfg.tie_weights = true;
     manual_seed(0);
     models::Transformer m(cfg);
-    train::TrainOptions o;
-    o.epochs = steps;
-    o.batch_size = 8;
-    o.lr = lr;
-    LogFile log;
-    train::TrainRuntime rt = quiet();
-    rt.log = log.f;
-    train::Trainer t(m, arrays, arrays, v.pad(), o, rt);
-    const train::TrainResult r = t.fit();
-    EXPECT_EQ(count_of(log.text(), "qkv: warning: training loss "), r.diverged_at_step > 0 ? 1u : 0u) << log.text();
+    const train::TrainResult r = run_constant_lr(m, arrays, v.pad(), lr, steps);
     return {r.diverged_at_step, r.step_losses};
 }
 
