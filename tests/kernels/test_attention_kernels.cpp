@@ -44,6 +44,9 @@ struct AttnSpec {
     bool                   strided         = false;  // q/k/v/out stored as (B, T, H, D)
     float                  amp             = 1.0f;   // inputs uniform in [-amp, amp)
     std::vector<int64_t>   masked_rows;  // (b, h, i) triples whose mask row is all False
+    // Scores that drift along the keys: q[..][0] = 1 and k[..][j][0] += key_ramp * j / Tk (in
+    // float, so float and double data agree); not with `strided`.
+    float                  key_ramp        = 0.0f;
 };
 
 template <class T>
@@ -71,6 +74,14 @@ AttnData<T> make_attn(const AttnSpec& s0) {
     fill(a.q, s.B * s.H * s.Tq * s.D, s.seed * 10 + 1);
     fill(a.k, s.B * s.Hkv * s.Tk * s.D, s.seed * 10 + 2);
     fill(a.v, s.B * s.Hkv * s.Tk * s.Dv, s.seed * 10 + 3);
+    if (s.key_ramp != 0.0f) {
+        EXPECT_FALSE(s.strided);
+        for (size_t i = 0; i < a.q.size(); i += size_t(s.D)) a.q[i] = T(1);
+        for (size_t i = 0; i < a.k.size(); i += size_t(s.D)) {
+            const int64_t j = int64_t(i / size_t(s.D)) % s.Tk;
+            a.k[i] = T(float(a.k[i]) + float(double(s.key_ramp) * double(j) / double(s.Tk)));
+        }
+    }
     {
         const auto r = random_floats(s.B * s.H * s.Tq * s.Dv, s.seed * 10 + 4);
         a.dout.assign(r.begin(), r.end());
@@ -589,6 +600,42 @@ TEST(FlashAttentionKernels, FastMatchesRef_LargeLogits) {
         const Results r = results(a);
         for (const auto* x : {&r.out, &r.lse, &r.dq, &r.dk, &r.dv})
             for (double e : *x) ASSERT_TRUE(std::isfinite(e)) << cpu::flash_attention_isa_name(isa);
+    }
+}
+
+// The forward keeps a row's softmax shift across unmasked key blocks until a block's sum of
+// e^(s - shift) passes 2^20, then recomputes that block with its maximum (lazy rescaling). Scores
+// rising by ~38 along each 128-key block force that recomputation in every block and inside the
+// first tile's span; falling scores never move the shift and underflow to 0 far from the max;
+// a single late spike moves it once. Checked against the reference with the 2x rule.
+TEST(FlashAttentionKernels, FastMatchesRef_ShiftingRowMaxima) {
+    for (float ramp : {300.0f, -300.0f, 40.0f}) {
+        SCOPED_TRACE(::testing::Message() << "key_ramp " << ramp);
+        AttnSpec s = shape(2, 2, 70, 1000, 8);
+        s.scale = 1.0f, s.key_ramp = ramp;
+        expect_fast_matches_ref(s);
+    }
+    AttnSpec s = shape(1, 2, 100, 700, 16);
+    s.scale     = 1.0f;
+    auto spike  = [](auto& a) {  // key 530 aligned with every query: a score ~+50 above the rest
+        for (int64_t h = 0; h < 2; ++h)
+            for (int64_t d = 0; d < 16; ++d) a.k[size_t((h * 700 + 530) * 16 + d)] = 0;
+        for (size_t i = 0; i < a.q.size(); i += 16) a.q[i] = 1;
+        for (int64_t h = 0; h < 2; ++h) a.k[size_t((h * 700 + 530) * 16)] = 50;
+    };
+    auto r64 = make_attn<double>(s);
+    auto r32 = make_attn<float>(s);
+    spike(r64), spike(r32);
+    ref::attention_forward(r64.p), ref::attention_forward(r32.p);
+    const Results want = results(r64), base = results(r32);
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        auto a = make_attn<float>(s);
+        spike(a);
+        cpu::flash_attention_forward(a.p, isa);
+        const Results got = results(a);
+        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
+        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
     }
 }
 

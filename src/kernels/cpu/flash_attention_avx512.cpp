@@ -2,6 +2,7 @@
 // __builtin_cpu_supports checks in flash_attention.cpp.
 // GCC 12 reports its own _mm512_undefined_ps() inside avx512fintrin.h as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define QKV_FLASH_NS flash_avx512
 #include "kernels/cpu/flash_attention_impl.h"
 

@@ -65,6 +65,12 @@ inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 // full-width instances use none).
 enum Mode { kStore, kAcc, kScaleAcc };
 
+/// Lazy rescaling in forward_block: an unmasked key block keeps the row's softmax shift m when the
+/// block's sum of P = e^(s - m) stays <= 2^20 (so no P exceeds it either, and l and O grow by at
+/// most that factor over the exact-maximum recurrence, far from float's 3.4e38); otherwise the
+/// block is recomputed with its maximum as the new shift. FlashAttention-4 rescales lazily too.
+constexpr float kBlockSumLimit = 1048576.0f;
+
 template <class S, int R, int NV, int Md, bool AM1, bool Tail>
 inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
                   int64_t cm, typename S::M tail, const float* rowscale) {
@@ -131,6 +137,89 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
     case (R_) * 8 + (NV_):                                                          \
         if (!CanTail || full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
         else micro<S, R_, NV_, Md, AM1, CanTail>(K, a, as, b, bk, c, cm, tail, rs);               \
+        break
+            switch (r * 8 + nv) {
+                QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
+                QKV_MK(2, 1); QKV_MK(2, 2); QKV_MK(2, 3); QKV_MK(2, 4);
+                QKV_MK(3, 1); QKV_MK(3, 2); QKV_MK(3, 3); QKV_MK(3, 4);
+                QKV_MK(4, 1); QKV_MK(4, 2); QKV_MK(4, 3); QKV_MK(4, 4);
+                QKV_MK(5, 1); QKV_MK(5, 2); QKV_MK(5, 3); QKV_MK(5, 4);
+                QKV_MK(6, 1); QKV_MK(6, 2); QKV_MK(6, 3); QKV_MK(6, 4);
+                default: QKV_ASSERT(false);
+            }
+#undef QKV_MK
+        }
+    }
+}
+
+/// Score tile with the softmax fused into its epilogue (the forward's unmasked key blocks; docs
+/// §2, lazy rescaling): the R x NV*W accumulators of s = K_j . Q^T (keys j are rows, queries are
+/// lanes) leave the registers as P = e^(s - m) with the lane's current shift m[], and the epilogue
+/// adds P to sum[]. On the block's first tile (`first`), lanes whose shift is still -inf (no key
+/// seen yet: O = 0 and l = 0 there) take that tile's maximum as their shift. No SIMD tails: the
+/// lanes are the whole query block (a multiple of W).
+template <class S, int R, int NV>
+inline void micro_exp(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
+                      int64_t cm, float* m, float* sum, bool first) {
+    if constexpr (R <= S::kR && NV <= S::kNV) {
+        using V = typename S::V;
+        constexpr int W = S::W;
+        V acc[R][NV];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
+        for (int64_t kk = 0; kk < K; ++kk) {
+            V b[NV];
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) b[v] = S::load(B + v * W);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const V x = S::set1(A[r * as + kk]);
+#pragma GCC unroll 8
+                for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
+            }
+            B += bk;
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            V mv = S::load(m + v * W);
+            if (first) {
+                V tm = acc[0][v];
+#pragma GCC unroll 8
+                for (int r = 1; r < R; ++r) tm = S::max(tm, acc[r][v]);
+                mv = S::neginf_to(mv, tm);
+                S::store(m + v * W, mv);
+            }
+            V sv = S::load(sum + v * W);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const V e = S::exp(S::sub(acc[r][v], mv));
+                S::store(C + r * cm + v * W, e);
+                sv = S::add(sv, e);
+            }
+            S::store(sum + v * W, sv);
+        }
+    }
+}
+
+/// P^T (M keys x N query lanes) = e^(K_j . Q^T - m) by micro_exp tiles (see there); N a multiple
+/// of W.
+template <class S>
+void gemm_exp(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B,
+              int64_t bk, float* C, int64_t cm, float* m, float* sum) {
+    constexpr int W = S::W;
+    for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
+        const int nv = int(min64(N - n0, S::kNV * W) / W);
+        for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
+            const int    r = int(min64(S::kR, M - m0));
+            const float* a = A + m0 * as;
+            const float* b = B + n0;
+            float*       c = C + m0 * cm + n0;
+            const bool   f = m0 == 0;
+#define QKV_MK(R_, NV_)                                                                        \
+    case (R_) * 8 + (NV_):                                                                     \
+        micro_exp<S, R_, NV_>(K, a, as, b, bk, c, cm, m + n0, sum + n0, f); \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -255,7 +344,7 @@ void apply_general_mask(const AttentionParams<float>& p, float* t, int64_t nk, i
 template <class S, int64_t BQ = S::kBlockQ>
 struct FwdLayout {
     static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
-    int64_t qt, st, kt, o, m, l, alpha, lim, total;  // float offsets into the thread workspace
+    int64_t qt, st, kt, o, m, l, alpha, lim, psum, total;  // float offsets into the workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
         int64_t       at  = 0;
@@ -265,7 +354,8 @@ struct FwdLayout {
             return r;
         };
         qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0),
-        o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq);
+        o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq),
+        psum = take(Bq);
         total = at;
     }
 };
@@ -280,7 +370,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const int64_t     i0       = qb * Bq, nq = min64(Bq, p.Tq - i0);
     const int64_t     hk       = h / (p.H / p.Hkv);
     float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *o = ws + L.o, *m = ws + L.m,
-          *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim;
+          *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim, *psum = ws + L.psum;
     float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
     float*       lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;  // optional
     const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
@@ -309,39 +399,63 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const uint64_t drop_row0 = p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk);
     const int64_t  kend     = kmax + 1;
     for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
-        const int64_t nk = min64(Bk, kend - j0);
-        // S^T = K_j Q^T (nk x Bq), reduction over D.
-        gemm<S, kStore, false, false>(nk, Bq, p.D, kbase + j0 * p.k_stride_t, p.k_stride_t, qt, Bq, st, Bq);
-        if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
-        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
-        // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
-        // l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
-        V mx[NQV], ms[NQV], sum[NQV];
-        for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
-        for (int64_t v = 0; v < NQV; ++v) {
-            ms[v] = S::neginf_to_zero(mx[v]);
-            S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
-            S::store(m + v * W, mx[v]);
-        }
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) {
-                float*  s = st + j * Bq + v * W;
-                const V e = S::exp(S::sub(S::load(s), ms[v]));
-                S::store(s, e);
-                sum[v] = S::add(sum[v], e);
+        const int64_t nk      = min64(Bk, kend - j0);
+        const float*  kj      = kbase + j0 * p.k_stride_t;
+        bool          classic = general || j0 + nk - 1 > kmin;  // a block with masked scores
+        bool          rescale = true;
+        if (!classic) {
+            // Unmasked block: the score tiles leave their registers as P = e^(s - m) with the
+            // current shifts m (lazy rescaling: m only moves when the block's maximum exceeds it
+            // by more than kShiftSlack, so P <= e^kShiftSlack and O needs no rescale). Saves
+            // the passes that store S, find the row max and reload S for the exp.
+            for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, S::zero());
+            gemm_exp<S>(nk, Bq, p.D, kj, p.k_stride_t, qt, Bq, st, Bq, m, psum);
+            bool over = false;
+            for (int64_t v = 0; v < NQV; ++v)
+                over = over || !S::all_le(S::load(psum + v * W), S::set1(kBlockSumLimit));
+            if (!over) {
+                for (int64_t v = 0; v < NQV; ++v)
+                    S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
+                rescale = false;
+            } else {
+                classic = true;  // rare: recompute S and take the new maximum as the shift
             }
-        for (int64_t v = 0; v < NQV; ++v)
-            S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+        }
+        if (classic) {
+            // S^T = K_j Q^T (nk x Bq), reduction over D.
+            gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, qt, Bq, st, Bq);
+            if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
+            if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+            // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
+            // l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
+            V mx[NQV], ms[NQV], sum[NQV];
+            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
+            for (int64_t v = 0; v < NQV; ++v) {
+                ms[v] = S::neginf_to_zero(mx[v]);
+                S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
+                S::store(m + v * W, mx[v]);
+            }
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t v = 0; v < NQV; ++v) {
+                    float*  s = st + j * Bq + v * W;
+                    const V e = S::exp(S::sub(S::load(s), ms[v]));
+                    S::store(s, e);
+                    sum[v] = S::add(sum[v], e);
+                }
+            for (int64_t v = 0; v < NQV; ++v)
+                S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+        }
         if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
             dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
-        gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vbase + j0 * p.v_stride_t, p.v_stride_t, o,
-                                 Dvp, alpha);
+        const float* vj = vbase + j0 * p.v_stride_t;
+        if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp, alpha);
+        else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
     const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;

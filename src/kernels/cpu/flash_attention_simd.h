@@ -163,11 +163,19 @@ struct SimdAvx512 {
         return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
                                   _mm512_set1_ps(INFINITY));
     }
+    /// x with -inf lanes replaced by the lanes of y.
+    static inline V neginf_to(V x, V y) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), y);
+    }
+    /// True when every lane has a <= b (false for NaN lanes).
+    static inline bool all_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ) == 0xFFFF; }
     static inline V exp(V x) {
         // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final mask.
         const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
-        const V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        // n = round(x log2e) by the 1.5 * 2^23 shifter: one FMA and one subtraction instead of
+        // vmulps + vrndscaleps (2 uops), |x log2e| <= 128 << 2^22.
+        const V sh = _mm512_set1_ps(12582912.0f);
+        const V n  = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), sh), sh);
         V f = _mm512_fmsub_ps(x, _mm512_set1_ps(kLog2e), n);
         f   = _mm512_fmadd_ps(x, _mm512_set1_ps(kLog2eLo), f);
         V y = _mm512_set1_ps(kExp2Q0);
@@ -222,6 +230,12 @@ struct SimdAvx2 {
     static inline V neginf_to_posinf(V x) {
         return _mm256_blendv_ps(x, _mm256_set1_ps(INFINITY),
                                 _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    }
+    static inline V neginf_to(V x, V y) {
+        return _mm256_blendv_ps(x, y, _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    }
+    static inline bool all_le(V a, V b) {
+        return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)) == 0xFF;
     }
     static inline V exp(V x) {
         // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final andnot.
@@ -311,6 +325,12 @@ struct SimdScalar {
     static inline V neginf_to_zero(V a) { QKV_PARTS(a.p[u] == V4{} - INFINITY ? V4{} : a.p[u]); }
     static inline V neginf_to_posinf(V a) {
         QKV_PARTS(a.p[u] == V4{} - INFINITY ? V4{} + INFINITY : a.p[u]);
+    }
+    static inline V neginf_to(V a, V b) { QKV_PARTS(a.p[u] == V4{} - INFINITY ? b.p[u] : a.p[u]); }
+    static inline bool all_le(V a, V b) {
+        for (int t = 0; t < W; ++t)
+            if (!(a.p[t / 4][t % 4] <= b.p[t / 4][t % 4])) return false;
+        return true;
     }
 #undef QKV_PARTS
     static inline float exp1(float x) {
