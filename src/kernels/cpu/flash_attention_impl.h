@@ -462,10 +462,12 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     float* lo0 = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
     for (int64_t i = 0; i < nq; ++i) {
         const float inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
-        const float lg  = l[i] > 0.0f ? std::log(l[i]) : 0.0f;
-        const float hi  = l[i] > 0.0f ? m[i] + lg : -INFINITY;
+        // lse = m + log l in double, as a float pair hi + lo (the lazy shift m can sit up to ~14
+        // below the maximum, so log l is not small next to m and a float Fast2Sum would not be exact).
+        const double ls = l[i] > 0.0f ? double(m[i]) + std::log(double(l[i])) : 0.0;
+        const float  hi = l[i] > 0.0f ? float(ls) : -INFINITY;
         if (lse0) lse0[i] = hi;
-        if (lo0) lo0[i] = l[i] > 0.0f ? (m[i] - hi) + lg : 0.0f;  // Fast2Sum residual
+        if (lo0) lo0[i] = l[i] > 0.0f ? float(ls - double(hi)) : 0.0f;
         if (p.Dv == 0) continue;
         float*       dst = out0 + i * p.o_stride_t;
         const float* src = o + i * Dvp;
