@@ -191,3 +191,18 @@ TEST(Optim, ParameterListedTwiceOrOverlappingAnotherIsRefused) {
     sgd.step();
     EXPECT_EQ(flat.to_vector<float>(), std::vector<float>(6, -1.f));
 }
+
+TEST(Optim, AdamArgumentChecksNameTheClassConstructed) {
+    // AdamW's beta, eps and grad_scale checks used to say "Adam".
+    Tensor a = from_vector<float>({1.f, 2.f}, {2}).requires_grad_();
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{1.0, 0.999, 1e-8, 0, true}); },
+                                  "AdamW: betas must be in [0, 1), got 1, 0.999");
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{0.9, 0.999, -1, 0, true}); },
+                                  "AdamW: eps must be >= 0, got -1");
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{0.9, 0.999, -1}); },
+                                  "Adam: eps must be >= 0, got -1");
+    optim::AdamOptions adamw;
+    adamw.decoupled_weight_decay = true;
+    optim::Adam adamw_ok({a}, 0.1, adamw);
+    test::expect_error_containing([&] { adamw_ok.step(-1.0); }, "AdamW::step: grad_scale must be finite");
+}

@@ -75,8 +75,9 @@ struct AdamOptions {
 /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
 class Adam : public Optimizer {
 public:
-    /// Throws as Optimizer's constructor does (messages start "Adam:", or "AdamW:" with
-    /// decoupled_weight_decay) and when a beta is outside [0, 1) or eps < 0.
+    /// Throws as Optimizer's constructor does and when a beta is outside [0, 1) or eps < 0; every
+    /// message names the class constructed: "Adam:", or "AdamW:" with decoupled_weight_decay
+    /// ("AdamW::step:" for a bad grad_scale).
     Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions opt = {});
     void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
