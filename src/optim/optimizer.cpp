@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include "qkv/autograd/grad_mode.h"
@@ -180,6 +181,15 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
 ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm) {
     QKV_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0, got ",
               max_norm);
+    // A tensor listed twice would count twice in the norm (and be scaled twice): refused, as the
+    // optimizers refuse it. Two handles on one storage are two tensors with their own gradients.
+    std::unordered_map<const TensorImpl*, size_t> first;
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (!params[i].defined()) continue;
+        const auto [it, fresh] = first.emplace(params[i].impl_ptr().get(), i);
+        QKV_CHECK(fresh, "clip_grad_norm: parameter ", i, " is the same tensor as parameter ", it->second,
+                  " (listed twice)");
+    }
     NoGradGuard ng;
     double total = 0;
     for (const Tensor& p : params)
