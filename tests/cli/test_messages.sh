@@ -3,7 +3,8 @@
 #  1. a file or folder flag given an empty value ("", e.g. an unset shell variable) is a usage error
 #     naming the flag, "qkv: error: --data: empty path" (exit 2), for every command that takes one,
 #     before anything is read or written: "" must not silently mean the default ($QKV_DATA, the
-#     data path in config.json, standard input, runs/qkv, ...).
+#     data path in config.json, standard input, runs/qkv, ...). Any other flag that takes a value
+#     says "--X: empty value"; "--X=" is "--X ''".
 #  2. errors about damaged or unwritable files name the file (and line) and what is wrong, not an
 #     internal function (Vocab::load, write_file_atomic, read_xy_csv, train_nw): a truncated
 #     vocabulary, a vocabulary listing a token twice, an output file that cannot be created, a
@@ -21,13 +22,14 @@ no_internal_names() {
 # instead of the refusal would train or write something here.
 mkdir "$T/work" && cd "$T/work"
 export QKV_DATA="$T/fra.txt"
-check_empty() {  # check_empty FLAG QKV-ARGS... (the flag's value "" is among the args)
-  local flag=$1; shift
+refused_empty() {  # refused_empty FLAG path|value QKV-ARGS... (the flag's value "" is among the args)
+  local flag=$1 kind=$2; shift 2
   run_rc 2 "$@" < /dev/null
-  err_has "qkv: error: $flag: empty path"
+  err_has "qkv: error: $flag: empty $kind"
   [ ! -s "$T/out" ] || { cat "$T/out"; fail "'qkv $*' printed output before refusing $flag \"\""; }
   [ -z "$(ls -A "$T/work")" ] || fail "'qkv $*' wrote $(ls -A "$T/work")"
 }
+check_empty() { local flag=$1; shift; refused_empty "$flag" path "$@"; }  # check_empty FLAG QKV-ARGS...
 check_empty --data train --data "" --max-steps 1 "${small[@]}"
 check_empty --out train --out "" --max-steps 1 "${small[@]}"
 check_empty --data eval --data ""
@@ -44,6 +46,40 @@ check_empty --out nw --out ""
 check_empty --out attention --out ""
 check_empty --model info --model ""
 check_empty --model info ""
+# Any flag that takes a value, in both forms: "--X ''" and "--X=" (which CLI11 took as "use the
+# next argument": "train --out= foo" trained into foo). A path keeps "empty path"; any other value
+# is "empty value", before its own check (the enum flags said "--denormals:  not in {flush,keep}").
+check_both() {  # check_both KIND FLAG QKV-WORDS-BEFORE-THE-FLAG... -- QKV-WORDS-AFTER-IT...
+  local kind=$1 flag=$2; shift 2
+  local before=() after=()
+  while [ "$1" != -- ]; do before+=("$1"); shift; done
+  shift
+  after=("$@")
+  refused_empty "$flag" "$kind" "${before[@]}" "$flag" "" "${after[@]}"
+  refused_empty "$flag" "$kind" "${before[@]}" "$flag=" "${after[@]}"
+}
+check_both path --out train -- out2 --max-steps 1 "${small[@]}"
+check_both path --data train -- out2 --max-steps 1 "${small[@]}"
+for f in --preset --model --time-budget --val-every --schedule --trim --subword --batch-size --seed; do
+  check_both value "$f" train -- --out out2 --max-steps 1 "${small[@]}"
+done
+check_both path --hyp-out eval -- --model m
+check_both path --json eval -- m
+check_both value --beam eval -- --model m
+check_both path --model translate -- "go ."
+check_both path --file translate -- "go ."
+check_both value --batch-size translate -- "go ."
+check_both path --out heatmap -- "go ."
+check_both value --format heatmap -- "go ."
+check_both path --out nw -- --epochs 1
+check_both value --preset nw -- --out out2
+check_both path --out attention -- --seed 1
+check_both value --seed attention -- --out out2
+check_both path --model info -- m
+for f in --denormals --attention --kernels --threads; do
+  check_both value "$f" -- info m   # before the subcommand
+  check_both value "$f" info m --   # after it
+done
 unset QKV_DATA
 cd "$T"
 
