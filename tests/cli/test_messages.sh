@@ -4,7 +4,7 @@
 #     naming the flag, "qkv: error: --data: empty path" (exit 2), for every command that takes one,
 #     before anything is read or written: "" must not silently mean the default ($QKV_DATA, the
 #     data path in config.json, standard input, runs/qkv, ...). Any other flag that takes a value
-#     says "--X: empty value"; "--X=" is "--X ''".
+#     says "--X: empty value"; "--X=" is "--X ''"; info's positional is named "PATH".
 #  2. errors about damaged or unwritable files name the file (and line) and what is wrong, not an
 #     internal function (Vocab::load, write_file_atomic, read_xy_csv, train_nw): a truncated
 #     vocabulary, a vocabulary listing a token twice, an output file that cannot be created, a
@@ -45,7 +45,7 @@ check_empty --data nw --data ""
 check_empty --out nw --out ""
 check_empty --out attention --out ""
 check_empty --model info --model ""
-check_empty --model info ""
+check_empty PATH info ""  # the positional, not --model
 # Any flag that takes a value, in both forms: "--X ''" and "--X=" (which CLI11 took as "use the
 # next argument": "train --out= foo" trained into foo). A path keeps "empty path"; any other value
 # is "empty value", before its own check (the enum flags said "--denormals:  not in {flush,keep}").
