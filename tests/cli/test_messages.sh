@@ -91,6 +91,15 @@ head -c -1 "$T/run/src_vocab.txt" > "$T/cut/src_vocab.txt"  # the last newline g
 run_rc 1 translate --model "$T/cut" "go ."
 err_has "qkv: error: the vocabulary file '$T/cut/src_vocab.txt' does not end with a newline: it is truncated"
 no_internal_names
+# vocabulary files with Windows line endings (CRLF on every line) read as the same tokens: they
+# were reported as having no "<unk>" line
+cp -r "$T/run" "$T/crlf"
+sed -i 's/$/\r/' "$T/crlf/src_vocab.txt" "$T/crlf/tgt_vocab.txt"
+grep -q $'^<unk>\r$' "$T/crlf/src_vocab.txt" || fail "the CRLF copy has no CR"
+run_rc 0 translate --model "$T/run" "go ." "i lost ."
+cp "$T/out" "$T/lf.out"
+run_rc 0 translate --model "$T/crlf" "go ." "i lost ."
+cmp -s "$T/out" "$T/lf.out" || { diff "$T/lf.out" "$T/out"; fail "CRLF vocabularies translate otherwise"; }
 # a vocabulary file that lists a token twice: the file, the line and the earlier line
 cp -r "$T/run" "$T/dup"
 tok5=$(sed -n 5p "$T/run/tgt_vocab.txt")
