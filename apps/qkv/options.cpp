@@ -16,6 +16,7 @@
 #include "qkv/core/error.h"
 #include "qkv/ops/attention.h"
 #include "qkv/train/run_config.h"
+#include "qkv/util/atomic_file.h"
 
 namespace qkv::cli {
 namespace {
@@ -248,6 +249,15 @@ void check_output_file(const std::string& flag, const std::string& path) {
         throw CLI::ValidationError(flag + " '" + path + "': " +
                                    (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
                                                            : "the folder '" + parent.string() + "' does not exist"));
+    check_writable(flag, path);
+}
+
+void check_writable(const std::string& flag, const std::string& path) {
+    try {
+        util::check_can_write(path);
+    } catch (const Error& e) {
+        usage_error(flag + ": " + e.what());
+    }
 }
 
 }  // namespace qkv::cli

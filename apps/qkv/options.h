@@ -91,10 +91,15 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
 std::string shell_quote(const std::string& s);
 
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
-/// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
-/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"). Throws
-/// CLI::ValidationError (exit 2) naming the flag.
+/// be "-" (it would name a file "-", not standard output), must not be a folder, its parent
+/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"), and the file must
+/// be writable there (check_writable). Throws CLI::ValidationError (exit 2) naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
+/// Checks before slow work that the file `path` (given by `flag`) can be written where it goes
+/// (util::check_can_write: its temporary file is created and removed). Otherwise a usage error
+/// (exit 2) with the message the write itself would give, after the flag: "--hyp-out: cannot write
+/// 'P': cannot create its temporary file 'P.tmp.<pid>': Permission denied".
+void check_writable(const std::string& flag, const std::string& path);
 
 }  // namespace qkv::cli

@@ -107,11 +107,22 @@ sed -i "6s/.*/$tok5/" "$T/dup/tgt_vocab.txt"
 run_rc 1 eval --model "$T/dup" --no-progress
 err_has "qkv: error: $T/dup/tgt_vocab.txt:6: the token \"$tok5\" is also on line 5" "the vocabulary file is damaged"
 no_internal_names
-# an output file whose folder exists but cannot be written in (root too cannot create files in /proc)
+# an output file whose folder exists but cannot be written in (root too cannot create files in /proc):
+# refused before decoding (it was found only after it), in the words of the write, after the flag
 hyp="/proc/qkv-hyp-$$.txt"
-run_rc 1 eval --model "$T/run" --no-progress --hyp-out "$hyp"
-err_has "qkv: error: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
+run_rc 2 eval --model "$T/run" --no-progress --hyp-out "$hyp"
+err_has "qkv: error: --hyp-out: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
 no_internal_names
+[ ! -s "$T/out" ] || { cat "$T/out"; fail "eval decoded before refusing --hyp-out"; }
+run_rc 2 eval --model "$T/run" --no-progress --json "$hyp"
+err_has "qkv: error: --json: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
+[ ! -s "$T/out" ] || { cat "$T/out"; fail "eval decoded before refusing --json"; }
+run_rc 2 heatmap --model "$T/run" --out /proc/qkv-hm-$$ "go ."
+err_has "qkv: error: --out: cannot write '/proc/qkv-hm-$$-encoder.png': cannot create its temporary file"
+[ ! -s "$T/out" ] || { cat "$T/out"; fail "heatmap decoded before refusing --out"; }
+run_rc 0 heatmap --model "$T/run" --out "$T/hm" --format svg "go ."  # a writable prefix: the probe leaves nothing
+[ "$(ls "$T" | grep '^hm')" = "$(printf 'hm-cross.svg\nhm-decoder-self.svg\nhm-encoder.svg')" ] ||
+    { ls "$T"; fail "heatmap wrote other files than its three"; }
 # qkv nw on a CSV whose values overflow float32's squared error: training diverges at epoch 1
 printf 'x,y\n0,1e20\n1,-1e20\n2,1e20\n' > "$T/huge.csv"
 run_rc 1 nw --data "$T/huge.csv" --out "$T/nw"
