@@ -6,9 +6,11 @@
 #     data path in config.json, standard input, runs/qkv, ...). Any other flag that takes a value
 #     says "--X: empty value"; "--X=" is "--X ''"; info's positional is named "PATH".
 #  2. errors about damaged or unwritable files name the file (and line) and what is wrong, not an
-#     internal function (Vocab::load, write_file_atomic, read_xy_csv, train_nw): a truncated
-#     vocabulary, a vocabulary listing a token twice, an output file that cannot be created, a
-#     CSV whose values make qkv nw's training diverge, a data file too small for --preset d2l.
+#     internal function (Vocab::load, write_file_atomic, read_xy_csv, train_nw, Trainer): a truncated
+#     vocabulary, a vocabulary listing a token twice (one with Windows line endings is read), an
+#     output file that cannot be created (eval --hyp-out/--json, heatmap --out: refused before
+#     decoding), a config.json warming up over 0 steps, a CSV whose values make qkv nw's training
+#     diverge, a data file too small for --preset d2l.
 # Usage: test_messages.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -123,6 +125,14 @@ err_has "qkv: error: --out: cannot write '/proc/qkv-hm-$$-encoder.png': cannot c
 run_rc 0 heatmap --model "$T/run" --out "$T/hm" --format svg "go ."  # a writable prefix: the probe leaves nothing
 [ "$(ls "$T" | grep '^hm')" = "$(printf 'hm-cross.svg\nhm-decoder-self.svg\nhm-encoder.svg')" ] ||
     { ls "$T"; fail "heatmap wrote other files than its three"; }
+# a config.json edited to warm up over 0 steps: named by its key, not as "Trainer: a warmup schedule
+# needs warmup_steps >= 1" once training starts
+cp -r "$T/run" "$T/w0"
+grep -q '"schedule": "warmup_inv_sqrt"' "$T/w0/config.json" || fail "the demo run has no warmup schedule"
+sed -i 's/"warmup_steps": [0-9]*/"warmup_steps": 0/' "$T/w0/config.json"
+run_rc 1 train --resume --out "$T/w0" --max-steps 3 --no-progress
+err_has "$T/w0/config.json': key 'train.warmup_steps' is 0, expected an integer >= 1 with train.schedule 'warmup_inv_sqrt'"
+! grep -q "Trainer:" "$T/err" || { cat "$T/err"; fail "a library prefix in the message"; }
 # qkv nw on a CSV whose values overflow float32's squared error: training diverges at epoch 1
 printf 'x,y\n0,1e20\n1,-1e20\n2,1e20\n' > "$T/huge.csv"
 run_rc 1 nw --data "$T/huge.csv" --out "$T/nw"
@@ -132,4 +142,4 @@ no_internal_names
 run_rc 1 train --preset d2l --data "$T/fra.txt" --out "$T/d2l" --no-progress
 err_has "qkv: error: '$T/fra.txt' has only 60 sentence pairs in its first " "use a larger data file, or another preset"
 ! grep -q prepare_d2l_en "$T/err" || { cat "$T/err"; fail "an internal function name in the message"; }
-echo "cli messages (empty path flags; truncated and duplicated vocabularies, an unwritable output file, a diverging nw CSV, a small file for --preset d2l): ok"
+echo "cli messages (empty path and value flags; truncated, duplicated and CRLF vocabularies, unwritable output files, warmup_steps 0, a diverging nw CSV, a small file for --preset d2l): ok"
