@@ -115,6 +115,7 @@ void run(HeatmapArgs a) {
     if (!additive) check_weights_backend("heatmap");
     QKV_CHECK(a.format == "png" || a.format == "svg", "heatmap: --format must be png or svg");
     a.out = output_prefix(a.out);
+    check_writable("--out", a.out + (additive ? "-cross." : "-encoder.") + a.format);  // before decoding
     const size_t bad = data::invalid_utf8_offset(a.sentence);
     QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
     train::ModelDir m = train::load_model_dir(a.model);

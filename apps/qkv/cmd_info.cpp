@@ -95,8 +95,10 @@ void run(const InfoArgs& a) {
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<InfoArgs>();
     CLI::App* c = app.add_subcommand("info", "show a model folder's or checkpoint's configuration and tensors");
-    c->add_option("path,--model", a->path, "model folder or .safetensors file (default runs/qkv)")
-        ->check(non_empty_path());
+    // Two options on one value, so that an empty one is named as given: "PATH: empty path".
+    CLI::Option* path = c->add_option("PATH", a->path, "model folder or .safetensors file (default runs/qkv)")
+                            ->check(non_empty_path());
+    c->add_option("--model", a->path, "the same as PATH")->check(non_empty_path())->excludes(path);
     c->add_flag("!--no-params", a->params, "do not list the tensors");
     c->callback([a] { run(*a); });
 });

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
+    qkv::cli::refuse_empty_values(app);
     // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
     if (const char* k = std::getenv("QKV_KERNELS"); k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0) {
         std::fprintf(stderr, "qkv: error: QKV_KERNELS must be 'fast' or 'ref', got '%s'\n", k);
@@ -106,8 +107,12 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    // "--out=" means an empty --out, as "--out ''" does (CLI11 would take the next argument).
+    std::vector<std::string> args = qkv::cli::split_empty_assignments(app, argc, argv);
+    std::vector<char*> args_c{argv[0]};
+    for (std::string& a : args) args_c.push_back(a.data());
     try {
-        app.parse(argc, argv);
+        app.parse(int(args_c.size()), args_c.data());
     } catch (const CLI::ParseError& e) {
         const int rc = app.exit(e);
         return rc == 0 ? 0 : 2;

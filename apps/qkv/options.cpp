@@ -16,6 +16,7 @@
 #include "qkv/core/error.h"
 #include "qkv/ops/attention.h"
 #include "qkv/train/run_config.h"
+#include "qkv/util/atomic_file.h"
 
 namespace qkv::cli {
 namespace {
@@ -89,8 +90,64 @@ CLI::Validator duration_or_off() {
         "DURATION|none");
 }
 
+namespace {
+const char* const kNonEmptyPath = "non-empty path";  // non_empty_path's validator name
+}  // namespace
+
 CLI::Validator non_empty_path() {
-    return CLI::Validator([](std::string& in) -> std::string { return in.empty() ? "empty path" : ""; }, "");
+    return CLI::Validator([](std::string& in) -> std::string { return in.empty() ? "empty path" : ""; }, "",
+                          kNonEmptyPath);
+}
+
+void refuse_empty_values(CLI::App& app) {
+    std::vector<CLI::App*> apps{&app};
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apps.push_back(sub);
+    for (CLI::App* a : apps)
+        for (CLI::Option* o : a->get_options()) {
+            if (o->get_items_expected_max() == 0 || o->get_positional()) continue;  // a flag or a positional
+            try {
+                o->get_validator(kNonEmptyPath);
+                continue;  // says "empty path" itself
+            } catch (const CLI::OptionNotFound&) {
+            }
+            // CLI11 runs an option's validators in the order added and reports the first failure:
+            // the emptiness check goes in front of the first one (it cannot be inserted before it).
+            const auto empty = [](std::string& in) -> std::string { return in.empty() ? "empty value" : ""; };
+            try {
+                CLI::Validator* first = o->get_validator(0);
+                first->operation([empty, own = *first](std::string& in) {
+                    std::string e = empty(in);
+                    return e.empty() ? own(in) : e;
+                });
+            } catch (const CLI::OptionNotFound&) {  // no validator yet
+                o->check(CLI::Validator(empty, ""));
+            }
+        }
+}
+
+std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char** argv) {
+    CLI::App* sub = nullptr;  // the first word naming a subcommand
+    for (int i = 1; i < argc && !sub; ++i)
+        for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; }))
+            if (s->get_name() == argv[i]) sub = s;
+    std::vector<std::string> out;
+    bool options = true;  // before "--"
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        options = options && arg != "--";
+        if (options && arg.size() > 3 && arg.compare(0, 2, "--") == 0 && arg.find('=') == arg.size() - 1) {
+            const std::string name   = arg.substr(0, arg.size() - 1);
+            const CLI::Option* o     = sub ? sub->get_option_no_throw(name) : nullptr;
+            if (!o) o = app.get_option_no_throw(name);
+            if (o && o->get_items_expected_max() > 0) {
+                out.push_back(name);
+                out.emplace_back();
+                continue;
+            }
+        }
+        out.push_back(arg);
+    }
+    return out;
 }
 
 void usage_error(const std::string& msg) { throw CLI::ValidationError(msg); }
@@ -192,6 +249,15 @@ void check_output_file(const std::string& flag, const std::string& path) {
         throw CLI::ValidationError(flag + " '" + path + "': " +
                                    (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
                                                            : "the folder '" + parent.string() + "' does not exist"));
+    check_writable(flag, path);
+}
+
+void check_writable(const std::string& flag, const std::string& path) {
+    try {
+        util::check_can_write(path);
+    } catch (const Error& e) {
+        usage_error(flag + ": " + e.what());
+    }
 }
 
 }  // namespace qkv::cli

@@ -35,8 +35,22 @@ double parse_duration_or_off(const std::string& s);
 /// an empty value is refused, since "" would otherwise read as "not given" and silently mean the
 /// default (a data file found elsewhere, standard input, no output file). CLI11 puts the flag in
 /// front and main.cpp the prefix: "qkv: error: --data: empty path" (a usage error, exit 2), before
-/// anything is loaded or written.
+/// anything is loaded or written. refuse_empty_values leaves options with this check to it.
 CLI::Validator non_empty_path();
+
+/// For every option of `app` and of its subcommands that takes a value (flags and positionals
+/// aside): an empty value ("--preset ''", "--batch-size ''", "--denormals ''") is refused as
+/// "--X: empty value" before the option's own checks run (which would say "--denormals:  not in
+/// {flush,keep}" or "'' is not an integer ..."); a path option keeps non_empty_path's "empty path".
+/// Call it once every option is added. A usage error (exit 2), as any bad value.
+void refuse_empty_values(CLI::App& app);
+
+/// argv[1..] with every "--X=" whose X takes a value split into "--X" and "", so that the empty
+/// value is refused as "--X \"\"" is: CLI11 2.1.2 ignores an empty value after '=' and takes the
+/// next argument as X's value ("qkv train --out= foo" trained into foo). X is looked up in the
+/// subcommand named on the command line, then in `app`; anything else (a flag, an unknown name,
+/// whatever follows "--") is left as it is.
+std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char** argv);
 
 /// Throws a usage error: main.cpp prints "qkv: error: <msg>" and exits 2 (as for a bad flag).
 [[noreturn]] void usage_error(const std::string& msg);
@@ -77,9 +91,15 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
 std::string shell_quote(const std::string& s);
 
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
-/// be "-" (it would name a file "-", not standard output), must not be a folder, and its parent
-/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"). Throws
-/// CLI::ValidationError (exit 2) naming the flag.
+/// be "-" (it would name a file "-", not standard output), must not be a folder, its parent
+/// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"), and the file must
+/// be writable there (check_writable). Throws CLI::ValidationError (exit 2) naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
+
+/// Checks before slow work that the file `path` (given by `flag`) can be written where it goes
+/// (util::check_can_write: its temporary file is created and removed). Otherwise a usage error
+/// (exit 2) with the message the write itself would give, after the flag: "--hyp-out: cannot write
+/// 'P': cannot create its temporary file 'P.tmp.<pid>': Permission denied".
+void check_writable(const std::string& flag, const std::string& path);
 
 }  // namespace qkv::cli

@@ -117,18 +117,30 @@ Vocab Vocab::load(const std::string& path) {
     QKV_CHECK(!text.empty(), file, " is empty (one token per line expected)");
     QKV_CHECK(text.back() == '\n', file, " does not end with a newline: it is truncated (one token per line, each "
               "line ending with a newline, expected)");
+    // Windows line endings ("\r\n" on every line, as an editor or a Windows tool writes them) are
+    // read as "\n". save() writes "\n" only, and its "<unk>" line has no '\r', so a file it wrote
+    // is never CRLF throughout: a token of its own that ends with '\r' keeps it.
+    bool crlf = true;
+    for (size_t p = text.find('\n'); crlf && p != std::string::npos; p = text.find('\n', p + 1))
+        crlf = p > 0 && text[p - 1] == '\r';
     std::vector<std::string> list;
     std::unordered_map<std::string, int64_t> line_of;  // token -> its 1-based line
     size_t start = 0;
     while (start < text.size()) {
         const size_t p = text.find('\n', start);
-        list.emplace_back(text.substr(start, p - start));
+        list.emplace_back(text.substr(start, p - start - (crlf ? 1 : 0)));
         start = p + 1;
         const auto [it, fresh] = line_of.emplace(list.back(), int64_t(list.size()));
         QKV_CHECK(fresh, path, ":", list.size(), ": the token \"", list.back(), "\" is also on line ", it->second,
                   " (each token must appear once: the vocabulary file is damaged)");
     }
-    QKV_CHECK(line_of.count(kUnk) > 0, file, " has no \"", kUnk, "\" line (every qkv vocabulary has one)");
+    if (line_of.count(kUnk) == 0) {
+        const auto cr = line_of.find(std::string(kUnk) + "\r");
+        QKV_CHECK(cr == line_of.end(), path, ":", cr->second, ": line ", cr->second, " ends with CR (Windows line "
+                  "endings on some lines only): \"", kUnk, "\" is not found; convert the file to one kind of line "
+                  "ending");
+        throw Error(detail::str(file, " has no \"", kUnk, "\" line (every qkv vocabulary has one)"));
+    }
     return Vocab(std::move(list));
 }
 

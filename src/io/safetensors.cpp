@@ -75,8 +75,8 @@ std::vector<uint8_t> read_all(const std::string& path) {
 
 }  // namespace
 
-SafeTensorsError::SafeTensorsError(const std::string& path, const std::string& problem)
-    : Error("safetensors: '" + path + "': " + problem), path_(path), problem_(problem) {}
+SafeTensorsError::SafeTensorsError(const std::string& path, const std::string& problem, bool truncated)
+    : Error("safetensors: '" + path + "': " + problem), path_(path), problem_(problem), truncated_(truncated) {}
 
 int64_t SafeTensorInfo::numel() const {
     int64_t n = 1;
@@ -105,14 +105,18 @@ SafeTensorsFile SafeTensorsFile::from_bytes(std::vector<uint8_t> bytes, const st
 
 void SafeTensorsFile::parse() {
     auto fail = [&](const auto&... parts) -> void { throw SafeTensorsError(path_, detail::str(parts...)); };
-    if (buf_.size() < 8) fail("file is ", buf_.size(), " bytes, shorter than the 8-byte header length");
+    // A file shorter than its header says: one message, the bytes expected and found.
+    auto truncated = [&](const auto&... expected) -> void {
+        throw SafeTensorsError(path_, detail::str("the file is truncated: expected ", expected..., ", found ",
+                                                  buf_.size()),
+                               true);
+    };
+    if (buf_.size() < 8) truncated("at least 8 bytes (the 8-byte header length)");
     uint64_t n = 0;
     std::memcpy(&n, buf_.data(), 8);  // little-endian host (static_assert above)
     if (n > kSafeTensorsMaxHeader)
         fail("header length ", n, " exceeds the limit of ", kSafeTensorsMaxHeader, " bytes");
-    if (n > buf_.size() - 8)
-        fail("header length ", n, " exceeds the ", buf_.size() - 8,
-             " bytes that follow it (file truncated?)");
+    if (n > buf_.size() - 8) truncated("at least ", 8 + n, " bytes (8-byte header length + ", n, "-byte header)");
     if (n < 2) fail("header length ", n, " is too small for a JSON object");
     const char* hdr = reinterpret_cast<const char*>(buf_.data() + 8);
     if (hdr[0] != '{') fail("header does not start with '{'");
@@ -143,6 +147,7 @@ void SafeTensorsFile::parse() {
     if (!dup.empty()) fail("duplicate key \"", dup, "\" in the header");
     if (!h.is_object()) fail("header is not a JSON object");
 
+    uint64_t data_end = 0;  // the largest data offset
     for (auto it = h.begin(); it != h.end(); ++it) {
         const std::string& name = it.key();
         const json& v = it.value();
@@ -192,9 +197,11 @@ void SafeTensorsFile::parse() {
         }
         const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
         if (b > e) fail(tn, "data_offsets [", b, ", ", e, "] are reversed");
-        if (e > data_size)
-            fail(tn, "data_offsets [", b, ", ", e, "] exceed the data section of ", data_size,
-                 " bytes");
+        // An end past the data is a truncated file (reported once every entry is read, with the
+        // size the largest end implies), unless no file could be that large.
+        if (e > uint64_t(std::numeric_limits<int64_t>::max()))
+            fail(tn, "data_offsets [", b, ", ", e, "] exceed the data section of ", data_size, " bytes");
+        data_end = std::max(data_end, e);
         if (e - b != want)
             fail(tn, "data_offsets [", b, ", ", e, "] hold ", e - b, " bytes but ", info.dtype,
                  " ", shape_text(info.shape), " needs ", want);
@@ -203,6 +210,9 @@ void SafeTensorsFile::parse() {
         entries_.push_back(std::move(info));
     }
 
+    if (data_end > data_size)
+        truncated(data_start_ + data_end, " bytes (8-byte header length + ", n, "-byte header + ", data_end,
+                  " bytes of tensor data)");
     std::sort(entries_.begin(), entries_.end(), [](const SafeTensorInfo& a, const SafeTensorInfo& b) {
         return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
     });

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include "qkv/autograd/grad_mode.h"
@@ -129,18 +130,20 @@ void SGD::load_state_dict(const std::map<std::string, Tensor>& sd) {
     load_list(sd, "momentum_buffer", params_, momentum_);
 }
 
+namespace {
+/// The class the user constructed, for messages: AdamW is Adam with decoupled weight decay.
+const char* adam_name(const AdamOptions& opt) { return opt.decoupled_weight_decay ? "AdamW" : "Adam"; }
+}  // namespace
+
 Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions opt)
-    : Optimizer(std::move(params), lr, opt.decoupled_weight_decay ? "AdamW" : "Adam"),
-      opt_(opt),
-      m_(params_.size()),
-      v_(params_.size()) {
-    QKV_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1,
-              "Adam: betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
-    QKV_CHECK(opt.eps >= 0, "Adam: eps must be >= 0, got ", opt.eps);
+    : Optimizer(std::move(params), lr, adam_name(opt)), opt_(opt), m_(params_.size()), v_(params_.size()) {
+    QKV_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1, adam_name(opt),
+              ": betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
+    QKV_CHECK(opt.eps >= 0, adam_name(opt), ": eps must be >= 0, got ", opt.eps);
 }
 
 void Adam::step(double grad_scale) {
-    check_grad_scale("Adam::step", grad_scale);
+    check_grad_scale(opt_.decoupled_weight_decay ? "AdamW::step" : "Adam::step", grad_scale);
     NoGradGuard ng;
     ++steps_;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -178,6 +181,15 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& sd) {
 ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm) {
     QKV_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0, got ",
               max_norm);
+    // A tensor listed twice would count twice in the norm (and be scaled twice): refused, as the
+    // optimizers refuse it. Two handles on one storage are two tensors with their own gradients.
+    std::unordered_map<const TensorImpl*, size_t> first;
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (!params[i].defined()) continue;
+        const auto [it, fresh] = first.emplace(params[i].impl_ptr().get(), i);
+        QKV_CHECK(fresh, "clip_grad_norm: parameter ", i, " is the same tensor as parameter ", it->second,
+                  " (listed twice)");
+    }
     NoGradGuard ng;
     double total = 0;
     for (const Tensor& p : params)

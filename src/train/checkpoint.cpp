@@ -97,7 +97,8 @@ void check_finite_state(const nn::Module& model) {
 }
 
 /// Opens and validates a file; rethrows its errors as "<what> '<path>': <problem> (the file is
-/// truncated, ...)", naming the path once.
+/// truncated, ...)", naming the path once, or "<what> '<path>': the file is truncated: expected N
+/// bytes (...), found M" when the file is shorter than its header says.
 io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
     std::error_code ec;
     QKV_CHECK(fs::exists(path, ec), what, " '", path, "' not found");
@@ -115,6 +116,8 @@ io::SafeTensorsFile open_checked(const std::string& path, const char* what) {
         }
         return f;
     } catch (const io::SafeTensorsError& e) {  // "safetensors: '<path>': <problem>"
+        if (e.truncated())  // "the file is truncated: expected N bytes (...), found M" says it all
+            throw Error(detail::str(what, " '", path, "': ", e.problem()));
         throw Error(detail::str(what, " '", path, "': ", e.problem(),
                                 " (the file is truncated, corrupt or not a qkv file)"));
     } catch (const Error& e) {  // the checksum: the header parsed, the tensor bytes changed

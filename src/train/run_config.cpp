@@ -452,6 +452,10 @@ RunConfig run_config_from_json(const json& j) {
     check_real(t, "clip_norm", tr.clip_norm, 0, 1e6);
     check_real(t, "label_smoothing", tr.label_smoothing, 0, 1, false, /*hi_open=*/true);
     check_int(t, "warmup_steps", tr.warmup_steps, 0);
+    // The trainer would refuse it only when training starts, as "Trainer: a warmup schedule ...".
+    QKV_CHECK(tr.schedule == optim::LrSchedule::constant || tr.warmup_steps >= 1, "key '",
+              key_name(t, "warmup_steps"), "' is ", tr.warmup_steps, ", expected an integer >= 1 with train.schedule '",
+              schedule_name(tr.schedule), "' (it warms up over that many steps)");
     check_int(t, "val_batch_size", tr.val_batch_size, 1);
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
     check_real(t, "val_every_s", tr.val_every_s, 0, kInf);

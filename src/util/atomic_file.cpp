@@ -78,12 +78,26 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
     return stale;
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
+namespace {
+/// Opens write_file_atomic's temporary file for `path`, or throws in the user's terms.
+int open_temp(const std::string& path, const std::string& tmp) {
     QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
-    const std::string tmp = atomic_temp_path(path);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     QKV_CHECK(fd >= 0, "cannot write '", path, "': cannot create its temporary file '", tmp, "': ",
               errno_text(errno));
+    return fd;
+}
+}  // namespace
+
+void check_can_write(const std::string& path) {
+    const std::string tmp = atomic_temp_path(path);
+    ::close(open_temp(path, tmp));
+    ::unlink(tmp.c_str());
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
+    const std::string tmp = atomic_temp_path(path);
+    const int fd          = open_temp(path, tmp);
     try {
         FdSink sink(fd, path, tmp);
         fill(sink);

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Inputs a fresh user gets wrong, checked before any work is done: translate --file naming a
 # folder or a missing file, a UTF-8 byte-order mark on the first line, a NUL byte in the training
-# data or in translate's input, a truncated model.safetensors (its path named once), eval's output
-# files in a missing folder, --model naming a file, QKV_DATA for eval when config.json's data path
-# is gone, info running the loader's checks (a folder without weights, a damaged vocabulary), a
-# checkpoint whose 'qkv.config' metadata is not JSON, heatmap images too large to draw (nothing
-# written), QKV_KERNELS or QKV_ATTENTION misspelt (exit 2 before any work), an unknown command.
+# data or in translate's input, a truncated model.safetensors (its path named once, the bytes
+# expected and found), eval's output files in a missing folder, --model naming a file, QKV_DATA
+# for eval when config.json's data path is gone, info running the loader's checks (a folder
+# without weights, a damaged vocabulary), a checkpoint whose 'qkv.config' metadata is not JSON,
+# heatmap images too large to draw (nothing written), QKV_KERNELS or QKV_ATTENTION misspelt (exit
+# 2 before any work), an unknown command.
 # Usage: test_inputs.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 unset QKV_DATA QKV_KERNELS QKV_ATTENTION
@@ -83,12 +84,22 @@ done
 
 # ---- a damaged model.safetensors: the error names the file once
 cp -r run run_cut && head -c 100 run/model.safetensors > run_cut/model.safetensors
+# and says once that it is truncated, with the bytes expected and found (it said "... exceeds the N
+# bytes that follow it (file truncated?) (the file is truncated, corrupt or not a qkv file)")
+cut_msg="qkv: error: model file 'run_cut/model.safetensors': the file is truncated: expected"
 run_rc 1 translate --model run_cut "go ."
-err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
+err_has "$cut_msg" "bytes (8-byte header length + " ", found 100"
 [ "$(grep -o "model.safetensors" "$T/err" | wc -l)" = 1 ] || { cat "$T/err"; fail "the path is not named once"; }
+[ "$(grep -o "truncated" "$T/err" | wc -l)" = 1 ] || { cat "$T/err"; fail "truncation is explained more than once"; }
 # qkv info names it the same way (it said "checkpoint '…/model.safetensors'")
 run_rc 1 info run_cut --no-params
-err_has "qkv: error: model file 'run_cut/model.safetensors': " "(the file is truncated, corrupt or not a qkv file)"
+err_has "$cut_msg" ", found 100"
+# cut inside the tensor data: the whole size expected
+cp run/model.safetensors run_cut/model.safetensors
+size=$(stat -c %s run/model.safetensors)
+truncate -s $((size - 1)) run_cut/model.safetensors
+run_rc 1 info run_cut --no-params
+err_has "$cut_msg $size bytes (8-byte header length + " " bytes of tensor data), found $((size - 1))"
 
 # ---- --model naming a file
 run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file, not a model folder"

@@ -7,6 +7,7 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/data/vocab.h"
 #include "qkv/util/atomic_file.h"
+#include "support/test_util.h"
 
 namespace qkv::data {
 namespace {
@@ -112,6 +113,27 @@ TEST(Vocab, SaveLoadRoundTripAndAnchorFormat) {
     util::write_file_atomic(dir / "a.txt", "<unk>\n<pad>\n<bos>\n<eos>\n.\nje\n");
     EXPECT_EQ(Vocab::load(dir / "a.txt").token_to_idx("je"), 5);
     EXPECT_THROW(Vocab(Toks{"<unk>", "a\nb"}).save(dir / "x.txt"), Error);
+}
+
+TEST(Vocab, LoadAcceptsWindowsLineEndings) {
+    // A vocabulary saved through an editor or a tool on Windows has "\r\n" line endings: its
+    // tokens are the same, and "<unk>\r" used to be reported as a missing "<unk>".
+    qkv::test::TempDir dir;
+    util::write_file_atomic(dir / "crlf.txt", "<unk>\r\n<pad>\r\n<bos>\r\n<eos>\r\n.\r\nje\r\n");
+    EXPECT_EQ(Vocab::load(dir / "crlf.txt"), Vocab(Toks{"<unk>", "<pad>", "<bos>", "<eos>", ".", "je"}));
+    // The round trip still holds for a token that ends with '\r' (save writes "\n" only, so such a
+    // file is never CRLF throughout).
+    const Vocab cr(Toks{"<unk>", "a\r", "b"});
+    cr.save(dir / "cr.txt");
+    EXPECT_EQ(Vocab::load(dir / "cr.txt"), cr);
+    const Vocab all_cr(Toks{"<unk>", "<pad>\r"});
+    all_cr.save(dir / "all_cr.txt");
+    EXPECT_EQ(Vocab::load(dir / "all_cr.txt"), all_cr);
+    // CRLF on some lines only: which line, and why "<unk>" is not found.
+    util::write_file_atomic(dir / "mixed.txt", "x\n<unk>\r\ny\n");
+    test::expect_error_containing([&] { Vocab::load(dir / "mixed.txt"); },
+                                  dir / "mixed.txt" + ":2: line 2 ends with CR (Windows line endings on some "
+                                                      "lines only)");
 }
 
 TEST(Vocab, LoadErrorsNameTheFileAndLine) {

@@ -225,16 +225,25 @@ TEST(SafeTensors, TruncatedAtEveryPointIsAnError) {
         {{"x", "F32", {4}, b.data(), b.size()}, {"y", "F32", {0}, nullptr, 0}}, {{"a", "b"}});
     uint64_t n = 0;
     std::memcpy(&n, good.data(), 8);
-    // Every proper prefix fails; spot-check the message of each region.
+    // Every proper prefix fails with one message: what was expected, in bytes, and what was found.
+    const std::string nb = std::to_string(n);
     for (size_t cut = 0; cut < good.size(); ++cut) {
         const std::vector<uint8_t> t(good.begin(), good.begin() + cut);
         const std::string msg = error_of(t);
-        ASSERT_NE(msg, "<no error>") << "cut at " << cut;
-        EXPECT_EQ(msg.rfind("safetensors: 'bad.safetensors': ", 0), 0u) << msg;
-        const char* want = cut < 8       ? "shorter than the 8-byte header length"
-                           : cut < 8 + n ? "bytes that follow it (file truncated?)"
-                                         : "exceed the data section";
-        EXPECT_NE(msg.find(want), std::string::npos) << "cut at " << cut << ": " << msg;
+        const std::string want =
+            cut < 8       ? "expected at least 8 bytes (the 8-byte header length)"
+            : cut < 8 + n ? "expected at least " + std::to_string(8 + n) + " bytes (8-byte header length + " + nb +
+                                "-byte header)"
+                          : "expected " + std::to_string(good.size()) + " bytes (8-byte header length + " + nb +
+                                "-byte header + 16 bytes of tensor data)";
+        EXPECT_EQ(msg, "safetensors: 'bad.safetensors': the file is truncated: " + want + ", found " +
+                           std::to_string(cut))
+            << "cut at " << cut;
+        try {
+            SafeTensorsFile::from_bytes(t, "bad.safetensors");
+        } catch (const SafeTensorsError& e) {
+            EXPECT_TRUE(e.truncated()) << msg;
+        }
     }
     EXPECT_EQ(error_of(good), "<no error>");
 }
@@ -250,7 +259,7 @@ TEST(SafeTensors, CorruptFilesGiveClearErrors) {
         {"header length 2^40", image("{}", 0, uint64_t(1) << 40),
          "header length 1099511627776 exceeds the limit of 100000000 bytes"},
         {"header length past end", image("{}", 10, 500),
-         "header length 500 exceeds the 12 bytes that follow it"},
+         "the file is truncated: expected at least 508 bytes (8-byte header length + 500-byte header), found 20"},
         {"header max uint64", image("{}", 0, ~uint64_t(0)), "exceeds the limit"},
         {"not an object", image("[1,2]", 0), "header does not start with '{'"},
         {"bad JSON", image(R"({"x": {"dtype": )", 0), "header is not valid JSON"},
@@ -258,7 +267,8 @@ TEST(SafeTensors, CorruptFilesGiveClearErrors) {
         {"invalid UTF-8", image("{\"\xc3\x28\":1}", 0), "header is not valid JSON"},
         {"offsets out of range",
          image(R"({"x":{"dtype":"F32","shape":[100],"data_offsets":[0,400]}})", 16),
-         "tensor 'x': data_offsets [0, 400] exceed the data section of 16 bytes"},
+         "the file is truncated: expected 466 bytes (8-byte header length + 58-byte header + 400 bytes of tensor "
+         "data), found 82"},
         {"overlap",
          image("{" + x8 + R"(,"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
          "tensor 'y' [4, 12) overlaps tensor 'x' [0, 8)"},

@@ -238,7 +238,11 @@ TEST(Checkpoint, TruncatedFileGivesAClearError) {
         const std::string e = error_of([&] { train::load_checkpoint(d.file("t.safetensors"), fresh, nullptr); });
         EXPECT_EQ(e.rfind("checkpoint '" + d.file("t.safetensors") + "': ", 0), 0u) << e;
         EXPECT_EQ(occurrences(e, d.file("t.safetensors")), 1) << e;  // the path once
-        EXPECT_TRUE(contains(e, "truncated")) << e;
+        // One explanation, with the sizes: not "(file truncated?) (the file is truncated, corrupt ...)".
+        EXPECT_TRUE(contains(e, "': the file is truncated: expected ")) << e;
+        EXPECT_TRUE(contains(e, " bytes (") && contains(e, "8-byte header length")) << e;
+        EXPECT_TRUE(contains(e, ", found " + std::to_string(keep))) << e;
+        EXPECT_EQ(occurrences(e, "truncated"), 1) << e;
     }
 }
 

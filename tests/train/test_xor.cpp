@@ -91,6 +91,23 @@ TEST(Optim, ClipGradNormScalesAndRejectsNaN) {
     EXPECT_THROW(optim::clip_grad_norm({a, b}, 1.0), Error);
 }
 
+TEST(Optim, ClipGradNormRefusesATensorListedTwice) {
+    // Listed twice, a gradient used to count twice in the norm (here sqrt(3² + 3² + 4²) instead of
+    // 5) and be scaled twice; refused as the optimizers refuse a parameter listed twice.
+    Tensor a = from_vector<float>({3.f}, {1}).requires_grad_(), b = from_vector<float>({4.f}, {1}).requires_grad_();
+    sum(mul(a, 3.0) + mul(b, 4.0)).backward();
+    test::expect_error_containing([&] { optim::clip_grad_norm({a, b, a}, 1.0); },
+                                  "clip_grad_norm: parameter 2 is the same tensor as parameter 0 (listed twice)");
+    test::expect_error_containing([&] { optim::grad_clip_factor({b, a, b}, 1.0); },
+                                  "clip_grad_norm: parameter 2 is the same tensor as parameter 0 (listed twice)");
+    EXPECT_EQ(a.grad().item(), 3.0);  // nothing was scaled
+    EXPECT_EQ(b.grad().item(), 4.0);
+    // Two handles on one memory are two tensors with their own gradients: both count.
+    Tensor d = a.detach().requires_grad_();
+    d.set_grad(from_vector<float>({4.f}, {1}));
+    EXPECT_NEAR(optim::grad_clip_factor({a, d}, 1.0).norm, 5.0, 1e-6);
+}
+
 // Optimizer::step(grad_clip_factor(...).scale) must update the parameters exactly as
 // clip_grad_norm followed by step() does (the trainer relies on it), leave .grad untouched, and
 // a factor of 1 (norm below max_norm) must change nothing.
@@ -190,4 +207,19 @@ TEST(Optim, ParameterListedTwiceOrOverlappingAnotherIsRefused) {
     for (int i = 0; i < 2; ++i) halves[size_t(i)].set_grad(ones({3}));
     sgd.step();
     EXPECT_EQ(flat.to_vector<float>(), std::vector<float>(6, -1.f));
+}
+
+TEST(Optim, AdamArgumentChecksNameTheClassConstructed) {
+    // AdamW's beta, eps and grad_scale checks used to say "Adam".
+    Tensor a = from_vector<float>({1.f, 2.f}, {2}).requires_grad_();
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{1.0, 0.999, 1e-8, 0, true}); },
+                                  "AdamW: betas must be in [0, 1), got 1, 0.999");
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{0.9, 0.999, -1, 0, true}); },
+                                  "AdamW: eps must be >= 0, got -1");
+    test::expect_error_containing([&] { optim::Adam({a}, 0.1, optim::AdamOptions{0.9, 0.999, -1}); },
+                                  "Adam: eps must be >= 0, got -1");
+    optim::AdamOptions adamw;
+    adamw.decoupled_weight_decay = true;
+    optim::Adam adamw_ok({a}, 0.1, adamw);
+    test::expect_error_containing([&] { adamw_ok.step(-1.0); }, "AdamW::step: grad_scale must be finite");
 }

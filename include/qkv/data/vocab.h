@@ -70,10 +70,14 @@ public:
     /// Writes one token per line, UTF-8, each line ending in '\n' (the anchor's --dump-data
     /// format), atomically. Throws qkv::Error when a token contains '\n'.
     void save(const std::string& path) const;
-    /// Reads a file written by save() (or by fra_full_anchor.py --dump-data). Throws qkv::Error
-    /// naming the file (and line) when it is empty, does not end with a newline (truncated), lists
-    /// a token twice ("PATH:7: the token \"x\" is also on line 5 ...") or has no "<unk>" line, and
-    /// util::read_file's errors when it cannot be read.
+    /// Reads a file written by save() (or by fra_full_anchor.py --dump-data). A file whose every
+    /// line ends with "\r\n" (Windows line endings) is read as if it ended with "\n"; otherwise a
+    /// '\r' belongs to its token (save() writes no file that is CRLF throughout, so load(save(v))
+    /// is v). Throws qkv::Error naming the file (and line) when it is empty, does not end with a
+    /// newline (truncated), lists a token twice ("PATH:7: the token \"x\" is also on line 5 ...")
+    /// or has no "<unk>" line (one that is "<unk>" with CRLF among "\n" lines: "PATH:2: line 2 ends
+    /// with CR (Windows line endings on some lines only) ..."), and util::read_file's errors when it
+    /// cannot be read.
     static Vocab load(const std::string& path);
 
     bool operator==(const Vocab& o) const { return idx_to_token_ == o.idx_to_token_; }

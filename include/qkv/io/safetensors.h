@@ -40,13 +40,18 @@ struct SafeTensorInfo {
 /// '<path>': ...") can name it once.
 class SafeTensorsError : public Error {
 public:
-    SafeTensorsError(const std::string& path, const std::string& problem);
+    SafeTensorsError(const std::string& path, const std::string& problem, bool truncated = false);
     const std::string& path() const { return path_; }
-    /// The message without "safetensors: '<path>': ", e.g. "file is 4 bytes, shorter than ...".
+    /// The message without "safetensors: '<path>': ", e.g. "header is not valid JSON: ...".
     const std::string& problem() const { return problem_; }
+    /// True when the file is shorter than its header says; problem() is then "the file is
+    /// truncated: expected N bytes (8-byte header length + H-byte header + D bytes of tensor
+    /// data), found M" ("expected at least ..." when the header itself is cut).
+    bool truncated() const { return truncated_; }
 
 private:
     std::string path_, problem_;
+    bool truncated_;
 };
 
 /// Bytes per element of a spec dtype name; 0 when the name is unknown.
@@ -54,8 +59,9 @@ size_t safetensors_itemsize(const std::string& dtype);
 
 /// A safetensors file read fully into memory and validated on open. Every failure (reading, or a
 /// check) throws SafeTensorsError "safetensors: '<path>': <problem>", e.g. "header length 2^40
-/// exceeds the file size 120", naming the path once. Checks: the file holds at least 8 bytes;
-/// N <= 100 MB and 8 + N <= file size; the header is a JSON object (valid UTF-8, first byte '{');
+/// exceeds the limit of 100000000 bytes", naming the path once. Checks: the file holds at least 8
+/// bytes; N <= 100 MB and 8 + N <= file size; a file shorter than its header and tensors say is
+/// reported once, as truncated (SafeTensorsError::truncated(), with the bytes expected and found); the header is a JSON object (valid UTF-8, first byte '{');
 /// names are unique and non-empty; each entry has exactly dtype/shape/data_offsets of the right
 /// JSON types; the dtype is known; dims are non-negative integers whose product times the item
 /// size does not overflow; begin <= end <= data size and end - begin == numel * itemsize; entries

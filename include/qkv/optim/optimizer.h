@@ -75,8 +75,9 @@ struct AdamOptions {
 /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; p −= lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
 class Adam : public Optimizer {
 public:
-    /// Throws as Optimizer's constructor does (messages start "Adam:", or "AdamW:" with
-    /// decoupled_weight_decay) and when a beta is outside [0, 1) or eps < 0.
+    /// Throws as Optimizer's constructor does and when a beta is outside [0, 1) or eps < 0; every
+    /// message names the class constructed: "Adam:", or "AdamW:" with decoupled_weight_decay
+    /// ("AdamW::step:" for a bad grad_scale).
     Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions opt = {});
     void step(double grad_scale = 1.0) override;
     std::map<std::string, Tensor> state_dict() const override;
@@ -89,8 +90,9 @@ private:
 
 /// Scales every gradient by max_norm / ‖g‖ when the global L2 norm ‖g‖ over all parameters
 /// exceeds max_norm (D2L 9.5 grad_clipping). Returns ‖g‖ before clipping. Throws when the norm is
-/// not finite (a NaN/inf gradient) so training never continues silently on NaN, and when max_norm
-/// is not finite and > 0.
+/// not finite (a NaN/inf gradient) so training never continues silently on NaN, when max_norm
+/// is not finite and > 0, and when a tensor is listed twice ("clip_grad_norm: parameter 2 is the
+/// same tensor as parameter 0 (listed twice)", as the optimizers say; it would count twice).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 struct ClipFactor {
@@ -99,7 +101,8 @@ struct ClipFactor {
 };
 /// The norm and the factor clip_grad_norm(params, max_norm) would scale the gradients by,
 /// without touching them; pass .scale to Optimizer::step to fold the clipping into the update.
-/// Throws as clip_grad_norm does (a norm that is not finite; max_norm not finite and > 0).
+/// Throws as clip_grad_norm does (a norm that is not finite; max_norm not finite and > 0; a tensor
+/// listed twice).
 ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm);
 
 /// Learning rate at optimiser step `step` (1-based) for the schedules qkv offers.

@@ -67,7 +67,8 @@ nlohmann::json to_json(const RunConfig& c);
 /// fix the parameter shapes: "model" with its vocabulary sizes and widths (transformer:
 /// num_hiddens, num_blks, num_heads, ffn_num_hiddens; bahdanau: embed_size, num_hiddens,
 /// num_layers) and "data.num_steps". Throws qkv::Error naming the key ("model.num_hiddens") when
-/// one of these is missing, a value has the wrong type, or an enum name is unknown.
+/// one of these is missing, a value has the wrong type or is out of range (train.warmup_steps 0
+/// with a warmup schedule included), or an enum name is unknown.
 RunConfig run_config_from_json(const nlohmann::json& j);
 
 /// "constant" / "warmup_inv_sqrt" / "warmup_linear_decay".

@@ -29,6 +29,12 @@ public:
 /// denied" (likewise for writing, flushing, closing and renaming it), with errno's text.
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill);
 
+/// Checks, before slow work whose result goes to `path`, that write_file_atomic(path, ...) will be
+/// able to create its temporary file: creates it and removes it again (the target itself is not
+/// touched). Throws the qkv::Error write_file_atomic would ("cannot write 'PATH': cannot create its
+/// temporary file 'PATH.tmp.<pid>': Permission denied").
+void check_can_write(const std::string& path);
+
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
 std::string atomic_temp_path(const std::string& path);
 
