@@ -26,8 +26,8 @@ struct AttentionParams {
     const T* v   = nullptr;
     T*       out = nullptr;
     T*       lse = nullptr;  // (B, H, Tq) contiguous logsumexp of the scaled, masked logits
-    // Optional (B, H, Tq): the rounding residual of lse (m + log l = lse + lse_lo, a Fast2Sum
-    // split). The fast backward recomputes P = exp((s - lse) - lse_lo); without it P carries the
+    // Optional (B, H, Tq): the rounding residual of lse (m + log l = lse + lse_lo: a Fast2Sum
+    // split in the reference, a double sum split in the fast forward). The fast backward recomputes P = exp((s - lse) - lse_lo); without it P carries the
     // rounding of lse (relative error up to ulp(lse)/2, ~5e-4 for logits ~1e4). nullptr: unused.
     T*       lse_lo = nullptr;
     int64_t B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0, Dv = 0;  // H % Hkv == 0 (GQA/MQA)
