@@ -2,6 +2,7 @@
 // (rebuilt from the data file), plus D2L's sentence BLEU (k=2) on the book's four sentences.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -28,7 +29,33 @@ struct EvalArgs {
     bool pe_quirk = false, no_progress = false, no_unk = false;
 };
 
+/// --hyp-out and --json must not name one file (the second write would replace the first) nor a
+/// file of the model folder itself (the model would be overwritten by text).
+void check_outputs_apart(const EvalArgs& a) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
+    if (!a.hyp_out.empty() && !a.json_out.empty() && canon(a.hyp_out) == canon(a.json_out))
+        usage_error("--hyp-out and --json name the same file '" + a.json_out + "': give two names");
+    static const char* const kModelFiles[] = {"config.json",       "src_vocab.txt",     "tgt_vocab.txt",
+                                              "model.safetensors", "checkpoint.safetensors",
+                                              "metrics.jsonl",     "loss.png",          "spm.model",
+                                              "spm_src.model",     "spm_tgt.model"};
+    const fs::path dir = canon(a.model);
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--hyp-out", &a.hyp_out},
+                                     {"--json", &a.json_out}}) {
+        if (path->empty()) continue;
+        const fs::path p = canon(*path);
+        if (p.parent_path() != dir) continue;
+        for (const char* f : kModelFiles)
+            if (p.filename() == f)
+                usage_error(std::string(flag) + " '" + *path + "' is the model folder's own " + f +
+                            ": give a file name outside the model's files");
+    }
+}
+
 void run(const EvalArgs& a) {
+    check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
     train::ModelDir m = train::load_model_dir(a.model);

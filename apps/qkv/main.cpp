@@ -74,6 +74,16 @@ int main(int argc, char** argv) {
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
         qkv::set_flush_denormal(denormals == "flush");
+        // The flash kernel has no reference build: forcing it with the reference kernels fails at
+        // the first attention call, which for train is after --out has been cleared. Refuse now.
+        const char* env_att = std::getenv("QKV_ATTENTION");
+        const bool  flash   = attention == "flash" ||
+                           (attention == "auto" && env_att && std::strcmp(env_att, "flash") == 0);
+        if (flash && qkv::kernel_mode() == qkv::KernelMode::reference)
+            throw CLI::ValidationError(
+                std::string(attention == "flash" ? "--attention flash" : "QKV_ATTENTION=flash") +
+                " needs the fast kernels, but " + (kernels == "ref" ? "--kernels ref" : "QKV_KERNELS=ref") +
+                " selects the reference kernels, which have no flash path: drop one of the two");
     });
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);

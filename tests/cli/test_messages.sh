@@ -11,6 +11,10 @@
 #     output file that cannot be created (eval --hyp-out/--json, heatmap --out: refused before
 #     decoding), a config.json warming up over 0 steps, a CSV whose values make qkv nw's training
 #     diverge, a data file too small for --preset d2l.
+#  3. requests that contradict each other or would destroy the model are refused before anything is
+#     read or written (exit 2): --attention flash (or QKV_ATTENTION=flash) with the reference
+#     kernels (train cleared --out and then failed at the first step), eval's --hyp-out and --json
+#     naming one file, or either naming a file of the model folder (model.safetensors became text).
 # Usage: test_messages.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -133,6 +137,27 @@ sed -i 's/"warmup_steps": [0-9]*/"warmup_steps": 0/' "$T/w0/config.json"
 run_rc 1 train --resume --out "$T/w0" --max-steps 3 --no-progress
 err_has "$T/w0/config.json': key 'train.warmup_steps' is 0, expected an integer >= 1 with train.schedule 'warmup_inv_sqrt'"
 ! grep -q "Trainer:" "$T/err" || { cat "$T/err"; fail "a library prefix in the message"; }
+# ---- 3. contradictory or self-destructive requests
+cp -r "$T/run" "$T/keep"
+sum=$(md5sum < "$T/keep/model.safetensors")
+run_rc 2 train --attention flash --kernels ref --data "$T/fra.txt" --out "$T/keep" --max-steps 1 "${small[@]}"
+err_has "qkv: error: --attention flash needs the fast kernels, but --kernels ref selects the reference kernels"
+[ "$(md5sum < "$T/keep/model.safetensors")" = "$sum" ] && [ -s "$T/keep/checkpoint.safetensors" ] ||
+    fail "train touched the model folder before refusing --attention flash --kernels ref"
+QKV_KERNELS=ref run_rc 2 translate --model "$T/run" --attention flash "go ."
+err_has "qkv: error: --attention flash needs the fast kernels, but QKV_KERNELS=ref selects"
+QKV_ATTENTION=flash run_rc 2 --kernels ref translate --model "$T/run" "go ."
+err_has "qkv: error: QKV_ATTENTION=flash needs the fast kernels, but --kernels ref selects"
+run_rc 2 eval --model "$T/keep" --no-progress --hyp-out "$T/keep/model.safetensors"
+err_has "qkv: error: --hyp-out '$T/keep/model.safetensors' is the model folder's own model.safetensors"
+[ "$(md5sum < "$T/keep/model.safetensors")" = "$sum" ] || fail "eval --hyp-out overwrote model.safetensors"
+run_rc 2 eval --model "$T/keep" --no-progress --json "$T/keep/../keep/config.json"
+err_has "qkv: error: --json '$T/keep/../keep/config.json' is the model folder's own config.json"
+run_rc 2 eval --model "$T/keep" --no-progress --hyp-out "$T/same.out" --json "$T/./same.out"
+err_has "qkv: error: --hyp-out and --json name the same file '$T/./same.out'"
+[ ! -e "$T/same.out" ] || fail "eval wrote same.out before refusing"
+run_rc 0 eval --model "$T/keep" --no-progress --limit 3 --hyp-out "$T/keep/hyp.txt"  # other names in the folder are fine
+[ -s "$T/keep/hyp.txt" ] || fail "eval wrote no hypotheses into the model folder"
 # qkv nw on a CSV whose values overflow float32's squared error: training diverges at epoch 1
 printf 'x,y\n0,1e20\n1,-1e20\n2,1e20\n' > "$T/huge.csv"
 run_rc 1 nw --data "$T/huge.csv" --out "$T/nw"
@@ -142,4 +167,4 @@ no_internal_names
 run_rc 1 train --preset d2l --data "$T/fra.txt" --out "$T/d2l" --no-progress
 err_has "qkv: error: '$T/fra.txt' has only 60 sentence pairs in its first " "use a larger data file, or another preset"
 ! grep -q prepare_d2l_en "$T/err" || { cat "$T/err"; fail "an internal function name in the message"; }
-echo "cli messages (empty path and value flags; truncated, duplicated and CRLF vocabularies, unwritable output files, warmup_steps 0, a diverging nw CSV, a small file for --preset d2l): ok"
+echo "cli messages (empty path and value flags; truncated, duplicated and CRLF vocabularies, unwritable output files, warmup_steps 0, flash with reference kernels, eval outputs on each other or the model's files, a diverging nw CSV, a small file for --preset d2l): ok"
