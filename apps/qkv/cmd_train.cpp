@@ -321,6 +321,19 @@ void run(TrainArgs& a, CLI::App* c) {
             usage_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
         if (m.tie_weights && cfg.architecture != train::ModelKind::transformer)
             usage_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
+        // Flags of the other architecture would be ignored without a word (and go unchecked).
+        const bool transformer = cfg.architecture == train::ModelKind::transformer;
+        for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", a.num_blks != 0},
+                                          {"--num-heads", a.num_heads != 0},
+                                          {"--ffn-num-hiddens", a.ffn_num_hiddens != 0},
+                                          {"--pe-quirk", a.o_quirk->count() > 0}})
+            if (given && !transformer)
+                usage_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)");
+        for (const auto& [flag, given] : {std::pair<const char*, bool>{"--embed-size", a.embed_size != 0},
+                                          {"--num-layers", a.num_layers != 0}})
+            if (given && transformer)
+                usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " +
+                            (std::string(flag) == "--embed-size" ? "separate embedding size" : "GRU layers") + ")");
         if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != train::DataPipeline::anchor)
             usage_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                     "anchor), not --preset ", cfg.preset));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI end to end for --model bahdanau on a tiny corpus written here: train (2 steps), translate
 # (greedy and beam, batched), eval, info, heatmap (one panel + printed weights), resume, and
-# --pe-quirk refused for this architecture.
+# --pe-quirk refused for this architecture, and train refusing the Transformer's flags for it (and
+# its own flags for the Transformer).
 # Usage: test_bahdanau.sh /path/to/qkv
 set -euo pipefail
 QKV="$1"
@@ -48,6 +49,23 @@ QKV_ATTENTION=flash "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/attf"
   || fail "heatmap of a Bahdanau model refused QKV_ATTENTION=flash"
 if "$QKV" translate --model "$T/run" --pe-quirk "go ." > /dev/null 2> "$T/quirk.err"; then fail "--pe-quirk accepted"; fi
 grep -q "Transformer only" "$T/quirk.err" || fail "--pe-quirk message"
+# train: the other architecture's flags are usage errors before --out is touched (they were
+# ignored without a word: --num-heads 3 was never checked against the width)
+for bad in "--num-heads 3" "--num-blks 5" "--ffn-num-hiddens 32" "--pe-quirk"; do
+  rc=0; "$QKV" train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/other" "${small[@]}" $bad \
+    > /dev/null 2> "$T/other.err" || rc=$?
+  [ "$rc" = 2 ] || { cat "$T/other.err"; fail "train --model bahdanau $bad: exit $rc, want 2"; }
+  grep -q -- "qkv: error: ${bad%% *} applies to the Transformer only (not --model bahdanau)" "$T/other.err" \
+    || { cat "$T/other.err"; fail "train --model bahdanau $bad: message"; }
+done
+for bad in "--embed-size 8" "--num-layers 2"; do
+  rc=0; "$QKV" train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/other" --num-hiddens 16 --no-progress $bad \
+    > /dev/null 2> "$T/other.err" || rc=$?
+  [ "$rc" = 2 ] || { cat "$T/other.err"; fail "train (Transformer) $bad: exit $rc, want 2"; }
+  grep -q -- "qkv: error: ${bad%% *} applies to --model bahdanau only" "$T/other.err" \
+    || { cat "$T/other.err"; fail "train (Transformer) $bad: message"; }
+done
+[ ! -e "$T/other" ] || fail "a refused train created --out"
 
 "$QKV" train --resume --out "$T/run" --data "$T/fra.txt" --max-steps 3 --no-progress > "$T/resume.out" 2> "$T/resume.err" \
   || { cat "$T/resume.err"; fail "resume"; }
