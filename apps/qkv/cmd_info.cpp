@@ -57,8 +57,14 @@ void run(const InfoArgs& a) {
         const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
         if (fs::exists(ckpt)) {
             auto m = train::read_checkpoint_metadata(ckpt);
-            std::printf("checkpoint: epoch %s, batch %s, step %s, %s s of training\n", m["qkv.epoch"].c_str(),
-                        m["qkv.batch"].c_str(), m["qkv.step"].c_str(), m["qkv.train_seconds"].c_str());
+            // qkv.epoch counts from 0 (train prints epochs from 1); qkv.train_seconds is stored exactly.
+            char secs[32] = "?";
+            try {
+                std::snprintf(secs, sizeof secs, "%.1f", std::stod(m["qkv.train_seconds"]));
+            } catch (const std::exception&) {
+            }
+            std::printf("checkpoint: step %s, %s s of training (epoch index %s from 0, batch %s within it)\n",
+                        m["qkv.step"].c_str(), secs, m["qkv.epoch"].c_str(), m["qkv.batch"].c_str());
         }
         const std::string model = (fs::path(a.path) / "model.safetensors").string();
         if (!fs::exists(model)) {

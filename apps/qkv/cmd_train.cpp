@@ -365,8 +365,8 @@ void run(TrainArgs& a, CLI::App* c) {
         }
     }
 
-    std::fprintf(stderr, "qkv train: preset %s, %d threads\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
-                 get_num_threads());
+    std::fprintf(stderr, "qkv train: preset %s, %d thread%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
+                 get_num_threads(), get_num_threads() == 1 ? "" : "s");
     train::SubwordModels saved_subwords;
     if (a.resume) saved_subwords = train::load_model_dir_subwords(a.out, cfg);
     train::TranslationData d = train::load_translation_data(cfg.data, saved_subwords);

@@ -48,12 +48,17 @@ six_pairs > "$T/fra.txt"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
 cd "$T"
 run_rc 0 --threads 2 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none "${small[@]}" --threads 1
-err_has "qkv train: preset demo, 1 threads"
+grep -qx "qkv train: preset demo, 1 thread" "$T/err" || { cat "$T/err"; fail "want the line 'qkv train: preset demo, 1 thread'"; }
 grep -q "^training: .*epochs, max 2 steps, loss" "$T/err" || { cat "$T/err"; fail "a time budget is left with --time-budget none"; }
 grep -qF "\"time_budget_s\": 0.0" run/config.json || fail "config.json time_budget_s is not 0"
 ! grep -q "subword_vocab_size" run/config.json || fail "a word model's config.json records subword_vocab_size"
 want=$(realpath "$T/fra.txt")
 grep -qF "\"path\": \"$want\"" run/config.json || { grep path run/config.json; fail "config.json does not record $want"; }
+# info: the checkpoint's step and training time in one decimal (it printed 'epoch 0' against
+# train's 'epoch 1' and a 17-digit float)
+run_rc 0 info run
+grep -Eq '^checkpoint: step 2, [0-9]+\.[0-9] s of training \(epoch index 0 from 0, batch 2 within it\)$' "$T/out" ||
+    { grep checkpoint "$T/out"; fail "info's checkpoint line"; }
 
 # ---- eval from another folder: the absolute path works; an old relative one is named, --data overrides
 mkdir "$T/elsewhere" && cd "$T/elsewhere"
