@@ -119,23 +119,31 @@ bool is_partial_epoch(const Json& r) {
 /// Keeps the metrics.jsonl records a run resumed from the checkpoint of `step` does not write
 /// again: those of steps <= step (what the checkpoint covers) except the partial epoch records (a
 /// stop's: the resumed run writes that epoch's record, whole, or at its own stop). Rewritten
-/// atomically (temp file + rename). So the file ends as an uninterrupted run's.
-void truncate_metrics(const std::string& path, int64_t step) {
-    if (!fs::exists(path)) return;
+/// atomically (temp file + rename). So the file ends as an uninterrupted run's. Lines that are not
+/// JSON records (a torn last line from a crash, an edit) are dropped; returns how many, and the
+/// number of the first in `first_bad` (1-based).
+int64_t truncate_metrics(const std::string& path, int64_t step, int64_t& first_bad) {
+    first_bad = 0;
+    if (!fs::exists(path)) return 0;
     std::ifstream in(path);
     std::ostringstream kept;
     std::string line;
+    int64_t n = 0, bad = 0;
     while (std::getline(in, line)) {
+        ++n;
         if (line.empty()) continue;
         try {
             auto j = nlohmann::json::parse(line);
+            if (!j.is_object()) throw std::runtime_error("not an object");
             if (j.value("step", int64_t(0)) > step || is_partial_epoch(j)) continue;
         } catch (const std::exception&) {
-            continue;  // a torn last line from a crash
+            if (bad++ == 0) first_bad = n;
+            continue;
         }
         kept << line << '\n';
     }
     util::write_file_atomic(path, kept.str());
+    return bad;
 }
 
 /// The records of p.pending_records that the metrics.jsonl at `path` lacks (no record of their
@@ -258,7 +266,13 @@ TrainResult Trainer::fit() {
                   " is past the ", nb, " batches per epoch of this data (different data or batch size?)");
         default_generator().manual_seed(prog.rng_seed);
         default_generator().set_offset(prog.rng_offset);
-        truncate_metrics(metrics_path, prog.step);
+        int64_t       first_bad = 0;
+        const int64_t bad       = truncate_metrics(metrics_path, prog.step, first_bad);
+        if (rt_.log && bad > 0)
+            std::fprintf(rt_.log,
+                         "note: %s: %lld line%s not a JSON record, dropped (line %lld first: a write cut "
+                         "short, or an edit)\n",
+                         metrics_path.c_str(), (long long)bad, bad == 1 ? " is" : "s are", (long long)first_bad);
         if (rt_.log) {
             std::fprintf(rt_.log, "resuming from %s: epoch %lld, batch %lld, step %lld%s\n", ckpt_path.c_str(),
                          (long long)prog.epoch + 1, (long long)prog.batch, (long long)prog.step,

@@ -10,7 +10,8 @@
 #     vocabulary, a vocabulary listing a token twice (one with Windows line endings is read), an
 #     output file that cannot be created (eval --hyp-out/--json, heatmap --out: refused before
 #     decoding), a config.json warming up over 0 steps, a CSV whose values make qkv nw's training
-#     diverge, a data file too small for --preset d2l.
+#     diverge, a data file too small for --preset d2l, a metrics.jsonl line that is not a record
+#     (dropped on --resume with a note).
 #  3. requests that contradict each other or would destroy the model are refused before anything is
 #     read or written (exit 2): --attention flash (or QKV_ATTENTION=flash) with the reference
 #     kernels (train cleared --out and then failed at the first step), eval's --hyp-out and --json
@@ -163,8 +164,16 @@ printf 'x,y\n0,1e20\n1,-1e20\n2,1e20\n' > "$T/huge.csv"
 run_rc 1 nw --data "$T/huge.csv" --out "$T/nw"
 err_has "qkv: error: training diverged: the loss is not finite at epoch 1" "scale the data down"
 no_internal_names
+# a metrics.jsonl line that is not a record: --resume drops it with a note naming the file and the
+# line (it was dropped without a word)
+cp -r "$T/run" "$T/mj"
+n=$(($(wc -l < "$T/mj/metrics.jsonl") + 1))
+echo 'not json' >> "$T/mj/metrics.jsonl"
+run_rc 0 train --resume --out "$T/mj" --max-steps 3 --no-progress
+err_has "note: $T/mj/metrics.jsonl: 1 line is not a JSON record, dropped (line $n first: a write cut short, or an edit)"
+! grep -q "not json" "$T/mj/metrics.jsonl" || fail "the bad line is still in metrics.jsonl"
 # --preset d2l on a data file too small for D2L EN's split
 run_rc 1 train --preset d2l --data "$T/fra.txt" --out "$T/d2l" --no-progress
 err_has "qkv: error: '$T/fra.txt' has only 60 sentence pairs in its first " "use a larger data file, or another preset"
 ! grep -q prepare_d2l_en "$T/err" || { cat "$T/err"; fail "an internal function name in the message"; }
-echo "cli messages (empty path and value flags; truncated, duplicated and CRLF vocabularies, unwritable output files, warmup_steps 0, flash with reference kernels, eval outputs on each other or the model's files, a diverging nw CSV, a small file for --preset d2l): ok"
+echo "cli messages (empty path and value flags; truncated, duplicated and CRLF vocabularies, unwritable output files, warmup_steps 0, flash with reference kernels, eval outputs on each other or the model's files, a diverging nw CSV, a small file for --preset d2l, a metrics.jsonl line that is not a record): ok"
