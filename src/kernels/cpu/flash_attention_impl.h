@@ -71,6 +71,33 @@ enum Mode { kStore, kAcc, kScaleAcc };
 /// block is recomputed with its maximum as the new shift. FlashAttention-4 rescales lazily too.
 constexpr float kBlockSumLimit = 1048576.0f;
 
+/// The micro-kernels' reduction: acc[r][v] = sum_k A(r, k) * B[k][v*W, (v+1)*W) (see micro for
+/// A's two forms and `tail`), shared by micro and micro_exp.
+template <class S, int R, int NV, bool AM1, bool Tail>
+__attribute__((always_inline)) inline void accumulate(int64_t K, const float* A, int64_t as, const float* B,
+                                                      int64_t bk, typename S::M tail,
+                                                      typename S::V (&acc)[R][NV]) {
+    using V = typename S::V;
+    constexpr int W = S::W;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
+    for (int64_t kk = 0; kk < K; ++kk) {
+        V b[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
+        b[NV - 1] = Tail ? S::loadm(B + (NV - 1) * W, tail) : S::load(B + (NV - 1) * W);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const V x = S::set1(AM1 ? A[kk * as + r] : A[r * as + kk]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
+        }
+        B += bk;
+    }
+}
+
 template <class S, int R, int NV, int Md, bool AM1, bool Tail>
 inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
                   int64_t cm, typename S::M tail, const float* rowscale) {
@@ -78,23 +105,7 @@ inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t
         using V = typename S::V;
         constexpr int W = S::W;
         V acc[R][NV];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
-        for (int64_t kk = 0; kk < K; ++kk) {
-            V b[NV];
-#pragma GCC unroll 8
-            for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
-            b[NV - 1] = Tail ? S::loadm(B + (NV - 1) * W, tail) : S::load(B + (NV - 1) * W);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const V x = S::set1(AM1 ? A[kk * as + r] : A[r * as + kk]);
-#pragma GCC unroll 8
-                for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
-            }
-            B += bk;
-        }
+        accumulate<S, R, NV, AM1, Tail>(K, A, as, B, bk, tail, acc);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             float* c = C + r * cm;
@@ -165,22 +176,7 @@ inline void micro_exp(int64_t K, const float* A, int64_t as, const float* B, int
         using V = typename S::V;
         constexpr int W = S::W;
         V acc[R][NV];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
-        for (int64_t kk = 0; kk < K; ++kk) {
-            V b[NV];
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) b[v] = S::load(B + v * W);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const V x = S::set1(A[r * as + kk]);
-#pragma GCC unroll 8
-                for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
-            }
-            B += bk;
-        }
+        accumulate<S, R, NV, false, false>(K, A, as, B, bk, typename S::M{}, acc);
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             V mv = S::load(m + v * W);
