@@ -13,6 +13,13 @@ Writes, into tests/fixtures/:
                              logits, per-step attention weights, the EN unmasked mean
                              cross-entropy and the gradient of every parameter ("p.<name>" /
                              "grad.<name>" with the state_dict names).
+  gru_bidirectional.safetensors
+                             "gru.*": torch.nn.GRU(4, 6, num_layers=2, bidirectional=True)
+                             (dropout off) on X (T=5, B=3, 4) with h0 (4, 3, 6), as gru_layer
+                             (outputs (5, 3, 12), final state, every gradient; "_noh0" without
+                             h0). "bahdanau.*": as gru_bahdanau, with the OpenNMT "brnn" encoder
+                             BiEncoder below (a bidirectional GRU of H/2 per direction; the
+                             decoder's initial state per layer = [forward final | reverse final]).
 """
 import os
 import sys
@@ -29,13 +36,13 @@ FIX = os.path.normpath(os.path.join(HERE, "..", "tests", "fixtures"))
 META = {"made_by": "PYENV_VERSION=system python3 tools/gen_gru_fixtures.py", "torch": torch.__version__}
 
 
-def gru_layer():
-    torch.manual_seed(1)
-    T, B, I, H, L = 4, 3, 5, 7, 2
-    rnn = nn.GRU(I, H, L)
+def gru_tensors(T, B, I, H, L, bidirectional, seed):
+    torch.manual_seed(seed)
+    D = 2 if bidirectional else 1
+    rnn = nn.GRU(I, H, L, bidirectional=bidirectional)
     X = torch.randn(T, B, I, requires_grad=True)
-    h0 = torch.randn(L, B, H, requires_grad=True)
-    r_out, r_state = torch.randn(T, B, H), torch.randn(L, B, H)
+    h0 = torch.randn(D * L, B, H, requires_grad=True)
+    r_out, r_state = torch.randn(T, B, D * H), torch.randn(D * L, B, H)
     out, hn = rnn(X, h0)
     loss = (out * r_out).sum() + (hn * r_state).sum()
     loss.backward()
@@ -51,6 +58,11 @@ def gru_layer():
     d["out_noh0"], d["h_n_noh0"] = out0, hn0
     for name, p in rnn.named_parameters():
         d["grad_noh0." + name] = p.grad.clone()
+    return d
+
+
+def gru_layer():
+    d = gru_tensors(T=4, B=3, I=5, H=7, L=2, bidirectional=False, seed=1)
     safetensors_min.save(os.path.join(FIX, "gru_layer.safetensors"), d, META)
 
 
@@ -135,10 +147,25 @@ class EncoderDecoder(nn.Module):
         return self.decoder(dec_X, state)[0]
 
 
-def bahdanau():
-    torch.manual_seed(2)
+class BiEncoder(nn.Module):
+    """OpenNMT's "brnn" encoder: bidirectional GRU with H/2 per direction; outputs (T, B, H) =
+    [forward | reverse]; state (L, B, H), layer l = [forward final | reverse final] of layer l."""
+    def __init__(self, V, E, H, L, dropout=0):
+        super().__init__()
+        self.embedding = nn.Embedding(V, E)
+        self.rnn = nn.GRU(E, H // 2, L, dropout=dropout, bidirectional=True)
+        self.L = L
+
+    def forward(self, X):
+        out, st = self.rnn(self.embedding(X.t().long()))   # (T, B, H), (2L, B, H/2)
+        L, B = self.L, st.shape[1]
+        return out, st.view(L, 2, B, -1).permute(0, 2, 1, 3).reshape(L, B, -1)
+
+
+def bahdanau_tensors(encoder_class, seed):
+    torch.manual_seed(seed)
     Vs, Vt, E, H, L, B, Ts, Tt = 11, 13, 8, 16, 2, 4, 7, 6
-    model = EncoderDecoder(Seq2SeqEncoder(Vs, E, H, L), Seq2SeqAttentionDecoder(Vt, E, H, L))
+    model = EncoderDecoder(encoder_class(Vs, E, H, L), Seq2SeqAttentionDecoder(Vt, E, H, L))
     src = torch.randint(0, Vs, (B, Ts))
     valid = torch.tensor([7, 3, 1, 5])
     dec_X = torch.randint(0, Vt, (B, Tt))
@@ -152,10 +179,21 @@ def bahdanau():
     for name, p in model.named_parameters():
         d["p." + name] = p
         d["grad." + name] = p.grad.clone()
-    safetensors_min.save(os.path.join(FIX, "gru_bahdanau.safetensors"), d, META)
+    return d
+
+
+def bahdanau():
+    safetensors_min.save(os.path.join(FIX, "gru_bahdanau.safetensors"), bahdanau_tensors(Seq2SeqEncoder, 2), META)
+
+
+def bidirectional():
+    d = {"gru." + k: v for k, v in gru_tensors(T=5, B=3, I=4, H=6, L=2, bidirectional=True, seed=3).items()}
+    d.update({"bahdanau." + k: v for k, v in bahdanau_tensors(BiEncoder, 4).items()})
+    safetensors_min.save(os.path.join(FIX, "gru_bidirectional.safetensors"), d, META)
 
 
 if __name__ == "__main__":
     gru_layer()
     bahdanau()
-    print("wrote", os.path.join(FIX, "gru_layer.safetensors"), os.path.join(FIX, "gru_bahdanau.safetensors"))
+    bidirectional()
+    print("wrote", *(os.path.join(FIX, f + ".safetensors") for f in ("gru_layer", "gru_bahdanau", "gru_bidirectional")))
