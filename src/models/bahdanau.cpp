@@ -20,10 +20,12 @@ void xavier_(Tensor& w) {
     copy_(w, x);
 }
 
+/// Every layer's and direction's weight_ih and weight_hh, in registration order (D2L's
+/// init_seq2seq walks _flat_weights_names: "_reverse" ones included).
 void xavier_gru(nn::GRU& rnn) {
-    for (int64_t l = 0; l < rnn.num_layers; ++l) {
-        xavier_(rnn.weight_ih[size_t(l)]);
-        xavier_(rnn.weight_hh[size_t(l)]);
+    for (size_t i = 0; i < rnn.weight_ih.size(); ++i) {
+        xavier_(rnn.weight_ih[i]);
+        xavier_(rnn.weight_hh[i]);
     }
 }
 
@@ -32,9 +34,12 @@ void xavier_gru(nn::GRU& rnn) {
 // ---- encoder --------------------------------------------------------------------------------
 
 Seq2SeqEncoder::Seq2SeqEncoder(int64_t vocab_size, int64_t embed_size, int64_t num_hiddens,
-                               int64_t num_layers, double dropout) {
+                               int64_t num_layers, double dropout, bool bidirectional) {
+    QKV_CHECK(!bidirectional || num_hiddens % 2 == 0, "Seq2SeqEncoder: a bidirectional encoder needs an even "
+              "num_hiddens (H/2 per direction), got num_hiddens ", num_hiddens);
     embedding = register_module("embedding", std::make_shared<nn::Embedding>(vocab_size, embed_size));
-    rnn = register_module("rnn", std::make_shared<nn::GRU>(embed_size, num_hiddens, num_layers, dropout));
+    rnn = register_module("rnn", std::make_shared<nn::GRU>(embed_size, bidirectional ? num_hiddens / 2 : num_hiddens,
+                                                          num_layers, dropout, bidirectional));
 }
 
 std::pair<Tensor, Tensor> Seq2SeqEncoder::forward(const Tensor& src) const {
@@ -43,12 +48,22 @@ std::pair<Tensor, Tensor> Seq2SeqEncoder::forward(const Tensor& src) const {
               src.defined() ? dtype_name(src.dtype()) : "undefined", " ",
               src.defined() ? src.shape() : Shape{});
     const Tensor ids = src.transpose(0, 1);  // (Ts, B)
+    std::pair<Tensor, Tensor> r;
     if (fold_embedding_projection && embedding->weight.size(0) < ids.numel()) {
-        // Row v of the table is embedding v projected by layer 0: a lookup replaces the GEMM.
-        const Tensor table = rnn->input_projection(0, embedding->weight);  // (V, 3H)
-        return rnn->forward_projected(qkv::embedding(ids, table));
+        // Row v of the table is embedding v projected by layer 0 (both directions side by side
+        // when bidirectional): a lookup replaces the GEMM.
+        const Tensor table = rnn->bidirectional ? concat({rnn->input_projection(0, embedding->weight, 0),
+                                                          rnn->input_projection(0, embedding->weight, 1)},
+                                                         1)                      // (V, 2·3·H/2)
+                                                : rnn->input_projection(0, embedding->weight);  // (V, 3H)
+        r = rnn->forward_projected(qkv::embedding(ids, table));
+    } else {
+        r = rnn->forward(embedding->forward(ids));  // (Ts, B, E) -> GRU
     }
-    return rnn->forward(embedding->forward(ids));  // (Ts, B, E) -> GRU
+    if (!rnn->bidirectional) return r;
+    // (2L, B, H/2) ordered l0 forward, l0 reverse, ... -> (L, B, H): layer l = [forward | reverse].
+    const int64_t L = rnn->num_layers, B = r.second.size(1), Hd = rnn->hidden_size;
+    return {r.first, r.second.reshape({L, 2, B, Hd}).permute({0, 2, 1, 3}).reshape({L, B, 2 * Hd})};
 }
 
 // ---- additive attention ---------------------------------------------------------------------
@@ -180,7 +195,7 @@ Bahdanau::Bahdanau(const BahdanauConfig& cfg) : cfg_(cfg) {
     QKV_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "Bahdanau: dropout must be in [0, 1), got ", cfg.dropout);
     encoder = register_module("encoder", std::make_shared<Seq2SeqEncoder>(
                                              cfg.src_vocab_size, cfg.embed_size, cfg.num_hiddens,
-                                             cfg.num_layers, cfg.dropout));
+                                             cfg.num_layers, cfg.dropout, cfg.bidirectional));
     decoder = register_module("decoder", std::make_shared<Seq2SeqAttentionDecoder>(
                                              cfg.tgt_vocab_size, cfg.embed_size, cfg.num_hiddens,
                                              cfg.num_layers, cfg.dropout));

@@ -1,7 +1,7 @@
 // D2L's Bahdanau seq2seq: forward, attention weights and every gradient against PyTorch classes
-// written from the spec (tools/gen_gru_fixtures.py); incremental decoding equals teacher forcing;
-// beam reordering; the book model's parameter count, names and init; a tiny model memorises
-// 8 pairs.
+// written from the spec (tools/gen_gru_fixtures.py), with D2L's encoder and with the
+// bidirectional ("brnn") one; incremental decoding equals teacher forcing; beam reordering; the
+// book model's parameter count, names and init; a tiny model memorises 8 pairs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -181,6 +181,134 @@ TEST(Bahdanau, RejectsBadInputs) {
     BahdanauConfig bad = fixture_config(nn::GRUImpl::sequence);
     bad.dropout = 1.0;
     EXPECT_THROW(Bahdanau{bad}, Error);
+}
+
+// ---- bidirectional encoder (BahdanauConfig::bidirectional; gru_bidirectional.safetensors) -----
+
+std::map<std::string, Tensor> bidirectional_fixture() {
+    std::map<std::string, Tensor> out;
+    for (const auto& [k, v] : io::load_safetensors(QKV_FIXTURE_DIR "/gru_bidirectional.safetensors"))
+        if (k.rfind("bahdanau.", 0) == 0) out[k.substr(9)] = v;
+    return out;
+}
+
+class BahdanauBidirectionalParity : public ::testing::TestWithParam<std::tuple<nn::GRUImpl, bool>> {};
+
+TEST_P(BahdanauBidirectionalParity, MatchesTorchForwardAttentionAndGradients) {
+    const auto f = bidirectional_fixture();
+    BahdanauConfig c = fixture_config(std::get<0>(GetParam()));
+    c.fold_embedding_projection = std::get<1>(GetParam());
+    c.bidirectional = true;
+    Bahdanau m(c);
+    load_fixture_weights(m, f);
+    const Tensor logits = m.forward(f.at("src"), f.at("valid_lens"), f.at("dec_X"));
+    const double atol = test::kTolGoldenAtol, rtol = test::kTolGoldenRtol;
+    ASSERT_EQ(logits.shape(), Shape({4, 6, 13}));
+    EXPECT_TRUE(test::all_close(vec(logits), vec(f.at("logits")), atol, rtol));
+    ASSERT_EQ(m.attention_weights().size(), 6u);
+    std::vector<Tensor> steps;
+    for (const Tensor& w : m.attention_weights()) steps.push_back(w.unsqueeze(1));
+    EXPECT_TRUE(test::all_close(vec(concat(steps, 1)), vec(f.at("attention_weights")), atol, rtol));
+    const Tensor loss = cross_entropy(logits, f.at("Y"));
+    EXPECT_NEAR(loss.item(), f.at("loss").item(), atol + rtol * std::abs(f.at("loss").item()));
+    loss.backward();
+    int64_t checked = 0;
+    for (const auto& [name, p] : m.named_parameters()) {
+        ASSERT_TRUE(p.grad().defined()) << name;
+        EXPECT_TRUE(test::all_close(vec(p.grad()), vec(f.at("grad." + name)), atol, rtol)) << name;
+        ++checked;
+    }
+    EXPECT_EQ(checked, 31);  // 1 + 16 encoder (both directions), 3 + 1 + 8 + 2 decoder
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, BahdanauBidirectionalParity,
+                         ::testing::Combine(::testing::Values(nn::GRUImpl::sequence, nn::GRUImpl::cell,
+                                                              nn::GRUImpl::composite),
+                                            ::testing::Bool()),
+                         [](const auto& tp) {
+                             const nn::GRUImpl i = std::get<0>(tp.param);
+                             return std::string(i == nn::GRUImpl::sequence ? "sequence"
+                                                : i == nn::GRUImpl::cell   ? "cell"
+                                                                           : "composite") +
+                                    (std::get<1>(tp.param) ? "_folded" : "_unfolded");
+                         });
+
+// The encoder's state for the decoder: layer l = [forward final of layer l | reverse final of
+// layer l], each H/2 wide; the top layer's halves are the outputs at Ts−1 (forward) and 0 (reverse).
+TEST(BahdanauBidirectional, EncoderStateConcatenatesBothDirectionsPerLayer) {
+    const auto f = bidirectional_fixture();
+    BahdanauConfig c = fixture_config(nn::GRUImpl::sequence);
+    c.bidirectional = true;
+    c.fold_embedding_projection = false;  // the same arithmetic as the GRU call below: exact
+    Bahdanau m(c);
+    load_fixture_weights(m, f);
+    EXPECT_EQ(m.encoder->rnn->hidden_size, 8);
+    auto [out, st] = m.encoder->forward(f.at("src"));
+    ASSERT_EQ(out.shape(), Shape({7, 4, 16}));
+    ASSERT_EQ(st.shape(), Shape({2, 4, 16}));
+    EXPECT_EQ(vec(st.select(0, 1).slice(1, 0, 8)), vec(out.select(0, 6).slice(1, 0, 8)));
+    EXPECT_EQ(vec(st.select(0, 1).slice(1, 8, 16)), vec(out.select(0, 0).slice(1, 8, 16)));
+    // layer 0 from the GRU's own (2L, B, H/2) state: rows 0 (l0 forward) and 1 (l0 reverse)
+    auto [gout, gst] = m.encoder->rnn->forward(m.encoder->embedding->forward(f.at("src").transpose(0, 1)));
+    EXPECT_EQ(vec(st.select(0, 0)), vec(concat({gst.select(0, 0), gst.select(0, 1)}, 1)));
+    EXPECT_EQ(vec(st.select(0, 1)), vec(concat({gst.select(0, 2), gst.select(0, 3)}, 1)));
+}
+
+TEST(BahdanauBidirectional, IncrementalDecodingEqualsTeacherForcing) {
+    const auto f = bidirectional_fixture();
+    BahdanauConfig c = fixture_config(nn::GRUImpl::sequence);
+    c.bidirectional = true;
+    Bahdanau m(c);
+    load_fixture_weights(m, f);
+    m.eval();
+    auto state = m.init_state(f.at("src"), f.at("valid_lens"));
+    for (int64_t t = 0; t < 6; ++t) {
+        const Tensor logits = m.decode_step(f.at("dec_X").select(1, t).contiguous(), *state);
+        EXPECT_TRUE(test::all_close(vec(logits), vec(f.at("logits").select(1, t)), test::kTolGoldenAtol,
+                                    test::kTolGoldenRtol)) << "step " << t;
+    }
+}
+
+// Names follow PyTorch (encoder.rnn.*_reverse); the D2L inits draw the reverse weights from
+// Xavier too (bound √(6/(8+24)) ≈ 0.433 for weight_hh (24, 8), beyond GRU's U(±1/√8) ≈ 0.354).
+TEST(BahdanauBidirectional, NamesAndXavierInitCoverTheReverseDirection) {
+    BahdanauConfig c = fixture_config(nn::GRUImpl::sequence);
+    c.bidirectional = true;
+    manual_seed(5);
+    Bahdanau m(c);
+    const auto sd = m.state_dict();
+    EXPECT_EQ(sd.at("encoder.rnn.weight_ih_l0_reverse").shape(), Shape({24, 8}));
+    EXPECT_EQ(sd.at("encoder.rnn.weight_ih_l1_reverse").shape(), Shape({24, 16}));
+    EXPECT_EQ(sd.at("decoder.rnn.weight_ih_l0").shape(), Shape({48, 24}));  // decoder unchanged: H 16
+    EXPECT_EQ(sd.count("decoder.rnn.weight_ih_l0_reverse"), 0u);
+    auto max_abs = [](const Tensor& t) {
+        double mx = 0;
+        for (float v : vec(t)) mx = std::max(mx, std::abs(double(v)));
+        return mx;
+    };
+    const double gru_bound = 1.0 / std::sqrt(8.0);
+    for (const char* n : {"encoder.rnn.weight_hh_l0_reverse", "encoder.rnn.weight_hh_l1_reverse",
+                          "encoder.rnn.weight_ih_l1_reverse"}) {
+        EXPECT_GT(max_abs(sd.at(n)), gru_bound) << n;  // Xavier ran
+        EXPECT_LE(max_abs(sd.at(n)), std::sqrt(6.0 / (24 + sd.at(n).size(1)))) << n;
+    }
+    c.init = models::BahdanauInit::pytorch;
+    Bahdanau p(c);
+    EXPECT_LE(max_abs(p.state_dict().at("encoder.rnn.weight_hh_l0_reverse")), gru_bound);
+}
+
+TEST(BahdanauBidirectional, OddNumHiddensIsRefusedNamingIt) {
+    BahdanauConfig c = fixture_config(nn::GRUImpl::sequence);
+    c.bidirectional = true;
+    c.num_hiddens = 15;
+    try {
+        Bahdanau m(c);
+        FAIL() << "odd num_hiddens accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("num_hiddens 15"), std::string::npos) << e.what();
+    }
+    c.bidirectional = false;
+    EXPECT_NO_THROW(Bahdanau{c});  // D2L's encoder has no such constraint
 }
 
 // Decoding through the shared decoders (decode/): the cached greedy path (decode_step) gives the

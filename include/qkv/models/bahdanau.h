@@ -38,18 +38,31 @@ struct BahdanauConfig {
     /// batch has tokens: the same function with fewer FLOPs (bench/RESULTS_gru.md). false: always
     /// embed, then project (D2L's order of operations).
     bool fold_embedding_projection = true;
+    /// A bidirectional encoder (Seq2SeqEncoder below; OpenNMT's "brnn"), as Bahdanau et al.
+    /// (2015) used; D2L's model is unidirectional (false). num_hiddens must then be even.
+    bool bidirectional = false;
 };
 
 /// D2L Seq2SeqEncoder: src (B, Ts) i64 -> embedding (Ts, B, E) -> L-layer GRU from a zero state
 /// -> (outputs (Ts, B, H), state (L, B, H)). Runs over the pad positions too (D2L ignores
 /// valid_len here; only the attention masks them).
+/// bidirectional (beyond D2L; Bahdanau et al. 2015 §3.1, in OpenNMT-py's "brnn" form): the GRU
+/// is bidirectional with H/2 per direction (parameters "rnn.weight_ih_l0_reverse", ...), the
+/// outputs (Ts, B, H) are [forward | reverse] at each step (the reverse direction reads the
+/// sequence from its last position, pads included), and the state's layer l is [layer l's final
+/// forward state | its final reverse state] (L, B, H): the GRU's (2L, B, H/2) state reshaped to
+/// (L, 2, B, H/2), permuted to (L, B, 2, H/2) and flattened. The decoder is unchanged.
 class Seq2SeqEncoder : public nn::Module {
 public:
+    /// Throws qkv::Error naming num_hiddens when bidirectional and num_hiddens is odd (and as
+    /// nn::GRU for sizes that are not positive).
     Seq2SeqEncoder(int64_t vocab_size, int64_t embed_size, int64_t num_hiddens, int64_t num_layers,
-                   double dropout);
+                   double dropout, bool bidirectional = false);
+    /// src (B, Ts) i64 -> (outputs (Ts, B, H), state (L, B, H)). Throws qkv::Error when src is
+    /// not (B, Ts) int64 or an id is outside the vocabulary.
     std::pair<Tensor, Tensor> forward(const Tensor& src) const;
     std::shared_ptr<nn::Embedding> embedding;
-    std::shared_ptr<nn::GRU> rnn;
+    std::shared_ptr<nn::GRU> rnn;  // hidden size H, or H/2 per direction when bidirectional
     bool fold_embedding_projection = true;  // see BahdanauConfig
 };
 
@@ -114,10 +127,13 @@ private:
 };
 
 /// The whole model (EncoderDecoder with children "encoder" and "decoder"). D2L EN's book model
-/// (src/tgt vocab 194/214, E = H = 256, 2 layers) has 2,066,390 parameters.
+/// (src/tgt vocab 194/214, E = H = 256, 2 layers) has 2,066,390 parameters. With
+/// cfg.bidirectional the encoder is Seq2SeqEncoder's bidirectional form; the D2L inits then
+/// also draw the "_reverse" GRU weights from Xavier-uniform.
 class Bahdanau : public EncoderDecoder {
 public:
-    /// Throws qkv::Error when a size is not positive or dropout is outside [0, 1).
+    /// Throws qkv::Error when a size is not positive, dropout is outside [0, 1), or num_hiddens
+    /// is odd with bidirectional.
     explicit Bahdanau(const BahdanauConfig& cfg);
 
     Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len,
