@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,7 +56,7 @@ struct TrainArgs {
     std::string trim, val_every;
     std::string subword;
     int64_t vocab_size = 0;
-    bool shared_vocab = false, tie_weights = false;
+    bool shared_vocab = false, tie_weights = false, bidirectional = false;
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
@@ -134,6 +135,7 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
             std::to_string(b.embed_size), true);
         add("--num-layers", std::to_string(a.num_layers), a.num_layers != b.num_layers, "model.num_layers",
             std::to_string(b.num_layers), true);
+        add("--bidirectional", "", !b.bidirectional, "model.bidirectional", bool_text(b.bidirectional), true);
     } else {
         add("--num-blks", std::to_string(a.num_blks), a.num_blks != m.num_blks, "model.num_blks",
             std::to_string(m.num_blks), true);
@@ -289,6 +291,7 @@ void run(TrainArgs& a, CLI::App* c) {
         if (a.num_hiddens) b.num_hiddens = a.num_hiddens;
         if (a.embed_size) b.embed_size = a.embed_size;
         if (a.num_layers) b.num_layers = a.num_layers;
+        if (a.bidirectional) b.bidirectional = true;
         if (a.o_dropout->count()) b.dropout = a.dropout;
         if (a.o_quirk->count()) m.pe_position_zero_at_inference = true;
         if (a.batch_size) t.batch_size = a.batch_size;
@@ -329,11 +332,13 @@ void run(TrainArgs& a, CLI::App* c) {
                                           {"--pe-quirk", a.o_quirk->count() > 0}})
             if (given && !transformer)
                 usage_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)");
-        for (const auto& [flag, given] : {std::pair<const char*, bool>{"--embed-size", a.embed_size != 0},
-                                          {"--num-layers", a.num_layers != 0}})
+        for (const auto& [flag, given, what] :
+             {std::tuple<const char*, bool, const char*>{"--embed-size", a.embed_size != 0, "separate embedding size"},
+              {"--num-layers", a.num_layers != 0, "GRU layers"},
+              {"--bidirectional", a.bidirectional, "GRU encoder"}})
             if (given && transformer)
-                usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " +
-                            (std::string(flag) == "--embed-size" ? "separate embedding size" : "GRU layers") + ")");
+                usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what +
+                            ")");
         if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != train::DataPipeline::anchor)
             usage_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                     "anchor), not --preset ", cfg.preset));
@@ -489,6 +494,9 @@ Registration reg([](CLI::App& app) {
         ->check(int_range(1, 65536));
     c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(int_range(1, 65536));
     c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(int_range(1, 64));
+    c->add_flag("--bidirectional", a->bidirectional,
+                "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; D2L's is "
+                "unidirectional); --num-hiddens must be even");
     c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(int_range(1, 64));
     c->add_option("--num-heads", a->num_heads, "attention heads")->check(int_range(1, 1024));
     c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(int_range(1, 262144));

@@ -259,6 +259,7 @@ json to_json(const RunConfig& c) {
                       {"embed_size", b.embed_size},
                       {"num_hiddens", b.num_hiddens},
                       {"num_layers", b.num_layers},
+                      {"bidirectional", b.bidirectional},
                       {"dropout", b.dropout},
                       {"init", b.init == models::BahdanauInit::d2l_en   ? "d2l_en"
                                : b.init == models::BahdanauInit::d2l_zh ? "d2l_zh"
@@ -349,6 +350,7 @@ RunConfig run_config_from_json(const json& j) {
         need(m, "embed_size", b.embed_size);
         need(m, "num_hiddens", b.num_hiddens);
         need(m, "num_layers", b.num_layers);
+        get(m, "bidirectional", b.bidirectional);  // absent in older files: D2L's encoder
         get(m, "dropout", b.dropout);
         c.model.num_hiddens = b.num_hiddens;  // as before: model.* mirrors the shared keys
         get(m, "dropout", c.model.dropout);
@@ -421,6 +423,8 @@ RunConfig run_config_from_json(const json& j) {
         check_int(m, "embed_size", b.embed_size, 1, 65536);
         check_int(m, "num_hiddens", b.num_hiddens, 1, 65536);
         check_int(m, "num_layers", b.num_layers, 1, 64);
+        QKV_CHECK(!b.bidirectional || b.num_hiddens % 2 == 0, "key 'model.num_hiddens' is ", b.num_hiddens,
+                  ", expected an even number with model.bidirectional (H/2 per direction)");
         check_real(m, "dropout", b.dropout, 0, 1, false, /*hi_open=*/true);
     } else {
         const auto& tm = c.model;

@@ -236,6 +236,38 @@ TEST(RunConfig, RangeErrorsNameTheKeyTheValueAndTheRange) {
     EXPECT_TRUE(has(e, "'model.num_layers' is 0") && has(e, "from 1 to 64")) << e;
 }
 
+// model.bidirectional (bahdanau): written, read back, absent in older files = false, a non-bool
+// value or an odd num_hiddens with it are errors naming the key.
+TEST(RunConfig, BahdanauBidirectionalKey) {
+    auto b = train::preset_config("d2l", train::ModelKind::bahdanau);
+    b.model.src_vocab_size = 7, b.model.tgt_vocab_size = 9;
+    EXPECT_FALSE(b.bahdanau.bidirectional);  // presets keep D2L's encoder
+    EXPECT_EQ(train::to_json(b)["model"]["bidirectional"], false);
+    b.bahdanau.bidirectional = true;
+    const nlohmann::json j = train::to_json(b);
+    EXPECT_EQ(j["model"]["bidirectional"], true);
+    const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
+    EXPECT_TRUE(r.bahdanau.bidirectional);
+    EXPECT_EQ(train::to_json(r), j);
+    nlohmann::json older = j;  // a model folder from before the key: unidirectional
+    older["model"].erase("bidirectional");
+    EXPECT_FALSE(train::run_config_from_json(older).bahdanau.bidirectional);
+    nlohmann::json bad = j;
+    bad["model"]["bidirectional"] = 1;
+    std::string e = error_of([&] { train::run_config_from_json(bad); });
+    EXPECT_TRUE(has(e, "'model.bidirectional'") && has(e, "true or false")) << e;
+    bad = j;
+    bad["model"]["num_hiddens"] = 255;
+    e = error_of([&] { train::run_config_from_json(bad); });
+    EXPECT_TRUE(has(e, "'model.num_hiddens' is 255") && has(e, "even") && has(e, "model.bidirectional")) << e;
+    bad["model"]["bidirectional"] = false;  // odd widths are fine for D2L's encoder
+    EXPECT_NO_THROW(train::run_config_from_json(bad));
+    // The Transformer's config.json has no such key.
+    auto t = train::preset_config("demo");
+    t.model.src_vocab_size = 7, t.model.tgt_vocab_size = 9;
+    EXPECT_FALSE(train::to_json(t)["model"].contains("bidirectional"));
+}
+
 TEST(RunConfig, WordConfigsHaveNoSubwordVocabSize) {
     auto c = train::preset_config("demo");
     c.model.src_vocab_size = 77, c.model.tgt_vocab_size = 88;

@@ -66,9 +66,11 @@ nlohmann::json to_json(const RunConfig& c);
 /// Reads to_json's form. Missing keys keep their defaults (older files), except the ones that
 /// fix the parameter shapes: "model" with its vocabulary sizes and widths (transformer:
 /// num_hiddens, num_blks, num_heads, ffn_num_hiddens; bahdanau: embed_size, num_hiddens,
-/// num_layers) and "data.num_steps". Throws qkv::Error naming the key ("model.num_hiddens") when
-/// one of these is missing, a value has the wrong type or is out of range (train.warmup_steps 0
-/// with a warmup schedule included), or an enum name is unknown.
+/// num_layers) and "data.num_steps". A bahdanau "model.bidirectional" (written for bahdanau
+/// runs) that is absent means false (D2L's unidirectional encoder: older folders load as
+/// before). Throws qkv::Error naming the key ("model.num_hiddens") when one of these is missing,
+/// a value has the wrong type or is out of range (train.warmup_steps 0 with a warmup schedule
+/// included; an odd model.num_hiddens with model.bidirectional), or an enum name is unknown.
 RunConfig run_config_from_json(const nlohmann::json& j);
 
 /// "constant" / "warmup_inv_sqrt" / "warmup_linear_decay".
