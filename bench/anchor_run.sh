@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 7: the quality-anchor protocol (shared/bench/quality_anchor.md) in qkv, then evaluation.
-#   bench/anchor_run.sh PRESET OUT [extra qkv train flags...]
+#   bench/anchor_run.sh PRESET OUT [extra qkv train flags...]   (--overwrite: replace a model in OUT)
 # PRESET = anchor (the PyTorch script's exact protocol) or full (qkv's own recipe); the
 # training budget is the preset's (20 minutes of training time, validation excluded).
 # Writes OUT/train.log, OUT/eval_greedy.{log,json}, OUT/eval_beam4.{log,json}, and the time
@@ -11,6 +11,15 @@ PRESET="${1:?preset}"
 OUT="${2:?output folder}"
 shift 2
 QKV="${QKV:-build/bin/qkv}"
+# qkv train refuses a folder that holds a model unless --overwrite is given: say so before the
+# logs of that earlier run are overwritten.
+if [ -e "$OUT/model.safetensors" ] || [ -e "$OUT/checkpoint.safetensors" ] || [ -e "$OUT/config.json" ]; then
+  case " $* " in
+    *" --overwrite "*) ;;
+    *) echo "anchor_run.sh: $OUT already holds a model; give another folder, or --overwrite to replace it" >&2
+       exit 2 ;;
+  esac
+fi
 mkdir -p "$OUT"
 ( while sleep 30; do echo "$(date -Is) $(cut -d' ' -f1-3 /proc/loadavg)"; done ) > "$OUT/load.txt" &
 LOADPID=$!

@@ -9,6 +9,7 @@ losses). Prints a markdown table (also written to OUT/table.md) for bench/RESULT
 
 Usage: PYENV_VERSION=system python3 scripts/d2l_seeds.py --qkv build/bin/qkv [--seeds 0 1 2 3 4]
        [--out runs/d2l_seeds] [--threads 2] [--data PATH]
+Each seed's model folder OUT/seedN is trained anew (qkv train --overwrite) on every run.
 """
 import argparse, json, os, statistics, subprocess, sys, time
 
@@ -38,7 +39,7 @@ def main():
     for s in a.seeds:
         d = os.path.join(a.out, f"seed{s}")
         cmd = [a.qkv, "train", "--preset", "d2l", "--seed", str(s), "--loss-on-padding", "--log-every", "1",
-               "--no-progress", "--threads", str(a.threads), "--out", d]
+               "--no-progress", "--threads", str(a.threads), "--out", d, "--overwrite"]
         if a.data:
             cmd += ["--data", a.data]
         _, wall, rss = run(cmd, env)

@@ -8,7 +8,22 @@ QKV="${1:-build/bin/qkv}"
 OUT="${2:-out/translation}"
 # qkv finds the data via --data, $QKV_DATA or ../shared/data/fra-eng.zip and otherwise says where
 # to download it.
-"$QKV" train --preset demo --out "$OUT"
+# A second `make demo` keeps the model the first one trained (qkv train refuses a folder that holds
+# a model unless --resume or --overwrite says what to do with it): a folder with a checkpoint is
+# continued with --resume, which trains nothing once the demo's time budget is spent (and the rest
+# of a run stopped with Ctrl-C otherwise); QKV_DEMO_OVERWRITE=1 trains a new one (--overwrite). A
+# folder left by a run stopped before its first checkpoint (config.json, no model) holds nothing
+# trained: it is replaced.
+train=(train --preset demo --out "$OUT")
+if [ "${QKV_DEMO_OVERWRITE:-0}" = 1 ]; then
+  train+=(--overwrite)
+elif [ -e "$OUT/checkpoint.safetensors" ]; then
+  echo "$OUT already holds a demo model: continuing it (qkv train --resume; QKV_DEMO_OVERWRITE=1 trains a new one)"
+  train=(train --resume --out "$OUT")
+elif [ -e "$OUT/config.json" ] && [ ! -e "$OUT/model.safetensors" ]; then
+  train+=(--overwrite)
+fi
+"$QKV" "${train[@]}"
 echo
 echo "--- qkv translate"
 "$QKV" translate --model "$OUT" --show-source "i lost ." "he's calm ." "i'm home ." "we are friends ." \

@@ -51,7 +51,8 @@ def main():
     ap.add_argument("--out", default="/tmp/bahdanau_seeds")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reuse", action="store_true",
-                    help="reuse OUT/seedN (model + train.out) from an earlier run; only redo the heatmaps")
+                    help="reuse OUT/seedN (model + train.out) from an earlier run; only redo the heatmaps "
+                         "(without it each OUT/seedN is trained anew: qkv train --overwrite)")
     a = ap.parse_args()
     results = []
     for seed in a.seeds:
@@ -61,7 +62,8 @@ def main():
             out = open(log).read()
         else:
             out = run([a.qkv, "train", "--model", "bahdanau", "--preset", "d2l", "--loss-on-padding", "--data",
-                       a.data, "--out", d, "--seed", str(seed), "--threads", str(a.threads), "--no-progress"])
+                       a.data, "--out", d, "--overwrite", "--seed", str(seed), "--threads", str(a.threads),
+                       "--no-progress"])
             with open(log, "w") as f:
                 f.write(out)
         loss = float(re.search(r"last epoch train loss ([0-9.]+)", out).group(1))

@@ -2,7 +2,10 @@
 // Bahdanau attention) on English–French from a preset plus flag overrides;
 // writes the model folder (train/model_dir.h) and ends with a few held-out translations.
 // Before the data is read or --out touched: --out must be (or become) a folder, the configuration
-// must pass validate_config (usage errors, exit 2); with --resume, flags that differ from
+// must pass validate_config (usage errors, exit 2); a folder that already holds a model is
+// refused unless --resume continues it or --overwrite replaces it (ReplacedRun keeps the earlier
+// run's files until the new run's first checkpoint); flags of the other architecture are refused
+// (check_architecture_flags, also on --resume); with --resume, flags that differ from
 // config.json are refused or reported (check_resume_flags) and a checkpoint that has nothing left
 // to train says so and writes nothing. config.json records the data's fingerprint
 // (translation_data.h DataFingerprint), which --resume checks. The first Ctrl-C (SIGINT) or SIGTERM
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -47,7 +51,7 @@ struct TrainArgs {
     std::string data, out = "runs/qkv";
     std::string time_budget;
     std::string schedule;
-    bool resume = false, no_progress = false;
+    bool resume = false, overwrite = false, no_progress = false;
     int64_t log_every = 50;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
@@ -100,6 +104,84 @@ std::string num_text(double v) {
 std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
+
+/// The files a model folder holds that tell it is one (a run's model, its checkpoint, its
+/// configuration): those of them in `dir`.
+std::vector<std::string> model_files_in(const std::string& dir) {
+    std::vector<std::string> held;
+    std::error_code ec;
+    for (const char* f : {"model.safetensors", "checkpoint.safetensors", "config.json"})
+        if (fs::exists(fs::path(dir) / f, ec)) held.push_back(f);
+    return held;
+}
+
+/// --overwrite: the earlier run's files (all that qkv train writes: train/model_dir.h) wait in
+/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
+/// fails or is stopped before that gets them back.
+class ReplacedRun {
+public:
+    static constexpr const char* kAside = ".qkv-replaced";
+    /// Moves the run files in `dir` aside (a rename each: the same file system).
+    explicit ReplacedRun(const std::string& dir) : dir_(dir), aside_(fs::path(dir) / kAside) {
+        fs::create_directory(aside_);
+        std::error_code ec;
+        for (const char* f : kRunFiles)
+            if (fs::exists(dir_ / f, ec)) fs::rename(dir_ / f, aside_ / f);
+        pending_ = true;
+    }
+    /// The new run has a model: the earlier one goes for good.
+    void discard() {
+        if (!pending_) return;
+        fs::remove_all(aside_);
+        pending_ = false;
+    }
+    /// The new run has none: its files go, the earlier run's come back. True when it did so.
+    bool restore() {
+        if (!pending_) return false;
+        pending_ = false;
+        std::error_code ec;
+        for (const char* f : kRunFiles) {
+            fs::remove(dir_ / f, ec);
+            if (fs::exists(aside_ / f, ec)) fs::rename(aside_ / f, dir_ / f);
+        }
+        fs::remove(aside_, ec);
+        return true;
+    }
+
+private:
+    static constexpr const char* kRunFiles[] = {"model.safetensors", "checkpoint.safetensors", "config.json",
+                                                "src_vocab.txt",     "tgt_vocab.txt",          "spm.model",
+                                                "spm_src.model",     "spm_tgt.model",          "metrics.jsonl",
+                                                "loss.png"};
+    fs::path dir_, aside_;
+    bool pending_ = false;
+};
+
+/// Flags of the other architecture would be ignored without a word (and go unchecked): a usage
+/// error naming the flag. `arch` is the model trained (--model, or with --resume config.json's
+/// model.architecture, which `folder` then names: "" without --resume).
+void check_architecture_flags(const TrainArgs& a, train::ModelKind arch, const std::string& folder) {
+    const bool transformer = arch == train::ModelKind::transformer;
+    const std::string where =
+        folder.empty() ? ""
+                       : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model",
+                                     " in '", folder, "' (", (fs::path(folder) / "config.json").string(),
+                                     ": model.architecture ", train::model_kind_name(arch), ")");
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", a.num_blks != 0},
+                                      {"--num-heads", a.num_heads != 0},
+                                      {"--ffn-num-hiddens", a.ffn_num_hiddens != 0},
+                                      {"--pe-quirk", a.o_quirk->count() > 0},
+                                      {"--tie-weights", a.tie_weights}})
+        if (given && !transformer)
+            usage_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)" + where);
+    for (const auto& [flag, given, what] :
+         {std::tuple<const char*, bool, const char*>{"--embed-size", a.embed_size != 0, "separate embedding size"},
+          {"--num-layers", a.num_layers != 0, "GRU layers"},
+          {"--bidirectional", a.bidirectional, "GRU encoder"}})
+        if (given && transformer)
+            usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what + ")" +
+                        where);
+}
 
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
 /// rules (--epochs, --max-steps, --time-budget), --log-every and --data apply. Any other training flag given
@@ -253,12 +335,15 @@ std::string already_done(const TrainArgs& a, const train::RunConfig& cfg, const 
 
 void run(TrainArgs& a, CLI::App* c) {
     util::Timer wall;
+    if (a.resume && a.overwrite)
+        usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
     check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
     const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
     train::RunConfig cfg;
     if (a.resume) {
         QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
         cfg = train::load_model_dir_config(a.out);
+        check_architecture_flags(a, cfg.architecture, a.out);
         check_resume_flags(a, c, cfg);
         cfg.data = train::model_data_config(a.out, cfg, a.data);
     } else {
@@ -324,21 +409,7 @@ void run(TrainArgs& a, CLI::App* c) {
             usage_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
         if (m.tie_weights && cfg.architecture != train::ModelKind::transformer)
             usage_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
-        // Flags of the other architecture would be ignored without a word (and go unchecked).
-        const bool transformer = cfg.architecture == train::ModelKind::transformer;
-        for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", a.num_blks != 0},
-                                          {"--num-heads", a.num_heads != 0},
-                                          {"--ffn-num-hiddens", a.ffn_num_hiddens != 0},
-                                          {"--pe-quirk", a.o_quirk->count() > 0}})
-            if (given && !transformer)
-                usage_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)");
-        for (const auto& [flag, given, what] :
-             {std::tuple<const char*, bool, const char*>{"--embed-size", a.embed_size != 0, "separate embedding size"},
-              {"--num-layers", a.num_layers != 0, "GRU layers"},
-              {"--bidirectional", a.bidirectional, "GRU encoder"}})
-            if (given && transformer)
-                usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what +
-                            ")");
+        check_architecture_flags(a, cfg.architecture, "");
         if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != train::DataPipeline::anchor)
             usage_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                     "anchor), not --preset ", cfg.preset));
@@ -354,6 +425,22 @@ void run(TrainArgs& a, CLI::App* c) {
     }
 
     validate_config(cfg);  // nothing is read or written before the configuration is known good
+    // A fresh run into a model folder would replace the model there: only when asked (--overwrite).
+    const std::vector<std::string> held = a.resume ? std::vector<std::string>{} : model_files_in(a.out);
+    if (!held.empty()) {
+        std::string names;
+        for (const auto& f : held) names += (names.empty() ? "" : ", ") + f;
+        if (!a.overwrite)
+            usage_error(detail::str("--out '", a.out, "' already holds a qkv model (", names,
+                                    "); continue its training with --resume, replace it with --overwrite, or "
+                                    "give another --out"));
+        const fs::path aside = fs::path(a.out) / ReplacedRun::kAside;
+        std::error_code ec;
+        if (fs::exists(aside, ec))
+            usage_error(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
+                                    "--overwrite was replacing when it was killed; move its files back into '",
+                                    a.out, "' (or delete it) first"));
+    }
     if (a.resume) {
         const train::TrainingProgress p = train::read_checkpoint_progress(ckpt);
         const std::string done = already_done(a, cfg, p);
@@ -397,9 +484,6 @@ void run(TrainArgs& a, CLI::App* c) {
 
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
     auto model = train::build_model(cfg);
-    // Only now, with the model built, does a fresh run write into --out (and Trainer::fit remove
-    // the earlier run's model and checkpoint).
-    if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
     std::fprintf(stderr, "model: %s\n", train::describe_model(cfg, *model).c_str());
     std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
                  (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,
@@ -417,9 +501,34 @@ void run(TrainArgs& a, CLI::App* c) {
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     util::InterruptGuard interrupt;
     rt.interrupt = interrupt.flag();
-    train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
-    train::TrainResult r = trainer.fit();
+    // Only now, with the model built and a signal only stopping the run, does a fresh run write
+    // into --out; an earlier run's files there (--overwrite) wait aside until its first checkpoint.
+    std::optional<ReplacedRun> replaced;
+    if (!held.empty()) replaced.emplace(a.out);
+    train::TrainResult r;
+    try {
+        if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
+        train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+        if (replaced)
+            trainer.on_checkpoint = [&replaced](const train::TrainingProgress& p) {
+                if (p.step > 0) replaced->discard();
+            };
+        r = trainer.fit();
+    } catch (const std::exception&) {
+        if (replaced && replaced->restore())
+            std::fprintf(stderr, "qkv train: the new run failed before its first checkpoint; the earlier model in "
+                                 "%s is restored\n", a.out.c_str());
+        throw;
+    }
     const int caught = interrupt.release();  // from here a signal has its usual effect
+    if (replaced && replaced->restore()) {
+        // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
+        const char* why = caught == SIGINT ? "interrupted (SIGINT)" : caught == SIGTERM ? "interrupted (SIGTERM)"
+                                                                                         : "stopped";
+        std::fprintf(stderr, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
+                             "restored\n", why, a.out.c_str());
+        throw ExitStatus{caught != 0 ? 128 + caught : 1};
+    }
     // The stopping rules given for this call are not part of the model's config.
     train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
 
@@ -479,6 +588,11 @@ Registration reg([](CLI::App& app) {
                                        "--max-steps, --time-budget, --log-every and --data apply, other "
                                        "flags that differ are refused (model shape) or ignored with a "
                                        "warning");
+    c->add_flag("--overwrite", a->overwrite,
+                "train a new model into an --out that already holds one (model.safetensors, "
+                "checkpoint.safetensors or config.json; without --resume or this flag such a folder is "
+                "refused): the earlier run's files wait in OUT/.qkv-replaced until the new run's first "
+                "checkpoint, then go; a run that fails or is stopped before it restores them");
     c->add_option("--time-budget", a->time_budget,
                   "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time "
                   "limit (default: the preset's, 210s for demo, 20m for full and anchor, none for d2l)")

@@ -127,8 +127,8 @@ done
 for kv in '"subword": "none"' '"shared_vocab": false' '"tie_weights": false' '"num_steps": 12'; do
   grep -q "$kv" "$T/fullw/config.json" || fail "--preset full --subword none: config.json lacks $kv"
 done
-# a word run into the subword run's folder: spm.model goes, the folder loads as words
-"$QKV" train --preset demo "${small[@]}" --max-steps 1 --out "$T/run" > /dev/null 2> "$T/rew.err" \
+# a word run into the subword run's folder (--overwrite): spm.model goes, the folder loads as words
+"$QKV" train --preset demo "${small[@]}" --max-steps 1 --out "$T/run" --overwrite > /dev/null 2> "$T/rew.err" \
   || { cat "$T/rew.err"; fail "words run into a subword folder"; }
 [ ! -e "$T/run/spm.model" ] || fail "a stale spm.model left in a word model's folder"
 grep -q '"subword": "none"' "$T/run/config.json" || fail "config.json subword none"

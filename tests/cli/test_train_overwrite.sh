@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# qkv train into a folder that already holds a model, on a tiny corpus written here:
+#  1. without --resume or --overwrite: refused before the data is read (exit 2), naming the folder
+#     and both ways on; the folder's files stay byte for byte; --overwrite with --resume refused;
+#  2. --overwrite replaces the model and leaves nothing aside; a replacement that fails before its
+#     first checkpoint (a stale temporary it cannot remove: a folder) gets the earlier files back,
+#     byte for byte; a left-over OUT/.qkv-replaced (a killed --overwrite) is refused;
+#  3. an empty existing folder, or one with other files only, is trained into without a flag;
+#  4. --resume refuses the other architecture's flags, as a fresh run does: bahdanau-only flags on
+#     a Transformer folder and Transformer-only ones on a bahdanau folder, naming the flag and the
+#     folder's architecture; nothing in the folder changes;
+#  5. scripts/demo_translation.sh run twice (qkv wrapped to add the tiny data and 2 steps): the
+#     second run continues the model with --resume (nothing to do: the model stays byte for byte)
+#     and still translates, evaluates and draws; QKV_DEMO_OVERWRITE=1 trains a new one; a folder
+#     left before the first checkpoint (config.json only) is replaced.
+# Usage: test_train_overwrite.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+six_pairs > "$T/fra.txt"
+base=(--num-heads 2 --num-blks 1 --batch-size 8 --num-steps 6 --no-progress --time-budget none)
+small=("${base[@]}" --num-hiddens 16 --ffn-num-hiddens 16)
+wide=("${base[@]}" --num-hiddens 32 --ffn-num-hiddens 32)
+files=(config.json src_vocab.txt tgt_vocab.txt model.safetensors checkpoint.safetensors metrics.jsonl)
+sums() { (cd "$1" && md5sum "${files[@]}"); }
+
+# ---- 1. a second fresh run into a model folder is refused; the model stays
+run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run"
+sums "$T/run" > "$T/before"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run"
+err_has "qkv: error: --out '$T/run' already holds a qkv model (model.safetensors, checkpoint.safetensors, config.json)" \
+        "continue its training with --resume" "replace it with --overwrite"
+! grep -q "^data:" "$T/err" || fail "train read the data before refusing a model folder"
+sums "$T/run" | cmp -s - "$T/before" || fail "a refused train changed the model folder"
+# config.json alone (a run stopped before its first checkpoint) is a model folder too
+mkdir "$T/cfg" && cp "$T/run/config.json" "$T/cfg/"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/cfg"
+err_has "--out '$T/cfg' already holds a qkv model (config.json)"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run" --overwrite --resume
+err_has "qkv: error: --resume continues the model in --out and --overwrite replaces it: give one of them"
+sums "$T/run" | cmp -s - "$T/before" || fail "--overwrite --resume changed the model folder"
+
+# ---- 2. --overwrite: a failed replacement restores the earlier files; a good one replaces them
+mkdir -p "$T/run/model.safetensors.tmp.1/x"   # fit cannot remove this "stale temporary"
+run_rc 1 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run" --overwrite
+err_has "cannot remove '$T/run/model.safetensors.tmp.1'" \
+        "the new run failed before its first checkpoint; the earlier model in $T/run is restored"
+sums "$T/run" | cmp -s - "$T/before" || fail "a failed --overwrite did not restore the earlier files"
+[ ! -e "$T/run/.qkv-replaced" ] || fail "a failed --overwrite left .qkv-replaced"
+rm -r "$T/run/model.safetensors.tmp.1"
+mkdir "$T/run/.qkv-replaced"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run" --overwrite
+err_has "qkv: error: --overwrite: '$T/run/.qkv-replaced' holds the model an earlier qkv train --overwrite"
+sums "$T/run" | cmp -s - "$T/before" || fail "a refused --overwrite changed the model folder"
+rmdir "$T/run/.qkv-replaced"
+run_rc 0 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run" --overwrite
+out_has "trained 2 steps"
+grep -q '"num_hiddens": 32' "$T/run/config.json" || fail "--overwrite did not write the new config.json"
+[ "$(cd "$T/run" && md5sum model.safetensors)" != "$(grep model.safetensors "$T/before")" ] ||
+  fail "--overwrite kept the earlier model.safetensors"
+[ ! -e "$T/run/.qkv-replaced" ] || fail "--overwrite left .qkv-replaced after its checkpoint"
+run_rc 0 translate --model "$T/run" "go ."
+
+# ---- 3. an empty folder, or one with other files only: no flag needed, the other files stay
+mkdir "$T/empty"
+run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/empty"
+mkdir "$T/notes" && echo "mine" > "$T/notes/notes.txt"
+run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/notes"
+[ "$(cat "$T/notes/notes.txt")" = mine ] || fail "train touched an unrelated file in --out"
+
+# ---- 4. --resume with the other architecture's flags
+sums "$T/empty" > "$T/before"
+for bad in "--embed-size 8" "--num-layers 2" "--bidirectional"; do
+  run_rc 2 train --resume --out "$T/empty" --data "$T/fra.txt" --max-steps 3 --no-progress $bad
+  err_has "qkv: error: ${bad%% *} applies to --model bahdanau only" \
+          "--resume continues the Transformer in '$T/empty' ($T/empty/config.json: model.architecture transformer)"
+done
+run_rc 2 train --resume --out "$T/empty" --data "$T/fra.txt" --max-steps 3 --no-progress --bidirectional --embed-size 8
+err_has "applies to --model bahdanau only"
+sums "$T/empty" | cmp -s - "$T/before" || fail "a refused --resume changed the Transformer folder"
+run_rc 0 train --model bahdanau --preset demo --data "$T/fra.txt" --num-hiddens 16 --embed-size 8 --batch-size 8 \
+  --num-steps 6 --no-progress --time-budget none --max-steps 2 --out "$T/gru"
+sums "$T/gru" > "$T/before"
+for bad in "--num-blks 1" "--num-heads 2" "--ffn-num-hiddens 16" "--pe-quirk" "--tie-weights"; do
+  run_rc 2 train --resume --out "$T/gru" --data "$T/fra.txt" --max-steps 3 --no-progress $bad
+  err_has "qkv: error: ${bad%% *} applies to the Transformer only (not --model bahdanau)" \
+          "--resume continues the bahdanau model in '$T/gru' ($T/gru/config.json: model.architecture bahdanau)"
+done
+sums "$T/gru" | cmp -s - "$T/before" || fail "a refused --resume changed the bahdanau folder"
+run_rc 0 train --resume --out "$T/gru" --data "$T/fra.txt" --max-steps 3 --no-progress
+out_has "trained 3 steps"
+
+# ---- 5. scripts/demo_translation.sh twice into one folder
+demo="$(cd "$(dirname "$0")/../../scripts" && pwd)/demo_translation.sh"
+cat > "$T/qkv" <<WRAP
+#!/usr/bin/env bash
+echo "\$*" >> "$T/calls"
+if [ "\$1" = train ]; then exec "$QKV" "\$@" --data "$T/fra.txt" --max-steps 2 --no-progress; fi
+exec "$QKV" "\$@"
+WRAP
+chmod +x "$T/qkv"
+demo_run() {
+  : > "$T/calls"
+  bash "$demo" "$T/qkv" "$T/demo" > "$T/out" 2> "$T/err" || { cat "$T/err"; fail "demo_translation.sh: $1"; }
+  grep -q "^heatmap --model $T/demo" "$T/calls" || fail "demo_translation.sh $1 did not reach the heatmap"
+}
+demo_run "first run"
+grep -q "^train --preset demo --out $T/demo$" "$T/calls" || { cat "$T/calls"; fail "first demo run's train"; }
+out_has "trained 2 steps"
+sums "$T/demo" > "$T/before"
+demo_run "second run"
+grep -q "^train --resume --out $T/demo$" "$T/calls" || { cat "$T/calls"; fail "second demo run did not resume"; }
+out_has "already holds a demo model: continuing it" "nothing to do" "corpus BLEU"
+sums "$T/demo" | cmp -s - "$T/before" || fail "a second demo run changed the model"
+QKV_DEMO_OVERWRITE=1 demo_run "QKV_DEMO_OVERWRITE=1"
+grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$T/calls"; fail "QKV_DEMO_OVERWRITE=1"; }
+out_has "trained 2 steps"
+rm "$T/demo/model.safetensors" "$T/demo/checkpoint.safetensors"
+demo_run "after a run stopped before its first checkpoint"
+grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$T/calls"; fail "config.json-only demo folder"; }
+out_has "trained 2 steps"
+echo "cli train into a model folder (refusal, --overwrite, resume architecture flags, demo rerun): ok"
