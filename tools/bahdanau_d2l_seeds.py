@@ -8,6 +8,7 @@ non-decreasing), and the medians. Criteria: median mean-BLEU >= 0.7; final train
 
   python3 tools/bahdanau_d2l_seeds.py [--qkv build/bin/qkv] [--data ../shared/data/fra-eng.zip]
                                       [--seeds 0 1 2 3 4] [--out /tmp/bahdanau_seeds] [--threads 2]
+                                      [--train-arg=--bidirectional ...]
 
 Prints a markdown table (paste into bench/RESULTS_gru.md). Exit status 1 when a criterion fails.
 """
@@ -40,7 +41,7 @@ def heatmap_monotone(qkv, model_dir):
         rows.append((parts[0], max(range(len(weights)), key=weights.__getitem__)))
     argmax = [a for _, a in rows]
     ok = all(a <= b for a, b in zip(argmax, argmax[1:]))
-    return ok, " ".join(f"{tok}:{a}" for tok, a in rows), out.splitlines()[0]
+    return ok, len(set(argmax)) > 1, " ".join(f"{tok}:{a}" for tok, a in rows), out.splitlines()[0]
 
 
 def main():
@@ -53,6 +54,8 @@ def main():
     ap.add_argument("--reuse", action="store_true",
                     help="reuse OUT/seedN (model + train.out) from an earlier run; only redo the heatmaps "
                          "(without it each OUT/seedN is trained anew: qkv train --overwrite)")
+    ap.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for qkv train, e.g. --train-arg=--bidirectional (repeatable)")
     a = ap.parse_args()
     results = []
     for seed in a.seeds:
@@ -63,29 +66,32 @@ def main():
         else:
             out = run([a.qkv, "train", "--model", "bahdanau", "--preset", "d2l", "--loss-on-padding", "--data",
                        a.data, "--out", d, "--overwrite", "--seed", str(seed), "--threads", str(a.threads),
-                       "--no-progress"])
+                       "--no-progress"] + a.train_arg)
             with open(log, "w") as f:
                 f.write(out)
         loss = float(re.search(r"last epoch train loss ([0-9.]+)", out).group(1))
         bleu = float(re.search(r"mean bleu ([0-9.]+)", out).group(1))
         tps = float(re.search(r"([0-9.]+) target tokens/s", out).group(1))
         book = re.findall(r"^  (.+ => .*), bleu ([0-9.]+)$", out, re.M)
-        mono, argmax, trans = heatmap_monotone(a.qkv, d)
-        results.append((seed, bleu, loss, mono, argmax, trans, book, tps))
-        print(f"seed {seed}: mean bleu {bleu:.3f}, final train loss {loss:.4f}, monotone {mono} ({argmax})",
+        mono, moving, argmax, trans = heatmap_monotone(a.qkv, d)
+        results.append((seed, bleu, loss, mono and moving, argmax, trans, book, tps, mono))
+        print(f"seed {seed}: mean bleu {bleu:.3f}, final train loss {loss:.4f}, monotone {mono}, "
+              f"moving {moving} ({argmax})",
               file=sys.stderr, flush=True)
     print("| seed | mean BLEU (4 book sentences) | final train loss | \"i'm home .\" attention argmax "
           "(token:source position) | monotone | translations |")
     print("|---|---|---|---|---|---|")
-    for seed, bleu, loss, mono, argmax, trans, book, _ in results:
+    for seed, bleu, loss, diag, argmax, trans, book, _, mono in results:
         tr = "; ".join(f"{t} ({b})" for t, b in book)
-        print(f"| {seed} | {bleu:.3f} | {loss:.4f} | {argmax} | {'yes' if mono else 'no'} | {tr} |")
+        kind = "yes" if diag else "yes (constant)" if mono else "no"
+        print(f"| {seed} | {bleu:.3f} | {loss:.4f} | {argmax} | {kind} | {tr} |")
     mb = statistics.median(r[1] for r in results)
     ml = statistics.median(r[2] for r in results)
-    nm = sum(r[3] for r in results)
+    nm = sum(r[8] for r in results)
+    nd = sum(r[3] for r in results)
     print(f"\nmedian mean BLEU {mb:.3f} (criterion >= 0.7); median final train loss {ml:.4f} "
           f"(book {BOOK_LOSS}, ±25%: {0.75 * BOOK_LOSS:.4f}..{1.25 * BOOK_LOSS:.4f}); monotone heatmaps "
-          f"{nm}/{len(results)}; mean {statistics.mean(r[7] for r in results):.0f} non-pad target tokens/s")
+          f"{nm}/{len(results)} ({nd} of them moving along the source); mean {statistics.mean(r[7] for r in results):.0f} non-pad target tokens/s")
     ok = mb >= 0.7 and all(abs(r[2] - BOOK_LOSS) <= 0.25 * BOOK_LOSS for r in results)
     sys.exit(0 if ok else 1)
 

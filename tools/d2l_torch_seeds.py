@@ -12,7 +12,8 @@ shuffled every epoch, 30 epochs) for several seeds, then scores the four book se
 which the qkv parity fixtures come from; EN init: Xavier-uniform on the GRU weights only, spec
 §1.11; embed = hidden = 256, 2 layers, dropout 0.2, Adam lr 5e-3) and also reports whether the
 argmax source position of the attention for "i'm home ." is non-decreasing along the output
-(issue 5's heatmap criterion), as tools/bahdanau_d2l_seeds.py does for qkv.
+(issue 5's heatmap criterion), as tools/bahdanau_d2l_seeds.py does for qkv. --bidirectional swaps in
+the bidirectional ("brnn") encoder that `qkv train --bidirectional` builds.
 
 Usage: PYENV_VERSION=system python3 tools/d2l_torch_seeds.py [--data ../shared/data/fra-eng.zip]
        [--seeds 0 1 2 3 4] [--threads 2] [--check-vocab runs/d2l_seeds/seed0]
@@ -94,9 +95,9 @@ def bleu(pred, label, k=2):  # D2L's BLEU (spec §6)
     return score
 
 
-def make_bahdanau(vs, vt):
+def make_bahdanau(vs, vt, bidirectional=False):
     import gen_gru_fixtures as g
-    enc = g.Seq2SeqEncoder(vs, 256, 256, 2, dropout=0.2)
+    enc = (g.BiEncoder if bidirectional else g.Seq2SeqEncoder)(vs, 256, 256, 2, dropout=0.2)
     dec = g.Seq2SeqAttentionDecoder(vt, 256, 256, 2, dropout=0.2)
     for rnn in (enc.rnn, dec.rnn):  # EN init_seq2seq: Xavier on GRU weights; Lazy layers keep defaults
         for name, p in rnn.named_parameters():
@@ -120,7 +121,7 @@ def predict_bahdanau(net, src, n_valid, bos, eos):
     return out, argmax
 
 
-def run_seed(seed, data, threads, model="transformer"):
+def run_seed(seed, data, threads, model="transformer", bidirectional=False):
     src_p, tgt_p, sv, tv = data
     si, ti = {t: i for i, t in enumerate(sv)}, {t: i for i, t in enumerate(tv)}
     X = torch.tensor([ids(s, si) for s in src_p])
@@ -131,7 +132,7 @@ def run_seed(seed, data, threads, model="transformer"):
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     if model == "bahdanau":
-        net, lr = make_bahdanau(len(sv), len(tv)), 5e-3
+        net, lr = make_bahdanau(len(sv), len(tv), bidirectional), 5e-3
     else:
         net, lr = d2l.Seq2Seq(len(sv), len(tv), h=256, ffn_h=64, heads=4, blks=2, dropout=0.2), 1e-3
     net.train()
@@ -183,6 +184,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check-vocab")
     ap.add_argument("--model", choices=["transformer", "bahdanau"], default="transformer")
+    ap.add_argument("--bidirectional", action="store_true",
+                    help="bahdanau: the brnn encoder of tools/gen_gru_fixtures.py (BiEncoder), as qkv train "
+                         "--bidirectional")
     a = ap.parse_args()
     if not os.path.exists(a.data):
         sys.exit(f"data not found: {a.data} (pass --data or set QKV_DATA)")
@@ -194,7 +198,7 @@ def main():
             print(f"{name}: {'identical to' if theirs == v else 'DIFFERS from'} qkv's")
     rows = []
     for s in a.seeds:
-        loss, res, mono = run_seed(s, data, a.threads, a.model)
+        loss, res, mono = run_seed(s, data, a.threads, a.model, a.bidirectional)
         mean = statistics.mean(b for _, _, b in res)
         rows.append((s, loss, mean, res, mono))
         print(f"seed {s}: loss {loss:.4f}, book BLEU {mean:.3f}: " +
@@ -205,7 +209,8 @@ def main():
     for s, loss, mean, res, _ in rows:
         print(f"| {s} | {loss:.3f} | {mean:.3f} | " + "; ".join(f"{e} => {p}" for e, p, _ in res) + " |")
     if a.model == "bahdanau":
-        print(f"monotone attention for i'm home .: {sum(r[4][0] for r in rows)} of {len(rows)} seeds")
+        print(f"monotone attention for i'm home .: {sum(r[4][0] for r in rows)} of {len(rows)} seeds, "
+              f"{sum(r[4][0] and len(set(r[4][1])) > 1 for r in rows)} of them moving along the source")
     print(f"| **median** | **{statistics.median(r[1] for r in rows):.3f}** | "
           f"**{statistics.median(r[2] for r in rows):.3f}** | |")
 
