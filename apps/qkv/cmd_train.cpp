@@ -64,7 +64,7 @@ struct TrainArgs {
     double dropout = -1, lr = 0, label_smoothing = -1, clip = -1;
     uint64_t seed = 0;
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
-                *o_lop = nullptr, *o_strict = nullptr, *o_quirk = nullptr;
+                *o_lop = nullptr, *o_strict = nullptr, *o_quirk = nullptr, *o_bidir = nullptr;
     bool loss_on_padding = false, strict = false, pe_quirk = false;
 };
 
@@ -177,7 +177,7 @@ void check_architecture_flags(const TrainArgs& a, train::ModelKind arch, const s
     for (const auto& [flag, given, what] :
          {std::tuple<const char*, bool, const char*>{"--embed-size", a.embed_size != 0, "separate embedding size"},
           {"--num-layers", a.num_layers != 0, "GRU layers"},
-          {"--bidirectional", a.bidirectional, "GRU encoder"}})
+          {a.bidirectional ? "--bidirectional" : "--no-bidirectional", a.o_bidir->count() > 0, "GRU encoder"}})
         if (given && transformer)
             usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what + ")" +
                         where);
@@ -217,7 +217,9 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
             std::to_string(b.embed_size), true);
         add("--num-layers", std::to_string(a.num_layers), a.num_layers != b.num_layers, "model.num_layers",
             std::to_string(b.num_layers), true);
-        add("--bidirectional", "", !b.bidirectional, "model.bidirectional", bool_text(b.bidirectional), true);
+        if (a.o_bidir->count() > 0 && a.bidirectional != b.bidirectional)
+            diffs.push_back({a.bidirectional ? "--bidirectional" : "--no-bidirectional", "", "model.bidirectional",
+                             bool_text(b.bidirectional), true});
     } else {
         add("--num-blks", std::to_string(a.num_blks), a.num_blks != m.num_blks, "model.num_blks",
             std::to_string(m.num_blks), true);
@@ -376,7 +378,7 @@ void run(TrainArgs& a, CLI::App* c) {
         if (a.num_hiddens) b.num_hiddens = a.num_hiddens;
         if (a.embed_size) b.embed_size = a.embed_size;
         if (a.num_layers) b.num_layers = a.num_layers;
-        if (a.bidirectional) b.bidirectional = true;
+        if (a.o_bidir->count()) b.bidirectional = a.bidirectional;
         if (a.o_dropout->count()) b.dropout = a.dropout;
         if (a.o_quirk->count()) m.pe_position_zero_at_inference = true;
         if (a.batch_size) t.batch_size = a.batch_size;
@@ -608,9 +610,10 @@ Registration reg([](CLI::App& app) {
         ->check(int_range(1, 65536));
     c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(int_range(1, 65536));
     c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(int_range(1, 64));
-    c->add_flag("--bidirectional", a->bidirectional,
-                "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; D2L's is "
-                "unidirectional); --num-hiddens must be even");
+    a->o_bidir = c->add_flag("--bidirectional,!--no-bidirectional", a->bidirectional,
+                             "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; "
+                             "D2L's is unidirectional); --num-hiddens must be even (default: on for the demo "
+                             "preset, off for the others; --no-bidirectional turns it off)");
     c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(int_range(1, 64));
     c->add_option("--num-heads", a->num_heads, "attention heads")->check(int_range(1, 1024));
     c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(int_range(1, 262144));

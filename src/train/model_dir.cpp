@@ -315,7 +315,8 @@ std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& m
     if (cfg.architecture == ModelKind::bahdanau) {
         const auto& b = cfg.bahdanau;
         return detail::str("Bahdanau (GRU encoder-decoder with additive attention), ", n, " parameters (E ",
-                           b.embed_size, ", H ", b.num_hiddens, ", ", b.num_layers, " GRU layers, ",
+                           b.embed_size, ", H ", b.num_hiddens, ", ", b.num_layers,
+                           b.num_layers == 1 ? " GRU layer, " : " GRU layers, ",
                            b.bidirectional ? "bidirectional encoder, " : "", "dropout ", b.dropout, ")");
     }
     const auto& m = cfg.model;

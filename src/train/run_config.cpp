@@ -42,6 +42,16 @@ RunConfig preset_config(const std::string& name, ModelKind kind) {
     t.schedule = optim::LrSchedule::constant, t.warmup_steps = 0;
     t.lr = name == "d2l" || name == "demo" ? 0.005 : 1e-3;
     t.batch_size = 128, t.label_smoothing = 0.0;  // the Transformer demo's batch 64 / smoothing 0.1 are its own
+    if (name == "demo") {
+        // Bahdanau et al. (2015)'s encoder (one bidirectional GRU layer) and pairs of up to 10 / 12
+        // words, so that the attention learns an alignment: with D2L's unidirectional encoder, two
+        // layers, or the Transformer demo's pairs of <= 5 / <= 7 tokens, it did not reliably
+        // (bench/RESULTS_gru.md §7).
+        b.bidirectional = true, b.num_layers = 1;
+        c.data.max_src_tokens = 10, c.data.max_tgt_tokens = 12;
+        c.data.num_steps = 14;  // <= 12 target words and <eos>, one to spare (the §7 runs)
+        c.decode.max_len = 16;
+    }
     return c;
 }
 

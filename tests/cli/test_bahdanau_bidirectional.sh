@@ -4,7 +4,8 @@
 # direction's GRU weights (PyTorch's names), and translate, heatmap, info and --resume work with
 # it; --resume refuses turning the flag on for a unidirectional model; the flag is refused with
 # the Transformer and with an odd --num-hiddens (exit 2, nothing written); a config.json without
-# the key (older folders) loads as unidirectional.
+# the key (older folders) loads as unidirectional. The bahdanau demo preset is bidirectional
+# unless --no-bidirectional is given.
 # Usage: test_bahdanau_bidirectional.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -45,8 +46,21 @@ run_rc 2 train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/other" 
 err_has "qkv: error:" "model.num_hiddens' is 15" "even"
 [ ! -e "$T/other" ] || fail "a refused train created --out"
 
-# A unidirectional model: config.json says false; --resume refuses turning the flag on.
-run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/uni" "${small[@]}"
+run_rc 2 train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/other" --num-hiddens 16 --no-progress --no-bidirectional
+err_has "qkv: error: --no-bidirectional applies to --model bahdanau only"
+# --no-bidirectional on resume of a bidirectional model: refused (it would change the model)
+run_rc 2 train --resume --out "$T/bi" --data "$T/fra.txt" --max-steps 5 --no-progress --no-bidirectional
+err_has "--no-bidirectional" "model.bidirectional is true"
+
+# The bahdanau demo preset is bidirectional without the flag; the d2l preset is not.
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/demo" "${small[@]}"
+err_has "bidirectional encoder"
+grep -q '"bidirectional": *true' "$T/demo/config.json" || fail "the bahdanau demo preset is not bidirectional"
+
+# A unidirectional model (--no-bidirectional): config.json says false; --resume refuses turning
+# the flag on.
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/uni" "${small[@]}" --no-bidirectional
+if grep -q "bidirectional encoder" "$T/err"; then cat "$T/err"; fail "--no-bidirectional built a bidirectional encoder"; fi
 grep -q '"bidirectional": *false' "$T/uni/config.json" || fail "config.json of a unidirectional model"
 run_rc 2 train --resume --out "$T/uni" --data "$T/fra.txt" --max-steps 3 --no-progress --bidirectional
 err_has "--bidirectional" "model.bidirectional is false"

@@ -241,7 +241,20 @@ TEST(RunConfig, RangeErrorsNameTheKeyTheValueAndTheRange) {
 TEST(RunConfig, BahdanauBidirectionalKey) {
     auto b = train::preset_config("d2l", train::ModelKind::bahdanau);
     b.model.src_vocab_size = 7, b.model.tgt_vocab_size = 9;
-    EXPECT_FALSE(b.bahdanau.bidirectional);  // presets keep D2L's encoder
+    EXPECT_FALSE(b.bahdanau.bidirectional);  // d2l keeps D2L's encoder
+    // demo: the bidirectional encoder and the longer pairs under which the attention aligns
+    // (bench/RESULTS_gru.md §7); the Transformer's demo keeps its own short pairs.
+    const auto demo = train::preset_config("demo", train::ModelKind::bahdanau);
+    EXPECT_TRUE(demo.bahdanau.bidirectional);
+    EXPECT_EQ(demo.bahdanau.num_layers, 1);
+    EXPECT_EQ(b.bahdanau.num_layers, 2);
+    EXPECT_EQ(demo.data.max_src_tokens, 10);
+    EXPECT_EQ(demo.data.max_tgt_tokens, 12);
+    EXPECT_EQ(demo.data.num_steps, 14);
+    EXPECT_EQ(demo.decode.max_len, 16);
+    EXPECT_EQ(train::preset_config("demo").data.max_tgt_tokens, 7);
+    for (const char* p : {"full", "anchor"})
+        EXPECT_FALSE(train::preset_config(p, train::ModelKind::bahdanau).bahdanau.bidirectional) << p;
     EXPECT_EQ(train::to_json(b)["model"]["bidirectional"], false);
     b.bahdanau.bidirectional = true;
     const nlohmann::json j = train::to_json(b);

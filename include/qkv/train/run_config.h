@@ -55,7 +55,10 @@ std::vector<std::string> preset_names();
 /// With kind == bahdanau the same data and schedule with D2L's Bahdanau model (spec §3): d2l:
 ///   E = H = 256, 2 GRU layers, dropout 0.2, Adam lr 0.005 (30 epochs, clip 1, batch 128, the
 ///   book's 512 training pairs); demo/full/anchor: the same model, Adam lr 0.005 (demo) or 1e-3
-///   with PyTorch's default betas/eps and a constant learning rate, batch 128, no label smoothing.
+///   with PyTorch's default betas/eps and a constant learning rate, batch 128, no label smoothing;
+///   demo also has Bahdanau et al.'s encoder (one bidirectional GRU layer; so one decoder layer
+///   too) and pairs of <= 10 source / <= 12 target tokens (num_steps 14, decoding <= 16), under
+///   which the attention aligns (bench/RESULTS_gru.md §7).
 /// Throws qkv::Error listing the names for an unknown one.
 RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
 
