@@ -8,7 +8,11 @@ printed weights, and per sentence takes the argmax source position of every outp
 Spearman correlation between output position and argmax source position.
 
   python3 tools/attention_alignment.py --model runs/bahdanau [--qkv build/bin/qkv]
-      [--data ../shared/data/fra-eng.zip] [--n 200] [--min-words 3] [--max-words 8]
+      [--data ../shared/data/fra-eng.zip] [--n 200] [--min-words 3] [--max-words 8] [--check]
+
+--check (issue 5's acceptance check): exit status 1 unless the argmax for "i'm home ." is
+non-decreasing and moves, and the mean Spearman rho is at least 0.7 (what D2L's unidirectional
+encoder stays far below, bench/RESULTS_gru.md §7).
 
 The sentences may include training sentences (the split is qkv's, not reproduced here): this
 measures the alignment the model learned, not generalisation.
@@ -82,6 +86,8 @@ def main():
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--min-words", type=int, default=3)
     ap.add_argument("--max-words", type=int, default=8)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless \"i'm home .\" has a non-decreasing, moving argmax and mean rho >= 0.7")
     a = ap.parse_args()
     if not os.path.exists(a.data):
         sys.exit(f"data not found: {a.data} (pass --data or set QKV_DATA)")
@@ -101,6 +107,14 @@ def main():
     print(f"{a.model}: {n} sentences of {a.min_words}-{a.max_words} words: monotone {mono} ({100 * mono / n:.0f} %), "
           f"monotone and moving {moving} ({100 * moving / n:.0f} %), mean Spearman rho "
           f"{statistics.mean(rhos):.3f} over {len(rhos)} with a non-constant argmax")
+    if a.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = argmax_rows(a.qkv, a.model, "i'm home .", os.path.join(tmp, "h"))
+        ok_home = all(x <= y for x, y in zip(home, home[1:])) and len(set(home)) > 1
+        ok_rho = bool(rhos) and statistics.mean(rhos) >= 0.7
+        print(f"check: \"i'm home .\" argmax {' '.join(map(str, home))}: "
+              f"{'non-decreasing and moving' if ok_home else 'FAILS'}; mean rho >= 0.7: {'yes' if ok_rho else 'NO'}")
+        sys.exit(0 if ok_home and ok_rho else 1)
 
 
 if __name__ == "__main__":
