@@ -288,7 +288,8 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
     if (!refused.empty())
         usage_error(detail::str("--resume continues the model in '", a.out, "' as ", cfg_file,
                                 " describes it, and these flags would change it: ", refused,
-                                ". Drop them, or train a new model into another --out (without --resume)"));
+                                ". Drop them, or train a new model (without --resume) into another --out or, "
+                                "replacing this one, with --overwrite"));
     for (const auto& x : diffs)
         std::fprintf(stderr, "qkv train: warning: --resume: %s is ignored; the checkpoint's %s %s (%s) is used\n",
                      flag_text(x).c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());

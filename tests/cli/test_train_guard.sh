@@ -73,7 +73,7 @@ grep -q '"epochs": 2,' "$T/w/config.json" || fail "config.json epochs rewritten"
 # ---- 3. --resume with other settings: the model's shape refused (exit 2), the rest ignored loudly
 run_rc 2 train --resume --out "$T/w" --epochs 3 --num-hiddens 32 --num-heads 4 --no-progress
 err_has "qkv: error: --resume continues the model in '$T/w'" "--num-hiddens 32 (the checkpoint's model.num_hiddens is 16)" \
-        "--num-heads 4 (the checkpoint's model.num_heads is 2)" "another --out"
+        "--num-heads 4 (the checkpoint's model.num_heads is 2)" "another --out" "with --overwrite"
 sums "$T/w" | diff - "$T/before" > /dev/null || fail "a refused resume changed the folder"
 run_rc 2 train --resume --out "$T/w" --epochs 3 --subword bpe --no-progress
 err_has "--subword bpe (the checkpoint's data.subword is none)"
