@@ -37,17 +37,13 @@ void check_outputs_apart(const EvalArgs& a) {
     const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
     if (!a.hyp_out.empty() && !a.json_out.empty() && canon(a.hyp_out) == canon(a.json_out))
         usage_error("--hyp-out and --json name the same file '" + a.json_out + "': give two names");
-    static const char* const kModelFiles[] = {"config.json",       "src_vocab.txt",     "tgt_vocab.txt",
-                                              "model.safetensors", "checkpoint.safetensors",
-                                              "metrics.jsonl",     "loss.png",          "spm.model",
-                                              "spm_src.model",     "spm_tgt.model"};
     const fs::path dir = canon(a.model);
     for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--hyp-out", &a.hyp_out},
                                      {"--json", &a.json_out}}) {
         if (path->empty()) continue;
         const fs::path p = canon(*path);
         if (p.parent_path() != dir) continue;
-        for (const char* f : kModelFiles)
+        for (const char* f : train::kModelDirFiles)
             if (p.filename() == f)
                 usage_error(std::string(flag) + " '" + *path + "' is the model folder's own " + f +
                             ": give a file name outside the model's files");

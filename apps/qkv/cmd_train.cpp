@@ -125,7 +125,7 @@ public:
     explicit ReplacedRun(const std::string& dir) : dir_(dir), aside_(fs::path(dir) / kAside) {
         fs::create_directory(aside_);
         std::error_code ec;
-        for (const char* f : kRunFiles)
+        for (const char* f : train::kModelDirFiles)
             if (fs::exists(dir_ / f, ec)) fs::rename(dir_ / f, aside_ / f);
         pending_ = true;
     }
@@ -140,7 +140,7 @@ public:
         if (!pending_) return false;
         pending_ = false;
         std::error_code ec;
-        for (const char* f : kRunFiles) {
+        for (const char* f : train::kModelDirFiles) {
             fs::remove(dir_ / f, ec);
             if (fs::exists(aside_ / f, ec)) fs::rename(aside_ / f, dir_ / f);
         }
@@ -149,10 +149,6 @@ public:
     }
 
 private:
-    static constexpr const char* kRunFiles[] = {"model.safetensors", "checkpoint.safetensors", "config.json",
-                                                "src_vocab.txt",     "tgt_vocab.txt",          "spm.model",
-                                                "spm_src.model",     "spm_tgt.model",          "metrics.jsonl",
-                                                "loss.png"};
     fs::path dir_, aside_;
     bool pending_ = false;
 };

@@ -81,28 +81,36 @@ TEST(Gru, StepMatchesForward) {
     EXPECT_TRUE(test::all_close(vec(stack(h, 0)), vec(f.at("h_n")), test::kTolGoldenAtol, test::kTolGoldenRtol));
 }
 
+/// Gradcheck in float64 of a GRU(3, 4, L layers, D directions) with dropout off: every parameter
+/// (registration order), the input X (T 3, B 2, I 3) and h0 (D·L, B 2, H 4).
+void expect_gru_gradcheck(nn::GRU& gru) {
+    std::vector<Tensor> inputs;
+    for (const auto& [name, p] : gru.named_parameters()) inputs.push_back(p.detach().to(DType::f64).requires_grad_());
+    const size_t np = inputs.size();
+    inputs.push_back(randn({3, 2, 3}, nullptr, 0.0, 1.0, DType::f64).requires_grad_());  // X (T, B, I)
+    inputs.push_back(randn({gru.num_directions() * gru.num_layers, 2, 4}, nullptr, 0.0, 1.0, DType::f64)
+                         .requires_grad_());  // h0 (D·L, B, H)
+    auto fn = [&gru, np](const std::vector<Tensor>& x) {
+        for (size_t i = 0; i < np / 4; ++i) {  // per layer and direction: l0, (l0_reverse), l1, ...
+            gru.weight_ih[i] = x[4 * i];
+            gru.weight_hh[i] = x[4 * i + 1];
+            gru.bias_ih[i]   = x[4 * i + 2];
+            gru.bias_hh[i]   = x[4 * i + 3];
+        }
+        auto [out, hn] = gru.forward(x[np], x[np + 1]);
+        return concat({out.reshape({-1}), hn.reshape({-1})}, 0);
+    };
+    const GradcheckResult r = gradcheck(fn, inputs);
+    EXPECT_TRUE(r.ok) << r.message;
+}
+
 // The whole module in float64 (2 layers, dropout off): every parameter, the input and h0.
 class GruGradcheck : public ::testing::TestWithParam<nn::GRUImpl> {};
 
 TEST_P(GruGradcheck, Float64) {
     nn::GRU gru(3, 4, 2);
     gru.impl = GetParam();
-    std::vector<Tensor> inputs;
-    for (const auto& [name, p] : gru.named_parameters()) inputs.push_back(p.detach().to(DType::f64).requires_grad_());
-    inputs.push_back(randn({3, 2, 3}, nullptr, 0.0, 1.0, DType::f64).requires_grad_());  // X (T, B, I)
-    inputs.push_back(randn({2, 2, 4}, nullptr, 0.0, 1.0, DType::f64).requires_grad_());  // h0 (L, B, H)
-    auto fn = [&gru](const std::vector<Tensor>& x) {
-        for (int64_t l = 0; l < 2; ++l) {
-            gru.weight_ih[size_t(l)] = x[size_t(4 * l)];
-            gru.weight_hh[size_t(l)] = x[size_t(4 * l + 1)];
-            gru.bias_ih[size_t(l)]   = x[size_t(4 * l + 2)];
-            gru.bias_hh[size_t(l)]   = x[size_t(4 * l + 3)];
-        }
-        auto [out, hn] = gru.forward(x[8], x[9]);
-        return concat({out.reshape({-1}), hn.reshape({-1})}, 0);
-    };
-    const GradcheckResult r = gradcheck(fn, inputs);
-    EXPECT_TRUE(r.ok) << r.message;
+    expect_gru_gradcheck(gru);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllImpls, GruGradcheck,
@@ -177,23 +185,8 @@ class BiGruGradcheck : public ::testing::TestWithParam<nn::GRUImpl> {};
 TEST_P(BiGruGradcheck, Float64) {
     nn::GRU gru(3, 4, 2, 0.0, /*bidirectional=*/true);
     gru.impl = GetParam();
-    std::vector<Tensor> inputs;
-    for (const auto& [name, p] : gru.named_parameters()) inputs.push_back(p.detach().to(DType::f64).requires_grad_());
-    ASSERT_EQ(inputs.size(), 16u);
-    inputs.push_back(randn({3, 2, 3}, nullptr, 0.0, 1.0, DType::f64).requires_grad_());  // X (T, B, I)
-    inputs.push_back(randn({4, 2, 4}, nullptr, 0.0, 1.0, DType::f64).requires_grad_());  // h0 (2L, B, H)
-    auto fn = [&gru](const std::vector<Tensor>& x) {
-        for (size_t i = 0; i < 4; ++i) {  // registration order: l0, l0_reverse, l1, l1_reverse
-            gru.weight_ih[i] = x[4 * i];
-            gru.weight_hh[i] = x[4 * i + 1];
-            gru.bias_ih[i]   = x[4 * i + 2];
-            gru.bias_hh[i]   = x[4 * i + 3];
-        }
-        auto [out, hn] = gru.forward(x[16], x[17]);
-        return concat({out.reshape({-1}), hn.reshape({-1})}, 0);
-    };
-    const GradcheckResult r = gradcheck(fn, inputs);
-    EXPECT_TRUE(r.ok) << r.message;
+    ASSERT_EQ(gru.named_parameters().size(), 16u);
+    expect_gru_gradcheck(gru);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllImpls, BiGruGradcheck,
