@@ -28,6 +28,13 @@ import zipfile
 
 
 def sentences(path, n, lo, hi):
+    if os.path.isdir(path):
+        for name in ("fra-eng.zip", "fra.txt", os.path.join("fra-eng", "fra.txt")):
+            if os.path.exists(os.path.join(path, name)):
+                path = os.path.join(path, name)
+                break
+        else:
+            sys.exit(f"no fra-eng.zip or fra.txt in the folder {path}")
     if path.endswith(".zip"):
         with zipfile.ZipFile(path) as z:
             name = next(x for x in z.namelist() if x.endswith("fra.txt") and not x.startswith("__MACOSX"))
@@ -81,7 +88,7 @@ def argmax_rows(qkv, model, sentence, prefix):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--qkv", default="build/bin/qkv")
+    ap.add_argument("--qkv", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin", "qkv"))
     ap.add_argument("--data", default=os.environ.get("QKV_DATA", "../shared/data/fra-eng.zip"))
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--min-words", type=int, default=3)
@@ -89,14 +96,22 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless \"i'm home .\" has a non-decreasing, moving argmax and mean rho >= 0.7")
     a = ap.parse_args()
+    if a.n < 1:
+        sys.exit(f"--n must be at least 1, got {a.n}")
+    if not os.path.exists(a.qkv):
+        sys.exit(f"qkv binary not found: {a.qkv} (build first, or pass --qkv)")
     if not os.path.exists(a.data):
         sys.exit(f"data not found: {a.data} (pass --data or set QKV_DATA)")
     mono = moving = 0
     rhos = []
     sents = sentences(a.data, a.n, a.min_words, a.max_words)
+    if not sents:
+        sys.exit(f"no sentence of {a.min_words}-{a.max_words} words in {a.data}")
     with tempfile.TemporaryDirectory() as tmp:
         for s in sents:
             am = argmax_rows(a.qkv, a.model, s, os.path.join(tmp, "h"))
+            if not am:
+                sys.exit(f"qkv heatmap printed no cross-attention weights for {s!r}: is {a.model} a Bahdanau model?")
             m = all(x <= y for x, y in zip(am, am[1:]))
             mono += m
             moving += m and len(set(am)) > 1
@@ -106,7 +121,8 @@ def main():
     n = len(sents)
     print(f"{a.model}: {n} sentences of {a.min_words}-{a.max_words} words: monotone {mono} ({100 * mono / n:.0f} %), "
           f"monotone and moving {moving} ({100 * moving / n:.0f} %), mean Spearman rho "
-          f"{statistics.mean(rhos):.3f} over {len(rhos)} with a non-constant argmax")
+          + (f"{statistics.mean(rhos):.3f} over {len(rhos)} with a non-constant argmax" if rhos
+             else "undefined (no sentence has a non-constant argmax)"))
     if a.check:
         with tempfile.TemporaryDirectory() as tmp:
             home = argmax_rows(a.qkv, a.model, "i'm home .", os.path.join(tmp, "h"))
