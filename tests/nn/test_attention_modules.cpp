@@ -77,15 +77,6 @@ std::map<std::string, Tensor> qkv_inputs(const Fixture& f) {
             {"values", input(f, "values")}};
 }
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
 }  // namespace
 
 // ---- PyTorch golden parity ---------------------------------------------------------------------
