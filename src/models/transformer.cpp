@@ -82,8 +82,8 @@ TransformerEncoderBlock::TransformerEncoderBlock(const TransformerConfig& cfg) {
     addnorm2  = register_module("addnorm2", std::make_shared<nn::AddNorm>(Shape{cfg.num_hiddens}, cfg.dropout));
 }
 
-Tensor TransformerEncoderBlock::forward(const Tensor& X, const Tensor& valid_lens) {
-    Tensor Y = addnorm1->forward(X, attention->forward(X, X, X, valid_lens));
+Tensor TransformerEncoderBlock::forward(const Tensor& X, const Tensor& valid_lens, const nn::RowPacking* rows) {
+    Tensor Y = addnorm1->forward(X, attention->forward(X, X, X, valid_lens, false, {rows, rows}));
     return addnorm2->forward(Y, ffn->forward(Y));
 }
 
@@ -96,10 +96,11 @@ TransformerEncoder::TransformerEncoder(const TransformerConfig& cfg) : num_hidde
                                        std::make_shared<TransformerEncoderBlock>(cfg)));
 }
 
-Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& valid_lens) {
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& valid_lens, const nn::RowPacking* rows) {
     // Embedding values are N(0, 1) and PE values lie in [-1, 1]: scale by √C first (D2L 11.7).
     Tensor X = pos_encoding->forward(mul(embedding->forward(src), std::sqrt(double(num_hiddens))));
-    for (auto& blk : blks) X = blk->forward(X, valid_lens);
+    if (rows) X = rows->pack(X);
+    for (auto& blk : blks) X = blk->forward(X, valid_lens, rows);
     return X;
 }
 
@@ -117,11 +118,13 @@ TransformerDecoderBlock::TransformerDecoderBlock(const TransformerConfig& cfg) {
 }
 
 Tensor TransformerDecoderBlock::forward(const Tensor& X, const Tensor& enc_outputs,
-                                        const Tensor& enc_valid_lens) {
+                                        const Tensor& enc_valid_lens, const nn::RowPacking* rows,
+                                        const nn::RowPacking* enc_rows) {
     // Causal self-attention: D2L's training-time dec_valid_lens = [1..Tt] is the top-left causal
     // mask. Unlike D2L EN, the mask stays on in eval mode (spec §1.9 quirk 2 is not reproduced).
-    Tensor Y = addnorm1->forward(X, attention1->forward(X, X, X, Tensor(), /*causal=*/true));
-    Tensor Z = addnorm2->forward(Y, attention2->forward(Y, enc_outputs, enc_outputs, enc_valid_lens));
+    Tensor Y = addnorm1->forward(X, attention1->forward(X, X, X, Tensor(), /*causal=*/true, {rows, rows}));
+    Tensor Z = addnorm2->forward(
+        Y, attention2->forward(Y, enc_outputs, enc_outputs, enc_valid_lens, false, {rows, enc_rows}));
     return addnorm3->forward(Z, ffn->forward(Z));
 }
 
@@ -136,9 +139,11 @@ TransformerDecoder::TransformerDecoder(const TransformerConfig& cfg) : num_hidde
 }
 
 Tensor TransformerDecoder::forward_hidden(const Tensor& tgt, const Tensor& enc_outputs,
-                                          const Tensor& enc_valid_lens) {
+                                          const Tensor& enc_valid_lens, const nn::RowPacking* rows,
+                                          const nn::RowPacking* enc_rows) {
     Tensor X = pos_encoding->forward(mul(embedding->forward(tgt), std::sqrt(double(num_hiddens))));
-    for (auto& blk : blks) X = blk->forward(X, enc_outputs, enc_valid_lens);
+    if (rows) X = rows->pack(X);
+    for (auto& blk : blks) X = blk->forward(X, enc_outputs, enc_valid_lens, rows, enc_rows);
     return X;
 }
 
@@ -180,72 +185,6 @@ Tensor Transformer::forward_hidden(const Tensor& src, const Tensor& src_valid_le
 
 // ---- the pad-free training path ----------------------------------------------------------------
 
-namespace {
-
-/// Rows kept by the pad-free path: flat indices b·T + t for t < len[b], increasing.
-struct Packing {
-    Tensor idx;  // (N) i64
-    int64_t B = 0, T = 0, N = 0;
-};
-
-Packing prefix_rows(const std::vector<int64_t>& lens, int64_t T) {
-    Packing p;
-    p.B = int64_t(lens.size()), p.T = T;
-    std::vector<int64_t> idx;
-    for (int64_t b = 0; b < p.B; ++b)
-        for (int64_t t = 0; t < lens[size_t(b)]; ++t) idx.push_back(b * T + t);
-    p.N = int64_t(idx.size());
-    p.idx = from_vector(idx, {p.N});
-    return p;
-}
-
-/// (B, T, C) -> its kept rows (N, C).
-Tensor pack(const Tensor& x, const Packing& p) {
-    return index_select(x.reshape({p.B * p.T, x.size(-1)}), 0, p.idx);
-}
-
-/// (N, C) kept rows -> (B, T, C), zeros at the skipped positions.
-Tensor unpack(const Tensor& xp, const Packing& p) {
-    return scatter_rows(xp, p.idx, p.B * p.T).reshape({p.B, p.T, xp.size(1)});
-}
-
-/// MultiHeadAttention::forward on packed rows: the projections run on the kept rows only, the
-/// attention kernel on (B, H, T, D) with zeros at skipped positions (never attended to by a kept
-/// query: they lie past valid_lens or, causally, after it), the output projection on kept rows.
-Tensor mha_packed(const nn::MultiHeadAttention& m, const Tensor& qp, const Packing& qr, const Tensor& kvp,
-                  const Packing& kr, const Tensor& valid_lens, bool causal) {
-    const int64_t B = qr.B, H = m.cfg.num_heads, C = m.cfg.num_hiddens, D = C / H;
-    auto heads = [&](const Tensor& xp, const Packing& p) {
-        return unpack(xp, p).reshape({B, p.T, H, D}).permute({0, 2, 1, 3});
-    };
-    const Tensor q = heads(m.W_q->forward(qp), qr);
-    const Tensor k = heads(m.W_k->forward(kvp), kr);
-    const Tensor v = heads(m.W_v->forward(kvp), kr);
-    AttentionMask mask;
-    mask.valid_lens = valid_lens;
-    mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
-    AttentionOptions opt;
-    opt.dropout  = m.cfg.dropout;
-    opt.training = m.is_training();
-    const Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, nullptr);  // (B, H, T, D)
-    return m.W_o->forward(pack(out.permute({0, 2, 1, 3}).reshape({B, qr.T, C}), qr));
-}
-
-Tensor encoder_block_packed(const TransformerEncoderBlock& blk, const Tensor& Xp, const Packing& p,
-                            const Tensor& valid_lens) {
-    const Tensor Y = blk.addnorm1->forward(Xp, mha_packed(*blk.attention, Xp, p, Xp, p, valid_lens, false));
-    return blk.addnorm2->forward(Y, blk.ffn->forward(Y));
-}
-
-Tensor decoder_block_packed(const TransformerDecoderBlock& blk, const Tensor& Xp, const Packing& p,
-                            const Tensor& encp, const Packing& ep, const Tensor& enc_valid_lens) {
-    const Tensor Y = blk.addnorm1->forward(Xp, mha_packed(*blk.attention1, Xp, p, Xp, p, Tensor(), true));
-    const Tensor Z = blk.addnorm2->forward(Y, mha_packed(*blk.attention2, Y, p, encp, ep, enc_valid_lens, false));
-    return blk.addnorm3->forward(Z, blk.ffn->forward(Z));
-}
-
-}  // namespace
-
 Tensor Transformer::forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len,
                                         const Tensor& dec_input, const Tensor& rows) {
     check_ids(src, "src");
@@ -274,16 +213,12 @@ Tensor Transformer::forward_hidden_rows(const Tensor& src, const Tensor& src_val
     const std::vector<int64_t> r = rows.to_vector<int64_t>();
     std::vector<int64_t> dlen(size_t(B), 0);
     for (int64_t x : r) dlen[size_t(x / Tt)] = std::max(dlen[size_t(x / Tt)], x % Tt + 1);
-    const Packing sp = prefix_rows(slen, Ts), dp = prefix_rows(dlen, Tt);
-    const double scale = std::sqrt(double(cfg_.num_hiddens));
-
-    Tensor enc = pack(encoder->pos_encoding->forward(mul(encoder->embedding->forward(src), scale)), sp);
-    for (auto& blk : encoder->blks) enc = encoder_block_packed(*blk, enc, sp, src_valid_len);
-    Tensor dec = pack(decoder->pos_encoding->forward(mul(decoder->embedding->forward(dec_input), scale)), dp);
-    for (auto& blk : decoder->blks) dec = decoder_block_packed(*blk, dec, dp, enc, sp, src_valid_len);
-    if (dp.N == int64_t(r.size())) return dec;  // the requested rows are the kept prefixes
+    const nn::RowPacking sp(std::move(slen), Ts), dp(std::move(dlen), Tt);
+    const Tensor enc = encoder->forward(src, src_valid_len, &sp);
+    const Tensor dec = decoder->forward_hidden(dec_input, enc, src_valid_len, &dp, &sp);
+    if (dp.rows() == int64_t(r.size())) return dec;  // the requested rows are the kept prefixes
     // Position of each requested row among the kept rows (both increasing).
-    const std::vector<int64_t> kept = dp.idx.to_vector<int64_t>();
+    const std::vector<int64_t> kept = dp.index().to_vector<int64_t>();
     std::vector<int64_t> pos(r.size());
     size_t j = 0;
     for (size_t i = 0; i < r.size(); ++i) {

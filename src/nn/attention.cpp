@@ -2,6 +2,7 @@
 // scaled_dot_product_attention; AdditiveAttention forms its (B, Tq, Tk, h) features explicitly.
 #include "qkv/nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "qkv/ops/dropout.h"
@@ -20,6 +21,43 @@ void check_qkv3(const char* who, const Tensor& q, const Tensor& k, const Tensor&
     QKV_CHECK(q.size(0) == k.size(0) && k.size(0) == v.size(0) && k.size(1) == v.size(1), who,
               ": keys ", k.shape(), " and values ", v.shape(), " must share B and Tk with queries ",
               q.shape());
+}
+
+/// MultiHeadAttention's input checks when some input is packed: ranks, row counts, batch, and
+/// that no kept query can attend to a skipped (zero) key.
+void check_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& valid_lens,
+                  bool causal, const AttentionPacking& p) {
+    const char* who = "MultiHeadAttention (packed)";
+    QKV_CHECK(q.defined() && k.defined() && v.defined(), who, ": undefined queries, keys or values");
+    QKV_CHECK(q.dim() == (p.queries ? 2 : 3) && k.dim() == (p.keys ? 2 : 3) && v.dim() == k.dim(), who,
+              ": queries must be ", p.queries ? "(N_q, ·)" : "(B, Tq, ·)", " and keys, values ",
+              p.keys ? "(N_k, ·)" : "(B, Tk, ·)", ", got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+    QKV_CHECK(k.size(0) == v.size(0) && (p.keys || k.size(1) == v.size(1)), who, ": keys ", k.shape(),
+              " and values ", v.shape(), " differ in rows");
+    QKV_CHECK(!p.queries || q.size(0) == p.queries->rows(), who, ": queries ", q.shape(), " but the query packing keeps ",
+              p.queries ? p.queries->rows() : 0, " rows");
+    QKV_CHECK(!p.keys || k.size(0) == p.keys->rows(), who, ": keys ", k.shape(), " but the key packing keeps ",
+              p.keys ? p.keys->rows() : 0, " rows");
+    const int64_t B = p.queries ? p.queries->batch() : q.size(0);
+    QKV_CHECK(B == (p.keys ? p.keys->batch() : k.size(0)), who, ": queries and keys differ in batch size");
+    if (!p.keys) return;
+    const std::vector<int64_t>& klen = p.keys->lengths();
+    if (valid_lens.defined()) {
+        QKV_CHECK(valid_lens.dim() == 1 && valid_lens.size(0) == B && valid_lens.dtype() == DType::i64, who,
+                  ": with packed keys valid_lens must be int64 (", B, "), got ", valid_lens.shape());
+        const std::vector<int64_t> vl = valid_lens.to_vector<int64_t>();
+        for (int64_t b = 0; b < B; ++b)
+            QKV_CHECK(std::min(vl[size_t(b)], p.keys->steps()) <= klen[size_t(b)], who, ": valid_lens[", b,
+                      "] = ", vl[size_t(b)], " reaches past the ", klen[size_t(b)], " kept keys");
+    } else {
+        QKV_CHECK(causal, who, ": packed keys need valid_lens or a causal mask (a kept query must not see "
+                  "a skipped key)");
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t lq = p.queries ? p.queries->lengths()[size_t(b)] : q.size(1);
+            QKV_CHECK(lq <= klen[size_t(b)], who, ": causal attention of ", lq, " kept queries over ",
+                      klen[size_t(b)], " kept keys in sequence ", b);
+        }
+    }
 }
 
 void check_dropout(const char* who, double p) {
@@ -91,20 +129,28 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& c) : cfg(
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
-                                   const Tensor& values, const Tensor& valid_lens, bool causal) {
-    check_qkv3("MultiHeadAttention", queries, keys, values);
-    QKV_CHECK(queries.size(2) == cfg.query_size && keys.size(2) == cfg.key_size &&
-                  values.size(2) == cfg.value_size,
+                                   const Tensor& values, const Tensor& valid_lens, bool causal,
+                                   const AttentionPacking& packing) {
+    const RowPacking* qp = packing.queries;
+    const RowPacking* kp = packing.keys;
+    if (qp || kp) check_packed(queries, keys, values, valid_lens, causal, packing);
+    else check_qkv3("MultiHeadAttention", queries, keys, values);
+    QKV_CHECK(queries.size(-1) == cfg.query_size && keys.size(-1) == cfg.key_size &&
+                  values.size(-1) == cfg.value_size,
               "MultiHeadAttention: expected query/key/value sizes ", cfg.query_size, "/",
               cfg.key_size, "/", cfg.value_size, ", got ", queries.shape(), ", ", keys.shape(),
               ", ", values.shape());
-    const int64_t B = queries.size(0), Tq = queries.size(1), Tk = keys.size(1);
+    const int64_t B = qp ? qp->batch() : queries.size(0);
+    const int64_t Tq = qp ? qp->steps() : queries.size(1), Tk = kp ? kp->steps() : keys.size(1);
     const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H;
     // D2L's transpose_qkv without the copy: (B, T, C) -> (B, T, H, D) -> view (B, H, T, D).
-    auto heads = [&](const Tensor& x, int64_t T) { return x.reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
-    Tensor q = heads(W_q->forward(queries), Tq);
-    Tensor k = heads(W_k->forward(keys), Tk);
-    Tensor v = heads(W_v->forward(values), Tk);
+    // Packed rows are projected first, then unpacked (zeros at skipped positions).
+    auto heads = [&](const Tensor& x, int64_t T, const RowPacking* p) {
+        return (p ? p->unpack(x) : x).reshape({B, T, H, D}).permute({0, 2, 1, 3});
+    };
+    Tensor q = heads(W_q->forward(queries), Tq, qp);
+    Tensor k = heads(W_k->forward(keys), Tk, kp);
+    Tensor v = heads(W_v->forward(values), Tk, kp);
     AttentionMask mask;
     mask.valid_lens = valid_lens;  // (B) or (B, Tq): the same lengths for every head
     mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
@@ -114,8 +160,10 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
     Tensor w;
     Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
     attention_weights_ = keep_weights_ ? w.detach() : Tensor();
-    // transpose_output: (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C), heads in order.
-    return W_o->forward(out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens}));
+    // transpose_output: (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C), heads in order; packed
+    // queries keep only their rows for W_o.
+    const Tensor merged = out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens});
+    return W_o->forward(qp ? qp->pack(merged) : merged);
 }
 
 // ---- PositionalEncoding ----

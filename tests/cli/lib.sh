@@ -45,3 +45,10 @@ second_sigint() {
   sleep "$2"
   kill -INT "$1"
 }
+
+# png_size FILE: "WIDTHxHEIGHT" from the PNG's IHDR chunk (bytes 16..23, big-endian); fails when
+# FILE is not a PNG.
+png_size() {
+    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "$1 is not a PNG"
+    od -An -tu1 -j16 -N8 "$1" | awk '{printf "%dx%d\n", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'
+}

@@ -4,23 +4,9 @@
 # --pe-quirk refused for this architecture, and train refusing the Transformer's flags for it (and
 # its own flags for the Transformer).
 # Usage: test_bahdanau.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh" "$1"
 
-for i in $(seq 1 60); do
-  case $((i % 6)) in
-    0) echo -e "Go.\tVa !" ;;
-    1) echo -e "I lost.\tJ'ai perdu." ;;
-    2) echo -e "He's calm.\tIl est calme." ;;
-    3) echo -e "I'm home.\tJe suis chez moi." ;;
-    4) echo -e "We won.\tNous avons gagné." ;;
-    5) echo -e "Thank you.\tMerci." ;;
-  esac
-done > "$T/fra.txt"
+six_pairs > "$T/fra.txt"
 
 small=(--model bahdanau --num-hiddens 16 --embed-size 8 --num-layers 2 --batch-size 8 --num-steps 6 --no-progress)
 "$QKV" train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/run" "${small[@]}" > "$T/train.out" 2> "$T/train.err" \

@@ -6,23 +6,9 @@
 # a 210,000-word line is translated from its first words (with a lower bound in the warning);
 # a word run into a subword run's folder removes spm.model.
 # Usage: test_subword.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh" "$1"
 
-for i in $(seq 1 60); do
-  case $((i % 6)) in
-    0) echo -e "Go.\tVa !" ;;
-    1) echo -e "I lost.\tJ'ai perdu." ;;
-    2) echo -e "He's calm.\tIl est calme." ;;
-    3) echo -e "I'm home.\tJe suis chez moi." ;;
-    4) echo -e "We won.\tNous avons gagné." ;;
-    5) echo -e "Thank you.\tMerci." ;;
-  esac
-done > "$T/fra.txt"
+six_pairs > "$T/fra.txt"
 
 small=(--data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16
        --batch-size 8 --no-progress)

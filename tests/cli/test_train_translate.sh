@@ -2,24 +2,10 @@
 # CLI end to end on a tiny corpus written here: qkv train (2 steps), translate (arguments and
 # stdin), eval, info, heatmap, resume, and the error paths (missing data, damaged model file).
 # Usage: test_train_translate.sh /path/to/qkv
-set -euo pipefail
-QKV="$1"
-T="$(mktemp -d)"
-trap 'rm -rf "$T"' EXIT
-export OMP_WAIT_POLICY=passive
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh" "$1"
 
 # 60 pairs over a handful of words (repeats give the vocabulary min_freq-2 tokens), 1 malformed line.
-for i in $(seq 1 60); do
-  case $((i % 6)) in
-    0) echo -e "Go.\tVa !" ;;
-    1) echo -e "I lost.\tJ'ai perdu." ;;
-    2) echo -e "He's calm.\tIl est calme." ;;
-    3) echo -e "I'm home.\tJe suis chez moi." ;;
-    4) echo -e "We won.\tNous avons gagné." ;;
-    5) echo -e "Thank you.\tMerci." ;;
-  esac
-done > "$T/fra.txt"
+six_pairs > "$T/fra.txt"
 echo "a line without a tab" >> "$T/fra.txt"
 
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)

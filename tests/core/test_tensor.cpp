@@ -247,12 +247,12 @@ TEST(Tensor, ScatterRowsZeroesSkippedRowsInReusedMemory) {
             ASSERT_EQ(out[size_t(r * cols + c)], r % 3 == 0 ? 1.f : 0.f) << "row " << r << " col " << c;
 }
 
-using test::thrown_message;
+using test::error_of;
 
 TEST(Tensor, ReshapeWithMinusOneNamesAnOverflowingShape) {
     // The known dims' product wrapped, and the error then blamed the element count.
     const int64_t p40 = int64_t(1) << 40;
-    const std::string msg = thrown_message([&] { arange(0, 6).reshape({p40, p40, -1}); });
+    const std::string msg = error_of([&] { arange(0, 6).reshape({p40, p40, -1}); });
     EXPECT_NE(msg.find("reshape: the shape (" + std::to_string(p40) + ", " + std::to_string(p40) +
                        ", -1) has more elements than int64 can count"),
               std::string::npos)
@@ -264,7 +264,7 @@ TEST(Tensor, FactoriesThrowWhenTheElementOrByteCountOverflowsInt64) {
     // a wrapped byte count.
     const int64_t p40 = int64_t(1) << 40, p31 = int64_t(1) << 31, p62 = int64_t(1) << 62;
     for (const Shape& s : {Shape{p40, p40}, Shape{3, p62}, Shape{p31, p31}, Shape{p40, 0, p40, p40}}) {
-        const std::string msg = thrown_message([&] { zeros(s); });
+        const std::string msg = error_of([&] { zeros(s); });
         EXPECT_NE(msg.find("shape " + shape_str(s)), std::string::npos) << msg;
         EXPECT_NE(msg.find("than int64 can count"), std::string::npos) << msg;
         EXPECT_THROW(Tensor::empty(s, DType::f64), Error);
@@ -278,22 +278,22 @@ TEST(Tensor, FactoriesThrowWhenTheElementOrByteCountOverflowsInt64) {
     EXPECT_EQ(shape_numel({p31, p31}), int64_t(1) << 62);
     EXPECT_EQ(zeros({0, 3}).numel(), 0);
 
-    std::string msg = thrown_message([] { arange(0, NAN); });
+    std::string msg = error_of([] { arange(0, NAN); });
     EXPECT_NE(msg.find("arange(start 0, end nan, step 1)"), std::string::npos) << msg;
     EXPECT_THROW(arange(0, INFINITY), Error);
     EXPECT_THROW(arange(0, 1, NAN), Error);
-    msg = thrown_message([] { arange(0, 1e300); });
+    msg = error_of([] { arange(0, 1e300); });
     EXPECT_NE(msg.find("arange(start 0, end 1e+300, step 1)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("more than int64 can count"), std::string::npos) << msg;
     EXPECT_EQ(arange(3, 1).numel(), 0);  // an empty range stays legal
 
-    msg = thrown_message([] { randn({2}, nullptr, 0.0, -1.0); });
+    msg = error_of([] { randn({2}, nullptr, 0.0, -1.0); });
     EXPECT_NE(msg.find("randn: need a finite mean and a finite std >= 0, got mean 0, std -1"),
               std::string::npos) << msg;
     EXPECT_THROW(randn({2}, nullptr, NAN, 1.0), Error);
     EXPECT_THROW(randn({2}, nullptr, 0.0, INFINITY), Error);
     EXPECT_EQ(randn({3}, nullptr, 2.0, 0.0).to_vector<float>(), std::vector<float>(3, 2.f));
-    msg = thrown_message([] { rand({2}, nullptr, 1.0, 0.0); });
+    msg = error_of([] { rand({2}, nullptr, 1.0, 0.0); });
     EXPECT_NE(msg.find("rand: need finite low <= high, got low 1, high 0"), std::string::npos) << msg;
     EXPECT_THROW(rand({2}, nullptr, 0.0, NAN), Error);
     EXPECT_EQ(rand({2}, nullptr, 1.5, 1.5).to_vector<float>(), std::vector<float>(2, 1.5f));
@@ -304,8 +304,8 @@ TEST(Tensor, UndefinedTensorMethodsThrowInsteadOfAborting) {
     Tensor t;
     EXPECT_FALSE(t.defined());
     EXPECT_FALSE(t.requires_grad());
-    const std::string msgs[] = {thrown_message([&] { (void)t.numel(); }), thrown_message([&] { t.requires_grad_(); }),
-                                thrown_message([&] { (void)t.shape(); }), thrown_message([&] { (void)t.grad(); }),
-                                thrown_message([&] { (void)t.contiguous(); }), thrown_message([&] { (void)t.dtype(); })};
+    const std::string msgs[] = {error_of([&] { (void)t.numel(); }), error_of([&] { t.requires_grad_(); }),
+                                error_of([&] { (void)t.shape(); }), error_of([&] { (void)t.grad(); }),
+                                error_of([&] { (void)t.contiguous(); }), error_of([&] { (void)t.dtype(); })};
     for (const std::string& msg : msgs) EXPECT_NE(msg.find("undefined tensor"), std::string::npos) << msg;
 }

@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
 #include "qkv/core/error.h"
 #include "qkv/data/fra_eng.h"
 #include "qkv/util/atomic_file.h"
@@ -16,6 +17,7 @@
 namespace qkv::data {
 namespace {
 
+using qkv::test::error_of;
 using qkv::test::TempDir;
 
 const char* kSmall =
@@ -39,15 +41,6 @@ void write_zip(const std::string& path, const std::vector<std::pair<std::string,
         ASSERT_GE(zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE), 0);
     }
     ASSERT_EQ(zip_close(z), 0);
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
 }
 
 TEST(FraEng, ZipAndTextGiveIdenticalPairs) {

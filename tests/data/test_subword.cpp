@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/data/subword.h"
 #include "qkv/data/tokenizer.h"

@@ -2,7 +2,7 @@
 // both orderings, with save/load.
 #include <gtest/gtest.h>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/data/vocab.h"

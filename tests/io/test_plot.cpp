@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/plot.h"

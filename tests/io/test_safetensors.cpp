@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
 #include "qkv/core/error.h"
 #include "qkv/io/safetensors.h"
 
@@ -39,13 +40,9 @@ std::vector<uint8_t> image(const std::string& header, size_t data_bytes,
     return b;
 }
 
-std::string error_of(const std::vector<uint8_t>& bytes) {
-    try {
-        SafeTensorsFile::from_bytes(bytes, "bad.safetensors");
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no error>";
+/// The error of parsing `bytes` as "bad.safetensors" (test::error_of).
+std::string parse_error(const std::vector<uint8_t>& bytes) {
+    return test::error_of([&] { SafeTensorsFile::from_bytes(bytes, "bad.safetensors"); });
 }
 
 TEST(SafeTensors, RoundTripEveryDtype_ZeroDimAndEmpty) {
@@ -229,7 +226,7 @@ TEST(SafeTensors, TruncatedAtEveryPointIsAnError) {
     const std::string nb = std::to_string(n);
     for (size_t cut = 0; cut < good.size(); ++cut) {
         const std::vector<uint8_t> t(good.begin(), good.begin() + cut);
-        const std::string msg = error_of(t);
+        const std::string msg = parse_error(t);
         const std::string want =
             cut < 8       ? "expected at least 8 bytes (the 8-byte header length)"
             : cut < 8 + n ? "expected at least " + std::to_string(8 + n) + " bytes (8-byte header length + " + nb +
@@ -245,7 +242,7 @@ TEST(SafeTensors, TruncatedAtEveryPointIsAnError) {
             EXPECT_TRUE(e.truncated()) << msg;
         }
     }
-    EXPECT_EQ(error_of(good), "<no error>");
+    EXPECT_EQ(parse_error(good), "(no error)");
 }
 
 TEST(SafeTensors, CorruptFilesGiveClearErrors) {
@@ -329,7 +326,7 @@ TEST(SafeTensors, CorruptFilesGiveClearErrors) {
         {"header length 1", image("{", 0), "too small for a JSON object"},
     };
     for (const auto& c : cases) {
-        const std::string msg = error_of(c.bytes);
+        const std::string msg = parse_error(c.bytes);
         EXPECT_NE(msg.find(c.want), std::string::npos)
             << c.what << "\n  got:  " << msg << "\n  want: " << c.want;
         EXPECT_EQ(msg.rfind("safetensors: 'bad.safetensors': ", 0), 0u) << c.what << ": " << msg;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/core/tensor.h"
 #include "qkv/io/safetensors.h"

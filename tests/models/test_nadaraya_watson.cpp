@@ -5,7 +5,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
 #include "qkv/autograd/gradcheck.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/nadaraya_watson.h"
@@ -33,15 +33,6 @@ std::string write_file(const TempDir& dir, const std::string& name, const std::s
     const std::string p = dir / name;
     std::ofstream(p) << text;
     return p;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 }  // namespace

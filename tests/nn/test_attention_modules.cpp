@@ -4,6 +4,7 @@
 // stored weights, causal MHA, odd-width positional encoding), errors, and float64 gradchecks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "qkv/autograd/gradcheck.h"
@@ -74,15 +75,6 @@ void check_golden(const std::string& name, Module& m, const Fixture& f, const Te
 std::map<std::string, Tensor> qkv_inputs(const Fixture& f) {
     return {{"queries", input(f, "queries")}, {"keys", input(f, "keys")},
             {"values", input(f, "values")}};
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 }  // namespace
@@ -322,6 +314,82 @@ TEST(AttentionModules, ErrorsNameTheProblem) {
     EXPECT_NE(error_of([&] { an.forward(zeros({2, 4}), zeros({3, 4})); }).find("same shape"), std::string::npos);
 }
 
+// ---- the pad-free form (nn/packing.h) ----------------------------------------------------------
+
+namespace {
+/// Packed vs padded multi-head attention: the same fp32 sums per kept row, but the projection
+/// GEMMs run over fewer rows (M differs, so the K sums may be blocked differently): a few ulp
+/// per width-8 dot product through two projections.
+constexpr double kTolPackedAtol = 1e-6;
+constexpr double kTolPackedRtol = 1e-5;
+}  // namespace
+
+TEST(RowPacking, PackUnpackRoundTripAndErrors) {
+    const RowPacking p({2, 0, 3}, 3);
+    EXPECT_EQ(p.batch(), 3);
+    EXPECT_EQ(p.steps(), 3);
+    EXPECT_EQ(p.rows(), 5);
+    EXPECT_EQ(p.index().to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 6, 7, 8}));
+    Tensor x = from_vector(random_floats(3 * 3 * 2, 1), {3, 3, 2});
+    const Tensor xp = p.pack(x);
+    ASSERT_EQ(xp.shape(), (Shape{5, 2}));
+    const std::vector<float> xv = vec(x), pv = vec(xp), uv = vec(p.unpack(xp));
+    const std::vector<int64_t> kept{0, 1, 6, 7, 8};
+    for (size_t i = 0; i < kept.size(); ++i)
+        for (int c = 0; c < 2; ++c) EXPECT_EQ(pv[i * 2 + size_t(c)], xv[size_t(kept[i]) * 2 + size_t(c)]);
+    for (int64_t r = 0; r < 9; ++r) {  // kept rows back in place, zeros elsewhere
+        const bool k = std::find(kept.begin(), kept.end(), r) != kept.end();
+        for (int c = 0; c < 2; ++c) EXPECT_EQ(uv[size_t(r * 2 + c)], k ? xv[size_t(r * 2 + c)] : 0.f) << r;
+    }
+    EXPECT_NE(error_of([] { RowPacking({1, 4}, 3); }).find("lens[1] = 4 is outside [0, 3]"), std::string::npos);
+    EXPECT_NE(error_of([&] { p.pack(zeros({3, 4, 2})); }).find("must be (3, 3, C)"), std::string::npos);
+    EXPECT_NE(error_of([&] { p.unpack(zeros({4, 2})); }).find("must be (5, C)"), std::string::npos);
+}
+
+TEST(AttentionModules, MultiHeadPackedEqualsPaddedRows) {
+    Generator g(11);
+    MultiHeadAttention mha({8, 2, 0.0});
+    mha.eval();
+    const int64_t B = 3, Tq = 5, Tk = 4;
+    // Random values at the skipped positions too: the padded call must not depend on them.
+    const Tensor xq = randn({B, Tq, 8}, &g), xk = randn({B, Tk, 8}, &g);
+    const RowPacking qp({5, 2, 3}, Tq), kp({4, 1, 2}, Tk);
+    // Causal self-attention on packed rows.
+    EXPECT_TRUE(all_close(vec(mha.forward(qp.pack(xq), qp.pack(xq), qp.pack(xq), Tensor(), true, {&qp, &qp})),
+                          vec(qp.pack(mha.forward(xq, xq, xq, Tensor(), true))), kTolPackedAtol, kTolPackedRtol));
+    // Cross-attention, packed queries and keys; valid_lens within the kept keys (1 <= 1, 9 -> Tk).
+    const Tensor vl = from_vector<int64_t>({9, 1, 2}, {B});
+    const Tensor want = qp.pack(mha.forward(xq, xk, xk, vl));
+    EXPECT_TRUE(all_close(vec(mha.forward(qp.pack(xq), kp.pack(xk), kp.pack(xk), vl, false, {&qp, &kp})), vec(want),
+                          kTolPackedAtol, kTolPackedRtol));
+    // Only the keys packed: the output stays (B, Tq, C).
+    EXPECT_TRUE(all_close(vec(mha.forward(xq, kp.pack(xk), kp.pack(xk), vl, false, {nullptr, &kp})),
+                          vec(mha.forward(xq, xk, xk, vl)), kTolPackedAtol, kTolPackedRtol));
+    // Only the queries packed: (N_q, C).
+    EXPECT_TRUE(all_close(vec(mha.forward(qp.pack(xq), xk, xk, vl, false, {&qp, nullptr})), vec(want),
+                          kTolPackedAtol, kTolPackedRtol));
+}
+
+TEST(AttentionModules, MultiHeadPackedRefusesKeysAKeptQueryCouldSee) {
+    MultiHeadAttention mha({8, 2, 0.0});
+    const RowPacking qp({3, 2}, 3), kp({2, 1}, 3);
+    const Tensor q = zeros({5, 8}), k = zeros({3, 8});
+    EXPECT_NE(error_of([&] { mha.forward(q, k, k, Tensor(), false, {&qp, &kp}); }).find("need valid_lens or a causal mask"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { mha.forward(q, k, k, from_vector<int64_t>({2, 2}, {2}), false, {&qp, &kp}); })
+                  .find("valid_lens[1] = 2 reaches past the 1 kept keys"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { mha.forward(q, k, k, Tensor(), true, {&qp, &kp}); })
+                  .find("causal attention of 3 kept queries over 2 kept keys"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { mha.forward(zeros({4, 8}), k, k, Tensor(), true, {&qp, &qp}); })
+                  .find("the query packing keeps 5 rows"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { mha.forward(q, k, k, from_vector<float>({1, 1}, {2}), false, {&qp, &kp}); })
+                  .find("valid_lens must be int64 (2)"),
+              std::string::npos);
+}
+
 // ---- float64 gradchecks of the compositions ----------------------------------------------------
 
 namespace {
@@ -351,6 +419,19 @@ TEST(AttentionModulesGradcheck, MultiHeadAttentionWithBiasAndValidLens) {
         },
         {rnd64({2, 2, 3}), rnd64({2, 3, 5}), rnd64({2, 3, 2}), rnd64({4, 3}), rnd64({4}), rnd64({4, 5}),
          rnd64({4, 2}), rnd64({4, 4}), rnd64({4})});
+    EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(AttentionModulesGradcheck, MultiHeadAttentionPacked) {
+    MultiHeadAttention m({4, 2, 0.0});
+    const RowPacking qp({2, 1}, 2), kp({1, 3}, 3);
+    Tensor lens = from_vector<int64_t>({1, 3}, {2});
+    GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& x) {
+            m.W_q->weight = x[2], m.W_k->weight = x[3], m.W_v->weight = x[4], m.W_o->weight = x[5];
+            return m.forward(x[0], x[1], x[1], lens, false, {&qp, &kp});
+        },
+        {rnd64({3, 4}), rnd64({4, 4}), rnd64({4, 4}), rnd64({4, 4}), rnd64({4, 4}), rnd64({4, 4})});
     EXPECT_TRUE(r.ok) << r.message;
 }
 

@@ -275,22 +275,14 @@ TEST(BiGru, DropoutBetweenLayersOnlyInTrainingAndEmptySequence) {
 
 TEST(BiGru, RefusesStepsAndBadShapesNamingThem) {
     nn::GRU gru(5, 7, 2, 0.0, true);
-    const auto msg = [](const std::function<void()>& f) -> std::string {
-        try {
-            f();
-        } catch (const Error& e) {
-            return e.what();
-        }
-        return "(no error)";
-    };
-    std::string e = msg([&] { gru.step(zeros({3, 21}), {zeros({3, 7}), zeros({3, 7})}); });
+    std::string e = test::error_of([&] { gru.step(zeros({3, 21}), {zeros({3, 7}), zeros({3, 7})}); });
     EXPECT_NE(e.find("bidirectional"), std::string::npos) << e;
-    e = msg([&] { gru.forward(zeros({4, 3, 5}), zeros({2, 3, 7})); });  // h0 needs 2 directions × 2 layers
+    e = test::error_of([&] { gru.forward(zeros({4, 3, 5}), zeros({2, 3, 7})); });  // h0 needs 2 directions × 2 layers
     EXPECT_NE(e.find("(4, 3, 7)"), std::string::npos) << e;
-    e = msg([&] { gru.input_projection(0, zeros({3, 5}), 2); });
+    e = test::error_of([&] { gru.input_projection(0, zeros({3, 5}), 2); });
     EXPECT_NE(e.find("direction 2"), std::string::npos) << e;
     nn::GRU uni(5, 7);
-    e = msg([&] { uni.cell(0, zeros({3, 21}), zeros({3, 7}), 1); });
+    e = test::error_of([&] { uni.cell(0, zeros({3, 21}), zeros({3, 7}), 1); });
     EXPECT_NE(e.find("not bidirectional"), std::string::npos) << e;
 }
 

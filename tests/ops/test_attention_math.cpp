@@ -385,7 +385,7 @@ TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBo
         const std::vector<float> want = vec(scaled_dot_product_attention(q, k, v, ref, o));
         AttentionMask nan;
         nan.valid_lens = from_vector<float>({3.f, NAN}, {2});
-        const std::string msg = thrown_message([&] { scaled_dot_product_attention(q, k, v, nan, o); });
+        const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, nan, o); });
         EXPECT_NE(msg.find("valid_lens[1]"), std::string::npos) << int(be) << ": " << msg;
         EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
         for (float big : {INFINITY, 1e30f, 6.f, 4.5e9f}) {
@@ -408,9 +408,9 @@ TEST(AttentionMath, FloatValidLensNanThrowsInfOrHugeMeansTkNegativeMeansZeroOnBo
     Tensor X = randn({2, 3, 5}, &g);
     EXPECT_TRUE(all_close(vec(masked_softmax(X, from_vector<float>({INFINITY, 1e30f}, {2}))),
                           vec(masked_softmax(X)), 1e-7, 1e-7));
-    std::string msg = thrown_message([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
+    std::string msg = error_of([&] { masked_softmax(X, from_vector<float>({NAN, 1.f}, {2})); });
     EXPECT_NE(msg.find("masked_softmax: valid_lens[0]"), std::string::npos) << msg;
-    msg = thrown_message([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
+    msg = error_of([&] { sequence_mask(X, from_vector<double>({1.0, NAN}, {2})); });
     EXPECT_NE(msg.find("sequence_mask: valid_lens[1]"), std::string::npos) << msg;
     const std::vector<float> sm = vec(sequence_mask(X, from_vector<float>({INFINITY, -INFINITY}, {2}))),
                              x = vec(X);
@@ -426,7 +426,7 @@ TEST(AttentionMath, ScaleMustBeFiniteAndNegativeIsUsedAsGivenOnBothBackends) {
         o.backend = be;
         for (double s : {double(NAN), double(INFINITY), -double(INFINITY), 1e39, -1e39}) {  // 1e39: inf as float
             o.scale = s;
-            const std::string msg = thrown_message([&] { scaled_dot_product_attention(q, k, v, {}, o); });
+            const std::string msg = error_of([&] { scaled_dot_product_attention(q, k, v, {}, o); });
             EXPECT_NE(msg.find("scaled_dot_product_attention: scale must be finite"), std::string::npos)
                 << int(be) << ": " << msg;
         }

@@ -76,15 +76,16 @@ inline std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.
     return v;
 }
 
-/// The message of the qkv::Error `f` throws ("" when it throws none).
+/// The message of the qkv::Error `f` throws, or "(no error)" when it throws none (so a search
+/// for any part of a message fails and prints what happened).
 template <class F>
-std::string thrown_message(F f) {
+std::string error_of(F&& f) {
     try {
         f();
     } catch (const Error& e) {
         return e.what();
     }
-    return "";
+    return "(no error)";
 }
 
 /// Expects `f` to throw a qkv::Error whose message contains `text`.

@@ -15,6 +15,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 #include "train/tiny_corpus.h"
 
@@ -22,26 +23,6 @@ namespace qkv::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-    fs::path p;
-    explicit TempDir(const std::string& name)
-        : p(fs::temp_directory_path() / ("qkv_ckpt_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(p);
-        fs::create_directories(p);
-    }
-    ~TempDir() { fs::remove_all(p); }
-    std::string file(const std::string& f) const { return (p / f).string(); }
-};
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -104,17 +85,17 @@ void expect_same_params(const nn::Module& a, const nn::Module& b) {
 
 TEST(Checkpoint, ModelFileRoundTripGivesIdenticalTranslations) {
     Trained t;
-    TempDir d("model");
-    train::save_model(d.file("model.safetensors"), *t.m, {{"note", "test"}});
+    TempDir d;
+    train::save_model(d / "model.safetensors", *t.m, {{"note", "test"}});
     manual_seed(123);  // a different init, overwritten by the load
     models::Transformer fresh(tiny_config(t.c));
-    train::load_model(d.file("model.safetensors"), fresh);
+    train::load_model(d / "model.safetensors", fresh);
     expect_same_params(*t.m, fresh);
     fresh.eval();
     t.m->eval();
     EXPECT_EQ(t.translate(fresh), t.translate(*t.m));
     // PyTorch names, F32, "format": "pt" for safetensors.torch.
-    io::SafeTensorsFile f(d.file("model.safetensors"));
+    io::SafeTensorsFile f(d / "model.safetensors");
     EXPECT_EQ(f.metadata().at("format"), "pt");
     EXPECT_EQ(f.metadata().at("note"), "test");
     EXPECT_EQ(f.info("decoder.dense.weight").dtype, "F32");
@@ -125,29 +106,29 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheParameter) {
     // A model file with a valid checksum over a NaN (or inf) weight: translating with it gave
     // <unk>s and exit 0. Loading must say which parameter is broken.
     Trained t;
-    TempDir d("nan");
+    TempDir d;
     for (float bad : {NAN, INFINITY}) {
         models::Transformer broken(tiny_config(t.c));
         Tensor w = broken.named_parameters().back().second;
         const std::string name = broken.named_parameters().back().first;
         w.data<float>()[3] = bad;
-        train::save_model(d.file("model.safetensors"), broken);
+        train::save_model(d / "model.safetensors", broken);
         models::Transformer fresh(tiny_config(t.c));
-        const std::string msg = error_of([&] { train::load_model(d.file("model.safetensors"), fresh); });
-        EXPECT_TRUE(contains(msg, "model file '" + d.file("model.safetensors") + "': parameter '" + name + "' holds"))
+        const std::string msg = error_of([&] { train::load_model(d / "model.safetensors", fresh); });
+        EXPECT_TRUE(contains(msg, "model file '" + d / "model.safetensors" + "': parameter '" + name + "' holds"))
             << msg;
         EXPECT_TRUE(contains(msg, "at element 3")) << msg;
         train::TrainingProgress prog;
-        train::save_checkpoint(d.file("checkpoint.safetensors"), broken, *t.adam, prog);
+        train::save_checkpoint(d / "checkpoint.safetensors", broken, *t.adam, prog);
         const std::string cmsg =
-            error_of([&] { train::load_checkpoint(d.file("checkpoint.safetensors"), fresh, nullptr); });
+            error_of([&] { train::load_checkpoint(d / "checkpoint.safetensors", fresh, nullptr); });
         EXPECT_TRUE(contains(cmsg, "parameter '" + name + "' holds")) << cmsg;
     }
 }
 
 TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     Trained t;
-    TempDir d("ckpt");
+    TempDir d;
     train::TrainingProgress p;
     p.epoch = 3, p.batch = 2, p.step = 17, p.rng_seed = 5, p.rng_offset = 123456789012ULL;
     p.train_seconds = 7261.123456789012;  // more digits than printing with 6 significant keeps
@@ -155,11 +136,11 @@ TEST(Checkpoint, TrainingCheckpointRoundTrip) {
     p.epoch_sums  = {0.1 + 0.2 + 1.0 / 3.0, 0.123456789012345678, 2, 37};  // exact, not printed
     p.log_sums    = {5.0e-17, 1e300, 1, 9};
     p.window_sums = {42.0 / 11.0, 0, 11, 0};
-    train::save_checkpoint(d.file("c.safetensors"), *t.m, *t.adam, p, {{"qkv.config", "{}"}});
+    train::save_checkpoint(d / "c.safetensors", *t.m, *t.adam, p, {{"qkv.config", "{}"}});
     manual_seed(9);
     models::Transformer fresh(tiny_config(t.c));
     optim::Adam adam2(fresh.parameters(), 1e-3);
-    const train::TrainingProgress q = train::load_checkpoint(d.file("c.safetensors"), fresh, &adam2);
+    const train::TrainingProgress q = train::load_checkpoint(d / "c.safetensors", fresh, &adam2);
     EXPECT_EQ(q.epoch, 3);
     EXPECT_EQ(q.batch, 2);
     EXPECT_EQ(q.step, 17);
@@ -205,8 +186,8 @@ TEST(Checkpoint, ACheckpointWithoutRunningSumsLoadsWithZeroSums) {
     // and has_running_sums false (Trainer::fit then says its first records cover the resumed
     // steps only). A malformed entry is an error naming it.
     Trained t;
-    TempDir d("oldsums");
-    const std::string path = d.file("c.safetensors");
+    TempDir d;
+    const std::string path = d / "c.safetensors";
     train::TrainingProgress p;
     p.step = 4;
     p.epoch_sums = {1.5, 0.25, 2, 30};
@@ -227,17 +208,17 @@ TEST(Checkpoint, ACheckpointWithoutRunningSumsLoadsWithZeroSums) {
 
 TEST(Checkpoint, TruncatedFileGivesAClearError) {
     Trained t;
-    TempDir d("trunc");
-    const std::string path = d.file("c.safetensors");
+    TempDir d;
+    const std::string path = d / "c.safetensors";
     train::save_checkpoint(path, *t.m, *t.adam, {});
     const auto size = fs::file_size(path);
     for (uintmax_t keep : {uintmax_t(4), uintmax_t(100), size / 2, size - 1}) {
-        fs::copy_file(path, d.file("t.safetensors"), fs::copy_options::overwrite_existing);
-        fs::resize_file(d.file("t.safetensors"), keep);
+        fs::copy_file(path, d / "t.safetensors", fs::copy_options::overwrite_existing);
+        fs::resize_file(d / "t.safetensors", keep);
         models::Transformer fresh(tiny_config(t.c));
-        const std::string e = error_of([&] { train::load_checkpoint(d.file("t.safetensors"), fresh, nullptr); });
-        EXPECT_EQ(e.rfind("checkpoint '" + d.file("t.safetensors") + "': ", 0), 0u) << e;
-        EXPECT_EQ(occurrences(e, d.file("t.safetensors")), 1) << e;  // the path once
+        const std::string e = error_of([&] { train::load_checkpoint(d / "t.safetensors", fresh, nullptr); });
+        EXPECT_EQ(e.rfind("checkpoint '" + d / "t.safetensors" + "': ", 0), 0u) << e;
+        EXPECT_EQ(occurrences(e, d / "t.safetensors"), 1) << e;  // the path once
         // One explanation, with the sizes: not "(file truncated?) (the file is truncated, corrupt ...)".
         EXPECT_TRUE(contains(e, "': the file is truncated: expected ")) << e;
         EXPECT_TRUE(contains(e, " bytes (") && contains(e, "8-byte header length")) << e;
@@ -248,8 +229,8 @@ TEST(Checkpoint, TruncatedFileGivesAClearError) {
 
 TEST(Checkpoint, CorruptedByteIsCaughtByTheChecksum) {
     Trained t;
-    TempDir d("flip");
-    const std::string path = d.file("m.safetensors");
+    TempDir d;
+    const std::string path = d / "m.safetensors";
     train::save_model(path, *t.m);
     {
         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -272,8 +253,8 @@ TEST(Checkpoint, CorruptedByteIsCaughtByTheChecksum) {
 // no key); JSON text that does not parse is named with the file and key, without the parser's tag.
 TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
     Trained t;
-    TempDir d("meta");
-    const std::string path = d.file("c.safetensors");
+    TempDir d;
+    const std::string path = d / "c.safetensors";
     train::TrainingProgress p;
     p.train_seconds = 12.5;
     train::save_checkpoint(path, *t.m, *t.adam, p);
@@ -303,20 +284,20 @@ TEST(Checkpoint, DamagedMetadataValuesNameTheFileAndKey) {
 
 TEST(Checkpoint, WrongKindOrShapeOrMissingFileIsReported) {
     Trained t;
-    TempDir d("wrong");
-    train::save_model(d.file("m.safetensors"), *t.m);
+    TempDir d;
+    train::save_model(d / "m.safetensors", *t.m);
     models::Transformer fresh(tiny_config(t.c));
-    std::string e = error_of([&] { train::load_checkpoint(d.file("m.safetensors"), fresh, nullptr); });
+    std::string e = error_of([&] { train::load_checkpoint(d / "m.safetensors", fresh, nullptr); });
     EXPECT_TRUE(contains(e, "not a qkv training checkpoint")) << e;
     auto other = tiny_config(t.c);
     other.ffn_num_hiddens = 48;
     models::Transformer wrong(other);
-    e = error_of([&] { train::load_model(d.file("m.safetensors"), wrong); });
+    e = error_of([&] { train::load_model(d / "m.safetensors", wrong); });
     EXPECT_TRUE(contains(e, "ffn.dense1.weight")) << e;
-    e = error_of([&] { train::load_model(d.file("m.safetensors"), wrong); });
-    EXPECT_EQ(occurrences(e, d.file("m.safetensors")), 1) << e;
-    e = error_of([&] { train::load_model(d.file("nope.safetensors"), fresh); });
-    EXPECT_EQ(occurrences(e, d.file("nope.safetensors")), 1) << e;
+    e = error_of([&] { train::load_model(d / "m.safetensors", wrong); });
+    EXPECT_EQ(occurrences(e, d / "m.safetensors"), 1) << e;
+    e = error_of([&] { train::load_model(d / "nope.safetensors", fresh); });
+    EXPECT_EQ(occurrences(e, d / "nope.safetensors"), 1) << e;
     EXPECT_TRUE(contains(e, "nope.safetensors' not found")) << e;
     EXPECT_FALSE(contains(e, "truncated")) << e;  // a missing file is not a damaged one
 }

@@ -15,6 +15,7 @@
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/translation_data.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 
 namespace qkv::test {
@@ -110,15 +111,6 @@ TEST(RunConfig, JsonRoundTrip) {
     nlohmann::json bad = j;
     bad["data"]["pipeline"] = "zh";
     EXPECT_THROW(train::run_config_from_json(bad), Error);
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -297,13 +289,10 @@ TEST(RunConfig, WordConfigsHaveNoSubwordVocabSize) {
 }
 
 struct ModelFolder {
-    fs::path dir = fs::temp_directory_path() / ("qkv_modeldir_" + std::to_string(::getpid()));
+    TempDir tmp{"modeldir"};
+    fs::path dir = tmp.path();
     std::string cfg_file = (dir / "config.json").string();
-    explicit ModelFolder(const std::string& config_text) {
-        fs::create_directories(dir);
-        std::ofstream(cfg_file) << config_text;
-    }
-    ~ModelFolder() { fs::remove_all(dir); }
+    explicit ModelFolder(const std::string& config_text) { std::ofstream(cfg_file) << config_text; }
 };
 
 TEST(ModelDir, ConfigErrorsNameTheFileAndTheKey) {
@@ -370,14 +359,13 @@ TEST(RunConfig, ParsesDurations) {
 }
 
 struct DataFile {
-    fs::path dir = fs::temp_directory_path() / ("qkv_data_" + std::to_string(::getpid()));
+    TempDir tmp{"data"};
+    fs::path dir = tmp.path();
     std::string path;
     explicit DataFile(const std::string& text) {
-        fs::create_directories(dir);
         path = (dir / "fra.txt").string();
         std::ofstream(path) << text;
     }
-    ~DataFile() { fs::remove_all(dir); }
 };
 
 std::string corpus(int n, const std::string& extra = "") {

@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/temp_dir.h"
+#include "support/temp_dir.h"
+#include "support/test_util.h"
 #include "qkv/core/generator.h"
 #include "qkv/data/subword.h"
 #include "qkv/ops/elementwise.h"
@@ -216,15 +217,6 @@ TEST(WeightTying, ModelFileHasAllNamesAndLoadingReTies) {
     EXPECT_THROW(models::Transformer m(bad), Error);
 }
 
-std::string error_text(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 /// A shared-BPE model folder (untrained weights) whose files are then made to disagree: every
@@ -249,7 +241,7 @@ TEST(ModelFolder, FilesThatDisagreeAreNamed) {
     auto write_config = [&](const train::RunConfig& c) {
         util::write_file_atomic(dir + "/config.json", train::to_json(c).dump(2));
     };
-    auto load_error = [&] { return error_text([&] { train::load_model_dir(dir); }); };
+    auto load_error = [&] { return error_of([&] { train::load_model_dir(dir); }); };
     write_all();
     ASSERT_EQ(load_error(), "(no error)");
     const std::string spm = dir + "/spm.model";

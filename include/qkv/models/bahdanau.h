@@ -143,9 +143,9 @@ public:
     /// One step; with state.trace set, appends the step's weights as cross[step] = {(B, 1, 1, Ts)}
     /// (one "block" and one "head") and self[step] = {} (no self-attention).
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
-    /// ops::linear_argmax on the output layer (decoder.dense): no (B, V) logits.
+    /// linear_argmax (ops/matmul.h) on the output layer (decoder.dense): no (B, V) logits.
     Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
-    /// ops::linear_cross_entropy on the output layer (decoder.dense).
+    /// linear_cross_entropy (ops/cross_entropy.h) on the output layer (decoder.dense).
     Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) override;
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }

@@ -85,14 +85,16 @@ public:
     /// Greedy choice from decoder hidden rows (B, C): the id of each row's largest logit (the
     /// first one on ties), never an id with banned[id] != 0 -> i64 (B). banned: empty or V flags.
     /// Equals argmax(output_logits(hidden), 1) with the banned ids removed. This default computes
-    /// the logits; a model whose output layer is one Linear uses the fused ops::linear_argmax,
-    /// which never holds the (B, V) logits. Throws on a banned list of the wrong length.
+    /// the logits; a model whose output layer is one Linear uses the fused linear_argmax
+    /// (ops/matmul.h), which never holds the (B, V) logits. Throws on a banned list of the wrong
+    /// length.
     virtual Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned);
     /// The training loss of hidden rows (N, C) against target (N) i64:
     /// cross_entropy(output_logits(hidden), target, Tensor(), opt), a scalar (reduction mean or
     /// sum) or (N) (none). This default computes the logits; a model whose output layer is one
-    /// Linear uses the fused ops::linear_cross_entropy (one (N, V) buffer instead of the logits
-    /// and their gradient, no separate bias and column-sum passes). Throws as cross_entropy does.
+    /// Linear uses the fused linear_cross_entropy of ops/cross_entropy.h (one (N, V) buffer
+    /// instead of the logits and their gradient, no separate bias and column-sum passes). Throws
+    /// as cross_entropy does.
     virtual Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt);
 
     virtual int64_t src_vocab_size() const = 0;

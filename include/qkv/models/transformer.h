@@ -12,6 +12,7 @@
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/layers.h"
+#include "qkv/nn/packing.h"
 
 namespace qkv::models {
 
@@ -41,11 +42,13 @@ struct TransformerConfig {
 };
 
 /// Encoder block (D2L TransformerEncoderBlock): Y = AddNorm1(X, MHA(X, X, X, valid_lens));
-/// out = AddNorm2(Y, FFN(Y)). X (B, Ts, C), valid_lens (B) -> (B, Ts, C).
+/// out = AddNorm2(Y, FFN(Y)). X (B, Ts, C), valid_lens (B) -> (B, Ts, C). With `rows` (the
+/// pad-free path, nn/packing.h) X and the result are the kept rows (N, C) instead; rows must keep
+/// at least min(valid_lens[b], Ts) positions of every sequence (MultiHeadAttention's rule).
 class TransformerEncoderBlock : public nn::Module {
 public:
     TransformerEncoderBlock(const TransformerConfig& cfg);
-    Tensor forward(const Tensor& X, const Tensor& valid_lens);
+    Tensor forward(const Tensor& X, const Tensor& valid_lens, const nn::RowPacking* rows = nullptr);
     std::shared_ptr<nn::MultiHeadAttention> attention;
     std::shared_ptr<nn::AddNorm> addnorm1;
     std::shared_ptr<nn::PositionWiseFFN> ffn;
@@ -53,11 +56,12 @@ public:
 };
 
 /// Encoder (D2L TransformerEncoder): X = PE(Embedding(src)·√C), then the blocks.
-/// src (B, Ts) i64, valid_lens (B) i64 -> (B, Ts, C).
+/// src (B, Ts) i64, valid_lens (B) i64 -> (B, Ts, C); with `rows` the blocks run on the kept
+/// rows and the result is (N, C) (TransformerEncoderBlock).
 class TransformerEncoder : public nn::Module {
 public:
     TransformerEncoder(const TransformerConfig& cfg);
-    Tensor forward(const Tensor& src, const Tensor& valid_lens);
+    Tensor forward(const Tensor& src, const Tensor& valid_lens, const nn::RowPacking* rows = nullptr);
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::PositionalEncoding> pos_encoding;
     std::vector<std::shared_ptr<TransformerEncoderBlock>> blks;
@@ -70,7 +74,12 @@ class TransformerDecoderBlock : public nn::Module {
 public:
     TransformerDecoderBlock(const TransformerConfig& cfg);
     /// Teacher forcing: X (B, Tt, C), enc_outputs (B, Ts, C), enc_valid_lens (B) -> (B, Tt, C).
-    Tensor forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens);
+    /// Pad-free path (nn/packing.h): with `rows` X and the result are the kept target rows
+    /// (N, C) (each sequence a prefix, so the causal mask hides the skipped ones); with
+    /// `enc_rows` enc_outputs are the kept source rows (N_s, C), which must cover
+    /// min(enc_valid_lens[b], Ts) positions of every sequence.
+    Tensor forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens,
+                   const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr);
     std::shared_ptr<nn::MultiHeadAttention> attention1;
     std::shared_ptr<nn::AddNorm> addnorm1;
     std::shared_ptr<nn::MultiHeadAttention> attention2;
@@ -83,8 +92,10 @@ public:
 class TransformerDecoder : public nn::Module {
 public:
     TransformerDecoder(const TransformerConfig& cfg);
-    /// Teacher forcing: tgt (B, Tt) i64 -> hidden (B, Tt, C) (dense not applied).
-    Tensor forward_hidden(const Tensor& tgt, const Tensor& enc_outputs, const Tensor& enc_valid_lens);
+    /// Teacher forcing: tgt (B, Tt) i64 -> hidden (B, Tt, C) (dense not applied); `rows` and
+    /// `enc_rows` as TransformerDecoderBlock::forward (hidden is then (N, C)).
+    Tensor forward_hidden(const Tensor& tgt, const Tensor& enc_outputs, const Tensor& enc_valid_lens,
+                          const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr);
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::PositionalEncoding> pos_encoding;
     std::vector<std::shared_ptr<TransformerDecoderBlock>> blks;
@@ -105,9 +116,10 @@ public:
 
     Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len,
                           const Tensor& dec_input) override;
-    /// The pad-free path (EncoderDecoder::forward_hidden_rows): every block runs on packed
-    /// rows — source positions t < src_valid_len[b], target positions up to each sequence's last
-    /// requested row — and attention sees them unpacked to (B, T, C) with zeros at the skipped
+    /// The pad-free path (EncoderDecoder::forward_hidden_rows): the ordinary encoder and
+    /// decoder forwards with a packing (nn::RowPacking) of source positions t < src_valid_len[b]
+    /// and target positions up to each sequence's last requested row; position-wise layers run
+    /// on the kept rows, attention sees them unpacked to (B, T, C) with zeros at the skipped
     /// positions, which no kept row can attend to (valid_lens and causal masks). Falls back to
     /// forward_hidden + row selection when attention weights are kept or a src_valid_len is 0.
     Tensor forward_hidden_rows(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input,
@@ -115,9 +127,9 @@ public:
     Tensor output_logits(const Tensor& hidden) override;
     std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
-    /// ops::linear_argmax on the output layer (decoder.dense): no (B, V) logits.
+    /// linear_argmax (ops/matmul.h) on the output layer (decoder.dense): no (B, V) logits.
     Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
-    /// ops::linear_cross_entropy on the output layer (decoder.dense).
+    /// linear_cross_entropy (ops/cross_entropy.h) on the output layer (decoder.dense).
     Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) override;
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }

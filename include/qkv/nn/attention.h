@@ -17,6 +17,7 @@
 
 #include "qkv/nn/layers.h"
 #include "qkv/nn/module.h"
+#include "qkv/nn/packing.h"
 #include "qkv/ops/attention.h"
 
 namespace qkv::nn {
@@ -65,6 +66,14 @@ struct MultiHeadAttentionConfig {
     int64_t query_size = 0, key_size = 0, value_size = 0;  // input widths; 0 means num_hiddens
 };
 
+/// Pad-free inputs of MultiHeadAttention::forward (nn/packing.h). queries: the queries are the
+/// packed rows (N_q, query_size) of a (B, Tq) batch; keys: keys and values are the packed rows
+/// (N_k, ·) of a (B, Tk) batch. nullptr: that input is padded (B, T, ·). Not owned.
+struct AttentionPacking {
+    const RowPacking* queries = nullptr;
+    const RowPacking* keys = nullptr;
+};
+
 /// Multi-head attention (D2L 11.5; Vaswani et al. 2017 §3.2.2). queries (B, Tq, query_size),
 /// keys (B, Tk, key_size), values (B, Tk, value_size) -> (B, Tq, C). The projections are split
 /// into H heads of width C/H as (B, H, T, C/H) views (D2L's transpose_qkv without the copy) and
@@ -74,11 +83,20 @@ struct MultiHeadAttentionConfig {
 /// is this mask). Uses the fused flash kernel when the dispatcher allows and weights are not kept
 /// (keep_attention_weights(false)); keeping them runs the math path. Throws qkv::Error when
 /// num_heads does not divide num_hiddens, or on input widths/shapes that do not match.
+///
+/// Pad-free forward (`packing`): a packed input runs through its projections as kept rows only,
+/// is unpacked to (B, T, ·) with zeros at the skipped positions for the attention kernel, and
+/// the output (queries packed) is packed again before W_o, so it is (N_q, C). Every kept
+/// query must be unable to see a skipped key: with packed keys, valid_lens must be int64 (B)
+/// with min(valid_lens[b], Tk) <= the kept key length of b, or (no valid_lens) causal with each
+/// kept key length >= the kept query length (Tq when the queries are padded); throws qkv::Error
+/// otherwise. Then the kept rows equal the padded forward's rows at those positions.
 class MultiHeadAttention : public Module {
 public:
     explicit MultiHeadAttention(const MultiHeadAttentionConfig& cfg);
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                   const Tensor& valid_lens = Tensor(), bool causal = false);
+                   const Tensor& valid_lens = Tensor(), bool causal = false,
+                   const AttentionPacking& packing = {});
     /// Last call's weights (B, H, Tq, Tk) before dropout (undefined when not kept).
     const Tensor& attention_weights() const { return attention_weights_; }
     /// Keep the weights on every call (math path) — for heatmaps; off by default.

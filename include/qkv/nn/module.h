@@ -80,8 +80,8 @@ Tensor normal_init(const Shape& shape, double mean = 0.0, double std = 1.0);
 
 /// While alive, the initialisers above return zeros on this thread instead of drawing random
 /// numbers: for a model whose every parameter is about to be overwritten by a strict
-/// load_state_dict (PyTorch: torch.nn.utils.skip_init). Loading a 17.5k-word model folder spends
-/// ~60 % of `qkv translate`'s CPU time drawing weights it then discards without it. Nests.
+/// load_state_dict (PyTorch: torch.nn.utils.skip_init); without it, loading a large model spends
+/// most of its time drawing weights it then discards (bench/RESULTS.md, issue 21). Nests.
 class SkipInitGuard {
 public:
     SkipInitGuard();

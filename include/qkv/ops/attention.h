@@ -49,8 +49,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionMask& mask = {},
                                     const AttentionOptions& opt = {}, Tensor* weights = nullptr);
 
-/// The backend `automatic` would choose for these arguments; with debug, `why` gets one line
-/// per failed filter (like PyTorch's sdp_utils debug warnings).
+/// The backend `automatic` would choose for these arguments; when `why` is non-null it gets one
+/// line per failed filter (like PyTorch's sdp_utils debug warnings).
 AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const AttentionMask& mask, const AttentionOptions& opt,
                                           bool need_weights, std::string* why = nullptr);

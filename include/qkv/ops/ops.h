@@ -1,9 +1,19 @@
 #pragma once
-// Umbrella header for every qkv op.
+// Umbrella header: every qkv op (ops/*.h), with the tensor and generator they take.
 #include "qkv/core/generator.h"
 #include "qkv/core/tensor.h"
+#include "qkv/ops/additive_attention.h"
+#include "qkv/ops/attention.h"
+#include "qkv/ops/cross_entropy.h"
+#include "qkv/ops/dropout.h"
 #include "qkv/ops/elementwise.h"
+#include "qkv/ops/embedding.h"
+#include "qkv/ops/gru.h"
 #include "qkv/ops/kernel_mode.h"
+#include "qkv/ops/layer_norm.h"
+#include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
+#include "qkv/ops/optim_step.h"
 #include "qkv/ops/reduce.h"
 #include "qkv/ops/shape_ops.h"
+#include "qkv/ops/softmax.h"

@@ -1,5 +1,5 @@
 #pragma once
-// A temporary folder per test (removed on destruction) for the io/data/decode tests.
+// Temporary folders for tests: TempDir (one per test and tag, removed on destruction).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,12 +8,15 @@
 
 namespace qkv::test {
 
+/// A fresh, empty folder named after the process, the running test and `tag` (so two folders
+/// alive in one test need different tags), removed with its contents on destruction.
 class TempDir {
 public:
-    TempDir() {
+    explicit TempDir(const std::string& tag = "") {
         const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
         std::string name = "qkv_test_" + std::to_string(::getpid());
         if (info) name += std::string("_") + info->test_suite_name() + "_" + info->name();
+        if (!tag.empty()) name += "_" + tag;
         for (char& c : name)
             if (c == '/') c = '_';
         path_ = std::filesystem::temp_directory_path() / name;
