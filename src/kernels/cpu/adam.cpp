@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/adam_simd.h"
+#include "kernels/cpu/variants.h"
 #include "kernels/ref/adam.h"
 
 namespace qkv::kernels::cpu {
@@ -23,8 +23,7 @@ void adam_step(float* param,
                int64_t step,
                double grad_scale) {
     if (n <= 0) return;
-    const Isa isa = simd_isa();
-    if (isa == Isa::scalar)
+    if (fp32_variant_isa() == Isa::scalar)
         return ref::adam_step<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
                                      decoupled, step, grad_scale);
     const double bc1 = 1.0 - std::pow(beta1, double(step));
@@ -42,10 +41,7 @@ void adam_step(float* param,
                                 weight_decay != 0.0,
                                 decoupled,
                                 grad_scale != 1.0};
-    if (isa == Isa::avx512)
-        detail::adam_step_avx512(param, grad, m, v, n, s);
-    else
-        detail::adam_step_avx2(param, grad, m, v, n, s);
+    QKV_ISA_DISPATCH(simd::adam_step, (void)0, param, grad, m, v, n, s);
 }
 
 void sgd_step(float* param,

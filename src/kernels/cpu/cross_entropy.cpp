@@ -1,7 +1,7 @@
-// Fast cross-entropy dispatch: AVX-512 / AVX2 bodies (cross_entropy_simd.h), else the reference.
+// Fast cross-entropy dispatch: per-ISA bodies (cross_entropy_simd.h), else the reference.
 #include "kernels/cpu/cross_entropy.h"
 
-#include "kernels/cpu/cross_entropy_simd.h"
+#include "kernels/cpu/variants.h"
 #include "kernels/ref/cross_entropy.h"
 
 namespace qkv::kernels::cpu {
@@ -17,18 +17,10 @@ void cross_entropy_forward(float* loss,
                            double label_smoothing) {
     if (N == 0 || V == 0) return;
     const float eps = float(label_smoothing);
-    switch (simd_isa()) {
-        case Isa::avx512:
-            return detail::cross_entropy_forward_avx512(loss, lse, logits, target, weight, N, V,
-                                                        ignore_index, eps);
-        case Isa::avx2:
-            return detail::cross_entropy_forward_avx2(loss, lse, logits, target, weight, N, V,
-                                                      ignore_index, eps);
-        case Isa::scalar:
-            break;
-    }
-    ref::cross_entropy_forward<float>(loss, lse, logits, target, weight, N, V, ignore_index,
-                                      label_smoothing);
+    QKV_ISA_DISPATCH(simd::cross_entropy_forward,
+                     ref::cross_entropy_forward<float>(loss, lse, logits, target, weight, N, V,
+                                                       ignore_index, label_smoothing),
+                     loss, lse, logits, target, weight, N, V, ignore_index, eps);
 }
 
 void cross_entropy_backward(float* dlogits,
@@ -44,18 +36,12 @@ void cross_entropy_backward(float* dlogits,
                             double label_smoothing) {
     if (N == 0 || V == 0) return;
     const float eps = float(label_smoothing);
-    switch (simd_isa()) {
-        case Isa::avx512:
-            return detail::cross_entropy_backward_avx512(dlogits, dloss, dloss_stride, logits, lse,
-                                                         target, weight, N, V, ignore_index, eps);
-        case Isa::avx2:
-            return detail::cross_entropy_backward_avx2(dlogits, dloss, dloss_stride, logits, lse,
-                                                       target, weight, N, V, ignore_index, eps);
-        case Isa::scalar:
-            break;
-    }
-    ref::cross_entropy_backward<float>(dlogits, dloss, dloss_stride, logits, lse, target, weight, N,
-                                       V, ignore_index, label_smoothing);
+    QKV_ISA_DISPATCH(simd::cross_entropy_backward,
+                     ref::cross_entropy_backward<float>(dlogits, dloss, dloss_stride, logits, lse,
+                                                        target, weight, N, V, ignore_index,
+                                                        label_smoothing),
+                     dlogits, dloss, dloss_stride, logits, lse, target, weight, N, V, ignore_index,
+                     eps);
 }
 
 }  // namespace qkv::kernels::cpu

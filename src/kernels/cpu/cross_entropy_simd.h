@@ -3,21 +3,9 @@
 // cross_entropy_avx512.cpp.
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
 
 namespace qkv::kernels::cpu::detail {
-
-#define QKV_CROSS_ENTROPY_DECLARE(isa)                                                          \
-    void cross_entropy_forward_##isa(float* loss, float* lse, const float* logits,              \
-                                     const int64_t* target, const float* weight, int64_t N,     \
-                                     int64_t V, int64_t ignore_index, float label_smoothing);   \
-    void cross_entropy_backward_##isa(float* dlogits, const float* dloss, int64_t dloss_stride, \
-                                      const float* logits, const float* lse,                    \
-                                      const int64_t* target, const float* weight, int64_t N,    \
-                                      int64_t V, int64_t ignore_index, float label_smoothing);
-QKV_CROSS_ENTROPY_DECLARE(avx2)
-QKV_CROSS_ENTROPY_DECLARE(avx512)
-#undef QKV_CROSS_ENTROPY_DECLARE
 
 /// Logits per block in the forward: 16 KiB, so the Σexp pass re-reads the block from L1.
 constexpr int64_t kCrossEntropyBlock       = 4096;
@@ -27,10 +15,9 @@ constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxM
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
-namespace {
 
-template <class V>
-void cross_entropy_forward_t(float* loss,
+template <Isa I>
+void cross_entropy_forward(float* loss,
                              float* lse,
                              const float* logits,
                              const int64_t* target,
@@ -39,6 +26,7 @@ void cross_entropy_forward_t(float* loss,
                              int64_t Vn,
                              int64_t ignore_index,
                              float eps) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
         const float* x = logits + i * Vn;
@@ -69,8 +57,9 @@ void cross_entropy_forward_t(float* loss,
     }
 }
 
-template <class V>
-void cross_entropy_backward_t(float* dlogits,
+
+template <Isa I>
+void cross_entropy_backward(float* dlogits,
                               const float* dloss,
                               int64_t dloss_stride,
                               const float* logits,
@@ -81,6 +70,7 @@ void cross_entropy_backward_t(float* dlogits,
                               int64_t Vn,
                               int64_t ignore_index,
                               float eps) {
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
@@ -110,6 +100,5 @@ void cross_entropy_backward_t(float* dlogits,
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/dropout_simd.h"
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/isa.h"
 #include "qkv/core/philox.h"
 
 namespace qkv::kernels::cpu {

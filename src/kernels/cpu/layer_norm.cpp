@@ -1,11 +1,12 @@
 // Fast layer-norm dispatch: substitutes γ = 1 / β = 0 when absent, allocates the dγ/dβ partial
-// buffers, and calls the AVX-512 / AVX2 bodies (layer_norm_simd.h), else the reference.
+// buffers, and calls the per-ISA bodies (layer_norm_simd.h), else the reference.
 #include "kernels/cpu/layer_norm.h"
 
 #include <cstddef>
 #include <vector>
 
 #include "kernels/cpu/layer_norm_simd.h"
+#include "kernels/cpu/variants.h"
 #include "kernels/ref/layer_norm.h"
 
 namespace qkv::kernels::cpu {
@@ -20,16 +21,13 @@ void layer_norm_forward(float* y,
                         int64_t N,
                         double eps) {
     if (rows == 0 || N == 0) return;
-    const Isa isa = simd_isa();
-    if (isa == Isa::scalar)
+    if (fp32_variant_isa() == Isa::scalar)
         return ref::layer_norm_forward<float>(y, mean, rstd, x, gamma, beta, rows, N, eps);
     std::vector<float> ones, zeros;
     if (!gamma) ones.assign(static_cast<std::size_t>(N), 1.f), gamma = ones.data();
     if (!beta) zeros.assign(static_cast<std::size_t>(N), 0.f), beta = zeros.data();
-    if (isa == Isa::avx512)
-        detail::layer_norm_forward_avx512(y, mean, rstd, x, gamma, beta, rows, N, float(eps));
-    else
-        detail::layer_norm_forward_avx2(y, mean, rstd, x, gamma, beta, rows, N, float(eps));
+    QKV_ISA_DISPATCH(simd::layer_norm_forward, (void)0, y, mean, rstd, x, gamma, beta, rows, N,
+                     float(eps));
 }
 
 void layer_norm_backward(float* dx,
@@ -50,8 +48,7 @@ void layer_norm_backward(float* dx,
         }
         return;
     }
-    const Isa isa = simd_isa();
-    if (isa == Isa::scalar)
+    if (fp32_variant_isa() == Isa::scalar)
         return ref::layer_norm_backward<float>(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows,
                                                N);
     std::vector<float> ones;
@@ -61,12 +58,8 @@ void layer_norm_backward(float* dx,
         const int64_t rpb = detail::layer_norm_rows_per_block(rows);
         partial.resize(static_cast<std::size_t>(2 * ((rows + rpb - 1) / rpb) * N));
     }
-    if (isa == Isa::avx512)
-        detail::layer_norm_backward_avx512(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, N,
-                                           partial.data());
-    else
-        detail::layer_norm_backward_avx2(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, N,
-                                         partial.data());
+    QKV_ISA_DISPATCH(simd::layer_norm_backward, (void)0, dx, dgamma, dbeta, dy, x, mean, rstd,
+                     gamma, rows, N, partial.data());
 }
 
 }  // namespace qkv::kernels::cpu

@@ -4,7 +4,7 @@
 // substitutes ones/zeros, and allocates the dγ/dβ partial buffers.
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -15,18 +15,6 @@ static inline int64_t layer_norm_rows_per_block(int64_t rows) {
     const int64_t by_cap = (rows + 511) / 512;
     return by_cap > 32 ? by_cap : 32;
 }
-
-#define QKV_LAYER_NORM_DECLARE(isa)                                                               \
-    void layer_norm_forward_##isa(float* y, float* mean, float* rstd, const float* x,             \
-                                  const float* gamma, const float* beta, int64_t rows, int64_t N, \
-                                  float eps);                                                     \
-    /* partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials). */             \
-    void layer_norm_backward_##isa(float* dx, float* dgamma, float* dbeta, const float* dy,       \
-                                   const float* x, const float* mean, const float* rstd,          \
-                                   const float* gamma, int64_t rows, int64_t N, float* partial);
-QKV_LAYER_NORM_DECLARE(avx2)
-QKV_LAYER_NORM_DECLARE(avx512)
-#undef QKV_LAYER_NORM_DECLARE
 
 constexpr int64_t kLayerNormMinParallel = 1 << 14;  // elements; as kSoftmaxMinParallel
 
@@ -59,8 +47,10 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
     return V::reduce_add(V::add(s0, s1));
 }
 
-template <class V>
-void layer_norm_forward_t(float* y,
+}  // namespace
+
+template <Isa I>
+void layer_norm_forward(float* y,
                           float* mean,
                           float* rstd,
                           const float* x,
@@ -69,6 +59,7 @@ void layer_norm_forward_t(float* y,
                           int64_t rows,
                           int64_t N,
                           float eps) {
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
@@ -95,8 +86,9 @@ void layer_norm_forward_t(float* y,
     }
 }
 
-template <class V>
-void layer_norm_backward_t(float* dx,
+
+template <Isa I>
+void layer_norm_backward(float* dx,
                            float* dgamma,
                            float* dbeta,
                            const float* dy,
@@ -107,6 +99,7 @@ void layer_norm_backward_t(float* dx,
                            int64_t rows,
                            int64_t N,
                            float* partial) {
+    using V = Vec<I>;
     using R            = typename V::R;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);
     const int64_t nblk = (rows + rpb - 1) / rpb;
@@ -178,6 +171,5 @@ void layer_norm_backward_t(float* dx,
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif
