@@ -9,23 +9,12 @@
 
 namespace qkv::kernels::cpu {
 
-void adam_step(float* param,
-               const float* grad,
-               float* m,
-               float* v,
-               int64_t n,
-               double lr,
-               double beta1,
-               double beta2,
-               double eps,
-               double weight_decay,
-               bool decoupled,
-               int64_t step,
-               double grad_scale) {
+void adam_step(const AdamParams<float>& p) {
+    const auto [param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                grad_scale] = p;
     if (n <= 0) return;
     if (fp32_variant_isa() == Isa::scalar)
-        return ref::adam_step<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                     decoupled, step, grad_scale);
+        return ref::adam_step<float>(p);
     const double bc1 = 1.0 - std::pow(beta1, double(step));
     const double bc2 = 1.0 - std::pow(beta2, double(step));
     const detail::AdamScalars s{float(lr / bc1),
@@ -44,16 +33,9 @@ void adam_step(float* param,
     QKV_ISA_DISPATCH(simd::adam_step, (void)0, param, grad, m, v, n, s);
 }
 
-void sgd_step(float* param,
-              const float* grad,
-              float* momentum_buf,
-              int64_t n,
-              double lr,
-              double momentum,
-              double dampening,
-              double weight_decay,
-              bool nesterov,
-              bool first_step) {
+void sgd_step(const SgdParams<float>& p) {
+    const auto [param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
+                first_step] = p;
     const float mu = float(momentum), damp = float(1.0 - dampening), wd = float(weight_decay),
                 neg_lr = float(-lr);
     const bool use_wd = weight_decay != 0.0, use_mom = momentum != 0.0;

@@ -1,5 +1,5 @@
 #pragma once
-// Fused Adam body over a vector type V, instantiated by adam_avx2.cpp and adam_avx512.cpp.
+// Fused Adam body, one template over the ISA, instantiated per ISA by variants.inc.
 #include <cstdint>
 
 #include "kernels/cpu/simd.h"

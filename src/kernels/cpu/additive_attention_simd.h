@@ -1,6 +1,6 @@
 #pragma once
-// Additive-attention score kernel bodies over a vector type V, instantiated by
-// additive_attention_avx2.cpp / additive_attention_avx512.cpp. The backward writes dq and dk rows
+// Additive-attention score kernel bodies, one template over the ISA, instantiated per ISA by
+// variants.inc. The backward writes dq and dk rows
 // of batch row b only from iteration b (race-free), and dw into a per-b partial row.
 #include <cstdint>
 

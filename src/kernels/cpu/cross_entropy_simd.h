@@ -1,9 +1,10 @@
 #pragma once
-// Cross-entropy kernel bodies over a vector type V, instantiated by cross_entropy_avx2.cpp and
-// cross_entropy_avx512.cpp.
+// Cross-entropy kernel bodies, one template over the ISA, instantiated per ISA by variants.inc
+// (the params are in kernels/params.h).
 #include <cstdint>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -17,15 +18,9 @@ constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxM
 namespace qkv::kernels::cpu::simd {
 
 template <Isa I>
-void cross_entropy_forward(float* loss,
-                             float* lse,
-                             const float* logits,
-                             const int64_t* target,
-                             const float* weight,
-                             int64_t N,
-                             int64_t Vn,
-                             int64_t ignore_index,
-                             float eps) {
+void cross_entropy_forward(const CrossEntropyParams<float>& params) {
+    const auto [loss, lse, logits, target, weight, N, Vn, ignore_index, label_smoothing] = params;
+    const float eps = float(label_smoothing);
     using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
@@ -59,17 +54,10 @@ void cross_entropy_forward(float* loss,
 
 
 template <Isa I>
-void cross_entropy_backward(float* dlogits,
-                              const float* dloss,
-                              int64_t dloss_stride,
-                              const float* logits,
-                              const float* lse,
-                              const int64_t* target,
-                              const float* weight,
-                              int64_t N,
-                              int64_t Vn,
-                              int64_t ignore_index,
-                              float eps) {
+void cross_entropy_backward(const CrossEntropyParams<float>& params, const CrossEntropyGradParams<float>& grads) {
+    const auto [dlogits, dloss, dloss_stride] = grads;
+    const auto [loss, lse, logits, target, weight, N, Vn, ignore_index, label_smoothing] = params;
+    const float eps = float(label_smoothing);
     using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)

@@ -1,6 +1,6 @@
 #pragma once
-// GRU cell kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
-// by gru_avx2.cpp and gru_avx512.cpp; the per-ISA entry points are declared first.
+// GRU cell kernel bodies written once as templates over the ISA (vector type simd::Vec<I>),
+// instantiated per ISA by variants.inc (declared in variants.h).
 // σ and tanh come from activation_simd.h.
 #include <cmath>
 #include <cstdint>

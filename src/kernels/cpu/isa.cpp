@@ -25,9 +25,17 @@ CpuFeatures detect() {
     return f;
 }
 
-// The cap; unset until set_max_isa or the first max_isa() reads QKV_MAX_ISA.
+// set_max_isa's cap; while unset, QKV_MAX_ISA's (read once, thread-safe).
 bool g_cap_set = false;
 Isa  g_cap     = Isa::amx;
+
+Isa env_cap() {
+    static const Isa cap = [] {
+        const char* env = std::getenv("QKV_MAX_ISA");
+        return env && *env ? parse_isa(env, "QKV_MAX_ISA") : Isa::amx;
+    }();
+    return cap;
+}
 
 }  // namespace
 
@@ -47,18 +55,12 @@ Isa cpu_isa() {
     return isa;
 }
 
-Isa max_isa() {
-    if (!g_cap_set) {
-        const char* env = std::getenv("QKV_MAX_ISA");
-        g_cap           = env && *env ? parse_isa(env, "QKV_MAX_ISA") : Isa::amx;
-        g_cap_set       = true;
-    }
-    return g_cap;
-}
+Isa max_isa() { return g_cap_set ? g_cap : env_cap(); }
 
 Isa set_max_isa(Isa cap) {
     const Isa old = max_isa();
     g_cap         = cap;
+    g_cap_set     = true;
     return old;
 }
 

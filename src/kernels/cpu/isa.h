@@ -32,9 +32,11 @@ const CpuFeatures& cpu_features();
 
 /// The best tier this CPU supports, ignoring the cap.
 Isa cpu_isa();
-/// The cap: set_max_isa's last value, else the environment variable QKV_MAX_ISA (read once, at
-/// the first kernel call: scalar, avx2, avx512, avx512_bf16 or amx), else amx (no cap).
-/// Throws qkv::Error naming QKV_MAX_ISA and its value when the variable holds another word.
+/// The cap: set_max_isa's last value, else the environment variable QKV_MAX_ISA (read once:
+/// scalar, avx2, avx512, avx512_bf16 or amx), else amx (no cap). Throws qkv::Error naming
+/// QKV_MAX_ISA and its value when the variable holds another word (qkv::kernel_mode(), which the
+/// ops call before choosing a fast kernel, reads it first, so the error comes from an op rather
+/// than from a kernel inside a parallel region).
 Isa max_isa();
 /// Caps the tier used by later kernel calls (tests run every path the CPU has; benchmarks
 /// compare them). Not thread-safe: call it between kernel calls. Returns the previous cap.

@@ -11,55 +11,36 @@
 
 namespace qkv::kernels::cpu {
 
-void layer_norm_forward(float* y,
-                        float* mean,
-                        float* rstd,
-                        const float* x,
-                        const float* gamma,
-                        const float* beta,
-                        int64_t rows,
-                        int64_t N,
-                        double eps) {
-    if (rows == 0 || N == 0) return;
-    if (fp32_variant_isa() == Isa::scalar)
-        return ref::layer_norm_forward<float>(y, mean, rstd, x, gamma, beta, rows, N, eps);
+void layer_norm_forward(const LayerNormParams<float>& p) {
+    if (p.rows == 0 || p.N == 0) return;
+    if (fp32_variant_isa() == Isa::scalar) return ref::layer_norm_forward<float>(p);
     std::vector<float> ones, zeros;
-    if (!gamma) ones.assign(static_cast<std::size_t>(N), 1.f), gamma = ones.data();
-    if (!beta) zeros.assign(static_cast<std::size_t>(N), 0.f), beta = zeros.data();
-    QKV_ISA_DISPATCH(simd::layer_norm_forward, (void)0, y, mean, rstd, x, gamma, beta, rows, N,
-                     float(eps));
+    LayerNormParams<float> q = p;
+    if (!q.gamma) ones.assign(static_cast<std::size_t>(q.N), 1.f), q.gamma = ones.data();
+    if (!q.beta) zeros.assign(static_cast<std::size_t>(q.N), 0.f), q.beta = zeros.data();
+    QKV_ISA_DISPATCH(simd::layer_norm_forward, (void)0, q);
 }
 
-void layer_norm_backward(float* dx,
-                         float* dgamma,
-                         float* dbeta,
-                         const float* dy,
-                         const float* x,
-                         const float* mean,
-                         const float* rstd,
-                         const float* gamma,
-                         int64_t rows,
-                         int64_t N) {
+void layer_norm_backward(const LayerNormParams<float>& p, const LayerNormGradParams<float>& g) {
+    const int64_t rows = p.rows, N = p.N;
     if (N == 0) return;
     if (rows == 0) {  // empty sums
         for (int64_t j = 0; j < N; ++j) {
-            if (dgamma) dgamma[j] = 0.f;
-            if (dbeta) dbeta[j] = 0.f;
+            if (g.dgamma) g.dgamma[j] = 0.f;
+            if (g.dbeta) g.dbeta[j] = 0.f;
         }
         return;
     }
-    if (fp32_variant_isa() == Isa::scalar)
-        return ref::layer_norm_backward<float>(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows,
-                                               N);
+    if (fp32_variant_isa() == Isa::scalar) return ref::layer_norm_backward<float>(p, g);
     std::vector<float> ones;
-    if (!gamma) ones.assign(static_cast<std::size_t>(N), 1.f), gamma = ones.data();
+    LayerNormParams<float> q = p;
+    if (!q.gamma) ones.assign(static_cast<std::size_t>(N), 1.f), q.gamma = ones.data();
     std::vector<float> partial;
-    if (dgamma || dbeta) {
+    if (g.dgamma || g.dbeta) {
         const int64_t rpb = detail::layer_norm_rows_per_block(rows);
         partial.resize(static_cast<std::size_t>(2 * ((rows + rpb - 1) / rpb) * N));
     }
-    QKV_ISA_DISPATCH(simd::layer_norm_backward, (void)0, dx, dgamma, dbeta, dy, x, mean, rstd,
-                     gamma, rows, N, partial.data());
+    QKV_ISA_DISPATCH(simd::layer_norm_backward, (void)0, q, g, partial.data());
 }
 
 }  // namespace qkv::kernels::cpu

@@ -1,10 +1,10 @@
 #pragma once
-// Layer-norm kernel bodies over a vector type V, instantiated by layer_norm_avx2.cpp and
-// layer_norm_avx512.cpp. gamma/beta are never null here: the dispatcher (layer_norm.cpp)
+// Layer-norm kernel bodies, one template over the ISA, instantiated per ISA by variants.inc. gamma/beta are never null here: the dispatcher (layer_norm.cpp)
 // substitutes ones/zeros, and allocates the dγ/dβ partial buffers.
 #include <cstdint>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -50,15 +50,9 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
 }  // namespace
 
 template <Isa I>
-void layer_norm_forward(float* y,
-                          float* mean,
-                          float* rstd,
-                          const float* x,
-                          const float* gamma,
-                          const float* beta,
-                          int64_t rows,
-                          int64_t N,
-                          float eps) {
+void layer_norm_forward(const LayerNormParams<float>& params) {
+    const auto [y, mean, rstd, x, gamma, beta, rows, N, eps_d] = params;
+    const float eps = float(eps_d);
     using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
@@ -88,17 +82,10 @@ void layer_norm_forward(float* y,
 
 
 template <Isa I>
-void layer_norm_backward(float* dx,
-                           float* dgamma,
-                           float* dbeta,
-                           const float* dy,
-                           const float* x,
-                           const float* mean,
-                           const float* rstd,
-                           const float* gamma,
-                           int64_t rows,
-                           int64_t N,
-                           float* partial) {
+void layer_norm_backward(const LayerNormParams<float>& params, const LayerNormGradParams<float>& grads,
+                         float* partial) {
+    const auto [dx, dgamma, dbeta, dy] = grads;
+    const auto [y_, mean, rstd, x, gamma, beta_, rows, N, eps_] = params;
     using V = Vec<I>;
     using R            = typename V::R;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);

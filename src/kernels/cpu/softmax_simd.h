@@ -1,6 +1,6 @@
 #pragma once
-// Softmax kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
-// by softmax_avx2.cpp and softmax_avx512.cpp; the per-ISA entry points are declared first.
+// Softmax kernel bodies written once as templates over the ISA (vector type simd::Vec<I>),
+// instantiated per ISA by variants.inc (declared in variants.h).
 #include <cstdint>
 
 #include "kernels/cpu/simd.h"

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/adam_simd.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::simd {
 
@@ -16,11 +17,11 @@ template <Isa I> void softmax_forward(float* y, const float* x, int64_t rows, in
 template <Isa I> void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols);
 template <Isa I> void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols);
 template <Isa I> void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols);
-template <Isa I> void cross_entropy_forward(float* loss, float* lse, const float* logits, const int64_t* target, const float* weight, int64_t N, int64_t V, int64_t ignore_index, float label_smoothing);
-template <Isa I> void cross_entropy_backward(float* dlogits, const float* dloss, int64_t dloss_stride, const float* logits, const float* lse, const int64_t* target, const float* weight, int64_t N, int64_t V, int64_t ignore_index, float label_smoothing);
-template <Isa I> void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta, int64_t rows, int64_t N, float eps);
+template <Isa I> void cross_entropy_forward(const CrossEntropyParams<float>& p);
+template <Isa I> void cross_entropy_backward(const CrossEntropyParams<float>& p, const CrossEntropyGradParams<float>& g);
+template <Isa I> void layer_norm_forward(const LayerNormParams<float>& p);
 /// partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials).
-template <Isa I> void layer_norm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma, int64_t rows, int64_t N, float* partial);
+template <Isa I> void layer_norm_backward(const LayerNormParams<float>& p, const LayerNormGradParams<float>& g, float* partial);
 template <Isa I> void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h, int64_t B, int64_t H);
 template <Isa I> void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws, const float* h, int64_t B, int64_t H);
 template <Isa I> void additive_scores_forward(float* scores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
