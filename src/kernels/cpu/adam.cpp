@@ -10,8 +10,11 @@
 namespace qkv::kernels::cpu {
 
 void adam_step(const AdamParams<float>& p) {
-    const auto [param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                grad_scale] = p;
+    const auto param = p.param; const auto grad = p.grad; const auto m = p.m; const auto v = p.v;
+    const auto n = p.n; const auto lr = p.lr; const auto beta1 = p.beta1;
+    const auto beta2 = p.beta2; const auto eps = p.eps; const auto weight_decay = p.weight_decay;
+    const auto decoupled = p.decoupled; const auto step = p.step;
+    const auto grad_scale = p.grad_scale;
     if (n <= 0) return;
     if (fp32_variant_isa() == Isa::scalar)
         return ref::adam_step<float>(p);
@@ -34,8 +37,10 @@ void adam_step(const AdamParams<float>& p) {
 }
 
 void sgd_step(const SgdParams<float>& p) {
-    const auto [param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                first_step] = p;
+    const auto param = p.param; const auto grad = p.grad; const auto momentum_buf = p.momentum_buf;
+    const auto n = p.n; const auto lr = p.lr; const auto momentum = p.momentum;
+    const auto dampening = p.dampening; const auto weight_decay = p.weight_decay;
+    const auto nesterov = p.nesterov; const auto first_step = p.first_step;
     const float mu = float(momentum), damp = float(1.0 - dampening), wd = float(weight_decay),
                 neg_lr = float(-lr);
     const bool use_wd = weight_decay != 0.0, use_mom = momentum != 0.0;

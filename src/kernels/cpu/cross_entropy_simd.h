@@ -19,7 +19,10 @@ namespace qkv::kernels::cpu::simd {
 
 template <Isa I>
 void cross_entropy_forward(const CrossEntropyParams<float>& params) {
-    const auto [loss, lse, logits, target, weight, N, Vn, ignore_index, label_smoothing] = params;
+    const auto loss = params.loss; const auto lse = params.lse; const auto logits = params.logits;
+    const auto target = params.target; const auto weight = params.weight; const auto N = params.N;
+    const auto Vn = params.V; const auto ignore_index = params.ignore_index;
+    const auto label_smoothing = params.label_smoothing;
     const float eps = float(label_smoothing);
     using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
@@ -55,8 +58,12 @@ void cross_entropy_forward(const CrossEntropyParams<float>& params) {
 
 template <Isa I>
 void cross_entropy_backward(const CrossEntropyParams<float>& params, const CrossEntropyGradParams<float>& grads) {
-    const auto [dlogits, dloss, dloss_stride] = grads;
-    const auto [loss, lse, logits, target, weight, N, Vn, ignore_index, label_smoothing] = params;
+    const auto dlogits = grads.dlogits; const auto dloss = grads.dloss;
+    const auto dloss_stride = grads.dloss_stride;
+    const auto lse = params.lse; const auto logits = params.logits;
+    const auto target = params.target; const auto weight = params.weight; const auto N = params.N;
+    const auto Vn = params.V; const auto ignore_index = params.ignore_index;
+    const auto label_smoothing = params.label_smoothing;
     const float eps = float(label_smoothing);
     using V = Vec<I>;
     using R = typename V::R;

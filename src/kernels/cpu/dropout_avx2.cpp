@@ -66,7 +66,9 @@ inline void transpose4x8(const __m256i r[4], __m256 out[4]) {
 }  // namespace
 
 void dropout_apply_avx2(const DropoutGroups& a) {
-    const auto [x, y, mask, groups, p, scale, seed, block0] = a;
+    const auto x = a.x; const auto y = a.y; const auto mask = a.mask; const auto groups = a.groups;
+    const auto p = a.p; const auto scale = a.scale; const auto seed = a.seed;
+    const auto block0 = a.block0;
 #pragma omp parallel for schedule(static) if (groups >= kDropoutMinParallelGroups)
     for (int64_t g = 0; g < groups; ++g) {
         __m256i r[4];

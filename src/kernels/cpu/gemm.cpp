@@ -49,8 +49,12 @@ void gemm(bool trans_a,
 }
 
 void gemm_batched(const GemmBatchedParams<float>& p) {
-    const auto [trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-                stride_c, batch] = p;
+    const auto trans_a = p.trans_a; const auto trans_b = p.trans_b; const auto M = p.M;
+    const auto N = p.N; const auto K = p.K; const auto alpha = p.alpha; const auto A = p.A;
+    const auto lda = p.lda; const auto stride_a = p.stride_a; const auto B = p.B;
+    const auto ldb = p.ldb; const auto stride_b = p.stride_b; const auto beta = p.beta;
+    const auto C = p.C; const auto ldc = p.ldc; const auto stride_c = p.stride_c;
+    const auto batch = p.batch;
     // A shared B with A and C blocks stacked row after row is one tall GEMM (batch·M rows).
     if (batch > 1 && stride_b == 0 && !trans_a && stride_a == M * lda && stride_c == M * ldc)
         return gemm(false, trans_b, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

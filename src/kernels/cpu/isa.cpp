@@ -1,6 +1,8 @@
 // CPU feature detection and the ISA cap (cpu/isa.h). Compiled for plain x86-64.
 #include "kernels/cpu/isa.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -11,6 +13,16 @@ namespace {
 
 constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx};
 
+// CPUID leaf 7 bit: subleaf 0 EDX (AVX512_FP16 23, AMX-BF16 22, AMX-TILE 24), subleaf 1 EAX
+// (AVX512_BF16 5). Read directly because clang 14's __builtin_cpu_supports does not know these
+// names (GCC 12's does); the AVX-512 register state itself is checked by the avx512f test above.
+bool cpuid_bit(unsigned subleaf, int reg, int bit) {
+    unsigned r[4] = {0, 0, 0, 0};
+    if (!__get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3])) return false;
+    return (r[reg] >> bit) & 1u;
+}
+constexpr int kEax = 0, kEdx = 3;
+
 CpuFeatures detect() {
     __builtin_cpu_init();
     CpuFeatures f;
@@ -18,10 +30,10 @@ CpuFeatures detect() {
     f.avx512      = f.avx2 && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
-    f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-    f.avx512_fp16 = f.avx512 && __builtin_cpu_supports("avx512fp16");
-    f.amx_tile    = __builtin_cpu_supports("amx-tile");
-    f.amx_bf16    = __builtin_cpu_supports("amx-bf16");
+    f.avx512_bf16 = f.avx512 && cpuid_bit(1, kEax, 5);
+    f.avx512_fp16 = f.avx512 && cpuid_bit(0, kEdx, 23);
+    f.amx_tile    = cpuid_bit(0, kEdx, 24);
+    f.amx_bf16    = cpuid_bit(0, kEdx, 22);
     return f;
 }
 

@@ -51,7 +51,9 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
 
 template <Isa I>
 void layer_norm_forward(const LayerNormParams<float>& params) {
-    const auto [y, mean, rstd, x, gamma, beta, rows, N, eps_d] = params;
+    const auto y = params.y; const auto mean = params.mean; const auto rstd = params.rstd;
+    const auto x = params.x; const auto gamma = params.gamma; const auto beta = params.beta;
+    const auto rows = params.rows; const auto N = params.N; const auto eps_d = params.eps;
     const float eps = float(eps_d);
     using V = Vec<I>;
     using R = typename V::R;
@@ -84,8 +86,10 @@ void layer_norm_forward(const LayerNormParams<float>& params) {
 template <Isa I>
 void layer_norm_backward(const LayerNormParams<float>& params, const LayerNormGradParams<float>& grads,
                          float* partial) {
-    const auto [dx, dgamma, dbeta, dy] = grads;
-    const auto [y_, mean, rstd, x, gamma, beta_, rows, N, eps_] = params;
+    const auto dx = grads.dx; const auto dgamma = grads.dgamma; const auto dbeta = grads.dbeta;
+    const auto dy = grads.dy;
+    const auto mean = params.mean; const auto rstd = params.rstd; const auto x = params.x;
+    const auto gamma = params.gamma; const auto rows = params.rows; const auto N = params.N;
     using V = Vec<I>;
     using R            = typename V::R;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);
