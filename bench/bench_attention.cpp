@@ -23,6 +23,7 @@
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/flash_attention_impl.h"
 #include "kernels/params.h"
+#include "qkv/core/error.h"
 
 namespace {
 
@@ -194,8 +195,14 @@ int main(int argc, char** argv) {
     int64_t            memN = 16384;
     for (int i = 0; i < argc; ++i) {
         if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
-        else if (std::strncmp(argv[i], "--isa=", 6) == 0)  // the cap, as QKV_MAX_ISA
-            cpu::set_max_isa(cpu::parse_isa(argv[i] + 6, "--isa"));
+        else if (std::strncmp(argv[i], "--isa=", 6) == 0) {  // the cap, as QKV_MAX_ISA
+            try {
+                cpu::set_max_isa(cpu::parse_isa(argv[i] + 6, "--isa"));
+            } catch (const qkv::Error& e) {
+                std::fprintf(stderr, "%s\n", e.what());
+                return 2;
+            }
+        }
         else if (std::strcmp(argv[i], "--mem") == 0) {
             mem = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') memN = std::atoll(argv[++i]);
