@@ -23,6 +23,7 @@
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/flash_attention_impl.h"
 #include "kernels/params.h"
+#include "qkv/core/error.h"
 
 namespace {
 
@@ -33,7 +34,6 @@ namespace cpu = qkv::kernels::cpu;
 
 int           g_threads = 2;
 float         g_dropout = 0.0f;  // --dropout=P (probe only)
-cpu::FlashIsa g_isa     = cpu::FlashIsa::automatic;
 
 struct Problem {
     std::vector<float> q, k, v, out, lse, lse_lo, dout, dq, dk, dv;
@@ -70,15 +70,13 @@ void run_case(benchmark::State& st, bool causal, bool bwd) {
     const int64_t B = st.range(0), H = st.range(1), N = st.range(2), d = st.range(3);
     Problem       pr(B, H, N, d, causal);
     for (auto _ : st) {
-        cpu::flash_attention_forward(pr.p, g_isa);
-        if (bwd) cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
         benchmark::ClobberMemory();
     }
     st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(B, H, N, d, causal, bwd) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-    st.SetLabel(std::string(cpu::flash_attention_isa_name(g_isa == cpu::FlashIsa::automatic
-                                                              ? cpu::flash_attention_isa()
-                                                              : g_isa)) +
+    st.SetLabel(std::string(cpu::isa_name(cpu::fp32_variant_isa())) +
                 " threads=" + std::to_string(g_threads));
 }
 
@@ -109,8 +107,8 @@ int mem_probe(int64_t N) {
     Problem pr(1, 8, N, 64, false);
     const long before = maxrss_kib();
     const auto t0     = std::chrono::steady_clock::now();
-    cpu::flash_attention_forward(pr.p, g_isa);
-    cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+    cpu::flash_attention_forward(pr.p);
+    cpu::flash_attention_backward(pr.p, pr.g);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const long after = maxrss_kib();
     const double io  = double(8 * pr.q.size() + 2 * pr.lse.size()) * 4 / 1048576.0;
@@ -170,12 +168,12 @@ int probe(const std::string& what, const std::string& shp, int reps) {
     const bool bwd    = what.find("fwdbwd") != std::string::npos;
     Problem    pr(B, H, N, d, causal);
     pr.p.dropout_p = g_dropout, pr.p.dropout_seed = 1234;
-    cpu::flash_attention_forward(pr.p, g_isa);  // warm-up: workspace, page faults
+    cpu::flash_attention_forward(pr.p);  // warm-up: workspace, page faults
     const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) {
-        cpu::flash_attention_forward(pr.p, g_isa);
-        if (bwd) cpu::flash_attention_backward(pr.p, pr.g, g_isa);
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpus = double(std::clock() - c0) / CLOCKS_PER_SEC;
@@ -197,9 +195,14 @@ int main(int argc, char** argv) {
     int64_t            memN = 16384;
     for (int i = 0; i < argc; ++i) {
         if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
-        else if (std::strcmp(argv[i], "--isa=avx512") == 0) g_isa = cpu::FlashIsa::avx512;
-        else if (std::strcmp(argv[i], "--isa=avx2") == 0) g_isa = cpu::FlashIsa::avx2;
-        else if (std::strcmp(argv[i], "--isa=scalar") == 0) g_isa = cpu::FlashIsa::scalar;
+        else if (std::strncmp(argv[i], "--isa=", 6) == 0) {  // the cap, as QKV_MAX_ISA
+            try {
+                cpu::set_max_isa(cpu::parse_isa(argv[i] + 6, "--isa"));
+            } catch (const qkv::Error& e) {
+                std::fprintf(stderr, "%s\n", e.what());
+                return 2;
+            }
+        }
         else if (std::strcmp(argv[i], "--mem") == 0) {
             mem = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') memN = std::atoll(argv[++i]);

@@ -134,8 +134,7 @@ void BM_batched(benchmark::State& st) {
     const char tbc = tb ? 'T' : 'N';
     for (auto _ : st) {
         if constexpr (kMode == Batched::qkv) {
-            gemm_batched(false, tb, M, N, K, 1.f, A.data(), K, M * K, B.data(), ldb, K * N, 0.f,
-                         C.data(), N, M * N, batch);
+            gemm_batched({false, tb, M, N, K, 1.f, A.data(), K, M * K, B.data(), ldb, K * N, 0.f, C.data(), N, M * N, batch});
         } else if constexpr (kMode == Batched::serial) {
             for (int64_t b = 0; b < batch; ++b)
                 dnnl_sgemm('N', tbc, M, N, K, 1.f, A.data() + b * M * K, K, B.data() + b * K * N,

@@ -89,4 +89,107 @@ inline uint32_t attention_dropout_threshold(float p) {
     return double(c) < t ? c + 1 : c;  // ceil(p * 2^24)
 }
 
+/// Fused cross-entropy (log_softmax + NLL with label smoothing) over rows of logits (N, V),
+/// contiguous. target (N) int64 in [0, V) or == ignore_index; weight (N) or nullptr (all 1);
+/// label_smoothing ε in [0, 1]. The forward writes loss (N) and lse (N, nullable: the logsumexp
+/// of every row); the backward reads lse. Semantics: ref/cross_entropy.h.
+template <class T>
+struct CrossEntropyParams {
+    T*             loss            = nullptr;
+    T*             lse             = nullptr;
+    const T*       logits          = nullptr;
+    const int64_t* target          = nullptr;
+    const T*       weight          = nullptr;
+    int64_t        N = 0, V = 0;
+    int64_t        ignore_index    = -100;
+    double         label_smoothing = 0.0;
+};
+
+/// Gradients for CrossEntropyParams: dlogits (N, V) overwritten (may alias logits) from
+/// g_i = dloss[i·dloss_stride] (stride 0: one scalar gradient for every row).
+template <class T>
+struct CrossEntropyGradParams {
+    T*       dlogits      = nullptr;
+    const T* dloss        = nullptr;
+    int64_t  dloss_stride = 1;
+};
+
+/// Layer normalisation over the last dim of x (rows, N), contiguous: per row μ = mean(x),
+/// σ² = mean((x − μ)²) (biased), r = 1/sqrt(σ² + eps), y = (x − μ)·r·γ + β. gamma, beta: (N) or
+/// nullptr (γ = 1, β = 0). The forward writes y (may alias x) and mean, rstd (rows; nullable);
+/// the backward reads x, mean, rstd, gamma. Semantics: ref/layer_norm.h.
+template <class T>
+struct LayerNormParams {
+    T*       y     = nullptr;
+    T*       mean  = nullptr;
+    T*       rstd  = nullptr;
+    const T* x     = nullptr;
+    const T* gamma = nullptr;
+    const T* beta  = nullptr;
+    int64_t  rows = 0, N = 0;
+    double   eps   = 1e-5;
+};
+
+/// Gradients for LayerNormParams: dx (rows, N), dgamma (N), dbeta (N), each nullable and
+/// overwritten (not accumulated), from dy (rows, N). dx may alias dy.
+template <class T>
+struct LayerNormGradParams {
+    T*       dx     = nullptr;
+    T*       dgamma = nullptr;
+    T*       dbeta  = nullptr;
+    const T* dy     = nullptr;
+};
+
+/// One Adam / AdamW step on n elements (param, m, v updated in place; grad read). step = the step
+/// number after incrementing (1 on the first call); hyperparameters are doubles (Python floats).
+/// Formulas: ref/adam.h.
+template <class T>
+struct AdamParams {
+    T*       param = nullptr;
+    const T* grad  = nullptr;
+    T*       m     = nullptr;
+    T*       v     = nullptr;
+    int64_t  n     = 0;
+    double   lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+    bool     decoupled  = false;  // AdamW
+    int64_t  step       = 1;
+    double   grad_scale = 1.0;  // multiplies each gradient first (clip_grad_norm's factor)
+};
+
+/// One SGD step on n elements (torch.optim.SGD); momentum_buf (n) may be nullptr when
+/// momentum == 0; first_step = the momentum buffer does not exist yet. Formulas: ref/adam.h.
+template <class T>
+struct SgdParams {
+    T*       param        = nullptr;
+    const T* grad         = nullptr;
+    T*       momentum_buf = nullptr;
+    int64_t  n            = 0;
+    double   lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+    bool     nesterov = false, first_step = false;
+};
+
+/// `batch` independent row-major GEMMs C_i = alpha·op(A_i)·op(B_i) + beta·C_i with the same shapes
+/// (cublasSgemmStridedBatched order): GEMM i reads A + i·stride_a, B + i·stride_b and writes
+/// C + i·stride_c. op(A) is (M, K): A (M×K, lda >= K), or Aᵀ of a K×M matrix when trans_a
+/// (lda >= M); op(B) is (K, N) likewise (ldb >= N, or >= K when trans_b); C is M×N (ldc >= N).
+/// stride_a or stride_b may be 0 (a shared operand); the C blocks must not overlap or alias A/B.
+/// beta == 0 overwrites C without reading it. Semantics: ref/matmul.h.
+template <class T>
+struct GemmBatchedParams {
+    bool     trans_a = false, trans_b = false;
+    int64_t  M = 0, N = 0, K = 0;
+    T        alpha    = T(1);
+    const T* A        = nullptr;
+    int64_t  lda      = 0;
+    int64_t  stride_a = 0;
+    const T* B        = nullptr;
+    int64_t  ldb      = 0;
+    int64_t  stride_b = 0;
+    T        beta     = T(0);
+    T*       C        = nullptr;
+    int64_t  ldc      = 0;
+    int64_t  stride_c = 0;
+    int64_t  batch    = 1;
+};
+
 }  // namespace qkv::kernels

@@ -24,20 +24,24 @@ bool fast(DType dt) { return dt == DType::f32 && kernel_mode() == KernelMode::fa
 template <class T>
 void ce_forward(T* loss, T* lse, const T* x, const int64_t* t, const T* w, int64_t rows, int64_t V,
                 int64_t ignore, double eps) {
+    const kernels::CrossEntropyParams<T> p{.loss = loss, .lse = lse, .logits = x, .target = t, .weight = w,
+                                           .N = rows, .V = V, .ignore_index = ignore, .label_smoothing = eps};
     if constexpr (std::is_same_v<T, float>) {
-        if (fast(DType::f32)) return kernels::cpu::cross_entropy_forward(loss, lse, x, t, w, rows, V, ignore, eps);
+        if (fast(DType::f32)) return kernels::cpu::cross_entropy_forward(p);
     }
-    kernels::ref::cross_entropy_forward<T>(loss, lse, x, t, w, rows, V, ignore, eps);
+    kernels::ref::cross_entropy_forward<T>(p);
 }
 
 template <class T>
 void ce_backward(T* dx, const T* g, int64_t g_stride, const T* x, const T* lse, const int64_t* t, const T* w,
                  int64_t rows, int64_t V, int64_t ignore, double eps) {
+    const kernels::CrossEntropyParams<T> p{.lse = const_cast<T*>(lse), .logits = x, .target = t, .weight = w,
+                                           .N = rows, .V = V, .ignore_index = ignore, .label_smoothing = eps};
+    const kernels::CrossEntropyGradParams<T> gp{.dlogits = dx, .dloss = g, .dloss_stride = g_stride};
     if constexpr (std::is_same_v<T, float>) {
-        if (fast(DType::f32))
-            return kernels::cpu::cross_entropy_backward(dx, g, g_stride, x, lse, t, w, rows, V, ignore, eps);
+        if (fast(DType::f32)) return kernels::cpu::cross_entropy_backward(p, gp);
     }
-    kernels::ref::cross_entropy_backward<T>(dx, g, g_stride, x, lse, t, w, rows, V, ignore, eps);
+    kernels::ref::cross_entropy_backward<T>(p, gp);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/isa.h"
+
 namespace qkv {
 namespace {
 KernelMode initial_mode() {
@@ -13,7 +15,10 @@ KernelMode initial_mode() {
 KernelMode g_mode = initial_mode();
 }  // namespace
 
-KernelMode kernel_mode() { return g_mode; }
+KernelMode kernel_mode() {
+    (void)kernels::cpu::max_isa();  // validates QKV_MAX_ISA here, outside any kernel
+    return g_mode;
+}
 void set_kernel_mode(KernelMode m) { g_mode = m; }
 
 }  // namespace qkv

@@ -21,6 +21,22 @@ T* opt_ptr_mut(const Tensor& t) {
     return t.defined() ? ptr<T>(t) : nullptr;
 }
 bool fast(DType dt) { return dt == DType::f32 && kernel_mode() == KernelMode::fast; }
+
+template <class T>
+void ln_forward(const kernels::LayerNormParams<T>& p) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (fast(DType::f32)) return kernels::cpu::layer_norm_forward(p);
+    }
+    kernels::ref::layer_norm_forward<T>(p);
+}
+
+template <class T>
+void ln_backward(const kernels::LayerNormParams<T>& p, const kernels::LayerNormGradParams<T>& g) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (fast(DType::f32)) return kernels::cpu::layer_norm_backward(p, g);
+    }
+    kernels::ref::layer_norm_backward<T>(p, g);
+}
 }  // namespace
 
 // y = (x − μ)·r·γ + β, r = 1/√(σ² + eps); backward in kernels/ref/layer_norm.cpp:
@@ -43,16 +59,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     Tensor y = Tensor::empty(x.shape(), x.dtype());
     Tensor mean = Tensor::empty({rows}, x.dtype()), rstd = Tensor::empty({rows}, x.dtype());
     QKV_DISPATCH_FLOAT(x.dtype(), "layer_norm", {
-        if constexpr (std::is_same_v<scalar_t, float>) {
-            if (fast(x.dtype())) {
-                kernels::cpu::layer_norm_forward(ptr<float>(y), ptr<float>(mean), ptr<float>(rstd), ptr<float>(xc),
-                                                 opt_ptr<float>(w), opt_ptr<float>(b), rows, N, eps);
-                break;
-            }
-        }
-        kernels::ref::layer_norm_forward<scalar_t>(ptr<scalar_t>(y), ptr<scalar_t>(mean), ptr<scalar_t>(rstd),
-                                                   ptr<scalar_t>(xc), opt_ptr<scalar_t>(w), opt_ptr<scalar_t>(b),
-                                                   rows, N, eps);
+        const kernels::LayerNormParams<scalar_t> p{
+            .y = ptr<scalar_t>(y), .mean = ptr<scalar_t>(mean), .rstd = ptr<scalar_t>(rstd), .x = ptr<scalar_t>(xc),
+            .gamma = opt_ptr<scalar_t>(w), .beta = opt_ptr<scalar_t>(b), .rows = rows, .N = N, .eps = eps};
+        ln_forward(p);
     });
     std::vector<Tensor> inputs{x};
     if (weight.defined()) inputs.push_back(weight);
@@ -64,18 +74,12 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
         Tensor dw = has_w ? Tensor::empty(ns, xc.dtype()) : Tensor();
         Tensor db = has_b ? Tensor::empty(ns, xc.dtype()) : Tensor();
         QKV_DISPATCH_FLOAT(xc.dtype(), "layer_norm_backward", {
-            if constexpr (std::is_same_v<scalar_t, float>) {
-                if (fast(xc.dtype())) {
-                    kernels::cpu::layer_norm_backward(ptr<float>(dx), opt_ptr_mut<float>(dw), opt_ptr_mut<float>(db),
-                                                      ptr<float>(gc), ptr<float>(xc), ptr<float>(mean),
-                                                      ptr<float>(rstd), opt_ptr<float>(w), rows, N);
-                    break;
-                }
-            }
-            kernels::ref::layer_norm_backward<scalar_t>(ptr<scalar_t>(dx), opt_ptr_mut<scalar_t>(dw),
-                                                        opt_ptr_mut<scalar_t>(db), ptr<scalar_t>(gc), ptr<scalar_t>(xc),
-                                                        ptr<scalar_t>(mean), ptr<scalar_t>(rstd), opt_ptr<scalar_t>(w),
-                                                        rows, N);
+            const kernels::LayerNormParams<scalar_t> p{.mean = ptr<scalar_t>(mean), .rstd = ptr<scalar_t>(rstd),
+                                                       .x = ptr<scalar_t>(xc), .gamma = opt_ptr<scalar_t>(w),
+                                                       .rows = rows, .N = N};
+            const kernels::LayerNormGradParams<scalar_t> gp{.dx = ptr<scalar_t>(dx), .dgamma = opt_ptr_mut<scalar_t>(dw),
+                                                            .dbeta = opt_ptr_mut<scalar_t>(db), .dy = ptr<scalar_t>(gc)};
+            ln_backward(p, gp);
         });
         std::vector<Tensor> gs{dx};
         if (has_w) gs.push_back(dw);

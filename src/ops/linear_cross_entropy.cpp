@@ -85,7 +85,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 #pragma omp simd
                 for (int64_t v = 0; v < V; ++v) zr[v] += pb[v];
             }
-            kernels::cpu::cross_entropy_forward(pp + r, pl + r, zr, pt + r, nullptr, 1, V, ignore, eps);
+            kernels::cpu::cross_entropy_forward({.loss = pp + r, .lse = pl + r, .logits = zr, .target = pt + r,
+                                                 .N = 1, .V = V, .ignore_index = ignore, .label_smoothing = eps});
         }
     }
     double scale = 1.0;
@@ -130,8 +131,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 #pragma omp for schedule(static)
                    for (int64_t r = 0; r < N; ++r) {
                        float* zr = G + r * V;
-                       kernels::cpu::cross_entropy_backward(zr, pg + r * g_stride, 0, zr, pl + r, ids + r, nullptr,
-                                                            1, V, ignore, eps);
+                       kernels::cpu::cross_entropy_backward(
+                           {.lse = const_cast<float*>(pl + r), .logits = zr, .target = ids + r, .N = 1, .V = V,
+                            .ignore_index = ignore, .label_smoothing = eps},
+                           {.dlogits = zr, .dloss = pg + r * g_stride, .dloss_stride = 0});
                        if (chunk) {
 #pragma omp simd
                            for (int64_t v = 0; v < V; ++v) chunk[v] += zr[v];

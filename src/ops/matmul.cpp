@@ -58,13 +58,11 @@ void run_gemm(const Operand& a, const Operand& b, Tensor& out, int64_t batch, in
             if (batch == 1)
                 kernels::cpu::gemm(a.trans, b.trans, M, N, K, 1.f, pa, a.ld, pb, b.ld, 0.f, po, ldc);
             else
-                kernels::cpu::gemm_batched(a.trans, b.trans, M, N, K, 1.f, pa, a.ld, a.batch_stride, pb,
-                                           b.ld, b.batch_stride, 0.f, po, ldc, M * N, batch);
+                kernels::cpu::gemm_batched({a.trans, b.trans, M, N, K, 1.f, pa, a.ld, a.batch_stride, pb, b.ld, b.batch_stride, 0.f, po, ldc, M * N, batch});
             return;
         }
     }
-    kernels::ref::gemm_batched<T>(a.trans, b.trans, M, N, K, T(1), pa, a.ld, a.batch_stride, pb, b.ld,
-                                  b.batch_stride, T(0), po, ldc, M * N, batch);
+    kernels::ref::gemm_batched<T>({a.trans, b.trans, M, N, K, T(1), pa, a.ld, a.batch_stride, pb, b.ld, b.batch_stride, T(0), po, ldc, M * N, batch});
 }
 
 /// Batched product of a (Ba, M, K) and b (Bb, K, N) where Ba, Bb are 1 or the common batch.

@@ -19,14 +19,14 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
     const Tensor g = grad.dtype() == param.dtype() ? grad.contiguous() : grad.to(param.dtype()).contiguous();
     const int64_t n = param.numel();
     if (param.dtype() == DType::f32 && kernel_mode() == KernelMode::fast) {
-        kernels::cpu::adam_step(ptr<float>(param), ptr<float>(g), ptr<float>(m), ptr<float>(v), n, a.lr, a.beta1,
-                                a.beta2, a.eps, a.weight_decay, a.decoupled, a.step, a.grad_scale);
+        kernels::cpu::adam_step({ptr<float>(param), ptr<float>(g), ptr<float>(m), ptr<float>(v), n, a.lr, a.beta1,
+                                 a.beta2, a.eps, a.weight_decay, a.decoupled, a.step, a.grad_scale});
         return;
     }
     QKV_DISPATCH_FLOAT(param.dtype(), "adam_step_",
-                       kernels::ref::adam_step<scalar_t>(ptr<scalar_t>(param), ptr<scalar_t>(g), ptr<scalar_t>(m),
-                                                         ptr<scalar_t>(v), n, a.lr, a.beta1, a.beta2, a.eps,
-                                                         a.weight_decay, a.decoupled, a.step, a.grad_scale));
+                       kernels::ref::adam_step<scalar_t>({ptr<scalar_t>(param), ptr<scalar_t>(g), ptr<scalar_t>(m),
+                                                          ptr<scalar_t>(v), n, a.lr, a.beta1, a.beta2, a.eps,
+                                                          a.weight_decay, a.decoupled, a.step, a.grad_scale}));
 }
 
 namespace {

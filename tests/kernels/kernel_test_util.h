@@ -4,7 +4,7 @@
 #include <functional>
 #include <vector>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
 #include "support/test_util.h"
 
 namespace qkv::test {

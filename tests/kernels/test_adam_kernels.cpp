@@ -60,14 +60,14 @@ TEST(AdamKernels, MatchPyTorchGolden) {
         const auto& want32 = decoupled ? kAdamW32 : kAdam32;
         const auto got64   = run_steps<double>([&](double* p, const double* g, double* m, double* v,
                                                  int64_t n, int s) {
-            ref::adam_step<double>(p, g, m, v, n, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled, s + 1);
+            ref::adam_step<double>({p, g, m, v, n, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled, s + 1});
         });
         EXPECT_TRUE(all_close(got64, want64, 1e-15, 1e-13)) << "decoupled=" << decoupled;
         for (Isa isa : available_isas()) {
             IsaGuard guard(isa);
             const auto got32 = run_steps<float>(
                 [&](float* p, const float* g, float* m, float* v, int64_t n, int s) {
-                    cpu::adam_step(p, g, m, v, n, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled, s + 1);
+                    cpu::adam_step({p, g, m, v, n, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled, s + 1});
                 });
             EXPECT_TRUE(all_close(got32, want32, kTolElemAtol, kTolElemRtol))
                 << cpu::isa_name(isa) << " decoupled=" << decoupled;
@@ -82,12 +82,12 @@ TEST(SgdKernels, MatchPyTorchGolden) {
         const auto& want32 = nesterov ? kNesterov32 : kSgd32;
         const auto got64   = run_steps<double>(
             [&](double* p, const double* g, double* buf, double*, int64_t n, int s) {
-                ref::sgd_step<double>(p, g, buf, n, 0.1, 0.9, damp, 0.01, nesterov, s == 0);
+                ref::sgd_step<double>({p, g, buf, n, 0.1, 0.9, damp, 0.01, nesterov, s == 0});
             });
         EXPECT_TRUE(all_close(got64, want64, 1e-15, 1e-13)) << "nesterov=" << nesterov;
         const auto got32 =
             run_steps<float>([&](float* p, const float* g, float* buf, float*, int64_t n, int s) {
-                cpu::sgd_step(p, g, buf, n, 0.1, 0.9, damp, 0.01, nesterov, s == 0);
+                cpu::sgd_step({p, g, buf, n, 0.1, 0.9, damp, 0.01, nesterov, s == 0});
             });
         EXPECT_TRUE(all_close(got32, want32, kTolElemAtol, kTolElemRtol))
             << "nesterov=" << nesterov;
@@ -112,10 +112,8 @@ TEST(AdamKernels, FastMatchesRef_OddSizes) {
                 for (int64_t step = 1; step <= 5; ++step) {
                     const auto g   = random_floats(n, seed + 100 * step, -2.f, 2.f);
                     const auto g64 = to_double(g);
-                    cpu::adam_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.999,
-                                   1e-8, h.wd, h.decoupled, step);
-                    ref::adam_step<double>(p64.data(), g64.data(), m64.data(), v64.data(), n, 1e-3,
-                                           0.9, 0.999, 1e-8, h.wd, h.decoupled, step);
+                    cpu::adam_step({p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.999, 1e-8, h.wd, h.decoupled, step});
+                    ref::adam_step<double>({p64.data(), g64.data(), m64.data(), v64.data(), n, 1e-3, 0.9, 0.999, 1e-8, h.wd, h.decoupled, step});
                 }
                 const auto where = ::testing::Message()
                                    << cpu::isa_name(isa) << " n=" << n << " wd=" << h.wd
@@ -142,11 +140,8 @@ TEST(SgdKernels, FastMatchesRef_AllOptions) {
             for (int step = 0; step < 4; ++step) {
                 const auto g   = random_floats(n, seed + 100 * step);
                 const auto g64 = to_double(g);
-                cpu::sgd_step(p.data(), g.data(), o.momentum != 0 ? buf.data() : nullptr, n, 0.05,
-                              o.momentum, o.dampening, o.wd, o.nesterov, step == 0);
-                ref::sgd_step<double>(p64.data(), g64.data(),
-                                      o.momentum != 0 ? buf64.data() : nullptr, n, 0.05, o.momentum,
-                                      o.dampening, o.wd, o.nesterov, step == 0);
+                cpu::sgd_step({p.data(), g.data(), o.momentum != 0 ? buf.data() : nullptr, n, 0.05, o.momentum, o.dampening, o.wd, o.nesterov, step == 0});
+                ref::sgd_step<double>({p64.data(), g64.data(), o.momentum != 0 ? buf64.data() : nullptr, n, 0.05, o.momentum, o.dampening, o.wd, o.nesterov, step == 0});
             }
             EXPECT_TRUE(all_close(p, p64, kTolElemAtol, kTolElemRtol))
                 << "n=" << n << " momentum=" << o.momentum << " nesterov=" << o.nesterov;

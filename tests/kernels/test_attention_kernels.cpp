@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/params.h"
 #include "kernels/ref/attention.h"
@@ -434,11 +435,17 @@ TEST(AttentionRefKernels, DropoutKeepRateIsOneMinusP) {
 // ---------------------------------------------------------------------------------------------
 // Fast flash kernel vs the reference, on every instruction-set path this CPU supports.
 
-std::vector<cpu::FlashIsa> isas() {
-    std::vector<cpu::FlashIsa> r;
-    for (auto isa : {cpu::FlashIsa::avx512, cpu::FlashIsa::avx2, cpu::FlashIsa::scalar})
-        if (cpu::flash_attention_isa_supported(isa)) r.push_back(isa);
-    return r;
+// Every path the cap can select on this CPU (scalar = the portable build with AVX-512 geometry).
+std::vector<cpu::Isa> isas() { return available_isas(); }
+
+void flash_forward(const kernels::AttentionParams<float>& p, cpu::Isa isa) {
+    const IsaGuard cap(isa);
+    cpu::flash_attention_forward(p);
+}
+void flash_backward(const kernels::AttentionParams<float>& p, const kernels::AttentionGradParams<float>& g,
+                    cpu::Isa isa) {
+    const IsaGuard cap(isa);
+    cpu::flash_attention_backward(p, g);
 }
 
 struct Results {
@@ -450,10 +457,10 @@ Results results(const AttnData<T>& a) {
     return {logical_out(a), to_double(a.lse), to_double(a.dq), to_double(a.dk), to_double(a.dv)};
 }
 
-Results run_fast(const AttnSpec& s, cpu::FlashIsa isa, bool bwd = true) {
+Results run_fast(const AttnSpec& s, cpu::Isa isa, bool bwd = true) {
     auto a = make_attn<float>(s);
-    cpu::flash_attention_forward(a.p, isa);
-    if (bwd) cpu::flash_attention_backward(a.p, a.g, isa);
+    flash_forward(a.p, isa);
+    if (bwd) flash_backward(a.p, a.g, isa);
     return results(a);
 }
 
@@ -469,7 +476,7 @@ void expect_fast_matches_ref(const AttnSpec& s, bool bwd = true) {
     }
     const Results want = results(r64), base = results(r32);
     for (auto isa : isas()) {
-        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        SCOPED_TRACE(cpu::isa_name(isa));
         const Results got = run_fast(s, isa, bwd);
         EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
         EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
@@ -595,11 +602,11 @@ TEST(FlashAttentionKernels, FastMatchesRef_LargeLogits) {
     for (auto isa : isas()) {
         auto a     = make_attn<float>(s);
         a.p.lse_lo = nullptr;
-        cpu::flash_attention_forward(a.p, isa);
-        cpu::flash_attention_backward(a.p, a.g, isa);
+        flash_forward(a.p, isa);
+        flash_backward(a.p, a.g, isa);
         const Results r = results(a);
         for (const auto* x : {&r.out, &r.lse, &r.dq, &r.dk, &r.dv})
-            for (double e : *x) ASSERT_TRUE(std::isfinite(e)) << cpu::flash_attention_isa_name(isa);
+            for (double e : *x) ASSERT_TRUE(std::isfinite(e)) << cpu::isa_name(isa);
     }
 }
 
@@ -636,10 +643,10 @@ TEST(FlashAttentionKernels, FastMatchesRef_ShiftingRowMaxima) {
     ref::attention_forward(r64.p), ref::attention_forward(r32.p);
     const Results want = results(r64), base = results(r32);
     for (auto isa : isas()) {
-        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        SCOPED_TRACE(cpu::isa_name(isa));
         auto a = make_attn<float>(s);
         spike(a);
-        cpu::flash_attention_forward(a.p, isa);
+        flash_forward(a.p, isa);
         const Results got = results(a);
         EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
         EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
@@ -656,13 +663,13 @@ TEST(FlashAttentionKernels, FullyMaskedRowsAndBlocksGiveZero) {
         for (int64_t j = 64; j < 256; ++j) a0.bool_mask[size_t(i * 300 + j)] = 0;
     for (int64_t j = 0; j < 300; ++j) a0.bool_mask[size_t((100 + 3) * 300 + j)] = 0;
     for (auto isa : isas()) {
-        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        SCOPED_TRACE(cpu::isa_name(isa));
         auto a = a0;
         a.p.q = a.q.data(), a.p.k = a.k.data(), a.p.v = a.v.data(), a.p.out = a.out.data();
         a.p.lse = a.lse.data(), a.p.lse_lo = a.lse_lo.data(), a.p.bool_mask = a.bool_mask.data();
         a.g.dout = a.dout.data(), a.g.dq = a.dq.data(), a.g.dk = a.dk.data(), a.g.dv = a.dv.data();
-        cpu::flash_attention_forward(a.p, isa);
-        cpu::flash_attention_backward(a.p, a.g, isa);
+        flash_forward(a.p, isa);
+        flash_backward(a.p, a.g, isa);
         EXPECT_EQ(a.lse[100 + 3], -INFINITY);
         for (int64_t e = 0; e < 16; ++e) {
             EXPECT_EQ(a.out[size_t((100 + 3) * 16 + e)], 0.0f);
@@ -684,7 +691,7 @@ TEST(FlashAttentionKernels, FullyMaskedByIndexGiveZero) {
     AttnSpec s = shape(2, 2, 130, 64, 8);
     s.valid_lens_rank = 1, s.valid_lens = {0, 64}, s.causal = CausalAlign::bottom_right;
     for (auto isa : isas()) {
-        SCOPED_TRACE(cpu::flash_attention_isa_name(isa));
+        SCOPED_TRACE(cpu::isa_name(isa));
         const Results r = run_fast(s, isa);
         for (int64_t t = 0; t < 2 * 130; ++t) EXPECT_EQ(r.lse[size_t(t)], -INFINITY);
         for (int64_t t = 0; t < 2 * 130 * 8; ++t) {
@@ -707,8 +714,8 @@ TEST(FlashAttentionKernels, DropoutMaskMatchesReference) {
     for (auto isa : isas()) {
         auto       b   = make_attn<float>(dropout_probe_spec(0.3f));
         const auto got = dropout_mask_via(
-            [isa](AttnData<float>& x) { cpu::flash_attention_forward(x.p, isa); }, b);
-        EXPECT_EQ(got, want) << cpu::flash_attention_isa_name(isa);
+            [isa](AttnData<float>& x) { flash_forward(x.p, isa); }, b);
+        EXPECT_EQ(got, want) << cpu::isa_name(isa);
     }
 }
 
@@ -721,10 +728,10 @@ TEST(FlashAttentionKernels, DropoutDeterministicAcrossThreadCounts) {
         AttnSpec s = shape(B, 1, 150, 400, 32);
         s.dropout = 0.25f, s.causal = CausalAlign::top_left;
         omp_set_num_threads(1);
-        const Results one = run_fast(s, cpu::FlashIsa::automatic);
+        const Results one = run_fast(s, cpu::simd_isa());
         omp_set_num_threads(2);
-        const Results two = run_fast(s, cpu::FlashIsa::automatic);
-        const Results two_again = run_fast(s, cpu::FlashIsa::automatic);
+        const Results two = run_fast(s, cpu::simd_isa());
+        const Results two_again = run_fast(s, cpu::simd_isa());
         EXPECT_EQ(one.out, two.out);
         EXPECT_EQ(one.lse, two.lse);
         EXPECT_EQ(one.dk, two.dk);
@@ -749,11 +756,7 @@ TEST(FlashAttentionKernels, BackwardBothParallelSplits) {
     omp_set_num_threads(saved);
 }
 
-TEST(FlashAttentionKernels, UnsupportedIsaThrowsEmptyShapesAndNoLse) {
-    if (!cpu::flash_attention_isa_supported(cpu::FlashIsa::avx512)) {
-        auto a = make_attn<float>(shape(1, 1, 4, 4, 4));
-        EXPECT_THROW(cpu::flash_attention_forward(a.p, cpu::FlashIsa::avx512), qkv::Error);
-    }
+TEST(FlashAttentionKernels, EmptyShapesAndNoLse) {
     // Tk = 0: every row fully masked; Tq = 0: dk and dv are written as 0.
     auto a = make_attn<float>(shape(1, 2, 5, 0, 4));
     cpu::flash_attention_forward(a.p);
@@ -765,10 +768,10 @@ TEST(FlashAttentionKernels, UnsupportedIsaThrowsEmptyShapesAndNoLse) {
     for (auto isa : isas()) {
         auto c = make_attn<float>(shape(2, 2, 70, 130, 24));
         auto d = make_attn<float>(shape(2, 2, 70, 130, 24));
-        cpu::flash_attention_forward(c.p, isa);
+        flash_forward(c.p, isa);
         d.p.lse = nullptr, d.p.lse_lo = nullptr;
-        cpu::flash_attention_forward(d.p, isa);
-        EXPECT_EQ(c.out, d.out) << cpu::flash_attention_isa_name(isa);
+        flash_forward(d.p, isa);
+        EXPECT_EQ(c.out, d.out) << cpu::isa_name(isa);
     }
     auto b = make_attn<float>(shape(1, 2, 0, 5, 4));
     cpu::flash_attention_forward(b.p);

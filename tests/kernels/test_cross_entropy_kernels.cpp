@@ -48,23 +48,17 @@ void check_case(const CeCase& c, uint64_t seed, std::vector<float> logits = {}) 
 
     std::vector<float> loss32(c.N), lse32(c.N), dx32(n);
     std::vector<double> loss64(c.N), lse64(c.N), dx64(n);
-    ref::cross_entropy_forward<float>(loss32.data(), lse32.data(), logits.data(), target.data(),
-                                      w32, c.N, c.V, kIgnore, c.smoothing);
-    ref::cross_entropy_forward<double>(loss64.data(), lse64.data(), logits64.data(), target.data(),
-                                       w64, c.N, c.V, kIgnore, c.smoothing);
+    ref::cross_entropy_forward<float>({loss32.data(), lse32.data(), logits.data(), target.data(), w32, c.N, c.V, kIgnore, c.smoothing});
+    ref::cross_entropy_forward<double>({loss64.data(), lse64.data(), logits64.data(), target.data(), w64, c.N, c.V, kIgnore, c.smoothing});
     // Backward from the same float lse for all three.
     const auto lse32d = to_double(lse32);
-    ref::cross_entropy_backward<float>(dx32.data(), g.data(), gs, logits.data(), lse32.data(),
-                                       target.data(), w32, c.N, c.V, kIgnore, c.smoothing);
-    ref::cross_entropy_backward<double>(dx64.data(), g64.data(), gs, logits64.data(), lse32d.data(),
-                                        target.data(), w64, c.N, c.V, kIgnore, c.smoothing);
+    ref::cross_entropy_backward<float>({nullptr, const_cast<float*>(lse32.data()), logits.data(), target.data(), w32, c.N, c.V, kIgnore, c.smoothing}, {dx32.data(), g.data(), gs});
+    ref::cross_entropy_backward<double>({nullptr, const_cast<double*>(lse32d.data()), logits64.data(), target.data(), w64, c.N, c.V, kIgnore, c.smoothing}, {dx64.data(), g64.data(), gs});
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> loss(c.N), lse(c.N), dx(n);
-        cpu::cross_entropy_forward(loss.data(), lse.data(), logits.data(), target.data(), w32, c.N,
-                                   c.V, kIgnore, c.smoothing);
-        cpu::cross_entropy_backward(dx.data(), g.data(), gs, logits.data(), lse32.data(),
-                                    target.data(), w32, c.N, c.V, kIgnore, c.smoothing);
+        cpu::cross_entropy_forward({loss.data(), lse.data(), logits.data(), target.data(), w32, c.N, c.V, kIgnore, c.smoothing});
+        cpu::cross_entropy_backward({nullptr, const_cast<float*>(lse32.data()), logits.data(), target.data(), w32, c.N, c.V, kIgnore, c.smoothing}, {dx.data(), g.data(), gs});
         const auto where = ::testing::Message()
                            << cpu::isa_name(isa) << " N=" << c.N << " V=" << c.V
                            << " weighted=" << c.weighted << " eps=" << c.smoothing
@@ -116,8 +110,7 @@ TEST(CrossEntropyKernels, EqualLogitsGiveLogV) {
         IsaGuard guard(isa);
         for (double eps : {0.0, 0.1}) {
             std::vector<float> loss(N), lse(N);
-            cpu::cross_entropy_forward(loss.data(), lse.data(), x.data(), t.data(), nullptr, N, V,
-                                       kIgnore, eps);
+            cpu::cross_entropy_forward({loss.data(), lse.data(), x.data(), t.data(), nullptr, N, V, kIgnore, eps});
             for (int64_t i = 0; i < N; ++i)
                 EXPECT_NEAR(loss[i], std::log(double(V)), 2e-6 * std::log(double(V)))
                     << cpu::isa_name(isa) << " eps=" << eps;
@@ -133,12 +126,9 @@ TEST(CrossEntropyKernels, InPlaceBackward) {
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> loss(N), lse(N), dx(x.size()), inplace = x;
-        cpu::cross_entropy_forward(loss.data(), lse.data(), x.data(), t.data(), nullptr, N, V,
-                                   kIgnore, 0.1);
-        cpu::cross_entropy_backward(dx.data(), &g, 0, x.data(), lse.data(), t.data(), nullptr, N, V,
-                                    kIgnore, 0.1);
-        cpu::cross_entropy_backward(inplace.data(), &g, 0, inplace.data(), lse.data(), t.data(),
-                                    nullptr, N, V, kIgnore, 0.1);
+        cpu::cross_entropy_forward({loss.data(), lse.data(), x.data(), t.data(), nullptr, N, V, kIgnore, 0.1});
+        cpu::cross_entropy_backward({nullptr, const_cast<float*>(lse.data()), x.data(), t.data(), nullptr, N, V, kIgnore, 0.1}, {dx.data(), &g, 0});
+        cpu::cross_entropy_backward({nullptr, const_cast<float*>(lse.data()), inplace.data(), t.data(), nullptr, N, V, kIgnore, 0.1}, {inplace.data(), &g, 0});
         EXPECT_EQ(dx, inplace) << cpu::isa_name(isa);
     }
 }
@@ -164,19 +154,15 @@ TEST(CrossEntropyKernels, MatchesPyTorchGolden) {
                                            0};
     std::vector<double> loss(3), lse(3), dx(12);
     const double one = 1.0;
-    ref::cross_entropy_forward<double>(loss.data(), lse.data(), x.data(), t.data(), nullptr, 3, 4,
-                                       kIgnore, 0.1);
-    ref::cross_entropy_backward<double>(dx.data(), &one, 0, x.data(), lse.data(), t.data(), nullptr,
-                                        3, 4, kIgnore, 0.1);
+    ref::cross_entropy_forward<double>({loss.data(), lse.data(), x.data(), t.data(), nullptr, 3, 4, kIgnore, 0.1});
+    ref::cross_entropy_backward<double>({nullptr, const_cast<double*>(lse.data()), x.data(), t.data(), nullptr, 3, 4, kIgnore, 0.1}, {dx.data(), &one, 0});
     EXPECT_TRUE(all_close(loss, want_loss, 1e-14, 1e-13));
     EXPECT_TRUE(all_close(dx, want_grad, 1e-14, 1e-13));
     const std::vector<float> xf(x.begin(), x.end());
     std::vector<float> lossf(3), lsef(3), dxf(12);
     const float onef = 1.f;
-    cpu::cross_entropy_forward(lossf.data(), lsef.data(), xf.data(), t.data(), nullptr, 3, 4,
-                               kIgnore, 0.1);
-    cpu::cross_entropy_backward(dxf.data(), &onef, 0, xf.data(), lsef.data(), t.data(), nullptr, 3,
-                                4, kIgnore, 0.1);
+    cpu::cross_entropy_forward({lossf.data(), lsef.data(), xf.data(), t.data(), nullptr, 3, 4, kIgnore, 0.1});
+    cpu::cross_entropy_backward({nullptr, const_cast<float*>(lsef.data()), xf.data(), t.data(), nullptr, 3, 4, kIgnore, 0.1}, {dxf.data(), &onef, 0});
     EXPECT_TRUE(all_close(lossf, want_loss, kTolGoldenAtol, kTolGoldenRtol));
     EXPECT_TRUE(all_close(dxf, want_grad, kTolGoldenAtol, kTolGoldenRtol));
 }
@@ -190,15 +176,12 @@ TEST(CrossEntropyKernels, RefBackwardMatchesFiniteDifferences) {
     for (double eps : {0.0, 0.2}) {
         auto fwd = [&](const std::vector<double>& xv) {
             std::vector<double> loss(N);
-            ref::cross_entropy_forward<double>(loss.data(), nullptr, xv.data(), t.data(), w.data(),
-                                               N, V, kIgnore, eps);
+            ref::cross_entropy_forward<double>({loss.data(), nullptr, xv.data(), t.data(), w.data(), N, V, kIgnore, eps});
             return loss;
         };
         std::vector<double> loss(N), lse(N), dx(N * V);
-        ref::cross_entropy_forward<double>(loss.data(), lse.data(), x.data(), t.data(), w.data(), N,
-                                           V, kIgnore, eps);
-        ref::cross_entropy_backward<double>(dx.data(), g.data(), 1, x.data(), lse.data(), t.data(),
-                                            w.data(), N, V, kIgnore, eps);
+        ref::cross_entropy_forward<double>({loss.data(), lse.data(), x.data(), t.data(), w.data(), N, V, kIgnore, eps});
+        ref::cross_entropy_backward<double>({nullptr, const_cast<double*>(lse.data()), x.data(), t.data(), w.data(), N, V, kIgnore, eps}, {dx.data(), g.data(), 1});
         EXPECT_TRUE(all_close(dx, numeric_grad(fwd, x, g), kGradAtol, kGradRtol)) << "eps=" << eps;
     }
 }

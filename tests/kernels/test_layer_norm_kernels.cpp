@@ -42,25 +42,19 @@ void check_case(const LnCase& c, uint64_t seed) {
     // Forward: ref32 and ref64 once, fast per ISA.
     std::vector<float> y32(n), mu32(c.rows), rs32(c.rows);
     std::vector<double> y64(n), mu64(c.rows), rs64(c.rows);
-    ref::layer_norm_forward<float>(y32.data(), mu32.data(), rs32.data(), x.data(), g32, b32, c.rows,
-                                   c.N, kEps);
-    ref::layer_norm_forward<double>(y64.data(), mu64.data(), rs64.data(), x64.data(), g64, b64,
-                                    c.rows, c.N, kEps);
+    ref::layer_norm_forward<float>({y32.data(), mu32.data(), rs32.data(), x.data(), g32, b32, c.rows, c.N, kEps});
+    ref::layer_norm_forward<double>({y64.data(), mu64.data(), rs64.data(), x64.data(), g64, b64, c.rows, c.N, kEps});
     // Backward from the same float statistics (ref32's) for all three.
     std::vector<float> dx32(n), dg32(c.N), db32(c.N);
     std::vector<double> dx64(n), dg64(c.N), db64(c.N);
-    ref::layer_norm_backward<float>(dx32.data(), dg32.data(), db32.data(), dy.data(), x.data(),
-                                    mu32.data(), rs32.data(), g32, c.rows, c.N);
+    ref::layer_norm_backward<float>({nullptr, const_cast<float*>(mu32.data()), const_cast<float*>(rs32.data()), x.data(), g32, nullptr, c.rows, c.N}, {dx32.data(), dg32.data(), db32.data(), dy.data()});
     const auto mu32d = to_double(mu32), rs32d = to_double(rs32);
-    ref::layer_norm_backward<double>(dx64.data(), dg64.data(), db64.data(), dy64.data(), x64.data(),
-                                     mu32d.data(), rs32d.data(), g64, c.rows, c.N);
+    ref::layer_norm_backward<double>({nullptr, const_cast<double*>(mu32d.data()), const_cast<double*>(rs32d.data()), x64.data(), g64, nullptr, c.rows, c.N}, {dx64.data(), dg64.data(), db64.data(), dy64.data()});
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> y(n), mu(c.rows), rs(c.rows), dx(n), dg(c.N), db(c.N);
-        cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), g32, b32, c.rows, c.N,
-                                kEps);
-        cpu::layer_norm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mu32.data(),
-                                 rs32.data(), g32, c.rows, c.N);
+        cpu::layer_norm_forward({y.data(), mu.data(), rs.data(), x.data(), g32, b32, c.rows, c.N, kEps});
+        cpu::layer_norm_backward({nullptr, const_cast<float*>(mu32.data()), const_cast<float*>(rs32.data()), x.data(), g32, nullptr, c.rows, c.N}, {dx.data(), dg.data(), db.data(), dy.data()});
         const auto where = ::testing::Message()
                            << cpu::isa_name(isa) << " rows=" << c.rows << " N=" << c.N
                            << " affine=" << c.affine << " offset=" << c.offset;
@@ -101,8 +95,7 @@ TEST(LayerNormKernels, ConstantRowsGiveBeta) {
     for (Isa isa : available_isas()) {
         IsaGuard guard(isa);
         std::vector<float> y(x.size()), mu(2), rs(2);
-        cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), gamma.data(), beta.data(),
-                                2, N, kEps);
+        cpu::layer_norm_forward({y.data(), mu.data(), rs.data(), x.data(), gamma.data(), beta.data(), 2, N, kEps});
         for (int64_t j = 0; j < 2 * N; ++j) EXPECT_EQ(y[j], beta[j % N]) << cpu::isa_name(isa);
         EXPECT_EQ(mu[0], 3.25f);
         EXPECT_FLOAT_EQ(rs[0], float(1.0 / std::sqrt(kEps)));
@@ -114,15 +107,13 @@ TEST(LayerNormKernels, ParamGradsIndependentOfThreadCount) {
     const auto x = random_floats(rows * N, 300), dy = random_floats(rows * N, 301);
     const auto gamma = random_floats(N, 302);
     std::vector<float> y(x.size()), mu(rows), rs(rows);
-    cpu::layer_norm_forward(y.data(), mu.data(), rs.data(), x.data(), gamma.data(), nullptr, rows,
-                            N, kEps);
+    cpu::layer_norm_forward({y.data(), mu.data(), rs.data(), x.data(), gamma.data(), nullptr, rows, N, kEps});
     const int saved = omp_get_max_threads();
     std::vector<float> dg[2], db[2], dx[2];
     for (int t = 0; t < 2; ++t) {
         omp_set_num_threads(t + 1);
         dg[t].resize(N), db[t].resize(N), dx[t].resize(x.size());
-        cpu::layer_norm_backward(dx[t].data(), dg[t].data(), db[t].data(), dy.data(), x.data(),
-                                 mu.data(), rs.data(), gamma.data(), rows, N);
+        cpu::layer_norm_backward({nullptr, const_cast<float*>(mu.data()), const_cast<float*>(rs.data()), x.data(), gamma.data(), nullptr, rows, N}, {dx[t].data(), dg[t].data(), db[t].data(), dy.data()});
     }
     omp_set_num_threads(saved);
     EXPECT_EQ(dg[0], dg[1]);
@@ -139,15 +130,12 @@ TEST(LayerNormKernels, RefBackwardMatchesFiniteDifferences) {
     auto fwd      = [&](const std::vector<double>& xv, const std::vector<double>& g,
                    const std::vector<double>& b) {
         std::vector<double> y(xv.size());
-        ref::layer_norm_forward<double>(y.data(), nullptr, nullptr, xv.data(), g.data(), b.data(),
-                                        rows, N, kEps);
+        ref::layer_norm_forward<double>({y.data(), nullptr, nullptr, xv.data(), g.data(), b.data(), rows, N, kEps});
         return y;
     };
     std::vector<double> y(x.size()), mu(rows), rs(rows), dx(x.size()), dg(N), db(N);
-    ref::layer_norm_forward<double>(y.data(), mu.data(), rs.data(), x.data(), gm.data(), bt.data(),
-                                    rows, N, kEps);
-    ref::layer_norm_backward<double>(dx.data(), dg.data(), db.data(), dy.data(), x.data(),
-                                     mu.data(), rs.data(), gm.data(), rows, N);
+    ref::layer_norm_forward<double>({y.data(), mu.data(), rs.data(), x.data(), gm.data(), bt.data(), rows, N, kEps});
+    ref::layer_norm_backward<double>({nullptr, const_cast<double*>(mu.data()), const_cast<double*>(rs.data()), x.data(), gm.data(), nullptr, rows, N}, {dx.data(), dg.data(), db.data(), dy.data()});
     EXPECT_TRUE(all_close(dx, numeric_grad([&](const auto& v) { return fwd(v, gm, bt); }, x, dy),
                           kGradAtol, kGradRtol));
     EXPECT_TRUE(all_close(dg, numeric_grad([&](const auto& v) { return fwd(x, v, bt); }, gm, dy),

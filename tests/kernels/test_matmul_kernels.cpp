@@ -133,13 +133,9 @@ void check_batched(bool ta,
     const auto C0             = random_floats(batch * sc, seed + 2);
     std::vector<float> c_fast = C0, c_ref32 = C0;
     std::vector<double> c_ref64 = to_double(C0);
-    cpu::gemm_batched(ta, tb, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb, sb, beta,
-                      c_fast.data(), ldc, sc, batch);
-    ref::gemm_batched<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb, sb, beta,
-                             c_ref32.data(), ldc, sc, batch);
-    ref::gemm_batched<double>(ta, tb, M, N, K, 0.5, to_double(A).data(), lda, sa,
-                              to_double(B).data(), ldb, sb, double(beta), c_ref64.data(), ldc, sc,
-                              batch);
+    cpu::gemm_batched({ta, tb, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb, sb, beta, c_fast.data(), ldc, sc, batch});
+    ref::gemm_batched<float>({ta, tb, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb, sb, beta, c_ref32.data(), ldc, sc, batch});
+    ref::gemm_batched<double>({ta, tb, M, N, K, 0.5, to_double(A).data(), lda, sa, to_double(B).data(), ldb, sb, double(beta), c_ref64.data(), ldc, sc, batch});
     const double err_fast = max_abs_diff(c_fast.data(), c_ref64.data(), batch * sc);
     const double err_ref  = max_abs_diff(c_ref32.data(), c_ref64.data(), batch * sc);
     EXPECT_LE(err_fast, kErrFactor * err_ref + kErrFloor)
@@ -169,11 +165,9 @@ TEST(MatmulKernels, BatchedMatchesRef_LargeBothThreadingPaths) {
 
 TEST(MatmulKernels, BatchedDegenerate) {
     std::vector<float> C(2 * 3 * 2, 2.f);
-    cpu::gemm_batched(false, false, 3, 2, 0, 1.f, nullptr, 1, 0, nullptr, 2, 0, 0.25f, C.data(), 2,
-                      6, 2);
+    cpu::gemm_batched({false, false, 3, 2, 0, 1.f, nullptr, 1, 0, nullptr, 2, 0, 0.25f, C.data(), 2, 6, 2});
     EXPECT_EQ(C, std::vector<float>(12, 0.5f));
-    cpu::gemm_batched(false, false, 3, 2, 4, 1.f, nullptr, 4, 12, nullptr, 2, 8, 0.f, C.data(), 2,
-                      6, 0);  // batch 0: nothing written
+    cpu::gemm_batched({false, false, 3, 2, 4, 1.f, nullptr, 4, 12, nullptr, 2, 8, 0.f, C.data(), 2, 6, 0});  // batch 0: nothing written
     EXPECT_EQ(C, std::vector<float>(12, 0.5f));
 }
 

@@ -4,29 +4,20 @@
 
 #include <cmath>
 
-#include "kernels/cpu/adam_simd.h"
+#include "kernels/cpu/variants.h"
 #include "kernels/ref/adam.h"
 
 namespace qkv::kernels::cpu {
 
-void adam_step(float* param,
-               const float* grad,
-               float* m,
-               float* v,
-               int64_t n,
-               double lr,
-               double beta1,
-               double beta2,
-               double eps,
-               double weight_decay,
-               bool decoupled,
-               int64_t step,
-               double grad_scale) {
+void adam_step(const AdamParams<float>& p) {
+    const auto param = p.param; const auto grad = p.grad; const auto m = p.m; const auto v = p.v;
+    const auto n = p.n; const auto lr = p.lr; const auto beta1 = p.beta1;
+    const auto beta2 = p.beta2; const auto eps = p.eps; const auto weight_decay = p.weight_decay;
+    const auto decoupled = p.decoupled; const auto step = p.step;
+    const auto grad_scale = p.grad_scale;
     if (n <= 0) return;
-    const Isa isa = simd_isa();
-    if (isa == Isa::scalar)
-        return ref::adam_step<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                     decoupled, step, grad_scale);
+    if (fp32_variant_isa() == Isa::scalar)
+        return ref::adam_step<float>(p);
     const double bc1 = 1.0 - std::pow(beta1, double(step));
     const double bc2 = 1.0 - std::pow(beta2, double(step));
     const detail::AdamScalars s{float(lr / bc1),
@@ -42,22 +33,14 @@ void adam_step(float* param,
                                 weight_decay != 0.0,
                                 decoupled,
                                 grad_scale != 1.0};
-    if (isa == Isa::avx512)
-        detail::adam_step_avx512(param, grad, m, v, n, s);
-    else
-        detail::adam_step_avx2(param, grad, m, v, n, s);
+    QKV_ISA_DISPATCH(simd::adam_step, (void)0, param, grad, m, v, n, s);
 }
 
-void sgd_step(float* param,
-              const float* grad,
-              float* momentum_buf,
-              int64_t n,
-              double lr,
-              double momentum,
-              double dampening,
-              double weight_decay,
-              bool nesterov,
-              bool first_step) {
+void sgd_step(const SgdParams<float>& p) {
+    const auto param = p.param; const auto grad = p.grad; const auto momentum_buf = p.momentum_buf;
+    const auto n = p.n; const auto lr = p.lr; const auto momentum = p.momentum;
+    const auto dampening = p.dampening; const auto weight_decay = p.weight_decay;
+    const auto nesterov = p.nesterov; const auto first_step = p.first_step;
     const float mu = float(momentum), damp = float(1.0 - dampening), wd = float(weight_decay),
                 neg_lr = float(-lr);
     const bool use_wd = weight_decay != 0.0, use_mom = momentum != 0.0;

@@ -1,8 +1,8 @@
 #pragma once
-// Fused Adam body over a vector type V, instantiated by adam_avx2.cpp and adam_avx512.cpp.
+// Fused Adam body, one template over the ISA, instantiated per ISA by variants.inc.
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -13,11 +13,6 @@ struct AdamScalars {
     float grad_scale;           // applied first when scaled (clip_grad_norm's factor)
     bool use_wd, decoupled, scaled;
 };
-
-void adam_step_avx2(
-    float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s);
-void adam_step_avx512(
-    float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s);
 
 constexpr int64_t kAdamMinParallel = 1 << 15;  // elements
 
@@ -47,9 +42,12 @@ inline void adam_lanes(typename V::R& p,
     p                         = V::add(p, V::div(V::mul(V::set1(-s.step_size), m), denom));
 }
 
-template <class V>
-void adam_step_t(
+}  // namespace
+
+template <Isa I>
+void adam_step(
     float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s) {
+    using V = Vec<I>;
     using R              = typename V::R;
     const int64_t blocks = (n + V::W - 1) / V::W;
 #pragma omp parallel for schedule(static) if (n >= detail::kAdamMinParallel)
@@ -70,6 +68,5 @@ void adam_step_t(
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

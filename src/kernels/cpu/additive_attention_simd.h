@@ -1,23 +1,12 @@
 #pragma once
-// Additive-attention score kernel bodies over a vector type V, instantiated by
-// additive_attention_avx2.cpp / additive_attention_avx512.cpp. The backward writes dq and dk rows
+// Additive-attention score kernel bodies, one template over the ISA, instantiated per ISA by
+// variants.inc. The backward writes dq and dk rows
 // of batch row b only from iteration b (race-free), and dw into a per-b partial row.
 #include <cstdint>
 
 #include "kernels/cpu/activation_simd.h"
 
 namespace qkv::kernels::cpu::detail {
-
-#define QKV_ADDITIVE_DECLARE(isa)                                                                  \
-    void additive_scores_forward_##isa(float* scores, const float* q, const float* k,              \
-                                       const float* w, int64_t B, int64_t Tq, int64_t Tk,          \
-                                       int64_t H);                                                 \
-    void additive_scores_backward_##isa(float* dq, float* dk, float* dw_part, const float* dscores,\
-                                        const float* q, const float* k, const float* w, int64_t B, \
-                                        int64_t Tq, int64_t Tk, int64_t H);
-QKV_ADDITIVE_DECLARE(avx2)
-QKV_ADDITIVE_DECLARE(avx512)
-#undef QKV_ADDITIVE_DECLARE
 
 /// Below this many tanh evaluations (B·Tq·Tk·H) the kernels stay on the calling thread.
 constexpr int64_t kAdditiveMinParallel = 1 << 15;
@@ -26,11 +15,11 @@ constexpr int64_t kAdditiveMinParallel = 1 << 15;
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
-namespace {
 
-template <class V>
-void additive_scores_forward_t(float* scores, const float* q, const float* k, const float* w,
+template <Isa I>
+void additive_scores_forward(float* scores, const float* q, const float* k, const float* w,
                                int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < Tq; ++i) {
@@ -53,10 +42,11 @@ void additive_scores_forward_t(float* scores, const float* q, const float* k, co
 }
 
 // dw_part: (B, H) partial sums of e·f per batch row (reduced by the caller in b order).
-template <class V>
-void additive_scores_backward_t(float* dq, float* dk, float* dw_part, const float* dscores,
+template <Isa I>
+void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores,
                                 const float* q, const float* k, const float* w, int64_t B,
                                 int64_t Tq, int64_t Tk, int64_t H) {
+    using V = Vec<I>;
     const auto one = V::set1(1.0f);
 #pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b) {
@@ -93,6 +83,5 @@ void additive_scores_backward_t(float* dq, float* dk, float* dw_part, const floa
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

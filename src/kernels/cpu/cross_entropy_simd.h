@@ -1,23 +1,12 @@
 #pragma once
-// Cross-entropy kernel bodies over a vector type V, instantiated by cross_entropy_avx2.cpp and
-// cross_entropy_avx512.cpp.
+// Cross-entropy kernel bodies, one template over the ISA, instantiated per ISA by variants.inc
+// (the params are in kernels/params.h).
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
-
-#define QKV_CROSS_ENTROPY_DECLARE(isa)                                                          \
-    void cross_entropy_forward_##isa(float* loss, float* lse, const float* logits,              \
-                                     const int64_t* target, const float* weight, int64_t N,     \
-                                     int64_t V, int64_t ignore_index, float label_smoothing);   \
-    void cross_entropy_backward_##isa(float* dlogits, const float* dloss, int64_t dloss_stride, \
-                                      const float* logits, const float* lse,                    \
-                                      const int64_t* target, const float* weight, int64_t N,    \
-                                      int64_t V, int64_t ignore_index, float label_smoothing);
-QKV_CROSS_ENTROPY_DECLARE(avx2)
-QKV_CROSS_ENTROPY_DECLARE(avx512)
-#undef QKV_CROSS_ENTROPY_DECLARE
 
 /// Logits per block in the forward: 16 KiB, so the Σexp pass re-reads the block from L1.
 constexpr int64_t kCrossEntropyBlock       = 4096;
@@ -27,18 +16,15 @@ constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxM
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
-namespace {
 
-template <class V>
-void cross_entropy_forward_t(float* loss,
-                             float* lse,
-                             const float* logits,
-                             const int64_t* target,
-                             const float* weight,
-                             int64_t N,
-                             int64_t Vn,
-                             int64_t ignore_index,
-                             float eps) {
+template <Isa I>
+void cross_entropy_forward(const CrossEntropyParams<float>& params) {
+    const auto loss = params.loss; const auto lse = params.lse; const auto logits = params.logits;
+    const auto target = params.target; const auto weight = params.weight; const auto N = params.N;
+    const auto Vn = params.V; const auto ignore_index = params.ignore_index;
+    const auto label_smoothing = params.label_smoothing;
+    const float eps = float(label_smoothing);
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
         const float* x = logits + i * Vn;
@@ -69,18 +55,17 @@ void cross_entropy_forward_t(float* loss,
     }
 }
 
-template <class V>
-void cross_entropy_backward_t(float* dlogits,
-                              const float* dloss,
-                              int64_t dloss_stride,
-                              const float* logits,
-                              const float* lse,
-                              const int64_t* target,
-                              const float* weight,
-                              int64_t N,
-                              int64_t Vn,
-                              int64_t ignore_index,
-                              float eps) {
+
+template <Isa I>
+void cross_entropy_backward(const CrossEntropyParams<float>& params, const CrossEntropyGradParams<float>& grads) {
+    const auto dlogits = grads.dlogits; const auto dloss = grads.dloss;
+    const auto dloss_stride = grads.dloss_stride;
+    const auto lse = params.lse; const auto logits = params.logits;
+    const auto target = params.target; const auto weight = params.weight; const auto N = params.N;
+    const auto Vn = params.V; const auto ignore_index = params.ignore_index;
+    const auto label_smoothing = params.label_smoothing;
+    const float eps = float(label_smoothing);
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
     for (int64_t i = 0; i < N; ++i) {
@@ -110,6 +95,5 @@ void cross_entropy_backward_t(float* dlogits,
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

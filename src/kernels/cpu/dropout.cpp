@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/dropout_simd.h"
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/isa.h"
 #include "qkv/core/philox.h"
 
 namespace qkv::kernels::cpu {
@@ -45,8 +45,8 @@ void apply(
     const int64_t groups = (n - head) / 32;
     apply_scalar(x, y, mask, 0, head, p, scale, seed, offset);
     if (groups > 0)
-        detail::dropout_apply_avx2(x + head, y + head, mask ? mask + head : nullptr, groups, p,
-                                   scale, seed, (offset + uint64_t(head)) >> 2);
+        detail::dropout_apply_avx2({x + head, y + head, mask ? mask + head : nullptr, groups, p,
+                                    scale, seed, (offset + uint64_t(head)) >> 2});
     apply_scalar(x, y, mask, head + groups * 32, n, p, scale, seed, offset);
 }
 

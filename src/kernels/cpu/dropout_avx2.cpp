@@ -65,14 +65,10 @@ inline void transpose4x8(const __m256i r[4], __m256 out[4]) {
 
 }  // namespace
 
-void dropout_apply_avx2(const float* x,
-                        float* y,
-                        uint8_t* mask,
-                        int64_t groups,
-                        float p,
-                        float scale,
-                        uint64_t seed,
-                        uint64_t block0) {
+void dropout_apply_avx2(const DropoutGroups& a) {
+    const auto x = a.x; const auto y = a.y; const auto mask = a.mask; const auto groups = a.groups;
+    const auto p = a.p; const auto scale = a.scale; const auto seed = a.seed;
+    const auto block0 = a.block0;
 #pragma omp parallel for schedule(static) if (groups >= kDropoutMinParallelGroups)
     for (int64_t g = 0; g < groups; ++g) {
         __m256i r[4];

@@ -7,16 +7,19 @@ namespace qkv::kernels::cpu::detail {
 /// Groups of 32 elements (8 Philox blocks) at and above this count use OpenMP.
 constexpr int64_t kDropoutMinParallelGroups = 256;
 
-/// For element i < 32·groups, with counter 4·block0 + i: keep = uniform01(bits) >= p,
-/// y[i] = keep ? x[i]·scale : 0, mask[i] = keep (when mask is not null).
-void dropout_apply_avx2(const float* x,
-                        float* y,
-                        uint8_t* mask,
-                        int64_t groups,
-                        float p,
-                        float scale,
-                        uint64_t seed,
-                        uint64_t block0);
+/// Whole 32-element groups of a dropout forward: element i < 32·groups has Philox counter
+/// 4·block0 + i; mask may be null.
+struct DropoutGroups {
+    const float* x      = nullptr;
+    float*       y      = nullptr;
+    uint8_t*     mask   = nullptr;
+    int64_t      groups = 0;
+    float        p = 0.f, scale = 1.f;
+    uint64_t     seed = 0, block0 = 0;
+};
+
+/// keep_i = uniform01(bits_i) >= p; y[i] = keep_i ? x[i]·scale : 0; mask[i] = keep_i.
+void dropout_apply_avx2(const DropoutGroups& a);
 
 /// For i < 32·groups: dx[i] = mask[i] ? dy[i]·scale : +0 (the masked backward of dropout).
 void dropout_backward_mask_avx2(

@@ -43,9 +43,9 @@ void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradP
 
 void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc) {
-    switch (flash_attention_isa()) {
-        case FlashIsa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
-        case FlashIsa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
+    switch (fp32_variant_isa()) {
+        case Isa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
+        case Isa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
         default:
             return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false, false>(
                 M, N, K, A, lda, B, ldb, C, ldc);
@@ -54,70 +54,25 @@ void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 
 }  // namespace detail
 
-FlashIsa flash_attention_isa() {
-    static const FlashIsa best = [] {
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-            return FlashIsa::avx512;
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FlashIsa::avx2;
-        return FlashIsa::scalar;
-    }();
-    return best;
-}
-
-bool flash_attention_isa_supported(FlashIsa isa) {
-    const FlashIsa best = flash_attention_isa();
-    switch (isa) {
-        case FlashIsa::automatic:
-        case FlashIsa::scalar: return true;
-        case FlashIsa::avx2: return best == FlashIsa::avx2 || best == FlashIsa::avx512;
-        case FlashIsa::avx512: return best == FlashIsa::avx512;
-    }
-    return false;
-}
-
-const char* flash_attention_isa_name(FlashIsa isa) {
-    switch (isa) {
-        case FlashIsa::automatic: return "automatic";
-        case FlashIsa::avx512: return "avx512";
-        case FlashIsa::avx2: return "avx2";
-        case FlashIsa::scalar: return "scalar";
-    }
-    return "?";
-}
-
-namespace {
-FlashIsa resolve(FlashIsa isa, const char* op) {
-    if (isa == FlashIsa::automatic) return flash_attention_isa();
-    QKV_CHECK(flash_attention_isa_supported(isa), op, ": instruction set ",
-              flash_attention_isa_name(isa), " is not supported by this CPU");
-    return isa;
-}
-}  // namespace
-
-void flash_attention_forward(const AttentionParams<float>& p, FlashIsa isa) {
-    isa = resolve(isa, "flash_attention_forward");
+void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
-    switch (isa) {
-        case FlashIsa::avx512: return detail::flash_forward_avx512(p);
-        case FlashIsa::avx2: return detail::flash_forward_avx2(p);
+    switch (fp32_variant_isa()) {
+        case Isa::avx512: return detail::flash_forward_avx512(p);
+        case Isa::avx2: return detail::flash_forward_avx2(p);
         default: return detail::flash_forward_scalar(p);
     }
 }
 
-void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
-                              FlashIsa isa) {
-    isa = resolve(isa, "flash_attention_backward");
+void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
     if (p.B * p.H * p.Tq == 0 || p.Tk == 0) {  // nothing to attend: every gradient is 0
         for (int64_t t = 0; t < p.B * p.H * p.Tq * p.D; ++t) g.dq[t] = 0.0f;
         for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.D; ++t) g.dk[t] = 0.0f;
         for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.Dv; ++t) g.dv[t] = 0.0f;
         return;
     }
-    switch (isa) {
-        case FlashIsa::avx512: return detail::flash_backward_avx512(p, g);
-        case FlashIsa::avx2: return detail::flash_backward_avx2(p, g);
+    switch (fp32_variant_isa()) {
+        case Isa::avx512: return detail::flash_backward_avx512(p, g);
+        case Isa::avx2: return detail::flash_backward_avx2(p, g);
         default: return detail::flash_backward_scalar(p, g);
     }
 }

@@ -3,20 +3,10 @@
 // the Tq x Tk score matrix never exists; backward recomputes probabilities from the saved
 // logsumexp. Same semantics as ref::attention_forward/backward (ref/attention.h), which is the
 // spec. Derivation, masking, dropout RNG and block sizes: docs/kernels/flash_attention.md.
+#include "kernels/cpu/isa.h"
 #include "kernels/params.h"
 
 namespace qkv::kernels::cpu {
-
-/// Instruction-set path of the flash kernels. automatic = the best this CPU supports (AVX-512F/BW/
-/// DQ/VL, else AVX2+FMA, else portable scalar code); the others force a path (tests, benchmarks).
-enum class FlashIsa : uint8_t { automatic, avx512, avx2, scalar };
-
-/// The path `automatic` resolves to on this CPU (checked once with __builtin_cpu_supports).
-FlashIsa flash_attention_isa();
-/// Whether this CPU can run `isa` (automatic and scalar: always).
-bool flash_attention_isa_supported(FlashIsa isa);
-/// "avx512", "avx2", "scalar" or "automatic".
-const char* flash_attention_isa_name(FlashIsa isa);
 
 /// Forward: out (B, H, Tq, Dv) and lse (B, H, Tq) from q (B, H, Tq, D), k (B, Hkv, Tk, D),
 /// v (B, Hkv, Tk, Dv), every AttentionParams option (scale, valid_lens rank 1/2, causal
@@ -25,8 +15,9 @@ const char* flash_attention_isa_name(FlashIsa isa);
 /// lse -inf. Parallel (OpenMP) over (batch, head, query
 /// block); results do not depend on the thread count. Tq, Tk < 2^24. Per-thread workspace is
 /// kept between calls (no allocation in steady state). Flash-attention 2 (Dao 2023), Alg. 1.
-/// Throws qkv::Error when `isa` is not supported by this CPU; otherwise assumes valid input.
-void flash_attention_forward(const AttentionParams<float>& p, FlashIsa isa = FlashIsa::automatic);
+/// Runs the AVX-512, AVX2 or portable build as the capped CPU allows (cpu/isa.h: simd_isa()).
+/// Assumes valid input.
+void flash_attention_forward(const AttentionParams<float>& p);
 
 /// Backward: writes dq (B, H, Tq, D), dk (B, Hkv, Tk, D), dv (B, Hkv, Tk, Dv) (contiguous; dk/dv
 /// overwritten, summed over the query heads of a GQA group) from dout and the forward's q, k, v,
@@ -34,7 +25,6 @@ void flash_attention_forward(const AttentionParams<float>& p, FlashIsa isa = Fla
 /// Per block pair: P = exp(S - lse), dV += (P Z)^T dO, dP = dO V^T, dS = P (Z dP - D) with
 /// D = rowsum(dO o O), dQ += dS K, dK += dS^T Q (flash-attention 2, Alg. 2). Parallel over
 /// (batch, kv head) when B * Hkv >= threads, else over key blocks with private dQ accumulators.
-void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
-                              FlashIsa isa = FlashIsa::automatic);
+void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu

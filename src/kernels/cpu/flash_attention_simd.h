@@ -13,9 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/simd.h"
 
 #ifndef QKV_FLASH_NS
 #error "define QKV_FLASH_NS (the per-ISA namespace) before including flash_attention_simd.h"
@@ -23,37 +21,9 @@
 
 namespace qkv::kernels::cpu::QKV_FLASH_NS {
 
-// exp(x) = 2^n e^r, n = round(x log2 e), r = x - n ln 2 (Cody-Waite split of ln 2), e^r by the
-// Cephes expf minimax polynomial (about 1 ulp on |r| <= ln2/2). Results below e^-87 (~1.6e-38,
-// just above FLT_MIN) are flushed to exactly 0, so exp(-inf) = 0 and no denormal reaches the
-// GEMMs. The scalar and AVX2 versions use this recipe, lane by lane.
-//
-// The AVX-512 version computes the same function in base 2 with one operation fewer per step:
-// exp(x) = 2^n 2^f, f = x log2e - n by two FMAs (log2e split hi + lo, so f is exact to ~1e-8 for
-// |x| <= 87; no separate x log2e product and no ln 2 split), 2^f = 1 + f q(f) with the Cephes
-// exp2f coefficients (q of degree 5: 6 FMAs in all), and 2^n applied by vscalefps, which also
-// gives +inf above ~88.7 without a clamp. Measured: at most 9.4e-8 relative error (1.6 units of
-// 2^-24) on [-87, 0] against exp in float64, as the e^r recipe. 11 instructions instead of 15;
-// the forward spent ~13 % of its time in this loop; docs/kernels/flash_attention.md §6.
-constexpr float kExpLo   = -87.0f;
-constexpr float kExpHi   = 88.0f;
-constexpr float kLog2e   = 1.44269504088896341f;
-constexpr float kLog2eLo = 1.925963033500011e-08f;  // log2e - float(log2e)
-constexpr float kLn2Hi   = 0.693359375f;
-constexpr float kLn2Lo   = -2.12194440e-4f;
-constexpr float kExpP0   = 1.9875691500e-4f;
-constexpr float kExpP1   = 1.3981999507e-3f;
-constexpr float kExpP2   = 8.3334519073e-3f;
-constexpr float kExpP3   = 4.1665795894e-2f;
-constexpr float kExpP4   = 1.6666665459e-1f;
-constexpr float kExpP5   = 5.0000001201e-1f;
-constexpr float kExp2Q0  = 1.535336188319500e-4f;  // Cephes exp2f: 2^f = 1 + f (Q5 + f (Q4 + ...))
-constexpr float kExp2Q1  = 1.339887440266574e-3f;
-constexpr float kExp2Q2  = 9.618437357674640e-3f;
-constexpr float kExp2Q3  = 5.550332471162809e-2f;
-constexpr float kExp2Q4  = 2.402264791363012e-1f;
-constexpr float kExp2Q5  = 6.931472028550421e-1f;
-
+// exp is the one SIMD exp of cpu/simd.h (simd::exp; the flush rule — x < -87 gives exactly 0, so
+// exp(-inf) = 0 and no denormal reaches the GEMMs — is written down there). The portable build
+// applies the same rule lane by lane with the Cephes e^r recipe.
 // Philox4x32-10 with the constants and round of include/qkv/core/philox.h (not included here: this
 // header is compiled per ISA, and an inline function shared across ISA builds could be merged by
 // the linker into a build for the wrong CPU). The tests compare the dropped entries with the
@@ -120,9 +90,13 @@ static inline void transpose8x8_scaled(const float* src, int64_t ss, float* dst,
 }
 #endif
 
+// The traits derive from simd.h's vector types, which live in an unnamed namespace (ODR note
+// there): so do the traits.
+namespace {
+
 #if defined(__AVX512F__)
-struct SimdAvx512 {
-    using V = __m512;
+struct SimdAvx512 : simd::V16 {
+    using V = R;
     using M = __mmask16;
     static constexpr int W = 16;
     // 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
@@ -135,19 +109,9 @@ struct SimdAvx512 {
     static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
         philox8_avx2(blk0, seed, w);
     }
-
-    static inline V zero() { return _mm512_setzero_ps(); }
-    static inline V set1(float x) { return _mm512_set1_ps(x); }
-    static inline V load(const float* p) { return _mm512_loadu_ps(p); }
-    static inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
     static inline M tail(int n) { return n >= W ? M(0xFFFF) : M((1u << n) - 1u); }
     static inline V loadm(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
     static inline void storem(float* p, V v, M m) { _mm512_mask_storeu_ps(p, m, v); }
-    static inline V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-    static inline V add(V a, V b) { return _mm512_add_ps(a, b); }
-    static inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-    static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-    static inline V max(V a, V b) { return _mm512_max_ps(a, b); }
     /// s where j <= lim, -inf where j > lim (lane-wise).
     static inline V mask_gt(V s, V j, V lim) {
         return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(j, lim, _CMP_GT_OQ),
@@ -169,30 +133,12 @@ struct SimdAvx512 {
     }
     /// True when every lane has a <= b (false for NaN lanes).
     static inline bool all_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ) == 0xFFFF; }
-    static inline V exp(V x) {
-        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final mask.
-        const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
-        // n = round(x log2e) by the 1.5 * 2^23 shifter: one FMA and one subtraction instead of
-        // vmulps + vrndscaleps (2 uops), |x log2e| <= 128 << 2^22.
-        const V sh = _mm512_set1_ps(12582912.0f);
-        const V n  = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), sh), sh);
-        V f = _mm512_fmsub_ps(x, _mm512_set1_ps(kLog2e), n);
-        f   = _mm512_fmadd_ps(x, _mm512_set1_ps(kLog2eLo), f);
-        V y = _mm512_set1_ps(kExp2Q0);
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kExp2Q1));
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kExp2Q2));
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kExp2Q3));
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kExp2Q4));
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kExp2Q5));
-        y   = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
-        return _mm512_maskz_scalef_ps(__mmask16(~under), y, n);
-    }
 };
 #endif
 
 #if defined(__AVX2__)
-struct SimdAvx2 {
-    using V = __m256;
+struct SimdAvx2 : simd::V8 {
+    using V = R;
     using M = __m256i;
     static constexpr int W = 8;
     // 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
@@ -205,21 +151,11 @@ struct SimdAvx2 {
     static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
         philox8_avx2(blk0, seed, w);
     }
-
-    static inline V zero() { return _mm256_setzero_ps(); }
-    static inline V set1(float x) { return _mm256_set1_ps(x); }
-    static inline V load(const float* p) { return _mm256_loadu_ps(p); }
-    static inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
     static inline M tail(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     }
     static inline V loadm(const float* p, M m) { return _mm256_maskload_ps(p, m); }
     static inline void storem(float* p, V v, M m) { _mm256_maskstore_ps(p, m, v); }
-    static inline V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-    static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
-    static inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-    static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-    static inline V max(V a, V b) { return _mm256_max_ps(a, b); }
     static inline V mask_gt(V s, V j, V lim) {
         return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), _mm256_cmp_ps(j, lim, _CMP_GT_OQ));
     }
@@ -236,28 +172,6 @@ struct SimdAvx2 {
     }
     static inline bool all_le(V a, V b) {
         return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)) == 0xFF;
-    }
-    static inline V exp(V x) {
-        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final andnot.
-        const V under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
-        x       = _mm256_min_ps(x, _mm256_set1_ps(kExpHi));
-        V n     = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        V r     = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-        r       = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-        V y     = _mm256_set1_ps(kExpP0);
-        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP1));
-        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP2));
-        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP3));
-        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP4));
-        y       = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP5));
-        const V r2 = _mm256_mul_ps(r, r);
-        y       = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-        // 2^n for n in [-126, 127]: exponent bits (n + 127) << 23.
-        const __m256i e = _mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-        return _mm256_andnot_ps(under, y);
     }
 };
 #endif
@@ -334,6 +248,7 @@ struct SimdScalar {
     }
 #undef QKV_PARTS
     static inline float exp1(float x) {
+        using namespace simd;
         if (x < kExpLo) return 0.0f;
         x             = x > kExpHi ? kExpHi : x;
         const float n = std::nearbyint(x * kLog2e);
@@ -350,4 +265,5 @@ struct SimdScalar {
     }
 };
 
+}  // namespace
 }  // namespace qkv::kernels::cpu::QKV_FLASH_NS

@@ -25,27 +25,6 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
             C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
-void sgemm(bool trans_a,
-           bool trans_b,
-           int64_t M,
-           int64_t N,
-           int64_t K,
-           float alpha,
-           const float* A,
-           int64_t lda,
-           const float* B,
-           int64_t ldb,
-           float beta,
-           float* C,
-           int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) return scale_c(M, N, beta, C, ldc);
-    const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
-                                        lda, B, ldb, beta, C, ldc);
-    QKV_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", int(st), " (M=", M,
-              ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
-}
-
 }  // namespace
 
 void gemm(bool trans_a,
@@ -61,37 +40,32 @@ void gemm(bool trans_a,
           float beta,
           float* C,
           int64_t ldc) {
-    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (M == 0 || N == 0) return;
+    if (K == 0) return scale_c(M, N, beta, C, ldc);
+    const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
+                                        lda, B, ldb, beta, C, ldc);
+    QKV_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", int(st), " (M=", M,
+              ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
 }
 
-void gemm_batched(bool trans_a,
-                  bool trans_b,
-                  int64_t M,
-                  int64_t N,
-                  int64_t K,
-                  float alpha,
-                  const float* A,
-                  int64_t lda,
-                  int64_t stride_a,
-                  const float* B,
-                  int64_t ldb,
-                  int64_t stride_b,
-                  float beta,
-                  float* C,
-                  int64_t ldc,
-                  int64_t stride_c,
-                  int64_t batch) {
+void gemm_batched(const GemmBatchedParams<float>& p) {
+    const auto trans_a = p.trans_a; const auto trans_b = p.trans_b; const auto M = p.M;
+    const auto N = p.N; const auto K = p.K; const auto alpha = p.alpha; const auto A = p.A;
+    const auto lda = p.lda; const auto stride_a = p.stride_a; const auto B = p.B;
+    const auto ldb = p.ldb; const auto stride_b = p.stride_b; const auto beta = p.beta;
+    const auto C = p.C; const auto ldc = p.ldc; const auto stride_c = p.stride_c;
+    const auto batch = p.batch;
     // A shared B with A and C blocks stacked row after row is one tall GEMM (batch·M rows).
     if (batch > 1 && stride_b == 0 && !trans_a && stride_a == M * lda && stride_c == M * ldc)
-        return sgemm(false, trans_b, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return gemm(false, trans_b, batch * M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     const double flops    = 2.0 * double(M) * double(N) * double(K);
     const int64_t threads = omp_get_max_threads();
     const bool per_thread =
         batch > 1 && threads > 1 && (flops < kPerThreadMaxFlops || batch % threads == 0);
     if (!per_thread) {
         for (int64_t b = 0; b < batch; ++b)
-            sgemm(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
-                  beta, C + b * stride_c, ldc);
+            gemm(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
+                 beta, C + b * stride_c, ldc);
         return;
     }
     // One whole GEMM per thread; oneDNN sees omp_in_parallel() and stays single-threaded.

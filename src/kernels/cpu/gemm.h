@@ -4,6 +4,8 @@
 // The reference is kernels::ref::gemm<T> (ref/matmul.h); semantics are identical.
 #include <cstdint>
 
+#include "kernels/params.h"
+
 namespace qkv::kernels::cpu {
 
 /// C = alpha·op(A)·op(B) + beta·C, fp32, row-major, BLAS argument order (as dnnl_sgemm).
@@ -27,29 +29,11 @@ void gemm(bool trans_a,
           float* C,
           int64_t ldc);
 
-/// `batch` independent GEMMs with the same shapes (cublasSgemmStridedBatched order): GEMM i
-/// reads A + i·stride_a, B + i·stride_b and writes C + i·stride_c. stride_a or stride_b may be
-/// 0 (a shared operand); the C blocks must not overlap. A shared B (stride_b = 0) with the A
-/// and C blocks stacked row after row (stride_a = M·lda, stride_c = M·ldc, !trans_a) runs as one
+/// GemmBatchedParams' `batch` GEMMs (fp32). A shared B (stride_b = 0) with the A and C blocks
+/// stacked row after row (stride_a = M·lda, stride_c = M·ldc, !trans_a) runs as one
 /// (batch·M)-row GEMM. Otherwise products below 2·256³ FLOPs (D2L's attention heads, e.g.
 /// (9×64)·(64×9)), or any batch that divides evenly over the threads, run one whole GEMM per
-/// thread; the rest run one at a time with all threads inside oneDNN.
-void gemm_batched(bool trans_a,
-                  bool trans_b,
-                  int64_t M,
-                  int64_t N,
-                  int64_t K,
-                  float alpha,
-                  const float* A,
-                  int64_t lda,
-                  int64_t stride_a,
-                  const float* B,
-                  int64_t ldb,
-                  int64_t stride_b,
-                  float beta,
-                  float* C,
-                  int64_t ldc,
-                  int64_t stride_c,
-                  int64_t batch);
+/// thread; the rest run one at a time with all threads inside oneDNN. Throws as gemm.
+void gemm_batched(const GemmBatchedParams<float>& p);
 
 }  // namespace qkv::kernels::cpu

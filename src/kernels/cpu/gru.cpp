@@ -5,9 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gru_simd.h"
+#include "kernels/cpu/variants.h"
 #include "kernels/ref/gru.h"
 
 namespace qkv::kernels::cpu {
@@ -15,23 +14,16 @@ namespace qkv::kernels::cpu {
 void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
                       int64_t B, int64_t H) {
     if (B == 0 || H == 0) return;
-    switch (simd_isa()) {
-        case Isa::avx512: return detail::gru_cell_forward_avx512(h_new, ws, gi, gh, h, B, H);
-        case Isa::avx2: return detail::gru_cell_forward_avx2(h_new, ws, gi, gh, h, B, H);
-        case Isa::scalar: break;
-    }
-    ref::gru_cell_forward<float>(h_new, ws, gi, gh, h, B, H);
+    QKV_ISA_DISPATCH(simd::gru_cell_forward, ref::gru_cell_forward<float>(h_new, ws, gi, gh, h, B, H),
+                     h_new, ws, gi, gh, h, B, H);
 }
 
 void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
                        const float* h, int64_t B, int64_t H) {
     if (B == 0 || H == 0) return;
-    switch (simd_isa()) {
-        case Isa::avx512: return detail::gru_cell_backward_avx512(dgi, dgh, dh, dh_new, ws, h, B, H);
-        case Isa::avx2: return detail::gru_cell_backward_avx2(dgi, dgh, dh, dh_new, ws, h, B, H);
-        case Isa::scalar: break;
-    }
-    ref::gru_cell_backward<float>(dgi, dgh, dh, dh_new, ws, h, B, H);
+    QKV_ISA_DISPATCH(simd::gru_cell_backward,
+                     ref::gru_cell_backward<float>(dgi, dgh, dh, dh_new, ws, h, B, H), dgi, dgh, dh,
+                     dh_new, ws, h, B, H);
 }
 
 void gru_sequence_forward(float* out, float* ws, const float* gi, const float* h0,

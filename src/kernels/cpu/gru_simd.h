@@ -1,6 +1,6 @@
 #pragma once
-// GRU cell kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
-// by gru_avx2.cpp and gru_avx512.cpp; the per-ISA entry points are declared first.
+// GRU cell kernel bodies written once as templates over the ISA (vector type simd::Vec<I>),
+// instantiated per ISA by variants.inc (declared in variants.h).
 // σ and tanh come from activation_simd.h.
 #include <cmath>
 #include <cstdint>
@@ -8,15 +8,6 @@
 #include "kernels/cpu/activation_simd.h"
 
 namespace qkv::kernels::cpu::detail {
-
-#define QKV_GRU_DECLARE(isa)                                                                     \
-    void gru_cell_forward_##isa(float* h_new, float* ws, const float* gi, const float* gh,       \
-                                const float* h, int64_t B, int64_t H);                           \
-    void gru_cell_backward_##isa(float* dgi, float* dgh, float* dh, const float* dh_new,         \
-                                 const float* ws, const float* h, int64_t B, int64_t H);
-QKV_GRU_DECLARE(avx2)
-QKV_GRU_DECLARE(avx512)
-#undef QKV_GRU_DECLARE
 
 /// Below this many elements (B·H) the cell stays on the calling thread (an OpenMP fork/join
 /// costs a few µs, about what one thread needs for 10⁴ gate evaluations).
@@ -50,9 +41,12 @@ inline void gru_cell_lanes(float* hn_out, float* w, const float* gi, const float
     st(hn_out + j, V::add(nn, V::mul(z, V::sub(hp, nn))));
 }
 
-template <class V>
-void gru_cell_forward_t(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
+}  // namespace
+
+template <Isa I>
+void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
                         int64_t B, int64_t H) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* gib = gi + b * 3 * H;
@@ -65,6 +59,8 @@ void gru_cell_forward_t(float* h_new, float* ws, const float* gi, const float* g
         if (j < H) gru_cell_lanes<V, true>(ob, wb, gib, ghb, hb, H, j, H - j);
     }
 }
+
+namespace {
 
 // One row's backward for lanes [j, j + n) (full vectors, or a masked tail).
 template <class V, bool kTail>
@@ -89,9 +85,12 @@ inline void gru_cell_backward_lanes(float* di, float* dg, float* dhb, const floa
     if (dhb) st(dhb + j, V::mul(gj, z));
 }
 
-template <class V>
-void gru_cell_backward_t(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
+}  // namespace
+
+template <Isa I>
+void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
                          const float* h, int64_t B, int64_t H) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* w  = ws + b * 4 * H;
@@ -106,6 +105,5 @@ void gru_cell_backward_t(float* dgi, float* dgh, float* dh, const float* dh_new,
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

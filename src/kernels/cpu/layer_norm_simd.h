@@ -1,10 +1,10 @@
 #pragma once
-// Layer-norm kernel bodies over a vector type V, instantiated by layer_norm_avx2.cpp and
-// layer_norm_avx512.cpp. gamma/beta are never null here: the dispatcher (layer_norm.cpp)
+// Layer-norm kernel bodies, one template over the ISA, instantiated per ISA by variants.inc. gamma/beta are never null here: the dispatcher (layer_norm.cpp)
 // substitutes ones/zeros, and allocates the dγ/dβ partial buffers.
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -15,18 +15,6 @@ static inline int64_t layer_norm_rows_per_block(int64_t rows) {
     const int64_t by_cap = (rows + 511) / 512;
     return by_cap > 32 ? by_cap : 32;
 }
-
-#define QKV_LAYER_NORM_DECLARE(isa)                                                               \
-    void layer_norm_forward_##isa(float* y, float* mean, float* rstd, const float* x,             \
-                                  const float* gamma, const float* beta, int64_t rows, int64_t N, \
-                                  float eps);                                                     \
-    /* partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials). */             \
-    void layer_norm_backward_##isa(float* dx, float* dgamma, float* dbeta, const float* dy,       \
-                                   const float* x, const float* mean, const float* rstd,          \
-                                   const float* gamma, int64_t rows, int64_t N, float* partial);
-QKV_LAYER_NORM_DECLARE(avx2)
-QKV_LAYER_NORM_DECLARE(avx512)
-#undef QKV_LAYER_NORM_DECLARE
 
 constexpr int64_t kLayerNormMinParallel = 1 << 14;  // elements; as kSoftmaxMinParallel
 
@@ -59,16 +47,15 @@ float row_sum_sq_dev(const float* x, int64_t n, float mu) {
     return V::reduce_add(V::add(s0, s1));
 }
 
-template <class V>
-void layer_norm_forward_t(float* y,
-                          float* mean,
-                          float* rstd,
-                          const float* x,
-                          const float* gamma,
-                          const float* beta,
-                          int64_t rows,
-                          int64_t N,
-                          float eps) {
+}  // namespace
+
+template <Isa I>
+void layer_norm_forward(const LayerNormParams<float>& params) {
+    const auto y = params.y; const auto mean = params.mean; const auto rstd = params.rstd;
+    const auto x = params.x; const auto gamma = params.gamma; const auto beta = params.beta;
+    const auto rows = params.rows; const auto N = params.N; const auto eps_d = params.eps;
+    const float eps = float(eps_d);
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
@@ -95,18 +82,15 @@ void layer_norm_forward_t(float* y,
     }
 }
 
-template <class V>
-void layer_norm_backward_t(float* dx,
-                           float* dgamma,
-                           float* dbeta,
-                           const float* dy,
-                           const float* x,
-                           const float* mean,
-                           const float* rstd,
-                           const float* gamma,
-                           int64_t rows,
-                           int64_t N,
-                           float* partial) {
+
+template <Isa I>
+void layer_norm_backward(const LayerNormParams<float>& params, const LayerNormGradParams<float>& grads,
+                         float* partial) {
+    const auto dx = grads.dx; const auto dgamma = grads.dgamma; const auto dbeta = grads.dbeta;
+    const auto dy = grads.dy;
+    const auto mean = params.mean; const auto rstd = params.rstd; const auto x = params.x;
+    const auto gamma = params.gamma; const auto rows = params.rows; const auto N = params.N;
+    using V = Vec<I>;
     using R            = typename V::R;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);
     const int64_t nblk = (rows + rpb - 1) / rpb;
@@ -178,6 +162,5 @@ void layer_norm_backward_t(float* dx,
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

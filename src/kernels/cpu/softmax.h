@@ -1,6 +1,6 @@
 #pragma once
 // Fast fp32 softmax / log_softmax over the last dim of a contiguous (rows, cols) array:
-// AVX-512 or AVX2 with the polynomial exp of cpu/exp_simd.h, OpenMP over rows; on CPUs without
+// AVX-512 or AVX2 with the polynomial exp of cpu/simd.h, OpenMP over rows; on CPUs without
 // AVX2 the reference kernels run. Same semantics and signatures as kernels::ref (ref/softmax.h).
 // Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>

@@ -1,22 +1,11 @@
 #pragma once
-// Softmax kernel bodies written once over a vector type V (simd::V8 / simd::V16), instantiated
-// by softmax_avx2.cpp and softmax_avx512.cpp; the per-ISA entry points are declared first.
+// Softmax kernel bodies written once as templates over the ISA (vector type simd::Vec<I>),
+// instantiated per ISA by variants.inc (declared in variants.h).
 #include <cstdint>
 
-#include "kernels/cpu/exp_simd.h"
+#include "kernels/cpu/simd.h"
 
 namespace qkv::kernels::cpu::detail {
-
-#define QKV_SOFTMAX_DECLARE(isa)                                                              \
-    void softmax_forward_##isa(float* y, const float* x, int64_t rows, int64_t cols);         \
-    void softmax_backward_##isa(float* dx, const float* dy, const float* y, int64_t rows,     \
-                                int64_t cols);                                                \
-    void log_softmax_forward_##isa(float* y, const float* x, int64_t rows, int64_t cols);     \
-    void log_softmax_backward_##isa(float* dx, const float* dy, const float* y, int64_t rows, \
-                                    int64_t cols);
-QKV_SOFTMAX_DECLARE(avx2)
-QKV_SOFTMAX_DECLARE(avx512)
-#undef QKV_SOFTMAX_DECLARE
 
 /// Below this many elements the kernels stay on the calling thread: an OpenMP fork/join costs a
 /// few µs, about the time one thread needs for ~10⁴ exps.
@@ -26,10 +15,10 @@ constexpr int64_t kSoftmaxMinParallel = 1 << 14;
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
-namespace {
 
-template <class V>
-void softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {
+template <Isa I>
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * cols;
@@ -41,8 +30,9 @@ void softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {
 }
 
 // dx = y ∘ (dy − Σ dy∘y)
-template <class V>
-void softmax_backward_t(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
+template <Isa I>
+void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
@@ -70,8 +60,10 @@ void softmax_backward_t(float* dx, const float* dy, const float* y, int64_t rows
     }
 }
 
-template <class V>
-void log_softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols) {
+
+template <Isa I>
+void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
+    using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr   = x + r * cols;
@@ -83,9 +75,10 @@ void log_softmax_forward_t(float* y, const float* x, int64_t rows, int64_t cols)
 }
 
 // dx = dy − exp(y)·Σ dy
-template <class V>
-void log_softmax_backward_t(
+template <Isa I>
+void log_softmax_backward(
     float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
+    using V = Vec<I>;
     using R = typename V::R;
 #pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
@@ -111,6 +104,5 @@ void log_softmax_backward_t(
     }
 }
 
-}  // namespace
 }  // namespace qkv::kernels::cpu::simd
 #endif

@@ -8,19 +8,9 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void adam_step(T* param,
-               const T* grad,
-               T* m,
-               T* v,
-               int64_t n,
-               double lr,
-               double beta1,
-               double beta2,
-               double eps,
-               double weight_decay,
-               bool decoupled,
-               int64_t step,
-               double grad_scale) {
+void adam_step(const AdamParams<T>& p) {
+    const auto [param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                grad_scale] = p;
     const double bc1  = 1.0 - std::pow(beta1, double(step));
     const double bc2  = 1.0 - std::pow(beta2, double(step));
     const T step_size = T(lr / bc1);
@@ -47,16 +37,9 @@ void adam_step(T* param,
 }
 
 template <class T>
-void sgd_step(T* param,
-              const T* grad,
-              T* momentum_buf,
-              int64_t n,
-              double lr,
-              double momentum,
-              double dampening,
-              double weight_decay,
-              bool nesterov,
-              bool first_step) {
+void sgd_step(const SgdParams<T>& p) {
+    const auto [param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
+                first_step] = p;
     const T mu = T(momentum), damp = T(1.0 - dampening), wd = T(weight_decay), neg_lr = T(-lr);
     for (int64_t i = 0; i < n; ++i) {
         T g = grad[i];
@@ -70,35 +53,9 @@ void sgd_step(T* param,
     }
 }
 
-template void adam_step<float>(float*,
-                               const float*,
-                               float*,
-                               float*,
-                               int64_t,
-                               double,
-                               double,
-                               double,
-                               double,
-                               double,
-                               bool,
-                               int64_t,
-                               double);
-template void adam_step<double>(double*,
-                                const double*,
-                                double*,
-                                double*,
-                                int64_t,
-                                double,
-                                double,
-                                double,
-                                double,
-                                double,
-                                bool,
-                                int64_t,
-                                double);
-template void sgd_step<float>(
-    float*, const float*, float*, int64_t, double, double, double, double, bool, bool);
-template void sgd_step<double>(
-    double*, const double*, double*, int64_t, double, double, double, double, bool, bool);
+template decltype(adam_step<float>) adam_step<float>;
+template decltype(adam_step<double>) adam_step<double>;
+template decltype(sgd_step<float>) sgd_step<float>;
+template decltype(sgd_step<double>) sgd_step<double>;
 
 }  // namespace qkv::kernels::ref

@@ -5,6 +5,8 @@
 // Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
 #include <cstdint>
 
+#include "kernels/params.h"
+
 namespace qkv::kernels::ref {
 
 /// One Adam (Kingma & Ba 2015) or AdamW (decoupled = true; Loshchilov & Hutter 2019) step on n
@@ -15,36 +17,15 @@ namespace qkv::kernels::ref {
 ///   m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²
 ///   bc1 = 1 − β1^step, bc2 = 1 − β2^step (in double), step_size = lr / bc1
 ///   p ← p − step_size · m / (sqrt(v) / sqrt(bc2) + eps)
-/// param, m, v: updated in place; grad: read only; all (n). m, v start at 0.
+/// m, v start at 0.
 template <class T>
-void adam_step(T* param,
-               const T* grad,
-               T* m,
-               T* v,
-               int64_t n,
-               double lr,
-               double beta1,
-               double beta2,
-               double eps,
-               double weight_decay,
-               bool decoupled,
-               int64_t step,
-               double grad_scale = 1.0);
+void adam_step(const AdamParams<T>& p);
 
 /// One SGD step (torch.optim.SGD): g ← g + wd·p (wd != 0); with momentum μ != 0:
 /// buf ← g on the first step (first_step = true), else buf ← μ·buf + (1 − dampening)·g;
 /// g ← g + μ·buf (nesterov) or g ← buf; then p ← p − lr·g. momentum_buf: (n), may be nullptr
 /// when momentum == 0.
 template <class T>
-void sgd_step(T* param,
-              const T* grad,
-              T* momentum_buf,
-              int64_t n,
-              double lr,
-              double momentum,
-              double dampening,
-              double weight_decay,
-              bool nesterov,
-              bool first_step);
+void sgd_step(const SgdParams<T>& p);
 
 }  // namespace qkv::kernels::ref

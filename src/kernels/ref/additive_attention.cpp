@@ -46,15 +46,9 @@ void additive_scores_backward(T* dq, T* dk, T* dw, const T* dscores, const T* q,
             }
 }
 
-template void additive_scores_forward<float>(float*, const float*, const float*, const float*,
-                                             int64_t, int64_t, int64_t, int64_t);
-template void additive_scores_forward<double>(double*, const double*, const double*, const double*,
-                                              int64_t, int64_t, int64_t, int64_t);
-template void additive_scores_backward<float>(float*, float*, float*, const float*, const float*,
-                                              const float*, const float*, int64_t, int64_t, int64_t,
-                                              int64_t);
-template void additive_scores_backward<double>(double*, double*, double*, const double*,
-                                               const double*, const double*, const double*, int64_t,
-                                               int64_t, int64_t, int64_t);
+template decltype(additive_scores_forward<float>) additive_scores_forward<float>;
+template decltype(additive_scores_forward<double>) additive_scores_forward<double>;
+template decltype(additive_scores_backward<float>) additive_scores_backward<float>;
+template decltype(additive_scores_backward<double>) additive_scores_backward<double>;
 
 }  // namespace qkv::kernels::ref

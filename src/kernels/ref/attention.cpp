@@ -133,11 +133,9 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
         }
 }
 
-template void attention_forward<float>(const AttentionParams<float>&);
-template void attention_forward<double>(const AttentionParams<double>&);
-template void attention_backward<float>(const AttentionParams<float>&,
-                                        const AttentionGradParams<float>&);
-template void attention_backward<double>(const AttentionParams<double>&,
-                                         const AttentionGradParams<double>&);
+template decltype(attention_forward<float>) attention_forward<float>;
+template decltype(attention_forward<double>) attention_forward<double>;
+template decltype(attention_backward<float>) attention_backward<float>;
+template decltype(attention_backward<double>) attention_backward<double>;
 
 }  // namespace qkv::kernels::ref

@@ -8,15 +8,8 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void cross_entropy_forward(T* loss,
-                           T* lse,
-                           const T* logits,
-                           const int64_t* target,
-                           const T* weight,
-                           int64_t N,
-                           int64_t V,
-                           int64_t ignore_index,
-                           double label_smoothing) {
+void cross_entropy_forward(const CrossEntropyParams<T>& p) {
+    const auto [loss, lse, logits, target, weight, N, V, ignore_index, label_smoothing] = p;
     const T eps = T(label_smoothing);
     for (int64_t i = 0; i < N; ++i) {
         const T* x = logits + i * V;
@@ -45,17 +38,9 @@ void cross_entropy_forward(T* loss,
 // loss_i = −w_i Σ_v q_v (x_v − lse) with ∂lse/∂x_v = softmax_v and Σ_v q_v = 1:
 //   ∂loss_i/∂x_v = −w_i (q_v − softmax_v Σ_u q_u) = w_i (softmax_v − q_v).
 template <class T>
-void cross_entropy_backward(T* dlogits,
-                            const T* dloss,
-                            int64_t dloss_stride,
-                            const T* logits,
-                            const T* lse,
-                            const int64_t* target,
-                            const T* weight,
-                            int64_t N,
-                            int64_t V,
-                            int64_t ignore_index,
-                            double label_smoothing) {
+void cross_entropy_backward(const CrossEntropyParams<T>& p, const CrossEntropyGradParams<T>& g) {
+    const auto [dlogits, dloss, dloss_stride] = g;
+    const auto [loss, lse, logits, target, weight, N, V, ignore_index, label_smoothing] = p;
     const T eps = T(label_smoothing);
     for (int64_t i = 0; i < N; ++i) {
         const T* x      = logits + i * V;
@@ -73,38 +58,9 @@ void cross_entropy_backward(T* dlogits,
     }
 }
 
-template void cross_entropy_forward<float>(
-    float*, float*, const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, double);
-template void cross_entropy_forward<double>(double*,
-                                            double*,
-                                            const double*,
-                                            const int64_t*,
-                                            const double*,
-                                            int64_t,
-                                            int64_t,
-                                            int64_t,
-                                            double);
-template void cross_entropy_backward<float>(float*,
-                                            const float*,
-                                            int64_t,
-                                            const float*,
-                                            const float*,
-                                            const int64_t*,
-                                            const float*,
-                                            int64_t,
-                                            int64_t,
-                                            int64_t,
-                                            double);
-template void cross_entropy_backward<double>(double*,
-                                             const double*,
-                                             int64_t,
-                                             const double*,
-                                             const double*,
-                                             const int64_t*,
-                                             const double*,
-                                             int64_t,
-                                             int64_t,
-                                             int64_t,
-                                             double);
+template decltype(cross_entropy_forward<float>) cross_entropy_forward<float>;
+template decltype(cross_entropy_forward<double>) cross_entropy_forward<double>;
+template decltype(cross_entropy_backward<float>) cross_entropy_backward<float>;
+template decltype(cross_entropy_backward<double>) cross_entropy_backward<double>;
 
 }  // namespace qkv::kernels::ref

@@ -17,11 +17,9 @@ void embedding_backward(
         for (int64_t c = 0; c < C; ++c) dweight[ids[i] * C + c] += dout[i * C + c];
 }
 
-template void embedding_forward<float>(float*, const float*, const int64_t*, int64_t, int64_t);
-template void embedding_forward<double>(double*, const double*, const int64_t*, int64_t, int64_t);
-template void embedding_backward<float>(
-    float*, const float*, const int64_t*, int64_t, int64_t, int64_t);
-template void embedding_backward<double>(
-    double*, const double*, const int64_t*, int64_t, int64_t, int64_t);
+template decltype(embedding_forward<float>) embedding_forward<float>;
+template decltype(embedding_forward<double>) embedding_forward<double>;
+template decltype(embedding_backward<float>) embedding_backward<float>;
+template decltype(embedding_backward<double>) embedding_backward<double>;
 
 }  // namespace qkv::kernels::ref

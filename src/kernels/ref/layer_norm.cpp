@@ -8,15 +8,8 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void layer_norm_forward(T* y,
-                        T* mean,
-                        T* rstd,
-                        const T* x,
-                        const T* gamma,
-                        const T* beta,
-                        int64_t rows,
-                        int64_t N,
-                        double eps) {
+void layer_norm_forward(const LayerNormParams<T>& p) {
+    const auto [y, mean, rstd, x, gamma, beta, rows, N, eps] = p;
     for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * N;
         T* yr       = y + r * N;
@@ -42,16 +35,9 @@ void layer_norm_forward(T* y,
 //   dx_i = Σ_j g_j ∂x̂_j/∂x_i = r·(g_i − (1/N)Σ_j g_j − x̂_i·(1/N)Σ_j g_j x̂_j).
 // y_j = x̂_j γ_j + β_j gives dγ_j = Σ_rows dy_j x̂_j and dβ_j = Σ_rows dy_j.
 template <class T>
-void layer_norm_backward(T* dx,
-                         T* dgamma,
-                         T* dbeta,
-                         const T* dy,
-                         const T* x,
-                         const T* mean,
-                         const T* rstd,
-                         const T* gamma,
-                         int64_t rows,
-                         int64_t N) {
+void layer_norm_backward(const LayerNormParams<T>& p, const LayerNormGradParams<T>& grads) {
+    const auto [dx, dgamma, dbeta, dy]                          = grads;
+    const auto [y_, mean, rstd, x, gamma, beta_, rows, N, eps_] = p;
     if (dgamma)
         for (int64_t j = 0; j < N; ++j) dgamma[j] = 0;
     if (dbeta)
@@ -80,36 +66,9 @@ void layer_norm_backward(T* dx,
     }
 }
 
-template void layer_norm_forward<float>(
-    float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, double);
-template void layer_norm_forward<double>(double*,
-                                         double*,
-                                         double*,
-                                         const double*,
-                                         const double*,
-                                         const double*,
-                                         int64_t,
-                                         int64_t,
-                                         double);
-template void layer_norm_backward<float>(float*,
-                                         float*,
-                                         float*,
-                                         const float*,
-                                         const float*,
-                                         const float*,
-                                         const float*,
-                                         const float*,
-                                         int64_t,
-                                         int64_t);
-template void layer_norm_backward<double>(double*,
-                                          double*,
-                                          double*,
-                                          const double*,
-                                          const double*,
-                                          const double*,
-                                          const double*,
-                                          const double*,
-                                          int64_t,
-                                          int64_t);
+template decltype(layer_norm_forward<float>) layer_norm_forward<float>;
+template decltype(layer_norm_forward<double>) layer_norm_forward<double>;
+template decltype(layer_norm_backward<float>) layer_norm_backward<float>;
+template decltype(layer_norm_backward<double>) layer_norm_backward<double>;
 
 }  // namespace qkv::kernels::ref

@@ -46,9 +46,9 @@ void masked_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64
     }
 }
 
-template void masked_softmax_forward<float>(const float*, float*, const int64_t*, int64_t, int64_t);
-template void masked_softmax_forward<double>(const double*, double*, const int64_t*, int64_t, int64_t);
-template void masked_softmax_backward<float>(const float*, const float*, float*, int64_t, int64_t);
-template void masked_softmax_backward<double>(const double*, const double*, double*, int64_t, int64_t);
+template decltype(masked_softmax_forward<float>) masked_softmax_forward<float>;
+template decltype(masked_softmax_forward<double>) masked_softmax_forward<double>;
+template decltype(masked_softmax_backward<float>) masked_softmax_backward<float>;
+template decltype(masked_softmax_backward<double>) masked_softmax_backward<double>;
 
 }  // namespace qkv::kernels::ref

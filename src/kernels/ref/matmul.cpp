@@ -32,87 +32,15 @@ void gemm(bool trans_a,
 }
 
 template <class T>
-void gemm_batched(bool trans_a,
-                  bool trans_b,
-                  int64_t M,
-                  int64_t N,
-                  int64_t K,
-                  T alpha,
-                  const T* A,
-                  int64_t lda,
-                  int64_t stride_a,
-                  const T* B,
-                  int64_t ldb,
-                  int64_t stride_b,
-                  T beta,
-                  T* C,
-                  int64_t ldc,
-                  int64_t stride_c,
-                  int64_t batch) {
-    for (int64_t b = 0; b < batch; ++b)
-        gemm<T>(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
-                beta, C + b * stride_c, ldc);
+void gemm_batched(const GemmBatchedParams<T>& p) {
+    for (int64_t b = 0; b < p.batch; ++b)
+        gemm<T>(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, p.A + b * p.stride_a, p.lda,
+                p.B + b * p.stride_b, p.ldb, p.beta, p.C + b * p.stride_c, p.ldc);
 }
 
-template void gemm<float>(bool,
-                          bool,
-                          int64_t,
-                          int64_t,
-                          int64_t,
-                          float,
-                          const float*,
-                          int64_t,
-                          const float*,
-                          int64_t,
-                          float,
-                          float*,
-                          int64_t);
-template void gemm<double>(bool,
-                           bool,
-                           int64_t,
-                           int64_t,
-                           int64_t,
-                           double,
-                           const double*,
-                           int64_t,
-                           const double*,
-                           int64_t,
-                           double,
-                           double*,
-                           int64_t);
-template void gemm_batched<float>(bool,
-                                  bool,
-                                  int64_t,
-                                  int64_t,
-                                  int64_t,
-                                  float,
-                                  const float*,
-                                  int64_t,
-                                  int64_t,
-                                  const float*,
-                                  int64_t,
-                                  int64_t,
-                                  float,
-                                  float*,
-                                  int64_t,
-                                  int64_t,
-                                  int64_t);
-template void gemm_batched<double>(bool,
-                                   bool,
-                                   int64_t,
-                                   int64_t,
-                                   int64_t,
-                                   double,
-                                   const double*,
-                                   int64_t,
-                                   int64_t,
-                                   const double*,
-                                   int64_t,
-                                   int64_t,
-                                   double,
-                                   double*,
-                                   int64_t,
-                                   int64_t,
-                                   int64_t);
+template decltype(gemm<float>) gemm<float>;
+template decltype(gemm<double>) gemm<double>;
+template decltype(gemm_batched<float>) gemm_batched<float>;
+template decltype(gemm_batched<double>) gemm_batched<double>;
 
 }  // namespace qkv::kernels::ref

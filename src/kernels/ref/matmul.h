@@ -3,6 +3,8 @@
 // so gradcheck can run matmul in float64. Row-major, BLAS argument order and semantics.
 #include <cstdint>
 
+#include "kernels/params.h"
+
 namespace qkv::kernels::ref {
 
 /// C = alpha·op(A)·op(B) + beta·C, row-major. op(A) is (M, K): A itself when !trans_a (A is M×K,
@@ -25,26 +27,8 @@ void gemm(bool trans_a,
           T* C,
           int64_t ldc);
 
-/// `batch` independent GEMMs (cublasSgemmStridedBatched order): GEMM i uses A + i·stride_a,
-/// B + i·stride_b, C + i·stride_c. stride_a or stride_b may be 0 (one operand shared by every
-/// GEMM); stride_c must separate the C blocks (no two GEMMs write the same element).
+/// GemmBatchedParams' `batch` GEMMs, one after another with gemm<T>.
 template <class T>
-void gemm_batched(bool trans_a,
-                  bool trans_b,
-                  int64_t M,
-                  int64_t N,
-                  int64_t K,
-                  T alpha,
-                  const T* A,
-                  int64_t lda,
-                  int64_t stride_a,
-                  const T* B,
-                  int64_t ldb,
-                  int64_t stride_b,
-                  T beta,
-                  T* C,
-                  int64_t ldc,
-                  int64_t stride_c,
-                  int64_t batch);
+void gemm_batched(const GemmBatchedParams<T>& p);
 
 }  // namespace qkv::kernels::ref

@@ -1,31 +1,33 @@
 #pragma once
-// SIMD building blocks for the fast fp32 kernels: run-time ISA selection (always available), and,
-// in translation units compiled with the ISA's flags (files named *_avx2.cpp / *_avx512.cpp), the
-// vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F, 16 lanes), a polynomial exp, and
-// row reductions (max, Σ, Σ exp). Kernel bodies are written once as templates over V and
-// instantiated per ISA file (softmax_avx2.cpp / softmax_avx512.cpp show the pattern).
+// The one SIMD layer of the fast fp32 kernels. In translation units compiled with an ISA's flags
+// (cpu/variants_avx2.cpp, cpu/variants_avx512.cpp, cpu/flash_attention_avx*.cpp) it gives the
+// vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F, 16 lanes), Vec<Isa> to name them from
+// an Isa, the one polynomial exp every kernel uses (flash included), and row reductions (max, Σ,
+// Σ exp). Kernel bodies are written once as templates over the Isa (cpu/*_simd.h) and instantiated
+// per ISA by cpu/variants.inc. Elsewhere the header only declares exp_simd and Vec.
 //
-// Polynomial exp (simd::exp<V>), Cephes expf scheme:
-//   x is clamped to [-104, 88.8] (NaN passes through); n = round(x·log2 e);
-//   r = x − n·ln2 (two-constant Cody–Waite reduction with FMA), |r| <= ln2/2;
-//   e^r = 1 + r + r²·P(r), P a degree-5 minimax polynomial (Cephes coefficients);
-//   e^x = e^r · 2^⌊n/2⌋ · 2^(n−⌊n/2⌋) (two exact power-of-two factors, so results down to the
-//   subnormal range and the overflow to +inf come out right without special cases).
-// Accuracy against double exp (tests/kernels/test_softmax_kernels.cpp, ExpSimd.*): the error is
-//   at most 1.3 ulp of the exact value for normal results, x in [-87.3, 88.7] (AVX2, every 97th
-//   float bit pattern in [-110, 90]: worst 1.26 ulp at x = -71.03); subnormal results are off by
-//   less than 2^-149 (0.78·2^-149 worst); exp(-inf) = 0, exp(x > 88.73) = +inf, exp(NaN) = NaN.
+// simd::exp<V>(x), the one exp (Cephes expf polynomial; written down here and in
+// docs/kernels/flash_attention.md):
+//   flush rule: x < -87 gives exactly +0 (so exp(-inf) = 0, and no subnormal — slow on x86 and
+//   below any weight these kernels keep — ever reaches a GEMM or a sum); x > 88.72 gives +inf
+//   (x is clamped to 88.8, whose exp overflows); NaN gives NaN. In between (results >= e^-87,
+//   all normal floats) the error is at most 1.3 ulp on both ISAs (ExpSimd.* in
+//   tests/kernels/test_softmax_kernels.cpp measures it against double exp).
+//   AVX2:    n = round(x·log2 e); r = x − n·ln2 (two-constant Cody–Waite, FMA), |r| <= ln2/2;
+//            e^r = 1 + r + r²·P(r), P of degree 5; 2^n as two exact power-of-two factors
+//            2^⌊n/2⌋·2^(n−⌊n/2⌋) so that x up to 88.72 does not overflow early.
+//   AVX-512: the same function in base 2 with fewer operations: n = round(x·log2 e) by the
+//            1.5·2^23 shifter, f = x·log2e − n by two FMAs (log2e split hi + lo), 2^f = 1 + f·Q(f)
+//            (Cephes exp2f, Q of degree 5), and 2^n applied by vscalefps (which saturates to +inf
+//            itself). 11 instructions instead of 15 (bench/RESULTS_attention.md).
 //
 // ODR note: everything ISA-specific sits in an unnamed namespace so that copies compiled with
 // AVX-512 flags can never be linked into code that runs on an AVX2-only CPU.
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 #if defined(__AVX2__) || defined(__AVX512F__)
-// GCC implements _mm*_mul_ps/_add_ps as plain vector arithmetic and, in C++, contracts a·b ± c
-// into an FMA by default. Kernels here ask for FMA explicitly (V::fmadd) and rely on a product
-// being rounded the same way twice (layer norm's g − mean(g) must cancel exactly when N = 1), so
-// contraction is off for every function of an ISA translation unit.
-#pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
@@ -37,36 +39,24 @@
 
 namespace qkv::kernels::cpu {
 
-/// Instruction sets the fast kernels are compiled for, in increasing order.
-enum class Isa : uint8_t { scalar, avx2, avx512 };
-
-/// The ISA the fast kernels use: the best one this CPU supports (AVX2 needs AVX2+FMA; AVX-512
-/// needs F+BW+VL+DQ), capped by set_max_isa(). `scalar` falls back to the reference kernels.
-Isa simd_isa();
-/// The best ISA this CPU supports, ignoring the cap.
-Isa cpu_isa();
-/// Caps the ISA used by later kernel calls (tests run every path the CPU has; benchmarks compare
-/// them). Not thread-safe: call it between kernel calls. Returns the previous cap.
-Isa set_max_isa(Isa cap);
-/// Name for messages: "scalar", "avx2", "avx512".
-const char* isa_name(Isa isa);
-
-/// y[i] = e^{x[i]} for i < n with the polynomial exp of the selected ISA (std::exp when scalar).
+/// y[i] = e^{x[i]} for i < n with simd::exp of the capped ISA (std::exp when scalar).
 /// y may alias x. Used by the tests to measure the exp's accuracy; single-threaded.
 void exp_simd(float* y, const float* x, int64_t n);
-
-namespace detail {
-void exp_simd_avx2(float* y, const float* x, int64_t n);
-void exp_simd_avx512(float* y, const float* x, int64_t n);
-}  // namespace detail
 
 namespace simd {
 namespace {
 
+/// The vector type of an ISA tier: V8 for avx2, V16 for avx512 (defined in the ISA's TUs only).
+template <Isa I>
+struct VecOf;
+template <Isa I>
+using Vec = typename VecOf<I>::type;
+
 // ---- exp constants (Cephes expf) ----------------------------------------------------------------
-constexpr float kExpHi = 88.8f;    // e^88.8 > FLT_MAX: saturates to +inf
-constexpr float kExpLo = -104.0f;  // e^-104 < 2^-150: rounds to 0
-constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kExpHi   = 88.8f;   // e^88.8 > FLT_MAX: saturates to +inf
+constexpr float kExpLo   = -87.0f;  // flush rule: x < -87 gives +0 (e^-87 ~ 1.6e-38 > FLT_MIN)
+constexpr float kLog2e   = 1.44269504088896341f;
+constexpr float kLog2eLo = 1.925963033500011e-08f;  // log2e - float(log2e)
 constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi has 9 bits
 constexpr float kLn2Lo = -2.12194440e-4f;
 constexpr float kExpP0 = 1.9875691500e-4f;
@@ -75,6 +65,12 @@ constexpr float kExpP2 = 8.3334519073e-3f;
 constexpr float kExpP3 = 4.1665795894e-2f;
 constexpr float kExpP4 = 1.6666665459e-1f;
 constexpr float kExpP5 = 5.0000001201e-1f;
+constexpr float kExp2Q0 = 1.535336188319500e-4f;  // Cephes exp2f: 2^f = 1 + f (Q5 + f (Q4 + ...))
+constexpr float kExp2Q1 = 1.339887440266574e-3f;
+constexpr float kExp2Q2 = 9.618437357674640e-3f;
+constexpr float kExp2Q3 = 5.550332471162809e-2f;
+constexpr float kExp2Q4 = 2.402264791363012e-1f;
+constexpr float kExp2Q5 = 6.931472028550421e-1f;
 
 #if defined(__AVX2__) && defined(__FMA__)
 /// 8 fp32 lanes (AVX2 + FMA).
@@ -126,12 +122,40 @@ struct V8 {
         return _mm_cvtss_f32(s);
     }
 
+    static R exp(R x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final andnot.
+        const R under = _mm256_cmp_ps(x, set1(kExpLo), _CMP_LT_OQ);
+        x             = _mm256_min_ps(set1(kExpHi), x);  // NaN (second operand) passes through
+        const R n     = round(_mm256_mul_ps(x, set1(kLog2e)));
+        R r           = _mm256_fnmadd_ps(n, set1(kLn2Hi), x);
+        r             = _mm256_fnmadd_ps(n, set1(kLn2Lo), r);
+        R y           = set1(kExpP0);
+        y             = _mm256_fmadd_ps(y, r, set1(kExpP1));
+        y             = _mm256_fmadd_ps(y, r, set1(kExpP2));
+        y             = _mm256_fmadd_ps(y, r, set1(kExpP3));
+        y             = _mm256_fmadd_ps(y, r, set1(kExpP4));
+        y             = _mm256_fmadd_ps(y, r, set1(kExpP5));
+        y             = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, set1(1.0f)));
+        // 2^n = 2^n1 · 2^(n − n1), n1 = n >> 1: n in [-126, 128], so each factor is a normal float.
+        const __m256i ni = _mm256_cvtps_epi32(n);
+        const __m256i n1 = _mm256_srai_epi32(ni, 1);
+        y = _mm256_mul_ps(_mm256_mul_ps(y, pow2i_bits(n1)), pow2i_bits(_mm256_sub_epi32(ni, n1)));
+        return _mm256_andnot_ps(under, y);
+    }
+
 private:
     static __m256i tail_mask(int64_t n) {
         alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
                                                       0,  0,  0,  0,  0,  0,  0,  0};
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - n));
     }
+    static R pow2i_bits(__m256i k) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+    }
+};
+template <>
+struct VecOf<Isa::avx2> {
+    using type = V8;
 };
 #endif
 
@@ -172,32 +196,40 @@ struct V16 {
     static float reduce_add(R a) { return _mm512_reduce_add_ps(a); }
     static float reduce_max(R a) { return _mm512_reduce_max_ps(a); }
 
+    static R exp(R x) {
+        // Lanes below kExpLo (incl. -inf) compute garbage and are zeroed by the final mask.
+        const __mmask16 under = _mm512_cmp_ps_mask(x, set1(kExpLo), _CMP_LT_OQ);
+        x                     = _mm512_min_ps(set1(kExpHi), x);  // NaN passes through
+        // n = round(x log2e) by the 1.5 * 2^23 shifter: one FMA and one subtraction instead of
+        // vmulps + vrndscaleps (2 uops), |x log2e| <= 128 << 2^22.
+        const R sh = set1(12582912.0f);
+        const R n  = _mm512_sub_ps(_mm512_fmadd_ps(x, set1(kLog2e), sh), sh);
+        R f        = _mm512_fmsub_ps(x, set1(kLog2e), n);
+        f          = _mm512_fmadd_ps(x, set1(kLog2eLo), f);
+        R y        = set1(kExp2Q0);
+        y          = _mm512_fmadd_ps(y, f, set1(kExp2Q1));
+        y          = _mm512_fmadd_ps(y, f, set1(kExp2Q2));
+        y          = _mm512_fmadd_ps(y, f, set1(kExp2Q3));
+        y          = _mm512_fmadd_ps(y, f, set1(kExp2Q4));
+        y          = _mm512_fmadd_ps(y, f, set1(kExp2Q5));
+        y          = _mm512_fmadd_ps(y, f, set1(1.0f));
+        return _mm512_maskz_scalef_ps(__mmask16(~under), y, n);
+    }
+
 private:
     static __mmask16 tail_mask(int64_t n) { return __mmask16((1u << n) - 1u); }
+};
+template <>
+struct VecOf<Isa::avx512> {
+    using type = V16;
 };
 #endif
 
 #if defined(__AVX2__) || defined(__AVX512F__)
-/// e^x per lane (see the file comment for the algorithm and its accuracy).
+/// e^x per lane: the one exp (the file comment gives the algorithm and the flush rule).
 template <class V>
 inline typename V::R exp(typename V::R x) {
-    using R = typename V::R;
-    // Clamp with x as the second operand so that NaN propagates.
-    x         = V::max(V::set1(kExpLo), V::min(V::set1(kExpHi), x));
-    const R n = V::round(V::mul(x, V::set1(kLog2e)));
-    R r       = V::fnmadd(n, V::set1(kLn2Hi), x);
-    r         = V::fnmadd(n, V::set1(kLn2Lo), r);
-    R p       = V::set1(kExpP0);
-    p         = V::fmadd(p, r, V::set1(kExpP1));
-    p         = V::fmadd(p, r, V::set1(kExpP2));
-    p         = V::fmadd(p, r, V::set1(kExpP3));
-    p         = V::fmadd(p, r, V::set1(kExpP4));
-    p         = V::fmadd(p, r, V::set1(kExpP5));
-    p         = V::fmadd(p, V::mul(r, r), V::add(r, V::set1(1.0f)));
-    // n in [-150, 129]: split so that each factor 2^k has k in [-75, 65] (a normal float).
-    const R n1 = V::floor(V::mul(n, V::set1(0.5f)));
-    const R n2 = V::sub(n, n1);
-    return V::mul(V::mul(p, V::pow2i(n1)), V::pow2i(n2));
+    return V::exp(x);
 }
 
 constexpr float kNegInf = -__builtin_inff();

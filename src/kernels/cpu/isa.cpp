@@ -1,0 +1,103 @@
+// CPU feature detection and the ISA cap (cpu/isa.h). Compiled for plain x86-64.
+#include "kernels/cpu/isa.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "qkv/core/error.h"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx};
+
+// CPUID leaf 7 bit: subleaf 0 EDX (AVX512_FP16 23, AMX-BF16 22, AMX-TILE 24), subleaf 1 EAX
+// (AVX512_BF16 5). Read directly because clang 14's __builtin_cpu_supports does not know these
+// names (GCC 12's does); the AVX-512 register state itself is checked by the avx512f test above.
+bool cpuid_bit(unsigned subleaf, int reg, int bit) {
+    unsigned r[4] = {0, 0, 0, 0};
+    if (!__get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3])) return false;
+    return (r[reg] >> bit) & 1u;
+}
+constexpr int kEax = 0, kEdx = 3;
+
+CpuFeatures detect() {
+    __builtin_cpu_init();
+    CpuFeatures f;
+    f.avx2        = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    f.avx512      = f.avx2 && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq");
+    f.avx512_bf16 = f.avx512 && cpuid_bit(1, kEax, 5);
+    f.avx512_fp16 = f.avx512 && cpuid_bit(0, kEdx, 23);
+    f.amx_tile    = cpuid_bit(0, kEdx, 24);
+    f.amx_bf16    = cpuid_bit(0, kEdx, 22);
+    return f;
+}
+
+// set_max_isa's cap; while unset, QKV_MAX_ISA's (read once, thread-safe).
+bool g_cap_set = false;
+Isa  g_cap     = Isa::amx;
+
+Isa env_cap() {
+    static const Isa cap = [] {
+        const char* env = std::getenv("QKV_MAX_ISA");
+        return env && *env ? parse_isa(env, "QKV_MAX_ISA") : Isa::amx;
+    }();
+    return cap;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+    static const CpuFeatures f = detect();
+    return f;
+}
+
+Isa cpu_isa() {
+    static const Isa isa = [] {
+        const CpuFeatures& f = cpu_features();
+        if (f.avx512_bf16 && f.amx_tile && f.amx_bf16) return Isa::amx;
+        if (f.avx512_bf16) return Isa::avx512_bf16;
+        if (f.avx512) return Isa::avx512;
+        return f.avx2 ? Isa::avx2 : Isa::scalar;
+    }();
+    return isa;
+}
+
+Isa max_isa() { return g_cap_set ? g_cap : env_cap(); }
+
+Isa set_max_isa(Isa cap) {
+    const Isa old = max_isa();
+    g_cap         = cap;
+    g_cap_set     = true;
+    return old;
+}
+
+Isa simd_isa() {
+    const Isa cap = max_isa();
+    return cpu_isa() < cap ? cpu_isa() : cap;
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
+        case Isa::avx512_bf16: return "avx512_bf16";
+        case Isa::amx: return "amx";
+    }
+    return "?";
+}
+
+Isa parse_isa(std::string_view name, const char* what) {
+    for (Isa isa : kAllIsas)
+        if (name == isa_name(isa)) return isa;
+    QKV_CHECK(false, what, ": unknown instruction set '", std::string(name),
+              "' (expected scalar, avx2, avx512, avx512_bf16 or amx)");
+    return Isa::scalar;
+}
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,39 @@
+#pragma once
+// The per-ISA entry points of the fast fp32 kernels: function templates over the ISA tier,
+// defined once in the kernel's *_simd.h and instantiated for each tier by cpu/variants.inc
+// (compiled once per tier: variants_avx2.cpp, variants_avx512.cpp). The public kernels
+// (cpu/<kernel>.cpp) call them through QKV_ISA_DISPATCH (cpu/isa.h). A bf16 or AMX tier adds a
+// variants_<tier>.cpp and its case in the dispatch; nothing here is written again.
+#include <cstdint>
+
+#include "kernels/cpu/adam_simd.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/params.h"
+
+namespace qkv::kernels::cpu::simd {
+
+template <Isa I> void exp_array(float* y, const float* x, int64_t n);
+template <Isa I> void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols);
+template <Isa I> void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols);
+template <Isa I> void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols);
+template <Isa I> void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols);
+template <Isa I> void cross_entropy_forward(const CrossEntropyParams<float>& p);
+template <Isa I> void cross_entropy_backward(const CrossEntropyParams<float>& p, const CrossEntropyGradParams<float>& g);
+template <Isa I> void layer_norm_forward(const LayerNormParams<float>& p);
+/// partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials).
+template <Isa I> void layer_norm_backward(const LayerNormParams<float>& p, const LayerNormGradParams<float>& g, float* partial);
+template <Isa I> void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h, int64_t B, int64_t H);
+template <Isa I> void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws, const float* h, int64_t B, int64_t H);
+template <Isa I> void additive_scores_forward(float* scores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
+/// dw_part: (B, H) partial sums of dw per batch row (reduced by the caller in b order).
+template <Isa I> void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
+template <Isa I> void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s);
+
+/// The list instantiated per tier by cpu/variants.inc.
+#define QKV_FP32_VARIANTS(X)                                                                      \
+    X(exp_array) X(softmax_forward) X(softmax_backward) X(log_softmax_forward)                    \
+    X(log_softmax_backward) X(cross_entropy_forward) X(cross_entropy_backward)                    \
+    X(layer_norm_forward) X(layer_norm_backward) X(gru_cell_forward) X(gru_cell_backward)         \
+    X(additive_scores_forward) X(additive_scores_backward) X(adam_step)
+
+}  // namespace qkv::kernels::cpu::simd

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# QKV_MAX_ISA (src/kernels/cpu/isa.h): every cap runs and prints the same 4-decimal attention table;
+# an unknown word is a clear error naming the variable and the words it accepts.
+source "$(dirname "$0")/lib.sh" "$1"
+for isa in scalar avx2 avx512; do
+  QKV_MAX_ISA=$isa run_rc 0 attention --out "$T/$isa"
+  out_has "row sum"
+  grep -E '^(I|love|deep|learning) ' "$T/out" > "$T/table_$isa"
+  [ "$(wc -l < "$T/table_$isa")" = 4 ] || fail "QKV_MAX_ISA=$isa: no 4-row table"
+done
+cmp -s "$T/table_scalar" "$T/table_avx512" || fail "scalar and avx512 tables differ"
+QKV_MAX_ISA=avx9 run_rc 1 attention --out "$T/bad"
+err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
+echo "ok"
