@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/error.h"
@@ -61,15 +66,168 @@ uint64_t rank_seed(uint64_t seed, int rank) {
     return z ^ (z >> 31);
 }
 
-GradientSync::GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params)
-    : comm_(std::move(comm)), params_(std::move(params)) {
+// The communication thread of an overlapped step: it reduces bucket after bucket, in order, as
+// each becomes ready (or the step is finishing, when a missing gradient counts as zeros).
+struct GradientSync::Thread {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool quit = false;
+    int64_t step = 0, done_step = 0;  // a step is posted by ++step; done when done_step == step
+    bool finishing = false;
+    float scale = 0;
+    std::exception_ptr error;
+    std::thread worker;
+};
+
+GradientSync::GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
+                           GradientSyncOptions opt)
+    : comm_(std::move(comm)), params_(std::move(params)), opt_(opt) {
     QKV_CHECK(comm_ != nullptr, "GradientSync: no communicator");
+    QKV_CHECK(opt_.first_bucket_bytes >= sizeof(float) && opt_.bucket_bytes >= sizeof(float),
+              "GradientSync: bucket sizes must hold at least one float");
     size_t n = 0;
-    for (const Tensor& p : params_) {
-        QKV_CHECK(p.dtype() == DType::f32, "GradientSync: parameters must be f32");
-        n += static_cast<size_t>(p.numel());
+    offset_of_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+        QKV_CHECK(params_[i].dtype() == DType::f32, "GradientSync: parameters must be f32");
+        offset_of_[i] = n;
+        n += static_cast<size_t>(params_[i].numel());
     }
     flat_.resize(n);
+    bucket_of_.resize(params_.size());
+    for (size_t k = params_.size(); k-- > 0;) order_.push_back(k);
+    // Buckets over order_, each a contiguous range of it. Reverse order makes each bucket's
+    // elements contiguous in flat_ too, ending where the previous bucket begins.
+    for (size_t pos = 0; pos < order_.size();) {
+        Bucket b;
+        b.first = pos;
+        const size_t cap = (buckets_.empty() ? opt_.first_bucket_bytes : opt_.bucket_bytes) / sizeof(float);
+        while (pos < order_.size() && (b.count == 0 || b.count + static_cast<size_t>(params_[order_[pos]].numel()) <= cap)) {
+            b.count += static_cast<size_t>(params_[order_[pos]].numel());
+            bucket_of_[order_[pos]] = buckets_.size();
+            ++pos;
+        }
+        b.last = pos;
+        b.offset = offset_of_[order_[pos - 1]];
+        buckets_.push_back(b);
+    }
+    if (opt_.overlap && comm_->size() > 1) {
+        thread_ = std::make_unique<Thread>();
+        thread_->worker = std::thread([this] { comm_loop(); });
+    }
+}
+
+GradientSync::~GradientSync() {
+    if (!thread_) return;
+    {
+        std::lock_guard<std::mutex> lock(thread_->mu);
+        thread_->quit = true;
+    }
+    thread_->cv.notify_all();
+    thread_->worker.join();
+}
+
+void GradientSync::fill(const Bucket& b, float scale) {
+    for (size_t pos = b.first; pos < b.last; ++pos) {
+        const size_t k = order_[pos];
+        const size_t n = static_cast<size_t>(params_[k].numel());
+        float* dst = flat_.data() + offset_of_[k];
+        Tensor g = params_[k].grad();
+        if (!g.defined() || scale == 0.f) {
+            std::fill_n(dst, n, 0.f);
+            continue;
+        }
+        Tensor c = g.contiguous();
+        const float* src = c.data<float>();
+        for (size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+    }
+}
+
+void GradientSync::write_back_grads() {
+    for (size_t k = 0; k < params_.size(); ++k) {
+        const size_t n = static_cast<size_t>(params_[k].numel());
+        Tensor g = Tensor::empty(params_[k].shape(), DType::f32);
+        std::memcpy(g.data<float>(), flat_.data() + offset_of_[k], sizeof(float) * n);
+        params_[k].set_grad(g);
+    }
+}
+
+void GradientSync::comm_loop() {
+    Thread& t = *thread_;
+    int64_t served = 0;
+    for (;;) {
+        std::unique_lock<std::mutex> lock(t.mu);
+        t.cv.wait(lock, [&] { return t.quit || t.step > served; });
+        if (t.quit) return;
+        served = t.step;
+        try {
+            for (Bucket& b : buckets_) {
+                t.cv.wait(lock, [&] { return t.finishing || b.ready == b.last - b.first; });
+                const float scale = t.scale;
+                lock.unlock();
+                fill(b, scale);
+                comm_->allreduce_sum(std::span<float>(flat_.data() + b.offset, b.count));
+                lock.lock();
+            }
+        } catch (...) {
+            t.error = std::current_exception();
+        }
+        t.done_step = served;
+        lock.unlock();
+        t.cv.notify_all();
+    }
+}
+
+void GradientSync::backward_and_sync(const std::function<void()>& backward, double local_weight,
+                                     double global_weight, std::span<double> scalars) {
+    QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientSync::sync: weights ", local_weight,
+              " / ", global_weight);
+    if (!thread_) {
+        backward();
+        sync(local_weight, global_weight, scalars);
+        return;
+    }
+    Thread& t = *thread_;
+    std::unordered_map<const TensorImpl*, size_t> index;
+    index.reserve(params_.size());
+    for (size_t k = 0; k < params_.size(); ++k) index[params_[k].impl_ptr().get()] = k;
+    {
+        std::lock_guard<std::mutex> lock(t.mu);
+        for (Bucket& b : buckets_) b.ready = 0;
+        t.finishing = false;
+        t.scale = static_cast<float>(local_weight / global_weight);
+        t.error = nullptr;
+        ++t.step;
+    }
+    t.cv.notify_all();
+    std::exception_ptr backward_error;
+    {
+        LeafGradHook hook([&](const TensorImpl& leaf) {
+            auto it = index.find(&leaf);
+            if (it == index.end()) return;
+            {
+                std::lock_guard<std::mutex> lock(t.mu);
+                ++buckets_[bucket_of_[it->second]].ready;
+            }
+            t.cv.notify_all();
+        });
+        try {
+            backward();
+        } catch (...) {
+            backward_error = std::current_exception();
+        }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        std::unique_lock<std::mutex> lock(t.mu);
+        t.finishing = true;
+        t.cv.notify_all();
+        t.cv.wait(lock, [&] { return t.done_step == t.step; });
+    }
+    if (t.error) std::rethrow_exception(t.error);
+    if (!scalars.empty()) comm_->allreduce_sum(scalars);
+    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (backward_error) std::rethrow_exception(backward_error);
+    write_back_grads();
 }
 
 void GradientSync::broadcast_parameters() {
@@ -95,32 +253,12 @@ void GradientSync::sync(double local_weight, double global_weight, std::span<dou
     QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientSync::sync: weights ", local_weight,
               " / ", global_weight);
     const float scale = static_cast<float>(local_weight / global_weight);
-    size_t off = 0;
-    for (const Tensor& p : params_) {
-        const size_t n = static_cast<size_t>(p.numel());
-        Tensor g = p.grad();
-        if (!g.defined() || scale == 0.f) {
-            std::fill_n(flat_.data() + off, n, 0.f);
-        } else {
-            Tensor c = g.contiguous();
-            const float* src = c.data<float>();
-            float* dst = flat_.data() + off;
-            for (size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
-        }
-        off += n;
-    }
+    for (const Bucket& b : buckets_) fill(b, scale);
     auto t0 = std::chrono::steady_clock::now();
     comm_->allreduce_sum(std::span<float>(flat_));
     if (!scalars.empty()) comm_->allreduce_sum(scalars);
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    off = 0;
-    for (Tensor& p : params_) {
-        const size_t n = static_cast<size_t>(p.numel());
-        Tensor g = Tensor::empty(p.shape(), DType::f32);
-        std::memcpy(g.data<float>(), flat_.data() + off, sizeof(float) * n);
-        p.set_grad(g);
-        off += n;
-    }
+    write_back_grads();
 }
 
 }  // namespace qkv::train

@@ -13,6 +13,11 @@ check "collectives with 2 ranks exit 0" '[ $rc -eq 0 ]'
 check "both ranks ok" '[ "$(grep -c ": ok" <<<"$out")" -eq 2 ]'
 out=$(mpirun -np 3 "$probe" collectives 2>&1); rc=$?
 check "collectives with 3 ranks" '[ $rc -eq 0 ] && [ "$(grep -c ": ok" <<<"$out")" -eq 3 ]'
+for np in 2 3; do
+  out=$(mpirun -np $np "$probe" grad_sync 2>&1); rc=$?
+  echo "$out"
+  check "grad_sync with $np ranks" '[ $rc -eq 0 ] && [ "$(grep -c "grad_sync ok" <<<"$out")" -eq $np ]'
+done
 out=$(mpirun -np 2 "$probe" mismatch 2>&1); rc=$?
 echo "$out"
 check "mismatch refused on every rank" '[ $rc -eq 0 ] && [ "$(grep -c "refused: --data differs between ranks: rank 1 has .file-b. against rank 0.s .file-a." <<<"$out")" -eq 2 ]'

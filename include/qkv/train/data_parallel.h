@@ -6,6 +6,7 @@
 // single-process update on the global batch (up to the rounding of the sum, fixed for a given
 // N). Rank 0's initial parameters are broadcast; dropout draws come from (seed, rank).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -32,12 +33,35 @@ data::Batch shard_batch(const data::Batch& b, int rank, int size, bool by_positi
 /// is unchanged).
 uint64_t rank_seed(uint64_t seed, int rank);
 
+struct GradientSyncOptions {
+    /// Reduce each bucket of gradients as soon as backward has finished it, on a communication
+    /// thread, while backward goes on (PyTorch DDP); false: one reduction after backward.
+    bool overlap = true;
+    /// Bucket sizes (bytes of fp32 gradients): buckets are filled in reverse parameter order (the
+    /// order backward finishes them); the first is small so communication starts early.
+    size_t first_bucket_bytes = size_t{1} << 20;
+    size_t bucket_bytes = size_t{4} << 20;
+};
+
 /// Gradient and scalar synchronisation over a communicator, between backward and the optimizer
-/// step. Holds one flat fp32 buffer of all parameters' sizes, reused every step.
+/// step. Holds one flat fp32 buffer of all parameters' sizes, reused every step. Buckets are
+/// reduced strictly in bucket order on every rank (the collectives must match), whatever order
+/// the gradients become ready in.
 class GradientSync {
 public:
     /// params: the optimizer's parameters, in the same order on every rank.
-    GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params);
+    GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
+                 GradientSyncOptions opt = {});
+    ~GradientSync();
+    GradientSync(const GradientSync&) = delete;
+    GradientSync& operator=(const GradientSync&) = delete;
+
+    /// Runs `backward` (which calls Tensor::backward, or nothing for an empty share) and
+    /// synchronises as sync() does; with overlap, buckets are reduced while it runs. Afterwards
+    /// every parameter's .grad is the reduced gradient. Exceptions from `backward` propagate
+    /// after the communication thread has finished the step's buckets (every rank must).
+    void backward_and_sync(const std::function<void()>& backward, double local_weight,
+                           double global_weight, std::span<double> scalars);
 
     /// Copies rank 0's parameter values to every rank (call once, before training).
     void broadcast_parameters();
@@ -50,14 +74,33 @@ public:
     void sync(double local_weight, double global_weight, std::span<double> scalars);
 
     dist::Communicator& comm() { return *comm_; }
-    /// Seconds spent inside the collectives so far (the communication share of a step).
+    /// Seconds the training thread has waited for communication so far (with overlap, only
+    /// what backward did not hide).
     double comm_seconds() const { return comm_seconds_; }
+    /// Number of buckets (reverse parameter order).
+    size_t num_buckets() const { return buckets_.size(); }
 
 private:
+    struct Bucket {
+        size_t first = 0, last = 0;  // positions in order_ [first, last)
+        size_t offset = 0, count = 0;  // elements in flat_
+        size_t ready = 0;
+    };
+    void fill(const Bucket& b, float scale);
+    void write_back_grads();
+    void comm_loop();
+
     std::shared_ptr<dist::Communicator> comm_;
     std::vector<Tensor> params_;
+    GradientSyncOptions opt_;
     std::vector<float> flat_;
+    std::vector<size_t> order_;           // parameter indices, last parameter first
+    std::vector<size_t> offset_of_;       // parameter index -> offset in flat_
+    std::vector<size_t> bucket_of_;       // parameter index -> bucket
+    std::vector<Bucket> buckets_;
     double comm_seconds_ = 0;
+    struct Thread;
+    std::unique_ptr<Thread> thread_;
 };
 
 }  // namespace qkv::train
