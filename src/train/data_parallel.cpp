@@ -68,7 +68,7 @@ uint64_t rank_seed(uint64_t seed, int rank) {
 
 // The communication thread of an overlapped step: it reduces bucket after bucket, in order, as
 // each becomes ready (or the step is finishing, when a missing gradient counts as zeros).
-struct GradientSync::Thread {
+struct GradientReducer::Thread {
     std::mutex mu;
     std::condition_variable cv;
     bool quit = false;
@@ -79,16 +79,16 @@ struct GradientSync::Thread {
     std::thread worker;
 };
 
-GradientSync::GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
-                           GradientSyncOptions opt)
+GradientReducer::GradientReducer(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
+                           GradientReducerOptions opt)
     : comm_(std::move(comm)), params_(std::move(params)), opt_(opt) {
-    QKV_CHECK(comm_ != nullptr, "GradientSync: no communicator");
+    QKV_CHECK(comm_ != nullptr, "GradientReducer: no communicator");
     QKV_CHECK(opt_.first_bucket_bytes >= sizeof(float) && opt_.bucket_bytes >= sizeof(float),
-              "GradientSync: bucket sizes must hold at least one float");
+              "GradientReducer: bucket sizes must hold at least one float");
     size_t n = 0;
     offset_of_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
-        QKV_CHECK(params_[i].dtype() == DType::f32, "GradientSync: parameters must be f32");
+        QKV_CHECK(params_[i].dtype() == DType::f32, "GradientReducer: parameters must be f32");
         offset_of_[i] = n;
         n += static_cast<size_t>(params_[i].numel());
     }
@@ -116,7 +116,7 @@ GradientSync::GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector
     }
 }
 
-GradientSync::~GradientSync() {
+GradientReducer::~GradientReducer() {
     if (!thread_) return;
     {
         std::lock_guard<std::mutex> lock(thread_->mu);
@@ -126,7 +126,7 @@ GradientSync::~GradientSync() {
     thread_->worker.join();
 }
 
-void GradientSync::fill(const Bucket& b, float scale) {
+void GradientReducer::fill(const Bucket& b, float scale) {
     for (size_t pos = b.first; pos < b.last; ++pos) {
         const size_t k = order_[pos];
         const size_t n = static_cast<size_t>(params_[k].numel());
@@ -142,7 +142,7 @@ void GradientSync::fill(const Bucket& b, float scale) {
     }
 }
 
-void GradientSync::write_back_grads() {
+void GradientReducer::write_back_grads() {
     for (size_t k = 0; k < params_.size(); ++k) {
         const size_t n = static_cast<size_t>(params_[k].numel());
         Tensor g = Tensor::empty(params_[k].shape(), DType::f32);
@@ -151,7 +151,7 @@ void GradientSync::write_back_grads() {
     }
 }
 
-void GradientSync::comm_loop() {
+void GradientReducer::comm_loop() {
     Thread& t = *thread_;
     int64_t served = 0;
     for (;;) {
@@ -177,9 +177,9 @@ void GradientSync::comm_loop() {
     }
 }
 
-void GradientSync::backward_and_sync(const std::function<void()>& backward, double local_weight,
+void GradientReducer::backward_and_sync(const std::function<void()>& backward, double local_weight,
                                      double global_weight, std::span<double> scalars) {
-    QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientSync::sync: weights ", local_weight,
+    QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientReducer::sync: weights ", local_weight,
               " / ", global_weight);
     if (!thread_) {
         backward();
@@ -230,7 +230,7 @@ void GradientSync::backward_and_sync(const std::function<void()>& backward, doub
     write_back_grads();
 }
 
-void GradientSync::broadcast_parameters() {
+void GradientReducer::broadcast_parameters() {
     size_t off = 0;
     for (const Tensor& p : params_) {
         Tensor c = p.contiguous();
@@ -243,14 +243,14 @@ void GradientSync::broadcast_parameters() {
     NoGradGuard no_grad;
     off = 0;
     for (Tensor& p : params_) {
-        QKV_CHECK(p.is_contiguous(), "GradientSync: a parameter is not contiguous");
+        QKV_CHECK(p.is_contiguous(), "GradientReducer: a parameter is not contiguous");
         std::memcpy(p.data<float>(), flat_.data() + off, sizeof(float) * static_cast<size_t>(p.numel()));
         off += static_cast<size_t>(p.numel());
     }
 }
 
-void GradientSync::sync(double local_weight, double global_weight, std::span<double> scalars) {
-    QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientSync::sync: weights ", local_weight,
+void GradientReducer::sync(double local_weight, double global_weight, std::span<double> scalars) {
+    QKV_CHECK(local_weight >= 0 && global_weight > 0, "GradientReducer::sync: weights ", local_weight,
               " / ", global_weight);
     const float scale = static_cast<float>(local_weight / global_weight);
     for (const Bucket& b : buckets_) fill(b, scale);

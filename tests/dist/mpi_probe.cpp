@@ -3,7 +3,7 @@
 //                mismatch)
 //   mismatch     check_same_on_all_ranks with a value that differs on rank 1: must throw on
 //                every rank; prints the message
-//   grad_sync    GradientSync on a tiny Transformer's shares of one batch: overlapped and
+//   grad_sync    GradientReducer on a tiny Transformer's shares of one batch: overlapped and
 //                after-backward reductions give the same gradients (bitwise with 2 ranks), equal
 //                to the whole batch's gradient computed in one process
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
@@ -102,11 +102,11 @@ int main(int argc, char** argv) {
         for (int64_t v : s.tgt_valid_len) mine += v;
         std::vector<std::vector<std::vector<float>>> got;
         for (bool overlap : {true, false}) {
-            train::GradientSyncOptions so;
+            train::GradientReducerOptions so;
             so.overlap = overlap;
             so.first_bucket_bytes = 4096;  // several buckets even for this tiny model
             so.bucket_bytes = 16384;
-            train::GradientSync sync(w, params, so);
+            train::GradientReducer sync(w, params, so);
             if (overlap && sync.num_buckets() < 3) return fail(r, "expected several buckets");
             clear();
             std::vector<double> scalars{double(mine)};

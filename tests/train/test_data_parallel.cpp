@@ -1,6 +1,6 @@
 // Data-parallel pieces without MPI: how a global batch is shared out, and that the shares'
 // gradients, weighted by their tokens over the batch's, sum to the global batch's gradient (the
-// identity GradientSync relies on). The MPI runs themselves are in tests/dist (dist.mpi) and
+// identity GradientReducer relies on). The MPI runs themselves are in tests/dist (dist.mpi) and
 // tests/cli (train with mpirun).
 #include <gtest/gtest.h>
 
@@ -76,7 +76,7 @@ TEST(RankSeed, RankZeroKeepsTheSeed) {
 }
 
 // Σ_r (tokens_r / tokens) ∇L_r == ∇L: the shares' weighted gradients give the global batch's.
-TEST(GradientSync, WeightedShareGradientsSumToTheGlobalGradient) {
+TEST(GradientReducer, WeightedShareGradientsSumToTheGlobalGradient) {
     auto c = test::tiny_corpus();
     data::BatcherOptions bo;
     bo.batch_size = 8;
@@ -120,7 +120,7 @@ TEST(GradientSync, WeightedShareGradientsSumToTheGlobalGradient) {
     }
 }
 
-TEST(GradientSync, SingleProcessScalesAndFillsMissingGrads) {
+TEST(GradientReducer, SingleProcessScalesAndFillsMissingGrads) {
     Tensor a = Tensor::empty({3}), b = Tensor::empty({2});
     for (int i = 0; i < 3; ++i) a.data<float>()[i] = 1.f;
     a.requires_grad_();
@@ -128,7 +128,7 @@ TEST(GradientSync, SingleProcessScalesAndFillsMissingGrads) {
     Tensor ga = Tensor::empty({3});
     for (int i = 0; i < 3; ++i) ga.data<float>()[i] = float(i + 1);
     a.set_grad(ga);
-    train::GradientSync sync(dist::make_single_process(), {a, b});
+    train::GradientReducer sync(dist::make_single_process(), {a, b});
     std::vector<double> scalars{2.5};
     sync.sync(1, 4, scalars);
     EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{0.25f, 0.5f, 0.75f}));

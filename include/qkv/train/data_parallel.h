@@ -33,7 +33,7 @@ data::Batch shard_batch(const data::Batch& b, int rank, int size, bool by_positi
 /// is unchanged).
 uint64_t rank_seed(uint64_t seed, int rank);
 
-struct GradientSyncOptions {
+struct GradientReducerOptions {
     /// Reduce each bucket of gradients as soon as backward has finished it, on a communication
     /// thread, while backward goes on (PyTorch DDP); false: one reduction after backward.
     bool overlap = true;
@@ -47,14 +47,14 @@ struct GradientSyncOptions {
 /// step. Holds one flat fp32 buffer of all parameters' sizes, reused every step. Buckets are
 /// reduced strictly in bucket order on every rank (the collectives must match), whatever order
 /// the gradients become ready in.
-class GradientSync {
+class GradientReducer {
 public:
     /// params: the optimizer's parameters, in the same order on every rank.
-    GradientSync(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
-                 GradientSyncOptions opt = {});
-    ~GradientSync();
-    GradientSync(const GradientSync&) = delete;
-    GradientSync& operator=(const GradientSync&) = delete;
+    GradientReducer(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
+                 GradientReducerOptions opt = {});
+    ~GradientReducer();
+    GradientReducer(const GradientReducer&) = delete;
+    GradientReducer& operator=(const GradientReducer&) = delete;
 
     /// Runs `backward` (which calls Tensor::backward, or nothing for an empty share) and
     /// synchronises as sync() does; with overlap, buckets are reduced while it runs. Afterwards
@@ -92,7 +92,7 @@ private:
 
     std::shared_ptr<dist::Communicator> comm_;
     std::vector<Tensor> params_;
-    GradientSyncOptions opt_;
+    GradientReducerOptions opt_;
     std::vector<float> flat_;
     std::vector<size_t> order_;           // parameter indices, last parameter first
     std::vector<size_t> offset_of_;       // parameter index -> offset in flat_
