@@ -8,6 +8,7 @@
 //                to the whole batch's gradient computed in one process
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
 //                must stop by itself (MPI_Abort) with a message naming rank 1
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -125,6 +126,24 @@ int main(int argc, char** argv) {
             }
         }
         std::printf("rank %d of %d: grad_sync ok (%lld of %lld tokens)\n", r, n, (long long)mine, (long long)total);
+        return 0;
+    }
+    if (mode == "bench_allreduce") {
+        // Median time of an fp32 all-reduce of argv[2] floats over 30 calls (bench/RESULTS.md's
+        // check of the communication model); not a test.
+        const size_t count = argc > 2 ? std::stoul(argv[2]) : 1u << 20;
+        std::vector<float> f(count, 1.f);
+        std::vector<double> t;
+        for (int i = 0; i < 33; ++i) {
+            w->barrier();
+            auto t0 = std::chrono::steady_clock::now();
+            w->allreduce_sum(std::span<float>(f));
+            t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(t.begin() + 3, t.end());
+        if (r == 0)
+            std::printf("allreduce of %zu floats (%.1f MiB) over %d ranks: median %.3f ms\n", count,
+                        double(count) * 4 / 1048576.0, n, t[3 + 15] * 1e3);
         return 0;
     }
     if (mode == "hang") {

@@ -67,7 +67,7 @@ bool built_with_mpi();
 bool launched_by_mpirun();
 
 /// The communicator for this process: MPI when launched by mpirun with world size > 1 or when
-/// `force_mpi`, else the single process. Initialises MPI once (MPI_THREAD_SERIALIZED);
+/// `force_mpi`, else the single process. Initialises MPI once (MPI_THREAD_MULTIPLE, for the collective watchdog thread);
 /// MPI_Finalize runs at exit. Throws qkv::Error when launched by mpirun but the build has no MPI
 /// ("mpirun needs the MPI build: ...") — N copies of a single-process run would each train
 /// alone and overwrite each other's files. QKV_DIST_TIMEOUT (seconds > 0) sets timeout_s();
