@@ -508,6 +508,7 @@ void run(TrainArgs& a, CLI::App* c) {
     try {
         if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
         train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+        trainer.add_hook(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
         if (replaced)
             trainer.on_checkpoint = [&replaced](const train::TrainingProgress& p) {
                 if (p.step > 0) replaced->discard();

@@ -1,16 +1,21 @@
 #pragma once
 // The training loop for encoder–decoder models (D2L EN Trainer.fit, spec §1.13): shuffled
-// minibatches, teacher-forced forward, seq2seq loss, backward, clipping by global norm, Adam,
-// validation loss each epoch (and every val_every_s of training), checkpoints at every epoch end,
-// validation point and stop (exact resume; each written before its validation), metrics.jsonl
-// and a progress bar. Stops at the epoch count, a step count, a training-time budget or an
-// interrupt (Ctrl-C: util/interrupt.h). Warns once when the training loss stays above a uniform
-// guess's (a diverging run).
+// minibatches, teacher-forced forward, seq2seq loss, backward, clipping by global norm, an optimizer
+// step (Adam unless the caller passes another), validation loss each epoch (and every val_every_s
+// of training), checkpoints at every epoch end, validation point and stop (exact resume; each
+// written before its validation), metrics.jsonl. Stops at the epoch count, a step count, a
+// training-time budget or an interrupt (Ctrl-C: util/interrupt.h). Warns once when the training
+// loss stays above a uniform guess's (a diverging run).
+// Three parts: the step loop (trainer.cpp: steps, stopping rules, validation points, the
+// divergence check), the run recorder (train/run_recorder.h: the output folder's files, resume,
+// kill notes) and hooks (train/hooks.h: progress bar, loss plot, callbacks, gradient
+// synchronisation for data-parallel training).
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +24,8 @@
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/checkpoint.h"
+#include "qkv/train/hooks.h"
+#include "qkv/train/run_recorder.h"  // has_missing_records
 
 namespace qkv::train {
 
@@ -58,7 +65,8 @@ struct TrainOptions {
 struct TrainRuntime {
     std::string out_dir;  // "": nothing written. Else checkpoint.safetensors and model.safetensors
                           // are (re)written there at each epoch end, mid-epoch validation point
-                          // and stop, metrics.jsonl and loss.png each epoch; a
+                          // and stop, metrics.jsonl records as they come (loss.png only with a
+                          // LossPlotHook, train/hooks.h); a
                           // fresh run (not resume) first removes an earlier run's metrics.jsonl,
                           // checkpoint.safetensors and model.safetensors there. Any run first
                           // removes the temporary files of their writes that were cut short
@@ -142,7 +150,23 @@ public:
     /// (position-weighted with loss_on_padding), batches of val_batch_size. NaN when empty.
     double evaluate_loss(const data::NmtArrays& data);
 
-    /// Called after each epoch's checkpoint (e.g. to write plots).
+    /// The optimizer to train with (e.g. optim::SGD, or Adam with weight decay), over
+    /// model.parameters(); must outlive fit(). Each step sets its learning rate
+    /// (TrainOptions::lr and schedule), computes the loss, zero_grad(), backward, the gradient sync
+    /// (if any), then step(clip factor) (Optimizer::step folds the clipping into the update).
+    /// Checkpoints hold its state_dict; a resumed run must pass the same kind. Default (nullptr):
+    /// make_adam(model.parameters(), opt) as D2L does; nullptr restores it.
+    void set_optimizer(std::shared_ptr<optim::Optimizer> optimizer) { optimizer_ = std::move(optimizer); }
+    /// Called between backward and the optimizer step of every step (train/hooks.h GradientSync);
+    /// nullptr (the default): none, a single-process run.
+    void set_gradient_sync(std::shared_ptr<GradientSync> sync) { sync_ = std::move(sync); }
+    /// Adds an observer of the run (train/hooks.h), called after the callbacks below and the
+    /// progress bar, in the order added. nullptr is ignored.
+    void add_hook(std::shared_ptr<TrainHook> hook) {
+        if (hook) hooks_.push_back(std::move(hook));
+    }
+
+    /// Called after each epoch's checkpoint, validation and summary line.
     std::function<void(const EpochRecord&)> on_epoch_end;
     /// Called after each checkpoint is written (epoch ends, mid-epoch validation points, stops),
     /// with the progress it saved. Not called without an out_dir.
@@ -153,19 +177,21 @@ public:
     std::function<void(int64_t step)> on_validation;
 
 private:
+    friend class StepLoop;
     models::EncoderDecoder& model_;
     const data::NmtArrays& train_;
     const data::NmtArrays& valid_;
     int64_t pad_;
     TrainOptions opt_;
     TrainRuntime rt_;
+    std::shared_ptr<optim::Optimizer> optimizer_;
+    std::shared_ptr<GradientSync> sync_;
+    std::vector<std::shared_ptr<TrainHook>> hooks_;
 };
 
-/// Whether out_dir/metrics.jsonl lacks records that the validation after the checkpoint `p`
-/// (read from out_dir/checkpoint.safetensors) writes (TrainingProgress::pending_records): the run
-/// was killed while it validated. Trainer::fit resuming from it writes them first, also when it
-/// has no step left to train. Throws qkv::Error when p.pending_records is not a JSON array.
-bool has_missing_records(const std::string& out_dir, const TrainingProgress& p);
+/// The default optimizer of a run: Adam(params, opt.lr, {adam_beta1, adam_beta2, adam_eps}).
+/// Throws as optim::Adam does.
+std::unique_ptr<optim::Adam> make_adam(const std::vector<Tensor>& params, const TrainOptions& opt);
 
 /// Tensors of one batch (src (B, T), src_valid_len (B), dec_input (B, T), label (B, T); i64).
 struct BatchTensors {

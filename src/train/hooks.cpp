@@ -1,0 +1,84 @@
+// The progress bar and the loss plot as training hooks.
+#include "qkv/train/hooks.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/util/plot.h"
+
+namespace qkv::train {
+
+void ProgressHook::on_epoch_start(int64_t epoch, int64_t epochs, int64_t first_batch, int64_t batches) {
+    bar_ = std::make_unique<util::ProgressBar>(batches, detail::str("epoch ", epoch + 1, "/", epochs), opt_);
+    if (first_batch > 0) bar_->update(first_batch);
+}
+
+// Loss and target tokens/s over about the last second (the first step's at once).
+void ProgressHook::on_step(const StepInfo& s) {
+    d_loss_ += s.loss;
+    d_secs_ += s.seconds;
+    ++d_steps_;
+    d_tokens_ += s.tokens;
+    if (d_secs_ >= 1.0 || !shown_) {
+        shown_loss_ = d_loss_ / double(d_steps_);
+        shown_tps_  = double(d_tokens_) / std::max(d_secs_, 1e-9);
+        shown_      = true;
+        d_loss_ = d_secs_ = 0;
+        d_steps_ = d_tokens_ = 0;
+    }
+    if (bar_) bar_->update(1, {{"loss", shown_loss_}, {"tok/s", shown_tps_}});
+}
+
+void ProgressHook::on_epoch_steps_done(int64_t /*epoch*/) {
+    if (bar_) bar_->finish();
+}
+
+void plot_losses(const std::string& metrics_path, const std::string& png_path) {
+    std::ifstream in(metrics_path);
+    util::Series tr, va, st;
+    tr.label = "train loss (epoch mean)";
+    va.label = "validation loss";
+    st.label = "train loss (window)";
+    st.line_width = 1.0;
+    std::string line;
+    while (std::getline(in, line)) {
+        try {
+            auto j = nlohmann::json::parse(line);
+            const std::string kind = j.value("kind", "");
+            if (kind == "epoch") {
+                const double x = j.value("epoch_pos", 0.0);
+                if (j["train_loss"].is_number()) {
+                    tr.x.push_back(x);
+                    tr.y.push_back(j["train_loss"].get<double>());
+                }
+                if (j["val_loss"].is_number()) {
+                    va.x.push_back(x);
+                    va.y.push_back(j["val_loss"].get<double>());
+                }
+            } else if (kind == "step" && j["loss"].is_number()) {
+                st.x.push_back(j.value("epoch_pos", 0.0));
+                st.y.push_back(j["loss"].get<double>());
+            }
+        } catch (const std::exception&) {
+            // not a record (a torn line): skipped
+        }
+    }
+    if (tr.x.empty() && st.x.empty()) return;
+    util::LinePlot p;
+    p.title  = "qkv train";
+    p.xlabel = "epoch";
+    p.ylabel = "cross-entropy";
+    if (!st.x.empty()) p.add(st);
+    tr.marker = util::Marker::circle;
+    p.add(tr);
+    if (!va.x.empty()) {
+        va.marker = util::Marker::square;
+        p.add(va);
+    }
+    p.save(png_path);
+}
+
+}  // namespace qkv::train
