@@ -2,6 +2,7 @@
 // mpi_communicator.cpp (compiled to a stub that refuses when the build has no MPI).
 #include "qkv/dist/communicator.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,16 +86,22 @@ uint64_t fingerprint(std::string_view bytes, uint64_t seed) {
 
 void check_same_on_all_ranks(Communicator& comm, const std::string& what, const std::string& value) {
     if (comm.size() == 1) return;
-    std::vector<std::string> all = comm.allgather(value);
+    const std::vector<std::string> all = comm.allgather(value);
+    // Long values are shown around their first difference from rank 0's.
+    auto around = [](const std::string& s, size_t at) {
+        const size_t from = at > 30 ? at - 30 : 0;
+        std::string out = s.substr(from, 70);
+        return (from > 0 ? "..." : "") + out + (from + 70 < s.size() ? "..." : "");
+    };
     std::string diff;
-    for (size_t r = 1; r < all.size(); ++r) {
+    for (size_t r = 1; r < all.size() && diff.size() < 600; ++r) {
         if (all[r] == all[0]) continue;
-        auto shown = [](const std::string& s) { return s.size() > 80 ? s.substr(0, 77) + "..." : s; };
-        diff += ::qkv::detail::str(diff.empty() ? "" : "; ", "rank ", r, " has '", shown(all[r]), "'");
-        if (diff.size() > 400) break;
+        const auto mm = std::mismatch(all[0].begin(), all[0].end(), all[r].begin(), all[r].end());
+        const size_t at = static_cast<size_t>(mm.first - all[0].begin());
+        diff += ::qkv::detail::str(diff.empty() ? "" : "; ", "rank ", r, " has '", around(all[r], at),
+                                   "' where rank 0 has '", around(all[0], at), "'");
     }
-    if (!diff.empty()) diff += ::qkv::detail::str(" against rank 0's '", all[0].size() > 80 ? all[0].substr(0, 77) + "..." : all[0], "'");
-    QKV_CHECK(diff.empty(), what, " differs between ranks: ", diff,
+    QKV_CHECK(diff.empty(), "the ranks disagree on ", what, ": ", diff,
               " (every rank must run the same command on the same files)");
 }
 

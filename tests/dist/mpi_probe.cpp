@@ -6,6 +6,10 @@
 //   grad_sync    GradientReducer on a tiny Transformer's shares of one batch: overlapped and
 //                after-backward reductions give the same gradients (bitwise with 2 ranks), equal
 //                to the whole batch's gradient computed in one process
+//   train DIR STEPS RESUME OVERLAP DROPOUT
+//                a tiny Transformer trained data-parallel (Trainer with TrainRuntime::comm) to
+//                STEPS steps into DIR (RESUME 1: from DIR's checkpoint); rank 0 prints
+//                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
 //                must stop by itself (MPI_Abort) with a message naming rank 1
 #include <algorithm>
@@ -21,6 +25,7 @@
 #include "qkv/train/data_parallel.h"
 #include "qkv/train/loss.h"
 #include "qkv/train/trainer.h"
+#include "qkv/core/generator.h"
 #include "train/tiny_corpus.h"
 
 using namespace qkv;
@@ -144,6 +149,32 @@ int main(int argc, char** argv) {
         if (r == 0)
             std::printf("allreduce of %zu floats (%.1f MiB) over %d ranks: median %.3f ms\n", count,
                         double(count) * 4 / 1048576.0, n, t[3 + 15] * 1e3);
+        return 0;
+    }
+    if (mode == "train") {
+        if (argc < 7) return fail(r, "train DIR STEPS RESUME OVERLAP DROPOUT");
+        auto c = test::tiny_corpus();
+        manual_seed(11);
+        models::Transformer m(test::tiny_config(c, std::stod(argv[6])));
+        train::TrainOptions o;
+        o.max_steps = std::stoll(argv[3]);
+        o.epochs = std::max<int64_t>(100, o.max_steps);
+        o.batch_size = 5;  // 8 pairs: batches of 5 and 3, so shares differ in size
+        train::TrainRuntime rt;
+        rt.out_dir = argv[2];
+        rt.resume = std::string(argv[4]) == "1";
+        rt.progress = false;
+        rt.log = nullptr;
+        rt.log_every = 1;
+        rt.comm = w;
+        rt.reduce.overlap = std::string(argv[5]) == "1";
+        rt.reduce.first_bucket_bytes = 4096;
+        rt.reduce.bucket_bytes = 16384;
+        train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+        const train::TrainResult res = t.fit();
+        if (r == 0)
+            for (size_t i = 0; i < res.step_losses.size(); ++i)
+                std::printf("loss %lld %.9g\n", (long long)(res.first_step + int64_t(i) + 1), res.step_losses[i]);
         return 0;
     }
     if (mode == "hang") {

@@ -79,7 +79,8 @@ uint64_t fingerprint(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325U
 
 /// Compares `value` (e.g. a configuration's JSON text, or a data fingerprint in hex) over all
 /// ranks; throws qkv::Error on every rank naming `what` and the ranks whose value differs from
-/// rank 0's, e.g. "--data differs between ranks: rank 1 has 9f3a..., rank 0 has 41c2...".
+/// rank 0's, each shown around the first difference, e.g. "the ranks disagree on --data: rank 1
+/// has 'b.tsv' where rank 0 has 'a.tsv' (every rank must run the same command on the same files)".
 void check_same_on_all_ranks(Communicator& comm, const std::string& what, const std::string& value);
 
 }  // namespace qkv::dist
