@@ -1,25 +1,18 @@
 // `qkv train`: train D2L's Transformer (or, with --model bahdanau, D2L's GRU encoder–decoder with
-// Bahdanau attention) on English–French from a preset plus flag overrides;
-// writes the model folder (train/model_dir.h) and ends with a few held-out translations.
-// Before the data is read or --out touched: --out must be (or become) a folder, the configuration
-// must pass validate_config (usage errors, exit 2); a folder that already holds a model is
-// refused unless --resume continues it or --overwrite replaces it (ReplacedRun keeps the earlier
-// run's files until the new run's first checkpoint); flags of the other architecture are refused
-// (check_architecture_flags, also on --resume); with --resume, flags that differ from
-// config.json are refused or reported (check_resume_flags) and a checkpoint that has nothing left
-// to train says so and writes nothing. config.json records the data's fingerprint
-// (translation_data.h DataFingerprint), which --resume checks. The first Ctrl-C (SIGINT) or SIGTERM
-// during training stops at the next step boundary with a checkpoint, says how to continue and
-// exits 130 / 143 (util/interrupt.h); a second one kills at once, saying what is saved when it lands
-// during a checkpoint write or a validation (train::Trainer's KillNotes).
+// Bahdanau attention) on English–French from a preset plus flag overrides; writes the model folder
+// (train/model_dir.h) and ends with a few held-out translations. The flags become
+// train::RunOverrides and the library does the rest (train/run.h: train::configure_run's preset
+// rules and validation, train::run's folder guards, --overwrite, resume checks, data, model,
+// training with Ctrl-C handling). Here: flag parsing, usage errors (exit 2: --out, a ConfigError),
+// on --resume the flags compared with config.json (check_resume_flags: refused when they would
+// change the model, else ignored with a warning), the summary, the exit status of an interrupted
+// run (130 / 143) and the sample translations.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +27,7 @@
 #include "qkv/decode/bleu.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/train/run.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
 #include "qkv/train/translation_data.h"
@@ -104,80 +98,6 @@ std::string num_text(double v) {
 std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
-
-/// The files a model folder holds that tell it is one (a run's model, its checkpoint, its
-/// configuration): those of them in `dir`.
-std::vector<std::string> model_files_in(const std::string& dir) {
-    std::vector<std::string> held;
-    std::error_code ec;
-    for (const char* f : {"model.safetensors", "checkpoint.safetensors", "config.json"})
-        if (fs::exists(fs::path(dir) / f, ec)) held.push_back(f);
-    return held;
-}
-
-/// --overwrite: the earlier run's files (all that qkv train writes: train/model_dir.h) wait in
-/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
-/// fails or is stopped before that gets them back.
-class ReplacedRun {
-public:
-    static constexpr const char* kAside = ".qkv-replaced";
-    /// Moves the run files in `dir` aside (a rename each: the same file system).
-    explicit ReplacedRun(const std::string& dir) : dir_(dir), aside_(fs::path(dir) / kAside) {
-        fs::create_directory(aside_);
-        std::error_code ec;
-        for (const char* f : train::kModelDirFiles)
-            if (fs::exists(dir_ / f, ec)) fs::rename(dir_ / f, aside_ / f);
-        pending_ = true;
-    }
-    /// The new run has a model: the earlier one goes for good.
-    void discard() {
-        if (!pending_) return;
-        fs::remove_all(aside_);
-        pending_ = false;
-    }
-    /// The new run has none: its files go, the earlier run's come back. True when it did so.
-    bool restore() {
-        if (!pending_) return false;
-        pending_ = false;
-        std::error_code ec;
-        for (const char* f : train::kModelDirFiles) {
-            fs::remove(dir_ / f, ec);
-            if (fs::exists(aside_ / f, ec)) fs::rename(aside_ / f, dir_ / f);
-        }
-        fs::remove(aside_, ec);
-        return true;
-    }
-
-private:
-    fs::path dir_, aside_;
-    bool pending_ = false;
-};
-
-/// Flags of the other architecture would be ignored without a word (and go unchecked): a usage
-/// error naming the flag. `arch` is the model trained (--model, or with --resume config.json's
-/// model.architecture, which `folder` then names: "" without --resume).
-void check_architecture_flags(const TrainArgs& a, train::ModelKind arch, const std::string& folder) {
-    const bool transformer = arch == train::ModelKind::transformer;
-    const std::string where =
-        folder.empty() ? ""
-                       : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model",
-                                     " in '", folder, "' (", (fs::path(folder) / "config.json").string(),
-                                     ": model.architecture ", train::model_kind_name(arch), ")");
-    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", a.num_blks != 0},
-                                      {"--num-heads", a.num_heads != 0},
-                                      {"--ffn-num-hiddens", a.ffn_num_hiddens != 0},
-                                      {"--pe-quirk", a.o_quirk->count() > 0},
-                                      {"--tie-weights", a.tie_weights}})
-        if (given && !transformer)
-            usage_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)" + where);
-    for (const auto& [flag, given, what] :
-         {std::tuple<const char*, bool, const char*>{"--embed-size", a.embed_size != 0, "separate embedding size"},
-          {"--num-layers", a.num_layers != 0, "GRU layers"},
-          {a.bidirectional ? "--bidirectional" : "--no-bidirectional", a.o_bidir->count() > 0, "GRU encoder"}})
-        if (given && transformer)
-            usage_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what + ")" +
-                        where);
-}
 
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
 /// rules (--epochs, --max-steps, --time-budget), --log-every and --data apply. Any other training flag given
@@ -291,247 +211,64 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
                      flag_text(x).c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());
 }
 
-/// The whole configuration checked before the data is read or anything in --out is written or
-/// removed: the Transformer's heads must divide its width, and config.json's rules
-/// (train::run_config_from_json: ranges, the positional-encoding table covering num_steps and
-/// decoding, tying with one vocabulary) must hold, with stand-in vocabulary sizes (the data gives
-/// the real ones). A violation is a usage error (exit 2).
-void validate_config(const train::RunConfig& cfg) {
-    const auto& m = cfg.model;
-    if (cfg.architecture == train::ModelKind::transformer && m.num_heads > 0 && m.num_hiddens % m.num_heads != 0)
-        usage_error(detail::str("the number of attention heads (--num-heads, ", m.num_heads,
-                                ") must divide the model width (--num-hiddens, ", m.num_hiddens,
-                                "): each head gets num_hiddens / num_heads dimensions"));
-    train::RunConfig c = cfg;
-    c.model.src_vocab_size = c.model.tgt_vocab_size = 16;  // stand-ins: equal, as tying needs
-    try {
-        (void)train::run_config_from_json(train::to_json(c));
-    } catch (const Error& e) {
-        usage_error(detail::str("invalid training configuration: ", e.what()));
-    }
+/// The flags as library overrides (train/run.h): a flag not given leaves the preset's value.
+train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
+    const auto given = [c](const char* flag) { return c->get_option(flag)->count() > 0; };
+    train::RunOverrides o;
+    const auto opt = [](int64_t v) { return v ? std::optional<int64_t>(v) : std::nullopt; };
+    o.epochs    = opt(a.epochs);
+    o.max_steps = opt(a.max_steps);
+    if (!a.time_budget.empty()) o.time_budget_s = parse_duration_or_off(a.time_budget);
+    if (!a.resume || given("--log-every")) o.log_every = a.log_every;  // on resume config.json's unless given
+    if (!a.data.empty()) o.data_path = a.data;
+    o.num_steps      = opt(a.num_steps);
+    o.max_pairs      = opt(a.max_pairs);
+    o.max_src_tokens = opt(a.max_src_tokens);
+    o.max_tgt_tokens = opt(a.max_tgt_tokens);
+    o.n_test         = opt(a.n_test);
+    o.n_valid        = opt(a.n_valid);
+    o.min_freq       = opt(a.min_freq);
+    o.strict         = a.o_strict->count() > 0;
+    if (!a.subword.empty()) o.subword = data::parse_subword_kind(a.subword);
+    o.vocab_size      = opt(a.vocab_size);
+    o.shared_vocab    = a.shared_vocab;
+    o.num_hiddens     = opt(a.num_hiddens);
+    o.num_blks        = opt(a.num_blks);
+    o.num_heads       = opt(a.num_heads);
+    o.ffn_num_hiddens = opt(a.ffn_num_hiddens);
+    o.embed_size      = opt(a.embed_size);
+    o.num_layers      = opt(a.num_layers);
+    if (a.o_dropout->count()) o.dropout = a.dropout;
+    if (a.o_bidir->count()) o.bidirectional = a.bidirectional;
+    o.pe_quirk    = a.o_quirk->count() > 0;
+    o.tie_weights = a.tie_weights;
+    o.batch_size  = opt(a.batch_size);
+    if (a.lr > 0) o.lr = a.lr;
+    if (a.o_seed->count()) o.seed = a.seed;
+    if (a.o_ls->count()) o.label_smoothing = a.label_smoothing;
+    if (a.o_clip->count()) o.clip_norm = a.clip;
+    o.loss_on_padding = a.o_lop->count() > 0;
+    if (!a.schedule.empty()) o.schedule = train::parse_schedule(a.schedule);
+    o.warmup_steps = opt(a.warmup);
+    if (a.bucket_pool >= 0) o.bucket_pool = a.bucket_pool;
+    if (!a.trim.empty()) o.trim_batches = a.trim == "on";
+    if (!a.val_every.empty()) o.val_every_s = parse_duration_or_off(a.val_every);
+    return o;
 }
 
-/// The stopping rule the checkpoint has already met, or "" when training would go on: --resume
-/// with --epochs (or config.json's epochs) at most the epochs done, --max-steps at most the steps
-/// done, or a time budget already spent.
-std::string already_done(const TrainArgs& a, const train::RunConfig& cfg, const train::TrainingProgress& p) {
-    const auto& t = cfg.train;
-    if (p.epoch >= t.epochs)
-        return detail::str("the checkpoint has already trained ", p.epoch, " epoch", p.epoch == 1 ? "" : "s", " (",
-                           a.epochs ? "--epochs " : "config.json's epochs ", t.epochs,
-                           "); give a larger --epochs to train on");
-    if (t.max_steps > 0 && p.step >= t.max_steps)
-        return detail::str("the checkpoint has already trained ", p.step, " steps (",
-                           a.max_steps ? "--max-steps " : "config.json's max_steps ", t.max_steps,
-                           "); give a larger --max-steps to train on");
-    if (t.time_budget_s > 0 && p.train_seconds >= t.time_budget_s)
-        return detail::str("the checkpoint has already trained for ", util::format_duration(p.train_seconds), " (",
-                           a.time_budget.empty() ? "config.json's time budget " : "--time-budget ",
-                           util::format_duration(t.time_budget_s),
-                           ", counted over all runs); give a longer --time-budget (or none) to train on");
-    return "";
-}
-
-void run(TrainArgs& a, CLI::App* c) {
-    util::Timer wall;
-    if (a.resume && a.overwrite)
-        usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
-    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
+/// The run's configuration: the preset with the flags, or with --resume the folder's (only the
+/// stopping rules, --log-every and --data apply; other flags are checked against it).
+train::RunConfig configure(const TrainArgs& a, CLI::App* c, const train::RunOverrides& o) {
+    if (!a.resume) return train::configure_run(a.preset, train::parse_model_kind(a.model), o);
     const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
-    train::RunConfig cfg;
-    if (a.resume) {
-        QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
-        cfg = train::load_model_dir_config(a.out);
-        check_architecture_flags(a, cfg.architecture, a.out);
-        check_resume_flags(a, c, cfg);
-        cfg.data = train::model_data_config(a.out, cfg, a.data);
-    } else {
-        cfg = train::preset_config(a.preset, train::parse_model_kind(a.model));
-    }
-    // Flag overrides (on resume only the stopping rules, --log-every and the data path may change).
-    if (!a.resume && !a.data.empty()) cfg.data.path = a.data;
-    if (a.epochs) cfg.train.epochs = a.epochs;
-    if (a.max_steps) cfg.train.max_steps = a.max_steps;
-    if (!a.time_budget.empty()) cfg.train.time_budget_s = parse_duration_or_off(a.time_budget);
-    if (!a.resume || c->get_option("--log-every")->count() > 0) cfg.log_every = a.log_every;
-    if (!a.resume) {
-        auto& d = cfg.data;
-        auto& m = cfg.model;
-        auto& t = cfg.train;
-        if (a.num_steps) d.num_steps = a.num_steps;
-        if (a.max_pairs) d.max_pairs = a.max_pairs;
-        if (a.max_src_tokens) d.max_src_tokens = a.max_src_tokens;
-        if (a.max_tgt_tokens) d.max_tgt_tokens = a.max_tgt_tokens;
-        if (a.n_test) d.n_test = a.n_test;
-        if (a.n_valid) d.n_valid = a.n_valid;
-        if (a.min_freq) d.min_freq = a.min_freq;
-        if (a.o_strict->count()) d.strict = true;
-        if (a.num_hiddens) m.num_hiddens = a.num_hiddens;
-        if (a.num_blks) m.num_blks = a.num_blks;
-        if (a.num_heads) m.num_heads = a.num_heads;
-        if (a.ffn_num_hiddens) m.ffn_num_hiddens = a.ffn_num_hiddens;
-        if (a.o_dropout->count()) m.dropout = a.dropout;
-        auto& b = cfg.bahdanau;
-        if (a.num_hiddens) b.num_hiddens = a.num_hiddens;
-        if (a.embed_size) b.embed_size = a.embed_size;
-        if (a.num_layers) b.num_layers = a.num_layers;
-        if (a.o_bidir->count()) b.bidirectional = a.bidirectional;
-        if (a.o_dropout->count()) b.dropout = a.dropout;
-        if (a.o_quirk->count()) m.pe_position_zero_at_inference = true;
-        if (a.batch_size) t.batch_size = a.batch_size;
-        if (a.lr > 0) t.lr = a.lr;
-        if (a.o_seed->count()) t.seed = a.seed;
-        if (a.o_ls->count()) t.label_smoothing = a.label_smoothing;
-        if (a.o_clip->count()) t.clip_norm = a.clip;
-        if (a.o_lop->count()) t.loss_on_padding = true;
-        if (!a.schedule.empty()) t.schedule = train::parse_schedule(a.schedule);
-        if (a.warmup) t.warmup_steps = a.warmup;
-        if (a.bucket_pool >= 0) t.bucket_pool = a.bucket_pool;
-        if (!a.trim.empty()) t.trim_batches = a.trim == "on";
-        if (!a.val_every.empty()) t.val_every_s = parse_duration_or_off(a.val_every);
-        if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
-        const bool preset_subword = d.subword != data::SubwordKind::none;  // the full preset
-        if (!a.subword.empty()) d.subword = data::parse_subword_kind(a.subword);
-        if (preset_subword && d.subword == data::SubwordKind::none) {
-            // `--preset full --subword none`: the same recipe on D2L words, untied (unless the
-            // flags ask for a shared vocabulary / tying), with the anchor's word lengths.
-            d.shared_vocab = false, m.tie_weights = false;
-            if (!a.num_steps) d.num_steps = 12;
-            cfg.decode.max_len = 20;
-        }
-        if (a.vocab_size) d.subword_vocab_size = a.vocab_size;
-        if (a.shared_vocab) d.shared_vocab = true;
-        if (a.tie_weights) m.tie_weights = true;
-        if (a.vocab_size != 0 && d.subword == data::SubwordKind::none)
-            usage_error("--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
-        if (m.tie_weights && !d.shared_vocab)
-            usage_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
-        if (m.tie_weights && cfg.architecture != train::ModelKind::transformer)
-            usage_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
-        check_architecture_flags(a, cfg.architecture, "");
-        if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != train::DataPipeline::anchor)
-            usage_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
-                                    "anchor), not --preset ", cfg.preset));
-        if (d.subword != data::SubwordKind::none && !preset_subword && !a.num_steps) {
-            // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the
-            // long tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16
-            // pieces 3.0% / 7.6%. Two thirds more steps (12 -> 20) for about the same pairs whole
-            // (the data line reports the fractions); trimmed batches make the extra length free
-            // for the short pairs. Decoding may run half as long again.
-            d.num_steps += 2 * d.num_steps / 3;
-            cfg.decode.max_len += cfg.decode.max_len / 2;
-        }
-    }
+    QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+    const train::RunConfig saved = train::load_model_dir_config(a.out);
+    train::check_architecture_overrides(o, saved.architecture, a.out);
+    check_resume_flags(a, c, saved);
+    return train::resume_config(a.out, o);
+}
 
-    validate_config(cfg);  // nothing is read or written before the configuration is known good
-    // A fresh run into a model folder would replace the model there: only when asked (--overwrite).
-    const std::vector<std::string> held = a.resume ? std::vector<std::string>{} : model_files_in(a.out);
-    if (!held.empty()) {
-        std::string names;
-        for (const auto& f : held) names += (names.empty() ? "" : ", ") + f;
-        if (!a.overwrite)
-            usage_error(detail::str("--out '", a.out, "' already holds a qkv model (", names,
-                                    "); continue its training with --resume, replace it with --overwrite, or "
-                                    "give another --out"));
-        const fs::path aside = fs::path(a.out) / ReplacedRun::kAside;
-        std::error_code ec;
-        if (fs::exists(aside, ec))
-            usage_error(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
-                                    "--overwrite was replacing when it was killed; move its files back into '",
-                                    a.out, "' (or delete it) first"));
-    }
-    if (a.resume) {
-        const train::TrainingProgress p = train::read_checkpoint_progress(ckpt);
-        const std::string done = already_done(a, cfg, p);
-        if (!done.empty()) {
-            if (!train::has_missing_records(a.out, p)) {
-                std::printf("qkv train: nothing to do: %s\n", done.c_str());
-                return;  // exit 0; config.json and the checkpoint stay as they are
-            }
-            // Killed during the validation after its last checkpoint: fit() trains no step and
-            // writes the records that validation did not.
-            std::fprintf(stderr, "qkv train: no step to train (%s); the run was stopped while it validated at "
-                                 "step %lld, so that validation runs again for metrics.jsonl\n",
-                         done.c_str(), (long long)p.step);
-        }
-    }
-
-    std::fprintf(stderr, "qkv train: preset %s, %d thread%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
-                 get_num_threads(), get_num_threads() == 1 ? "" : "s");
-    train::SubwordModels saved_subwords;
-    if (a.resume) saved_subwords = train::load_model_dir_subwords(a.out, cfg);
-    train::TranslationData d = train::load_translation_data(cfg.data, saved_subwords);
-    cfg.data.path = fs::weakly_canonical(d.origin).string();  // eval may run in another folder
-    std::fprintf(stderr, "data: %s\n", d.summary.c_str());
-    std::fprintf(stderr, "vocabularies: source %lld, target %lld tokens\n", (long long)d.src_vocab.size(),
-                 (long long)d.tgt_vocab.size());
-    if (a.resume) {
-        // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
-        // reordered file, and a subword model's always agree); older folders: the vocabularies only.
-        if (!train::check_data_fingerprint(a.out, cfg, d))
-            std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
-                                 "file is checked against the vocabularies only (the fingerprint is recorded now)\n",
-                         a.out.c_str());
-        auto saved = train::load_model_dir_vocabs(a.out);
-        QKV_CHECK(saved.first == d.src_vocab && saved.second == d.tgt_vocab,
-                  "--resume: the data gives other vocabularies than the ones saved in '", a.out,
-                  "' (different data file or filters)");
-    }
-    cfg.data.fingerprint = d.fingerprint;
-    cfg.model.src_vocab_size = d.src_vocab.size();
-    cfg.model.tgt_vocab_size = d.tgt_vocab.size();
-
-    manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
-    auto model = train::build_model(cfg);
-    std::fprintf(stderr, "model: %s\n", train::describe_model(cfg, *model).c_str());
-    std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
-                 (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,
-                 cfg.train.time_budget_s > 0
-                     ? (", budget " + util::format_duration(cfg.train.time_budget_s)).c_str() : "",
-                 cfg.train.max_steps > 0 ? (", max " + std::to_string(cfg.train.max_steps) + " steps").c_str() : "",
-                 cfg.train.loss_on_padding ? "on all positions (D2L EN)" : "on real tokens");
-
-    train::TrainRuntime rt;
-    rt.out_dir  = a.out;
-    rt.resume   = a.resume;
-    rt.progress = !a.no_progress;
-    rt.log_every = cfg.log_every;
-    rt.checkpoint_metadata["qkv.config"] = train::to_json(cfg).dump();
-    // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
-    util::InterruptGuard interrupt;
-    rt.interrupt = interrupt.flag();
-    // Only now, with the model built and a signal only stopping the run, does a fresh run write
-    // into --out; an earlier run's files there (--overwrite) wait aside until its first checkpoint.
-    std::optional<ReplacedRun> replaced;
-    if (!held.empty()) replaced.emplace(a.out);
-    train::TrainResult r;
-    try {
-        if (!a.resume) train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
-        train::Trainer trainer(*model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
-        trainer.add_hook(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
-        if (replaced)
-            trainer.on_checkpoint = [&replaced](const train::TrainingProgress& p) {
-                if (p.step > 0) replaced->discard();
-            };
-        r = trainer.fit();
-    } catch (const std::exception&) {
-        if (replaced && replaced->restore())
-            std::fprintf(stderr, "qkv train: the new run failed before its first checkpoint; the earlier model in "
-                                 "%s is restored\n", a.out.c_str());
-        throw;
-    }
-    const int caught = interrupt.release();  // from here a signal has its usual effect
-    if (replaced && replaced->restore()) {
-        // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
-        const char* why = caught == SIGINT ? "interrupted (SIGINT)" : caught == SIGTERM ? "interrupted (SIGTERM)"
-                                                                                         : "stopped";
-        std::fprintf(stderr, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
-                             "restored\n", why, a.out.c_str());
-        throw ExitStatus{caught != 0 ? 128 + caught : 1};
-    }
-    // The stopping rules given for this call are not part of the model's config.
-    train::write_run_files(a.out, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
-
+void print_summary(const train::TrainResult& r, const std::string& out) {
     char last[96] = "no epoch ended in this call";  // a resume that only completed metrics.jsonl
     if (!r.epochs.empty())
         std::snprintf(last, sizeof last, "last epoch train loss %.4f, val loss %.4f", r.epochs.back().train_loss,
@@ -547,24 +284,53 @@ void run(TrainArgs& a, CLI::App* c) {
                 double(allocator_cache_limit()) / (1024.0 * 1024.0), (long long)as.system_allocs,
                 (long long)as.allocs, (long long)as.evictions);
     std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
-                a.out.c_str());
-    if (caught != 0) {
+                out.c_str());
+}
+
+void run(TrainArgs& a, CLI::App* c) {
+    util::Timer wall;
+    if (a.resume && a.overwrite)
+        usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
+    const train::RunOverrides o = overrides_from(a, c);
+    train::RunOptions ro;
+    ro.out_dir       = a.out;
+    ro.resume        = a.resume;
+    ro.overwrite     = a.overwrite;
+    ro.progress      = !a.no_progress;
+    ro.catch_signals = true;
+    ro.hooks.push_back(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
+    train::RunResult r;
+    try {
+        // nothing is read or written before the configuration is known good
+        r = train::run(configure(a, c, o), ro, o);
+    } catch (const train::ConfigError& e) {
+        usage_error(e.what());
+    }
+    if (!r.nothing_to_do.empty()) {
+        std::printf("qkv train: nothing to do: %s\n", r.nothing_to_do.c_str());
+        return;  // exit 0; config.json and the checkpoint stay as they are
+    }
+    if (r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
+    print_summary(r.train, a.out);
+    if (r.signal != 0) {
         // No held-out samples: whoever pressed Ctrl-C wants the prompt back.
-        const char* name = caught == SIGINT ? "SIGINT" : "SIGTERM";
-        if (r.stop_reason != "interrupted")
+        const char* name = r.signal == SIGINT ? "SIGINT" : "SIGTERM";
+        const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
+        if (r.train.stop_reason != "interrupted")
             std::fprintf(stderr, "qkv train: %s after training finished (step %lld); the model is saved in %s\n",
-                         name, (long long)r.steps, a.out.c_str());
+                         name, (long long)r.train.steps, a.out.c_str());
         else if (fs::exists(ckpt))
             std::fprintf(stderr, "qkv train: interrupted (%s) at step %lld; checkpoint saved in %s; continue with: "
                                  "qkv train --resume --out %s\n",
-                         name, (long long)r.steps, ckpt.c_str(), shell_quote(a.out).c_str());
+                         name, (long long)r.train.steps, ckpt.c_str(), shell_quote(a.out).c_str());
         else
             std::fprintf(stderr, "qkv train: interrupted (%s) before the first step; nothing saved\n", name);
         std::fflush(stdout);
-        throw ExitStatus{128 + caught};
+        throw ExitStatus{128 + r.signal};
     }
     train::ModelDir m = train::load_model_dir(a.out);
-    print_samples(m, d, 8);
+    print_samples(m, *r.data, 8);
     std::printf("total wall time %s\n", util::format_duration(wall.seconds()).c_str());
 }
 

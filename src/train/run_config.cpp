@@ -210,6 +210,81 @@ Section section(const json& j, const char* name, bool optional) {
     return {j[name], name};
 }
 
+/// The range and consistency rules of a configuration; every message names the key, the value and
+/// the range. vocab_known false: the vocabulary sizes are still to come from the data (not checked).
+void check_ranges(const RunConfig& c, bool vocab_known) {
+    // Ranges: the CLI flags' bounds (apps/qkv) where there is a flag, else what the code accepts.
+    // Every message names the key, the value and the range; load_model_dir_config adds the file.
+    static const json none = json::object();
+    const Section d{none, "data"}, m{none, "model"}, t{none, "train"}, dec{none, "decode"};
+    const auto& dd = c.data;
+    check_int(d, "num_steps", dd.num_steps, 2, 1000);
+    check_int(d, "max_src_tokens", dd.max_src_tokens, 0, 1000);
+    check_int(d, "max_tgt_tokens", dd.max_tgt_tokens, 0, 1000);
+    check_int(d, "max_pairs", dd.max_pairs, 0);
+    check_int(d, "n_valid", dd.n_valid, 1);
+    check_int(d, "n_test", dd.n_test, 1);
+    check_int(d, "min_freq", dd.min_freq, 0);
+    check_int(d, "d2l_num_train", dd.d2l_num_train, 1);
+    check_int(d, "d2l_num_val", dd.d2l_num_val, 0);
+    if (dd.subword != data::SubwordKind::none)  // ignored (and no longer written) for words
+        check_int(d, "subword_vocab_size", dd.subword_vocab_size, 5, int64_t(1) << 24);
+    check_int(dec, "max_len", c.decode.max_len, 1, 1000);
+    check_int(dec, "beam", c.decode.beam, 1, 100);
+    check_real(dec, "length_penalty", c.decode.length_penalty, 0, 10);
+    // 4 reserved tokens (<unk> <pad> <bos> <eos>) at least
+    if (vocab_known) {
+        check_int(m, "src_vocab_size", c.model.src_vocab_size, 4);
+        check_int(m, "tgt_vocab_size", c.model.tgt_vocab_size, 4);
+    }
+    if (c.architecture == ModelKind::bahdanau) {
+        const auto& b = c.bahdanau;
+        check_int(m, "embed_size", b.embed_size, 1, 65536);
+        check_int(m, "num_hiddens", b.num_hiddens, 1, 65536);
+        check_int(m, "num_layers", b.num_layers, 1, 64);
+        QKV_CHECK(!b.bidirectional || b.num_hiddens % 2 == 0, "key 'model.num_hiddens' is ", b.num_hiddens,
+                  ", expected an even number with model.bidirectional (H/2 per direction)");
+        check_real(m, "dropout", b.dropout, 0, 1, false, /*hi_open=*/true);
+    } else {
+        const auto& tm = c.model;
+        check_int(m, "num_hiddens", tm.num_hiddens, 1, 65536);
+        check_int(m, "num_blks", tm.num_blks, 1, 64);
+        check_int(m, "num_heads", tm.num_heads, 1, 1024);
+        QKV_CHECK(tm.num_hiddens % tm.num_heads == 0, "key 'model.num_heads' is ", tm.num_heads,
+                  ", expected a divisor of model.num_hiddens (", tm.num_hiddens, ")");
+        check_int(m, "ffn_num_hiddens", tm.ffn_num_hiddens, 1, 262144);
+        check_real(m, "dropout", tm.dropout, 0, 1, false, /*hi_open=*/true);
+        // the positional-encoding table covers the encoder's num_steps and the decoder's max_len
+        const int64_t need_len = std::max(dd.num_steps, c.decode.max_len);
+        QKV_CHECK(tm.max_len >= need_len && tm.max_len <= 1000000, "key 'model.max_len' is ", tm.max_len,
+                  ", expected an integer from ", need_len, " to 1000000 (the positional-encoding table must cover "
+                  "data.num_steps ", dd.num_steps, " and decode.max_len ", c.decode.max_len, ")");
+        QKV_CHECK(!vocab_known || !tm.tie_weights || tm.src_vocab_size == tm.tgt_vocab_size, "key 'model.tie_weights' is true, "
+                  "but model.src_vocab_size (", tm.src_vocab_size, ") and model.tgt_vocab_size (", tm.tgt_vocab_size,
+                  ") differ (tying needs one shared vocabulary)");
+    }
+    const auto& tr = c.train;
+    check_int(t, "epochs", tr.epochs, 1, 1000000);
+    check_int(t, "max_steps", tr.max_steps, 0);
+    check_real(t, "time_budget_s", tr.time_budget_s, 0, kInf);
+    check_int(t, "batch_size", tr.batch_size, 1, 100000);
+    check_real(t, "lr", tr.lr, 0, 10, /*lo_open=*/true);
+    check_real(t, "adam_beta1", tr.adam_beta1, 0, 1, false, /*hi_open=*/true);
+    check_real(t, "adam_beta2", tr.adam_beta2, 0, 1, false, /*hi_open=*/true);
+    check_real(t, "adam_eps", tr.adam_eps, 0, kInf, /*lo_open=*/true);
+    check_real(t, "clip_norm", tr.clip_norm, 0, 1e6);
+    check_real(t, "label_smoothing", tr.label_smoothing, 0, 1, false, /*hi_open=*/true);
+    check_int(t, "warmup_steps", tr.warmup_steps, 0);
+    // The trainer would refuse it only when training starts, as "Trainer: a warmup schedule ...".
+    QKV_CHECK(tr.schedule == optim::LrSchedule::constant || tr.warmup_steps >= 1, "key '",
+              key_name(t, "warmup_steps"), "' is ", tr.warmup_steps, ", expected an integer >= 1 with train.schedule '",
+              schedule_name(tr.schedule), "' (it warms up over that many steps)");
+    check_int(t, "val_batch_size", tr.val_batch_size, 1);
+    check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
+    check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
+    check_int(t, "log_every", c.log_every, 0, 1000000000);
+}
+
 }  // namespace
 
 const char* schedule_name(optim::LrSchedule s) {
@@ -313,6 +388,15 @@ json to_json(const RunConfig& c) {
     return j;
 }
 
+void RunConfig::validate() const {
+    const bool vocab_known = model.src_vocab_size != 0 || model.tgt_vocab_size != 0;
+    try {
+        check_ranges(*this, vocab_known);
+    } catch (const Error& e) {
+        throw ConfigError(detail::str("invalid training configuration: ", e.what()));
+    }
+}
+
 RunConfig run_config_from_json(const json& j) {
     QKV_CHECK(j.is_object(), "config.json must be a JSON object, got ", j.type_name());
     RunConfig c;
@@ -408,72 +492,7 @@ RunConfig run_config_from_json(const json& j) {
     get(dec, "beam", c.decode.beam);
     get(dec, "length_penalty", c.decode.length_penalty);
 
-    // Ranges: the CLI flags' bounds (apps/qkv) where there is a flag, else what the code accepts.
-    // Every message names the key, the value and the range; load_model_dir_config adds the file.
-    const auto& dd = c.data;
-    check_int(d, "num_steps", dd.num_steps, 2, 1000);
-    check_int(d, "max_src_tokens", dd.max_src_tokens, 0, 1000);
-    check_int(d, "max_tgt_tokens", dd.max_tgt_tokens, 0, 1000);
-    check_int(d, "max_pairs", dd.max_pairs, 0);
-    check_int(d, "n_valid", dd.n_valid, 1);
-    check_int(d, "n_test", dd.n_test, 1);
-    check_int(d, "min_freq", dd.min_freq, 0);
-    check_int(d, "d2l_num_train", dd.d2l_num_train, 1);
-    check_int(d, "d2l_num_val", dd.d2l_num_val, 0);
-    if (dd.subword != data::SubwordKind::none)  // ignored (and no longer written) for words
-        check_int(d, "subword_vocab_size", dd.subword_vocab_size, 5, int64_t(1) << 24);
-    check_int(dec, "max_len", c.decode.max_len, 1, 1000);
-    check_int(dec, "beam", c.decode.beam, 1, 100);
-    check_real(dec, "length_penalty", c.decode.length_penalty, 0, 10);
-    // 4 reserved tokens (<unk> <pad> <bos> <eos>) at least
-    check_int(m, "src_vocab_size", c.model.src_vocab_size, 4);
-    check_int(m, "tgt_vocab_size", c.model.tgt_vocab_size, 4);
-    if (c.architecture == ModelKind::bahdanau) {
-        const auto& b = c.bahdanau;
-        check_int(m, "embed_size", b.embed_size, 1, 65536);
-        check_int(m, "num_hiddens", b.num_hiddens, 1, 65536);
-        check_int(m, "num_layers", b.num_layers, 1, 64);
-        QKV_CHECK(!b.bidirectional || b.num_hiddens % 2 == 0, "key 'model.num_hiddens' is ", b.num_hiddens,
-                  ", expected an even number with model.bidirectional (H/2 per direction)");
-        check_real(m, "dropout", b.dropout, 0, 1, false, /*hi_open=*/true);
-    } else {
-        const auto& tm = c.model;
-        check_int(m, "num_hiddens", tm.num_hiddens, 1, 65536);
-        check_int(m, "num_blks", tm.num_blks, 1, 64);
-        check_int(m, "num_heads", tm.num_heads, 1, 1024);
-        QKV_CHECK(tm.num_hiddens % tm.num_heads == 0, "key 'model.num_heads' is ", tm.num_heads,
-                  ", expected a divisor of model.num_hiddens (", tm.num_hiddens, ")");
-        check_int(m, "ffn_num_hiddens", tm.ffn_num_hiddens, 1, 262144);
-        check_real(m, "dropout", tm.dropout, 0, 1, false, /*hi_open=*/true);
-        // the positional-encoding table covers the encoder's num_steps and the decoder's max_len
-        const int64_t need_len = std::max(dd.num_steps, c.decode.max_len);
-        QKV_CHECK(tm.max_len >= need_len && tm.max_len <= 1000000, "key 'model.max_len' is ", tm.max_len,
-                  ", expected an integer from ", need_len, " to 1000000 (the positional-encoding table must cover "
-                  "data.num_steps ", dd.num_steps, " and decode.max_len ", c.decode.max_len, ")");
-        QKV_CHECK(!tm.tie_weights || tm.src_vocab_size == tm.tgt_vocab_size, "key 'model.tie_weights' is true, "
-                  "but model.src_vocab_size (", tm.src_vocab_size, ") and model.tgt_vocab_size (", tm.tgt_vocab_size,
-                  ") differ (tying needs one shared vocabulary)");
-    }
-    const auto& tr = c.train;
-    check_int(t, "epochs", tr.epochs, 1, 1000000);
-    check_int(t, "max_steps", tr.max_steps, 0);
-    check_real(t, "time_budget_s", tr.time_budget_s, 0, kInf);
-    check_int(t, "batch_size", tr.batch_size, 1, 100000);
-    check_real(t, "lr", tr.lr, 0, 10, /*lo_open=*/true);
-    check_real(t, "adam_beta1", tr.adam_beta1, 0, 1, false, /*hi_open=*/true);
-    check_real(t, "adam_beta2", tr.adam_beta2, 0, 1, false, /*hi_open=*/true);
-    check_real(t, "adam_eps", tr.adam_eps, 0, kInf, /*lo_open=*/true);
-    check_real(t, "clip_norm", tr.clip_norm, 0, 1e6);
-    check_real(t, "label_smoothing", tr.label_smoothing, 0, 1, false, /*hi_open=*/true);
-    check_int(t, "warmup_steps", tr.warmup_steps, 0);
-    // The trainer would refuse it only when training starts, as "Trainer: a warmup schedule ...".
-    QKV_CHECK(tr.schedule == optim::LrSchedule::constant || tr.warmup_steps >= 1, "key '",
-              key_name(t, "warmup_steps"), "' is ", tr.warmup_steps, ", expected an integer >= 1 with train.schedule '",
-              schedule_name(tr.schedule), "' (it warms up over that many steps)");
-    check_int(t, "val_batch_size", tr.val_batch_size, 1);
-    check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
-    check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
-    check_int(t, "log_every", c.log_every, 0, 1000000000);
+    check_ranges(c, true);
     return c;
 }
 

@@ -728,6 +728,7 @@ TEST(Trainer, WritesModelFolderFiles) {
     o.epochs = 2;
     o.batch_size = 4;
     train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir));
+    t.add_hook(std::make_shared<train::LossPlotHook>((fs::path(dir) / "loss.png").string()));  // as qkv train
     int calls = 0;
     t.on_epoch_end = [&](const train::EpochRecord& r) {
         ++calls;

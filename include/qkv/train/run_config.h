@@ -26,6 +26,13 @@ const char* model_kind_name(ModelKind k);
 /// Inverse of model_kind_name; throws qkv::Error naming the accepted names.
 ModelKind parse_model_kind(const std::string& s);
 
+/// A configuration its caller got wrong (a value out of range, settings that do not go together);
+/// `qkv train` reports it as a usage error (exit 2). Its message names the key or the flag.
+class ConfigError : public Error {
+public:
+    using Error::Error;
+};
+
 struct RunConfig {
     std::string preset;            // the preset it started from ("" = none)
     DataConfig data;
@@ -38,6 +45,14 @@ struct RunConfig {
     /// config.json as "train.log_every" so --resume keeps it.
     int64_t log_every = 50;
     DecodeConfig decode;
+
+    /// Checks every range and rule config.json's reader checks (run_config_from_json: the CLI
+    /// flags' bounds, heads dividing the width, the positional-encoding table covering num_steps
+    /// and decode.max_len, a warmup schedule's warmup_steps, an even bidirectional width, tying
+    /// with equal vocabularies). Vocabulary sizes both 0 mean "from the data, later" and are not
+    /// checked. Throws ConfigError "invalid training configuration: key 'train.lr' is 0, expected
+    /// a number > 0 and <= 10" (the first violation, naming its key, value and range).
+    void validate() const;
 };
 
 /// Names accepted by preset_config, in help order.

@@ -1,0 +1,145 @@
+#pragma once
+// `qkv train` as library calls: a preset plus overrides (configure_run, the flag rules included),
+// or a model folder's own configuration to resume (resume_config), then train::run, which reads the
+// data, builds the model, keeps the model folder (train/model_dir.h) and trains (train/trainer.h).
+// What `qkv train --preset d2l --max-steps 200 --out DIR` does, from C++:
+//
+//   train::RunOverrides ov;
+//   ov.max_steps = 200;
+//   ov.data_path = "../shared/data/fra-eng.zip";
+//   train::RunConfig cfg = train::configure_run("d2l", train::ModelKind::transformer, ov);
+//   train::RunOptions opt;
+//   opt.out_dir = "DIR";
+//   opt.hooks.push_back(std::make_shared<train::LossPlotHook>("DIR/loss.png"));  // as qkv train
+//   train::RunResult r = train::run(cfg, opt);
+//
+// The CLI adds only flag parsing, the checks that compare flags with a resumed folder's
+// config.json, the exit status of an interrupted run and the printed summary and sample
+// translations.
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/models/encoder_decoder.h"
+#include "qkv/optim/optimizer.h"
+#include "qkv/train/hooks.h"
+#include "qkv/train/run_config.h"
+#include "qkv/train/trainer.h"
+#include "qkv/train/translation_data.h"
+#include "qkv/util/interrupt.h"
+
+namespace qkv::train {
+
+/// Settings that replace a preset's (unset: the preset's). Each field is the `qkv train` flag of
+/// the same name (in brackets where the names differ), and the messages of the rules below name
+/// the flags. On resume only the first group applies (resume_config).
+struct RunOverrides {
+    // stopping rules, logging and the data file: also on resume
+    std::optional<int64_t> epochs, max_steps;
+    std::optional<double> time_budget_s;   // [--time-budget] 0: none
+    std::optional<int64_t> log_every;
+    std::optional<std::string> data_path;  // [--data]
+    // data
+    std::optional<int64_t> num_steps, max_pairs, max_src_tokens, max_tgt_tokens;
+    std::optional<int64_t> n_test, n_valid, min_freq;  // [--test-pairs, --valid-pairs, --min-freq]
+    bool strict = false;
+    std::optional<data::SubwordKind> subword;
+    std::optional<int64_t> vocab_size;
+    bool shared_vocab = false;
+    // model (num_hiddens and dropout: both architectures)
+    std::optional<int64_t> num_hiddens, num_blks, num_heads, ffn_num_hiddens, embed_size, num_layers;
+    std::optional<double> dropout;
+    std::optional<bool> bidirectional;     // [--bidirectional / --no-bidirectional]
+    bool pe_quirk = false, tie_weights = false;
+    // optimisation
+    std::optional<int64_t> batch_size, warmup_steps, bucket_pool;  // [--warmup]
+    std::optional<double> lr, label_smoothing, clip_norm, val_every_s;  // [--clip, --val-every]
+    std::optional<uint64_t> seed;
+    bool loss_on_padding = false;
+    std::optional<optim::LrSchedule> schedule;
+    std::optional<bool> trim_batches;      // [--trim on|off]
+};
+
+/// preset_config(preset, kind) with the overrides and `qkv train`'s rules applied: a warmup schedule
+/// without warmup steps gets 400; `--preset full --subword none` trains on words untied with the
+/// anchor's lengths (num_steps 12 unless given, decoding <= 20); a subword run on a word preset
+/// gets num_steps += 2/3 (unless given) and decode.max_len += 1/2 (subword pieces are longer
+/// sequences: bench/RESULTS.md). Then RunConfig::validate(). Throws ConfigError (naming the flag or
+/// key) for --vocab-size without --subword, --tie-weights without --shared-vocab or with bahdanau,
+/// flags of the other architecture (check_architecture_overrides), --subword/--shared-vocab on the
+/// d2l pipeline, heads that do not divide the width, and what validate() refuses; qkv::Error for
+/// an unknown preset.
+RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o);
+
+/// The model folder's config.json (load_model_dir_config) with the first group of overrides
+/// (stopping rules, log_every) and the data file (model_data_config: --data, else the recorded
+/// path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
+/// config.json is unreadable, ConfigError when the result is invalid.
+RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
+
+/// Overrides of the architecture that `arch` is not: a ConfigError naming the flag ("--num-blks
+/// applies to the Transformer only (not --model bahdanau)"); `folder` non-empty (a resume) adds
+/// which folder's config.json decided the architecture.
+void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder = "");
+
+/// How train::run runs (nothing here is saved in config.json).
+struct RunOptions {
+    std::string out_dir = "runs/qkv";  // the model folder
+    /// Continue out_dir's run from its checkpoint (the config must be resume_config's). A folder
+    /// that holds a model (model.safetensors, checkpoint.safetensors or config.json) is refused
+    /// without resume or overwrite.
+    bool resume = false;
+    /// Replace the model in out_dir: the earlier run's files wait in out_dir/.qkv-replaced until
+    /// the new run's first checkpoint after a step, then go; a run that fails or stops before it
+    /// gets them back (RunResult::restored_earlier).
+    bool overwrite = false;
+    bool progress = true;          // progress bar (TrainRuntime::progress)
+    std::FILE* log = stderr;       // the run's lines (configuration, data, epochs, notes); nullptr: silent
+    /// Read at every step boundary; nonzero stops the run there with a checkpoint
+    /// (TrainRuntime::interrupt), stop_reason "interrupted". Ignored with catch_signals.
+    const volatile std::sig_atomic_t* interrupt = nullptr;
+    /// As `qkv train`: from the model built to the end of training a util::InterruptGuard is armed,
+    /// so the first SIGINT/SIGTERM stops at the next step boundary with a checkpoint and a second
+    /// kills at once (saying what is saved: KillNotes). RunResult::signal tells which was caught.
+    bool catch_signals = false;
+    /// The optimizer for the freshly built model (Trainer::set_optimizer); empty: Adam.
+    std::function<std::shared_ptr<optim::Optimizer>(models::EncoderDecoder&)> make_optimizer;
+    std::shared_ptr<GradientSync> gradient_sync;   // Trainer::set_gradient_sync; nullptr: none
+    std::vector<std::shared_ptr<TrainHook>> hooks;  // Trainer::add_hook, in order
+    std::function<void(const LoggedStep&)> on_logged_step;          // at each metrics.jsonl step record
+    std::function<void(int64_t step, double val_loss)> on_validated;  // after each validation
+};
+
+struct RunResult {
+    /// False when a resume had nothing left to do (`nothing_to_do` says why) or the run was
+    /// stopped before its first checkpoint after replacing a model (restored_earlier).
+    bool trained = false;
+    std::string nothing_to_do;
+    bool restored_earlier = false;  // overwrite: stopped before the first checkpoint, earlier files back
+    int signal = 0;                 // catch_signals: the signal caught during training (0: none)
+    RunConfig config;               // as trained: vocabulary sizes, data fingerprint and path filled
+    TrainResult train;
+    std::shared_ptr<TranslationData> data;  // the data trained on (for samples); null when not read
+    std::shared_ptr<models::EncoderDecoder> model;  // the trained model (eval mode); null when not built
+};
+
+/// The stopping rule a resumed checkpoint `p` has already met under `cfg`, or "" when training
+/// would go on: epochs done, steps done, or the time budget spent. `given` words the message
+/// ("--epochs 2" when given there, else "config.json's epochs 2").
+std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p, const RunOverrides& given = {});
+
+/// Trains as `qkv train` does (see the file comment): checks out_dir (held model, resume,
+/// overwrite), reads the data (on resume: checks its fingerprint and vocabularies against the
+/// folder), builds the model with cfg.train.seed, writes config.json and the vocabularies, trains,
+/// and writes config.json again (a resume: the stopping rules given are not saved). `given` only
+/// words messages (resume_already_done). Throws ConfigError for a folder that holds a model without
+/// resume/overwrite and for resume with overwrite, qkv::Error for data, file and training errors
+/// (after restoring an overwritten run's files when the new run had no checkpoint yet).
+RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given = {});
+
+}  // namespace qkv::train

@@ -1,0 +1,402 @@
+// `qkv train` as a library call: presets plus overrides, the model folder's guards (held model,
+// --overwrite, resume), data, model, training.
+#include "qkv/train/run.h"
+
+#include <filesystem>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/generator.h"
+#include "qkv/core/parallel.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/model_dir.h"
+#include "qkv/util/progress.h"
+
+namespace qkv::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void config_error(const std::string& msg) { throw ConfigError(msg); }
+
+template <class T, class U>
+void set_if(const std::optional<T>& o, U& v) {
+    if (o) v = *o;
+}
+
+/// The overrides of data, model and optimisation (a fresh run's), before the rules.
+void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
+    auto& d = cfg.data;
+    auto& m = cfg.model;
+    auto& b = cfg.bahdanau;
+    auto& t = cfg.train;
+    set_if(o.data_path, d.path);
+    set_if(o.num_steps, d.num_steps);
+    set_if(o.max_pairs, d.max_pairs);
+    set_if(o.max_src_tokens, d.max_src_tokens);
+    set_if(o.max_tgt_tokens, d.max_tgt_tokens);
+    set_if(o.n_test, d.n_test);
+    set_if(o.n_valid, d.n_valid);
+    set_if(o.min_freq, d.min_freq);
+    if (o.strict) d.strict = true;
+    set_if(o.num_hiddens, m.num_hiddens);
+    set_if(o.num_blks, m.num_blks);
+    set_if(o.num_heads, m.num_heads);
+    set_if(o.ffn_num_hiddens, m.ffn_num_hiddens);
+    set_if(o.dropout, m.dropout);
+    set_if(o.num_hiddens, b.num_hiddens);
+    set_if(o.embed_size, b.embed_size);
+    set_if(o.num_layers, b.num_layers);
+    set_if(o.bidirectional, b.bidirectional);
+    set_if(o.dropout, b.dropout);
+    if (o.pe_quirk) m.pe_position_zero_at_inference = true;
+    set_if(o.batch_size, t.batch_size);
+    set_if(o.lr, t.lr);
+    set_if(o.seed, t.seed);
+    set_if(o.label_smoothing, t.label_smoothing);
+    set_if(o.clip_norm, t.clip_norm);
+    if (o.loss_on_padding) t.loss_on_padding = true;
+    set_if(o.schedule, t.schedule);
+    set_if(o.warmup_steps, t.warmup_steps);
+    set_if(o.bucket_pool, t.bucket_pool);
+    set_if(o.trim_batches, t.trim_batches);
+    set_if(o.val_every_s, t.val_every_s);
+}
+
+/// The stopping rules and logging (also on resume).
+void apply_stop_overrides(RunConfig& cfg, const RunOverrides& o) {
+    set_if(o.epochs, cfg.train.epochs);
+    set_if(o.max_steps, cfg.train.max_steps);
+    set_if(o.time_budget_s, cfg.train.time_budget_s);
+    set_if(o.log_every, cfg.log_every);
+}
+
+/// Subwords, a shared vocabulary and tying, and the rules that tie them to the preset.
+void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
+    auto& d = cfg.data;
+    auto& m = cfg.model;
+    const bool preset_subword = d.subword != data::SubwordKind::none;  // the full preset
+    set_if(o.subword, d.subword);
+    if (preset_subword && d.subword == data::SubwordKind::none) {
+        // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
+        // ask for a shared vocabulary / tying), with the anchor's word lengths.
+        d.shared_vocab = false, m.tie_weights = false;
+        if (!o.num_steps) d.num_steps = 12;
+        cfg.decode.max_len = 20;
+    }
+    set_if(o.vocab_size, d.subword_vocab_size);
+    if (o.shared_vocab) d.shared_vocab = true;
+    if (o.tie_weights) m.tie_weights = true;
+    if (o.vocab_size && d.subword == data::SubwordKind::none)
+        config_error("--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
+    if (m.tie_weights && !d.shared_vocab)
+        config_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
+    if (m.tie_weights && cfg.architecture != ModelKind::transformer)
+        config_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
+    check_architecture_overrides(o, cfg.architecture);
+    if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != DataPipeline::anchor)
+        config_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
+                                 "anchor), not --preset ", cfg.preset));
+    if (d.subword != data::SubwordKind::none && !preset_subword && !o.num_steps) {
+        // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the long
+        // tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16 pieces
+        // 3.0% / 7.6%. Two thirds more steps (12 -> 20) for about the same pairs whole (the data
+        // line reports the fractions); trimmed batches make the extra length free for the short
+        // pairs. Decoding may run half as long again.
+        d.num_steps += 2 * d.num_steps / 3;
+        cfg.decode.max_len += cfg.decode.max_len / 2;
+    }
+}
+
+/// The files a model folder holds that tell it is one (a run's model, its checkpoint, its
+/// configuration): those of them in `dir`.
+std::vector<std::string> model_files_in(const std::string& dir) {
+    std::vector<std::string> held;
+    std::error_code ec;
+    for (const char* f : {"model.safetensors", "checkpoint.safetensors", "config.json"})
+        if (fs::exists(fs::path(dir) / f, ec)) held.push_back(f);
+    return held;
+}
+
+constexpr const char* kAside = ".qkv-replaced";
+
+/// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles) wait in
+/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
+/// fails or is stopped before that gets them back.
+class ReplacedRun {
+public:
+    /// Moves the run files in `dir` aside (a rename each: the same file system).
+    explicit ReplacedRun(const std::string& dir) : dir_(dir), aside_(fs::path(dir) / kAside) {
+        fs::create_directory(aside_);
+        std::error_code ec;
+        for (const char* f : kModelDirFiles)
+            if (fs::exists(dir_ / f, ec)) fs::rename(dir_ / f, aside_ / f);
+        pending_ = true;
+    }
+    /// The new run has a model: the earlier one goes for good.
+    void discard() {
+        if (!pending_) return;
+        fs::remove_all(aside_);
+        pending_ = false;
+    }
+    /// The new run has none: its files go, the earlier run's come back. True when it did so.
+    bool restore() {
+        if (!pending_) return false;
+        pending_ = false;
+        std::error_code ec;
+        for (const char* f : kModelDirFiles) {
+            fs::remove(dir_ / f, ec);
+            if (fs::exists(aside_ / f, ec)) fs::rename(aside_ / f, dir_ / f);
+        }
+        fs::remove(aside_, ec);
+        return true;
+    }
+
+private:
+    fs::path dir_, aside_;
+    bool pending_ = false;
+};
+
+/// A fresh run into a folder that holds a model replaces it only when asked (overwrite).
+void check_held_model(const RunOptions& opt, const std::vector<std::string>& held) {
+    if (held.empty()) return;
+    std::string names;
+    for (const auto& f : held) names += (names.empty() ? "" : ", ") + f;
+    if (!opt.overwrite)
+        config_error(detail::str("--out '", opt.out_dir, "' already holds a qkv model (", names,
+                                 "); continue its training with --resume, replace it with --overwrite, or "
+                                 "give another --out"));
+    const fs::path aside = fs::path(opt.out_dir) / kAside;
+    std::error_code ec;
+    if (fs::exists(aside, ec))
+        config_error(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
+                                 "--overwrite was replacing when it was killed; move its files back into '",
+                                 opt.out_dir, "' (or delete it) first"));
+}
+
+/// Observers given as functions.
+class FunctionHook : public TrainHook {
+public:
+    explicit FunctionHook(const RunOptions& o) : o_(o) {}
+    void on_logged_step(const LoggedStep& s) override {
+        if (o_.on_logged_step) o_.on_logged_step(s);
+    }
+    void on_validated(int64_t step, double val_loss) override {
+        if (o_.on_validated) o_.on_validated(step, val_loss);
+    }
+
+private:
+    const RunOptions& o_;
+};
+
+/// Reads the data (resume: checks it against the folder) and fills the configuration from it.
+std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt) {
+    SubwordModels saved_subwords;
+    if (opt.resume) saved_subwords = load_model_dir_subwords(opt.out_dir, cfg);
+    auto d = std::make_shared<TranslationData>(load_translation_data(cfg.data, saved_subwords));
+    cfg.data.path = fs::weakly_canonical(d->origin).string();  // eval may run in another folder
+    if (opt.log) {
+        std::fprintf(opt.log, "data: %s\n", d->summary.c_str());
+        std::fprintf(opt.log, "vocabularies: source %lld, target %lld tokens\n", (long long)d->src_vocab.size(),
+                     (long long)d->tgt_vocab.size());
+    }
+    if (opt.resume) {
+        // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
+        // reordered file, and a subword model's always agree); older folders: the vocabularies only.
+        if (!check_data_fingerprint(opt.out_dir, cfg, *d) && opt.log)
+            std::fprintf(opt.log, "note: %s/config.json records no data fingerprint (an older qkv); the data "
+                                  "file is checked against the vocabularies only (the fingerprint is recorded now)\n",
+                         opt.out_dir.c_str());
+        auto saved = load_model_dir_vocabs(opt.out_dir);
+        QKV_CHECK(saved.first == d->src_vocab && saved.second == d->tgt_vocab,
+                  "--resume: the data gives other vocabularies than the ones saved in '", opt.out_dir,
+                  "' (different data file or filters)");
+    }
+    cfg.data.fingerprint     = d->fingerprint;
+    cfg.model.src_vocab_size = d->src_vocab.size();
+    cfg.model.tgt_vocab_size = d->tgt_vocab.size();
+    return d;
+}
+
+void log_model(const RunConfig& cfg, const models::EncoderDecoder& model, std::FILE* log) {
+    if (!log) return;
+    std::fprintf(log, "model: %s\n", describe_model(cfg, model).c_str());
+    std::fprintf(log, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n", (long long)cfg.train.batch_size,
+                 cfg.train.lr, (long long)cfg.train.epochs,
+                 cfg.train.time_budget_s > 0 ? (", budget " + util::format_duration(cfg.train.time_budget_s)).c_str()
+                                             : "",
+                 cfg.train.max_steps > 0 ? (", max " + std::to_string(cfg.train.max_steps) + " steps").c_str() : "",
+                 cfg.train.loss_on_padding ? "on all positions (D2L EN)" : "on real tokens");
+}
+
+/// Trains `model` into the folder; an overwritten run's files wait aside until the first
+/// checkpoint after a step. Returns false when they were restored after the run stopped before it.
+bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunOptions& opt, bool replace) {
+    const RunConfig& cfg = res.config;
+    const TranslationData& d = *res.data;
+    TrainRuntime rt;
+    rt.out_dir   = opt.out_dir;
+    rt.resume    = opt.resume;
+    rt.progress  = opt.progress;
+    rt.log       = opt.log;
+    rt.log_every = cfg.log_every;
+    rt.interrupt = opt.interrupt;
+    rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();
+    // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
+    std::optional<util::InterruptGuard> guard;
+    if (opt.catch_signals) {
+        guard.emplace();
+        rt.interrupt = guard->flag();
+    }
+    // Only now, with the model built and a signal only stopping the run, does a fresh run write
+    // into the folder; an earlier run's files there wait aside until its first checkpoint.
+    std::optional<ReplacedRun> replaced;
+    if (replace) replaced.emplace(opt.out_dir);
+    try {
+        if (!opt.resume) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
+        Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+        if (replaced)
+            trainer.on_checkpoint = [&replaced](const TrainingProgress& p) {
+                if (p.step > 0) replaced->discard();
+            };
+        if (opt.make_optimizer) trainer.set_optimizer(opt.make_optimizer(model));
+        trainer.set_gradient_sync(opt.gradient_sync);
+        if (opt.on_logged_step || opt.on_validated) trainer.add_hook(std::make_shared<FunctionHook>(opt));
+        for (const auto& h : opt.hooks) trainer.add_hook(h);
+        res.train = trainer.fit();
+    } catch (const std::exception&) {
+        if (replaced && replaced->restore() && opt.log)
+            std::fprintf(opt.log, "qkv train: the new run failed before its first checkpoint; the earlier model in "
+                                  "%s is restored\n", opt.out_dir.c_str());
+        throw;
+    }
+    res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
+    if (replaced && replaced->restore()) {
+        // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
+        const int sig  = guard ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
+        const char* why = sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped";
+        if (opt.log)
+            std::fprintf(opt.log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
+                                  "restored\n", why, opt.out_dir.c_str());
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder) {
+    const bool transformer = arch == ModelKind::transformer;
+    const std::string where =
+        folder.empty() ? ""
+                       : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model",
+                                     " in '", folder, "' (", (fs::path(folder) / "config.json").string(),
+                                     ": model.architecture ", model_kind_name(arch), ")");
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", o.num_blks.has_value()},
+                                      {"--num-heads", o.num_heads.has_value()},
+                                      {"--ffn-num-hiddens", o.ffn_num_hiddens.has_value()},
+                                      {"--pe-quirk", o.pe_quirk},
+                                      {"--tie-weights", o.tie_weights}})
+        if (given && !transformer)
+            config_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)" + where);
+    const bool bidir = o.bidirectional.value_or(false);
+    for (const auto& [flag, given, what] :
+         {std::tuple<const char*, bool, const char*>{"--embed-size", o.embed_size.has_value(), "separate embedding size"},
+          {"--num-layers", o.num_layers.has_value(), "GRU layers"},
+          {bidir ? "--bidirectional" : "--no-bidirectional", o.bidirectional.has_value(), "GRU encoder"}})
+        if (given && transformer)
+            config_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what +
+                         ")" + where);
+}
+
+RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o) {
+    RunConfig cfg = preset_config(preset, kind);
+    apply_stop_overrides(cfg, o);
+    apply_fresh_overrides(cfg, o);
+    auto& t = cfg.train;
+    if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
+    apply_vocabulary_overrides(cfg, o);
+    const auto& m = cfg.model;
+    if (cfg.architecture == ModelKind::transformer && m.num_heads > 0 && m.num_hiddens % m.num_heads != 0)
+        config_error(detail::str("the number of attention heads (--num-heads, ", m.num_heads,
+                                 ") must divide the model width (--num-hiddens, ", m.num_hiddens,
+                                 "): each head gets num_hiddens / num_heads dimensions"));
+    cfg.validate();
+    return cfg;
+}
+
+RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
+    const std::string ckpt = (fs::path(out_dir) / "checkpoint.safetensors").string();
+    QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+    RunConfig cfg = load_model_dir_config(out_dir);
+    cfg.data = model_data_config(out_dir, cfg, o.data_path.value_or(""));
+    apply_stop_overrides(cfg, o);
+    cfg.validate();
+    return cfg;
+}
+
+std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p, const RunOverrides& given) {
+    const auto& t = cfg.train;
+    if (p.epoch >= t.epochs)
+        return detail::str("the checkpoint has already trained ", p.epoch, " epoch", p.epoch == 1 ? "" : "s", " (",
+                           given.epochs ? "--epochs " : "config.json's epochs ", t.epochs,
+                           "); give a larger --epochs to train on");
+    if (t.max_steps > 0 && p.step >= t.max_steps)
+        return detail::str("the checkpoint has already trained ", p.step, " steps (",
+                           given.max_steps ? "--max-steps " : "config.json's max_steps ", t.max_steps,
+                           "); give a larger --max-steps to train on");
+    if (t.time_budget_s > 0 && p.train_seconds >= t.time_budget_s)
+        return detail::str("the checkpoint has already trained for ", util::format_duration(p.train_seconds), " (",
+                           given.time_budget_s ? "--time-budget " : "config.json's time budget ",
+                           util::format_duration(t.time_budget_s),
+                           ", counted over all runs); give a longer --time-budget (or none) to train on");
+    return "";
+}
+
+RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given) {
+    if (opt.resume && opt.overwrite)
+        config_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    cfg.validate();  // nothing is read or written before the configuration is known good
+    const std::vector<std::string> held = opt.resume ? std::vector<std::string>{} : model_files_in(opt.out_dir);
+    check_held_model(opt, held);
+    RunResult res;
+    if (opt.resume) {
+        const TrainingProgress p =
+            read_checkpoint_progress((fs::path(opt.out_dir) / "checkpoint.safetensors").string());
+        const std::string done = resume_already_done(cfg, p, given);
+        if (!done.empty()) {
+            if (!has_missing_records(opt.out_dir, p)) {
+                res.nothing_to_do = done;  // config.json and the checkpoint stay as they are
+                res.config        = cfg;
+                return res;
+            }
+            // Killed during the validation after its last checkpoint: fit() trains no step and
+            // writes the records that validation did not.
+            if (opt.log)
+                std::fprintf(opt.log, "qkv train: no step to train (%s); the run was stopped while it validated at "
+                                      "step %lld, so that validation runs again for metrics.jsonl\n",
+                             done.c_str(), (long long)p.step);
+        }
+    }
+    if (opt.log)
+        std::fprintf(opt.log, "qkv train: preset %s, %d thread%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
+                     get_num_threads(), get_num_threads() == 1 ? "" : "s");
+    res.data = read_data(cfg, opt);
+    manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
+    res.model = build_model(cfg);
+    log_model(cfg, *res.model, opt.log);
+    res.config = cfg;
+    if (!train_into_folder(res, *res.model, opt, !held.empty())) {
+        res.restored_earlier = true;
+        return res;
+    }
+    // The stopping rules given for this call are not part of the model's config.
+    write_run_files(opt.out_dir, cfg, res.data->src_vocab, res.data->tgt_vocab, res.data->subwords);
+    res.trained = true;
+    return res;
+}
+
+}  // namespace qkv::train
