@@ -278,6 +278,7 @@ TrainResult StepLoop::run() {
     res_.steps         = step_;
     res_.train_seconds = train_seconds_;
     res_.tokens_per_s  = run_seconds_ > 0 ? double(run_tokens_) / run_seconds_ : 0;
+    res_.comm_seconds  = reducer_ ? reducer_->comm_seconds() : 0.0;
     model_.eval();
     return res_;
 }

@@ -113,6 +113,9 @@ struct TrainResult {
     double tokens_per_s = 0;             // over this call's steps
     std::string stop_reason;             // "epochs", "max_steps", "time_budget" or "interrupted"
     int64_t diverged_at_step = 0;        // step of the divergence warning (kDivergenceWindow); 0: none
+    /// Data-parallel: seconds this rank's training thread waited for the gradient reduction (with
+    /// overlap, what backward did not hide), in this call; 0 for one process.
+    double comm_seconds = 0;
 };
 
 /// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a
