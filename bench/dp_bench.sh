@@ -12,9 +12,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 common=(train --preset "$PRESET" --data "$DATA" --max-steps "$STEPS" --val-every off --no-progress
         --log-every "$STEPS" --time-budget none --test-pairs 100)
-run() {  # NAME LAUNCH...
-  local name=$1; shift
-  "$@" "${common[@]}" --out "$T/$name" > "$T/$name.out" 2> "$T/$name.err" || { cat "$T/$name.err"; exit 1; }
+run() {  # NAME EXTRA_TRAIN_FLAGS LAUNCH...
+  local name=$1 extra=$2; shift 2
+  "$@" "${common[@]}" $extra --out "$T/$name" > "$T/$name.out" 2> "$T/$name.err" || { cat "$T/$name.err"; exit 1; }
   local tps; tps=$(sed -n 's/.*"kind":"step".*"tokens_per_s":\([^,]*\),.*/\1/p' "$T/$name/metrics.jsonl" | tail -1)
   local wait; wait=$(sed -n 's/.*waited \([0-9.]*\) s on the gradient reduction (\([0-9.]*\) %.*/\1 s (\2 %)/p' "$T/$name.out")
   printf '%-28s %8.0f target tokens/s  %s\n' "$name" "$tps" "${wait:+waited $wait}"
@@ -22,8 +22,8 @@ run() {  # NAME LAUNCH...
 }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$ROUNDS"); do
-  run "np1x2threads-$r" "$QKV" --threads 2
-  run "np2x1thread-overlap-$r" mpirun -np 2 --bind-to none "$QKV" --threads 1
-  run "np2x1thread-after-$r" mpirun -np 2 --bind-to none "$QKV" --threads 1 --grad-reduce after-backward
+  run "np1x2threads-$r" "" "$QKV" --threads 2
+  run "np2x1thread-overlap-$r" "" mpirun -np 2 --bind-to none "$QKV" --threads 1
+  run "np2x1thread-after-$r" "--grad-reduce after-backward" mpirun -np 2 --bind-to none "$QKV" --threads 1
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
