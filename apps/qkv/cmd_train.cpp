@@ -24,6 +24,7 @@
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
+#include "qkv/dist/communicator.h"
 #include "qkv/decode/bleu.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
@@ -45,6 +46,7 @@ struct TrainArgs {
     std::string data, out = "runs/qkv";
     std::string time_budget;
     std::string schedule;
+    std::string grad_reduce = "overlap";
     bool resume = false, overwrite = false, no_progress = false;
     int64_t log_every = 50;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
@@ -299,6 +301,11 @@ void run(TrainArgs& a, CLI::App* c) {
     ro.overwrite     = a.overwrite;
     ro.progress      = !a.no_progress;
     ro.catch_signals = true;
+    // Under `mpirun -np N` this process is one of N ranks (data-parallel; a build without MPI
+    // refuses here rather than train N separate copies into one folder).
+    ro.comm = dist::world();
+    ro.reduce.overlap = a.grad_reduce == "overlap";
+    const bool rank0 = ro.comm->rank() == 0;
     ro.hooks.push_back(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
     train::RunResult r;
     try {
@@ -312,7 +319,15 @@ void run(TrainArgs& a, CLI::App* c) {
         return;  // exit 0; config.json and the checkpoint stay as they are
     }
     if (r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
+    if (!rank0) {  // rank 0 reports for the whole run
+        if (r.signal != 0) throw ExitStatus{128 + r.signal};
+        return;
+    }
     print_summary(r.train, a.out);
+    if (ro.comm->size() > 1 && r.train.train_seconds > 0)
+        std::printf("data-parallel: %d ranks; rank 0 waited %.2f s on the gradient reduction (%.1f %% of its training "
+                    "time)\n", ro.comm->size(), r.train.comm_seconds,
+                    100.0 * r.train.comm_seconds / r.train.train_seconds);
     if (r.signal != 0) {
         // No held-out samples: whoever pressed Ctrl-C wants the prompt back.
         const char* name = r.signal == SIGINT ? "SIGINT" : "SIGTERM";
@@ -431,6 +446,10 @@ Registration reg([](CLI::App& app) {
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)")
                     ->check(seed_value());
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_option("--grad-reduce", a->grad_reduce,
+                  "under mpirun: reduce gradient buckets during backward (overlap, default) or after it "
+                  "(after-backward)")
+        ->check(CLI::IsMember({"overlap", "after-backward"}));
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none; "
                                                "--resume: config.json's unless given)")
         ->check(int_range(0, 1000000000));

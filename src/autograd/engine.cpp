@@ -12,6 +12,7 @@ namespace qkv {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local LeafGradReady g_leaf_grad_ready;
 
 /// out = a + b for same-shape float tensors (any layout); a new contiguous tensor.
 Tensor add_same_shape(const Tensor& a, const Tensor& b) {
@@ -78,6 +79,11 @@ void accumulate(Tensor& acc, const Tensor& g) {
 
 bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
+
+LeafGradHook::LeafGradHook(LeafGradReady hook) : prev_(std::move(g_leaf_grad_ready)) {
+    g_leaf_grad_ready = std::move(hook);
+}
+LeafGradHook::~LeafGradHook() { g_leaf_grad_ready = std::move(prev_); }
 
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
     if (!g_grad_enabled) return false;
@@ -159,6 +165,7 @@ void Tensor::backward(const Tensor& grad) const {
         Tensor acc = this->grad();
         accumulate(acc, seed);
         impl().grad = acc.impl_ptr();
+        if (g_leaf_grad_ready) g_leaf_grad_ready(impl());
         return;
     }
     // Iterative post-order DFS gives a topological order without recursion (long sequences).
@@ -185,10 +192,26 @@ void Tensor::backward(const Tensor& grad) const {
     for (Node* n : order)
         for (auto& e : n->next)
             if (e.fn) keep.push_back(e.fn);
+    // With a leaf hook: how many edges still lead into each leaf; a leaf is final when the last
+    // of them has been walked (its node run, or skipped for having no gradient).
+    std::unordered_map<const TensorImpl*, int64_t> pending_edges;
+    const LeafGradReady hook = g_leaf_grad_ready;
+    if (hook)
+        for (Node* n : order)
+            for (const Edge& e : n->next)
+                if (!e.fn && e.leaf && e.needed()) ++pending_edges[e.leaf.get()];
+    auto edges_walked = [&](Node* node) {
+        if (!hook) return;
+        for (const Edge& e : node->next)
+            if (!e.fn && e.leaf && e.needed() && --pending_edges[e.leaf.get()] == 0) hook(*e.leaf);
+    };
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         Node* node = *it;
         auto gi = grads.find(node);
-        if (gi == grads.end()) continue;
+        if (gi == grads.end()) {
+            edges_walked(node);
+            continue;
+        }
         Tensor g = std::move(gi->second);
         grads.erase(gi);
         QKV_CHECK(!node->released, "backward: ", node->name(), " was already differentiated; the "
@@ -214,6 +237,7 @@ void Tensor::backward(const Tensor& grad) const {
                 leaf.grad = acc.impl_ptr();
             }
         }
+        edges_walked(node);
         node->release();
         node->released = true;
     }

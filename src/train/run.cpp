@@ -2,6 +2,8 @@
 // --overwrite, resume), data, model, training.
 #include "qkv/train/run.h"
 
+#include "qkv/dist/communicator.h"
+
 #include <filesystem>
 #include <tuple>
 #include <utility>
@@ -244,7 +246,10 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     rt.log       = opt.log;
     rt.log_every = cfg.log_every;
     rt.interrupt = opt.interrupt;
+    rt.comm      = opt.comm;
+    rt.reduce    = opt.reduce;
     rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();
+    const bool writer = !opt.comm || opt.comm->rank() == 0;
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;
     if (opt.catch_signals) {
@@ -254,9 +259,9 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     // Only now, with the model built and a signal only stopping the run, does a fresh run write
     // into the folder; an earlier run's files there wait aside until its first checkpoint.
     std::optional<ReplacedRun> replaced;
-    if (replace) replaced.emplace(opt.out_dir);
+    if (replace && writer) replaced.emplace(opt.out_dir);
     try {
-        if (!opt.resume) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
+        if (!opt.resume && writer) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
         Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
         if (replaced)
             trainer.on_checkpoint = [&replaced](const TrainingProgress& p) {
@@ -356,10 +361,27 @@ std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p,
     return "";
 }
 
-RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given) {
+RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& given) {
+    const bool dp = given_opt.comm && given_opt.comm->size() > 1;
+    // Ranks > 0 of a data-parallel run are silent and write nothing (RunOptions::comm).
+    RunOptions quiet;
+    if (dp && given_opt.comm->rank() != 0) {
+        quiet = given_opt;
+        quiet.log = nullptr;
+        quiet.progress = false;
+        quiet.hooks.clear();
+        quiet.on_logged_step = nullptr;
+        quiet.on_validated = nullptr;
+    }
+    const RunOptions& opt = dp && given_opt.comm->rank() != 0 ? quiet : given_opt;
     if (opt.resume && opt.overwrite)
         config_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    cfg.world_size = dp ? opt.comm->size() : 1;
     cfg.validate();  // nothing is read or written before the configuration is known good
+    if (dp)
+        dist::check_same_on_all_ranks(*opt.comm, "the configuration (flags and config.json)",
+                                      detail::str(to_json(cfg).dump(), " out ", opt.out_dir, " resume ", opt.resume,
+                                                  " overwrite ", opt.overwrite));
     const std::vector<std::string> held = opt.resume ? std::vector<std::string>{} : model_files_in(opt.out_dir);
     check_held_model(opt, held);
     RunResult res;
@@ -382,9 +404,14 @@ RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given) {
         }
     }
     if (opt.log)
-        std::fprintf(opt.log, "qkv train: preset %s, %d thread%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
-                     get_num_threads(), get_num_threads() == 1 ? "" : "s");
+        std::fprintf(opt.log, "qkv train: preset %s, %d thread%s%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
+                     get_num_threads(), get_num_threads() == 1 ? "" : "s",
+                     dp ? detail::str(" per rank; data-parallel over ", opt.comm->size(), " ranks (", opt.comm->backend(),
+                                      "; gradients reduced ", opt.reduce.overlap ? "during backward" : "after backward",
+                                      "; global batch ", cfg.train.batch_size, ")").c_str()
+                        : "");
     res.data = read_data(cfg, opt);
+    if (dp) dist::check_same_on_all_ranks(*opt.comm, "the data file (--data)", detail::str(res.data->fingerprint.pairs, " pairs, fingerprint ", fingerprint_hex(res.data->fingerprint.fnv1a64)));
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
     res.model = build_model(cfg);
     log_model(cfg, *res.model, opt.log);
@@ -394,7 +421,8 @@ RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given) {
         return res;
     }
     // The stopping rules given for this call are not part of the model's config.
-    write_run_files(opt.out_dir, cfg, res.data->src_vocab, res.data->tgt_vocab, res.data->subwords);
+    if (!dp || opt.comm->rank() == 0)
+        write_run_files(opt.out_dir, cfg, res.data->src_vocab, res.data->tgt_vocab, res.data->subwords);
     res.trained = true;
     return res;
 }

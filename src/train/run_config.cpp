@@ -283,6 +283,7 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
     check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
     check_int(t, "log_every", c.log_every, 0, 1000000000);
+    check_int(Section{none, ""}, "world_size", c.world_size, 1, 1000000);
 }
 
 }  // namespace
@@ -307,6 +308,7 @@ optim::LrSchedule parse_schedule(const std::string& s) {
 json to_json(const RunConfig& c) {
     json j;
     j["preset"] = c.preset;
+    j["world_size"] = c.world_size;
     const auto& d = c.data;
     j["data"] = {{"path", d.path},
                  {"pipeline", pipeline_name(d.pipeline)},
@@ -401,6 +403,7 @@ RunConfig run_config_from_json(const json& j) {
     QKV_CHECK(j.is_object(), "config.json must be a JSON object, got ", j.type_name());
     RunConfig c;
     get(Section{j, ""}, "preset", c.preset);
+    get(Section{j, ""}, "world_size", c.world_size);  // older files: 1
     const Section d = section(j, "data", true);
     get(d, "path", c.data.path);
     std::string s;

@@ -104,8 +104,9 @@ bool has_missing_records(const std::string& out_dir, const TrainingProgress& p) 
                 .empty();
 }
 
-RunRecorder::RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata)
-    : dir_(std::move(out_dir)), log_(log), metadata_(std::move(metadata)) {
+RunRecorder::RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata,
+                         bool writes)
+    : dir_(std::move(out_dir)), writes_(writes), log_(log), metadata_(std::move(metadata)) {
     if (dir_.empty()) return;
     ckpt_    = (fs::path(dir_) / "checkpoint.safetensors").string();
     model_   = (fs::path(dir_) / "model.safetensors").string();
@@ -131,12 +132,13 @@ void RunRecorder::start(bool resume) {
 }
 
 TrainingProgress RunRecorder::resume(nn::Module& model, optim::Optimizer& opt, int64_t batches) {
-    QKV_CHECK(active(), "RunRecorder::resume: no output folder");
+    QKV_CHECK(!dir_.empty(), "RunRecorder::resume: no output folder");
     TrainingProgress prog = load_checkpoint(ckpt_, model, &opt);
     QKV_CHECK(prog.batch <= batches, "checkpoint '", ckpt_, "': batch ", prog.batch, " is past the ", batches,
               " batches per epoch of this data (different data or batch size?)");
     default_generator().manual_seed(prog.rng_seed);
     default_generator().set_offset(prog.rng_offset);
+    if (!writes_) return prog;
     saved_step_ = prog.step;  // the checkpoint holds this state: no second write of it
     if (fs::exists(metrics_)) {
         const MetricsTruncation t = truncate_metrics_text(read_text(metrics_), prog.step);

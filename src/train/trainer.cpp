@@ -192,6 +192,13 @@ private:
     int64_t run_tokens_ = 0;
     double run_seconds_ = 0;
     double next_val_ = 0;  // training time of the next validation point (val_every_s)
+    // Data parallelism (TrainRuntime::comm with size > 1): this process's rank, the world size,
+    // the gradient reducer, and the stop the ranks agreed on after the last step.
+    int rank_ = 0, world_ = 1;
+    std::unique_ptr<GradientReducer> reducer_;
+    bool agreed_interrupt_ = false;
+    double data_parallel_step(const data::Batch& global, Seq2SeqLoss& l);
+    void check_ranks_agree();
 };
 
 namespace {
@@ -211,7 +218,7 @@ StepLoop::StepLoop(Trainer& t)
       model_(t.model_),
       opt_(t.opt_),
       rt_(t.rt_),
-      rec_(t.rt_.out_dir, t.rt_.log, t.rt_.checkpoint_metadata),
+      rec_(t.rt_.out_dir, t.rt_.log, t.rt_.checkpoint_metadata, !t.rt_.comm || t.rt_.comm->rank() == 0),
       optimizer_(t.optimizer_ ? t.optimizer_ : std::shared_ptr<optim::Optimizer>(make_adam(t.model_.parameters(), t.opt_))),
       params_(t.model_.parameters()),
       batcher_(t.train_, train_batcher_options(t.opt_)),
@@ -228,9 +235,14 @@ StepLoop::StepLoop(Trainer& t)
     lo_.pad             = t.pad_;
     lo_.on_padding      = opt_.loss_on_padding;
     lo_.label_smoothing = opt_.label_smoothing;
+    if (rt_.comm && rt_.comm->size() > 1) {
+        rank_  = rt_.comm->rank();
+        world_ = rt_.comm->size();
+    }
 }
 
 void StepLoop::start() {
+    if (world_ > 1) check_ranks_agree();
     rec_.start(rt_.resume);
     if (rt_.resume) prog_ = rec_.resume(model_, *optimizer_, nb_);
     res_.first_step = prog_.step;
@@ -242,6 +254,16 @@ void StepLoop::start() {
     w_sums_        = prog_.window_sums;
     div_ref_       = prog_.divergence_reference;  // a fresh run's is step 1's loss
     uniform_loss_  = std::log(double(model_.tgt_vocab_size()));
+    if (world_ > 1) {
+        // Every rank starts from rank 0's parameters (the same seed gives the same ones; the
+        // broadcast makes it so whatever happened before) and draws its own dropout masks.
+        reducer_ = std::make_unique<GradientReducer>(rt_.comm, params_, rt_.reduce);
+        reducer_->broadcast_parameters();
+        Generator& g = default_generator();
+        const uint64_t offset = g.offset();
+        g.manual_seed(rank_seed(g.seed(), rank_));
+        g.set_offset(offset);
+    }
 }
 
 TrainResult StepLoop::run() {
@@ -256,8 +278,33 @@ TrainResult StepLoop::run() {
     res_.steps         = step_;
     res_.train_seconds = train_seconds_;
     res_.tokens_per_s  = run_seconds_ > 0 ? double(run_tokens_) / run_seconds_ : 0;
+    res_.comm_seconds  = reducer_ ? reducer_->comm_seconds() : 0.0;
     model_.eval();
     return res_;
+}
+
+// Ranks that would train different things are refused before anything is written or trained:
+// the training rows, the options and the model's parameter names and shapes must agree.
+void StepLoop::check_ranks_agree() {
+    auto hex = [](uint64_t h) { return detail::str(std::hex, h); };
+    uint64_t data_fp = dist::fingerprint("");
+    for (const auto* v : {&t_.train_.src, &t_.train_.src_valid_len, &t_.train_.label, &t_.train_.tgt_valid_len})
+        data_fp = dist::fingerprint(std::string_view(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(int64_t)), data_fp);
+    dist::check_same_on_all_ranks(*rt_.comm, "the training data",
+                                  detail::str(t_.train_.n, " pairs, fingerprint ", hex(data_fp)));
+    dist::check_same_on_all_ranks(
+        *rt_.comm, "the training options",
+        detail::str("epochs ", opt_.epochs, ", max_steps ", opt_.max_steps, ", batch_size ", opt_.batch_size,
+                    ", lr ", opt_.lr, ", clip ", opt_.clip_norm, ", label_smoothing ", opt_.label_smoothing,
+                    ", loss_on_padding ", opt_.loss_on_padding, ", schedule ", int(opt_.schedule), ", warmup ",
+                    opt_.warmup_steps, ", seed ", opt_.seed, ", time_budget_s ", opt_.time_budget_s,
+                    ", val_every_s ", opt_.val_every_s, ", trim ", opt_.trim_batches, ", bucket_pool ",
+                    opt_.bucket_pool, ", resume ", rt_.resume));
+    std::string shapes;
+    for (const auto& [name, p] : model_.named_parameters()) shapes += detail::str(name, p.shape(), ";");
+    dist::check_same_on_all_ranks(*rt_.comm, "the model",
+                                  detail::str(params_.size(), " parameter tensors, fingerprint ",
+                                              hex(dist::fingerprint(shapes))));
 }
 
 // The run that wrote the checkpoint was killed before the records of the validation after it: the
@@ -278,7 +325,9 @@ void StepLoop::complete_missing_records() {
 std::string StepLoop::stop_reason() const {
     if (opt_.max_steps > 0 && step_ >= opt_.max_steps) return "max_steps";
     if (opt_.time_budget_s > 0 && train_seconds_ >= opt_.time_budget_s) return "time_budget";
-    if (rt_.interrupt && *rt_.interrupt) return "interrupted";
+    // Data-parallel ranks stop on the interrupt they agreed on after the last step (a signal
+    // reaches the ranks at different moments; acting on it alone would leave the others waiting).
+    if (world_ > 1 ? agreed_interrupt_ : rt_.interrupt && *rt_.interrupt) return "interrupted";
     return "";
 }
 
@@ -314,24 +363,62 @@ bool StepLoop::run_epoch(int64_t epoch) {
     return partial;
 }
 
+// The forward and backward of a data-parallel step: this rank's share of the global batch, the
+// gradients reduced over the ranks (weighted by each share's loss positions over the global
+// batch's). Returns the global batch's loss; l.tokens becomes the global batch's tokens.
+double StepLoop::data_parallel_step(const data::Batch& global, Seq2SeqLoss& l) {
+    // The global batch's loss positions, counted as seq2seq_loss counts them.
+    int64_t global_positions = 0;
+    if (opt_.loss_on_padding) global_positions = global.size * global.num_steps;
+    else
+        for (int64_t y : global.label) global_positions += y != lo_.pad;
+    const data::Batch share = shard_batch(global, rank_, world_, opt_.loss_on_padding);
+    optimizer_->zero_grad();
+    if (share.size > 0) {
+        BatchTensors t = to_tensors(share);
+        l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo_);
+    }
+    const double w = share.size > 0 ? double(l.positions) : 0.0, total = double(std::max<int64_t>(global_positions, 1));
+    std::vector<double> sums{share.size > 0 ? l.loss.item() * w / total : 0.0, double(l.tokens), w};
+    reducer_->backward_and_sync([&] { if (share.size > 0) l.loss.backward(); }, w, total, sums);
+    QKV_CHECK(sums[2] == double(global_positions), "train: the ranks' shares cover ", sums[2], " of the batch's ",
+              global_positions, " loss positions (ranks disagree on the batch: different data?)");
+    l.tokens = static_cast<int64_t>(sums[1]);
+    return sums[0];
+}
+
 /// One optimizer step on batch b; returns its loss.
 double StepLoop::train_step(int64_t epoch, int64_t b, RunningSums& ep) {
     util::Timer timer;
-    BatchTensors t = to_tensors(batcher_.batch(b));
     optim::Optimizer& opt = *optimizer_;
     opt.set_lr(optim::scheduled_lr(opt_.schedule, opt_.lr, step_ + 1, opt_.warmup_steps, total_steps_));
-    Seq2SeqLoss l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo_);
-    opt.zero_grad();
-    l.loss.backward();
+    Seq2SeqLoss l;
+    double loss = 0;
+    if (world_ == 1) {
+        BatchTensors t = to_tensors(batcher_.batch(b));
+        l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo_);
+        opt.zero_grad();
+        l.loss.backward();
+    } else {
+        loss = data_parallel_step(batcher_.batch(b), l);
+    }
     if (t_.sync_) t_.sync_->on_gradients_ready(params_);
     // Clipping folded into the update: one pass over the gradients fewer (≈1 % of an anchor
     // step), the same parameters bit for bit.
     opt.step(opt_.clip_norm > 0 ? optim::grad_clip_factor(params_, opt_.clip_norm).scale : 1.0);
-    const double loss = l.loss.item();
+    if (world_ == 1) loss = l.loss.item();
     QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step_ + 1, " (lower the learning rate)");
     ++step_;
     if (step_ == 1) div_ref_ = loss;
-    const double secs = timer.seconds();
+    double secs = timer.seconds();
+    if (world_ > 1) {
+        // The ranks agree on the step's time (their mean: the time budget and validation points
+        // fall on the same step everywhere) and on a stop (any rank interrupted).
+        std::vector<double> agree{secs, rt_.interrupt && *rt_.interrupt ? 1.0 : 0.0};
+        rt_.comm->allreduce_sum(std::span<double>(agree));
+        secs = agree[0] / world_;
+        agreed_interrupt_ = agree[1] > 0;
+    }
     train_seconds_ += secs;
     run_seconds_ += secs;
     run_tokens_ += l.tokens;

@@ -113,6 +113,15 @@ struct RunOptions {
     std::vector<std::shared_ptr<TrainHook>> hooks;  // Trainer::add_hook, in order
     std::function<void(const LoggedStep&)> on_logged_step;          // at each metrics.jsonl step record
     std::function<void(int64_t step, double val_loss)> on_validated;  // after each validation
+    /// Data-parallel training (`mpirun -np N qkv train`: dist::world()): with size > 1 this
+    /// process is one rank; --batch-size stays the global batch (TrainRuntime::comm). Every rank
+    /// reads the data and builds the model; the ranks must agree on the configuration, the data
+    /// file and the model (refused before anything is written otherwise); rank 0 alone logs,
+    /// shows progress, runs the hooks and callbacks and writes the folder (config.json records
+    /// world_size), which the other ranks read to resume, so it must be on a filesystem every rank
+    /// sees. nullptr or size 1: one process.
+    std::shared_ptr<dist::Communicator> comm;
+    GradientReducerOptions reduce;  // overlap (default) or after-backward, bucket sizes
 };
 
 struct RunResult {

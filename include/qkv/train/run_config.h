@@ -45,6 +45,9 @@ struct RunConfig {
     /// config.json as "train.log_every" so --resume keeps it.
     int64_t log_every = 50;
     DecodeConfig decode;
+    /// Processes the model was last trained with (data-parallel ranks; "world_size" in
+    /// config.json, absent in older files: 1). A record, not a setting: --resume may use another.
+    int64_t world_size = 1;
 
     /// Checks every range and rule config.json's reader checks (run_config_from_json: the CLI
     /// flags' bounds, heads dividing the width, the positional-encoding table covering num_steps

@@ -55,12 +55,16 @@ bool has_missing_records(const std::string& out_dir, const TrainingProgress& p);
 /// (nullptr: silent).
 class RunRecorder {
 public:
-    RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata);
+    /// writes false (a data-parallel rank other than 0): the folder is only read (resume loads the
+    /// checkpoint and the generator's state); nothing is created, removed, truncated or written.
+    RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata,
+                bool writes = true);
     ~RunRecorder();
     RunRecorder(const RunRecorder&) = delete;
     RunRecorder& operator=(const RunRecorder&) = delete;
 
-    bool active() const { return !dir_.empty(); }
+    /// Writes files (an output folder, and not a reading-only data-parallel rank).
+    bool active() const { return !dir_.empty() && writes_; }
     const std::string& checkpoint_path() const { return ckpt_; }
     const std::string& metrics_path() const { return metrics_; }
 
@@ -95,6 +99,7 @@ private:
     void open_metrics();
 
     std::string dir_, ckpt_, model_, metrics_;
+    bool writes_ = true;
     std::FILE* log_;
     std::map<std::string, std::string> metadata_;
     std::FILE* metrics_file_ = nullptr;

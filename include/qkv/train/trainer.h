@@ -24,6 +24,7 @@
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/checkpoint.h"
+#include "qkv/train/data_parallel.h"
 #include "qkv/train/hooks.h"
 #include "qkv/train/run_recorder.h"  // has_missing_records
 
@@ -82,6 +83,15 @@ struct TrainRuntime {
     /// util::InterruptGuard stored) stops the run there as max_steps does (checkpoint, epoch
     /// record), with stop_reason "interrupted". Must stay valid during fit().
     const volatile std::sig_atomic_t* interrupt = nullptr;
+    /// Data-parallel training (train/data_parallel.h): with a communicator of size > 1 this
+    /// process is one rank of the run. Every rank builds the same global batches, trains on its
+    /// share, and the gradients are reduced before the optimizer step; rank 0's parameters are
+    /// broadcast at the start; ranks > 0 read out_dir (to resume) but write nothing, and their
+    /// dropout draws come from rank_seed(seed, rank). The interrupt flag, the step time (their
+    /// mean) and so the time budget and validation points are agreed by all ranks after every
+    /// step, so every rank stops at the same step. nullptr or size 1: a single process.
+    std::shared_ptr<dist::Communicator> comm;
+    GradientReducerOptions reduce;  // overlap or after-backward; bucket sizes
 };
 
 struct EpochRecord {
@@ -103,6 +113,9 @@ struct TrainResult {
     double tokens_per_s = 0;             // over this call's steps
     std::string stop_reason;             // "epochs", "max_steps", "time_budget" or "interrupted"
     int64_t diverged_at_step = 0;        // step of the divergence warning (kDivergenceWindow); 0: none
+    /// Data-parallel: seconds this rank's training thread waited for the gradient reduction (with
+    /// overlap, what backward did not hide), in this call; 0 for one process.
+    double comm_seconds = 0;
 };
 
 /// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a

@@ -1,0 +1,86 @@
+#pragma once
+// Communication between the processes of a data-parallel run (one model, N processes, each on a
+// share of every global batch; PyTorch DDP, Marian's multi-node training). The interface is the
+// five collectives data parallelism needs; the MPI implementation runs them on Open MPI, the
+// single-process one is the identity, so code written against Communicator runs unchanged with
+// or without `mpirun`.
+//
+// Every rank must call the collectives in the same order with the same sizes (the MPI rule).
+// Reductions are sums in a fixed order for a given world size (MPI_Allreduce with the same
+// message sizes picks the same algorithm on every call), so a run is reproducible for a given N;
+// across different N the sum's rounding differs (fp32: about N ulp of the largest term).
+//
+// Faults: a collective that does not complete within timeout_s() (QKV_DIST_TIMEOUT, seconds)
+// stops the whole job (MPI_Abort) with a message naming the ranks that never arrived, as seen
+// by rank 0; a rank that dies is reported by mpirun itself ("process rank R ... exited on
+// signal 9") and the job ends. Neither ever waits forever.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qkv::dist {
+
+/// One process's view of the job. Not thread-safe: one thread at a time calls a communicator.
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    /// 0-based index of this process; 0 writes files and prints the run's messages.
+    virtual int rank() const = 0;
+    /// Processes in the job (1 without mpirun).
+    virtual int size() const = 0;
+    /// "mpi" or "single".
+    virtual std::string backend() const = 0;
+
+    /// Copies root's `data` into every rank's `data` (same byte count on every rank).
+    virtual void broadcast(std::span<std::byte> data, int root) = 0;
+    /// Replaces `data` on every rank by the element-wise sum over ranks.
+    virtual void allreduce_sum(std::span<float> data) = 0;
+    virtual void allreduce_sum(std::span<double> data) = 0;
+    virtual void allreduce_sum(std::span<int64_t> data) = 0;
+    /// Returns every rank's `s`, indexed by rank (strings may differ in length).
+    virtual std::vector<std::string> allgather(const std::string& s) = 0;
+    /// Returns once every rank has called it.
+    virtual void barrier() = 0;
+    /// Ends every process of the job with exit code `code` after printing `message` (prefixed
+    /// "qkv: rank R: ") on stderr. Single process: prints and exits.
+    [[noreturn]] virtual void abort(const std::string& message, int code) = 0;
+
+    /// Seconds a collective may wait before the job is stopped (QKV_DIST_TIMEOUT, default 600).
+    double timeout_s() const { return timeout_s_; }
+    void set_timeout_s(double s) { timeout_s_ = s; }
+
+protected:
+    double timeout_s_ = 600;
+};
+
+/// The process alone (rank 0 of 1): collectives return their input.
+std::unique_ptr<Communicator> make_single_process();
+
+/// Whether this build has the MPI implementation (CMake option QKV_MPI, Open MPI found).
+bool built_with_mpi();
+
+/// Whether this process was started by mpirun/mpiexec (Open MPI's or a PMI launcher's
+/// environment variables), whatever the build.
+bool launched_by_mpirun();
+
+/// The communicator for this process: MPI when launched by mpirun with world size > 1 or when
+/// `force_mpi`, else the single process. Initialises MPI once (MPI_THREAD_MULTIPLE, for the collective watchdog thread);
+/// MPI_Finalize runs at exit. Throws qkv::Error when launched by mpirun but the build has no MPI
+/// ("mpirun needs the MPI build: ...") — N copies of a single-process run would each train
+/// alone and overwrite each other's files. QKV_DIST_TIMEOUT (seconds > 0) sets timeout_s();
+/// a malformed value throws naming the variable.
+std::shared_ptr<Communicator> world(bool force_mpi = false);
+
+/// Stable 64-bit FNV-1a hash of bytes, for comparing data and configuration across ranks.
+uint64_t fingerprint(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);
+
+/// Compares `value` (e.g. a configuration's JSON text, or a data fingerprint in hex) over all
+/// ranks; throws qkv::Error on every rank naming `what` and the ranks whose value differs from
+/// rank 0's, each shown around the first difference, e.g. "the ranks disagree on --data: rank 1
+/// has 'b.tsv' where rank 0 has 'a.tsv' (every rank must run the same command on the same files)".
+void check_same_on_all_ranks(Communicator& comm, const std::string& what, const std::string& value);
+
+}  // namespace qkv::dist

@@ -1,0 +1,108 @@
+// Single-process communicator, the factory, fingerprints. The MPI implementation is in
+// mpi_communicator.cpp (compiled to a stub that refuses when the build has no MPI).
+#include "qkv/dist/communicator.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "dist/mpi_communicator.h"
+#include "qkv/core/error.h"
+
+namespace qkv::dist {
+namespace {
+
+class SingleProcess final : public Communicator {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    std::string backend() const override { return "single"; }
+    void broadcast(std::span<std::byte>, int root) override {
+        QKV_CHECK(root == 0, "broadcast: root ", root, " out of range for 1 process");
+    }
+    void allreduce_sum(std::span<float>) override {}
+    void allreduce_sum(std::span<double>) override {}
+    void allreduce_sum(std::span<int64_t>) override {}
+    std::vector<std::string> allgather(const std::string& s) override { return {s}; }
+    void barrier() override {}
+    [[noreturn]] void abort(const std::string& message, int code) override {
+        std::fprintf(stderr, "qkv: %s\n", message.c_str());
+        std::fflush(stderr);
+        std::_Exit(code);
+    }
+};
+
+double timeout_from_env() {
+    const char* v = std::getenv("QKV_DIST_TIMEOUT");
+    if (v == nullptr || *v == '\0') return 600;
+    char* end = nullptr;
+    errno = 0;
+    double s = std::strtod(v, &end);
+    QKV_CHECK(errno == 0 && end != v && *end == '\0' && s > 0 && s < 1e9,
+              "QKV_DIST_TIMEOUT: expected seconds > 0, got '", v, "'");
+    return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
+
+bool launched_by_mpirun() {
+    for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+        if (std::getenv(k) != nullptr) return true;
+    return false;
+}
+
+std::shared_ptr<Communicator> world(bool force_mpi) {
+    static std::mutex mu;
+    static std::shared_ptr<Communicator> the_world;
+    std::lock_guard<std::mutex> lock(mu);
+    if (the_world) return the_world;
+    const double timeout = timeout_from_env();
+    if (force_mpi || launched_by_mpirun()) {
+        QKV_CHECK(built_with_mpi(),
+                  "mpirun needs the MPI build: this qkv was built without Open MPI (install "
+                  "libopenmpi-dev and reconfigure with -DQKV_MPI=ON); started as one of several "
+                  "processes it would train alone and overwrite the others' files");
+        the_world = detail::make_mpi_world();
+    } else {
+        the_world = make_single_process();
+    }
+    the_world->set_timeout_s(timeout);
+    return the_world;
+}
+
+uint64_t fingerprint(std::string_view bytes, uint64_t seed) {
+    uint64_t h = seed;
+    for (unsigned char c : bytes) {
+        h ^= c;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+void check_same_on_all_ranks(Communicator& comm, const std::string& what, const std::string& value) {
+    if (comm.size() == 1) return;
+    const std::vector<std::string> all = comm.allgather(value);
+    // Long values are shown around their first difference from rank 0's.
+    auto around = [](const std::string& s, size_t at) {
+        const size_t from = at > 30 ? at - 30 : 0;
+        std::string out = s.substr(from, 70);
+        return (from > 0 ? "..." : "") + out + (from + 70 < s.size() ? "..." : "");
+    };
+    std::string diff;
+    for (size_t r = 1; r < all.size() && diff.size() < 600; ++r) {
+        if (all[r] == all[0]) continue;
+        const auto mm = std::mismatch(all[0].begin(), all[0].end(), all[r].begin(), all[r].end());
+        const size_t at = static_cast<size_t>(mm.first - all[0].begin());
+        diff += ::qkv::detail::str(diff.empty() ? "" : "; ", "rank ", r, " has '", around(all[r], at),
+                                   "' where rank 0 has '", around(all[0], at), "'");
+    }
+    QKV_CHECK(diff.empty(), "the ranks disagree on ", what, ": ", diff,
+              " (every rank must run the same command on the same files)");
+}
+
+}  // namespace qkv::dist

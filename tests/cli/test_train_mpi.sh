@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `mpirun -np N qkv train` (data-parallel training, README "Training on several processes"), on the
+# six-pair corpus written here, 2 ranks oversubscribed on this machine:
+#  1. 2 ranks give the 1-process run's per-step losses (1e-5 relative) and parameters (1e-4) after
+#     20 steps, with the gradients reduced during backward and after it (bitwise equal); the header
+#     names the ranks and config.json records world_size.
+#  2. ranks given different flags (MPMD: --lr) or different --data files are refused before
+#     anything is written, naming what differs.
+#  3. SIGTERM to mpirun stops both ranks at the same step with a checkpoint; --resume with 1
+#     process continues it and records world_size 1.
+# (The collectives, a stuck rank and a killed rank: tests/dist/test_mpi.sh.)
+# Usage: test_train_mpi.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+command -v mpirun > /dev/null || fail "mpirun not found (scripts/install_deps.sh installs openmpi-bin)"
+# Open MPI refuses root without these; oversubscription lets 2 ranks share fewer cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+six_pairs > "$T/fra.txt"
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6
+       --no-progress --dropout 0 --log-every 1)
+data=(--data "$T/fra.txt")
+mp=""
+trap '[ -z "$mp" ] || kill "$mp" 2> /dev/null || true; rm -rf "$T"' EXIT
+st_diff() { /usr/bin/python3 "$(dirname "$0")/../dist/st_diff.py" "$@" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
+losses() { sed -n 's/.*"kind":"step","step":\([0-9]*\),.*"loss":\([^,]*\),.*/\1 \2/p' "$1/metrics.jsonl"; }
+
+# 1. equivalence
+run_rc 0 --threads 1 train "${small[@]}" "${data[@]}" --max-steps 20 --out "$T/one"
+mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 20 --out "$T/two" > "$T/two.out" 2> "$T/two.err" \
+  || { cat "$T/two.err"; fail "mpirun -np 2 qkv train failed"; }
+grep -q "data-parallel over 2 ranks (mpi; gradients reduced during backward; global batch 8)" "$T/two.err" \
+  || { cat "$T/two.err"; fail "the train header does not name the 2 ranks"; }
+[ "$(grep -c 'qkv train: preset' "$T/two.err")" = 1 ] || fail "ranks other than 0 printed the header"
+mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 20 --grad-reduce after-backward --out "$T/after" \
+  > /dev/null 2> "$T/after.err" || { cat "$T/after.err"; fail "--grad-reduce after-backward failed"; }
+grep -q '"world_size": 2' "$T/two/config.json" || fail "config.json lacks world_size 2"
+grep -q '"world_size": 1' "$T/one/config.json" || fail "config.json lacks world_size 1"
+losses "$T/one" > "$T/l1"; losses "$T/two" > "$T/l2"; losses "$T/after" > "$T/l3"
+[ "$(wc -l < "$T/l1")" = 20 ] || fail "expected 20 step records, got $(wc -l < "$T/l1")"
+# Tolerances as tests/dist/test_mpi.sh (fp32 reordering of the loss mean and the gradient sum).
+paste "$T/l1" "$T/l2" | awk '{d=$2-$4; if (d<0) d=-d; if ($1!=$3 || d > 1e-5*$2) {print "step " $1 ": " $2 " vs " $4; bad=1}} END {exit bad}' \
+  || fail "2-rank losses differ from the 1-process run's by more than 1e-5 relative"
+d=$(st_diff "$T/one/model.safetensors" "$T/two/model.safetensors")
+awk -v d="$d" 'BEGIN {exit !(d != "" && d <= 1e-4)}' || fail "2-rank parameters differ from 1 process's by $d (> 1e-4)"
+cmp -s "$T/l2" "$T/l3" || fail "reducing after backward gave other losses than during backward"
+[ "$(st_diff "$T/two/model.safetensors" "$T/after/model.safetensors")" = 0 ] || fail "after-backward parameters differ"
+
+# 2. mismatched ranks
+set +e
+mpirun -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --out "$T/mm" : \
+       -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --lr 0.01 --out "$T/mm" > "$T/mm.out" 2> "$T/mm.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "ranks with different --lr were not refused"
+grep -q 'the ranks disagree on the configuration (flags and config.json): rank 1 has .*"lr":0.01' "$T/mm.err" \
+  || { cat "$T/mm.err"; fail "the refusal does not name the configuration and the differing value"; }
+[ ! -e "$T/mm" ] || fail "a refused run wrote $T/mm"
+sed 's/Go\./Go!/' "$T/fra.txt" > "$T/other.txt"
+set +e
+mpirun -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --out "$T/md" : \
+       -np 1 "$QKV" --threads 1 train "${small[@]}" --max-steps 5 --data "$T/other.txt" --out "$T/md" > /dev/null 2> "$T/md.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "ranks with different --data files were not refused"
+grep -q 'the ranks disagree on the configuration' "$T/md.err" || { cat "$T/md.err"; fail "different --data not named"; }
+# Same path, other content on one rank: the data's fingerprint differs (a copy per machine that drifted).
+mkdir -p "$T/a" "$T/b"; cp "$T/fra.txt" "$T/a/d.txt"; cp "$T/other.txt" "$T/b/d.txt"
+set +e
+(cd "$T" && mpirun -np 1 --wdir "$T/a" "$QKV" --threads 1 train "${small[@]}" --data d.txt --max-steps 5 --out "$T/mf" : \
+       -np 1 --wdir "$T/b" "$QKV" --threads 1 train "${small[@]}" --data d.txt --max-steps 5 --out "$T/mf") > /dev/null 2> "$T/mf.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "ranks whose --data files differ in content were not refused"
+grep -q 'the ranks disagree on the data file (--data): rank 1 has .60 pairs, fingerprint' "$T/mf.err" \
+  || { cat "$T/mf.err"; fail "a data file that differs in content is not named"; }
+[ ! -e "$T/mf/model.safetensors" ] || fail "a refused run wrote a model"
+
+# 3. SIGTERM to mpirun, then resume with 1 process
+mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --time-budget none --epochs 100000 --out "$T/sig" \
+  > "$T/sig.out" 2> "$T/sig.err" &
+mp=$!
+for _ in $(seq 1 600); do
+  n=$(grep -c '"kind":"step"' "$T/sig/metrics.jsonl" 2> /dev/null) || true
+  [ "${n:-0}" -gt 30 ] && break
+  sleep 0.05
+done
+kill -TERM "$mp"
+set +e; wait "$mp"; set -e
+mp=""
+grep -q "qkv train: interrupted (SIGTERM) at step" "$T/sig.err" || { cat "$T/sig.err"; fail "no interrupt message"; }
+step=$(sed -n 's/.*interrupted (SIGTERM) at step \([0-9]*\);.*/\1/p' "$T/sig.err")
+[ "$(grep -c 'interrupted (SIGTERM) at step' "$T/sig.err")" = 1 ] || fail "more than one rank reported the stop"
+run_rc 0 info "$T/sig" --no-params
+out_has "step $step"
+run_rc 0 --threads 1 train --resume --out "$T/sig" --max-steps $((step + 3)) --no-progress
+err_has "resuming from" "step $step"
+grep -q '"world_size": 1' "$T/sig/config.json" || fail "the 1-process resume did not record world_size 1"
+echo "test_train_mpi: ok"

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# MPI collectives, refusal of mismatched ranks, and a stuck rank stopping the job within the
+# timeout (dist/communicator.h). Usage: test_mpi.sh PATH/mpi_probe
+set -u
+probe=$1
+# Open MPI refuses root without these; --oversubscribe lets 2 ranks share fewer cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+pass=0 failed=0
+check() { if eval "$2"; then pass=$((pass + 1)); else failed=$((failed + 1)); echo "FAIL: $1"; fi; }
+out=$(mpirun -np 2 "$probe" collectives 2>&1); rc=$?
+echo "$out"
+check "collectives with 2 ranks exit 0" '[ $rc -eq 0 ]'
+check "both ranks ok" '[ "$(grep -c ": ok" <<<"$out")" -eq 2 ]'
+out=$(mpirun -np 3 "$probe" collectives 2>&1); rc=$?
+check "collectives with 3 ranks" '[ $rc -eq 0 ] && [ "$(grep -c ": ok" <<<"$out")" -eq 3 ]'
+for np in 2 3; do
+  out=$(mpirun -np $np "$probe" grad_sync 2>&1); rc=$?
+  echo "$out"
+  check "grad_sync with $np ranks" '[ $rc -eq 0 ] && [ "$(grep -c "grad_sync ok" <<<"$out")" -eq $np ]'
+done
+out=$(mpirun -np 2 "$probe" mismatch 2>&1); rc=$?
+echo "$out"
+check "mismatch refused on every rank" '[ $rc -eq 0 ] && [ "$(grep -c "refused: the ranks disagree on --data: rank 1 has .file-b. where rank 0 has .file-a." <<<"$out")" -eq 2 ]'
+t0=$SECONDS
+out=$(QKV_DIST_TIMEOUT=2 timeout 60 mpirun -np 2 "$probe" hang 2>&1); rc=$?
+dt=$((SECONDS - t0))
+echo "$out" | head -5
+check "a stuck rank stops the job (exit != 0, not the 60 s guard)" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
+check "within the bound ($dt s)" '[ $dt -lt 30 ]'
+check "rank 0 names rank 1" 'grep -q "qkv: rank 0: allreduce #1 (10 elements) did not complete within 2 s (QKV_DIST_TIMEOUT=2): rank(s) 1 never reached it" <<<"$out"'
+
+# ---- data-parallel training (Trainer with a communicator; mpi_probe train) ----
+st_diff() { /usr/bin/python3 "$(dirname "$0")/st_diff.py" "$@" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+train() { local np=$1 dir=$2; shift 2; mpirun -np "$np" "$probe" train "$T/$dir" "$@" > "$T/$dir.txt" 2> "$T/$dir.err" || { cat "$T/$dir.err"; return 1; }; }
+# Tolerances. Loss: the 2-rank loss is the sum of two partial means instead of one mean, and the
+# gradients sums of two shares: fp32 reordering, a few ulp per step; 1e-5 relative is ~100x what
+# 20 steps showed (3e-8). Parameters: Adam moves each element by up to lr = 1e-3 per step and
+# normalises the gradient, so an element whose gradient is rounding noise can move differently
+# on the two sides; 1e-4 (a tenth of one step's largest move) says no update was changed by more
+# than that over 20 steps (seen: 2.7e-6).
+close_losses() { paste "$1" "$2" | awk '{d=$3-$6; if (d<0) d=-d; r=d/($3<0?-$3:$3); if (r>m) m=r; if ($2!=$5) bad=1} END {if (bad || NR!=20) exit 1; print m; exit (m > 1e-5)}'; }
+check "1 process (mpirun -np 1), 20 steps" 'train 1 one 20 0 1 0'
+check "2 ranks, overlapped reduction, 20 steps" 'train 2 two 20 0 1 0'
+check "2 ranks, reduction after backward" 'train 2 two_after 20 0 0 0'
+check "2 ranks again" 'train 2 two_again 20 0 1 0'
+check "2-rank losses = 1-process losses within 1e-5 relative" 'close_losses "$T/one.txt" "$T/two.txt" > "$T/rel"'
+echo "largest relative loss difference, 2 ranks vs 1: $(cat "$T/rel")"
+d=$(st_diff "$T/one/model.safetensors" "$T/two/model.safetensors")
+echo "largest parameter difference after 20 steps, 2 ranks vs 1: $d"
+check "2-rank parameters = 1-process parameters within 1e-4" 'awk -v d="$d" "BEGIN {exit !(d != \"\" && d <= 1e-4)}"'
+check "2-rank runs repeat bitwise (losses)" 'cmp -s "$T/two.txt" "$T/two_again.txt"'
+check "2-rank runs repeat bitwise (parameters)" '[ "$(st_diff "$T/two/model.safetensors" "$T/two_again/model.safetensors")" = 0 ]'
+check "overlapped = after-backward bitwise" 'cmp -s "$T/two.txt" "$T/two_after.txt"'
+# Resume with another world size: 2 ranks to step 10, 1 to 20 (and the reverse) = 1 process to 20.
+check "2 ranks to step 10" 'train 2 r21 10 0 1 0'
+check "resumed with 1 to step 20" 'train 1 r21 20 1 1 0'
+check "1 to step 10" 'train 1 r12 10 0 1 0'
+check "resumed with 2 to step 20" 'train 2 r12 20 1 1 0'
+for r in r21 r12; do
+  d=$(st_diff "$T/one/model.safetensors" "$T/$r/model.safetensors")
+  echo "$r: largest parameter difference from the uninterrupted 1-process run: $d"
+  check "$r equals the uninterrupted run within 1e-4" 'awk -v d="$d" "BEGIN {exit !(d != \"\" && d <= 1e-4)}"'
+  check "$r step-20 loss within 1e-5 relative" '[ "$(grep "^loss 20 " "$T/$r.txt" | awk "{print \$3}")" != "" ] && awk -v a="$(grep "^loss 20 " "$T/$r.txt" | cut -d" " -f3)" -v b="$(grep "^loss 20 " "$T/one.txt" | cut -d" " -f3)" "BEGIN {d=a-b; if (d<0) d=-d; exit !(d <= 1e-5*b)}"'
+done
+# Ranks that would train different things are refused before anything is written.
+out=$(mpirun -np 1 "$probe" train "$T/mm" 20 0 1 0 : -np 1 "$probe" train "$T/mm" 21 0 1 0 2>&1); rc=$?
+check "mismatched options refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the training options: rank 1 has .epochs 100, max_steps 21" <<<"$out"'
+check "nothing written for a refused run" '[ ! -e "$T/mm" ]'
+# A rank killed mid-run: the job ends by itself (mpirun's own report names the rank) and the last
+# checkpoint loads and resumes.
+mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &
+mp=$!
+for _ in $(seq 1 400); do
+  n=$(grep -c '"kind":"step"' "$T/kill/metrics.jsonl" 2> /dev/null) || true
+  [ "${n:-0}" -gt 40 ] && break
+  sleep 0.05
+done
+victim=""
+for p in $(pgrep -f "mpi_probe train $T/kill"); do
+  tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
+check "found rank 1 of the running job" '[ -n "$victim" ]'
+t0=$SECONDS
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 1 600); do kill -0 $mp 2> /dev/null || break; sleep 0.1; done
+dt=$((SECONDS - t0))
+kill -9 $mp 2> /dev/null; wait $mp; rc=$?
+check "the job ends by itself within 30 s of the kill ($dt s, exit $rc)" '[ $dt -lt 30 ] && [ $rc -ne 0 ]'
+check "mpirun names the killed rank" 'grep -q "rank 1 .*exited on signal 9" "$T/kill.err"'
+check "the last checkpoint resumes" 'mpirun -np 1 "$probe" train "$T/kill" $(( $(grep -c "\"kind\":\"step\"" "$T/kill/metrics.jsonl") + 4 )) 1 1 0.1 > "$T/kill2.txt" 2>&1'
+echo "$pass passed, $failed failed"
+[ $failed -eq 0 ]
