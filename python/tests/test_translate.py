@@ -1,0 +1,132 @@
+# qkv.Translator against `qkv translate` on the same tiny model (conftest.model_dir), its extras
+# (n-best, scores, attention, score_batch), errors, and the GIL released while it decodes.
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import qkv
+from conftest import qkv_bin
+
+SENTENCES = ["go .", "i lost .", "he's calm .", "i'm home .", "we won .", "thank you .", "i won .",
+             "we lost calm .", "", "go home ."]
+
+
+def cli_translate(model_dir, sentences, *flags):
+    r = subprocess.run([qkv_bin(), "translate", "--model", str(model_dir), *flags, "--file", "-"],
+                       input="\n".join(sentences) + "\n", capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\n")[:-1]
+
+
+@pytest.mark.parametrize("flags,kwargs", [((), {}), (("--beam", "3"), dict(beam_size=3)),
+                                          (("--beam", "2", "--length-penalty", "0", "--max-len", "4"),
+                                           dict(beam_size=2, length_penalty=0.0, max_len=4))])
+def test_translate_batch_equals_cli(model_dir, flags, kwargs):
+    tr = qkv.Translator(str(model_dir))
+    got = [r.translation for r in tr.translate_batch(SENTENCES, **kwargs)]
+    assert got == cli_translate(model_dir, SENTENCES, *flags)
+    assert any(got)  # 30 steps of training give words, not only empty lines
+
+
+def test_hypotheses_scores_attention(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    res = tr.translate_batch(["i lost .", "we won ."], beam_size=3, num_hypotheses=2, return_scores=True,
+                             return_attention=True)
+    for r in res:
+        assert len(r.hypotheses) == 2 and len(r.scores) == 2
+        assert r.scores[0] >= r.scores[1]
+        assert r.hypotheses[0] == r.translation  # beam search's best is the CLI's output
+        a = r.attention
+        assert a.dtype == np.float32 and a.ndim == 2 and a.shape[1] == 4  # 3 words + <eos>
+        np.testing.assert_allclose(a.sum(1), 1, rtol=1e-5)  # each step's weights over the source
+    with pytest.raises(qkv.Error, match="num_hypotheses"):
+        tr.translate_batch(["go ."], beam_size=2, num_hypotheses=3)
+
+
+def test_score_batch(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    best = tr.translate_batch(["i lost ."])[0].translation
+    s = tr.score_batch(["i lost .", "i lost ."], [best, "merci !"])
+    for r in s:
+        assert r.tokens[-1] == "<eos>" and len(r.tokens) == len(r.log_probs)
+        assert r.score == pytest.approx(sum(r.log_probs)) and r.score < 0
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        tr.score_batch(["a", "b"], ["c"])
+
+
+def test_errors_carry_the_cli_message(tmp_path):
+    missing = tmp_path / "nothing"
+    with pytest.raises(qkv.Error) as e:
+        qkv.Translator(str(missing))
+    r = subprocess.run([qkv_bin(), "translate", "--model", str(missing), "go ."], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "qkv: error: " + str(e.value)
+
+
+def test_nul_byte_names_the_sentence(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    with pytest.raises(ValueError, match=r"sentences\[1\]: NUL byte"):
+        tr.translate_batch(["go .", "a\0b"])
+
+
+def test_gil_released_while_translating(model_dir):
+    """A Python thread keeps running while another thread is inside translate_batch."""
+    tr = qkv.Translator(str(model_dir))
+    batch = SENTENCES * 300  # long enough to measure (~0.5 s or more)
+    inside = threading.Event()
+    done = threading.Event()
+
+    def work():
+        inside.set()
+        tr.translate_batch(batch, beam_size=2)
+        done.set()
+
+    th = threading.Thread(target=work)
+    th.start()
+    inside.wait()
+    spins = 0
+    t0 = time.perf_counter()
+    while not done.is_set():
+        spins += 1  # pure Python: runs only while this thread holds the GIL
+    elapsed = time.perf_counter() - t0
+    th.join()
+    assert elapsed > 0.05, "the call was too short to measure"
+    # With the GIL held for the whole call this loop could not run at all until it ended.
+    assert spins > 10000, f"{spins} Python iterations in {elapsed:.2f} s of translation"
+
+
+def test_two_threads_faster_than_serial(model_dir):
+    """Two threads translating concurrently beat one after the other on >= 2 idle cores."""
+    ncpu = len(os.sched_getaffinity(0))
+    if ncpu < 2:
+        pytest.skip("needs 2 cores")
+    load = os.getloadavg()[0]
+    if load > ncpu - 1:
+        pytest.skip(f"machine busy (load {load:.1f} on {ncpu} cores): a timing comparison would be noise")
+    tr = qkv.Translator(str(model_dir))
+    batch = SENTENCES * 150
+    tr.translate_batch(batch[:20])  # warm up; the second model copy is loaded by the first overlap
+    ts = [threading.Thread(target=tr.translate_batch, args=(batch[:20],)) for _ in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+
+    def serial():
+        t0 = time.perf_counter()
+        tr.translate_batch(batch)
+        tr.translate_batch(batch)
+        return time.perf_counter() - t0
+
+    def parallel():
+        t0 = time.perf_counter()
+        ts = [threading.Thread(target=tr.translate_batch, args=(batch,)) for _ in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        return time.perf_counter() - t0
+
+    s = min(serial() for _ in range(2))
+    p = min(parallel() for _ in range(2))
+    assert p < 0.85 * s, f"two threads {p:.3f} s, serial {s:.3f} s"
