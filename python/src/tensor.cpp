@@ -408,6 +408,15 @@ bool) with autograd state. Shares memory with the numpy arrays it was made from 
     m.def("ones", [](const pyb::args& a, const pyb::object& dtype) {
         return ones(shape_args(a), dtype.is_none() ? DType::f32 : parse_dtype(dtype));
     }, arg("dtype") = pyb::none());
+    m.def("randn", [](const pyb::args& a, const pyb::object& seed, const pyb::object& dtype) {
+        Generator g(seed.is_none() ? 0 : seed.cast<uint64_t>());
+        return randn(shape_args(a), seed.is_none() ? nullptr : &g, 0.0, 1.0, dtype.is_none() ? DType::f32 : parse_dtype(dtype));
+    }, arg("seed") = pyb::none(), arg("dtype") = pyb::none(),
+          "N(0, 1) samples; from a fresh generator seeded with seed, else from the default generator.");
+    m.def("rand", [](const pyb::args& a, const pyb::object& seed, const pyb::object& dtype) {
+        Generator g(seed.is_none() ? 0 : seed.cast<uint64_t>());
+        return rand(shape_args(a), seed.is_none() ? nullptr : &g, 0.0, 1.0, dtype.is_none() ? DType::f32 : parse_dtype(dtype));
+    }, arg("seed") = pyb::none(), arg("dtype") = pyb::none(), "U[0, 1) samples (see randn).");
     m.def("manual_seed", [](uint64_t s) { qkv::manual_seed(s); }, arg("seed"),
           "Seeds qkv's process-wide default generator (parameter init, dropout), like torch.manual_seed.");
     m.def("is_grad_enabled", &grad_enabled);

@@ -300,7 +300,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
 }
 
 /// Runs train::run on a worker thread while this (the calling) thread waits with the GIL released,
-/// taking it back every 50 ms to let Python handle signals: a KeyboardInterrupt (Ctrl-C) sets the
+/// taking it back every 20 ms to let Python handle signals: a KeyboardInterrupt (Ctrl-C) sets the
 /// run's interrupt flag, so it stops at the next step boundary with a checkpoint, and is raised
 /// again once the run has returned. Callbacks run on the worker thread, with the GIL.
 pyb::dict train_py(const std::string& out_dir, const std::string& preset, const std::string& model, bool resume,
@@ -370,7 +370,7 @@ pyb::dict train_py(const std::string& out_dir, const std::string& preset, const 
             done = true;
         });
         while (!done) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
             pyb::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) {  // the handler raised (KeyboardInterrupt): stop at a step boundary
                 PyErr_Clear();

@@ -166,18 +166,20 @@ def test_multihead_attention_state_dict_round_trip(tmp_path):
     assert sorted(sd) == ["W_k.weight", "W_o.weight", "W_q.weight", "W_v.weight"]
     X = np.random.default_rng(6).standard_normal((2, 3, 8)).astype(np.float32)
     mha.eval()
-    out = mha(X, X, X, np.array([2, 3])).numpy()
+    out = mha(X, X, X, np.array([2, 3])).detach().numpy()
+    with qkv.no_grad():
+        assert not mha(X, X, X).requires_grad
     assert out.shape == (2, 3, 8)
     other = qkv.MultiHeadAttention(num_hiddens=8, num_heads=2)
     other.eval()
     other.load_state_dict({k: np.asarray(v) for k, v in sd.items()})
-    np.testing.assert_array_equal(other(X, X, X, np.array([2, 3])).numpy(), out)
+    np.testing.assert_array_equal(other(X, X, X, np.array([2, 3])).detach().numpy(), out)
     path = tmp_path / "mha.safetensors"
     mha.save(str(path))
     third = qkv.MultiHeadAttention(num_hiddens=8, num_heads=2)
     third.eval()
     third.load_state_dict(str(path))
-    np.testing.assert_array_equal(third(X, X, X, np.array([2, 3])).numpy(), out)
+    np.testing.assert_array_equal(third(X, X, X, np.array([2, 3])).detach().numpy(), out)
     with pytest.raises(qkv.Error, match="W_q.weight"):
         other.load_state_dict({**{k: np.asarray(v) for k, v in sd.items()}, "W_q.weight": np.zeros((3, 3), np.float32)})
 

@@ -1,6 +1,7 @@
 # qkv.train: the settings of `qkv train`, callbacks, Ctrl-C -> KeyboardInterrupt with a checkpoint
 # that resumes, errors.
 import json
+import re
 import os
 import signal
 
@@ -27,16 +28,24 @@ def test_train_callbacks_and_model_folder(tmp_path, fra_txt):
 
 def test_ctrl_c_stops_with_checkpoint_then_resume(tmp_path, fra_txt):
     out = tmp_path / "m"
+    seen = []
 
     def on_step(s):
+        seen.append(s["step"])
         if s["step"] == 2:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered to the process
 
-    with pytest.raises(KeyboardInterrupt, match="checkpoint"):
-        qkv.train(out, data=str(fra_txt), max_steps=50, log_every=1, quiet=True, on_step=on_step, **SMALL_KW)
+    with pytest.raises(KeyboardInterrupt, match="checkpoint") as e:
+        qkv.train(out, data=str(fra_txt), max_steps=500, log_every=1, quiet=True, on_step=on_step, **SMALL_KW)
+    stopped = int(re.search(r"stopped at step (\d+)", str(e.value)).group(1))
+    # The run stops at the first step boundary after the main thread sees the signal (it looks
+    # every 20 ms), long before its 500 steps.
+    assert 2 <= stopped < 500 and seen[-1] == stopped
     assert (out / "checkpoint.safetensors").stat().st_size > 0
-    r = qkv.train(out, data=str(fra_txt), max_steps=5, resume=True, quiet=True)
-    assert r["steps"] == 5 and r["trained"]
+    r = qkv.train(out, data=str(fra_txt), max_steps=stopped + 3, log_every=1, resume=True, quiet=True,
+                  on_step=lambda s: seen.append(s["step"]))
+    assert r["steps"] == stopped + 3 and r["trained"], r
+    assert seen[-3:] == [stopped + 1, stopped + 2, stopped + 3]  # continues where it stopped
 
 
 def test_callback_exception_is_raised_after_checkpoint(tmp_path, fra_txt):
