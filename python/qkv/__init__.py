@@ -23,7 +23,7 @@ from ._qkv import (  # noqa: F401
     ScoreResult, Tensor, Transformer, TransformerDecoder, TransformerEncoder, TranslationResult,
     Translator, as_tensor, clip_grad_norm, from_dlpack, from_numpy, is_grad_enabled,
     leave_one_out, load_safetensors, manual_seed, masked_softmax, matmul, nadaraya_watson,
-    nw_data, ones, rand, randn, positional_encoding, save_safetensors, scaled_dot_product_attention,
+    nw_data, ones, rand, randn, get_num_threads, set_num_threads, set_flush_denormal, positional_encoding, save_safetensors, scaled_dot_product_attention,
     sequence_mask, set_grad_enabled, softmax, zeros,
 )
 from . import _qkv

@@ -8,6 +8,7 @@
 #include "bind.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
+#include "qkv/core/parallel.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/reduce.h"
@@ -419,6 +420,13 @@ bool) with autograd state. Shares memory with the numpy arrays it was made from 
     }, arg("seed") = pyb::none(), arg("dtype") = pyb::none(), "U[0, 1) samples (see randn).");
     m.def("manual_seed", [](uint64_t s) { qkv::manual_seed(s); }, arg("seed"),
           "Seeds qkv's process-wide default generator (parameter init, dropout), like torch.manual_seed.");
+    m.def("get_num_threads", &get_num_threads, "OpenMP threads of qkv's kernels on the calling thread.");
+    m.def("set_num_threads", &set_num_threads, arg("n"),
+          "Threads for qkv's kernels called from this thread (OpenMP's per-thread setting; other threads keep "
+          "OMP_NUM_THREADS or the core count).");
+    m.def("set_flush_denormal", &set_flush_denormal, arg("on"),
+          "Flush subnormal floats to zero on this thread and its OpenMP workers (torch.set_flush_denormal); "
+          "Translator and train do it during their calls, as the qkv program does.");
     m.def("is_grad_enabled", &grad_enabled);
     m.def("set_grad_enabled", &set_grad_enabled, arg("on"), "Per thread, as torch.set_grad_enabled.");
 }

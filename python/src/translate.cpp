@@ -13,6 +13,7 @@
 
 #include "bind.h"
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/beam_search.h"
 #include "qkv/decode/greedy.h"
@@ -25,6 +26,20 @@ namespace qkv::py {
 namespace {
 
 using pyb::arg;
+
+/// `qkv` (apps/qkv/main.cpp) flushes subnormals by default (core/parallel.h: speed, and PyTorch's
+/// set_flush_denormal); translating and training do the same here, so results equal the CLI's, and
+/// put the calling thread's setting back afterwards.
+class FlushDenormals {
+public:
+    FlushDenormals() : prev_(flush_denormal()) { set_flush_denormal(true); }
+    ~FlushDenormals() { set_flush_denormal(prev_); }
+    FlushDenormals(const FlushDenormals&)            = delete;
+    FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+private:
+    bool prev_;
+};
 
 struct TranslationResult {
     std::string translation;
@@ -117,6 +132,7 @@ std::vector<TranslationResult> translate_batch(Translator& tr, const std::vector
     std::vector<std::array<int64_t, 2>> att_shape;
     {
         pyb::gil_scoped_release nogil;
+        FlushDenormals flush;
         auto lease            = tr.borrow();
         train::ModelDir& m    = *lease.m;
         train::TranslateOptions to;  // the defaults of `qkv translate` (config.json's decode section)
@@ -218,6 +234,7 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
     auto tw = tokenize_all(targets, "targets");
     std::vector<ScoreResult> out(sources.size());
     pyb::gil_scoped_release nogil;
+    FlushDenormals flush;
     auto lease         = tr.borrow();
     train::ModelDir& m = *lease.m;
     m.model->eval();
@@ -362,6 +379,7 @@ pyb::dict train_py(const std::string& out_dir, const std::string& preset, const 
     {
         pyb::gil_scoped_release nogil;
         std::thread worker([&] {
+            FlushDenormals flush;
             try {
                 r = train::run(cfg, ro, o);
             } catch (...) {
