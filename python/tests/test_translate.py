@@ -74,30 +74,40 @@ def test_nul_byte_names_the_sentence(model_dir):
         tr.translate_batch(["go .", "a\0b"])
 
 
-def test_gil_released_while_translating(model_dir):
-    """A Python thread keeps running while another thread is inside translate_batch."""
-    tr = qkv.Translator(str(model_dir))
-    batch = SENTENCES * 300  # long enough to measure (~0.5 s or more)
-    inside = threading.Event()
-    done = threading.Event()
+def python_progress_during(f):
+    """Runs f on another thread; returns (its duration, how many 1-ms ticks this thread ran Python
+    in the middle 80 % of it). A call that holds the GIL leaves no tick inside: this thread cannot
+    run Python until it ends."""
+    done, span, ticks = threading.Event(), {}, []
 
     def work():
-        inside.set()
-        tr.translate_batch(batch, beam_size=2)
+        span["start"] = time.perf_counter()
+        f()
+        span["end"] = time.perf_counter()
         done.set()
 
     th = threading.Thread(target=work)
     th.start()
-    inside.wait()
-    spins = 0
-    t0 = time.perf_counter()
+    last = 0.0
     while not done.is_set():
-        spins += 1  # pure Python: runs only while this thread holds the GIL
-    elapsed = time.perf_counter() - t0
+        now = time.perf_counter()
+        if now - last > 1e-3:
+            ticks.append(now)
+            last = now
     th.join()
-    assert elapsed > 0.05, "the call was too short to measure"
-    # With the GIL held for the whole call this loop could not run at all until it ended.
-    assert spins > 10000, f"{spins} Python iterations in {elapsed:.2f} s of translation"
+    d = span["end"] - span["start"]
+    return d, sum(span["start"] + 0.1 * d < t < span["end"] - 0.1 * d for t in ticks)
+
+
+def test_gil_released_while_translating(model_dir):
+    """A Python thread keeps running while another thread is inside translate_batch."""
+    d, ticks = python_progress_during(lambda: sum(range(5_000_000)))  # the control: holds the GIL
+    assert ticks == 0, f"the harness saw Python run during a GIL-holding call ({ticks} ticks in {d:.2f} s)"
+    tr = qkv.Translator(str(model_dir))
+    batch = SENTENCES * 100
+    d, ticks = python_progress_during(lambda: tr.translate_batch(batch, beam_size=4))
+    assert d > 0.05, "the call was too short to measure"
+    assert ticks >= 5, f"{ticks} ticks of Python during {d:.2f} s of translation"
 
 
 TIMING = r"""
