@@ -111,7 +111,11 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
     }, arg("X"), arg("valid_lens") = pyb::none(),
           "Softmax over the last dim of X (B, ..., Q, K) with keys j >= valid_lens masked (D2L 11.3.1); "
           "valid_lens None, (B) or (B, Q). Fully masked rows give zeros.");
-    m.def("softmax", [](const pyb::object& X, int64_t dim) { return softmax(to_tensor(X, "X"), dim); },
+    m.def("softmax", [](const pyb::object& X, int64_t dim) {
+        Tensor x = to_tensor(X, "X");
+        pyb::gil_scoped_release nogil;
+        return softmax(x, dim);
+    },
           arg("X"), arg("dim") = -1);
     m.def("matmul", [](const pyb::object& a, const pyb::object& b) {
         Tensor x = to_tensor(a, "a"), y = to_tensor(b, "b");
@@ -131,7 +135,12 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
           "The sinusoidal table P (num_steps, num_hiddens) of D2L 11.6.3: P[i, 2j] = sin(i / 10000^(2j/C)), "
           "P[i, 2j+1] = cos(...), float32.");
     m.def("nadaraya_watson", [](const pyb::object& q, const pyb::object& k, const pyb::object& v, double width) {
-        auto r = models::nadaraya_watson(to_tensor(q, "queries"), to_tensor(k, "keys"), to_tensor(v, "values"), width);
+        Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values");
+        models::NWResult r;
+        {
+            pyb::gil_scoped_release nogil;
+            r = models::nadaraya_watson(qt, kt, vt, width);
+        }
         return pyb::make_tuple(r.predictions, r.attention_weights);
     }, arg("queries"), arg("keys"), arg("values"), arg("width") = 1.0,
           "Gaussian-kernel attention pooling (D2L 11.2): queries (N), keys/values (N, M) or (M) -> "

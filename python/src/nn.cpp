@@ -65,7 +65,10 @@ void bind_nn(pyb::module_& m) {
         .def(pyb::init<double>(), arg("dropout") = 0.0)
         .def("__call__", [](nn::DotProductAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
                             const pyb::object& vl) {
-            return a.forward(to_tensor(q, "queries"), to_tensor(k, "keys"), to_tensor(v, "values"), to_tensor(vl, "valid_lens", true));
+            Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values"),
+                   lt = to_tensor(vl, "valid_lens", true);
+            pyb::gil_scoped_release nogil;
+            return a.forward(qt, kt, vt, lt);
         }, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = pyb::none())
         .def_property_readonly("attention_weights", &nn::DotProductAttention::attention_weights);
 
@@ -74,7 +77,10 @@ void bind_nn(pyb::module_& m) {
              arg("dropout") = 0.0)
         .def("__call__", [](nn::AdditiveAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
                             const pyb::object& vl) {
-            return a.forward(to_tensor(q, "queries"), to_tensor(k, "keys"), to_tensor(v, "values"), to_tensor(vl, "valid_lens", true));
+            Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values"),
+                   lt = to_tensor(vl, "valid_lens", true);
+            pyb::gil_scoped_release nogil;
+            return a.forward(qt, kt, vt, lt);
         }, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = pyb::none())
         .def_property_readonly("attention_weights", &nn::AdditiveAttention::attention_weights);
 
