@@ -32,6 +32,21 @@ std::vector<Tensor> param_list(const pyb::object& params) {
     return out;
 }
 
+models::TransformerConfig transformer_config(int64_t src_vocab_size, int64_t tgt_vocab_size, int64_t num_hiddens,
+                                             int64_t num_blks, int64_t num_heads, int64_t ffn_num_hiddens, double dropout,
+                                             int64_t max_len) {
+    models::TransformerConfig c;
+    c.src_vocab_size  = src_vocab_size;
+    c.tgt_vocab_size  = tgt_vocab_size;
+    c.num_hiddens     = num_hiddens;
+    c.num_blks        = num_blks;
+    c.num_heads       = num_heads;
+    c.ffn_num_hiddens = ffn_num_hiddens;
+    c.dropout         = dropout;
+    c.max_len         = max_len;
+    return c;
+}
+
 template <class M>
 using Cls = pyb::class_<M, nn::Module, std::shared_ptr<M>>;
 
@@ -129,10 +144,31 @@ void bind_nn(pyb::module_& m) {
             "src (B, Ts) int64, src_valid_len (B) int64, dec_input (B, Tt) int64 -> logits (B, Tt, V).");
 
     Cls<models::TransformerEncoder>(m, "TransformerEncoder", "D2L 11.7.4: src (B, Ts) int64, valid_lens (B) -> (B, Ts, C).")
+        .def(pyb::init([](int64_t vocab_size, int64_t num_hiddens, int64_t num_blks, int64_t num_heads,
+                          int64_t ffn_num_hiddens, double dropout, int64_t max_len) {
+                 return std::make_shared<models::TransformerEncoder>(
+                     transformer_config(vocab_size, vocab_size, num_hiddens, num_blks, num_heads, ffn_num_hiddens, dropout, max_len));
+             }),
+             arg("vocab_size"), arg("num_hiddens") = 256, arg("num_blks") = 2, arg("num_heads") = 4,
+             arg("ffn_num_hiddens") = 64, arg("dropout") = 0.2, arg("max_len") = 1000)
         .def("__call__", [](models::TransformerEncoder& e, const pyb::object& src, const pyb::object& vl) {
             return e.forward(to_tensor(src, "src"), to_tensor(vl, "valid_lens", true));
         }, arg("src"), arg("valid_lens") = pyb::none());
     Cls<models::TransformerDecoder>(m, "TransformerDecoder", "D2L 11.7.6 (teacher forcing).")
+        .def(pyb::init([](int64_t vocab_size, int64_t num_hiddens, int64_t num_blks, int64_t num_heads,
+                          int64_t ffn_num_hiddens, double dropout, int64_t max_len) {
+                 return std::make_shared<models::TransformerDecoder>(
+                     transformer_config(vocab_size, vocab_size, num_hiddens, num_blks, num_heads, ffn_num_hiddens, dropout, max_len));
+             }),
+             arg("vocab_size"), arg("num_hiddens") = 256, arg("num_blks") = 2, arg("num_heads") = 4,
+             arg("ffn_num_hiddens") = 64, arg("dropout") = 0.2, arg("max_len") = 1000)
+        .def("__call__", [](models::TransformerDecoder& d, const pyb::object& tgt, const pyb::object& enc,
+                            const pyb::object& vl) {
+            Tensor t = to_tensor(tgt, "tgt"), e = to_tensor(enc, "enc_outputs"), l = to_tensor(vl, "enc_valid_lens", true);
+            pyb::gil_scoped_release nogil;
+            return d.dense->forward(d.forward_hidden(t, e, l));
+        }, arg("tgt"), arg("enc_outputs"), arg("enc_valid_lens") = pyb::none(),
+            "tgt (B, Tt) int64, enc_outputs (B, Ts, C), enc_valid_lens (B) -> logits (B, Tt, V).")
         .def("forward_hidden", [](models::TransformerDecoder& d, const pyb::object& tgt, const pyb::object& enc,
                                   const pyb::object& vl) {
             return d.forward_hidden(to_tensor(tgt, "tgt"), to_tensor(enc, "enc_outputs"), to_tensor(vl, "enc_valid_lens", true));
@@ -142,16 +178,8 @@ void bind_nn(pyb::module_& m) {
         m, "Transformer", "D2L 11.7 Transformer seq2seq (parameter names as PyTorch's state_dict of D2L's class).")
         .def(pyb::init([](int64_t src_vocab_size, int64_t tgt_vocab_size, int64_t num_hiddens, int64_t num_blks,
                           int64_t num_heads, int64_t ffn_num_hiddens, double dropout, int64_t max_len) {
-             models::TransformerConfig c;
-             c.src_vocab_size  = src_vocab_size;
-             c.tgt_vocab_size  = tgt_vocab_size;
-             c.num_hiddens     = num_hiddens;
-             c.num_blks        = num_blks;
-             c.num_heads       = num_heads;
-             c.ffn_num_hiddens = ffn_num_hiddens;
-             c.dropout         = dropout;
-             c.max_len         = max_len;
-             return std::make_shared<models::Transformer>(c);
+             return std::make_shared<models::Transformer>(transformer_config(
+                 src_vocab_size, tgt_vocab_size, num_hiddens, num_blks, num_heads, ffn_num_hiddens, dropout, max_len));
          }),
          arg("src_vocab_size"), arg("tgt_vocab_size"), arg("num_hiddens") = 256, arg("num_blks") = 2, arg("num_heads") = 4,
          arg("ffn_num_hiddens") = 64, arg("dropout") = 0.2, arg("max_len") = 1000)

@@ -207,3 +207,16 @@ def test_transformer_forward_and_gradients():
     assert logits.shape == (2, 3, 13)
     logits.sum().backward()
     assert all(p.grad is not None for p in m.parameters())
+    # The encoder and decoder as separate modules, loaded with the model's weights, give its logits.
+    m.eval()
+    enc, dec_m = qkv.TransformerEncoder(11, 8, 1, 2, 16, 0.0), qkv.TransformerDecoder(13, 8, 1, 2, 16, 0.0)
+    sd = m.state_dict()
+    enc.load_state_dict({k[len("encoder."):]: v for k, v in sd.items() if k.startswith("encoder.")})
+    dec_m.load_state_dict({k[len("decoder."):]: v for k, v in sd.items() if k.startswith("decoder.")})
+    enc.eval()
+    dec_m.eval()
+    with qkv.no_grad():
+        want = m(src, np.array([3, 2]), dec).numpy()
+        got = dec_m(dec, enc(src, np.array([3, 2])), np.array([3, 2])).numpy()
+    # float32: the model may take its pad-free path (models/transformer.h), summing in another order.
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
