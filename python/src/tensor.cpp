@@ -323,10 +323,20 @@ bool) with autograd state. Shares memory with the numpy arrays it was made from 
             const char* fmt = t.dtype() == DType::f32 ? "f" : t.dtype() == DType::f64 ? "d" : t.dtype() == DType::i64 ? "q" : "?";
             return pyb::buffer_info(t.raw_data(), isz, fmt, t.dim(), shape, strides);
         })
-        .def("__dlpack__", [](const Tensor& t, const pyb::object& stream) {
+        .def("__dlpack__", [](const Tensor& t, const pyb::object& stream, const pyb::object& max_version,
+                              const pyb::object& dl_device, const pyb::object& copy) {
+            // The Python array API's keywords: CPU tensors take no stream; max_version may ask for a
+            // versioned capsule, which a producer may answer with the unversioned "dltensor" (the
+            // only form made here); dl_device must be the CPU; copy=True is refused (share or fail).
             if (!stream.is_none()) throw pyb::value_error("__dlpack__: stream must be None for CPU tensors");
+            (void)max_version;
+            if (!dl_device.is_none() && dl_device.cast<std::pair<int, int>>().first != kDLCPU)
+                throw pyb::value_error("__dlpack__: dl_device must be the CPU (1, 0)");
+            if (!copy.is_none() && copy.cast<bool>())
+                throw pyb::value_error("__dlpack__: copy=True is not supported; export t.clone() instead");
             return to_dlpack(t);
-        }, arg("stream") = pyb::none())
+        }, arg("stream") = pyb::none(), pyb::kw_only(), arg("max_version") = pyb::none(), arg("dl_device") = pyb::none(),
+           arg("copy") = pyb::none())
         .def("__dlpack_device__", [](const Tensor&) { return pyb::make_tuple(kDLCPU, 0); })
         // ---- autograd ----
         .def_property("requires_grad", &Tensor::requires_grad, [](Tensor& t, bool on) { t.requires_grad_(on); })

@@ -74,6 +74,14 @@ def test_dlpack_both_ways():
     b = np.from_dlpack(t)
     assert b.ctypes.data == t.data_ptr()
     np.testing.assert_array_equal(b, a)
+    c = np.from_dlpack(t.clone())  # a consumer's capsule keeps a temporary's memory alive
+    gc.collect()
+    np.testing.assert_array_equal(c, a)
+    # A capsule that no consumer takes is freed with its tensor reference (no leak, no crash).
+    cap = t.__dlpack__(max_version=(1, 0))
+    del cap
+    with pytest.raises(ValueError, match="stream"):
+        t.__dlpack__(stream=1)
     del a, b
     gc.collect()
     np.testing.assert_array_equal(t.numpy(), np.arange(10, dtype=np.float32).reshape(2, 5))
