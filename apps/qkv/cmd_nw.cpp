@@ -13,6 +13,7 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/nadaraya_watson.h"
+#include "qkv/train/nw_train.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
 #include "qkv/util/plot.h"
@@ -85,6 +86,7 @@ void check_finite(const NwArgs& a, const models::NWData& d, const models::NWResu
 
 void run_nw(const NwArgs& a) {
     using namespace models;
+    using namespace train;  // train_nw
     check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
     const NWPreset preset = a.preset == "zh" ? NWPreset::zh : NWPreset::seed;
     const bool zh         = preset == NWPreset::zh;

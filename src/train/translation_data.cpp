@@ -78,6 +78,95 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, c
     }
 }
 
+/// The D2L EN pipeline: the first d2l_num_train + d2l_num_val pairs, D2L's vocabularies; the
+/// validation pairs are the held-out set.
+TranslationData load_d2l_en(const DataConfig& cfg, data::ParseOptions po, TranslationData out) {
+    QKV_CHECK(cfg.d2l_num_train >= 1 && cfg.d2l_num_val >= 0, "data: bad d2l_en split sizes");
+    po.max_lines = cfg.d2l_num_train + cfg.d2l_num_val + 1;
+    data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
+    out.malformed = corpus.malformed;
+    out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
+    data::D2lEnData d = data::prepare_d2l_en(corpus, cfg.num_steps, cfg.d2l_num_train, cfg.d2l_num_val);
+    out.src_vocab = std::move(d.src_vocab);
+    out.tgt_vocab = std::move(d.tgt_vocab);
+    out.train     = std::move(d.train);
+    out.valid     = std::move(d.valid);
+    out.test      = out.valid;
+    for (int64_t i = cfg.d2l_num_train; i < corpus.size(); ++i) {
+        out.test_src.push_back(data::tokenize_nmt(corpus.src[size_t(i)]));
+        out.test_ref.push_back(data::tokenize_nmt(corpus.tgt[size_t(i)]));
+    }
+    out.pairs   = out.train.n + out.valid.n;
+    out.summary = corpus.summary() + "; D2L EN split " + std::to_string(out.train.n) + " train / " +
+                  std::to_string(out.valid.n) + " valid (the valid pairs are the held-out set)";
+    return out;
+}
+
+/// The pairs within the length limits, the first max_pairs of them; says so in `summary`.
+data::ParallelCorpus filter_pairs(data::ParallelCorpus corpus, const DataConfig& cfg, std::string& summary) {
+    if (cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0 && cfg.max_pairs == 0) return corpus;
+    data::ParallelCorpus kept;
+    kept.origin     = corpus.origin;
+    kept.lines_read = corpus.lines_read;
+    kept.malformed  = corpus.malformed;
+    for (int64_t i = 0; i < corpus.size(); ++i) {
+        if (cfg.max_pairs > 0 && kept.size() >= cfg.max_pairs) break;
+        const std::string& s = corpus.src[size_t(i)];
+        const std::string& t = corpus.tgt[size_t(i)];
+        if (cfg.max_src_tokens > 0 && int64_t(data::tokenize_nmt(s).size()) > cfg.max_src_tokens) continue;
+        if (cfg.max_tgt_tokens > 0 && int64_t(data::tokenize_nmt(t).size()) > cfg.max_tgt_tokens) continue;
+        kept.src.push_back(s);
+        kept.tgt.push_back(t);
+        kept.line.push_back(corpus.line[size_t(i)]);
+    }
+    summary += "; kept " + std::to_string(kept.size()) + (kept.size() == 1 ? " pair" : " pairs");
+    if (cfg.max_src_tokens > 0) summary += ", source <= " + std::to_string(cfg.max_src_tokens) + " tokens";
+    if (cfg.max_tgt_tokens > 0) summary += ", target <= " + std::to_string(cfg.max_tgt_tokens) + " tokens";
+    if (cfg.max_pairs > 0) summary += ", first " + std::to_string(cfg.max_pairs);
+    return kept;
+}
+
+/// Subword units: the given SentencePiece models (a resume) or ones learned from the train split;
+/// the pieces of every sentence into src_pieces / tgt_pieces, the vocabularies, the truncation
+/// fractions of pieces into `out`. Returns the summary's note.
+std::string subword_units(const DataConfig& cfg, const SubwordModels& given, const data::AnchorData& d,
+                          TranslationData& out, data::Sentences& src_pieces, data::Sentences& tgt_pieces) {
+    if (given.active()) {
+        out.subwords = given;
+    } else if (cfg.shared_vocab) {
+        out.subwords.src = train_subword(cfg, "shared (English + French)", {&d.src_tokens, &d.tgt_tokens},
+                                         d.split.train);
+        out.subwords.tgt = out.subwords.src;
+    } else {
+        out.subwords.src = train_subword(cfg, "source (English)", {&d.src_tokens}, d.split.train);
+        out.subwords.tgt = train_subword(cfg, "target (French)", {&d.tgt_tokens}, d.split.train);
+    }
+    src_pieces = out.subwords.src->encode(d.src_tokens);
+    tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);
+    out.src_vocab = out.subwords.src->vocab();
+    out.tgt_vocab = out.subwords.tgt->vocab();
+    int64_t nw[2] = {0, 0}, np[2] = {0, 0};
+    for (int64_t r : d.split.train) {
+        nw[0] += int64_t(d.src_tokens[size_t(r)].size()), np[0] += int64_t(src_pieces[size_t(r)].size());
+        nw[1] += int64_t(d.tgt_tokens[size_t(r)].size()), np[1] += int64_t(tgt_pieces[size_t(r)].size());
+    }
+    const double t_src = truncated_fraction(src_pieces, d.split.train, cfg.num_steps);
+    const double t_tgt = truncated_fraction(tgt_pieces, d.split.train, cfg.num_steps);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "; %s %s vocabulary of %lld pieces, %.3f / %.3f pieces per word (source / target); "
+                  "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
+                  cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
+                  (long long)out.tgt_vocab.size(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
+                  nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
+                  percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
+                  percent(out.truncated_src).c_str(),
+                  percent(out.truncated_tgt).c_str());
+    out.truncated_src = t_src;
+    out.truncated_tgt = t_tgt;
+    return buf;
+}
+
 }  // namespace
 
 TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given) {
@@ -96,52 +185,12 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     data::ParseOptions po;
     po.strict = cfg.strict;
 
-    if (cfg.pipeline == DataPipeline::d2l_en) {
-        QKV_CHECK(cfg.d2l_num_train >= 1 && cfg.d2l_num_val >= 0, "data: bad d2l_en split sizes");
-        po.max_lines = cfg.d2l_num_train + cfg.d2l_num_val + 1;
-        data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
-        out.malformed = corpus.malformed;
-        out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
-        data::D2lEnData d = data::prepare_d2l_en(corpus, cfg.num_steps, cfg.d2l_num_train, cfg.d2l_num_val);
-        out.src_vocab = std::move(d.src_vocab);
-        out.tgt_vocab = std::move(d.tgt_vocab);
-        out.train     = std::move(d.train);
-        out.valid     = std::move(d.valid);
-        out.test      = out.valid;
-        for (int64_t i = cfg.d2l_num_train; i < corpus.size(); ++i) {
-            out.test_src.push_back(data::tokenize_nmt(corpus.src[size_t(i)]));
-            out.test_ref.push_back(data::tokenize_nmt(corpus.tgt[size_t(i)]));
-        }
-        out.pairs   = out.train.n + out.valid.n;
-        out.summary = corpus.summary() + "; D2L EN split " + std::to_string(out.train.n) + " train / " +
-                      std::to_string(out.valid.n) + " valid (the valid pairs are the held-out set)";
-        return out;
-    }
+    if (cfg.pipeline == DataPipeline::d2l_en) return load_d2l_en(cfg, po, std::move(out));
 
     data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
     out.malformed = corpus.malformed;
     std::string summary = corpus.summary();
-    if (cfg.max_src_tokens > 0 || cfg.max_tgt_tokens > 0 || cfg.max_pairs > 0) {
-        data::ParallelCorpus kept;
-        kept.origin     = corpus.origin;
-        kept.lines_read = corpus.lines_read;
-        kept.malformed  = corpus.malformed;
-        for (int64_t i = 0; i < corpus.size(); ++i) {
-            if (cfg.max_pairs > 0 && kept.size() >= cfg.max_pairs) break;
-            const std::string& s = corpus.src[size_t(i)];
-            const std::string& t = corpus.tgt[size_t(i)];
-            if (cfg.max_src_tokens > 0 && int64_t(data::tokenize_nmt(s).size()) > cfg.max_src_tokens) continue;
-            if (cfg.max_tgt_tokens > 0 && int64_t(data::tokenize_nmt(t).size()) > cfg.max_tgt_tokens) continue;
-            kept.src.push_back(s);
-            kept.tgt.push_back(t);
-            kept.line.push_back(corpus.line[size_t(i)]);
-        }
-        summary += "; kept " + std::to_string(kept.size()) + (kept.size() == 1 ? " pair" : " pairs");
-        if (cfg.max_src_tokens > 0) summary += ", source <= " + std::to_string(cfg.max_src_tokens) + " tokens";
-        if (cfg.max_tgt_tokens > 0) summary += ", target <= " + std::to_string(cfg.max_tgt_tokens) + " tokens";
-        if (cfg.max_pairs > 0) summary += ", first " + std::to_string(cfg.max_pairs);
-        corpus = std::move(kept);
-    }
+    corpus = filter_pairs(std::move(corpus), cfg, summary);
     const int64_t n = corpus.size();
     out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
     QKV_CHECK(n >= 3, "data: only ", n, n == 1 ? " pair" : " pairs", " in ", out.origin,
@@ -172,42 +221,9 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
         data::Sentences src_pieces, tgt_pieces;
         std::string units_note;
         if (cfg.subword != data::SubwordKind::none) {
-            if (given.active()) {
-                out.subwords = given;
-            } else if (cfg.shared_vocab) {
-                out.subwords.src = train_subword(cfg, "shared (English + French)", {&d.src_tokens, &d.tgt_tokens},
-                                                 d.split.train);
-                out.subwords.tgt = out.subwords.src;
-            } else {
-                out.subwords.src = train_subword(cfg, "source (English)", {&d.src_tokens}, d.split.train);
-                out.subwords.tgt = train_subword(cfg, "target (French)", {&d.tgt_tokens}, d.split.train);
-            }
-            src_pieces = out.subwords.src->encode(d.src_tokens);
-            tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);
-            src_units = &src_pieces;
-            tgt_units = &tgt_pieces;
-            out.src_vocab = out.subwords.src->vocab();
-            out.tgt_vocab = out.subwords.tgt->vocab();
-            int64_t nw[2] = {0, 0}, np[2] = {0, 0};
-            for (int64_t r : d.split.train) {
-                nw[0] += int64_t(d.src_tokens[size_t(r)].size()), np[0] += int64_t(src_pieces[size_t(r)].size());
-                nw[1] += int64_t(d.tgt_tokens[size_t(r)].size()), np[1] += int64_t(tgt_pieces[size_t(r)].size());
-            }
-            const double t_src = truncated_fraction(src_pieces, d.split.train, cfg.num_steps);
-            const double t_tgt = truncated_fraction(tgt_pieces, d.split.train, cfg.num_steps);
-            char buf[256];
-            std::snprintf(buf, sizeof buf,
-                          "; %s %s vocabulary of %lld pieces, %.3f / %.3f pieces per word (source / target); "
-                          "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
-                          cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
-                          (long long)out.tgt_vocab.size(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
-                          nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
-                          percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
-                          percent(out.truncated_src).c_str(),
-                          percent(out.truncated_tgt).c_str());
-            units_note = buf;
-            out.truncated_src = t_src;
-            out.truncated_tgt = t_tgt;
+            units_note = subword_units(cfg, given, d, out, src_pieces, tgt_pieces);
+            src_units  = &src_pieces;
+            tgt_units  = &tgt_pieces;
         } else {
             // shared word vocabulary: both sides' train sentences, source lines first
             data::Sentences both;
