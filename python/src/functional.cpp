@@ -8,6 +8,7 @@
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/softmax.h"
+#include "qkv/train/nw_train.h"
 
 namespace qkv::py {
 namespace {
@@ -169,13 +170,13 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
         .def_readonly("w", &models::NWKernelRegression::w)
         .def("fit", [](models::NWKernelRegression& r, const pyb::object& x, const pyb::object& y, int64_t epochs, double lr,
                        const std::string& loss, const pyb::object& on_epoch) {
-            models::NWTrainConfig cfg;
+            train::NWTrainConfig cfg;
             cfg.epochs = epochs;
             cfg.lr     = lr;
             if (loss != "mean" && loss != "sum") throw pyb::value_error(detail::str("loss: '", loss, "' is not 'mean' or 'sum'"));
-            cfg.loss = loss == "mean" ? models::NWLoss::mean : models::NWLoss::sum;
+            cfg.loss = loss == "mean" ? train::NWLoss::mean : train::NWLoss::sum;
             std::vector<std::tuple<int64_t, double, double>> hist;
-            models::train_nw(r, to_tensor(x, "x_train"), to_tensor(y, "y_train"), cfg, [&](const models::NWEpoch& e) {
+            train::train_nw(r, to_tensor(x, "x_train"), to_tensor(y, "y_train"), cfg, [&](const train::NWEpoch& e) {
                 hist.emplace_back(e.epoch, e.loss, e.w);
                 if (!on_epoch.is_none()) on_epoch(e.epoch, e.loss, e.w);
             });
