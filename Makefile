@@ -48,5 +48,12 @@ demo: build
 bench: build
 	@ls $(BUILD)/bench
 
+# Python package (README "Python"): builds the module _qkv and installs `qkv` into the site directory of
+# /usr/bin/python3 (/usr/local/lib/python3.11/dist-packages on Debian 12), so `python3 -c "import qkv"` works.
+.PHONY: python
+python: configure
+	cmake -S . -B $(BUILD) -DQKV_BUILD_PYTHON=ON > /dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target python_install
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

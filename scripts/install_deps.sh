@@ -6,6 +6,10 @@ pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-de
       nlohmann-json3-dev libzip-dev libutf8proc-dev libcairo2-dev libgtest-dev
       libbenchmark-dev libsentencepiece-dev python3
       openmpi-bin libopenmpi-dev)
+# Python package (python/, `make python`, ctest label python): pybind11, numpy, pytest; matplotlib
+# for examples/python/chapter.py's heatmaps; setuptools/pip/venv for `pip install --no-build-isolation .`.
+pkgs+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools python3-pip python3-venv
+       python3-matplotlib)
 [[ "${1:-}" == "--with-torch" ]] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do

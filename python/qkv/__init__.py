@@ -1,0 +1,75 @@
+"""qkv: attention mechanisms and Transformers (D2L chapter 11) in C++, from Python.
+
+Arrays. ``qkv.Tensor`` holds float32, float64, int64 or bool data and shares memory with numpy:
+``qkv.from_numpy(a)`` and ``t.numpy()`` never copy (``from_numpy`` raises ValueError for an array
+it cannot share unless ``copy=True``), ``np.asarray(t)`` and ``memoryview(t)`` use the buffer
+protocol, and ``__dlpack__`` / ``qkv.from_dlpack`` exchange CPU tensors with numpy or PyTorch.
+Attention takes (B, H, T, D) arrays (batch, heads, time, head width); arrays laid out
+(B, T, H, D) must say ``layout="BTHD"``.
+
+Autograd: ``t.requires_grad_()``, ops on tensors, ``loss.backward()``, ``t.grad``.
+
+Errors: qkv's checks raise ``qkv.Error`` (a RuntimeError) with the C++ library's message;
+argument conversions raise TypeError / ValueError naming the argument.
+
+Threads: heavy calls (attention, matmul, backward, module forwards, translation, training)
+release the GIL. A ``Translator`` may be shared by threads (each concurrent call borrows its own
+copy of the model). Tensors, modules and optimizers are not locked: do not change one from two
+threads at once. The default random generator (``qkv.manual_seed``) is process-wide.
+"""
+from ._qkv import (  # noqa: F401
+    AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error,
+    MultiHeadAttention, Module, NWKernelRegression, Optimizer, PositionalEncoding, SGD,
+    ScoreResult, Tensor, Transformer, TransformerDecoder, TransformerEncoder, TranslationResult,
+    Translator, as_tensor, clip_grad_norm, from_dlpack, from_numpy, is_grad_enabled,
+    leave_one_out, load_safetensors, manual_seed, masked_softmax, matmul, nadaraya_watson,
+    nw_data, ones, rand, randn, get_num_threads, set_num_threads, set_flush_denormal, positional_encoding, save_safetensors, scaled_dot_product_attention,
+    sequence_mask, set_grad_enabled, softmax, zeros,
+)
+from . import _qkv
+
+__version__ = "0.1.0"
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A copy of ``data`` (array, list, number or Tensor) as a new leaf tensor, like torch.tensor."""
+    return Tensor(data, dtype, requires_grad)
+
+
+class no_grad:
+    """Context manager that stops recording autograd history on this thread (torch.no_grad)."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._prev)
+        return False
+
+
+def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer", resume=False,
+          overwrite=False, progress=False, quiet=False, on_step=None, on_validation=None, **settings):
+    """Trains a translation model as ``qkv train`` does (the same library call, train::run).
+
+    ``config`` (a dict) and keyword arguments take ``qkv train``'s flags by name, ``-`` or ``_``:
+    ``data``, ``max_steps``, ``epochs``, ``num_hiddens``, ``batch_size``, ``lr``, ``schedule``,
+    ``subword``, ... (keywords win over ``config``); ``preset``, ``model`` ("transformer" or
+    "bahdanau"), ``out``/``out_dir``, ``resume`` and ``overwrite`` may also be given in ``config``.
+    ``on_step(d)`` is called at each logged step (``d``: step, epoch, loss, lr, tokens_per_s,
+    train_seconds; every ``log_every`` steps) and ``on_validation(d)`` after each validation
+    (step, val_loss), on the training thread with the GIL held; an exception from either stops the
+    run (with a checkpoint) and is raised here. Ctrl-C (or any KeyboardInterrupt) stops at the
+    next step boundary, writes the checkpoint and raises KeyboardInterrupt; ``resume=True``
+    continues from it. Returns a dict: trained, steps, stop_reason, train_seconds, tokens_per_s,
+    epochs (per-epoch train/val loss), out_dir.
+    """
+    merged = dict(config or {})
+    merged.update(settings)
+    out_dir = merged.pop("out", merged.pop("out_dir", out_dir))
+    preset = merged.pop("preset", preset)
+    model = merged.pop("model", model)
+    resume = bool(merged.pop("resume", resume))
+    overwrite = bool(merged.pop("overwrite", overwrite))
+    return _qkv._train(str(out_dir), preset, model, resume, overwrite, progress, quiet, on_step,
+                       on_validation, merged)

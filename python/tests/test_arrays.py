@@ -1,0 +1,126 @@
+# qkv.Tensor <-> numpy without copies (data pointers compared), buffer protocol, DLPack, and the
+# errors for dtypes, layouts and arrays that cannot be shared.
+import gc
+
+import numpy as np
+import pytest
+
+import qkv
+
+
+def test_from_numpy_shares_memory():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = qkv.from_numpy(a)
+    assert t.data_ptr() == a.ctypes.data
+    assert t.shape == (3, 4) and t.dtype == "float32" and t.strides == (4, 1)
+    a[1, 2] = 100.0  # a write through numpy is seen by the tensor
+    assert t.numpy()[1, 2] == 100.0
+    assert t.sum().item() == a.sum()
+
+
+def test_strided_view_shared_not_copied():
+    a = np.arange(24, dtype=np.float64).reshape(4, 6)
+    v = a[1:, ::2]
+    t = qkv.from_numpy(v)
+    assert t.data_ptr() == v.ctypes.data
+    assert t.strides == (6, 2) and not t.is_contiguous()
+    np.testing.assert_array_equal(t.numpy(), v)
+    assert np.shares_memory(t.numpy(), a)
+
+
+def test_numpy_of_tensor_shares_memory_and_keeps_it_alive():
+    t = qkv.zeros(2, 3)
+    n = t.numpy()
+    assert n.ctypes.data == t.data_ptr()
+    n[...] = 1.5
+    assert t.sum().item() == 9.0
+    ptr = t.data_ptr()
+    del t
+    gc.collect()
+    assert n.ctypes.data == ptr and n.sum() == 9.0  # the array holds the storage
+
+
+def test_tensor_keeps_numpy_memory_alive():
+    t = qkv.from_numpy(np.full((1000,), 3.0, dtype=np.float32))  # only the tensor refers to it
+    gc.collect()
+    np.testing.assert_array_equal(t.numpy(), np.full((1000,), 3.0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dtype,name", [(np.float32, "float32"), (np.float64, "float64"), (np.int64, "int64"),
+                                        (np.bool_, "bool")])
+def test_dtypes_round_trip(dtype, name):
+    a = (np.arange(6) % 2).astype(dtype).reshape(2, 3)
+    t = qkv.from_numpy(a)
+    assert t.dtype == name and t.data_ptr() == a.ctypes.data
+    b = t.numpy()
+    assert b.dtype == a.dtype and b.ctypes.data == a.ctypes.data
+
+
+def test_buffer_protocol():
+    t = qkv.ones(2, 5, dtype="float64")
+    m = memoryview(t)
+    assert m.format == "d" and m.shape == (2, 5) and m.strides == (40, 8)
+    a = np.asarray(t)
+    assert a.ctypes.data == t.data_ptr()
+    a[0, 0] = 7
+    assert t.numpy()[0, 0] == 7
+
+
+def test_dlpack_both_ways():
+    a = np.arange(10, dtype=np.float32).reshape(2, 5)
+    t = qkv.from_dlpack(a)
+    assert t.data_ptr() == a.ctypes.data
+    assert t.__dlpack_device__() == (1, 0)
+    b = np.from_dlpack(t)
+    assert b.ctypes.data == t.data_ptr()
+    np.testing.assert_array_equal(b, a)
+    c = np.from_dlpack(t.clone())  # a consumer's capsule keeps a temporary's memory alive
+    gc.collect()
+    np.testing.assert_array_equal(c, a)
+    # A capsule that no consumer takes is freed with its tensor reference (no leak, no crash).
+    cap = t.__dlpack__(max_version=(1, 0))
+    del cap
+    with pytest.raises(ValueError, match="stream"):
+        t.__dlpack__(stream=1)
+    del a, b
+    gc.collect()
+    np.testing.assert_array_equal(t.numpy(), np.arange(10, dtype=np.float32).reshape(2, 5))
+
+
+def test_arrays_that_cannot_be_shared_need_copy_true():
+    a = np.arange(6, dtype=np.float32)
+    rev = a[::-1]
+    with pytest.raises(ValueError, match="copy=True"):
+        qkv.from_numpy(rev)
+    t = qkv.from_numpy(rev, copy=True)
+    np.testing.assert_array_equal(t.numpy(), rev)
+    assert t.data_ptr() != rev.ctypes.data
+    ro = np.ones(3, dtype=np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        qkv.from_numpy(ro)
+    sw = np.ones(3, dtype=">f4")  # byte-swapped
+    with pytest.raises(ValueError):
+        qkv.from_numpy(sw)
+    np.testing.assert_array_equal(qkv.from_numpy(sw, copy=True).numpy(), np.ones(3, np.float32))
+
+
+def test_dtype_errors_name_the_argument():
+    with pytest.raises(TypeError, match=r"^a: dtype float16"):
+        qkv.from_numpy(np.ones(3, dtype=np.float16))
+    q = np.ones((1, 1, 2, 4), dtype=np.int32)
+    with pytest.raises(TypeError, match=r"^q: dtype int32"):
+        qkv.scaled_dot_product_attention(q, q, q)
+
+
+def test_numpy_of_tensor_requiring_grad_refused():
+    t = qkv.ones(2).requires_grad_()
+    with pytest.raises(ValueError, match="detach"):
+        t.numpy()
+    assert t.detach().numpy().sum() == 2
+
+
+def test_qkv_error_keeps_the_message():
+    with pytest.raises(qkv.Error, match=r"matmul: .*\(2, 3\).*\(4, 5\)"):
+        qkv.matmul(np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))
+    assert issubclass(qkv.Error, RuntimeError)

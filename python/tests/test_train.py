@@ -1,0 +1,64 @@
+# qkv.train: the settings of `qkv train`, callbacks, Ctrl-C -> KeyboardInterrupt with a checkpoint
+# that resumes, errors.
+import json
+import re
+import os
+import signal
+
+import pytest
+
+import qkv
+from conftest import SMALL_KW
+
+
+def test_train_callbacks_and_model_folder(tmp_path, fra_txt):
+    steps, vals = [], []
+    r = qkv.train(tmp_path / "m", {"data": str(fra_txt), "max-steps": 6, "log_every": 2}, preset="demo",
+                  progress=False, quiet=True, on_step=steps.append, on_validation=vals.append, **SMALL_KW)
+    assert r["steps"] == 6 and r["trained"]
+    assert [s["step"] for s in steps] == [2, 4, 6]
+    assert all(s["loss"] > 0 and s["tokens_per_s"] > 0 for s in steps)
+    assert vals and all("val_loss" in v for v in vals)
+    for f in ("model.safetensors", "checkpoint.safetensors", "config.json", "metrics.jsonl"):
+        assert (tmp_path / "m" / f).stat().st_size > 0
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["model"]["num_hiddens"] == 16
+    assert qkv.Translator(str(tmp_path / "m")).translate_batch(["go ."])[0].translation is not None
+
+
+def test_ctrl_c_stops_with_checkpoint_then_resume(tmp_path, fra_txt):
+    out = tmp_path / "m"
+    seen = []
+
+    def on_step(s):
+        seen.append(s["step"])
+        if s["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered to the process
+
+    with pytest.raises(KeyboardInterrupt, match="checkpoint") as e:
+        qkv.train(out, data=str(fra_txt), max_steps=500, log_every=1, quiet=True, on_step=on_step, **SMALL_KW)
+    stopped = int(re.search(r"stopped at step (\d+)", str(e.value)).group(1))
+    # The run stops at the first step boundary after the main thread sees the signal (it looks
+    # every 20 ms), long before its 500 steps.
+    assert 2 <= stopped < 500 and seen[-1] == stopped
+    assert (out / "checkpoint.safetensors").stat().st_size > 0
+    r = qkv.train(out, data=str(fra_txt), max_steps=stopped + 3, log_every=1, resume=True, quiet=True,
+                  on_step=lambda s: seen.append(s["step"]))
+    assert r["steps"] == stopped + 3 and r["trained"], r
+    assert seen[-3:] == [stopped + 1, stopped + 2, stopped + 3]  # continues where it stopped
+
+
+def test_callback_exception_is_raised_after_checkpoint(tmp_path, fra_txt):
+    def boom(s):
+        raise ValueError("from the callback")
+
+    with pytest.raises(ValueError, match="from the callback"):
+        qkv.train(tmp_path / "m", data=str(fra_txt), max_steps=20, log_every=1, quiet=True, on_step=boom, **SMALL_KW)
+    assert (tmp_path / "m" / "checkpoint.safetensors").exists()
+
+
+def test_bad_settings(tmp_path, fra_txt):
+    with pytest.raises(TypeError, match="unknown setting 'num_hidens'"):
+        qkv.train(tmp_path / "m", data=str(fra_txt), num_hidens=8)
+    with pytest.raises(qkv.Error, match="num_heads|num-heads|divide"):
+        qkv.train(tmp_path / "m", data=str(fra_txt), num_hiddens=10, num_heads=4, quiet=True)
