@@ -5,6 +5,9 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libcli11-dev
       nlohmann-json3-dev libzip-dev libutf8proc-dev libcairo2-dev libgtest-dev
       libbenchmark-dev libsentencepiece-dev python3)
+# qkv serve: cpp-httplib (the HTTP server), curl (tests/cli/test_serve_page.sh), chromium (the
+# page in a headless browser, tests/cli/test_serve_page.sh).
+pkgs+=(libcpp-httplib-dev curl chromium)
 [[ "${1:-}" == "--with-torch" ]] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do

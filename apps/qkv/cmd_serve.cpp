@@ -97,7 +97,7 @@ void run(const ServeArgs& a) {
     svr.Options(".*", handler);
     // Errors httplib answers itself (body over the limit, malformed HTTP, unknown method) get the
     // same JSON shape; responses that already have a body (ours) pass through.
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([&a](const httplib::Request&, httplib::Response& res) {
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([&a, &service](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         serve::ApiError e{res.status, "http", "bad request", ""};
         if (res.status == 413)
@@ -110,6 +110,8 @@ void run(const ServeArgs& a) {
         else if (res.status >= 500)
             e = {res.status, "internal", "internal error", ""};
         apply(serve::error_response(e), res);
+        service.metrics().error(e.kind);
+        service.metrics().request("http", e.status, 0);
         return httplib::Server::HandlerResponse::Handled;
     }));
 
