@@ -140,6 +140,7 @@ void run(const ServeArgs& a) {
                 std::fprintf(stderr, "qkv serve: %s: finishing the requests in flight, then exiting\n",
                              sig == SIGTERM ? "SIGTERM" : "SIGINT");
             stopping = true;
+            service.drain();
             svr.stop();
             return;
         }

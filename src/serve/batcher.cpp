@@ -29,6 +29,12 @@ std::optional<std::future<JobOutcome>> Batcher::submit(Job job) {
     return fut;
 }
 
+void Batcher::drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    cv_.notify_all();
+}
+
 void Batcher::stop() {
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -58,7 +64,7 @@ void Batcher::run() {
                 for (const Entry& e : queue_)
                     if (e.job.settings == key) tokens += e.job.tokens;
                 const auto until = queue_.front().arrived + opt_.max_wait;
-                if (stopping_ || tokens >= opt_.max_batch_tokens || Clock::now() >= until) break;
+                if (stopping_ || draining_ || tokens >= opt_.max_batch_tokens || Clock::now() >= until) break;
                 cv_.wait_until(lock, until);
             }
             const ResolvedSettings key = queue_.front().job.settings;

@@ -177,6 +177,8 @@ Service::Service(ServiceOptions opt, std::shared_ptr<ModelHolder> model) : opt_(
 
 Service::~Service() { stop(); }
 
+void Service::drain() { batcher_->drain(); }
+
 void Service::stop() { batcher_->stop(); }
 
 bool Service::reload() {

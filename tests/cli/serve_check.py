@@ -35,10 +35,10 @@ class Server:
         port_file = os.path.join(T, name + ".port")
         self.proc = subprocess.Popen([QKV, "serve", "--port", "0", "--port-file", port_file, "--threads", "1",
                                       *args], stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
-        for _ in range(600):
-            if os.path.exists(port_file):
-                break
+        deadline = time.time() + 120  # generous: the sanitizer build (make test-asan) is slower
+        while not os.path.exists(port_file):
             check(self.proc.poll() is None, "qkv serve exited: " + self.text())
+            check(time.time() < deadline, "qkv serve did not listen within 120 s")
             time.sleep(0.02)
         self.port = int(open(port_file).read())
         self.wait_log("qkv serve: ready")
@@ -47,7 +47,8 @@ class Server:
         return open(self.log).read()
 
     def wait_log(self, s, count=1):
-        for _ in range(1500):
+        deadline = time.time() + 120
+        while time.time() < deadline:
             if self.text().count(s) >= count:
                 return
             check(self.proc.poll() is None, "qkv serve exited: " + self.text())
@@ -214,12 +215,12 @@ srv.post("/translate", {"q": "go ."}, {"Content-Type": "application/json", "X-AP
 srv.stop()
 
 # --- queue full -> 503 + Retry-After; a request past its deadline -> 503
-srv = Server("queue", "--model", a, "--max-queue", "1", "--max-sentences", "1", "--max-wait-ms", "1500",
+srv = Server("queue", "--model", a, "--max-queue", "1", "--max-sentences", "1", "--max-wait-ms", "3000",
              "--timeout-ms", "300")
 first = {}
 t = threading.Thread(target=lambda: first.update(r=srv.req("POST", "/translate", {"q": "go ."}, JSON)))
 t.start()
-for _ in range(500):
+for _ in range(1000):
     if "qkv_queue_sentences 1" in srv.req("GET", "/metrics")[2].decode():
         break
     time.sleep(0.01)
@@ -231,18 +232,20 @@ check(st == 503 and json.loads(data)["kind"] == "deadline" and "retry-after" in 
 srv.stop()
 
 # --- SIGTERM with requests in flight: every one is answered, then exit 0
-srv = Server("drain", "--model", a, "--max-wait-ms", "3000")
+srv = Server("drain", "--model", a, "--max-wait-ms", "5000")
 results.clear()
 threads = [threading.Thread(target=one, args=(i, "/translate")) for i in range(8)]
 for t in threads:
     t.start()
-for _ in range(500):
+for _ in range(1000):
     if "qkv_queue_sentences 8" in srv.req("GET", "/metrics")[2].decode():
         break
     time.sleep(0.01)
 else:
     fail("the 8 requests never queued")
+t0 = time.time()
 srv.stop()
+check(time.time() - t0 < 4, "shutdown waited for --max-wait-ms (%.1f s) instead of decoding at once" % (time.time() - t0))
 for t in threads:
     t.join()
 check(len(results) == 8, "lost requests: %d answered" % len(results))

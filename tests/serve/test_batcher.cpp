@@ -118,6 +118,20 @@ TEST(ServeBatcher, WaitsForBatchMatesUpToMaxWait) {
     EXPECT_EQ(d.batches[0], (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(ServeBatcher, DrainDecodesWithoutWaitingAndStillAccepts) {
+    FakeDecoder d;
+    Batcher b({100, /*max_wait=*/std::chrono::milliseconds(60000), 100}, d.fn());
+    auto f1 = *b.submit(job({"a"}));
+    std::this_thread::sleep_for(20ms);
+    const auto t0 = Clock::now();
+    b.drain();
+    EXPECT_EQ(f1.get().results.at(0).translation, "T(a)");
+    auto f2 = b.submit(job({"b"}));
+    ASSERT_TRUE(f2);
+    EXPECT_EQ(f2->get().results.at(0).translation, "T(b)");
+    EXPECT_LT(Clock::now() - t0, 30s);
+}
+
 TEST(ServeBatcher, FullQueueRefusesAndNothingIsLost) {
     FakeDecoder d;
     Batcher b({100, 0ms, /*max_queue=*/3}, d.fn());

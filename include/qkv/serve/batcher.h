@@ -64,6 +64,9 @@ public:
     /// Queues a job; the future is always fulfilled (with results or an error). nullopt: the
     /// queue is full or the batcher is stopping (answer 503).
     std::optional<std::future<JobOutcome>> submit(Job job);
+    /// Stops waiting for batch-mates (max_wait): queued jobs are decoded at once. Jobs may
+    /// still be submitted (requests already accepted when a server begins to shut down).
+    void drain();
     /// Decodes every queued job, then ends the worker. Idempotent.
     void stop();
 
@@ -85,7 +88,7 @@ private:
     std::condition_variable cv_;
     std::deque<Entry> queue_;
     int64_t queued_sentences_ = 0;
-    bool stopping_ = false;
+    bool stopping_ = false, draining_ = false;
     std::thread worker_;
 };
 

@@ -91,6 +91,8 @@ public:
     /// Reloads the model folder (ModelHolder::reload), logs the outcome on stderr, counts it.
     /// Returns true when the new model serves.
     bool reload();
+    /// Decodes queued translations without waiting for batch-mates (a shutdown has begun).
+    void drain();
     /// Finishes queued translations and stops the batcher (after the HTTP server has stopped
     /// handing in requests). Later translation requests get 503.
     void stop();
