@@ -4,8 +4,10 @@
 // flight and exit 0; SIGHUP reloads the model folder (a damaged folder is refused, the old model
 // keeps serving).
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -29,7 +31,7 @@ namespace {
 struct ServeArgs {
     std::string model = "runs/qkv", host = "127.0.0.1", api_key, port_file;
     int64_t port = 8080, max_batch_tokens = 4096, max_wait_ms = 5, max_queue = 256, timeout_ms = 30000;
-    int64_t max_body_bytes = 1 << 20, max_sentences = 64, max_chars = 1000, http_threads = 64;
+    int64_t max_body_bytes = 1 << 20, max_sentences = 64, max_chars = 1000, http_threads = 0;
 };
 
 serve::HttpRequest to_request(const httplib::Request& r) {
@@ -82,10 +84,25 @@ void run(const ServeArgs& a) {
     serve::Service service(so, holder);
 
     httplib::Server svr;
-    const int nthreads = int(a.http_threads);
+    // Every connection waiting for a thread sits in httplib's own queue, which has no bound: with
+    // at least --max-queue threads the waiting requests reach the batcher, whose bounded queue
+    // answers the excess with 503 instead of a growing backlog.
+    const int nthreads = int(a.http_threads > 0 ? a.http_threads : std::min<int64_t>(a.max_queue + 64, 2048));
     svr.new_task_queue = [nthreads] { return new httplib::ThreadPool(size_t(nthreads)); };
     svr.set_payload_max_length(size_t(a.max_body_bytes));
     svr.set_keep_alive_timeout(2);
+    // Headers and body leave in separate writes: without TCP_NODELAY, Nagle's algorithm holds the
+    // body until the client's delayed ACK (40 ms per request on Linux).
+    svr.set_tcp_nodelay(true);
+    // httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
+    // library): bursts of connections beyond it wait for SYN retries. The listening socket is the
+    // first one given to these options; listen() again raises its backlog.
+    int listen_fd = -1;
+    svr.set_socket_options([&listen_fd](int sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        if (listen_fd < 0) listen_fd = sock;
+    });
     auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
         apply(service.handle(to_request(req)), res);
     };
@@ -117,6 +134,7 @@ void run(const ServeArgs& a) {
 
     const int port = a.port == 0 ? svr.bind_to_any_port(a.host.c_str()) : (svr.bind_to_port(a.host.c_str(), int(a.port)) ? int(a.port) : -1);
     QKV_CHECK(port > 0, "serve: cannot listen on ", a.host, ":", a.port, " (address in use, or not an address of this machine)");
+    if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
     std::thread listener([&svr] { svr.listen_after_bind(); });
     while (!svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::fprintf(stderr, "qkv serve: listening on http://%s:%d (model '%s' loading)\n", a.host.c_str(), port,
@@ -183,7 +201,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--max-sentences", a->max_sentences, "most sentences per request (default 64)")
         ->check(int_range(1, 100000));
     c->add_option("--max-chars", a->max_chars, "most characters per sentence (default 1000)")->check(int_range(1, 1000000));
-    c->add_option("--http-threads", a->http_threads, "connections handled at once (default 64)")->check(int_range(1, 4096));
+    c->add_option("--http-threads", a->http_threads, "connections handled at once (default: --max-queue + 64)")->check(int_range(1, 4096));
     c->callback([a] { run(*a); });
 });
 
