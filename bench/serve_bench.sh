@@ -35,8 +35,10 @@ done
 # Overload: open loop at twice the batched capacity measured at concurrency 64, default queue.
 cap=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sentences_per_s"])' "$OUT/on-64.json")
 rate=$(/usr/bin/python3 -c "print(2 * $cap)")
-serve overload
-load --rate "$rate" --concurrency 512 > "$OUT/overload.json"
-echo "overload at $rate requests/s (2 x $cap): $(cat "$OUT/overload.json")"
-kill -TERM "$PID"; wait "$PID"
-echo "server exit code after overload: $?"
+for q in 256 64; do
+  serve "overload-q$q" --max-queue "$q"
+  load --rate "$rate" --concurrency 512 > "$OUT/overload-q$q.json"
+  echo "overload at $rate requests/s (2 x $cap), --max-queue $q: $(cat "$OUT/overload-q$q.json")"
+  kill -TERM "$PID"; wait "$PID"
+  echo "server exit code after overload: $?"
+done
