@@ -9,7 +9,8 @@ Closed loop (--concurrency N): N clients, each sending its next request when the
 answered. Open loop (--rate R): requests start at R per second whatever the answers, each on a
 thread of a pool (--concurrency threads at most in flight; arrivals beyond that are counted as
 'dropped by the client'). Prints one JSON line: sentences/s (200 answers), latency p50/p95/p99 of
-200 answers, counts by status, wrong answers, and the server's peak RSS (VmHWM of --pid).
+200 answers, counts by status, wrong answers, the server's peak RSS (VmHWM of --pid), and
+drain_s: how long the answers still in flight at the end took.
 """
 import argparse
 import http.client
@@ -94,7 +95,6 @@ def main():
             t.start()
             threads.append(t)
         status["dropped_by_client"] = dropped[0]
-    t_end = time.time()
     for t in threads:
         t.join()
     elapsed = a.duration
@@ -109,7 +109,7 @@ def main():
     out = {"concurrency": a.concurrency, "rate": a.rate, "duration_s": a.duration,
            "sentences_per_s": round(status.get(200, 0) / elapsed, 1), "p50_ms": q(0.50), "p95_ms": q(0.95),
            "p99_ms": q(0.99), "status": {str(k): v for k, v in status.items()}, "wrong_answers": wrong[0],
-           "server_peak_rss_mib": peak, "drain_s": round(time.time() - t_end, 2)}
+           "server_peak_rss_mib": peak, "drain_s": round(max(0.0, time.time() - stop_at), 2)}
     if a.rate > 0:
         out["sent"] = sent[0]
         out["lost"] = sent[0] - answered

@@ -1,6 +1,7 @@
 // Translation for qkv serve (serve/translator.h).
 #include "qkv/serve/translator.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string>
@@ -37,22 +38,23 @@ struct KeepWeights {
     KeepWeights& operator=(const KeepWeights&) = delete;
 };
 
-/// Teacher-forced pass of one hypothesis over its source (the valid ids only: padded keys are
-/// masked anyway): the sum of its units' log-probabilities (<eos> counted when it was emitted)
-/// and, when att is given, the decoder's cross-attention weights.
-double teacher_force(train::ModelDir& m, const std::vector<int64_t>& src_ids, const std::vector<int64_t>& tokens,
-                     bool finished, CrossAttention* att) {
+/// Teacher-forced pass of one hypothesis over its source row as the decoder saw it (padded to
+/// num_steps: a Bahdanau encoder runs over the pads, so its states depend on them): the sum of
+/// its units' log-probabilities (<eos> counted when it was emitted) and, when att is given, the
+/// decoder's cross-attention weights over the valid source positions.
+double teacher_force(train::ModelDir& m, const std::vector<int64_t>& src_row, int64_t valid_len,
+                     const std::vector<int64_t>& tokens, bool finished, CrossAttention* att) {
     NoGradGuard no_grad;
     std::vector<int64_t> target = tokens;
     if (finished) target.push_back(m.tgt_vocab.eos());
-    const int64_t Tt = int64_t(target.size()), Ts = int64_t(src_ids.size());
+    const int64_t Tt = int64_t(target.size()), Tp = int64_t(src_row.size()), Ts = valid_len;
     if (Tt == 0) return 0;
     std::vector<int64_t> dec_in{m.tgt_vocab.bos()};
     for (int64_t i = 0; i + 1 < Tt; ++i) dec_in.push_back(target[size_t(i)]);
     models::Transformer* tr = att ? m.transformer() : nullptr;
     QKV_CHECK(!att || tr, "serve: attention weights are available for Transformer models only");
     KeepWeights keep(tr);
-    const Tensor hidden = m.model->forward_hidden(from_vector(src_ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}),
+    const Tensor hidden = m.model->forward_hidden(from_vector(src_row, {1, Tp}), from_vector<int64_t>({Ts}, {1}),
                                                   from_vector(dec_in, {1, Tt}));
     const Tensor lp = log_softmax(m.model->output_logits(hidden), -1).contiguous();  // (1, Tt, V)
     const int64_t V = lp.shape().back();
@@ -63,16 +65,19 @@ double teacher_force(train::ModelDir& m, const std::vector<int64_t>& src_ids, co
         const int64_t L = int64_t(tr->decoder->blks.size());
         const int64_t H = tr->config().num_heads;
         att->layers = L, att->heads = H;
-        att->source = m.src_vocab.decode(src_ids);
+        att->source = m.src_vocab.decode(std::vector<int64_t>(src_row.begin(), src_row.begin() + Ts));
         att->target = m.tgt_vocab.decode(target);
         att->weights.assign(size_t(L * H * Tt * Ts), 0.f);
         for (int64_t l = 0; l < L; ++l) {
-            const Tensor w = tr->decoder->blks[size_t(l)]->attention2->attention_weights();  // (1, H, Tt, Ts)
+            const Tensor w = tr->decoder->blks[size_t(l)]->attention2->attention_weights();  // (1, H, Tt, Tk)
             QKV_CHECK(w.defined(), "serve: the decoder's attention weights were not kept");
             const auto wv = w.contiguous().to_vector<float>();
-            QKV_CHECK(int64_t(wv.size()) == H * Tt * Ts, "serve: cross-attention weights of ", wv.size(),
-                      " values, expected ", H * Tt * Ts);
-            std::copy(wv.begin(), wv.end(), att->weights.begin() + l * H * Tt * Ts);
+            // Tk is Tp, or Ts when the model drops the padded columns; the padded keys have weight 0.
+            const int64_t Tk = int64_t(wv.size()) / std::max<int64_t>(1, H * Tt);
+            QKV_CHECK(int64_t(wv.size()) == H * Tt * Tk && Tk >= Ts, "serve: cross-attention weights of ", wv.size(),
+                      " values for ", H, " heads, ", Tt, " target and ", Ts, " source positions");
+            for (int64_t r = 0; r < H * Tt; ++r)
+                std::copy(wv.begin() + r * Tk, wv.begin() + r * Tk + Ts, att->weights.begin() + (l * H * Tt + r) * Ts);
         }
     }
     return sum;
@@ -153,8 +158,8 @@ std::vector<SentenceResult> translate_sentences(train::ModelDir& m, const std::v
     }
     for (size_t r = 0; r < src.size(); ++r) {
         SentenceResult& res = out[sentence_of[r]];
-        const std::vector<int64_t> src_ids(a.ids.begin() + int64_t(r) * a.num_steps,
-                                           a.ids.begin() + int64_t(r) * a.num_steps + a.valid_len[r]);
+        const std::vector<int64_t> src_row(a.ids.begin() + int64_t(r) * a.num_steps,
+                                           a.ids.begin() + int64_t(r + 1) * a.num_steps);
         for (size_t k = 0; k < hyps[r].size(); ++k) {
             const decode::Hypothesis& h = hyps[r][k];
             Hypothesis out_h;
@@ -163,7 +168,7 @@ std::vector<SentenceResult> translate_sentences(train::ModelDir& m, const std::v
             out_h.finished = h.finished;
             const bool want_att = s.attention && k == 0;
             if (o.beam == 1 || want_att) {
-                const double lp = teacher_force(m, src_ids, h.tokens, h.finished, want_att ? &res.attention : nullptr);
+                const double lp = teacher_force(m, src_row, a.valid_len[r], h.tokens, h.finished, want_att ? &res.attention : nullptr);
                 if (o.beam == 1) {
                     out_h.log_prob = lp;
                     out_h.score = gnmt_score(lp, int64_t(h.tokens.size()) + (h.finished ? 1 : 0), o.length_penalty);

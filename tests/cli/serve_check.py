@@ -102,6 +102,7 @@ a, b = os.path.join(T, "a"), os.path.join(T, "b")
 want_a = translate_cli(a)
 want_a_beam = translate_cli(a, "--beam", "3")
 want_b = translate_cli(b)
+check(want_a != want_b, "models a and b translate alike: the reload check could not tell them apart")
 
 served = os.path.join(T, "served")
 shutil.copytree(a, served)
@@ -134,6 +135,17 @@ for t in j["translations"]:
         check(len(head) == len(att["target"]), "attention rows != target units")
         for row in head:
             check(len(row) == len(att["source"]) and abs(sum(row) - 1) < 1e-3, "attention row %r" % row)
+# Greedy scores come from a teacher-forced pass, beam scores from the search: the same
+# hypothesis gets the same log-probability either way (float rounding apart).
+greedy, _ = srv.post("/v1/translate", {"q": SENTENCES, "beam_size": 1})
+matched = 0
+for g, bm in zip(greedy["translations"], j["translations"]):
+    for h in bm["hypotheses"]:
+        if g["hypotheses"] and h["units"] == g["hypotheses"][0]["units"] and h["finished"] == g["hypotheses"][0]["finished"]:
+            check(abs(h["log_prob"] - g["hypotheses"][0]["log_prob"]) < 1e-3,
+                  "log P of %r: beam %r, teacher-forced %r" % (h["text"], h["log_prob"], g["hypotheses"][0]["log_prob"]))
+            matched += 1
+check(matched >= 3, "only %d greedy hypotheses found among the beam's to compare scores" % matched)
 j, _ = srv.post("/translate", "q=i+lost+.&source=en&target=fr", {"Content-Type": "application/x-www-form-urlencoded"})
 check(j["translatedText"] == want_a[1], "form-encoded: %r" % j)
 st, _, data = srv.req("GET", "/languages")

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
 small=(--preset demo --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8
        --num-steps 6 --no-progress --threads 1)
-"$QKV" train --data "$T/fra.txt" --max-steps 30 --out "$T/a" "${small[@]}" > "$T/train.log" 2>&1 \
+"$QKV" train --data "$T/fra.txt" --max-steps 200 --out "$T/a" "${small[@]}" > "$T/train.log" 2>&1 \
   || { cat "$T/train.log"; fail "qkv train a"; }
 "$QKV" train --data "$T/fra.txt" --max-steps 3 --seed 7 --out "$T/b" "${small[@]}" > "$T/train.log" 2>&1 \
   || { cat "$T/train.log"; fail "qkv train b"; }
