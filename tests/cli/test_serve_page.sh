@@ -23,7 +23,7 @@ grep -q "qkv serve: ready" "$T/serve.log" || { cat "$T/serve.log"; fail "server 
 port=$(cat "$T/port")
 sentence="i'm home ."
 url="http://127.0.0.1:$port/?q=$(/usr/bin/python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$sentence")&word=0&layer=1&head=0"
-chrome=("$CHROMIUM" --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$T/chrome"
+chrome=("$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir="$T/chrome"
         --hide-scrollbars --window-size=1200,720 --virtual-time-budget=15000)
 timeout 120 "${chrome[@]}" --dump-dom "$url" > "$T/dom.html" 2> "$T/chrome.err" || { tail "$T/chrome.err"; fail "chromium --dump-dom"; }
 # The page sends beam 4, n-best 4 with attention: the server's answer for the same request.
