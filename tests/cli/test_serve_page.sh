@@ -71,6 +71,9 @@ need(len(p.src) == len(want) and all(abs(x - y) < 1e-4 for x, y in zip(p.src, wa
 need(p.nbest == [h["text"] for h in answer["hypotheses"]], "n-best %r != %r" % (p.nbest, answer["hypotheses"]))
 print("DOM ok: %r, %d x %d heatmap, %d hypotheses" % (answer["translation"], p.rows, len(att["source"]), len(p.nbest)))
 PY
+# Typing is debounced: the page sent one request for the whole sentence, the test one more.
+n=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^qkv_requests_total{endpoint="\/v1\/translate",code="200"} //p')
+[ "$n" = 2 ] || fail "the page and the test sent $n /v1/translate requests, want 1 + 1 (typing not debounced?)"
 shot="${QKV_ARTIFACTS:-$(cd "$(dirname "$QKV")/.." && pwd)}/test_serve_page.png"
 timeout 120 "${chrome[@]}" --screenshot="$T/page.png" "$url" > /dev/null 2>> "$T/chrome.err" || fail "chromium --screenshot"
 [ "$(head -c 4 "$T/page.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "screenshot is not a PNG"
