@@ -17,6 +17,7 @@ set(allow_models   models core autograd ops nn)
 set(allow_optim    optim core autograd ops)
 set(allow_decode   decode core autograd util ops nn models)
 set(allow_train    train core autograd util ops nn io data models optim decode dist)
+set(allow_serve    serve core autograd util ops nn io data models optim decode train)
 # Single files a layer may not include although it may include their layer: kernels see plain
 # data (conventions §3: no Tensor, no autograd).
 set(deny_kernels "core/tensor.h" "core/allocator.h")

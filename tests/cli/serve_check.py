@@ -1,0 +1,272 @@
+#!/usr/bin/python3
+"""HTTP checks of `qkv serve` for tests/cli/test_serve.sh (standard library only; loopback only).
+
+Usage: serve_check.py QKV T   (T holds models a/ and b/ trained by test_serve.sh)
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+QKV, T = sys.argv[1], sys.argv[2]
+SENTENCES = ["go .", "i lost .", "he's calm .", "i'm home .", "we won .", "thank you .", "",
+             "Unknown words, here!", "i lost . i lost ."]
+JSON = {"Content-Type": "application/json"}
+
+
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+class Server:
+    def __init__(self, name, *args):
+        self.log = os.path.join(T, name + ".log")
+        port_file = os.path.join(T, name + ".port")
+        self.proc = subprocess.Popen([QKV, "serve", "--port", "0", "--port-file", port_file, "--threads", "1",
+                                      *args], stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        deadline = time.time() + 120  # generous: the sanitizer build (make test-asan) is slower
+        while not os.path.exists(port_file):
+            check(self.proc.poll() is None, "qkv serve exited: " + self.text())
+            check(time.time() < deadline, "qkv serve did not listen within 120 s")
+            time.sleep(0.02)
+        self.port = int(open(port_file).read())
+        self.wait_log("qkv serve: ready")
+
+    def text(self):
+        return open(self.log).read()
+
+    def wait_log(self, s, count=1):
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.text().count(s) >= count:
+                return
+            check(self.proc.poll() is None, "qkv serve exited: " + self.text())
+            time.sleep(0.02)
+        fail("no '%s' in the log:\n%s" % (s, self.text()))
+
+    def req(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+    def post(self, path, body, headers=JSON, want=200):
+        status, hdrs, data = self.req("POST", path, body, headers)
+        check(status == want, "%s %s: status %d, want %d: %s" % (path, str(body)[:80], status, want, data[:300]))
+        return json.loads(data), hdrs
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(60)
+        check(rc == 0, "qkv serve exit code %d after SIGTERM:\n%s" % (rc, self.text()))
+
+
+def translate_cli(model, *flags):
+    # one output line per input line (stdin keeps the empty sentence's line)
+    p = subprocess.run([QKV, "translate", "--model", model, "--threads", "1", *flags],
+                       input="\n".join(SENTENCES) + "\n", capture_output=True, text=True)
+    check(p.returncode == 0, "qkv translate: " + p.stderr)
+    lines = p.stdout.split("\n")[:-1]
+    check(len(lines) == len(SENTENCES), "qkv translate gave %d lines" % len(lines))
+    return lines
+
+
+def expect_error(srv, status, path, body, headers=JSON, method="POST", says=None):
+    st, hdrs, data = srv.req(method, path, body, headers)
+    check(st == status, "%s %s %r: status %d, want %d: %s" % (method, path, str(body)[:60], st, status, data[:200]))
+    check(hdrs.get("content-type", "").startswith("application/json"), "error without JSON: %r" % hdrs)
+    j = json.loads(data)
+    check(isinstance(j.get("error"), str) and j["error"], "no error message: %s" % data)
+    check(T not in j["error"] and "/tmp" not in j["error"], "error names a path: %s" % j["error"])
+    if says:
+        check(says in j["error"] or says == j.get("limit"), "error '%s' lacks '%s'" % (j["error"], says))
+    return hdrs, j
+
+
+a, b = os.path.join(T, "a"), os.path.join(T, "b")
+want_a = translate_cli(a)
+want_a_beam = translate_cli(a, "--beam", "3")
+want_b = translate_cli(b)
+check(want_a != want_b, "models a and b translate alike: the reload check could not tell them apart")
+
+served = os.path.join(T, "served")
+shutil.copytree(a, served)
+srv = Server("main", "--model", served, "--max-wait-ms", "100", "--max-sentences", "16", "--max-chars", "40",
+             "--max-body-bytes", "4000")
+st, _, data = srv.req("GET", "/health")
+check(st == 200 and json.loads(data)["status"] == "ok", "health: %d %s" % (st, data))
+
+# --- translations equal qkv translate's (LibreTranslate and /v1, greedy and beam)
+j, _ = srv.post("/translate", {"q": SENTENCES, "source": "en", "target": "fr", "format": "text"})
+check(j["translatedText"] == want_a, "LibreTranslate list %r != qkv translate %r" % (j["translatedText"], want_a))
+for i, s in enumerate(SENTENCES):
+    j, _ = srv.post("/translate", {"q": s, "source": "auto", "target": "fr"})
+    check(j["translatedText"] == want_a[i], "LibreTranslate %r: %r != %r" % (s, j["translatedText"], want_a[i]))
+    check(j["detectedLanguage"]["language"] == "en", "detectedLanguage: %r" % j)
+j, _ = srv.post("/v1/translate", {"q": SENTENCES})
+check([t["translation"] for t in j["translations"]] == want_a, "/v1 greedy != qkv translate")
+j, _ = srv.post("/v1/translate", {"q": SENTENCES, "beam_size": 3, "n_best": 3, "attention": True})
+check([t["translation"] for t in j["translations"]] == want_a_beam, "/v1 beam 3 != qkv translate --beam 3")
+for t in j["translations"]:
+    if not t["source"].strip():
+        check(t["translation"] == "" and t["hypotheses"] == [], "blank sentence: %r" % t)
+        continue
+    h = t["hypotheses"]
+    check(len(h) == 3 and h[0]["text"] == t["translation"], "n-best: %r" % h)
+    check(all(h[k]["score"] >= h[k + 1]["score"] for k in range(2)), "n-best not sorted by score: %r" % h)
+    att = t["attention"]
+    check(len(att["weights"]) == att["layers"] == 1 and len(att["weights"][0]) == att["heads"] == 2, "attention dims")
+    for head in att["weights"][0]:
+        check(len(head) == len(att["target"]), "attention rows != target units")
+        for row in head:
+            check(len(row) == len(att["source"]) and abs(sum(row) - 1) < 1e-3, "attention row %r" % row)
+# Greedy scores come from a teacher-forced pass, beam scores from the search: the same
+# hypothesis gets the same log-probability either way (float rounding apart).
+greedy, _ = srv.post("/v1/translate", {"q": SENTENCES, "beam_size": 1})
+matched = 0
+for g, bm in zip(greedy["translations"], j["translations"]):
+    for h in bm["hypotheses"]:
+        if g["hypotheses"] and h["units"] == g["hypotheses"][0]["units"] and h["finished"] == g["hypotheses"][0]["finished"]:
+            check(abs(h["log_prob"] - g["hypotheses"][0]["log_prob"]) < 1e-3,
+                  "log P of %r: beam %r, teacher-forced %r" % (h["text"], h["log_prob"], g["hypotheses"][0]["log_prob"]))
+            matched += 1
+check(matched >= 3, "only %d greedy hypotheses found among the beam's to compare scores" % matched)
+j, _ = srv.post("/translate", "q=i+lost+.&source=en&target=fr", {"Content-Type": "application/x-www-form-urlencoded"})
+check(j["translatedText"] == want_a[1], "form-encoded: %r" % j)
+st, _, data = srv.req("GET", "/languages")
+check(st == 200 and json.loads(data)[0]["targets"] == ["fr"], "languages: %s" % data)
+
+# --- concurrent requests are batched together and each gets its own answer
+results = {}
+
+
+def one(i, path="/v1/translate"):
+    k = i % len(SENTENCES)
+    st2, _, d = srv.req("POST", path, {"q": SENTENCES[k]}, JSON)
+    results[i] = (st2, json.loads(d), k)
+
+
+threads = [threading.Thread(target=one, args=(i,)) for i in range(18)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for i, (st2, d, k) in results.items():
+    check(st2 == 200 and d["translations"][0]["translation"] == want_a[k], "concurrent %d: %r" % (i, d))
+check(max(d["batch_sentences"] for _, d, _ in results.values()) > 1, "no request shared a batch")
+
+# --- error statuses, JSON bodies, no paths
+expect_error(srv, 400, "/translate", "{\"q\": ", says="not valid JSON")
+expect_error(srv, 400, "/translate", {"q": 5}, says="\"q\" must be a string")
+expect_error(srv, 400, "/v1/translate", {"q": "go .", "beam_size": "4"}, says="must be an integer")
+expect_error(srv, 400, "/v1/translate", {"q": "go .", "beam": 4}, says="unknown field")
+expect_error(srv, 400, "/v1/translate", {"q": "go .", "n_best": 2}, says="must not exceed the beam size")
+expect_error(srv, 400, "/translate", {"q": "go .", "target": "de"}, says="\"target\" must be \"fr\"")
+expect_error(srv, 400, "/translate", {"q": ["go ."] * 17}, says="max_sentences")
+expect_error(srv, 400, "/translate", {"q": "a" * 41}, says="max_chars")
+expect_error(srv, 413, "/translate", {"q": ["a" * 30] * 200}, says="max_body_bytes")
+expect_error(srv, 415, "/translate", json.dumps({"q": "go ."}), {"Content-Type": "text/plain"})
+expect_error(srv, 404, "/nothing/here", {"q": "go ."})
+expect_error(srv, 404, "/../../etc/passwd", None, {}, method="GET")
+hdrs, _ = expect_error(srv, 405, "/translate", None, {}, method="GET")
+check(hdrs.get("allow") == "POST", "405 without Allow: %r" % hdrs)
+expect_error(srv, 405, "/health", {"q": 1}, method="DELETE")
+st, hdrs, data = srv.req("GET", "/metrics")
+m = data.decode()
+for s in ["qkv_requests_total{endpoint=\"/translate\",code=\"400\"}", "qkv_errors_total{kind=\"limit\"} 3",
+          "qkv_errors_total{kind=\"content_type\"} 1", "qkv_batch_sentences_bucket", "qkv_queue_sentences 0",
+          "qkv_request_duration_seconds_bucket{le=\"+Inf\"}", "qkv_model_ready 1"]:
+    check(s in m, "metrics lack %s:\n%s" % (s, m))
+
+# --- reload: SIGHUP swaps in a new model; a damaged folder is refused and the old one keeps serving
+for f in os.listdir(b):
+    if os.path.isfile(os.path.join(b, f)):
+        shutil.copy(os.path.join(b, f), os.path.join(served, f))
+srv.proc.send_signal(signal.SIGHUP)
+srv.wait_log("(load 2)")
+j, _ = srv.post("/translate", {"q": SENTENCES})
+check(j["translatedText"] == want_b, "after reload %r != model b's %r" % (j["translatedText"], want_b))
+with open(os.path.join(served, "model.safetensors"), "r+b") as f:
+    f.truncate(1000)
+srv.proc.send_signal(signal.SIGHUP)
+srv.wait_log("refused to load")
+check("the previous model keeps serving" in srv.text(), "refusal message: " + srv.text())
+j, _ = srv.post("/translate", {"q": SENTENCES})
+check(j["translatedText"] == want_b, "after a refused reload %r != %r" % (j["translatedText"], want_b))
+st, _, data = srv.req("GET", "/health")
+check(st == 200 and json.loads(data)["model"]["generation"] == 2, "health after refused reload: %s" % data)
+st, _, data = srv.req("GET", "/metrics")
+check("qkv_model_reloads_total{result=\"refused\"} 1" in data.decode(), "refused reload not counted")
+srv.stop()
+
+# --- API key
+srv = Server("key", "--model", a, "--api-key", "k3y")
+expect_error(srv, 401, "/translate", {"q": "go ."})
+expect_error(srv, 401, "/translate", {"q": "go ."}, {"Content-Type": "application/json", "X-API-Key": "nope"})
+expect_error(srv, 401, "/v1/translate", {"q": "go ."})
+expect_error(srv, 401, "/metrics", None, {}, method="GET")
+j, _ = srv.post("/translate", {"q": "go .", "api_key": "k3y"})
+check(j["translatedText"] == want_a[0], "with api_key: %r" % j)
+srv.post("/v1/translate", {"q": "go ."}, {"Content-Type": "application/json", "Authorization": "Bearer k3y"})
+srv.post("/translate", {"q": "go ."}, {"Content-Type": "application/json", "X-API-Key": "k3y"})
+srv.stop()
+
+# --- queue full -> 503 + Retry-After; a request past its deadline -> 503
+srv = Server("queue", "--model", a, "--max-queue", "1", "--max-sentences", "1", "--max-wait-ms", "3000",
+             "--timeout-ms", "300")
+first = {}
+t = threading.Thread(target=lambda: first.update(r=srv.req("POST", "/translate", {"q": "go ."}, JSON)))
+t.start()
+for _ in range(1000):
+    if "qkv_queue_sentences 1" in srv.req("GET", "/metrics")[2].decode():
+        break
+    time.sleep(0.01)
+hdrs, j = expect_error(srv, 503, "/translate", {"q": "we won ."})
+check(hdrs.get("retry-after") == "1" and j["kind"] == "overloaded", "queue full: %r %r" % (hdrs, j))
+t.join()
+st, hdrs, data = first["r"]
+check(st == 503 and json.loads(data)["kind"] == "deadline" and "retry-after" in hdrs, "deadline: %d %s" % (st, data))
+srv.stop()
+
+# --- SIGTERM with requests in flight: every one is answered, then exit 0
+srv = Server("drain", "--model", a, "--max-wait-ms", "5000")
+results.clear()
+threads = [threading.Thread(target=one, args=(i, "/translate")) for i in range(8)]
+for t in threads:
+    t.start()
+for _ in range(1000):
+    if "qkv_queue_sentences 8" in srv.req("GET", "/metrics")[2].decode():
+        break
+    time.sleep(0.01)
+else:
+    fail("the 8 requests never queued")
+t0 = time.time()
+srv.stop()
+check(time.time() - t0 < 4, "shutdown waited for --max-wait-ms (%.1f s) instead of decoding at once" % (time.time() - t0))
+for t in threads:
+    t.join()
+check(len(results) == 8, "lost requests: %d answered" % len(results))
+for i, (st2, d, k) in results.items():
+    check(st2 == 200 and d["translatedText"] == want_a[k], "in flight at SIGTERM %d: %d %r" % (i, st2, d))
+check("finishing the requests in flight" in srv.text(), srv.text())
+try:
+    srv.req("GET", "/health", timeout=5)
+    fail("the server still answers after SIGTERM")
+except OSError:
+    pass
+print("serve_check: ok")

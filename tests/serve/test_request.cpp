@@ -1,0 +1,158 @@
+// serve/request.h: LibreTranslate and /v1 request bodies -> requests or errors with statuses.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "qkv/serve/request.h"
+
+namespace qkv::serve {
+namespace {
+
+const char* kJson = "application/json";
+
+TranslateRequest ok(Endpoint e, const std::string& body, const char* type = kJson, Limits l = {}) {
+    ParseResult r = parse_translate_request(e, body, type, l);
+    if (auto* err = std::get_if<ApiError>(&r)) {
+        ADD_FAILURE() << "unexpected error " << err->status << ": " << err->message << " for " << body;
+        return {};
+    }
+    return std::get<TranslateRequest>(r);
+}
+
+ApiError fails(Endpoint e, const std::string& body, const char* type = kJson, Limits l = {}) {
+    ParseResult r = parse_translate_request(e, body, type, l);
+    if (auto* err = std::get_if<ApiError>(&r)) return *err;
+    ADD_FAILURE() << "accepted " << body;
+    return {};
+}
+
+TEST(ServeRequest, LibreTranslateStringAndList) {
+    auto r = ok(Endpoint::libretranslate, R"({"q":"Go.","source":"en","target":"fr","format":"text"})");
+    EXPECT_EQ(r.q, std::vector<std::string>{"Go."});
+    EXPECT_FALSE(r.q_is_list);
+    r = ok(Endpoint::libretranslate, R"({"q":["a","b c"],"source":"auto","target":"fr","api_key":"k","alternatives":3})");
+    EXPECT_EQ(r.q, (std::vector<std::string>{"a", "b c"}));
+    EXPECT_TRUE(r.q_is_list);
+    EXPECT_EQ(r.source, "auto");
+    EXPECT_EQ(r.api_key, "k");
+    // Defaults: source en, target fr; charset parameter and case in the content type.
+    r = ok(Endpoint::libretranslate, R"({"q":"x"})", "Application/JSON; charset=utf-8");
+    EXPECT_EQ(r.source, "en");
+}
+
+TEST(ServeRequest, FormEncoded) {
+    auto r = ok(Endpoint::libretranslate, "q=I%27m+home+.&source=en&target=fr&api_key=a%2Bb",
+                "application/x-www-form-urlencoded");
+    EXPECT_EQ(r.q, std::vector<std::string>{"I'm home ."});
+    EXPECT_EQ(r.api_key, "a+b");
+    EXPECT_EQ(fails(Endpoint::libretranslate, "q=%zz", "application/x-www-form-urlencoded").status, 400);
+    EXPECT_EQ(fails(Endpoint::libretranslate, "q=%4", "application/x-www-form-urlencoded").status, 400);
+    EXPECT_EQ(fails(Endpoint::libretranslate, "source=en", "application/x-www-form-urlencoded").status, 400);
+    // /v1 takes JSON only.
+    EXPECT_EQ(fails(Endpoint::v1, "q=x", "application/x-www-form-urlencoded").status, 415);
+}
+
+TEST(ServeRequest, V1Options) {
+    auto r = ok(Endpoint::v1, R"({"q":"x","beam_size":4,"length_penalty":0.5,"max_length":7,"n_best":3,"attention":true,"no_unk":true})");
+    EXPECT_EQ(r.settings.beam, 4);
+    EXPECT_EQ(r.settings.length_penalty, 0.5);
+    EXPECT_EQ(r.settings.max_len, 7);
+    EXPECT_EQ(r.settings.n_best, 3);
+    EXPECT_TRUE(r.settings.attention);
+    EXPECT_TRUE(r.settings.no_unk);
+    r = ok(Endpoint::v1, R"({"q":"x"})");
+    EXPECT_EQ(r.settings, DecodeSettings{});
+}
+
+TEST(ServeRequest, WrongTypesAndValues) {
+    struct Case {
+        Endpoint e;
+        const char* body;
+        const char* says;
+    };
+    const Case cases[] = {
+        {Endpoint::libretranslate, R"({"q":3})", "\"q\" must be a string or a list of strings, got an integer"},
+        {Endpoint::libretranslate, R"({"q":["a",null]})", "\"q\"[1] must be a string, got null"},
+        {Endpoint::libretranslate, R"({"q":[]})", "empty list"},
+        {Endpoint::libretranslate, R"({"source":"en"})", "\"q\" is missing"},
+        {Endpoint::libretranslate, R"({"q":"x","target":"de"})", "\"target\" must be \"fr\""},
+        {Endpoint::libretranslate, R"({"q":"x","source":"de"})", "\"source\" must be \"en\""},
+        {Endpoint::libretranslate, R"({"q":"x","format":"html"})", "\"format\" must be \"text\""},
+        {Endpoint::libretranslate, R"({"q":"x","source":1})", "\"source\" must be a string"},
+        {Endpoint::libretranslate, R"(["q"])", "must be a JSON object, got a list"},
+        {Endpoint::libretranslate, R"({"q":"x")", "not valid JSON"},
+        {Endpoint::libretranslate, "", "not valid JSON"},
+        {Endpoint::v1, R"({"q":"x","beam_size":0})", "\"beam_size\" must be in [1, 100], got 0"},
+        {Endpoint::v1, R"({"q":"x","beam_size":2.5})", "\"beam_size\" must be an integer, got a decimal number"},
+        {Endpoint::v1, R"({"q":"x","beam_size":18446744073709551615})", "\"beam_size\" must be in [1, 100]"},
+        {Endpoint::v1, R"({"q":"x","beam_size":-9223372036854775808})", "\"beam_size\" must be in [1, 100]"},
+        {Endpoint::v1, R"({"q":"x","max_length":"5"})", "\"max_length\" must be an integer, got a string"},
+        {Endpoint::v1, R"({"q":"x","length_penalty":-1})", "\"length_penalty\" must be in [0, 10]"},
+        {Endpoint::v1, R"({"q":"x","length_penalty":true})", "\"length_penalty\" must be a number"},
+        {Endpoint::v1, R"({"q":"x","attention":1})", "\"attention\" must be true or false"},
+        {Endpoint::v1, R"({"q":"x","beam_size":2,"n_best":3})", "\"n_best\" (3) must not exceed \"beam_size\" (2)"},
+        {Endpoint::v1, R"({"q":"x","beam":2})", "unknown field \"beam\""},
+    };
+    for (const Case& c : cases) {
+        const ApiError e = fails(c.e, c.body);
+        EXPECT_EQ(e.status, 400) << c.body;
+        EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << " -> " << e.message;
+        EXPECT_FALSE(e.kind.empty());
+    }
+}
+
+TEST(ServeRequest, TextChecks) {
+    EXPECT_NE(fails(Endpoint::libretranslate, "{\"q\":\"a\\u0000b\"}").message.find("NUL"), std::string::npos);
+    const std::string invalid = std::string("{\"q\":\"a\xC3(\"}");
+    // nlohmann rejects invalid UTF-8 in the JSON text itself.
+    EXPECT_EQ(fails(Endpoint::libretranslate, invalid).status, 400);
+    EXPECT_NE(fails(Endpoint::libretranslate, "q=a%C3%28", "application/x-www-form-urlencoded").message.find("UTF-8"),
+              std::string::npos);
+    // Empty and blank sentences are accepted (their translation is "").
+    EXPECT_EQ(ok(Endpoint::libretranslate, R"({"q":["", "  "]})").q.size(), 2u);
+}
+
+TEST(ServeRequest, LimitsNameThemselves) {
+    Limits l;
+    l.max_sentences  = 2;
+    l.max_chars      = 5;
+    l.max_body_bytes = 40;
+    ApiError e = fails(Endpoint::libretranslate, R"({"q":["a","b","c"]})", kJson, l);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.limit, "max_sentences");
+    EXPECT_NE(e.message.find("limit is 2"), std::string::npos);
+    e = fails(Endpoint::libretranslate, R"({"q":"abcdef"})", kJson, l);
+    EXPECT_EQ(e.limit, "max_chars");
+    EXPECT_NE(e.message.find("6 characters"), std::string::npos);
+    // Characters, not bytes: five two-byte letters fit.
+    EXPECT_EQ(ok(Endpoint::libretranslate, "{\"q\":\"\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\"}", kJson, l).q.size(), 1u);
+    e = fails(Endpoint::libretranslate, std::string(R"({"q":")") + std::string(50, 'a') + "\"}", kJson, l);
+    EXPECT_EQ(e.status, 413);
+    EXPECT_EQ(e.limit, "max_body_bytes");
+}
+
+TEST(ServeRequest, ContentType) {
+    for (const char* t : {"", "text/plain", "application/jsonx", "multipart/form-data"}) {
+        const ApiError e = fails(Endpoint::libretranslate, R"({"q":"x"})", t);
+        EXPECT_EQ(e.status, 415) << t;
+        EXPECT_EQ(e.kind, "content_type");
+    }
+}
+
+TEST(ServeRequest, ErrorJson) {
+    const std::string j = error_json({413, "limit", "too \"big\"", "max_body_bytes"});
+    EXPECT_EQ(j, R"({"error":"too \"big\"","kind":"limit","limit":"max_body_bytes"})");
+    EXPECT_EQ(error_json({400, "bad_json", "x", ""}), R"({"error":"x","kind":"bad_json"})");
+}
+
+TEST(ServeRequest, Utf8LengthAndUrlDecode) {
+    EXPECT_EQ(utf8_length("a\xC3\xA9\xE2\x82\xAC"), 3u);
+    std::string out;
+    EXPECT_TRUE(url_decode("a+b%20c%2b", out));
+    EXPECT_EQ(out, "a b c+");
+    EXPECT_FALSE(url_decode("%", out));
+    EXPECT_FALSE(url_decode("%g0", out));
+}
+
+}  // namespace
+}  // namespace qkv::serve

@@ -1,0 +1,119 @@
+// serve/service.h without sockets and without a model: routing, statuses, authentication,
+// metrics, and that no response names the model folder.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "qkv/serve/service.h"
+#include "qkv/serve/web_page.h"
+
+namespace qkv::serve {
+namespace {
+
+const std::string kDir = "/nonexistent/qkv_secret_model_dir";
+
+struct Fixture {
+    std::shared_ptr<ModelHolder> holder = std::make_shared<ModelHolder>(kDir);
+    std::unique_ptr<Service> svc;
+    explicit Fixture(std::string key = "") {
+        ServiceOptions o;
+        o.api_key = std::move(key);
+        o.limits.max_body_bytes = 200;
+        svc = std::make_unique<Service>(o, holder);
+    }
+    HttpResponse call(std::string method, std::string path, std::string body = "",
+                      std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", "application/json"}}) {
+        HttpRequest r{std::move(method), std::move(path), std::move(body), std::move(headers)};
+        HttpResponse res = svc->handle(r);
+        EXPECT_EQ(res.body.find("qkv_secret"), std::string::npos) << res.body;
+        return res;
+    }
+};
+
+std::string header(const HttpResponse& r, const std::string& name) {
+    for (const auto& [k, v] : r.headers)
+        if (k == name) return v;
+    return "";
+}
+
+TEST(ServeService, RoutesAndMethods) {
+    Fixture f;
+    HttpResponse r = f.call("GET", "/nope");
+    EXPECT_EQ(r.status, 404);
+    EXPECT_NE(r.body.find("\"kind\":\"not_found\""), std::string::npos);
+    r = f.call("GET", "/translate");
+    EXPECT_EQ(r.status, 405);
+    EXPECT_EQ(header(r, "Allow"), "POST");
+    r = f.call("DELETE", "/health");
+    EXPECT_EQ(r.status, 405);
+    EXPECT_EQ(header(r, "Allow"), "GET, HEAD");
+    r = f.call("GET", "/");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
+    EXPECT_EQ(r.body, std::string(index_html()));
+    r = f.call("GET", "/languages");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("\"targets\":[\"fr\"]"), std::string::npos);
+}
+
+TEST(ServeService, NotReadyUntilLoadedAndRefusedLoadIsCounted) {
+    Fixture f;
+    EXPECT_EQ(f.call("GET", "/health").status, 503);
+    HttpResponse r = f.call("POST", "/translate", R"({"q":"go ."})");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(header(r, "Retry-After"), "1");
+    EXPECT_FALSE(f.svc->reload());  // the folder does not exist
+    EXPECT_EQ(f.holder->get(), nullptr);
+    r = f.call("GET", "/metrics");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.content_type.rfind("text/plain; version=0.0.4", 0), 0u);
+    for (const char* s : {"qkv_model_ready 0", "qkv_model_reloads_total{result=\"refused\"} 1",
+                          "qkv_requests_total{endpoint=\"/translate\",code=\"503\"} 1", "qkv_errors_total{kind=\"loading\"} 1",
+                          "qkv_request_duration_seconds_bucket{le=\"+Inf\"} 2", "qkv_queue_sentences 0",
+                          "qkv_batch_sentences_count 0"})
+        EXPECT_NE(r.body.find(s), std::string::npos) << s << "\n" << r.body;
+}
+
+TEST(ServeService, BadRequestsGetTheirStatus) {
+    Fixture f;
+    EXPECT_EQ(f.call("POST", "/translate", R"({"q":"go ."})", {{"Content-Type", "text/plain"}}).status, 415);
+    EXPECT_EQ(f.call("POST", "/translate", R"({"q":)").status, 400);
+    EXPECT_EQ(f.call("POST", "/v1/translate", R"({"q":"x","beam_size":"3"})").status, 400);
+    const HttpResponse r = f.call("POST", "/translate", R"({"q":")" + std::string(300, 'a') + "\"}");
+    EXPECT_EQ(r.status, 413);
+    EXPECT_NE(r.body.find("max_body_bytes"), std::string::npos);
+}
+
+TEST(ServeService, ApiKey) {
+    Fixture f("s3cret");
+    const std::string body = R"({"q":"go ."})";
+    const std::pair<std::string, std::string> json{"Content-Type", "application/json"};
+    EXPECT_EQ(f.call("POST", "/translate", body).status, 401);
+    EXPECT_EQ(f.call("POST", "/translate", body, {json, {"X-API-Key", "wrong"}}).status, 401);
+    EXPECT_EQ(f.call("POST", "/translate", R"({"q":"go .","api_key":"s3cre"})").status, 401);
+    EXPECT_EQ(f.call("GET", "/metrics", "", {}).status, 401);
+    // A bad body without the key says 401, not what is wrong with the body.
+    EXPECT_EQ(f.call("POST", "/translate", "{").status, 401);
+    // With the key (header, bearer, LibreTranslate's body field) the request passes (503: no model).
+    EXPECT_EQ(f.call("POST", "/translate", body, {json, {"x-api-key", "s3cret"}}).status, 503);
+    EXPECT_EQ(f.call("POST", "/v1/translate", body, {json, {"Authorization", "Bearer s3cret"}}).status, 503);
+    EXPECT_EQ(f.call("POST", "/translate", R"({"q":"go .","api_key":"s3cret"})").status, 503);
+    EXPECT_EQ(f.call("POST", "/translate", "{", {json, {"X-API-Key", "s3cret"}}).status, 400);
+    EXPECT_EQ(f.call("GET", "/metrics", "", {{"X-API-Key", "s3cret"}}).status, 200);
+    // The page and the health check stay open.
+    EXPECT_EQ(f.call("GET", "/").status, 200);
+    EXPECT_EQ(f.call("GET", "/health").status, 503);
+}
+
+TEST(ServeService, PageIsSelfContained) {
+    const std::string page(index_html());
+    EXPECT_NE(page.find("/v1/translate"), std::string::npos);
+    // No external resources (no CDN): no http(s) URLs in src/href attributes or fetches.
+    EXPECT_EQ(page.find("src=\"http"), std::string::npos);
+    EXPECT_EQ(page.find("href=\"http"), std::string::npos);
+    EXPECT_EQ(page.find("fetch(\"http"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qkv::serve
