@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libcli11-dev
       nlohmann-json3-dev libzip-dev libutf8proc-dev libcairo2-dev libgtest-dev
-      libbenchmark-dev libsentencepiece-dev python3)
+      libbenchmark-dev libsentencepiece-dev python3
+      clang-14 libclang-rt-14-dev libomp-14-dev)  # make fuzz / fuzz-ci: libFuzzer, OpenMP for clang
 [[ "${1:-}" == "--with-torch" ]] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
