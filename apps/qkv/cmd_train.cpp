@@ -482,7 +482,7 @@ void run(TrainArgs& a, CLI::App* c) {
     cfg.model.tgt_vocab_size = d.tgt_vocab.size();
 
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
-    auto model = train::build_model(cfg);
+    auto model = train::build_model(cfg, train::kTrainingCopies);  // refuses a model too large to train here
     std::fprintf(stderr, "model: %s\n", train::describe_model(cfg, *model).c_str());
     std::fprintf(stderr, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n",
                  (long long)cfg.train.batch_size, cfg.train.lr, (long long)cfg.train.epochs,

@@ -2,7 +2,9 @@
 // metrics.jsonl, the loss plot and the progress bar around it.
 #include "qkv/train/trainer.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -102,12 +104,15 @@ Record val_record(int64_t step, double epoch_pos, double train_seconds) {
                   {"val_loss", nullptr}, {"train_seconds", number(train_seconds)}};
 }
 
-/// Appends records, one line each, in one write.
-void append_records(std::FILE* f, const std::vector<Record>& records) {
+/// Appends records, one line each, in one write. Throws qkv::Error naming `path` when the write
+/// fails (a full disk), instead of losing the records without a word.
+void append_records(std::FILE* f, const std::vector<Record>& records, const std::string& path) {
     std::string text;
     for (const auto& r : records) text += r.dump() + '\n';
-    std::fputs(text.c_str(), f);
-    std::fflush(f);
+    errno = 0;
+    const bool ok = std::fputs(text.c_str(), f) >= 0 && std::fflush(f) == 0;
+    QKV_CHECK(ok, "cannot write '", path, "': appending ", records.size(), " record(s) failed: ",
+              std::strerror(errno ? errno : EIO));
 }
 
 /// Whether `r` is the epoch record of a run stopped inside that epoch.
@@ -386,7 +391,7 @@ TrainResult Trainer::fit() {
         if (!missing.empty()) {
             const double vl = validate();
             for (auto& r : missing) r["val_loss"] = number(vl);
-            append_records(metrics.get(), missing);
+            append_records(metrics.get(), missing, metrics_path);
             plot_losses(metrics_path, plot_path);
             if (rt_.log)
                 std::fprintf(rt_.log, "validation at step %lld (the stopped run did not finish it): val loss %.4f\n",
@@ -550,7 +555,7 @@ TrainResult Trainer::fit() {
                         val_record(step, double(epoch) + double(b + 1) / double(nb), train_seconds)};
                     checkpoint(epoch, b + 1, recs, ep);
                     recs[0]["val_loss"] = number(validate());
-                    if (metrics) append_records(metrics.get(), recs);
+                    if (metrics) append_records(metrics.get(), recs, metrics_path);
                     if (rt_.log && !bar) {
                         std::fprintf(rt_.log, "validation at step %lld (%s of training): val loss %.4f%s\n",
                                      (long long)step, util::format_duration(train_seconds).c_str(), val_loss,
@@ -592,7 +597,7 @@ TrainResult Trainer::fit() {
             rec.val_loss = validate();
             if (metrics) {
                 for (auto& r : recs) r["val_loss"] = number(rec.val_loss);
-                append_records(metrics.get(), recs);
+                append_records(metrics.get(), recs, metrics_path);
                 plot_losses(metrics_path, plot_path);
             }
             if (rt_.log) {

@@ -1,5 +1,7 @@
 // config.json of a model folder (RunConfig): train::load_model_dir_config reads and validates it;
 // a configuration it accepts must survive to_json -> run_config_from_json unchanged.
+#include <nlohmann/json.hpp>
+
 #include "fuzz_util.h"
 #include "qkv/core/error.h"
 #include "qkv/train/model_dir.h"

@@ -103,7 +103,9 @@ struct ModelDir {
     models::Bahdanau* bahdanau() const { return dynamic_cast<models::Bahdanau*>(model.get()); }
 };
 
-/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.
+/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid, or
+/// when an object repeats a key ("duplicate key \"model.num_heads\"": JSON parsers keep one of
+/// the two values silently).
 RunConfig load_model_dir_config(const std::string& dir);
 /// The data settings of the model folder `dir` whose config.json is `cfg`, for eval and resume:
 /// cfg.data with `data_flag` (--data) as the path when non-empty; otherwise the recorded path
