@@ -281,20 +281,6 @@ ModelDir load_model_dir(const std::string& dir) {
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
               "' not found): train a model first (qkv train --out ", dir,
               ") or check the folder given with --model", replaced_run_note(dir));
-    // config.json against the configuration stored with the weights: an edit that changes no
-    // tensor shape (model.num_heads, pe_position_zero_at_inference, data.num_steps) would load and
-    // translate differently without a word.
-    const Consistency arch = check_architecture(weights, m.config);
-    if (arch.state == Consistency::State::inconsistent) {
-        std::string diffs;
-        for (const auto& d : arch.differences) diffs += (diffs.empty() ? "" : "; ") + d;
-        throw Error(detail::str(cfg_file, " does not match the configuration stored in ", weights,
-                                " when it was trained (config.json vs model.safetensors): ", diffs,
-                                "; was config.json edited after training? Restore the trained values"));
-    }
-    if (arch.state == Consistency::State::no_record)
-        std::fprintf(stderr, "note: %s stores no training configuration (a folder of an older qkv): config.json "
-                             "is not checked against it\n", weights.c_str());
     {
         nn::SkipInitGuard skip;  // load_model is strict: every parameter is overwritten
         m.model = build_model(m.config, 1);
@@ -312,6 +298,21 @@ ModelDir load_model_dir(const std::string& dir) {
                                     m.tgt_vocab.size(), " tokens, model.num_hiddens ", mc.num_hiddens,
                                     "); were the files copied from different runs?"));
         }
+    // config.json against the configuration stored with the weights (after the shapes, whose
+    // message says more when files come from different runs): an edit that changes no tensor
+    // shape (model.num_heads, pe_position_zero_at_inference, data.num_steps) would load and
+    // translate differently without a word.
+    const Consistency arch = check_architecture(weights, m.config);
+    if (arch.state == Consistency::State::inconsistent) {
+        std::string diffs;
+        for (const auto& d : arch.differences) diffs += (diffs.empty() ? "" : "; ") + d;
+        throw Error(detail::str(cfg_file, " does not match the configuration stored in ", weights,
+                                " when it was trained (config.json vs model.safetensors): ", diffs,
+                                "; was config.json edited after training? Restore the trained values"));
+    }
+    if (arch.state == Consistency::State::no_record)
+        std::fprintf(stderr, "note: %s stores no training configuration (a folder of an older qkv): config.json "
+                             "is not checked against it\n", weights.c_str());
     load_model(weights, *m.model);
     m.model->eval();
     return m;
@@ -491,6 +492,10 @@ std::string replaced_run_note(const std::string& dir) {
         for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
         return q + "'";
     };
+    if (fs::exists(fs::path(dir) / "checkpoint.safetensors", ec))
+        return detail::str("; '", aside.string(), "' holds the files of the run a qkv train --overwrite replaced, which "
+                           "it was removing after its own first checkpoint when it was killed: qkv train --resume --out ",
+                           quote(dir), " continues the new run (then remove '", aside.string(), "')");
     std::string files;
     for (const char* f : kModelDirFiles) files += std::string(" ") + f;
     return detail::str("; the earlier model waits in '", aside.string(), "': a qkv train --overwrite was killed before "

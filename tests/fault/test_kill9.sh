@@ -64,7 +64,7 @@ check_folder() {  # $1: what was killed
   if find "$T" -name '*.tmp.*' | grep -q .; then stale=$((stale + 1)); fi
 }
 
-loaded=0 waiting=0 stale=0 exited=0 set_aside=0
+loaded=0 waiting=0 stale=0 exited=0 set_aside=0 no_model=0
 for i in $(seq 1 "$kills"); do
   case $((i % 3)) in
     0) what="train --resume"; span_ms=$span_resume; cmd=(train --resume --out "$run" --data "$T/fra.txt" --max-steps $(($(cur_step) + 40)) --no-progress --val-every 1s) ;;
@@ -78,8 +78,16 @@ for i in $(seq 1 "$kills"); do
   if kill -9 "$pid" 2> /dev/null; then :; else exited=$((exited + 1)); fi
   set +e; wait "$pid" 2> /dev/null; rc=$?; set -e  # (bash's "Killed" job note silenced)
   pid=""
-  # A run that ended by itself must have succeeded; a killed one says nothing.
-  if [ $rc != 137 ] && [ $rc != 0 ]; then cat "$T/k.err"; fail "kill $i ($what): exit $rc before the kill"; fi
+  # A run that ended by itself must have succeeded, but eval in a folder whose model is not
+  # written yet (an --overwrite killed after its first checkpoint: --resume continues it); a
+  # killed one says nothing.
+  if [ $rc != 137 ] && [ $rc != 0 ]; then
+    if [ "$what" = eval ] && grep -q "has no model.safetensors" "$T/k.err" && [ -e "$run/checkpoint.safetensors" ]; then
+      no_model=$((no_model + 1))
+    else
+      cat "$T/k.err"; fail "kill $i ($what): exit $rc before the kill"
+    fi
+  fi
   if grep -qiE "corrupt|truncated|damaged|checksum" "$T/k.err"; then cat "$T/k.err"; fail "kill $i ($what): reports a damaged file"; fi
   check_folder "$what"
   if (( i % 25 == 0 )); then
@@ -88,4 +96,4 @@ for i in $(seq 1 "$kills"); do
     check_folder "unkilled resume"
   fi
 done
-echo "kill9: $kills kills ($exited runs had ended before theirs): the folder loaded $loaded times, a checkpoint waited for --resume $waiting times; $set_aside times an --overwrite killed before its first checkpoint had set the earlier model aside, and the command its error gives put it back, loadable; temporaries of killed writes were present $stale times (removed by the next run); every resume continued"
+echo "kill9: $kills kills ($exited runs had ended before theirs): the folder loaded $loaded times, a checkpoint waited for --resume $waiting times; $set_aside times an --overwrite killed before its first checkpoint had set the earlier model aside, and the command its error gives put it back, loadable; temporaries of killed writes were present $stale times (removed by the next run); eval refused a folder whose model was not written yet $no_model times; every resume continued"

@@ -47,7 +47,9 @@ SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& c
 
 /// "" unless `dir` holds DIR/.qkv-replaced, where `qkv train --overwrite` keeps the earlier run's
 /// files until its first checkpoint: then a sentence for error messages saying that the earlier
-/// model waits there (that run was killed, or is still running) and how to put it back.
+/// model waits there (that run was killed, or is still running) and how to put it back; when
+/// the folder holds a checkpoint (the new run got that far and was killed while removing them),
+/// that --resume continues the new run.
 std::string replaced_run_note(const std::string& dir);
 
 /// The number of parameters build_model(cfg) gives (named_parameters(), a tied matrix once),
