@@ -266,6 +266,14 @@ void check_output_file(const std::string& flag, const std::string& path) {
                                    (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
                                                            : "the folder '" + parent.string() + "' does not exist"));
     check_writable(flag, path);
+    // Temporaries of an earlier write of this file that a kill cut short (kill -9 while eval
+    // wrote): the file itself is whole (old or new), the temporary only litters the folder.
+    try {
+        for (const auto& t : util::remove_stale_temp_files(path))
+            std::fprintf(stderr, "removed %s (left by a write that was cut short)\n", t.c_str());
+    } catch (const Error& e) {
+        usage_error(flag + ": " + e.what());
+    }
 }
 
 void check_writable(const std::string& flag, const std::string& path) {

@@ -95,7 +95,9 @@ std::string shell_quote(const std::string& s);
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
 /// be "-" (it would name a file "-", not standard output), must not be a folder, its parent
 /// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"), and the file must
-/// be writable there (check_writable). Throws CLI::ValidationError (exit 2) naming the flag.
+/// be writable there (check_writable). Removes the temporaries of earlier writes of `path` cut
+/// short by a kill (PATH.tmp.<pid>), saying so on stderr. Throws CLI::ValidationError (exit 2)
+/// naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
 /// Checks before slow work that the file `path` (given by `flag`) can be written where it goes

@@ -90,6 +90,10 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
     QKV_CHECK(fs_src.empty() || subwords.active(), "write_run_files: config.json says subword ",
               data::subword_kind_name(cfg.data.subword), " but no SentencePiece model was given");
     fs::create_directories(dir);
+    // Temporaries of these files' writes cut short by a kill of an earlier run (the files are
+    // whole: old or new); the trainer removes those of the checkpoint, model, metrics and plot.
+    for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "spm.model", "spm_src.model", "spm_tgt.model"})
+        util::remove_stale_temp_files(in_dir(dir, f));
     // A SentencePiece file this run does not use is left from an earlier run of another kind
     // (the loader would refuse the folder, load_model_dir_subwords): remove it.
     for (const char* f : kSubwordFileNames)
@@ -110,7 +114,7 @@ RunConfig load_model_dir_config(const std::string& dir) {
     QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir,
               "' does not exist (train one with: qkv train --out ", dir, ")");
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
-    QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json");
+    QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json", replaced_run_note(dir));
     try {
         return run_config_from_json(detail::parse_json_unique_keys<nlohmann::json>(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {

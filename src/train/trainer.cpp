@@ -257,7 +257,7 @@ TrainResult Trainer::fit() {
     // files they were for are intact, and the next write would only replace them.
     bool ckpt_write_cut = false;
     if (files) {
-        for (const auto& p : {ckpt_path, model_path, metrics_path}) {
+        for (const auto& p : {ckpt_path, model_path, metrics_path, plot_path}) {
             for (const auto& t : util::remove_stale_temp_files(p)) {
                 ckpt_write_cut = ckpt_write_cut || p == ckpt_path;
                 if (rt_.log) std::fprintf(rt_.log, "removed %s (left by a write that was cut short)\n", t.c_str());

@@ -62,6 +62,7 @@ check_folder() {  # $1: what was killed
       fail "after kill $i ($1): scores.json is not whole JSON"
   fi
   if find "$T" -name '*.tmp.*' | grep -q .; then stale=$((stale + 1)); fi
+  # ...and the next run removes them: after an unkilled run none is left.
 }
 
 loaded=0 waiting=0 stale=0 exited=0 set_aside=0 no_model=0
@@ -94,6 +95,9 @@ for i in $(seq 1 "$kills"); do
     run_rc 0 train --resume --out "$run" --data "$T/fra.txt" --max-steps $(($(cur_step) + 5)) --no-progress
     grep -qiE "corrupt|truncated|damaged" "$T/err" && { cat "$T/err"; fail "resume after kill $i reports a damaged file"; }
     check_folder "unkilled resume"
+    run_rc 0 eval --model "$run" --data "$T/fra.txt" --no-progress --hyp-out "$T/hyp.txt" --json "$T/scores.json"
+    left=$(find "$T" -name '*.tmp.*')
+    [ -z "$left" ] || fail "after kill $i and unkilled runs: temporaries left: $left"
   fi
 done
 echo "kill9: $kills kills ($exited runs had ended before theirs): the folder loaded $loaded times, a checkpoint waited for --resume $waiting times; $set_aside times an --overwrite killed before its first checkpoint had set the earlier model aside, and the command its error gives put it back, loadable; temporaries of killed writes were present $stale times (removed by the next run); eval refused a folder whose model was not written yet $no_model times; every resume continued"
