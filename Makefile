@@ -45,7 +45,7 @@ test-install: deps
 # Fuzzing (tests/fuzz/README.md): clang-14 + libFuzzer with ASan + UBSan, in build-fuzz/ (the
 # library and tests/fuzz/fuzz_*.cpp only). `make fuzz FUZZ_SECONDS=N` runs every target for N
 # seconds after its seed corpus (new inputs go to build-fuzz/fuzz/work/<name>/, a crash to
-# build-fuzz/fuzz/<name>-crash-*); `make fuzz-ci` is CI's regression pass (ctest -L fuzz: each
+# build-fuzz/fuzz/work/<name>-crash-*); `make fuzz-ci` is CI's regression pass (ctest -L fuzz: each
 # target's corpus, then a few seconds of fuzzing).
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60

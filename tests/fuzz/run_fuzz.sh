@@ -2,7 +2,7 @@
 # Runs one libFuzzer target: first every seed in CORPUS once, then SECONDS of fuzzing (0: seeds only).
 # New inputs go to WORK (created), never to the committed CORPUS. A crash, leak, timeout (> 10 s for
 # one input) or an allocation over 2 GiB (malloc_limit_mb: "unbounded allocation") fails the run; the
-# input is saved as WORK/../<name>-crash-* and the command that reproduces it is printed.
+# input is saved as WORK/../<name>-crash-* (libFuzzer prints it and how to replay it).
 # Usage: run_fuzz.sh FUZZER CORPUS WORK SECONDS [extra libFuzzer flags]
 set -euo pipefail
 fuzzer=$1 corpus=$2 work=$3 seconds=$4
