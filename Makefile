@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 QKV     := $(BUILD)/bin/qkv
 
-.PHONY: all deps configure build test test-asan test-install demo bench clean
+.PHONY: all deps configure build test test-asan test-install demo bench clean fuzz-build fuzz fuzz-ci
 
 all: build
 
@@ -42,6 +42,31 @@ test-asan: deps
 test-install: deps
 	JOBS=$(JOBS) bash tests/install/test_install.sh $(CURDIR)
 
+# Fuzzing (tests/fuzz/README.md): clang-14 + libFuzzer with ASan + UBSan, in build-fuzz/ (the
+# library and tests/fuzz/fuzz_*.cpp only). `make fuzz FUZZ_SECONDS=N` runs every target for N
+# seconds after its seed corpus (new inputs go to build-fuzz/fuzz/work/<name>/, a crash to
+# build-fuzz/fuzz/work/<name>-crash-*); `make fuzz-ci` is CI's regression pass (ctest -L fuzz: each
+# target's corpus, then a few seconds of fuzzing).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.cpp))
+
+fuzz-build: deps
+	@test -f $(FUZZ_BUILD)/build.ninja || cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DQKV_FUZZ=ON -DQKV_BUILD_TESTS=OFF \
+	    -DQKV_BUILD_APPS=OFF -DQKV_BUILD_BENCH=OFF -DQKV_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	    echo "=== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD)/fuzz/fuzz_$$t tests/fuzz/corpus/$$t $(FUZZ_BUILD)/fuzz/work/$$t \
+	        $(FUZZ_SECONDS) || exit 1; \
+	done
+
+fuzz-ci: fuzz-build
+	cd $(FUZZ_BUILD) && ctest --output-on-failure -L fuzz
+
 demo: build
 	@bash scripts/demo.sh $(QKV)
 
@@ -56,4 +81,4 @@ python: configure
 	cmake --build $(BUILD) -j $(JOBS) --target python_install
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

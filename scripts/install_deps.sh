@@ -13,6 +13,7 @@ pkgs+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools 
 # qkv serve: cpp-httplib (the HTTP server), curl (tests/cli/test_serve_page.sh), chromium (the
 # page in a headless browser, tests/cli/test_serve_page.sh).
 pkgs+=(libcpp-httplib-dev curl chromium)
+pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)  # make fuzz / fuzz-ci: libFuzzer, OpenMP for clang
 [[ "${1:-}" == "--with-torch" ]] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do

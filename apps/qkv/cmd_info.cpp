@@ -70,7 +70,7 @@ void run(const InfoArgs& a) {
         if (!fs::exists(model)) {
             // A run in progress has its checkpoint before its final model; otherwise nothing to load.
             QKV_CHECK(fs::exists(ckpt), "'", model, "' not found and no checkpoint.safetensors: nothing to "
-                      "translate with (train first, or check the folder)");
+                      "translate with (train first, or check the folder)", train::replaced_run_note(a.path));
             std::printf("model.safetensors: not written yet (training in progress or stopped before the end; "
                         "qkv train --resume --out %s continues)\n", shell_quote(a.path).c_str());
             return;
@@ -79,6 +79,19 @@ void run(const InfoArgs& a) {
         if (a.params) {
             std::printf("model.safetensors:\n");
             print_tensors(model);
+        }
+        // config.json against the configuration stored with the weights (an edit after training).
+        const auto arch = train::check_architecture(model, cfg);
+        using S         = train::Consistency::State;
+        if (arch.state == S::consistent)
+            std::printf("consistency: config.json matches the configuration stored in model.safetensors\n");
+        else if (arch.state == S::no_record)
+            std::printf("consistency: not checked (model.safetensors stores no configuration: a folder of an "
+                        "older qkv)\n");
+        else {
+            std::printf("consistency: INCONSISTENT: config.json differs from the configuration stored in "
+                        "model.safetensors at training time:\n");
+            for (const auto& d : arch.differences) std::printf("  %s (config.json vs model.safetensors)\n", d.c_str());
         }
         // The same checks translate and eval run (vocabularies, SentencePiece files, shapes).
         train::load_model_dir(a.path);

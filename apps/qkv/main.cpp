@@ -3,6 +3,7 @@
 // validation errors) get the same prefix and exit 2; a command's ExitStatus sets the exit code.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,58 @@ std::vector<Registrar>& registry() {
 Registration::Registration(Registrar r) { registry().push_back(r); }
 }  // namespace qkv::cli
 
+namespace {
+
+/// Levenshtein distance, for suggesting the option meant by a typo.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0]      = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j]          = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag            = up;
+        }
+    }
+    return row[b.size()];
+}
+
+/// CLI11 2.1 lists unexpected arguments in reverse ("3 --epoch" for "--epoch 3"). This names
+/// them in command-line order, each unknown option with the closest one of its command (edit
+/// distance <= 2): "train: unexpected arguments '--epoch 3' (unknown option --epoch: did you
+/// mean --epochs?)".
+std::string extras_message(const CLI::App* app) {
+    const CLI::App* where = app;
+    std::vector<std::string> args = app->remaining(false);
+    for (const CLI::App* sub : app->get_subcommands()) {
+        auto more = sub->remaining(false);
+        if (!more.empty()) where = sub;
+        args.insert(args.end(), more.begin(), more.end());
+    }
+    std::string joined, notes;
+    for (const auto& arg : args) {
+        joined += (joined.empty() ? "" : " ") + arg;
+        if (arg.rfind("--", 0) != 0) continue;
+        const std::string given = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+        std::string best;
+        size_t best_d = 3;
+        for (const CLI::App* scope : {where, app})
+            for (const CLI::Option* o : scope->get_options())
+                for (const auto& name : o->get_lnames())
+                    if (const size_t d = edit_distance(given, name); d < best_d) best_d = d, best = name;
+        notes += std::string(notes.empty() ? " (" : "; ") + "unknown option --" + given +
+                 (best.empty() ? "" : ": did you mean --" + best + "?");
+    }
+    if (!notes.empty()) notes += ")";
+    const std::string who = where == app ? std::string("qkv") : where->get_name();
+    return who + ": unexpected argument" + (args.size() > 1 ? "s '" : " '") + joined + "'" + notes + "; " + who +
+           " --help lists the options";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     // OpenMP threads that spin at barriers starve each other when the cores are shared (another
     // process, ctest -j): a training step measured 2.8 s instead of 0.6 s. libgomp reads its
@@ -42,10 +95,12 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "qkv 0.1.0");
     // Before the subcommands are added: they copy it. app.exit() prints it for every parse error.
     app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+        // (ExtrasError carries the command name as its name: test the type.)
+        if (dynamic_cast<const CLI::ExtrasError*>(&e)) return "qkv: error: " + extras_message(a) + "\n";
         return "qkv: error: " + CLI::FailureMessage::simple(a, e);
     });
-    // The global options: accepted before the subcommand and after it, with the same values and
-    // meaning (one variable each; when given twice, the later one, after the subcommand, wins).
+    // The global options: accepted before the subcommand or after it, with the same values and
+    // meaning (one variable each). Given on both sides, the later would silently win: refused.
     int threads = 0;
     std::string attention = "auto", kernels = "fast", denormals = "flush";
     auto add_global_options = [&](CLI::App* a) {
@@ -70,6 +125,15 @@ int main(int argc, char** argv) {
     };
     add_global_options(&app);
     app.parse_complete_callback([&] {
+        for (const char* name : {"--threads", "--attention", "--kernels", "--denormals"})
+            for (CLI::App* sub : app.get_subcommands()) {
+                const CLI::Option* before = app.get_option(name);
+                const CLI::Option* after  = sub->get_option_no_throw(name);
+                if (before->count() == 0 || !after || after->count() == 0) continue;
+                throw CLI::ValidationError(std::string(name) + " is given both before and after '" + sub->get_name() +
+                                           "' (" + before->results().back() + ", then " + after->results().back() +
+                                           "): give it once");
+            }
         if (threads > 0) qkv::set_num_threads(threads);
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);

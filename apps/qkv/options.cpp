@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "qkv/core/error.h"
+#include "qkv/data/tokenizer.h"
 #include "qkv/ops/attention.h"
 #include "qkv/train/run_config.h"
 #include "qkv/util/atomic_file.h"
@@ -74,6 +75,9 @@ double parse_duration_or_off(const std::string& s) {
     if (is_off(s)) return 0;
     const double v = train::parse_duration(s);
     QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') to switch it off");
+    // 1e-9s would validate and write a checkpoint after every step: what 0 is refused for.
+    QKV_CHECK(v >= kMinDurationSeconds, "a duration under ", kMinDurationSeconds, " s is not allowed, got '", s,
+              "' (", v, " s); write 'none' (or 'off') to switch it off");
     return v;
 }
 
@@ -220,9 +224,21 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     // A subword model encodes the first source_word_limit words only (train/model_dir.h): past
     // them each word counts as the one piece it gives at least, so n is then a lower bound.
     const int64_t limit = pieces ? train::source_word_limit(m) : words;
-    const bool bound    = words > limit;
+    bool bound          = words > limit;
+    if (pieces) {
+        // A word longer than source_char_limit characters is encoded from its start only (its
+        // later pieces could not reach the model's positions; SentencePiece's cost grows with it).
+        const int64_t chars = train::source_char_limit(m);
+        for (int64_t i = 0; i < std::min(words, limit); ++i)
+            if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
+                bound = true;  // the piece count below is then a lower bound
+                std::fprintf(stderr, "%s: warning: %s: word %lld has %lld characters; the subword model encodes its "
+                             "first %lld (4 x num_steps x the longest piece)\n",
+                             prefix.c_str(), what.c_str(), (long long)(i + 1), (long long)len, (long long)chars);
+            }
+    }
     int64_t n           = pieces ? int64_t(train::source_units(m, {tokens})[0].size()) : words;
-    if (bound) n += words - limit;
+    if (words > limit) n += words - limit;
     if (n < steps) return;
     const char* unit = pieces ? "pieces" : "tokens";
     const std::string at_least = bound ? "at least " : "";
@@ -250,6 +266,14 @@ void check_output_file(const std::string& flag, const std::string& path) {
                                    (fs::exists(parent, ec) ? "'" + parent.string() + "' is not a folder"
                                                            : "the folder '" + parent.string() + "' does not exist"));
     check_writable(flag, path);
+    // Temporaries of an earlier write of this file that a kill cut short (kill -9 while eval
+    // wrote): the file itself is whole (old or new), the temporary only litters the folder.
+    try {
+        for (const auto& t : util::remove_stale_temp_files(path))
+            std::fprintf(stderr, "removed %s (left by a write that was cut short)\n", t.c_str());
+    } catch (const Error& e) {
+        usage_error(flag + ": " + e.what());
+    }
 }
 
 void check_writable(const std::string& flag, const std::string& path) {

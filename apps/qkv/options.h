@@ -25,8 +25,10 @@ CLI::Validator real_range(double lo, double hi, bool lo_open = false);
 
 /// A duration: "90" or "90s", "20m", "1.5h" (train::parse_duration), or "none"/"off" for no
 /// limit. An explicit zero is refused with a message naming "none"/"off" (0 is the internal
-/// "no limit", so "--time-budget 0" would otherwise silently mean the opposite of what it says).
+/// "no limit", so "--time-budget 0" would otherwise silently mean the opposite of what it says),
+/// and so is one under kMinDurationSeconds ("--val-every 1e-9s" would validate after every step).
 CLI::Validator duration_or_off();
+constexpr double kMinDurationSeconds = 1;
 
 /// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
@@ -93,7 +95,9 @@ std::string shell_quote(const std::string& s);
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not
 /// be "-" (it would name a file "-", not standard output), must not be a folder, its parent
 /// folder must exist ("the folder 'P' does not exist" / "'P' is not a folder"), and the file must
-/// be writable there (check_writable). Throws CLI::ValidationError (exit 2) naming the flag.
+/// be writable there (check_writable). Removes the temporaries of earlier writes of `path` cut
+/// short by a kill (PATH.tmp.<pid>), saying so on stderr. Throws CLI::ValidationError (exit 2)
+/// naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
 /// Checks before slow work that the file `path` (given by `flag`) can be written where it goes

@@ -52,6 +52,14 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    const size_t lead = to.size() - from.size();
+    for (size_t i = 0; i < from.size(); ++i)
+        if (from[i] != 1 && from[i] != to[lead + i]) return false;
+    return true;
+}
+
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
     const int64_t r = rank == 0 ? 1 : rank;
     QKV_CHECK(axis >= -r && axis < r, op, ": dim ", axis, " out of range for a tensor of rank ",

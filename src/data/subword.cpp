@@ -128,10 +128,70 @@ std::string model_proto_problem(const std::string& b, int64_t pieces) {
     return "";
 }
 
+/// Pieces SentencePiece cannot put in its trie: Darts reads keys as C strings and throws on an
+/// empty one ("failed to insert key: zero-length key", also for a piece starting with a NUL byte)
+/// from a function that cannot pass it on, so the process ends in std::terminate (found by
+/// tests/fuzz/fuzz_subword). Scans the pieces (field 1,
+/// each a message whose field 1 is the piece string) before SentencePiece sees them; returns what
+/// is wrong, or "" (other damage is left to SentencePiece and model_proto_problem).
+std::string piece_problem(const std::string& b) {
+    auto varint = [&](size_t& i, size_t end, uint64_t& v) {
+        v = 0;
+        for (int shift = 0; shift < 64 && i < end; shift += 7) {
+            const auto c = uint8_t(b[i++]);
+            v |= uint64_t(c & 0x7f) << shift;
+            if (!(c & 0x80)) return true;
+        }
+        return false;
+    };
+    // Skips one field's value of wire type `wt` at i (< end); false when it runs past end.
+    auto skip = [&](size_t& i, size_t end, uint64_t wt) {
+        uint64_t v = 0;
+        switch (wt) {
+            case 0: return varint(i, end, v);
+            case 1: return end - i >= 8 ? (i += 8, true) : false;
+            case 2: return varint(i, end, v) && v <= end - i ? (i += size_t(v), true) : false;
+            case 5: return end - i >= 4 ? (i += 4, true) : false;
+            default: return false;
+        }
+    };
+    size_t i = 0;
+    int64_t n = 0;
+    while (i < b.size()) {
+        uint64_t tag = 0, len = 0;
+        if (!varint(i, b.size(), tag)) return "";
+        if (tag != ((1 << 3) | 2)) {
+            if (!skip(i, b.size(), tag & 7)) return "";
+            continue;
+        }
+        if (!varint(i, b.size(), len) || len > b.size() - i) return "";
+        const size_t end = i + size_t(len);
+        std::string piece;  // the last field 1 wins, as in protobuf
+        size_t j = i;
+        while (j < end) {
+            uint64_t t = 0, l = 0;
+            if (!varint(j, end, t)) return "";
+            if (t == ((1 << 3) | 2)) {
+                if (!varint(j, end, l) || l > end - j) return "";
+                piece.assign(b, j, size_t(l));
+                j += size_t(l);
+            } else if (!skip(j, end, t & 7)) {
+                return "";
+            }
+        }
+        if (piece.empty()) return detail::str("piece ", n, " is empty");
+        if (piece.find('\0') != std::string::npos) return detail::str("piece ", n, " contains a NUL byte");
+        ++n;
+        i = end;
+    }
+    return "";
+}
+
 /// Loads `bytes` into `sp`, or says why not: {"", ""} when fine, else {"corrupt", reason} or
 /// {"foreign", reason} (a whole model, but not a qkv one: wrong reserved pieces).
 std::pair<std::string, std::string> load_problem(sentencepiece::SentencePieceProcessor& sp,
                                                  const std::string& bytes) {
+    if (const std::string bad = piece_problem(bytes); !bad.empty()) return {"corrupt", bad};
     const auto st = sp.LoadFromSerializedProto(bytes);
     if (!st.ok()) {
         std::string msg = st.message();  // e.g. "./src/sentencepiece_processor.cc(232) [...] "

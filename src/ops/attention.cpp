@@ -264,7 +264,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         Shape full4{c.B, c.H, c.Tq, c.Tk};
         Shape ms = mask.mask.shape();
         if (c.rank3 && ms.size() == 3) ms.insert(ms.begin() + 1, 1);
-        QKV_CHECK(ms.size() <= 4 && broadcast_shapes(ms, full4, "scaled_dot_product_attention") == full4,
+        QKV_CHECK(broadcasts_to(ms, full4),
                   "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
                   full4);
     }

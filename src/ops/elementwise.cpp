@@ -296,7 +296,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
 
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
     QKV_CHECK(mask.dtype() == DType::b8, "masked_fill: mask must be bool, got ", dtype_name(mask.dtype()));
-    QKV_CHECK(broadcast_shapes(a.shape(), mask.shape(), "masked_fill") == a.shape(),
+    QKV_CHECK(broadcasts_to(mask.shape(), a.shape()),
               "masked_fill: mask of shape ", mask.shape(), " does not broadcast to ", a.shape());
     return where(mask, full({}, value, a.dtype()), a);
 }
@@ -370,7 +370,7 @@ void copy_to(Tensor& dst, const Tensor& src, const Shape& ss) {
 }  // namespace
 
 void copy_(Tensor& dst, const Tensor& src) {
-    QKV_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "copy_: source of shape ",
+    QKV_CHECK(broadcasts_to(src.shape(), dst.shape()), "copy_: source of shape ",
               src.shape(), " does not broadcast to ", dst.shape());
     const Shape ss = detail::broadcast_strides(src.shape(), src.strides(), dst.shape());
     QKV_DISPATCH_ALL(dst.dtype(), "copy_", (copy_to<scalar_t>(dst, src, ss)));
@@ -381,7 +381,7 @@ void fill_(Tensor& a, double value) { copy_(a, full({}, value, DType::f64)); }
 void add_(Tensor& a, const Tensor& b, double alpha) {
     QKV_CHECK(a.is_contiguous(), "add_: destination must be contiguous");
     check_same_dtype(a, b, "add_");
-    QKV_CHECK(broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), "add_: shape ", b.shape(),
+    QKV_CHECK(broadcasts_to(b.shape(), a.shape()), "add_: shape ", b.shape(),
               " does not broadcast to ", a.shape());
     QKV_DISPATCH_FLOAT(a.dtype(), "add_", add_kernel<scalar_t>(a, b, alpha));
 }

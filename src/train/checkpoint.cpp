@@ -206,10 +206,12 @@ template <class Json>
 Json parse_metadata_json(const std::string& path, const std::string& key, const std::string& text,
                          const std::string& what) {
     try {
-        return Json::parse(text);
+        return detail::parse_json_unique_keys<Json>(text);
     } catch (const nlohmann::json::exception& e) {
         throw Error(detail::str(what, " '", path, "': metadata '", key, "' is not valid JSON (",
                                 detail::json_error_text(e), ")"));
+    } catch (const Error& e) {
+        throw Error(detail::str(what, " '", path, "': metadata '", key, "': ", e.what()));
     }
 }
 template nlohmann::json parse_metadata_json<nlohmann::json>(const std::string&, const std::string&,

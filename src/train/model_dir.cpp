@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
 #include "qkv/nn/module.h"
 #include "qkv/train/checkpoint.h"
@@ -87,6 +90,10 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
     QKV_CHECK(fs_src.empty() || subwords.active(), "write_run_files: config.json says subword ",
               data::subword_kind_name(cfg.data.subword), " but no SentencePiece model was given");
     fs::create_directories(dir);
+    // Temporaries of these files' writes cut short by a kill of an earlier run (the files are
+    // whole: old or new); the trainer removes those of the checkpoint, model, metrics and plot.
+    for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "spm.model", "spm_src.model", "spm_tgt.model"})
+        util::remove_stale_temp_files(in_dir(dir, f));
     // A SentencePiece file this run does not use is left from an earlier run of another kind
     // (the loader would refuse the folder, load_model_dir_subwords): remove it.
     for (const char* f : kSubwordFileNames)
@@ -107,9 +114,9 @@ RunConfig load_model_dir_config(const std::string& dir) {
     QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir,
               "' does not exist (train one with: qkv train --out ", dir, ")");
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
-    QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json");
+    QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json", replaced_run_note(dir));
     try {
-        return run_config_from_json(nlohmann::json::parse(util::read_file(cfg_path)));
+        return run_config_from_json(detail::parse_json_unique_keys<nlohmann::json>(util::read_file(cfg_path)));
     } catch (const nlohmann::json::exception& e) {
         throw Error(detail::str("'", cfg_path, "': not valid JSON: ", detail::json_error_text(e)));
     } catch (const Error& e) {
@@ -277,10 +284,10 @@ ModelDir load_model_dir(const std::string& dir) {
     const std::string weights = in_dir(dir, "model.safetensors");
     QKV_CHECK(fs::exists(weights), "model folder '", dir, "' has no model.safetensors ('", weights,
               "' not found): train a model first (qkv train --out ", dir,
-              ") or check the folder given with --model");
+              ") or check the folder given with --model", replaced_run_note(dir));
     {
         nn::SkipInitGuard skip;  // load_model is strict: every parameter is overwritten
-        m.model = build_model(m.config);
+        m.model = build_model(m.config, 1);
     }
     // The weights' shapes against the sizes config.json and the vocabularies give (a file from
     // another run would otherwise fail with a bare shape, or load and translate garbage).
@@ -295,12 +302,28 @@ ModelDir load_model_dir(const std::string& dir) {
                                     m.tgt_vocab.size(), " tokens, model.num_hiddens ", mc.num_hiddens,
                                     "); were the files copied from different runs?"));
         }
+    // config.json against the configuration stored with the weights (after the shapes, whose
+    // message says more when files come from different runs): an edit that changes no tensor
+    // shape (model.num_heads, pe_position_zero_at_inference, data.num_steps) would load and
+    // translate differently without a word.
+    const Consistency arch = check_architecture(weights, m.config);
+    if (arch.state == Consistency::State::inconsistent) {
+        std::string diffs;
+        for (const auto& d : arch.differences) diffs += (diffs.empty() ? "" : "; ") + d;
+        throw Error(detail::str(cfg_file, " does not match the configuration stored in ", weights,
+                                " when it was trained (config.json vs model.safetensors): ", diffs,
+                                "; was config.json edited after training? Restore the trained values"));
+    }
+    if (arch.state == Consistency::State::no_record)
+        std::fprintf(stderr, "note: %s stores no training configuration (a folder of an older qkv): config.json "
+                             "is not checked against it\n", weights.c_str());
     load_model(weights, *m.model);
     m.model->eval();
     return m;
 }
 
-std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg) {
+std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg, int copies) {
+    check_model_fits_memory(cfg, copies, "this configuration");
     if (cfg.architecture == ModelKind::bahdanau) {
         models::BahdanauConfig b = cfg.bahdanau;
         b.src_vocab_size = cfg.model.src_vocab_size;
@@ -345,15 +368,36 @@ std::string join_tokens(const std::vector<std::string>& tokens) {
 // and leaves a margin for a model trained elsewhere whose pieces may span a few words.
 int64_t source_word_limit(const ModelDir& m) { return 4 * m.config.data.num_steps; }
 
+// Each piece spans at most the longest piece's characters, so the first num_steps pieces of a word
+// lie within its first num_steps × longest characters; 4× that leaves the same margin as the word
+// limit for segmentations that look a few characters ahead. SentencePiece's time and memory grow
+// with the text encoded (a 5,000,000-character word took 9.9 s and 1.35 GB encoded whole).
+int64_t source_char_limit(const ModelDir& m) {
+    int64_t longest = 1;
+    for (const auto& piece : m.src_vocab.tokens()) longest = std::max(longest, data::utf8_length(piece));
+    return 4 * m.config.data.num_steps * longest;
+}
+
+std::string cut_to_chars(const std::string& word, int64_t n) {
+    int64_t seen = 0;
+    for (size_t i = 0; i < word.size(); ++i)
+        if ((uint8_t(word[i]) & 0xC0) != 0x80 && seen++ == n) return word.substr(0, i);
+    return word;
+}
+
 std::vector<std::vector<std::string>> source_units(const ModelDir& m,
                                                    const std::vector<std::vector<std::string>>& words) {
     if (!m.subwords.active()) return words;
-    const auto limit = size_t(source_word_limit(m));
+    const auto limit    = size_t(source_word_limit(m));
+    const int64_t chars = source_char_limit(m);
     std::vector<std::vector<std::string>> units;
     units.reserve(words.size());
-    for (const auto& w : words)
-        units.push_back(m.subwords.src->encode(
-            w.size() <= limit ? w : std::vector<std::string>(w.begin(), w.begin() + std::ptrdiff_t(limit))));
+    for (const auto& w : words) {
+        std::vector<std::string> kept(w.begin(), w.begin() + std::ptrdiff_t(std::min(limit, w.size())));
+        for (auto& word : kept)
+            if (int64_t(word.size()) > chars) word = cut_to_chars(word, chars);
+        units.push_back(m.subwords.src->encode(kept));
+    }
     return units;
 }
 
@@ -413,6 +457,136 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
         if (bar) bar->update(end - start);
     }
     return out;
+}
+
+}  // namespace qkv::train
+
+// ---- sizes and integrity --------------------------------------------------------------------------
+
+namespace qkv::train {
+
+namespace {
+
+/// One GRU stack: L layers of D directions, hidden H per direction, layer 0 reading I features.
+double gru_parameters(double I, double H, double L, double D) {
+    double n = 0;
+    for (int64_t l = 0; l < int64_t(L); ++l) n += D * 3 * H * ((l == 0 ? I : D * H) + H + 2);
+    return n;
+}
+
+double physical_memory_bytes() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? double(pages) * double(page) : 0;
+}
+
+std::string gib(double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f GiB", bytes / double(1 << 30));
+    return b;
+}
+
+}  // namespace
+
+std::string replaced_run_note(const std::string& dir) {
+    const fs::path aside = fs::path(dir) / ".qkv-replaced";
+    std::error_code ec;
+    if (!fs::is_directory(aside, ec)) return "";
+    auto quote = [](const std::string& s) {  // POSIX shell single quotes
+        std::string q = "'";
+        for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+        return q + "'";
+    };
+    if (fs::exists(fs::path(dir) / "checkpoint.safetensors", ec))
+        return detail::str("; '", aside.string(), "' holds the files of the run a qkv train --overwrite replaced, which "
+                           "it was removing after its own first checkpoint when it was killed: qkv train --resume --out ",
+                           quote(dir), " continues the new run (then remove '", aside.string(), "')");
+    std::string files;
+    for (const char* f : kModelDirFiles) files += std::string(" ") + f;
+    return detail::str("; the earlier model waits in '", aside.string(), "': a qkv train --overwrite was killed before "
+                       "its first checkpoint (or is still running). Once it is not running, put the earlier model "
+                       "back with: cd ", quote(dir), " && rm -f", files, " && mv .qkv-replaced/* . && rmdir .qkv-replaced");
+}
+
+double estimate_parameters(const RunConfig& cfg) {
+    const double Vs = double(cfg.model.src_vocab_size), Vt = double(cfg.model.tgt_vocab_size);
+    if (cfg.architecture == ModelKind::bahdanau) {
+        const auto& b = cfg.bahdanau;
+        const double E = double(b.embed_size), H = double(b.num_hiddens), L = double(b.num_layers);
+        const double enc = Vs * E + (b.bidirectional ? gru_parameters(E, H / 2, L, 2) : gru_parameters(E, H, L, 1));
+        const double dec = Vt * E + gru_parameters(E + H, H, L, 1) + 2 * H * H + H + H * Vt + Vt;
+        return enc + dec;
+    }
+    const auto& m = cfg.model;
+    const double C = double(m.num_hiddens), F = double(m.ffn_num_hiddens), N = double(m.num_blks);
+    const double ffn = 2 * C * F + F + C;
+    const double enc_blk = 4 * C * C + 4 * C + ffn, dec_blk = 8 * C * C + 6 * C + ffn;
+    const double tables = m.tie_weights ? Vt * C : C * (Vs + Vt) + C * Vt;
+    return N * (enc_blk + dec_blk) + tables + Vt;
+}
+
+double estimate_model_bytes(const RunConfig& cfg, int copies) {
+    double bytes = 4.0 * estimate_parameters(cfg) * copies;
+    if (cfg.architecture == ModelKind::transformer)
+        bytes += 4.0 * double(cfg.model.max_len) * double(cfg.model.num_hiddens) * 2;  // encoder + decoder PE
+    return bytes;
+}
+
+void check_model_fits_memory(const RunConfig& cfg, int copies, const std::string& what) {
+    const double need = estimate_model_bytes(cfg, copies), have = physical_memory_bytes();
+    if (have <= 0 || need <= have) return;
+    char params[32];
+    std::snprintf(params, sizeof params, "%.3g", estimate_parameters(cfg));
+    throw Error(detail::str(
+        "the model of ", what, " would need about ", gib(need), " (", params, " parameters × 4 bytes",
+        copies == 1 ? "" : detail::str(" × ", copies, " copies: weights, gradients and Adam's two moments"),
+        ", activations not counted), more than this machine's ", gib(have),
+        " of memory; use smaller sizes (model.num_hiddens ", cfg.model.num_hiddens, ", ffn_num_hiddens ",
+        cfg.model.ffn_num_hiddens, ", num_blks ", cfg.model.num_blks, ", vocabularies ", cfg.model.src_vocab_size,
+        " + ", cfg.model.tgt_vocab_size, ")"));
+}
+
+nlohmann::json architecture_json(const RunConfig& cfg) {
+    const nlohmann::json full = to_json(cfg);
+    nlohmann::json a;
+    a["model"] = full.at("model");
+    a["model"].erase("dropout");  // training only: the same weights compute the same function
+    for (const char* k : {"num_steps", "subword", "shared_vocab", "pipeline"})
+        if (full.at("data").contains(k)) a["data"][k] = full.at("data").at(k);
+    return a;
+}
+
+std::vector<std::string> architecture_differences(const RunConfig& a, const RunConfig& b) {
+    const nlohmann::json ja = architecture_json(a), jb = architecture_json(b);
+    std::vector<std::string> out;
+    for (const char* section : {"model", "data"}) {
+        const nlohmann::json& sa = ja.contains(section) ? ja.at(section) : nlohmann::json::object();
+        const nlohmann::json& sb = jb.contains(section) ? jb.at(section) : nlohmann::json::object();
+        std::set<std::string> keys;
+        for (auto& [k, v] : sa.items()) keys.insert(k);
+        for (auto& [k, v] : sb.items()) keys.insert(k);
+        for (const auto& k : keys) {
+            const auto va = sa.contains(k) ? sa.at(k).dump() : "(absent)";
+            const auto vb = sb.contains(k) ? sb.at(k).dump() : "(absent)";
+            if (va != vb) out.push_back(detail::str(section, ".", k, ": ", va, " vs ", vb));
+        }
+    }
+    return out;
+}
+
+Consistency check_architecture(const std::string& weights, const RunConfig& cfg) {
+    Consistency c;
+    const auto meta = read_checkpoint_metadata(weights, "model file");
+    const auto it = meta.find("qkv.config");
+    if (it == meta.end()) return c;
+    RunConfig stored;
+    try {
+        stored = run_config_from_json(parse_metadata_json<nlohmann::json>(weights, "qkv.config", it->second, "model file"));
+    } catch (const Error& e) {
+        throw Error(detail::str("model file '", weights, "': metadata 'qkv.config': ", e.what()));
+    }
+    c.differences = architecture_differences(cfg, stored);
+    c.state       = c.differences.empty() ? Consistency::State::consistent : Consistency::State::inconsistent;
+    return c;
 }
 
 }  // namespace qkv::train

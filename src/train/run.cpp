@@ -413,7 +413,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     res.data = read_data(cfg, opt);
     if (dp) dist::check_same_on_all_ranks(*opt.comm, "the data file (--data)", detail::str(res.data->fingerprint.pairs, " pairs, fingerprint ", fingerprint_hex(res.data->fingerprint.fnv1a64)));
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
-    res.model = build_model(cfg);
+    res.model = build_model(cfg, kTrainingCopies);
     log_model(cfg, *res.model, opt.log);
     res.config = cfg;
     if (!train_into_folder(res, *res.model, opt, !held.empty())) {

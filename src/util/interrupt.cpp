@@ -45,6 +45,11 @@ bool g_note_alive = false;
 char g_note_text[1024];
 size_t g_note_len = 0;
 char g_note_path[4096];
+// What the killing signal writes when no KillNote is armed: without it a second Ctrl-C outside
+// the armed windows ended the process without a word.
+constexpr char kDefaultKillText[] =
+    "qkv: interrupted again: stopping at once (every file is written to a temporary name and renamed, so "
+    "those written before stay whole)\n";
 
 sigset_t guarded_set() {
     sigset_t set;
@@ -73,6 +78,8 @@ extern "C" void on_interrupt(int sig) {
             // nothing to do: the process ends now
         }
         if (g_note_path[0] != '\0') ::unlink(g_note_path);
+    } else if (::write(STDERR_FILENO, kDefaultKillText, sizeof kDefaultKillText - 1) < 0) {
+        // between the notes (e.g. inside a step): still say why the process ends
     }
     struct sigaction dfl;
     std::memset(&dfl, 0, sizeof dfl);

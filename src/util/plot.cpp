@@ -251,8 +251,10 @@ void LinePlot::save(const std::string& path) const {
                 ylo = std::min(ylo, s.y[i]);
                 yhi = std::max(yhi, s.y[i]);
             }
-    const auto [x0, x1] = x_range ? *x_range : padded_range(xlo, xhi);
-    const auto [y0, y1] = y_range ? *y_range : padded_range(ylo, yhi);
+    // Plain variables, not structured bindings: clang 14 cannot capture those in the lambdas below.
+    const auto xr = x_range ? *x_range : padded_range(xlo, xhi);
+    const auto yr = y_range ? *y_range : padded_range(ylo, yhi);
+    const double x0 = xr.first, x1 = xr.second, y0 = yr.first, y1 = yr.second;
     QKV_CHECK(x0 < x1 && y0 < y1 && std::isfinite(x0) && std::isfinite(x1) && std::isfinite(y0) &&
                   std::isfinite(y1),
               "LinePlot::save: '", path, "': empty or non-finite axis range");

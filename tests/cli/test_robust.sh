@@ -43,11 +43,12 @@ run_rc 2 --threads 2000 info "$T";        err_has "--threads: 2000 is out of ran
 run_rc 2 info "$T" --threads 2000;        err_has "--threads: 2000 is out of range"
 run_rc 2 translate --threads -1 "go .";   err_has "--threads: -1 is out of range"
 
-# ---- a tiny model, trained with a relative data path ('none': no time budget, the later --threads wins)
+# ---- a tiny model, trained with a relative data path ('none': no time budget; --threads on both
+# sides of the command is refused: cli.test_hostile_input)
 six_pairs > "$T/fra.txt"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
 cd "$T"
-run_rc 0 --threads 2 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none "${small[@]}" --threads 1
+run_rc 0 train --data fra.txt --preset demo --max-steps 2 --out run --time-budget none "${small[@]}" --threads 1
 grep -qx "qkv train: preset demo, 1 thread" "$T/err" || { cat "$T/err"; fail "want the line 'qkv train: preset demo, 1 thread'"; }
 grep -q "^training: .*epochs, max 2 steps, loss" "$T/err" || { cat "$T/err"; fail "a time budget is left with --time-budget none"; }
 grep -qF "\"time_budget_s\": 0.0" run/config.json || fail "config.json time_budget_s is not 0"

@@ -1,5 +1,6 @@
 // Locating, reading (zip and text) and parsing sentence pairs, on small files the tests write.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <zip.h>
 
 #include <fstream>
@@ -109,6 +110,20 @@ TEST(FraEng, DamagedStoredZipEntryIsRefused) {
     util::write_file_atomic(path, bytes);
     const std::string msg = error_of([&] { read_fra_eng_text(path); });
     EXPECT_NE(msg.find("'fra-eng/fra.txt' in '" + path + "' is damaged"), std::string::npos) << msg;
+}
+
+// Found by tests/fuzz/fuzz_fra_eng: a 391-byte archive whose entry claims 4,177,527,110 bytes was
+// read into a string allocated (and zero-filled) at that size first. The peak RSS shows it.
+TEST(FraEng, ZipEntryClaimingGigabytesIsNotAllocatedAtItsClaim) {
+    const std::string path = std::string(QKV_FIXTURE_DIR) + "/zip_entry_claims_4gib.zip";
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    const std::string msg = error_of([&] { read_fra_eng_text(path); });
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_NE(msg.find("reading 'fra-eng/fra.txt' in '" + path + "' failed after"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("of 4177527110 bytes"), std::string::npos) << msg;
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "peak RSS grew by " << after.ru_maxrss - before.ru_maxrss
+                                                            << " KiB";
 }
 
 TEST(FraEng, MalformedLinesReportedWithLineNumbers) {

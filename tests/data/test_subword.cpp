@@ -184,5 +184,33 @@ TEST(Subword, RefusalsAreErrors) {
     EXPECT_THROW(SubwordModel::from_bytes("not a model"), Error);
 }
 
+// Found by tests/fuzz/fuzz_subword: a model with an empty piece made SentencePiece's trie builder
+// (Darts) throw through a function that cannot pass exceptions on: std::terminate, not an error.
+TEST(Subword, EmptyOrNulPiecesAreRefusedNotFatal) {
+    auto what = [](const std::string& bytes) -> std::string {
+        try {
+            SubwordModel::from_bytes(bytes);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "(accepted)";
+    };
+    // The fuzzer's input, as it found it: its second piece starts with a NUL byte, which Darts
+    // reads as an empty key.
+    const unsigned char found[] = {
+        0x0a, 0x0e, 0x0a, 0x05, 0x3c, 0x75, 0x8e, 0x6b, 0x3e, 0x15, 0x00, 0x00, 0x00, 0x00, 0x18, 0x02, 0x0a, 0x0e,
+        0x0a, 0x08, 0x00, 0x18, 0x02, 0x0a, 0x0e, 0x0a, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08,
+        0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0xfa, 0xff, 0xff, 0xff, 0x08, 0x08, 0x08, 0x08,
+        0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08,
+        0x08, 0x08, 0x08, 0x08};
+    const std::string e = what(std::string(reinterpret_cast<const char*>(found), sizeof found));
+    EXPECT_NE(e.find("not a (complete) SentencePiece model (piece 1 contains a NUL byte)"), std::string::npos) << e;
+    // A whole trained model with an empty piece or a NUL byte in a piece added at its end.
+    const std::string good = SubwordModel::train(tiny_lines(), opts(SubwordKind::bpe, 40)).bytes();
+    EXPECT_NE(what(good + std::string("\x0a\x02\x0a\x00", 4)).find("is empty"), std::string::npos);
+    EXPECT_NE(what(good + std::string("\x0a\x05\x0a\x03" "a\0b", 7)).find("contains a NUL byte"), std::string::npos);
+    EXPECT_EQ(what(good), "(accepted)");
+}
+
 }  // namespace
 }  // namespace qkv::data

@@ -98,6 +98,9 @@ TEST(InterruptGuard, TheSecondSignalKills) {
     EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "", ""), testing::KilledBySignal(SIGINT), "");
     EXPECT_EXIT(second_signal_kills(SIGTERM, SIGINT, "", ""), testing::KilledBySignal(SIGINT), "");
     EXPECT_EXIT(second_signal_kills(SIGINT, SIGTERM, "", ""), testing::KilledBySignal(SIGTERM), "");
+    // Without an armed note the kill still says why (it was silent between the notes).
+    EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "", ""), testing::KilledBySignal(SIGINT),
+                "qkv: interrupted again: stopping at once \\(every file is written to a temporary name");
 }
 
 TEST(InterruptGuard, TheSecondSignalCarriesOutTheArmedKillNote) {

@@ -2,6 +2,8 @@
 // flash path against the math path through autograd (outputs and q/k/v gradients).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "qkv/ops/attention.h"
 #include "qkv/ops/ops.h"
 #include "support/test_util.h"
@@ -80,4 +82,38 @@ TEST(AttentionDispatch, SelectionExplainsWhy) {
     AttentionMask bad;
     bad.valid_lens = from_vector<int64_t>({1, 2}, {2});
     EXPECT_THROW(scaled_dot_product_attention(q, q, q, bad), Error);
+}
+
+// Every shape error names the argument (issue 28): a mask that does not broadcast to the scores
+// was reported as "shapes (...) and (...) do not broadcast", without the word mask.
+TEST(AttentionDispatch, ShapeErrorsNameTheArgument) {
+    auto error_of = [](const std::function<void()>& f) -> std::string {
+        try {
+            f();
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "(no error)";
+    };
+    Tensor q = zeros({2, 1, 4, 8}), k = zeros({2, 1, 5, 8});
+    for (const Shape& ms : {Shape{2, 1, 4, 4}, Shape{3, 5}, Shape{1, 1, 1, 4, 5}, Shape{2, 2, 4, 5}}) {
+        AttentionMask m;
+        m.mask = zeros(ms, DType::b8);
+        for (AttentionBackend b : {AttentionBackend::math, AttentionBackend::automatic}) {
+            AttentionOptions o;
+            o.backend = b;
+            const std::string e = error_of([&] { scaled_dot_product_attention(q, k, k, m, o); });
+            EXPECT_NE(e.find("mask of shape " + shape_str(ms) + " does not broadcast to (2, 1, 4, 5)"), std::string::npos)
+                << e;
+        }
+    }
+    AttentionMask ok;
+    ok.mask = zeros({4, 5}, DType::b8);  // (Tq, Tk) broadcasts over batch and heads
+    EXPECT_NO_THROW(scaled_dot_product_attention(q, k, k, ok));
+    EXPECT_NE(error_of([&] { masked_fill(zeros({2, 3}), zeros({4}, DType::b8), 0.0); }).find("mask of shape (4,)"),
+              std::string::npos);
+    Tensor dst = zeros({2, 3});
+    EXPECT_NE(error_of([&] { copy_(dst, zeros({3, 3})); }).find("source of shape (3, 3)"), std::string::npos);
+    EXPECT_TRUE(broadcasts_to({3}, {2, 3}) && broadcasts_to({1, 3}, {2, 3}) && broadcasts_to({}, {2, 3}));
+    EXPECT_FALSE(broadcasts_to({2, 1, 3}, {2, 3}) || broadcasts_to({2}, {2, 3}));
 }

@@ -303,14 +303,15 @@ TEST(AttentionMath, BoolAndAdditiveMasks) {
     AttentionMask mz;
     mz.mask = from_vector<bool>({false, false}, {1, 1, 2});
     EXPECT_EQ(vec(weights_of(qz, kz, vz, mz)), (std::vector<float>{0, 0}));
-    // Masks that do not broadcast are rejected, naming the shape.
+    // Masks that do not broadcast are rejected, naming the mask and its shape.
     AttentionMask bad;
     bad.mask = from_vector<bool>({true, false, true}, {1, 1, 3});
     try {
         weights_of(qz, kz, vz, bad);
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("mask of shape (1, 1, 3) does not broadcast"), std::string::npos)
+            << e.what();
     }
 }
 

@@ -17,6 +17,9 @@ Shape contiguous_strides(const Shape& s);
 std::string shape_str(const Shape& s);
 /// NumPy broadcasting of two shapes; throws qkv::Error naming `op` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+/// Whether `from` broadcasts to exactly `to` (no more dims; each dim equal or 1), e.g. a mask to
+/// the scores it masks. Never throws, so callers can name the argument in their own message.
+bool broadcasts_to(const Shape& from, const Shape& to);
 /// Normalises a possibly negative axis into [0, rank); throws naming `op` when out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op);
 

@@ -87,7 +87,8 @@ std::map<std::string, std::string> read_checkpoint_metadata(const std::string& p
 /// The JSON text a metadata entry holds ("qkv.config", "qkv.pending_records"), parsed into Json
 /// (nlohmann::json or nlohmann::ordered_json). The checksum covers the tensors, not the metadata,
 /// so damage there shows up here: throws qkv::Error "<what> '<path>': metadata '<key>' is not
-/// valid JSON (<the parser's message>)".
+/// valid JSON (<the parser's message>)", or "...: duplicate key \"<dotted key>\" ..." when an
+/// object repeats a key.
 template <class Json>
 Json parse_metadata_json(const std::string& path, const std::string& key, const std::string& text,
                          const std::string& what = "checkpoint");

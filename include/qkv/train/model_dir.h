@@ -45,9 +45,52 @@ std::pair<std::string, std::string> subword_files(const DataConfig& d);
 /// (SentencePiece: ...)", data::SubwordModel::load).
 SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg);
 
+/// "" unless `dir` holds DIR/.qkv-replaced, where `qkv train --overwrite` keeps the earlier run's
+/// files until its first checkpoint: then a sentence for error messages saying that the earlier
+/// model waits there (that run was killed, or is still running) and how to put it back; when
+/// the folder holds a checkpoint (the new run got that far and was killed while removing them),
+/// that --resume continues the new run.
+std::string replaced_run_note(const std::string& dir);
+
+/// The number of parameters build_model(cfg) gives (named_parameters(), a tied matrix once),
+/// computed from the sizes without allocating: Transformer (D2L 11.7) N·(12C² + 10C + 4CF + 2F +
+/// 2C) + C·(V_src + V_tgt) + C·V_tgt + V_tgt (one V·C matrix instead of three when tied);
+/// Bahdanau (D2L 11.4) the GRU layers' 3H'(I + H' + 2) per direction, the embeddings, the
+/// additive attention's 2H² + H and the output layer. A double: sizes from a config.json edited
+/// by hand may overflow int64.
+double estimate_parameters(const RunConfig& cfg);
+/// Bytes a model of `cfg` needs: 4 bytes per float32 parameter times `copies` (1: the weights, for
+/// translate/eval; kTrainingCopies: weights, gradients and Adam's two moments), plus the
+/// Transformer's positional-encoding table (max_len × C floats). Activations are not counted.
+double estimate_model_bytes(const RunConfig& cfg, int copies = 1);
+constexpr int kTrainingCopies = 4;
+/// Throws qkv::Error when estimate_model_bytes(cfg, copies) exceeds this machine's physical
+/// memory (sysconf), before anything is allocated: "the model of <what> would need about 40.2 GiB
+/// (1.08e+10 parameters × 4 bytes × 1 copy), more than this machine's 23.4 GiB of memory ...".
+void check_model_fits_memory(const RunConfig& cfg, int copies, const std::string& what);
+
 /// A fresh model of the run's architecture (Transformer or Bahdanau), vocabulary sizes from
-/// cfg.model, parameters drawn from the default generator.
-std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg);
+/// cfg.model, parameters drawn from the default generator. Refuses a model that does not fit in
+/// memory first (check_model_fits_memory(cfg, copies, "this configuration")).
+std::shared_ptr<models::EncoderDecoder> build_model(const RunConfig& cfg, int copies = 1);
+
+/// The settings that define what the weights mean ("model" of to_json(cfg), with the architecture,
+/// plus data.num_steps, data.subword, data.shared_vocab and data.pipeline), as a JSON object.
+/// Two configurations with equal architecture_json load the same weights into the same function.
+nlohmann::json architecture_json(const RunConfig& cfg);
+/// The keys ("model.num_heads", ...) whose values differ between architecture_json(a) and
+/// architecture_json(b), each as "key: A vs B"; empty when they agree.
+std::vector<std::string> architecture_differences(const RunConfig& a, const RunConfig& b);
+/// Whether a model folder's config.json agrees with the configuration stored with its weights
+/// (model.safetensors' metadata "qkv.config", written by qkv train since session 5).
+struct Consistency {
+    enum class State { consistent, no_record, inconsistent } state = State::no_record;
+    std::vector<std::string> differences;  // architecture_differences(config.json, stored)
+};
+/// Compares `cfg` (config.json of `dir`) with `weights`' stored configuration. A weights file
+/// without "qkv.config" (an older folder, or a file written elsewhere) gives no_record; one whose
+/// "qkv.config" is not a configuration throws qkv::Error naming the file.
+Consistency check_architecture(const std::string& weights, const RunConfig& cfg);
 /// One line for logs: architecture, parameter count and sizes.
 std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model);
 
@@ -62,7 +105,9 @@ struct ModelDir {
     models::Bahdanau* bahdanau() const { return dynamic_cast<models::Bahdanau*>(model.get()); }
 };
 
-/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid.
+/// config.json of a model folder; throws qkv::Error naming the file when missing or invalid, or
+/// when an object repeats a key ("duplicate key \"model.num_heads\"": JSON parsers keep one of
+/// the two values silently).
 RunConfig load_model_dir_config(const std::string& dir);
 /// The data settings of the model folder `dir` whose config.json is `cfg`, for eval and resume:
 /// cfg.data with `data_flag` (--data) as the path when non-empty; otherwise the recorded path
@@ -94,7 +139,11 @@ std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir
 /// start with U+2581, SentencePiece's word-start mark) or whose reserved tokens are not where
 /// training put them ("F:2: line 2 must be '<pad>', got '<unk>'"; a D2L EN vocabulary must be sorted
 /// byte-wise); model.safetensors' tensor shapes against the sizes config.json and the
-/// vocabularies give (read from its header before the weights are loaded).
+/// vocabularies give (read from its header before the weights are loaded); config.json against the
+/// configuration stored in model.safetensors (check_architecture: a config.json edited by hand
+/// after training, e.g. model.num_heads, which changes no tensor shape, is refused naming each
+/// differing key; a folder whose weights store none loads as before, with a note on stderr);
+/// a model that would not fit in memory (check_model_fits_memory).
 ModelDir load_model_dir(const std::string& dir);
 
 struct TranslateOptions {
@@ -110,10 +159,18 @@ struct TranslateOptions {
 /// gives at least one piece, so the num_steps pieces the model reads come from the first num_steps
 /// words; the rest cannot change them (see source_units).
 int64_t source_word_limit(const ModelDir& m);
+/// How many leading characters (code points) of a source word a subword model encodes:
+/// 4 × num_steps × the longest piece of the source vocabulary in characters. A word's first
+/// num_steps pieces lie within its first num_steps × longest characters, so the rest cannot reach
+/// the model.
+int64_t source_char_limit(const ModelDir& m);
+/// The first `n` code points of `word` (all of it when shorter); cuts between UTF-8 sequences.
+std::string cut_to_chars(const std::string& word, int64_t n);
 /// The model's input units for word-tokenised sources: the SentencePiece pieces of a subword
 /// model, the words themselves otherwise. A subword model encodes only the first
 /// source_word_limit(m) words of each sentence (a longer sentence loses the pieces past them,
-/// which encode_sources would drop anyway). Measured with `qkv translate`, one thread: a
+/// which encode_sources would drop anyway), each cut to its first source_char_limit(m)
+/// characters (a 5,000,000-character word took 9.9 s and 1.35 GB encoded whole). Measured with `qkv translate`, one thread: a
 /// 2.1-million-word line (6.3 MB) took 9.3 s and 1.4 GB encoded whole, 0.36 s and 231 MB so.
 std::vector<std::vector<std::string>> source_units(const ModelDir& m,
                                                    const std::vector<std::vector<std::string>>& words);

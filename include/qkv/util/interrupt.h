@@ -12,7 +12,8 @@ namespace qkv::util {
 /// While alive, SIGINT and SIGTERM set a flag instead of ending the process. The first of them
 /// sets flag() to its number; the next one kills, as if no guard were installed (the handler puts
 /// the default action of both back and sends the signal again), after carrying out the KillNote
-/// armed at that moment, if any. A signal that was ignored (SIG_IGN) when the guard was created
+/// armed at that moment, or, when none is, writing "qkv: interrupted again: stopping at once
+/// (...)" to stderr. A signal that was ignored (SIG_IGN) when the guard was created
 /// stays ignored (as shells start background jobs with SIGINT ignored). release() (or the
 /// destructor) restores the actions found at construction. One guard at a time: constructing a
 /// second while one is alive throws qkv::Error. Not thread-safe; create it on the main thread.
