@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
+#include "qkv/util/atomic_file.h"
 #include "qkv/util/plot.h"
 
 namespace qkv::train {
@@ -37,6 +38,7 @@ void ProgressHook::on_epoch_steps_done(int64_t /*epoch*/) {
 }
 
 void plot_losses(const std::string& metrics_path, const std::string& png_path) {
+    util::remove_stale_temp_files(png_path);  // a temporary of a write killed in an earlier run
     std::ifstream in(metrics_path);
     util::Series tr, va, st;
     tr.label = "train loss (epoch mean)";

@@ -1,7 +1,9 @@
 // A run's files: checkpoints with kill notes, metrics.jsonl records, the resume.
 #include "qkv/train/run_recorder.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -188,8 +190,11 @@ void RunRecorder::append(const std::vector<MetricsRecord>& records) {
     open_metrics();
     std::string text;
     for (const auto& r : records) text += r.dump() + '\n';
-    std::fputs(text.c_str(), metrics_file_);
-    std::fflush(metrics_file_);
+    // A full disk must stop the run naming the file, not lose the records without a word.
+    errno         = 0;
+    const bool ok = std::fputs(text.c_str(), metrics_file_) >= 0 && std::fflush(metrics_file_) == 0;
+    QKV_CHECK(ok, "cannot write '", metrics_, "': appending ", records.size(), " record(s) failed: ",
+              std::strerror(errno ? errno : EIO));
 }
 
 std::vector<MetricsRecord> RunRecorder::missing_records_to_write(const TrainingProgress& p) const {

@@ -9,10 +9,14 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "qkv/core/generator.h"
+#include "qkv/train/hooks.h"
 #include "qkv/train/run.h"
 #include "qkv/train/run_recorder.h"
 #include "qkv/train/trainer.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 #include "train/tiny_corpus.h"
 
@@ -213,6 +217,29 @@ TEST(RunRecorder, TruncateMetricsKeepsWhatTheCheckpointCovers) {
               "{\"kind\":\"epoch\",\"step\":3,\"partial\":false}\n");
     EXPECT_EQ(t.bad_lines, 2);
     EXPECT_EQ(t.first_bad, 5);
+}
+
+// A metrics.jsonl append that fails (a full disk: /dev/full answers every write with ENOSPC)
+// stops the run naming the file, instead of losing the records without a word.
+TEST(RunRecorder, FailedMetricsAppendThrowsNamingTheFile) {
+    if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+    TempDir dir("full");
+    fs::create_symlink("/dev/full", dir / "metrics.jsonl");
+    train::RunRecorder rec(dir.path().string(), nullptr, {});
+    const std::vector<train::MetricsRecord> records{train::MetricsRecord{{"kind", "step"}, {"step", 1}}};
+    const std::string msg = error_of([&] { rec.append(records); });
+    EXPECT_NE(msg.find("cannot write '" + (dir / "metrics.jsonl") + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1 record(s)"), std::string::npos) << msg;
+}
+
+// A loss.png write killed in an earlier run leaves loss.png.tmp.<pid>; the next plot removes it.
+TEST(LossPlot, RemovesTheTemporaryOfAKilledWrite) {
+    TempDir dir("plot");
+    std::ofstream(dir / "metrics.jsonl") << "{\"kind\":\"epoch\",\"epoch_pos\":1,\"train_loss\":2.5,\"val_loss\":null}\n";
+    std::ofstream(dir / "loss.png.tmp.12345") << "half a png";
+    train::plot_losses(dir / "metrics.jsonl", dir / "loss.png");
+    EXPECT_FALSE(fs::exists(dir / "loss.png.tmp.12345"));
+    EXPECT_TRUE(fs::exists(dir / "loss.png"));
 }
 
 TEST(Run, TrainsAModelFolderAsQkvTrainDoes) {
