@@ -5,6 +5,12 @@ set -u
 probe=$1
 # Open MPI refuses root without these; --oversubscribe lets 2 ranks share fewer cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Under `make test-asan`: no leak check in processes mpirun starts. Open MPI's plugins (PMIx, hwloc,
+# the MCA components, dlopen'ed and unloaded again before exit) leave their process-wide state
+# behind in stacks LeakSanitizer cannot attribute to a library (frames in "<unknown module>"), so
+# no suppression can match them. ASan's memory-error checks stay on; qkv's own leaks are checked
+# by the single-process tests of the same code (test_dist, test_data_parallel, cli.test_train).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 pass=0 failed=0
 check() { if eval "$2"; then pass=$((pass + 1)); else failed=$((failed + 1)); echo "FAIL: $1"; fi; }
 out=$(mpirun -np 2 "$probe" collectives 2>&1); rc=$?
