@@ -40,7 +40,8 @@ data::Batch shard_batch(const data::Batch& b, int rank, int size, bool by_positi
     std::vector<int64_t> w(static_cast<size_t>(b.size));
     for (int64_t i = 0; i < b.size; ++i)
         w[static_cast<size_t>(i)] = by_positions ? b.num_steps : b.tgt_valid_len[static_cast<size_t>(i)];
-    auto [r0, r1] = shard_rows(w, rank, size);
+    const auto range = shard_rows(w, rank, size);
+    const int64_t r0 = range.first, r1 = range.second;  // not a structured binding: lambdas capture it (clang 14)
     data::Batch s;
     s.size = r1 - r0;
     s.num_steps = b.num_steps;
