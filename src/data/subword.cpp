@@ -160,6 +160,8 @@ std::string piece_problem(const std::string& b) {
     while (i < b.size()) {
         uint64_t tag = 0, len = 0;
         if (!varint(i, b.size(), tag)) return "";
+        if ((tag & 7) > 2 && (tag & 7) != 5)  // groups (3, 4) and 6, 7: protobuf may skip what we cannot
+            return detail::str("a field of wire type ", tag & 7, " at byte ", i, " (SentencePiece writes none)");
         if (tag != ((1 << 3) | 2)) {
             if (!skip(i, b.size(), tag & 7)) return "";
             continue;
@@ -171,6 +173,8 @@ std::string piece_problem(const std::string& b) {
         while (j < end) {
             uint64_t t = 0, l = 0;
             if (!varint(j, end, t)) return "";
+            if ((t & 7) > 2 && (t & 7) != 5)
+                return detail::str("piece ", n, " has a field of wire type ", t & 7, " (SentencePiece writes none)");
             if (t == ((1 << 3) | 2)) {
                 if (!varint(j, end, l) || l > end - j) return "";
                 piece.assign(b, j, size_t(l));

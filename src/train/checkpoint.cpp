@@ -178,6 +178,8 @@ RunningSums sums_of(const nlohmann::json& j, const char* key) {
         RunningSums s;
         s.loss    = o.at("loss").get<double>();
         s.seconds = o.at("seconds").get<double>();
+        // Integers only: a float such as 1e300 converted to int64_t is undefined behaviour.
+        QKV_CHECK(o.at("steps").is_number_integer() && o.at("tokens").is_number_integer(), "not an integer count");
         s.steps   = o.at("steps").get<int64_t>();
         s.tokens  = o.at("tokens").get<int64_t>();
         QKV_CHECK(s.steps >= 0 && s.tokens >= 0, "negative count");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +57,20 @@ MetricsRecord epoch_record(const EpochRecord& r, double epoch_pos) {
                          {"partial", r.partial}};
 }
 
+namespace {
+
+/// A record's "step" (`missing` when it has none); throws std::runtime_error when it is not an
+/// integer: converting a huge float such as 4.9e63 to int64_t is undefined behaviour
+/// (found by tests/fuzz/fuzz_metrics).
+int64_t step_of(const nlohmann::json& j, int64_t missing) {
+    const auto it = j.find("step");
+    if (it == j.end()) return missing;
+    if (!it->is_number_integer()) throw std::runtime_error("\"step\" is not an integer");
+    return it->get<int64_t>();
+}
+
+}  // namespace
+
 MetricsTruncation truncate_metrics_text(const std::string& text, int64_t step) {
     MetricsTruncation t;
     std::istringstream in(text);
@@ -67,7 +82,7 @@ MetricsTruncation truncate_metrics_text(const std::string& text, int64_t step) {
         try {
             auto j = nlohmann::json::parse(line);
             if (!j.is_object()) throw std::runtime_error("not an object");
-            if (j.value("step", int64_t(0)) > step || is_partial_epoch(j)) continue;
+            if (step_of(j, 0) > step || is_partial_epoch(j)) continue;
         } catch (const std::exception&) {
             if (t.bad_lines++ == 0) t.first_bad = n;
             continue;
@@ -90,7 +105,7 @@ std::vector<MetricsRecord> missing_records(const std::string& metrics_text, cons
     for (std::string line; std::getline(in, line);) {
         try {
             auto j = nlohmann::json::parse(line);
-            if (j.value("step", int64_t(-1)) == p.step) have.insert(j.value("kind", ""));
+            if (j.is_object() && step_of(j, -1) == p.step) have.insert(j.value("kind", ""));
         } catch (const std::exception&) {
             // a torn line (or not an object): not a record
         }

@@ -219,6 +219,19 @@ TEST(RunRecorder, TruncateMetricsKeepsWhatTheCheckpointCovers) {
     EXPECT_EQ(t.first_bad, 5);
 }
 
+// Found by tests/fuzz/fuzz_metrics's 10-minute run: a "step" of 4.9e63 was converted to int64_t
+// (undefined behaviour; in practice INT64_MIN, so the line was kept). A step that is not an integer
+// makes the line "not a record".
+TEST(RunRecorder, NonIntegerStepIsNotARecord) {
+    const std::string text =
+        "{\"kind\":\"step\",\"step\":4888888888888888888888888888888888888888888888888888888888888888}\n"
+        "{\"kind\":\"step\",\"step\":2,\"loss\":1.0}\n";
+    const train::MetricsTruncation t = train::truncate_metrics_text(text, 3);
+    EXPECT_EQ(t.kept, "{\"kind\":\"step\",\"step\":2,\"loss\":1.0}\n");
+    EXPECT_EQ(t.bad_lines, 1);
+    EXPECT_EQ(t.first_bad, 1);
+}
+
 // A metrics.jsonl append that fails (a full disk: /dev/full answers every write with ENOSPC)
 // stops the run naming the file, instead of losing the records without a word.
 TEST(RunRecorder, FailedMetricsAppendThrowsNamingTheFile) {
