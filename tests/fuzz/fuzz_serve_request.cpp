@@ -2,7 +2,7 @@
 // (serve/service.h, no model loaded). Input: byte 0 picks the endpoint and the Content-Type,
 // byte 1 the path and method for Service::handle; the rest is the body. Checks the invariants
 // the parser promises: no exception, no crash, an error has a known status, a message and a
-// kind and names no file; an accepted request has at least one sentence of valid UTF-8 without NUL,
+// kind and names no file (the model folder's name appears in no answer unless the client sent it); an accepted request has at least one sentence of valid UTF-8 without NUL,
 // within the limits. Seeds: tests/fuzz/corpus/serve_request/.
 #include <cstdint>
 #include <cstdlib>
@@ -46,6 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     limits.max_sentences = 8;
     limits.max_chars     = 64;
     const ParseResult r = parse_translate_request(endpoint, body, type, limits);
+    // The client may send the model folder's name itself (libFuzzer finds it through its
+    // comparison tracing): an answer that echoes the client's own text is not a leak.
+    bool client_named_model = body.find("qkv_fuzz_model") != std::string_view::npos;
     if (const auto* e = std::get_if<ApiError>(&r)) {
         require(e->status == 400 || e->status == 413 || e->status == 415);
         require(!e->message.empty() && !e->kind.empty());
@@ -54,6 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto& t = std::get<TranslateRequest>(r);
         require(!t.q.empty() && int64_t(t.q.size()) <= limits.max_sentences);
         for (const auto& s : t.q) {
+            client_named_model = client_named_model || s.find("qkv_fuzz_model") != std::string::npos;
             require(qkv::data::invalid_utf8_offset(s) == std::string::npos);
             require(s.find('\0') == std::string::npos);
             require(int64_t(utf8_length(s)) <= limits.max_chars);
@@ -72,6 +76,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[1] & 0x80) req.headers.push_back({"X-API-Key", "fuzzkey"});
     const HttpResponse res = service().handle(req);
     require(res.status >= 200 && res.status < 600);
-    require(res.body.find("qkv_fuzz_model") == std::string::npos);
+    require(client_named_model || res.body.find("qkv_fuzz_model") == std::string::npos);
     return 0;
 }
