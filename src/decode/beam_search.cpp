@@ -25,6 +25,7 @@ struct Beam {
     std::vector<int64_t> tokens;
     double log_prob = kDead;  // the model's log-probabilities summed
     double search = kDead;    // the processed ones summed (the ranking)
+    std::vector<std::vector<float>> attn;  // with return_attention: one row per token
 };
 
 struct Candidate {
@@ -102,6 +103,9 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
     NoGradGuard ng;
 
     auto state = model.init_state(src, src_valid_len);
+    const int64_t Ts = src.size(1);
+    models::DecoderAttentionTrace trace;
+    if (opt.return_attention) state->trace = &trace;
     std::vector<int64_t> rows(static_cast<size_t>(B * K));
     for (int64_t i = 0; i < B * K; ++i) rows[size_t(i)] = i / K;
     state->reorder(from_vector(rows, {B * K}));
@@ -124,6 +128,23 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
         const int64_t A = int64_t(act.size());
         // Read in place: a (A·K, V) copy per step would be fresh memory every time (page faults).
         const Tensor logits_t = model.decode_step(from_vector(last, {A * K}), *state).contiguous();
+        // This step's cross-attention of the last block, mean over heads, per decoder row.
+        std::vector<std::vector<float>> step_attn;
+        if (opt.return_attention) {
+            QKV_CHECK(!trace.cross.empty() && !trace.cross.back().empty(),
+                      "decode: return_attention: the model recorded no cross-attention for the step");
+            const Tensor w = trace.cross.back().back().contiguous();  // (A·K, H, 1, Ts')
+            QKV_CHECK(w.dim() == 4 && w.size(0) == A * K, "decode: return_attention: unexpected trace shape");
+            const auto wv = w.to_vector<float>();
+            const int64_t H = w.size(1), Tw = w.size(3);
+            step_attn.assign(size_t(A * K), std::vector<float>(size_t(Ts), 0.f));
+            for (int64_t r = 0; r < A * K; ++r)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t j = 0; j < std::min(Tw, Ts); ++j)
+                        step_attn[size_t(r)][size_t(j)] += wv[size_t((r * H + h) * Tw + j)] / float(H);
+            trace.cross.clear();
+            trace.self.clear();
+        }
         const Tensor logp_t   = log_softmax(logits_t, 1).contiguous();
         QKV_CHECK(logp_t.dtype() == DType::f32, "beam_search: the model's logits must be float32, got ",
                   dtype_name(logp_t.dtype()));
@@ -202,6 +223,10 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                         h.log_prob = c.lp;
                         h.score    = c.s / length_penalty(int64_t(from.tokens.size()) + 1, opt.length_penalty);
                         h.finished = true;
+                        if (opt.return_attention) {
+                            h.attention = from.attn;
+                            h.attention.push_back(step_attn[size_t(a * K + c.k)]);
+                        }
                         finished[size_t(b)].push_back(std::move(h));
                     }
                     continue;
@@ -211,6 +236,10 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                 nb.tokens.push_back(c.v);
                 nb.log_prob = c.lp;
                 nb.search   = c.s;
+                if (opt.return_attention) {
+                    nb.attn = from.attn;  // the parent's history, then this step's row of the parent
+                    nb.attn.push_back(step_attn[size_t(a * K + c.k)]);
+                }
                 parent[size_t(a * K + n_live)] = a * K + c.k;
                 next_last[size_t(a * K + n_live)] = c.v;
                 ++n_live;
@@ -260,6 +289,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                 h.tokens   = bm.tokens;
                 h.log_prob = bm.log_prob;
                 h.score    = bm.search / length_penalty(int64_t(bm.tokens.size()), opt.length_penalty);
+                h.attention = bm.attn;
                 fin.push_back(std::move(h));
             }
         }

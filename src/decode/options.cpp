@@ -140,4 +140,17 @@ int64_t sample_from(const std::vector<double>& p, Generator& gen) {
     return last;  // u above the rounded total
 }
 
+std::string alignment_pairs(const std::vector<std::vector<float>>& attention, int64_t src_len) {
+    std::string out;
+    for (size_t j = 0; j < attention.size(); ++j) {
+        const auto& row = attention[j];
+        if (row.empty()) continue;
+        const auto i = int64_t(std::max_element(row.begin(), row.end()) - row.begin());
+        if (i >= src_len) continue;
+        if (!out.empty()) out += ' ';
+        out += std::to_string(i) + "-" + std::to_string(j);
+    }
+    return out;
+}
+
 }  // namespace qkv::decode

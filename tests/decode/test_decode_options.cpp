@@ -151,6 +151,75 @@ TEST(DecodeOptions, MinLenAndNoRepeatChangeTheSearchAsDocumented) {
     }
 }
 
+// With a repetition penalty the ranking sums the penalised log-probabilities, while log_prob stays
+// the model's own (teacher-forced) sum.
+TEST(DecodeOptions, RepetitionPenaltyChangesTheRankingNotTheLogProb) {
+    Fixture f(7);
+    auto d = f.options();
+    d.max_len = 10, d.min_len = 6, d.beam_size = 2, d.num_hypotheses = 2;
+    const auto plain = decode::generate(*f.m, f.src, f.vl, d);
+    d.repetition_penalty = 3;
+    const auto pen = decode::generate(*f.m, f.src, f.vl, d);
+    bool differs = false, score_differs = false;
+    for (int64_t i = 0; i < f.c.arrays.n; ++i) {
+        differs = differs || pen[size_t(i)][0].tokens != plain[size_t(i)][0].tokens;
+        for (const auto& h : pen[size_t(i)]) {
+            const Tensor s1 = f.src.slice(0, i, i + 1), v1 = f.vl.slice(0, i, i + 1);
+            EXPECT_NEAR(h.log_prob, sequence_log_prob(*f.m, s1, v1, d.bos, d.eos, h.tokens, h.finished), kLogProbTol);
+            const int64_t n = int64_t(h.tokens.size()) + (h.finished ? 1 : 0);
+            score_differs = score_differs ||
+                            std::abs(h.score - h.log_prob / std::pow((5.0 + double(n)) / 6.0, 0.6)) > 1e-3;
+        }
+    }
+    EXPECT_TRUE(differs) << "a penalty of 3 must change some output";
+    EXPECT_TRUE(score_differs) << "the score must be the penalised sum's";
+}
+
+// The attention returned for each n-best hypothesis (beam 3, sources finishing apart) equals a
+// teacher-forced pass over that hypothesis: the history followed the beam back-pointers.
+TEST(DecodeOptions, BeamAttentionEqualsTeacherForcedAttention) {
+    Fixture f(2, 30);
+    auto d = f.options();
+    d.beam_size = 3, d.num_hypotheses = 3, d.max_len = 10, d.return_attention = true;
+    const auto hyps = decode::generate(*f.m, f.src, f.vl, d);
+    f.m->keep_attention_weights(true);
+    const int64_t Ts = f.src.size(1);
+    int64_t rows_checked = 0;
+    for (int64_t i = 0; i < f.c.arrays.n; ++i)
+        for (const auto& h : hyps[size_t(i)]) {
+            std::vector<int64_t> in = {d.bos};
+            in.insert(in.end(), h.tokens.begin(), h.tokens.end());
+            if (!h.finished) in.pop_back();
+            const int64_t T = int64_t(in.size());
+            ASSERT_EQ(int64_t(h.attention.size()), T);
+            NoGradGuard ng;
+            f.m->forward(f.src.slice(0, i, i + 1), f.vl.slice(0, i, i + 1), from_vector(in, {1, T}));
+            const Tensor w = f.m->decoder->blks.back()->attention2->attention_weights().contiguous();  // (1, H, T, Tk)
+            const int64_t H = w.size(1), Tk = w.size(3);
+            const auto wv = w.to_vector<float>();
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t j = 0; j < Ts; ++j) {
+                    double mean = 0;
+                    if (j < Tk)
+                        for (int64_t hh = 0; hh < H; ++hh) mean += wv[size_t(((hh * T) + t) * Tk + j)] / double(H);
+                    // f32 softmax weights from two evaluation orders (cached step vs full pass).
+                    EXPECT_NEAR(h.attention[size_t(t)][size_t(j)], mean, 1e-5) << "source " << i << " t " << t;
+                    ++rows_checked;
+                }
+        }
+    f.m->keep_attention_weights(false);
+    EXPECT_GT(rows_checked, 0);
+}
+
+TEST(DecodeOptions, AlignmentPairsOnAHandMadeMatrix) {
+    // 3 target tokens over 4 source positions (3 words + <eos>): token 2 looks at <eos>, dropped.
+    const std::vector<std::vector<float>> a = {{0.1f, 0.7f, 0.1f, 0.1f}, {0.6f, 0.2f, 0.1f, 0.1f},
+                                               {0.1f, 0.1f, 0.1f, 0.7f}};
+    EXPECT_EQ(decode::alignment_pairs(a, 3), "1-0 0-1");
+    EXPECT_EQ(decode::alignment_pairs(a, 4), "1-0 0-1 3-2");
+    EXPECT_EQ(decode::alignment_pairs({}, 3), "");
+}
+
 TEST(DecodeOptions, ProcessRowRulesOnAHandMadeRow) {
     // V = 6, eos = 1, logits l.
     const std::vector<float> l = {0.f, 1.f, 2.f, -1.f, 0.5f, 3.f};

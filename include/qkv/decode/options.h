@@ -7,6 +7,7 @@
 // (Fan et al. 2018); top-p / nucleus sampling (Holtzman et al. 2020, eq. 3).
 // Dim legend: V target vocabulary.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "qkv/core/generator.h"
@@ -50,6 +51,8 @@ struct DecodeOptions {
     /// Target ids never emitted (e.g. <unk>; never <eos>).
     std::vector<int64_t> banned;
     SamplingOptions sampling;  // requires beam_size == num_hypotheses == 1
+    /// Fill Hypothesis::attention (the model's DecoderState trace, one step at a time).
+    bool return_attention = false;
 
     /// Throws qkv::Error naming the field when a value is out of range or the fields disagree;
     /// V is the target vocabulary size.
@@ -70,7 +73,18 @@ struct Hypothesis {
     /// repetition_penalty != 1 (then the penalised log-probabilities are summed).
     double score = 0;
     bool finished = false;        // emitted <eos> (false: cut at max_len)
+    /// With return_attention: (n, Ts) row-major by output token (<eos> included when finished):
+    /// the last decoder block's cross-attention weights, mean over heads, of the step that chose
+    /// the token; with beam search each row comes from the beam the hypothesis descends from at
+    /// that step (the history follows the back-pointers). Ts is src.size(1); columns the model
+    /// did not read are 0.
+    std::vector<std::vector<float>> attention;
 };
+
+/// Moses-style alignment "i-j ..." (0-based source word i, target token j): for each target token
+/// j (one row of `attention`, (n, Ts)), the source position of its largest weight (the first on
+/// ties), kept when i < src_len (the <eos> column and padding are dropped).
+std::string alignment_pairs(const std::vector<std::vector<float>>& attention, int64_t src_len);
 
 /// The processed log-probabilities of one row (plain reference; the search calls it per beam):
 /// logits (V) f32 of the next token after `history` (the hypothesis so far, without <bos>) ->
