@@ -430,8 +430,9 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
             d.prefix.push_back(id);
         }
     }
+    d.return_attention = opt.attention || opt.replace_unknowns;
     d.validate(m.model->tgt_vocab_size());
-    const bool plain_greedy = opt.beam == 1 && !d.needs_logits();
+    const bool plain_greedy = opt.beam == 1 && !d.needs_logits() && !d.return_attention && !opt.scores;
     const int64_t n = int64_t(src.size());
     std::vector<std::vector<Translation>> out(static_cast<size_t>(n));
     m.model->eval();
@@ -471,13 +472,40 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
             g.banned  = d.banned;
             const auto ids = decode::greedy_decode(*m.model, s, vl, g);
             for (size_t r = 0; r < ids.size(); ++r)
-                out[size_t(order[size_t(start) + r])] = {Translation{target_words(m, m.tgt_vocab.decode(ids[r])), 0, 0}};
+            {
+                Translation t;
+                t.words = target_words(m, m.tgt_vocab.decode(ids[r]));
+                out[size_t(order[size_t(start) + r])] = {std::move(t)};
+            }
         } else {
             const auto hyps = decode::generate(*m.model, s, vl, d);
             for (size_t r = 0; r < hyps.size(); ++r) {
-                auto& o = out[size_t(order[size_t(start) + r])];
-                for (const auto& h : hyps[r])
-                    o.push_back(Translation{target_words(m, m.tgt_vocab.decode(h.tokens)), h.log_prob, h.score});
+                const int64_t row = order[size_t(start) + r];
+                const auto& src_units = units[size_t(row)];
+                // Source positions the model read: its units (cut to num_steps - 1) then <eos>.
+                const int64_t src_len = std::min<int64_t>(int64_t(src_units.size()), num_steps);
+                auto& o = out[size_t(row)];
+                for (const auto& h : hyps[r]) {
+                    std::vector<std::string> u = m.tgt_vocab.decode(h.tokens);
+                    if (opt.replace_unknowns)
+                        for (size_t j = 0; j < h.tokens.size(); ++j) {
+                            if (h.tokens[j] != m.tgt_vocab.unk()) continue;
+                            const auto& w = h.attention[j];
+                            const auto i  = int64_t(std::max_element(w.begin(), w.end()) - w.begin());
+                            if (i >= src_len) continue;  // attends to <eos> or beyond: keep <unk>
+                            u[j] = src_units[size_t(i)];  // a piece keeps its word-start mark
+                        }
+                    Translation t;
+                    t.words    = target_words(m, u);
+                    t.log_prob = h.log_prob;
+                    t.score    = h.score;
+                    if (opt.attention) {
+                        t.units     = u;
+                        t.attention = h.attention;
+                        t.alignment = decode::alignment_pairs(h.attention, src_len);
+                    }
+                    o.push_back(std::move(t));
+                }
             }
         }
         if (bar) bar->update(end - start);

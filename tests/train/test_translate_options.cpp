@@ -92,5 +92,35 @@ TEST(TranslateOptions, NBestAndPrefix) {
     }
 }
 
+// A forced <unk> (the prefix) is replaced by the source word its cross-attention peaks on, which
+// the alignment names; without the option it stays <unk>.
+TEST(TranslateOptions, ReplaceUnknownsCopiesTheAlignedSourceWord) {
+    train::ModelDir m = tiny_model_dir();
+    const auto src = mixed_sources();
+    train::TranslateOptions t;
+    t.max_len = 10, t.attention = true, t.prefix = {"<unk>"};
+    const auto kept = train::translate_nbest(m, src, t);
+    t.replace_unknowns = true;
+    const auto replaced = train::translate_nbest(m, src, t);
+    int64_t n_replaced = 0;
+    for (size_t s = 0; s < src.size(); ++s) {
+        ASSERT_FALSE(kept[s][0].words.empty());
+        EXPECT_EQ(kept[s][0].words[0], "<unk>");
+        const std::string& al = replaced[s][0].alignment;
+        // the pair of target token 0: "i-0"
+        const auto pos = al.find("-0");
+        if (pos == std::string::npos || (pos + 2 < al.size() && al[pos + 2] != ' ')) {
+            EXPECT_EQ(replaced[s][0].words[0], "<unk>") << "no source word aligned: kept";
+            continue;
+        }
+        const size_t start = al.rfind(' ', pos) == std::string::npos ? 0 : al.rfind(' ', pos) + 1;
+        const size_t i = std::stoul(al.substr(start, pos - start));
+        ASSERT_LT(i, src[s].size());
+        EXPECT_EQ(replaced[s][0].words[0], src[s][i]) << "source " << s << " alignment " << al;
+        ++n_replaced;
+    }
+    EXPECT_GT(n_replaced, 0) << "some <unk> must be aligned to a source word for the test to bite";
+}
+
 }  // namespace
 }  // namespace qkv::test

@@ -165,6 +165,15 @@ struct TranslateOptions {
     /// Target words every translation starts with (a subword model encodes them into pieces).
     std::vector<std::string> prefix;
     decode::SamplingOptions sampling;
+    /// Real scores in Translation (the search path) also for plain greedy decoding.
+    bool scores = false;
+    /// Fill Translation::units / attention / alignment (decode::DecodeOptions::return_attention).
+    bool attention = false;
+    /// Each output <unk> becomes the source unit with the highest cross-attention for it (the
+    /// source word for a word model; for a subword model the source piece, copied with its
+    /// word-start mark before the pieces are joined). An <unk> that attends most to the source's
+    /// <eos> stays.
+    bool replace_unknowns = false;
 };
 
 /// One translation of an n-best list: target words and the hypothesis's scores.
@@ -172,6 +181,10 @@ struct Translation {
     std::vector<std::string> words;
     double log_prob = 0;  // sum of the model's token log-probabilities (decode::Hypothesis)
     double score = 0;     // length-normalised (GNMT α = length_penalty)
+    // With TranslateOptions::attention:
+    std::vector<std::string> units;               // the model's output units (<eos> not listed)
+    std::vector<std::vector<float>> attention;    // (output units (+ <eos>), source units + <eos>)
+    std::string alignment;                        // Moses "i-j" over source and output units
 };
 
 /// How many leading words of a source sentence a subword model encodes: 4 × num_steps. Every word
@@ -206,8 +219,8 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
                                                        const TranslateOptions& opt);
 /// translate_tokens with every decoding option: for each source, up to opt.num_hypotheses
 /// translations with their scores, best first, in input order whatever the batching. Plain greedy
-/// (no option beyond beam 1 / no_unk) takes decode::greedy_decode's fused path, with score and
-/// log_prob left 0; everything else goes through decode::generate. Throws qkv::Error on bad
+/// (no option beyond beam 1 / no_unk, scores false) takes decode::greedy_decode's fused path, with
+/// score and log_prob left 0; everything else goes through decode::generate. Throws qkv::Error on bad
 /// options (naming the field) or a prefix word outside the target vocabulary.
 std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::vector<std::vector<std::string>>& src,
                                                       const TranslateOptions& opt);
