@@ -27,6 +27,7 @@ struct EvalArgs {
     int64_t beam = 0, max_len = 0, limit = 0, batch = 500, show = 10;
     double length_penalty = -1;
     bool pe_quirk = false, no_progress = false, no_unk = false;
+    DecodeFlags decode;
 };
 
 /// --hyp-out and --json must not name one file (the second write would replace the first) nor a
@@ -82,6 +83,7 @@ void run(const EvalArgs& a) {
     to.batch_size     = a.batch;
     to.no_unk         = a.no_unk;
     to.progress       = !a.no_progress;
+    apply_decode_flags(a.decode, to);
     util::Timer timer;
     auto hyp = train::translate_tokens(m, src, to);
     const double secs = timer.seconds();
@@ -143,6 +145,8 @@ void run(const EvalArgs& a) {
                             {"decode_seconds", secs},
                             {"peak_rss_bytes", util::peak_rss_bytes()},
                             {"beam", to.beam},
+                            {"batch_type", a.decode.batch_type},
+                            {"batch_size", to.batch_size},
                             {"pe_quirk", a.pe_quirk},
                             {"book", jbook},
                             {"book_mean_bleu", mean}};
@@ -162,7 +166,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
     c->add_option("--limit", a->limit, "score only the first N held-out pairs")
         ->check(int_range(1, 1000000000));
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch (default 500)")->check(int_range(1, 100000));
+    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->check(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
         ->check(int_range(0, 1000000000));
     c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line")->check(non_empty_path());
@@ -170,6 +174,7 @@ Registration reg([](CLI::App& app) {
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    add_decode_flags(c, a->decode);
     c->callback([a] { run(*a); });
 });
 

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "options.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/util/atomic_file.h"
 
 namespace qkv::cli {
 namespace {
@@ -24,7 +27,10 @@ struct TranslateArgs {
     std::string file;
     int64_t beam = 0, max_len = 0, batch = 500;
     double length_penalty = -1;
-    bool show_source = false, pe_quirk = false, no_unk = false;
+    int64_t num_hypotheses = 1;
+    bool show_source = false, pe_quirk = false, no_unk = false, scores = false, alignments = false;
+    std::string attention_json;
+    DecodeFlags decode;
 };
 
 bool is_blank(const std::vector<std::string>& tokens) {
@@ -48,6 +54,7 @@ void run(const TranslateArgs& a) {
             throw CLI::ValidationError(detail::str("--file '", a.file, "' is a folder, not a file of sentences"));
         QKV_CHECK(std::filesystem::exists(a.file, ec), "translate: --file '", a.file, "' does not exist");
     }
+    check_output_file("--attention-json", a.attention_json);  // before decoding, not after
     train::ModelDir m = train::load_model_dir(a.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
@@ -104,15 +111,52 @@ void run(const TranslateArgs& a) {
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
     to.batch_size     = a.batch;
     to.no_unk         = a.no_unk;
-    auto hyp = train::translate_tokens(m, src, to);
+    to.num_hypotheses = a.num_hypotheses;
+    if (to.num_hypotheses > to.beam)
+        throw CLI::ValidationError(detail::str("--num-hypotheses ", to.num_hypotheses, " needs --beam >= ",
+                                               to.num_hypotheses, " (the n-best come from the beam), got ", to.beam));
+    apply_decode_flags(a.decode, to);
+    to.attention = a.alignments || !a.attention_json.empty();
+    to.scores    = a.scores;
+    const auto hyp = train::translate_nbest(m, src, to);
+    if (!a.attention_json.empty()) {
+        // One object per input line: source units (+ <eos>), output units, weights (rows: output
+        // units + <eos> when finished; columns: source units + <eos>, then padding at 0).
+        nlohmann::json j = nlohmann::json::array();
+        const auto units = train::source_units(m, src);
+        for (size_t i = 0; i < lines.size(); ++i) {
+            const size_t r = row_of[i];
+            nlohmann::json e = {{"line", i + 1}};
+            if (r != std::string::npos && !hyp[r].empty()) {
+                e["source"]      = units[r];
+                e["translation"] = hyp[r][0].units;
+                e["alignment"]   = hyp[r][0].alignment;
+                e["attention"]   = hyp[r][0].attention;
+            }
+            j.push_back(std::move(e));
+        }
+        util::write_file_atomic(a.attention_json, j.dump() + "\n");
+    }
+    // With --num-hypotheses > 1 or --scores: Moses n-best lines "i ||| translation ||| log P |||
+    // log P / lp", i the 0-based input line; otherwise one translation per input line.
+    const bool nbest = to.num_hypotheses > 1 || a.scores;
     for (size_t i = 0; i < lines.size(); ++i) {
         const size_t r = row_of[i];
+        if (nbest) {
+            if (r == std::string::npos) continue;
+            for (const auto& t : hyp[r])
+                std::printf("%zu ||| %s ||| %.6f ||| %.6f%s%s\n", i, train::join_tokens(t.words).c_str(), t.log_prob,
+                            t.score, a.alignments ? " ||| " : "", a.alignments ? t.alignment.c_str() : "");
+            continue;
+        }
+        std::string out = r == std::string::npos || hyp[r].empty() ? "" : train::join_tokens(hyp[r][0].words);
+        if (a.alignments && r != std::string::npos && !hyp[r].empty()) out += " ||| " + hyp[r][0].alignment;
         if (r == std::string::npos)
             std::printf("\n");
         else if (a.show_source)
-            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), train::join_tokens(hyp[r]).c_str());
+            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), out.c_str());
         else
-            std::printf("%s\n", train::join_tokens(hyp[r]).c_str());
+            std::printf("%s\n", out.c_str());
     }
     std::fflush(stdout);
     QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,
@@ -133,8 +177,17 @@ Registration reg([](CLI::App& app) {
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
         ->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
-    c->add_option("--batch-size", a->batch, "sentences per decoder batch (default 500)")->check(int_range(1, 100000));
+    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->check(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
+    c->add_option("--num-hypotheses", a->num_hypotheses, "n-best: print the K best of the beam as "
+                                                          "'line ||| translation ||| log P ||| normalised'")
+        ->check(int_range(1, 100));
+    c->add_flag("--scores", a->scores, "print scores ('line ||| translation ||| log P ||| normalised')");
+    c->add_flag("--alignments", a->alignments, "append ' ||| i-j ...' (source unit i aligned to output unit j: "
+                                               "the last decoder block's cross-attention, mean over heads, argmax)");
+    c->add_option("--attention-json", a->attention_json, "write each line's cross-attention weights as JSON")
+        ->check(non_empty_path());
+    add_decode_flags(c, a->decode);
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });

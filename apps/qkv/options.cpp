@@ -284,4 +284,42 @@ void check_writable(const std::string& flag, const std::string& path) {
     }
 }
 
+void add_decode_flags(CLI::App* c, DecodeFlags& f) {
+    c->add_option("--min-len", f.min_len, "no <eos> before this many output tokens")->check(int_range(0, 1000));
+    c->add_option("--no-repeat-ngram-size", f.no_repeat_ngram_size, "no n-gram of this size twice in an output (0: off)")
+        ->check(int_range(0, 1000));
+    c->add_option("--repetition-penalty", f.repetition_penalty,
+                  "CTRL penalty on the logits of tokens already output (1: off)")
+        ->check(real_range(0, 100, true));
+    c->add_option("--prefix", f.prefix, "target words every translation starts with (forced)");
+    c->add_flag("--sampling", f.sampling, "sample each token instead of searching (greedy/beam)");
+    c->add_option("--temperature", f.temperature, "sampling temperature")->check(real_range(0, 100, true));
+    c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (0: all)")->check(int_range(0, 1000000));
+    c->add_option("--top-p", f.top_p, "sample among the most probable tokens of this mass")->check(real_range(0, 1, true));
+    c->add_option("--seed", f.seed, "sampling seed (same seed, same output)");
+    c->add_option("--batch-type", f.batch_type, "what --batch-size counts: examples (sentences) or tokens (source "
+                                                "tokens with padding)")
+        ->check(CLI::IsMember({"examples", "tokens"}));
+    c->add_flag("--replace-unknowns", f.replace_unknowns,
+                "replace each output <unk> by the source word with the highest cross-attention");
+}
+
+void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
+    if (!f.sampling && (f.temperature != 1.0 || f.top_k != 0 || f.top_p != 1.0 || f.seed != 0))
+        throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");
+    if (f.sampling && to.beam > 1)
+        throw CLI::ValidationError("--sampling draws one translation: not with --beam > 1");
+    to.min_len              = f.min_len;
+    to.no_repeat_ngram_size = f.no_repeat_ngram_size;
+    to.repetition_penalty   = f.repetition_penalty;
+    to.prefix               = data::tokenize_nmt(f.prefix);  // normalised as the training targets were
+    to.sampling.enabled     = f.sampling;
+    to.sampling.temperature = f.temperature;
+    to.sampling.top_k       = f.top_k;
+    to.sampling.top_p       = f.top_p;
+    to.sampling.seed        = f.seed;
+    to.batch_tokens         = f.batch_type == "tokens";
+    to.replace_unknowns     = f.replace_unknowns;
+}
+
 }  // namespace qkv::cli

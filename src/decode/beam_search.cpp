@@ -1,6 +1,7 @@
-// Batched beam search over the model's incremental cache: the searching sources × K beams form one
-// decoder batch, reordered after each step to follow the surviving parents; a source that is done
-// leaves the batch. Each beam row contributes only its best 2K tokens to the ranking.
+// Batched beam search over the model's incremental cache (decode::generate, with every option of
+// DecodeOptions): the searching sources × K beams form one decoder batch, reordered after each step
+// to follow the surviving parents; a source that is done leaves the batch. Each beam row
+// contributes only its best 2K tokens to the ranking (with sampling: its one drawn token).
 #include "qkv/decode/beam_search.h"
 
 #include <algorithm>
@@ -22,13 +23,43 @@ double length_penalty(int64_t n, double alpha) {
 
 struct Beam {
     std::vector<int64_t> tokens;
-    double log_prob = kDead;
+    double log_prob = kDead;  // the model's log-probabilities summed
+    double search = kDead;    // the processed ones summed (the ranking)
+    std::vector<std::vector<float>> attn;  // with return_attention: one row per token
 };
 
 struct Candidate {
-    double s;
+    double s;   // search sum
+    double lp;  // model sum
     int64_t k, v;
 };
+
+/// A source's own sampling stream: splitmix64 over the seed and its valid token ids.
+uint64_t source_key(uint64_t seed, const int64_t* ids, int64_t n) {
+    auto mix = [](uint64_t z) {
+        z += 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    };
+    uint64_t h = mix(seed);
+    for (int64_t i = 0; i < n; ++i) h = mix(h ^ uint64_t(ids[i]));
+    return h;
+}
+
+/// ids of the n largest finite entries of row[0, V), best first; ties go to the smaller id.
+void row_top_processed(const std::vector<double>& row, int64_t n, std::vector<int64_t>& ids) {
+    ids.clear();
+    const auto V = int64_t(row.size());
+    for (int64_t v = 0; v < V; ++v) {
+        const double x = row[size_t(v)];
+        if (x == kDead) continue;
+        if (int64_t(ids.size()) == n && !(x > row[size_t(ids.back())])) continue;
+        if (int64_t(ids.size()) < n) ids.push_back(v);
+        else ids.back() = v;
+        for (size_t i = ids.size() - 1; i > 0 && x > row[size_t(ids[i - 1])]; --i) std::swap(ids[i], ids[i - 1]);
+    }
+}
 
 /// ids of the n largest entries of row[0, V) that are not banned, best first; ties go to the
 /// smaller id (the order the full sort of candidates uses). O(V·n) with n = 2K small.
@@ -48,30 +79,33 @@ void row_top(const float* row, int64_t V, const std::vector<char>& banned, int64
 
 }  // namespace
 
-std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, const Tensor& src,
-                                                 const Tensor& src_valid_len,
-                                                 const BeamOptions& opt) {
+std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, const Tensor& src,
+                                              const Tensor& src_valid_len, const DecodeOptions& opt) {
     const int64_t V = model.tgt_vocab_size();
+    opt.validate(V);
     const int64_t K = opt.beam_size;
-    QKV_CHECK(K >= 1, "beam_search: beam_size must be >= 1, got ", K);
-    QKV_CHECK(opt.num_return >= 1 && opt.num_return <= K, "beam_search: num_return must be in [1, ",
-              K, "], got ", opt.num_return);
-    QKV_CHECK(opt.bos >= 0 && opt.bos < V && opt.eos >= 0 && opt.eos < V,
-              "beam_search: bos and eos must be target ids in [0, ", V, "), got ", opt.bos, ", ",
-              opt.eos);
-    QKV_CHECK(opt.max_len >= 1, "beam_search: max_len must be >= 1, got ", opt.max_len);
-    QKV_CHECK(std::isfinite(opt.length_penalty), "beam_search: length_penalty must be finite");
-    QKV_CHECK(src.defined() && src.dim() == 2, "beam_search: src must be (B, Ts)");
+    QKV_CHECK(src.defined() && src.dim() == 2, "decode: src must be (B, Ts)");
     std::vector<char> banned(static_cast<size_t>(V), 0);
-    for (int64_t id : opt.banned) {
-        QKV_CHECK(id >= 0 && id < V && id != opt.eos, "beam_search: banned id ", id, " is outside [0, ",
-                  V, ") or is <eos>");
-        banned[size_t(id)] = 1;
+    for (int64_t id : opt.banned) banned[size_t(id)] = 1;
+    const bool rules     = opt.needs_logits();
+    const bool penalised = opt.repetition_penalty != 1.0;
+    std::vector<Generator> gens;
+    if (opt.sampling.enabled) {
+        const Tensor s_c = src.contiguous(), vl_c = src_valid_len.contiguous();
+        const auto ids = s_c.to_vector<int64_t>();
+        const auto vls = vl_c.to_vector<int64_t>();
+        const int64_t Ts = src.size(1);
+        for (int64_t b = 0; b < src.size(0); ++b)
+            gens.emplace_back(source_key(opt.sampling.seed, ids.data() + b * Ts,
+                                         std::min(Ts, std::max<int64_t>(0, vls[size_t(b)]))));
     }
     const int64_t B = src.size(0);
     NoGradGuard ng;
 
     auto state = model.init_state(src, src_valid_len);
+    const int64_t Ts = src.size(1);
+    models::DecoderAttentionTrace trace;
+    if (opt.return_attention) state->trace = &trace;
     std::vector<int64_t> rows(static_cast<size_t>(B * K));
     for (int64_t i = 0; i < B * K; ++i) rows[size_t(i)] = i / K;
     state->reorder(from_vector(rows, {B * K}));
@@ -79,7 +113,7 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     // Only beam 0 of each source is live at the start, so the first step does not pick K copies
     // of the same token.
     std::vector<Beam> beams(static_cast<size_t>(B * K));
-    for (int64_t b = 0; b < B; ++b) beams[size_t(b * K)].log_prob = 0.0;
+    for (int64_t b = 0; b < B; ++b) beams[size_t(b * K)].log_prob = beams[size_t(b * K)].search = 0.0;
     std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(B));
     std::vector<char> done(size_t(B), 0);
     std::vector<int64_t> last(size_t(B * K), opt.bos);
@@ -93,20 +127,57 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
     for (int64_t t = 0; t < opt.max_len; ++t) {
         const int64_t A = int64_t(act.size());
         // Read in place: a (A·K, V) copy per step would be fresh memory every time (page faults).
-        const Tensor logp_t = log_softmax(model.decode_step(from_vector(last, {A * K}), *state), 1).contiguous();
+        const Tensor logits_t = model.decode_step(from_vector(last, {A * K}), *state).contiguous();
+        // This step's cross-attention of the last block, mean over heads, per decoder row.
+        std::vector<std::vector<float>> step_attn;
+        if (opt.return_attention) {
+            QKV_CHECK(!trace.cross.empty() && !trace.cross.back().empty(),
+                      "decode: return_attention: the model recorded no cross-attention for the step");
+            const Tensor w = trace.cross.back().back().contiguous();  // (A·K, H, 1, Ts')
+            QKV_CHECK(w.dim() == 4 && w.size(0) == A * K, "decode: return_attention: unexpected trace shape");
+            const auto wv = w.to_vector<float>();
+            const int64_t H = w.size(1), Tw = w.size(3);
+            step_attn.assign(size_t(A * K), std::vector<float>(size_t(Ts), 0.f));
+            for (int64_t r = 0; r < A * K; ++r)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t j = 0; j < std::min(Tw, Ts); ++j)
+                        step_attn[size_t(r)][size_t(j)] += wv[size_t((r * H + h) * Tw + j)] / float(H);
+            trace.cross.clear();
+            trace.self.clear();
+        }
+        const Tensor logp_t   = log_softmax(logits_t, 1).contiguous();
         QKV_CHECK(logp_t.dtype() == DType::f32, "beam_search: the model's logits must be float32, got ",
                   dtype_name(logp_t.dtype()));
         const float* logp = logp_t.data<float>();
         // Each live row's best 2K tokens, rows spread over the threads (the scan is O(V) per row).
         const int64_t n_top_row = 2 * K;
         std::vector<int64_t> tops(static_cast<size_t>(A * K * n_top_row), -1);
+        // With rules: the processed log-probability of each row's top tokens (the ranking's terms).
+        std::vector<double> top_proc(rules ? tops.size() : 0, kDead);
+        const float* logits = logits_t.data<float>();
 #pragma omp parallel
         {
             std::vector<int64_t> ids;
+            std::vector<double> proc;
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < A * K; ++r) {
-                if (beams[size_t(act[size_t(r / K)] * K + r % K)].log_prob == kDead) continue;
-                row_top(logp + r * V, V, banned, n_top_row, ids);
+                const int64_t b = act[size_t(r / K)];
+                const Beam& bm = beams[size_t(b * K + r % K)];
+                if (bm.log_prob == kDead) continue;
+                if (!rules) {
+                    row_top(logp + r * V, V, banned, n_top_row, ids);
+                } else {
+                    process_row(logits + r * V, V, bm.tokens, opt, banned, proc);
+                    if (opt.sampling.enabled) {
+                        ids.clear();
+                        bool any = false;
+                        for (double x : proc) any = any || x != kDead;
+                        if (any) ids.push_back(sample_from(sampling_distribution(proc, opt.sampling), gens[size_t(b)]));
+                    } else {
+                        row_top_processed(proc, n_top_row, ids);
+                    }
+                    for (size_t j = 0; j < ids.size(); ++j) top_proc[size_t(r * n_top_row) + j] = proc[size_t(ids[j])];
+                }
                 std::copy(ids.begin(), ids.end(), tops.begin() + r * n_top_row);
             }
         }
@@ -125,8 +196,13 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 if (bm.log_prob == kDead) continue;
                 const float* row = logp + (a * K + k) * V;
                 const int64_t* top = tops.data() + (a * K + k) * n_top_row;
-                for (int64_t j = 0; j < n_top_row && top[j] >= 0; ++j)
-                    cand.push_back({bm.log_prob + double(row[top[j]]), k, top[j]});
+                for (int64_t j = 0; j < n_top_row && top[j] >= 0; ++j) {
+                    const double lp = bm.log_prob + double(row[top[j]]);
+                    // The penalised sum ranks only under a repetition penalty; otherwise the processed
+                    // entries are the model's own (or −inf), summed as the model's f32 values.
+                    const double s = penalised ? bm.search + top_proc[size_t((a * K + k) * n_top_row + j)] : lp;
+                    cand.push_back({s, lp, k, top[j]});
+                }
             }
             // Best 2K candidates, ties broken by (beam, token) order so that K = 1 is argmax.
             const size_t n_top = std::min(cand.size(), size_t(2 * K));
@@ -144,9 +220,13 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                     if (int64_t(r) < K) {
                         Hypothesis h;
                         h.tokens   = from.tokens;
-                        h.log_prob = c.s;
+                        h.log_prob = c.lp;
                         h.score    = c.s / length_penalty(int64_t(from.tokens.size()) + 1, opt.length_penalty);
                         h.finished = true;
+                        if (opt.return_attention) {
+                            h.attention = from.attn;
+                            h.attention.push_back(step_attn[size_t(a * K + c.k)]);
+                        }
                         finished[size_t(b)].push_back(std::move(h));
                     }
                     continue;
@@ -154,7 +234,12 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 Beam& nb = next[size_t(n_live)];
                 nb.tokens = from.tokens;
                 nb.tokens.push_back(c.v);
-                nb.log_prob = c.s;
+                nb.log_prob = c.lp;
+                nb.search   = c.s;
+                if (opt.return_attention) {
+                    nb.attn = from.attn;  // the parent's history, then this step's row of the parent
+                    nb.attn.push_back(step_attn[size_t(a * K + c.k)]);
+                }
                 parent[size_t(a * K + n_live)] = a * K + c.k;
                 next_last[size_t(a * K + n_live)] = c.v;
                 ++n_live;
@@ -168,7 +253,7 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 std::nth_element(sc.begin(), sc.begin() + (K - 1), sc.end(), std::greater<double>());
                 const double kth = sc[size_t(K - 1)];
                 const double best_live =
-                    n_live > 0 ? next[0].log_prob / length_penalty(t + 1, opt.length_penalty) : kDead;
+                    n_live > 0 ? next[0].search / length_penalty(t + 1, opt.length_penalty) : kDead;
                 if (best_live <= kth) done[size_t(b)] = 1;
             }
             if (n_live == 0) done[size_t(b)] = 1;
@@ -203,16 +288,30 @@ std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, 
                 Hypothesis h;
                 h.tokens   = bm.tokens;
                 h.log_prob = bm.log_prob;
-                h.score    = bm.log_prob / length_penalty(int64_t(bm.tokens.size()), opt.length_penalty);
+                h.score    = bm.search / length_penalty(int64_t(bm.tokens.size()), opt.length_penalty);
+                h.attention = bm.attn;
                 fin.push_back(std::move(h));
             }
         }
         std::stable_sort(fin.begin(), fin.end(),
                          [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
-        if (int64_t(fin.size()) > opt.num_return) fin.resize(size_t(opt.num_return));
+        if (int64_t(fin.size()) > opt.num_hypotheses) fin.resize(size_t(opt.num_hypotheses));
         out[size_t(b)] = std::move(fin);
     }
     return out;
+}
+
+std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, const Tensor& src,
+                                                 const Tensor& src_valid_len, const BeamOptions& opt) {
+    DecodeOptions d;
+    d.beam_size      = opt.beam_size;
+    d.bos            = opt.bos;
+    d.eos            = opt.eos;
+    d.max_len        = opt.max_len;
+    d.length_penalty = opt.length_penalty;
+    d.num_hypotheses = opt.num_return;
+    d.banned         = opt.banned;
+    return generate(model, src, src_valid_len, d);
 }
 
 std::vector<std::vector<int64_t>> beam_decode(models::EncoderDecoder& model, const Tensor& src,

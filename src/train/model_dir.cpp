@@ -405,13 +405,36 @@ std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::
     return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
 }
 
-std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
-                                                       const std::vector<std::vector<std::string>>& src,
-                                                       const TranslateOptions& opt) {
+std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::vector<std::vector<std::string>>& src,
+                                                      const TranslateOptions& opt) {
     QKV_CHECK(opt.batch_size >= 1, "translate: batch size must be >= 1");
     QKV_CHECK(opt.beam >= 1, "translate: beam must be >= 1, got ", opt.beam);
+    decode::DecodeOptions d;
+    d.bos                  = m.tgt_vocab.bos();
+    d.eos                  = m.tgt_vocab.eos();
+    d.max_len              = opt.max_len;
+    d.beam_size            = opt.beam;
+    d.length_penalty       = opt.length_penalty;
+    d.num_hypotheses       = opt.num_hypotheses;
+    d.min_len              = opt.min_len;
+    d.no_repeat_ngram_size = opt.no_repeat_ngram_size;
+    d.repetition_penalty   = opt.repetition_penalty;
+    d.sampling             = opt.sampling;
+    if (opt.no_unk) d.banned = {m.tgt_vocab.unk()};
+    if (!opt.prefix.empty()) {
+        const auto units = m.subwords.active() ? m.subwords.tgt->encode(opt.prefix) : opt.prefix;
+        for (const auto& u : units) {
+            QKV_CHECK(m.tgt_vocab.contains(u), "translate: target prefix word '", u,
+                      "' is not in the target vocabulary");
+            const int64_t id = m.tgt_vocab.token_to_idx(u);
+            d.prefix.push_back(id);
+        }
+    }
+    d.return_attention = opt.attention || opt.replace_unknowns;
+    d.validate(m.model->tgt_vocab_size());
+    const bool plain_greedy = opt.beam == 1 && !d.needs_logits() && !d.return_attention && !opt.scores;
     const int64_t n = int64_t(src.size());
-    std::vector<std::vector<std::string>> out;
+    std::vector<std::vector<Translation>> out(static_cast<size_t>(n));
     m.model->eval();
     std::unique_ptr<util::ProgressBar> bar;
     if (opt.progress) bar = std::make_unique<util::ProgressBar>(n, "decode");
@@ -425,37 +448,80 @@ std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
         return units[size_t(a)].size() < units[size_t(b)].size();
     });
-    out.resize(size_t(n));
-    for (int64_t start = 0; start < n; start += opt.batch_size) {
-        const int64_t end = std::min(n, start + opt.batch_size);
+    const int64_t num_steps = m.config.data.num_steps;
+    auto row_units = [&](int64_t i) { return std::min(num_steps, int64_t(units[size_t(order[size_t(i)])].size()) + 1); };
+    for (int64_t start = 0, end = 0; start < n; start = end) {
+        if (opt.batch_tokens) {
+            // Sorted ascending, so the last row added is the longest: rows × its units.
+            end = start + 1;
+            while (end < n && (end - start + 1) * row_units(end) <= opt.batch_size) ++end;
+        } else {
+            end = std::min(n, start + opt.batch_size);
+        }
         data::Sentences chunk;
         chunk.reserve(size_t(end - start));
         for (int64_t i = start; i < end; ++i) chunk.push_back(units[size_t(order[size_t(i)])]);
-        data::SeqArray a = encode_sources(chunk, m.src_vocab, m.config.data.num_steps);
+        data::SeqArray a = encode_sources(chunk, m.src_vocab, num_steps);
         const Tensor s  = from_vector(a.ids, {a.rows, a.num_steps});
         const Tensor vl = from_vector(a.valid_len, {a.rows});
-        std::vector<std::vector<int64_t>> ids;
-        if (opt.beam == 1) {
+        if (plain_greedy) {
             decode::GreedyOptions g;
-            g.bos     = m.tgt_vocab.bos();
-            g.eos     = m.tgt_vocab.eos();
-            g.max_len = opt.max_len;
-            if (opt.no_unk) g.banned = {m.tgt_vocab.unk()};
-            ids = decode::greedy_decode(*m.model, s, vl, g);
+            g.bos     = d.bos;
+            g.eos     = d.eos;
+            g.max_len = d.max_len;
+            g.banned  = d.banned;
+            const auto ids = decode::greedy_decode(*m.model, s, vl, g);
+            for (size_t r = 0; r < ids.size(); ++r)
+            {
+                Translation t;
+                t.words = target_words(m, m.tgt_vocab.decode(ids[r]));
+                out[size_t(order[size_t(start) + r])] = {std::move(t)};
+            }
         } else {
-            decode::BeamOptions b;
-            b.beam_size      = opt.beam;
-            b.bos            = m.tgt_vocab.bos();
-            b.eos            = m.tgt_vocab.eos();
-            b.max_len        = opt.max_len;
-            b.length_penalty = opt.length_penalty;
-            if (opt.no_unk) b.banned = {m.tgt_vocab.unk()};
-            ids = decode::beam_decode(*m.model, s, vl, b);
+            const auto hyps = decode::generate(*m.model, s, vl, d);
+            for (size_t r = 0; r < hyps.size(); ++r) {
+                const int64_t row = order[size_t(start) + r];
+                const auto& src_units = units[size_t(row)];
+                // Source positions the model read: its units (cut to num_steps - 1) then <eos>.
+                const int64_t src_len = std::min<int64_t>(int64_t(src_units.size()), num_steps);
+                auto& o = out[size_t(row)];
+                for (const auto& h : hyps[r]) {
+                    std::vector<std::string> u = m.tgt_vocab.decode(h.tokens);
+                    if (opt.replace_unknowns)
+                        for (size_t j = 0; j < h.tokens.size(); ++j) {
+                            if (h.tokens[j] != m.tgt_vocab.unk()) continue;
+                            const auto& w = h.attention[j];
+                            const auto i  = int64_t(std::max_element(w.begin(), w.end()) - w.begin());
+                            if (i >= src_len) continue;  // attends to <eos> or beyond: keep <unk>
+                            u[j] = src_units[size_t(i)];  // a piece keeps its word-start mark
+                        }
+                    Translation t;
+                    t.words    = target_words(m, u);
+                    t.log_prob = h.log_prob;
+                    t.score    = h.score;
+                    if (opt.attention) {
+                        t.units     = u;
+                        t.attention = h.attention;
+                        t.alignment = decode::alignment_pairs(h.attention, src_len);
+                    }
+                    o.push_back(std::move(t));
+                }
+            }
         }
-        for (size_t r = 0; r < ids.size(); ++r)
-            out[size_t(order[size_t(start) + r])] = target_words(m, m.tgt_vocab.decode(ids[r]));
         if (bar) bar->update(end - start);
     }
+    return out;
+}
+
+std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
+                                                       const std::vector<std::vector<std::string>>& src,
+                                                       const TranslateOptions& opt) {
+    TranslateOptions o = opt;
+    o.num_hypotheses   = 1;
+    auto nbest         = translate_nbest(m, src, o);
+    std::vector<std::vector<std::string>> out;
+    out.reserve(nbest.size());
+    for (auto& t : nbest) out.push_back(t.empty() ? std::vector<std::string>{} : std::move(t.front().words));
     return out;
 }
 

@@ -5,10 +5,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "qkv/models/encoder_decoder.h"
+#include "qkv/decode/generate.h"
 
 namespace qkv::decode {
 
+/// The beam-search subset of DecodeOptions (kept for existing callers; beam_search converts it).
 struct BeamOptions {
     int64_t beam_size = 4;         // K >= 1
     int64_t bos = -1, eos = -1;    // required
@@ -20,12 +21,6 @@ struct BeamOptions {
     std::vector<int64_t> banned;   // target ids never emitted (e.g. <unk>)
 };
 
-struct Hypothesis {
-    std::vector<int64_t> tokens;  // without <eos>
-    double log_prob = 0;          // sum of token log-probabilities, <eos> included when emitted
-    double score = 0;             // log_prob / lp(n)
-    bool finished = false;        // emitted <eos> (false: cut at max_len)
-};
 
 /// For each of the B sources, the num_return best hypotheses. A candidate ending in <eos> is
 /// set aside as finished when it ranks among the best K of its step; the other K best extend

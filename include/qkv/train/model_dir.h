@@ -150,9 +150,41 @@ struct TranslateOptions {
     int64_t max_len = 20;
     int64_t beam = 1;              // 1: greedy (cached)
     double length_penalty = 0.6;
-    int64_t batch_size = 500;      // sentences per decoder batch (500: bench/RESULTS_avx512.md §3)
+    /// Decoder batch size: sentences (batch_tokens false; 500: bench/RESULTS_avx512.md §3), or
+    /// with batch_tokens the most source units a batch holds counting its padding (rows × the
+    /// longest row's units + <eos>, num_steps at most); a longer sentence gets a batch of its own.
+    int64_t batch_size = 500;
+    bool batch_tokens = false;     // `--batch-type tokens`
     bool progress = false;         // progress bar on stderr
     bool no_unk = false;           // never emit <unk> (the best known word instead)
+    // The rest of decode::DecodeOptions (decode/options.h has their meaning).
+    int64_t num_hypotheses = 1;    // n-best per sentence (<= beam)
+    int64_t min_len = 0;           // in the model's units
+    int64_t no_repeat_ngram_size = 0;
+    double repetition_penalty = 1.0;
+    /// Target words every translation starts with (a subword model encodes them into pieces).
+    std::vector<std::string> prefix;
+    decode::SamplingOptions sampling;
+    /// Real scores in Translation (the search path) also for plain greedy decoding.
+    bool scores = false;
+    /// Fill Translation::units / attention / alignment (decode::DecodeOptions::return_attention).
+    bool attention = false;
+    /// Each output <unk> becomes the source unit with the highest cross-attention for it (the
+    /// source word for a word model; for a subword model the source piece, copied with its
+    /// word-start mark before the pieces are joined). An <unk> that attends most to the source's
+    /// <eos> stays.
+    bool replace_unknowns = false;
+};
+
+/// One translation of an n-best list: target words and the hypothesis's scores.
+struct Translation {
+    std::vector<std::string> words;
+    double log_prob = 0;  // sum of the model's token log-probabilities (decode::Hypothesis)
+    double score = 0;     // length-normalised (GNMT α = length_penalty)
+    // With TranslateOptions::attention:
+    std::vector<std::string> units;               // the model's output units (<eos> not listed)
+    std::vector<std::vector<float>> attention;    // (output units (+ <eos>), source units + <eos>)
+    std::string alignment;                        // Moses "i-j" over source and output units
 };
 
 /// How many leading words of a source sentence a subword model encodes: 4 × num_steps. Every word
@@ -185,6 +217,13 @@ std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::
 std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
                                                        const std::vector<std::vector<std::string>>& src,
                                                        const TranslateOptions& opt);
+/// translate_tokens with every decoding option: for each source, up to opt.num_hypotheses
+/// translations with their scores, best first, in input order whatever the batching. Plain greedy
+/// (no option beyond beam 1 / no_unk, scores false) takes decode::greedy_decode's fused path, with
+/// score and log_prob left 0; everything else goes through decode::generate. Throws qkv::Error on bad
+/// options (naming the field) or a prefix word outside the target vocabulary.
+std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::vector<std::vector<std::string>>& src,
+                                                      const TranslateOptions& opt);
 
 /// " "-joined tokens.
 std::string join_tokens(const std::vector<std::string>& tokens);

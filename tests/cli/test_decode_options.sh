@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# CLI decoding options on a 2-step model of a tiny corpus written here: n-best lines and their
+# format, --scores, --alignments, --attention-json, --prefix, seeded --sampling, --batch-type
+# tokens (same lines, input order), --replace-unknowns, and the usage errors.
+# Usage: test_decode_options.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+
+six_pairs > "$T/fra.txt"
+small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --no-progress)
+"$QKV" train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/run" "${small[@]}" > /dev/null 2> "$T/train.err" \
+  || { cat "$T/train.err"; fail "qkv train"; }
+M=(--model "$T/run")
+
+# n-best: K lines per input, "i ||| words ||| logP ||| normalised", scores sorted, logP <= 0
+run_rc 0 translate "${M[@]}" --beam 3 --num-hypotheses 3 "go ." "i lost ."
+[ "$(wc -l < "$T/out")" = 6 ] || { cat "$T/out"; fail "n-best line count"; }
+[ "$(grep -c '^0 ||| ' "$T/out")" = 3 ] && [ "$(grep -c '^1 ||| ' "$T/out")" = 3 ] || fail "n-best line numbers"
+awk -F' \\|\\|\\| ' '{ if ($3 > 0) bad=1; if ($1 == prev && $4 > last + 1e-9) bad=1; prev=$1; last=$4 } END { exit bad }' "$T/out" \
+  || { cat "$T/out"; fail "n-best scores"; }
+run_rc 0 translate "${M[@]}" --scores "go ."
+grep -qE '^0 \|\|\| .* \|\|\| -[0-9.]+ \|\|\| -[0-9.]+$' "$T/out" || { cat "$T/out"; fail "--scores"; }
+
+# alignments: pairs i-j; attention JSON with one row per output token (+ <eos>)
+run_rc 0 translate "${M[@]}" --alignments "i'm home ."
+grep -qE ' \|\|\| ([0-9]+-[0-9]+( |$))*$' "$T/out" || { cat "$T/out"; fail "--alignments"; }
+run_rc 0 translate "${M[@]}" --attention-json "$T/a.json" "go ."
+python3 - "$T/a.json" <<'PY' || fail "--attention-json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+e = j[0]
+assert e["line"] == 1 and e["source"] == ["go", "."], e
+assert len(e["attention"]) in (len(e["translation"]), len(e["translation"]) + 1), e
+for row in e["attention"]:
+    assert abs(sum(row) - 1) < 1e-4, row
+PY
+
+# prefix: forced first words
+run_rc 0 translate "${M[@]}" --prefix "nous avons" "go ." "i lost ."
+[ "$(grep -c '^nous avons' "$T/out")" = 2 ] || { cat "$T/out"; fail "--prefix"; }
+run_rc 1 translate "${M[@]}" --prefix "zzzq" "go ."
+err_has "'zzzq'"
+
+# sampling: the same seed gives the same lines
+"$QKV" translate "${M[@]}" --sampling --seed 5 --max-len 8 "go ." "i lost ." "we won ." > "$T/s1"
+"$QKV" translate "${M[@]}" --sampling --seed 5 --max-len 8 "we won ." "go ." "i lost ." > "$T/s2"
+[ "$(sed -n 1p "$T/s1")" = "$(sed -n 2p "$T/s2")" ] && [ "$(sed -n 3p "$T/s1")" = "$(sed -n 1p "$T/s2")" ] \
+  || fail "seeded sampling not reproducible"
+
+# token batching: the same lines in input order as example batching
+printf 'go .\ni lost .\nhe is calm and i am home and we won .\nwe won .\nthank you .\n' > "$T/in.txt"
+"$QKV" translate "${M[@]}" --file "$T/in.txt" --batch-size 2 > "$T/ex" 2> /dev/null
+"$QKV" translate "${M[@]}" --file "$T/in.txt" --batch-type tokens --batch-size 7 > "$T/tok" 2> /dev/null
+cmp -s "$T/ex" "$T/tok" || { paste "$T/ex" "$T/tok"; fail "--batch-type tokens changed the output"; }
+
+run_rc 0 translate "${M[@]}" --replace-unknowns "go ."
+
+# usage errors (exit 2)
+run_rc 2 translate "${M[@]}" --top-k 3 "go ."
+err_has "apply to --sampling only"
+run_rc 2 translate "${M[@]}" --beam 2 --num-hypotheses 3 "go ."
+err_has "--num-hypotheses 3 needs --beam >= 3"
+run_rc 2 translate "${M[@]}" --batch-type lines "go ."
+run_rc 2 eval "${M[@]}" --sampling --beam 2
+err_has "not with --beam > 1"
+echo "cli decoding options: ok"
