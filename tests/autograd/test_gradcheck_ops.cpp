@@ -19,6 +19,7 @@
 #include "qkv/ops/layer_norm.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/ops.h"
+#include "qkv/ops/rope.h"
 #include "qkv/ops/softmax.h"
 #include "support/test_util.h"
 
@@ -102,6 +103,12 @@ std::vector<Row> table() {
         {"matmul_vec", {{3}, {3, 2}}, [](V x) { return matmul(x[0], x[1]); }},
         {"linear", {{2, 3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
         {"softmax_last", {{3, 5}}, [](V x) { return softmax(x[0], -1); }},
+        {"rotary_embedding_half", {{2, 3, 4, 6}}, [](V x) { return rotary_embedding(x[0]); }},
+        {"rotary_embedding_interleaved_offset", {{2, 5, 4}}, [](V x) {
+             RopeOptions o;
+             o.layout = RopeLayout::interleaved, o.position_offset = 7, o.base = 100.0;
+             return rotary_embedding(x[0], o);
+         }},
         {"softmax_dim0", {{3, 5}}, [](V x) { return softmax(x[0], 0); }},
         {"log_softmax_last", {{3, 5}}, [](V x) { return log_softmax(x[0], -1); }},
         {"log_softmax_mid", {{2, 3, 4}}, [](V x) { return log_softmax(x[0], 1); }},

@@ -15,5 +15,6 @@
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/optim_step.h"
 #include "qkv/ops/reduce.h"
+#include "qkv/ops/rope.h"
 #include "qkv/ops/shape_ops.h"
 #include "qkv/ops/softmax.h"
