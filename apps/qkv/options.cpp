@@ -199,8 +199,12 @@ void check_out_folder(const std::string& flag, const std::string& path) {
     fs::path first = p;
     while (first.has_parent_path() && first.parent_path() != up)
         first = first.parent_path();
-    if (::mkdir(first.c_str(), 0777) != 0)
+    if (::mkdir(first.c_str(), 0777) != 0) {
+        // Created meanwhile by another process probing the same path (the other ranks of an
+        // `mpirun -np N qkv train` check the same --out at the same moment): it can be created.
+        if (errno == EEXIST && fs::is_directory(fs::status(first, ec))) return;
         usage_error(named + ": cannot create the folder '" + first.string() + "' (" + std::strerror(errno) + ")");
+    }
     ::rmdir(first.c_str());
 }
 
