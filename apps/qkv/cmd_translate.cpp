@@ -118,7 +118,49 @@ void run(const TranslateArgs& a) {
     apply_decode_flags(a.decode, to);
     to.attention = a.alignments || !a.attention_json.empty();
     to.scores    = a.scores;
-    const auto hyp = train::translate_nbest(m, src, to);
+    // Output streams in input order as decoder batches finish: line i is printed once every line
+    // before it is (batches are length sorted, so a short late line waits for the long ones).
+    // With --num-hypotheses > 1 or --scores: Moses n-best lines "i ||| translation ||| log P |||
+    // log P / lp", i the 0-based input line; otherwise one translation per input line.
+    const bool nbest = to.num_hypotheses > 1 || a.scores;
+    std::vector<const std::vector<train::Translation>*> done_rows(src.size(), nullptr);
+    size_t next_line = 0;
+    auto print_line = [&](size_t i) {
+        const size_t r = row_of[i];
+        if (nbest) {
+            if (r == std::string::npos) return;
+            for (const auto& t : *done_rows[r])
+                std::printf("%zu ||| %s ||| %.6f ||| %.6f%s%s\n", i, train::join_tokens(t.words).c_str(), t.log_prob,
+                            t.score, a.alignments ? " ||| " : "", a.alignments ? t.alignment.c_str() : "");
+            return;
+        }
+        const auto* h = r == std::string::npos ? nullptr : done_rows[r];
+        std::string out = h == nullptr || h->empty() ? "" : train::join_tokens(h->front().words);
+        if (a.alignments && h != nullptr && !h->empty()) out += " ||| " + h->front().alignment;
+        if (r == std::string::npos)
+            std::printf("\n");
+        else if (a.show_source)
+            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), out.c_str());
+        else
+            std::printf("%s\n", out.c_str());
+    };
+    auto flush_ready = [&] {
+        const size_t before = next_line;
+        while (next_line < lines.size() &&
+               (row_of[next_line] == std::string::npos || done_rows[row_of[next_line]] != nullptr))
+            print_line(next_line++);
+        if (next_line != before) std::fflush(stdout);
+    };
+    flush_ready();  // leading lines that need no decoding
+    // translate_nbest fills hyp's row before the callback, and hyp outlives the loop.
+    std::vector<std::vector<train::Translation>> hyp;
+    to.on_translated = [&](int64_t row, const std::vector<train::Translation>& nb) {
+        done_rows[size_t(row)] = &nb;
+        flush_ready();
+    };
+    hyp = train::translate_nbest(m, src, to);
+    for (size_t r = 0; r < hyp.size(); ++r) done_rows[r] = &hyp[r];  // the returned copies
+    flush_ready();
     if (!a.attention_json.empty()) {
         // One object per input line: source units (+ <eos>), output units, weights (rows: output
         // units + <eos> when finished; columns: source units + <eos>, then padding at 0).
@@ -136,27 +178,6 @@ void run(const TranslateArgs& a) {
             j.push_back(std::move(e));
         }
         util::write_file_atomic(a.attention_json, j.dump() + "\n");
-    }
-    // With --num-hypotheses > 1 or --scores: Moses n-best lines "i ||| translation ||| log P |||
-    // log P / lp", i the 0-based input line; otherwise one translation per input line.
-    const bool nbest = to.num_hypotheses > 1 || a.scores;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        const size_t r = row_of[i];
-        if (nbest) {
-            if (r == std::string::npos) continue;
-            for (const auto& t : hyp[r])
-                std::printf("%zu ||| %s ||| %.6f ||| %.6f%s%s\n", i, train::join_tokens(t.words).c_str(), t.log_prob,
-                            t.score, a.alignments ? " ||| " : "", a.alignments ? t.alignment.c_str() : "");
-            continue;
-        }
-        std::string out = r == std::string::npos || hyp[r].empty() ? "" : train::join_tokens(hyp[r][0].words);
-        if (a.alignments && r != std::string::npos && !hyp[r].empty()) out += " ||| " + hyp[r][0].alignment;
-        if (r == std::string::npos)
-            std::printf("\n");
-        else if (a.show_source)
-            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), out.c_str());
-        else
-            std::printf("%s\n", out.c_str());
     }
     std::fflush(stdout);
     QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,

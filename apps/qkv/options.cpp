@@ -295,6 +295,9 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
     c->add_option("--repetition-penalty", f.repetition_penalty,
                   "CTRL penalty on the logits of tokens already output (1: off)")
         ->check(real_range(0, 100, true));
+    c->add_option("--coverage-penalty", f.coverage_penalty,
+                  "GNMT coverage penalty beta: ranks down hypotheses that leave source words unattended (0: off)")
+        ->check(real_range(0, 100));
     c->add_option("--prefix", f.prefix, "target words every translation starts with (forced)");
     c->add_flag("--sampling", f.sampling, "sample each token instead of searching (greedy/beam)");
     c->add_option("--temperature", f.temperature, "sampling temperature")->check(real_range(0, 100, true));
@@ -316,6 +319,7 @@ void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
     to.min_len              = f.min_len;
     to.no_repeat_ngram_size = f.no_repeat_ngram_size;
     to.repetition_penalty   = f.repetition_penalty;
+    to.coverage_penalty     = f.coverage_penalty;
     to.prefix               = data::tokenize_nmt(f.prefix);  // normalised as the training targets were
     to.sampling.enabled     = f.sampling;
     to.sampling.temperature = f.temperature;

@@ -89,6 +89,14 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
     for (int64_t id : opt.banned) banned[size_t(id)] = 1;
     const bool rules     = opt.needs_logits();
     const bool penalised = opt.repetition_penalty != 1.0;
+    // The coverage penalty reads each hypothesis's attention history, as return_attention does.
+    const bool track_attn = opt.return_attention || opt.coverage_penalty != 0.0;
+    std::vector<int64_t> src_len;
+    if (opt.coverage_penalty != 0.0) src_len = src_valid_len.contiguous().to_vector<int64_t>();
+    auto coverage = [&](const std::vector<std::vector<float>>& attn, int64_t b) {
+        return coverage_penalty(attn, std::min(src.size(1), std::max<int64_t>(0, src_len[size_t(b)])),
+                                opt.coverage_penalty);
+    };
     std::vector<Generator> gens;
     if (opt.sampling.enabled) {
         const Tensor s_c = src.contiguous(), vl_c = src_valid_len.contiguous();
@@ -105,7 +113,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
     auto state = model.init_state(src, src_valid_len);
     const int64_t Ts = src.size(1);
     models::DecoderAttentionTrace trace;
-    if (opt.return_attention) state->trace = &trace;
+    if (track_attn) state->trace = &trace;
     std::vector<int64_t> rows(static_cast<size_t>(B * K));
     for (int64_t i = 0; i < B * K; ++i) rows[size_t(i)] = i / K;
     state->reorder(from_vector(rows, {B * K}));
@@ -130,7 +138,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
         const Tensor logits_t = model.decode_step(from_vector(last, {A * K}), *state).contiguous();
         // This step's cross-attention of the last block, mean over heads, per decoder row.
         std::vector<std::vector<float>> step_attn;
-        if (opt.return_attention) {
+        if (track_attn) {
             QKV_CHECK(!trace.cross.empty() && !trace.cross.back().empty(),
                       "decode: return_attention: the model recorded no cross-attention for the step");
             const Tensor w = trace.cross.back().back().contiguous();  // (A·K, H, 1, Ts')
@@ -223,10 +231,11 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                         h.log_prob = c.lp;
                         h.score    = c.s / length_penalty(int64_t(from.tokens.size()) + 1, opt.length_penalty);
                         h.finished = true;
-                        if (opt.return_attention) {
+                        if (track_attn) {
                             h.attention = from.attn;
                             h.attention.push_back(step_attn[size_t(a * K + c.k)]);
                         }
+                        if (opt.coverage_penalty != 0.0) h.score += coverage(h.attention, b);
                         finished[size_t(b)].push_back(std::move(h));
                     }
                     continue;
@@ -236,7 +245,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                 nb.tokens.push_back(c.v);
                 nb.log_prob = c.lp;
                 nb.search   = c.s;
-                if (opt.return_attention) {
+                if (track_attn) {
                     nb.attn = from.attn;  // the parent's history, then this step's row of the parent
                     nb.attn.push_back(step_attn[size_t(a * K + c.k)]);
                 }
@@ -290,12 +299,15 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                 h.log_prob = bm.log_prob;
                 h.score    = bm.search / length_penalty(int64_t(bm.tokens.size()), opt.length_penalty);
                 h.attention = bm.attn;
+                if (opt.coverage_penalty != 0.0) h.score += coverage(h.attention, b);
                 fin.push_back(std::move(h));
             }
         }
         std::stable_sort(fin.begin(), fin.end(),
                          [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
         if (int64_t(fin.size()) > opt.num_hypotheses) fin.resize(size_t(opt.num_hypotheses));
+        if (!opt.return_attention)
+            for (auto& h : fin) h.attention.clear();
         out[size_t(b)] = std::move(fin);
     }
     return out;

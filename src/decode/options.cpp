@@ -22,6 +22,8 @@ void DecodeOptions::validate(int64_t V) const {
     QKV_CHECK(num_hypotheses >= 1 && num_hypotheses <= beam_size, "decode: num_hypotheses must be in [1, beam_size = ",
               beam_size, "], got ", num_hypotheses);
     QKV_CHECK(std::isfinite(length_penalty), "decode: length_penalty must be finite");
+    QKV_CHECK(std::isfinite(coverage_penalty) && coverage_penalty >= 0,
+              "decode: coverage_penalty must be a finite number >= 0, got ", coverage_penalty);
     QKV_CHECK(min_len >= 0, "decode: min_len must be >= 0, got ", min_len);
     QKV_CHECK(no_repeat_ngram_size >= 0, "decode: no_repeat_ngram_size must be >= 0, got ", no_repeat_ngram_size);
     QKV_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0,
@@ -50,6 +52,18 @@ void DecodeOptions::validate(int64_t V) const {
 bool DecodeOptions::needs_logits() const {
     return min_len > 0 || no_repeat_ngram_size > 0 || repetition_penalty != 1.0 ||
            !prefix.empty() || sampling.enabled;
+}
+
+double coverage_penalty(const std::vector<std::vector<float>>& attention, int64_t src_len, double beta) {
+    if (beta == 0.0) return 0.0;
+    double cp = 0;
+    for (int64_t i = 0; i < src_len; ++i) {
+        double cov = 0;
+        for (const auto& row : attention)
+            if (i < int64_t(row.size())) cov += double(row[size_t(i)]);
+        cp += std::log(std::min(cov, 1.0));
+    }
+    return beta * cp;
 }
 
 void process_row(const float* logits, int64_t V, const std::vector<int64_t>& history, const DecodeOptions& opt,

@@ -419,6 +419,7 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
     d.min_len              = opt.min_len;
     d.no_repeat_ngram_size = opt.no_repeat_ngram_size;
     d.repetition_penalty   = opt.repetition_penalty;
+    d.coverage_penalty     = opt.coverage_penalty;
     d.sampling             = opt.sampling;
     if (opt.no_unk) d.banned = {m.tgt_vocab.unk()};
     if (!opt.prefix.empty()) {
@@ -432,7 +433,8 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
     }
     d.return_attention = opt.attention || opt.replace_unknowns;
     d.validate(m.model->tgt_vocab_size());
-    const bool plain_greedy = opt.beam == 1 && !d.needs_logits() && !d.return_attention && !opt.scores;
+    const bool plain_greedy =
+        opt.beam == 1 && !d.needs_logits() && !d.return_attention && !opt.scores && d.coverage_penalty == 0.0;
     const int64_t n = int64_t(src.size());
     std::vector<std::vector<Translation>> out(static_cast<size_t>(n));
     m.model->eval();
@@ -508,6 +510,8 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
                 }
             }
         }
+        if (opt.on_translated)
+            for (int64_t i = start; i < end; ++i) opt.on_translated(order[size_t(i)], out[size_t(order[size_t(i)])]);
         if (bar) bar->update(end - start);
     }
     return out;

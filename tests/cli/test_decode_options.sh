@@ -54,6 +54,31 @@ cmp -s "$T/ex" "$T/tok" || { paste "$T/ex" "$T/tok"; fail "--batch-type tokens c
 
 run_rc 0 translate "${M[@]}" --replace-unknowns "go ."
 
+# coverage penalty: with --max-len 2 the outputs cannot cover the long source, so the penalty
+# (< 0) enters the normalised score: score < log P / lp(n) on every line, n = words (+ <eos>);
+# without it the column is log P / lp(n) exactly
+src6="he is calm and i am home and we won ."
+run_rc 0 translate "${M[@]}" --beam 3 --num-hypotheses 3 --max-len 2 "$src6"
+cp "$T/out" "$T/nocov"
+run_rc 0 translate "${M[@]}" --beam 3 --num-hypotheses 3 --max-len 2 --coverage-penalty 1 "$src6"
+python3 - "$T/nocov" "$T/out" <<'PY' || { cat "$T/nocov" "$T/out"; fail "--coverage-penalty"; }
+import sys
+def rows(p):
+    return [l.rstrip("\n").split(" ||| ") for l in open(p)]
+plain, cov = rows(sys.argv[1]), rows(sys.argv[2])
+assert plain and cov and all(len(r) == 4 for r in plain + cov), (plain, cov)
+def lp(n): return ((5 + n) / 6) ** 0.6
+def normalised(r):  # log P / lp(n) for n = words and words + 1 (finished)
+    return [float(r[2]) / lp(len(r[1].split()) + k) for k in (0, 1)]
+for r in plain:
+    assert min(abs(float(r[3]) - x) for x in normalised(r)) < 1e-5, r
+for r in cov:
+    assert float(r[3]) < min(normalised(r)) - 1e-4, r
+scores = [float(r[3]) for r in cov]
+assert scores == sorted(scores, reverse=True), scores
+PY
+run_rc 2 translate "${M[@]}" --coverage-penalty -1 "go ."
+
 # usage errors (exit 2)
 run_rc 2 translate "${M[@]}" --top-k 3 "go ."
 err_has "apply to --sampling only"

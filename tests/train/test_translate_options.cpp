@@ -61,6 +61,31 @@ TEST(TranslateOptions, TokenBatchingKeepsInputOrderAndEachSentencesOutput) {
     }
 }
 
+// on_translated (qkv translate's streaming): each row once, batch by batch in length order, with
+// what translate_nbest returns for it; with a batch of 2 sentences the first call comes before the
+// last batch is decoded (the longest sentence, moved to row 1, is reported last).
+TEST(TranslateOptions, OnTranslatedReportsEachRowAsItsBatchFinishes) {
+    train::ModelDir m = tiny_model_dir();
+    const auto src = mixed_sources();
+    for (int64_t beam : {1, 2}) {
+        train::TranslateOptions t;
+        t.max_len = 10, t.batch_size = 2, t.beam = beam;
+        std::vector<int64_t> rows;
+        std::vector<std::vector<std::string>> seen(src.size());
+        t.on_translated = [&](int64_t row, const std::vector<train::Translation>& nb) {
+            rows.push_back(row);
+            ASSERT_FALSE(nb.empty());
+            seen[size_t(row)] = nb.front().words;
+        };
+        const auto out = train::translate_nbest(m, src, t);
+        ASSERT_EQ(rows.size(), src.size()) << "beam " << beam;
+        EXPECT_EQ(std::set<int64_t>(rows.begin(), rows.end()).size(), src.size()) << "each row once";
+        EXPECT_EQ(rows.back(), 1) << "the longest sentence (row 1) is in the last batch";
+        EXPECT_NE(rows.front(), 1);
+        for (size_t r = 0; r < src.size(); ++r) EXPECT_EQ(seen[r], out[r].front().words) << "row " << r;
+    }
+}
+
 TEST(TranslateOptions, NBestAndPrefix) {
     train::ModelDir m = tiny_model_dir();
     const auto src = mixed_sources();

@@ -3,7 +3,8 @@
 // `qkv eval` and the library), the n-best hypothesis they return, and the plain per-row rules
 // they apply to the next-token distribution. Sources: beam search D2L 10.8; length penalty GNMT
 // (Wu et al. 2016, eq. 14); repetition penalty CTRL (Keskar et al. 2019, §4.1); no-repeat-n-gram
-// (Paulus et al. 2018, "A Deep Reinforced Model for Abstractive Summarization"); top-k sampling
+// (Paulus et al. 2018, "A Deep Reinforced Model for Abstractive Summarization"); coverage penalty
+// GNMT (Wu et al. 2016, eq. 14); top-k sampling
 // (Fan et al. 2018); top-p / nucleus sampling (Holtzman et al. 2020, eq. 3).
 // Dim legend: V target vocabulary.
 #include <cstdint>
@@ -37,6 +38,15 @@ struct DecodeOptions {
     /// α of the GNMT length penalty lp(n) = ((5 + n) / 6)^α; a hypothesis of n tokens (its <eos>
     /// counted) is ranked by score = log P / lp(n). α = 0 ranks by log-probability alone.
     double length_penalty = 0.6;
+    /// β of the GNMT coverage penalty cp = β · Σ_i log(min(Σ_j a_ij, 1)) (>= 0; 0: off), added to
+    /// the length-normalised score of every hypothesis the search returns or ranks as finished:
+    /// a_ij is the cross-attention (last decoder block, mean over heads) of output token j on
+    /// source position i, i over the source's valid positions (its <eos> included). Source
+    /// positions the hypothesis barely attended to lower its score. It changes the ranking of
+    /// finished hypotheses (and so the early stop), not the beam's expansion. A position with no
+    /// attention at all gives −inf (the hypothesis ranks last). Needs a model that records
+    /// cross-attention (the Transformer); with beam_size 1 it only changes `score`.
+    double coverage_penalty = 0.0;
     /// <eos> is not emitted before this many tokens (0: no rule). A hypothesis cut at max_len may
     /// still be shorter than min_len only when max_len <= min_len.
     int64_t min_len = 0;
@@ -70,7 +80,8 @@ struct Hypothesis {
     /// change which tokens are chosen, not this sum.
     double log_prob = 0;
     /// The ranking sum / lp(n), n = tokens.size() + finished: log_prob / lp(n) unless
-    /// repetition_penalty != 1 (then the penalised log-probabilities are summed).
+    /// repetition_penalty != 1 (then the penalised log-probabilities are summed); plus the
+    /// coverage penalty when coverage_penalty > 0.
     double score = 0;
     bool finished = false;        // emitted <eos> (false: cut at max_len)
     /// With return_attention: (n, Ts) row-major by output token (<eos> included when finished):
@@ -85,6 +96,10 @@ struct Hypothesis {
 /// j (one row of `attention`, (n, Ts)), the source position of its largest weight (the first on
 /// ties), kept when i < src_len (the <eos> column and padding are dropped).
 std::string alignment_pairs(const std::vector<std::vector<float>>& attention, int64_t src_len);
+
+/// GNMT's coverage penalty β · Σ_{i < src_len} log(min(Σ_j attention[j][i], 1)) of one hypothesis
+/// (attention (n, Ts) as Hypothesis::attention; src_len <= Ts). 0 when β = 0.
+double coverage_penalty(const std::vector<std::vector<float>>& attention, int64_t src_len, double beta);
 
 /// The processed log-probabilities of one row (plain reference; the search calls it per beam):
 /// logits (V) f32 of the next token after `history` (the hypothesis so far, without <bos>) ->

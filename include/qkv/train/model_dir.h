@@ -8,6 +8,7 @@
 //                      data.subword_files names them. Folders without them are word models.
 //   checkpoint.safetensors, metrics.jsonl, loss.png   (training only)
 // plus translating raw sentences with it.
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -146,6 +147,8 @@ std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir
 /// a model that would not fit in memory (check_model_fits_memory).
 ModelDir load_model_dir(const std::string& dir);
 
+struct Translation;
+
 struct TranslateOptions {
     int64_t max_len = 20;
     int64_t beam = 1;              // 1: greedy (cached)
@@ -162,6 +165,7 @@ struct TranslateOptions {
     int64_t min_len = 0;           // in the model's units
     int64_t no_repeat_ngram_size = 0;
     double repetition_penalty = 1.0;
+    double coverage_penalty = 0.0;  // GNMT β (decode::DecodeOptions::coverage_penalty)
     /// Target words every translation starts with (a subword model encodes them into pieces).
     std::vector<std::string> prefix;
     decode::SamplingOptions sampling;
@@ -174,6 +178,10 @@ struct TranslateOptions {
     /// word-start mark before the pieces are joined). An <unk> that attends most to the source's
     /// <eos> stays.
     bool replace_unknowns = false;
+    /// Called with (input row, its n-best) as each decoder batch finishes, in batch order (length
+    /// sorted, not input order): `qkv translate` streams its output from it. The row's entry in
+    /// the returned vector is already filled. Exceptions propagate out of translate_nbest.
+    std::function<void(int64_t row, const std::vector<Translation>& nbest)> on_translated;
 };
 
 /// One translation of an n-best list: target words and the hypothesis's scores.
