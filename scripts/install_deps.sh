@@ -3,7 +3,7 @@
 # Usage: scripts/install_deps.sh [--with-torch]   (python3-torch is only needed by tools/ and bench/)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libcli11-dev
-      nlohmann-json3-dev libzip-dev libutf8proc-dev libcairo2-dev libgtest-dev
+      nlohmann-json3-dev libzip-dev zlib1g-dev libutf8proc-dev libcairo2-dev libgtest-dev
       libbenchmark-dev libsentencepiece-dev python3
       openmpi-bin libopenmpi-dev)
 # Python package (python/, `make python`, ctest label python): pybind11, numpy, pytest; matplotlib

@@ -96,7 +96,8 @@ void run(const EvalArgs& a) {
     }
     sent /= std::max<double>(1.0, double(n));
 
-    std::printf("held-out set: %zu pairs, %s decoding (max %lld tokens%s), %.1f s\n", n,
+    std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s), %.1f s\n",
+                train::language_pair(m.config.data).c_str(), n,
                 to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "", secs);
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
@@ -112,21 +113,24 @@ void run(const EvalArgs& a) {
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};
+    // D2L's four en→fr sentences: only for a model of those languages.
+    const bool en_fr = m.config.data.src_lang == "en" && m.config.data.tgt_lang == "fr";
     std::vector<std::vector<std::string>> bsrc;
-    for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
+    if (en_fr)
+        for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
     to.progress = false;
-    auto bhyp = train::translate_tokens(m, bsrc, to);
+    auto bhyp = en_fr ? train::translate_tokens(m, bsrc, to) : std::vector<std::vector<std::string>>{};
     double mean = 0;
     nlohmann::json jbook = nlohmann::json::array();
-    std::printf("book sentences (D2L BLEU, k=2):\n");
-    for (size_t i = 0; i < book.size(); ++i) {
+    if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
+    for (size_t i = 0; i < bsrc.size(); ++i) {
         const std::string h = train::join_tokens(bhyp[i]);
         const double b = decode::d2l_bleu(h, book[i].second, 2);
         mean += b / double(book.size());
         std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
         jbook.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
     }
-    std::printf("  mean %.3f\n", mean);
+    if (en_fr) std::printf("  mean %.3f\n", mean);
 
     if (!a.hyp_out.empty()) {
         std::string s;
@@ -149,7 +153,7 @@ void run(const EvalArgs& a) {
                             {"batch_size", to.batch_size},
                             {"pe_quirk", a.pe_quirk},
                             {"book", jbook},
-                            {"book_mean_bleu", mean}};
+                            {"book_mean_bleu", en_fr ? nlohmann::json(mean) : nlohmann::json()}};
         util::write_file_atomic(a.json_out, j.dump(2) + "\n");
     }
 }

@@ -53,7 +53,8 @@ void run(const InfoArgs& a) {
               a.path, "; info also reads a .safetensors file)");
     if (fs::is_directory(a.path)) {
         const train::RunConfig cfg = train::load_model_dir_config(a.path);
-        std::printf("model folder %s\nconfig.json:\n%s\n", a.path.c_str(), train::to_json(cfg).dump(2).c_str());
+        std::printf("model folder %s\nlanguages: %s\nconfig.json:\n%s\n", a.path.c_str(),
+                    train::language_pair(cfg.data).c_str(), train::to_json(cfg).dump(2).c_str());
         const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
         if (fs::exists(ckpt)) {
             auto m = train::read_checkpoint_metadata(ckpt);

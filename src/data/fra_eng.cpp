@@ -188,9 +188,9 @@ ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& op
             else if (const size_t nul = line.find('\0'); nul != std::string_view::npos)
                 reason = detail::str("NUL byte (byte offset ", nul, ")");  // tokenised, it is <unk>
             else if (is_blank(en))
-                reason = "empty English side";
+                reason = "empty " + opt.src_side + " side";
             else if (is_blank(fr))
-                reason = "empty French side";
+                reason = "empty " + opt.tgt_side + " side";
             else if (utf8_length(en) > opt.max_chars || utf8_length(fr) > opt.max_chars)
                 reason = detail::str("a side is longer than ", opt.max_chars, " characters");
         }
@@ -209,6 +209,17 @@ ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& op
     QKV_CHECK(!c.src.empty(), origin, ": no sentence pairs found (", c.lines_read,
               c.lines_read == 1 ? " line read)" : " lines read)", c.malformed ? ". " + c.summary() : "");
     return c;
+}
+
+std::string side_problem(std::string_view text, const std::string& side, const ParseOptions& opt) {
+    if (const size_t bad = invalid_utf8_offset(text); bad != std::string_view::npos)
+        return detail::str("invalid UTF-8 (byte offset ", bad, ")");
+    if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+        return detail::str("NUL byte (byte offset ", nul, ")");
+    if (is_blank(text)) return "empty " + side + " side";
+    if (utf8_length(text) > opt.max_chars)
+        return detail::str("the ", side, " side is longer than ", opt.max_chars, " characters");
+    return "";
 }
 
 ParallelCorpus load_fra_eng(const std::string& path, const ParseOptions& opt) {

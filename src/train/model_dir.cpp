@@ -128,9 +128,16 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
     DataConfig d = cfg.data;
     if (!data_flag.empty()) {
         d.path = data_flag;
+        d.src_file.clear(), d.tgt_file.clear();
         return d;
     }
     std::error_code ec;
+    if (!d.src_file.empty()) {  // a file pair: no fallback (QKV_DATA names one file)
+        for (const std::string* f : {&d.src_file, &d.tgt_file})
+            QKV_CHECK(fs::exists(*f, ec), "the data file '", *f, "' in ", (fs::path(dir) / "config.json").string(),
+                      " does not exist; pass the data with --data PATH (a TSV file)");
+        return d;
+    }
     if (d.path.empty() || fs::exists(d.path, ec)) return d;  // "": QKV_DATA, then the default
     const std::string cfg_file = (fs::path(dir) / "config.json").string();
     // The recorded file is not here (another machine or folder): $QKV_DATA names the data file

@@ -283,6 +283,7 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
     check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
     check_int(t, "log_every", c.log_every, 0, 1000000000);
+    check_int(t, "keep_checkpoints", c.keep_checkpoints, 0, 1000000);
     check_int(Section{none, ""}, "world_size", c.world_size, 1, 1000000);
 }
 
@@ -311,6 +312,8 @@ json to_json(const RunConfig& c) {
     j["world_size"] = c.world_size;
     const auto& d = c.data;
     j["data"] = {{"path", d.path},
+                 {"src_lang", d.src_lang},
+                 {"tgt_lang", d.tgt_lang},
                  {"pipeline", pipeline_name(d.pipeline)},
                  {"num_steps", d.num_steps},
                  {"strict", d.strict},
@@ -325,6 +328,10 @@ json to_json(const RunConfig& c) {
                  {"d2l_num_val", d.d2l_num_val},
                  {"subword", data::subword_kind_name(d.subword)},
                  {"shared_vocab", d.shared_vocab}};
+    if (!d.src_file.empty()) {  // a line-aligned file pair instead of path
+        j["data"]["src_file"] = d.src_file;
+        j["data"]["tgt_file"] = d.tgt_file;
+    }
     if (d.subword != data::SubwordKind::none) {
         // (a word run has no subword vocabulary: the key is left out; older files that have it
         // are still read)
@@ -383,7 +390,8 @@ json to_json(const RunConfig& c) {
                   {"trim_batches", t.trim_batches},
                   {"bucket_pool", t.bucket_pool},
                   {"val_every_s", t.val_every_s},
-                  {"log_every", c.log_every}};
+                  {"log_every", c.log_every},
+                  {"keep_checkpoints", c.keep_checkpoints}};
     j["decode"] = {{"max_len", c.decode.max_len},
                    {"beam", c.decode.beam},
                    {"length_penalty", c.decode.length_penalty}};
@@ -406,6 +414,14 @@ RunConfig run_config_from_json(const json& j) {
     get(Section{j, ""}, "world_size", c.world_size);  // older files: 1
     const Section d = section(j, "data", true);
     get(d, "path", c.data.path);
+    get(d, "src_file", c.data.src_file);  // older files: none (fra-eng or a TSV path)
+    get(d, "tgt_file", c.data.tgt_file);
+    get(d, "src_lang", c.data.src_lang);  // older files: none (they were all fra-eng: en, fr)
+    get(d, "tgt_lang", c.data.tgt_lang);
+    QKV_CHECK(c.data.src_file.empty() == c.data.tgt_file.empty(),
+              "keys 'data.src_file' and 'data.tgt_file' go together (one is missing)");
+    if (c.data.src_lang.empty() && c.data.tgt_lang.empty() && is_fra_eng_data(c.data))
+        c.data.src_lang = "en", c.data.tgt_lang = "fr";
     std::string s;
     if (get(d, "pipeline", s)) c.data.pipeline = parse_pipeline(s);
     need(d, "num_steps", c.data.num_steps);
@@ -489,6 +505,7 @@ RunConfig run_config_from_json(const json& j) {
     get(t, "bucket_pool", c.train.bucket_pool);
     get(t, "val_every_s", c.train.val_every_s);
     get(t, "log_every", c.log_every);  // older files: the default
+    get(t, "keep_checkpoints", c.keep_checkpoints);  // older files: 0
 
     const Section dec = section(j, "decode", true);
     get(dec, "max_len", c.decode.max_len);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "qkv/core/error.h"
+#include "qkv/data/corpus.h"
 #include "qkv/data/fra_eng.h"
 #include "qkv/data/tokenizer.h"
 
@@ -53,9 +54,14 @@ std::string percent(double f) {
     return buf;
 }
 
+/// A vocabulary's name in errors: "source (en)", or "source" when the language is unknown.
+std::string side_name(const std::string& side, const std::string& lang) {
+    return lang.empty() ? side : side + " (" + lang + ")";
+}
+
 /// Trains one SentencePiece model on the given sentences (rows of one or two sides); `which` names
-/// the vocabulary in errors: "source (English)", "target (French)" or "shared (English + French)".
-std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, const char* which,
+/// the vocabulary in errors: "source (en)", "target (fr)" or "shared (en + fr)" (the languages when known).
+std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, const std::string& which,
                                                         const std::vector<const data::Sentences*>& sides,
                                                         const std::vector<int64_t>& rows) {
     std::vector<std::string> lines;
@@ -80,10 +86,27 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, c
 
 /// The D2L EN pipeline: the first d2l_num_train + d2l_num_val pairs, D2L's vocabularies; the
 /// validation pairs are the held-out set.
+/// The pairs `cfg` names: fra-eng, a TSV file or a line-aligned file pair; sets out.origin.
+data::ParallelCorpus read_pairs(const DataConfig& cfg, const data::ParseOptions& po, TranslationData& out) {
+    if (!cfg.src_file.empty() || !cfg.tgt_file.empty()) {
+        QKV_CHECK(!cfg.src_file.empty() && !cfg.tgt_file.empty(), "data: --src-file and --tgt-file go together (got only ",
+                  cfg.src_file.empty() ? "--tgt-file" : "--src-file", ")");
+        data::ParallelCorpus c = data::load_file_pair(cfg.src_file, cfg.tgt_file, po);
+        out.origin = c.origin;
+        return c;
+    }
+    if (data::corpus_format(cfg.path) == data::CorpusFormat::tsv) {
+        out.origin = cfg.path;
+        return data::load_tsv_corpus(cfg.path, po);
+    }
+    out.origin = data::locate_fra_eng(cfg.path);
+    return data::load_fra_eng(out.origin, po);
+}
+
 TranslationData load_d2l_en(const DataConfig& cfg, data::ParseOptions po, TranslationData out) {
     QKV_CHECK(cfg.d2l_num_train >= 1 && cfg.d2l_num_val >= 0, "data: bad d2l_en split sizes");
     po.max_lines = cfg.d2l_num_train + cfg.d2l_num_val + 1;
-    data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
+    data::ParallelCorpus corpus = read_pairs(cfg, po, out);
     out.malformed = corpus.malformed;
     out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
     data::D2lEnData d = data::prepare_d2l_en(corpus, cfg.num_steps, cfg.d2l_num_train, cfg.d2l_num_val);
@@ -134,12 +157,14 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     if (given.active()) {
         out.subwords = given;
     } else if (cfg.shared_vocab) {
-        out.subwords.src = train_subword(cfg, "shared (English + French)", {&d.src_tokens, &d.tgt_tokens},
+        out.subwords.src = train_subword(cfg, side_name("shared", cfg.src_lang.empty() || cfg.tgt_lang.empty() ? ""
+                                                                  : cfg.src_lang + " + " + cfg.tgt_lang),
+                                         {&d.src_tokens, &d.tgt_tokens},
                                          d.split.train);
         out.subwords.tgt = out.subwords.src;
     } else {
-        out.subwords.src = train_subword(cfg, "source (English)", {&d.src_tokens}, d.split.train);
-        out.subwords.tgt = train_subword(cfg, "target (French)", {&d.tgt_tokens}, d.split.train);
+        out.subwords.src = train_subword(cfg, side_name("source", cfg.src_lang), {&d.src_tokens}, d.split.train);
+        out.subwords.tgt = train_subword(cfg, side_name("target", cfg.tgt_lang), {&d.tgt_tokens}, d.split.train);
     }
     src_pieces = out.subwords.src->encode(d.src_tokens);
     tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);
@@ -169,6 +194,15 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
 
 }  // namespace
 
+bool is_fra_eng_data(const DataConfig& cfg) {
+    return cfg.src_file.empty() && cfg.tgt_file.empty() && data::corpus_format(cfg.path) == data::CorpusFormat::fra_eng;
+}
+
+std::string language_pair(const DataConfig& cfg) {
+    return (cfg.src_lang.empty() ? std::string("src") : cfg.src_lang) + "\u2192" +
+           (cfg.tgt_lang.empty() ? std::string("tgt") : cfg.tgt_lang);
+}
+
 TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given) {
     QKV_CHECK(cfg.num_steps >= 2, "data: num_steps must be >= 2, got ", cfg.num_steps);
     QKV_CHECK(cfg.max_src_tokens >= 0 && cfg.max_tgt_tokens >= 0 && cfg.max_pairs >= 0,
@@ -181,13 +215,12 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
               "data: --subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), "
               "not d2l_en");
     TranslationData out;
-    out.origin = data::locate_fra_eng(cfg.path);
     data::ParseOptions po;
     po.strict = cfg.strict;
 
     if (cfg.pipeline == DataPipeline::d2l_en) return load_d2l_en(cfg, po, std::move(out));
 
-    data::ParallelCorpus corpus = data::load_fra_eng(out.origin, po);
+    data::ParallelCorpus corpus = read_pairs(cfg, po, out);
     out.malformed = corpus.malformed;
     std::string summary = corpus.summary();
     corpus = filter_pairs(std::move(corpus), cfg, summary);

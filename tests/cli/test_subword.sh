@@ -95,8 +95,8 @@ expect_error() {  # expect_error RC PATTERN ARGS...
   grep -q -- "$pat" "$T/err" || { cat "$T/err"; fail "message for: $*"; }
 }
 expect_error 2 "--tie-weights needs" --subword bpe --vocab-size 40 --tie-weights
-expect_error 1 "--vocab-size) 100000 does not fit the shared (English + French) vocabulary" --subword bpe --vocab-size 100000 --shared-vocab
-expect_error 1 "--vocab-size) 100000 does not fit the source (English) vocabulary" --subword bpe --vocab-size 100000
+expect_error 1 "--vocab-size) 100000 does not fit the shared (en + fr) vocabulary" --subword bpe --vocab-size 100000 --shared-vocab
+expect_error 1 "--vocab-size) 100000 does not fit the source (en) vocabulary" --subword bpe --vocab-size 100000
 expect_error 1 "--vocab-size" --subword unigram --vocab-size 10
 expect_error 2 "--vocab-size applies" --vocab-size 40
 expect_error 2 "anchor pipeline" --preset d2l --subword bpe

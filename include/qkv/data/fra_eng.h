@@ -43,6 +43,8 @@ struct ParseOptions {
     int64_t max_lines = -1;
     /// How many malformed lines to keep for the report.
     int report_first = 5;
+    /// The sides' names in reasons ("empty English side"); other corpora say "source"/"target".
+    std::string src_side = "English", tgt_side = "French";
 };
 
 struct MalformedLine {
@@ -73,6 +75,12 @@ struct ParallelCorpus {
 /// all is found.
 ParallelCorpus parse_parallel_text(std::string_view text, const ParseOptions& opt = {},
                                    const std::string& origin = "<text>");
+
+/// Why one side of a pair is malformed, or "" when it is not, checked in this order: invalid UTF-8
+/// ("invalid UTF-8 (byte offset N)"), a NUL byte ("NUL byte (byte offset N)"), blank ("empty
+/// <side> side"; spaces, U+00A0, U+202F), longer than opt.max_chars code points. `side` names it
+/// in the reason ("source"). The rules parse_parallel_text applies to each side.
+std::string side_problem(std::string_view text, const std::string& side, const ParseOptions& opt);
 
 /// read_fra_eng_text + parse_parallel_text.
 ParallelCorpus load_fra_eng(const std::string& path, const ParseOptions& opt = {});

@@ -45,7 +45,14 @@ DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std
 std::string fingerprint_hex(uint64_t h);
 
 struct DataConfig {
-    std::string path;                 // fra-eng.zip, fra.txt or a folder; "" = QKV_DATA or default
+    /// fra-eng.zip, fra.txt or a folder ("" = QKV_DATA or the default: data::locate_fra_eng), or
+    /// any other file: a TSV corpus, gzip or not (data::corpus_format). Unused with src_file.
+    std::string path;
+    /// A pair of line-aligned files instead of `path` (data::load_file_pair); both or neither.
+    std::string src_file, tgt_file;
+    /// Language codes of the two sides, recorded in config.json and shown by `qkv info`: "en" and
+    /// "fr" for fra-eng data unless given; "" (unknown) for other corpora unless given.
+    std::string src_lang, tgt_lang;
     DataPipeline pipeline = DataPipeline::anchor;
     int64_t num_steps = 12;           // T: arrays are truncated/padded to this (<eos> included)
     bool strict = false;              // a malformed line is fatal instead of skipped
@@ -97,8 +104,8 @@ struct TranslationData {
     data::Sentences test_src, test_ref;
 };
 
-/// Reads the data file (data::locate_fra_eng rules; the error names the download address) and
-/// builds everything per `cfg`. Split sizes shrink for small corpora: when the pairs number
+/// Reads the data (fra-eng by data::locate_fra_eng's rules, whose error names the download
+/// address; a TSV file; or src_file + tgt_file: data/corpus.h) and builds everything per `cfg`. Split sizes shrink for small corpora: when the pairs number
 /// fewer than 4·(n_valid + n_test), valid and test each get 10% (at least 1 pair), and the
 /// summary says so. With cfg.subword != none the SentencePiece model(s) are trained on the train
 /// split (deterministic; data/subword.h) unless `given` holds them (a saved model folder: eval,
@@ -107,6 +114,12 @@ struct TranslationData {
 /// an option is out of range, subword or shared_vocab is asked of the d2l_en pipeline, or
 /// SentencePiece refuses the vocabulary size (the message names --vocab-size).
 TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given = {});
+
+/// Whether `cfg` reads the fra-eng data (not a TSV corpus or a file pair).
+bool is_fra_eng_data(const DataConfig& cfg);
+
+/// "en→fr" from the recorded languages ("src→tgt" for unknown ones).
+std::string language_pair(const DataConfig& cfg);
 
 /// Source arrays for new sentences with a trained vocabulary: tokens (tokenize_nmt output, or
 /// pieces for a subword vocabulary), ids (unknown -> <unk>) + <eos>, truncated/padded to
