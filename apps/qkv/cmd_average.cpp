@@ -14,6 +14,7 @@ namespace {
 struct AverageArgs {
     std::vector<std::string> models;
     std::string out;
+    int64_t last = 0;
 };
 
 Registration reg([](CLI::App& app) {
@@ -21,16 +22,25 @@ Registration reg([](CLI::App& app) {
     CLI::App* c = app.add_subcommand(
         "average", "average the parameters of model folders of one architecture and vocabulary into a new folder");
     c->add_option("MODEL_DIR", a->models, "model folders written by qkv train (e.g. runs of several seeds, or "
-                                          "copies of one run's folder taken at different steps)")
+                                          "copies of one run's folder taken at different steps); with --last: "
+                                          "one folder")
         ->required()
         ->check(non_empty_path());
+    c->add_option("--last", a->last, "average the last K checkpoints the one MODEL_DIR kept (qkv train "
+                                     "--keep-checkpoints K)")
+        ->check(int_range(1, 1000000));
     c->add_option("--out", a->out, "the new model folder (must not exist, or be empty)")
         ->required()
         ->check(non_empty_path());
     c->callback([a] {
-        const train::AverageResult r = train::average_models(a->models, a->out);
-        std::fprintf(stderr, "averaged %lld model folders (%lld tensors, %lld parameters) into %s\n",
-                     (long long)r.models, (long long)r.tensors, (long long)r.parameters, a->out.c_str());
+        if (a->last > 0 && a->models.size() != 1)
+            throw CLI::ValidationError(detail::str("--last ", a->last, " averages one folder's kept checkpoints; got ",
+                                                   a->models.size(), " folders"));
+        const train::AverageResult r = a->last > 0 ? train::average_last_checkpoints(a->models[0], a->last, a->out)
+                                                   : train::average_models(a->models, a->out);
+        std::fprintf(stderr, "averaged %lld %s (%lld tensors, %lld parameters) into %s\n", (long long)r.models,
+                     a->last > 0 ? "checkpoints" : "model folders", (long long)r.tensors, (long long)r.parameters,
+                     a->out.c_str());
     });
 });
 

@@ -1,5 +1,5 @@
 // `qkv train`: train D2L's Transformer (or, with --model bahdanau, D2L's GRU encoder–decoder with
-// Bahdanau attention) on English–French from a preset plus flag overrides; writes the model folder
+// Bahdanau attention) on English–French (or a TSV corpus / file pair) from a preset plus flag overrides; writes the model folder
 // (train/model_dir.h) and ends with a few held-out translations. The flags become
 // train::RunOverrides and the library does the rest (train/run.h: train::configure_run's preset
 // rules and validation, train::run's folder guards, --overwrite, resume checks, data, model,
@@ -44,11 +44,12 @@ namespace fs = std::filesystem;
 struct TrainArgs {
     std::string preset = "demo", model = "transformer";
     std::string data, out = "runs/qkv";
+    std::string src_file, tgt_file, src_lang, tgt_lang;
     std::string time_budget;
     std::string schedule;
     std::string grad_reduce = "overlap";
     bool resume = false, overwrite = false, no_progress = false;
-    int64_t log_every = 50;
+    int64_t log_every = 50, keep_checkpoints = 0;
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
@@ -74,6 +75,7 @@ void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
     for (size_t i = 0; i < hyp.size(); ++i)
         std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
                     train::join_tokens(hyp[i]).c_str(), train::join_tokens(d.test_ref[i]).c_str());
+    if (m.config.data.src_lang != "en" || m.config.data.tgt_lang != "fr") return;  // the book's pairs are en→fr
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};
@@ -102,7 +104,7 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
 
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
-/// rules (--epochs, --max-steps, --time-budget), --log-every and --data apply. Any other training flag given
+/// rules (--epochs, --max-steps, --time-budget), --log-every, --keep-checkpoints and --data apply. Any other training flag given
 /// anyway is compared with config.json: one that would change the model (architecture, widths,
 /// blocks, heads, layers, vocabularies, tying) and differs is refused, as a usage error listing
 /// them all; any other that differs (optimisation, dropout, data filters, split sizes, seed, ...)
@@ -195,6 +197,10 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
     add("--min-freq", std::to_string(a.min_freq), a.min_freq != d.min_freq, "data.min_freq",
         std::to_string(d.min_freq), false);
     add("--strict", "", !d.strict, "data.strict", bool_text(d.strict), false);
+    add("--src-file", a.src_file, a.src_file != d.src_file, "data.src_file", d.src_file, false);
+    add("--tgt-file", a.tgt_file, a.tgt_file != d.tgt_file, "data.tgt_file", d.tgt_file, false);
+    add("--src-lang", a.src_lang, a.src_lang != d.src_lang, "data.src_lang", d.src_lang, false);
+    add("--tgt-lang", a.tgt_lang, a.tgt_lang != d.tgt_lang, "data.tgt_lang", d.tgt_lang, false);
 
     const std::string cfg_file = (fs::path(a.out) / "config.json").string();
     auto flag_text = [](const Diff& x) { return x.given.empty() ? x.flag : x.flag + " " + x.given; };
@@ -222,7 +228,12 @@ train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
     o.max_steps = opt(a.max_steps);
     if (!a.time_budget.empty()) o.time_budget_s = parse_duration_or_off(a.time_budget);
     if (!a.resume || given("--log-every")) o.log_every = a.log_every;  // on resume config.json's unless given
+    if (given("--keep-checkpoints")) o.keep_checkpoints = a.keep_checkpoints;
     if (!a.data.empty()) o.data_path = a.data;
+    if (!a.src_file.empty()) o.src_file = a.src_file;
+    if (!a.tgt_file.empty()) o.tgt_file = a.tgt_file;
+    if (!a.src_lang.empty()) o.src_lang = a.src_lang;
+    if (!a.tgt_lang.empty()) o.tgt_lang = a.tgt_lang;
     o.num_steps      = opt(a.num_steps);
     o.max_pairs      = opt(a.max_pairs);
     o.max_src_tokens = opt(a.max_src_tokens);
@@ -351,7 +362,7 @@ void run(TrainArgs& a, CLI::App* c) {
 
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TrainArgs>();
-    CLI::App* c = app.add_subcommand("train", "train D2L's Transformer or Bahdanau model on English-French");
+    CLI::App* c = app.add_subcommand("train", "train D2L's Transformer or Bahdanau model on English-French or a parallel corpus of your own");
     std::string presets;
     for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
     c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo)")
@@ -360,8 +371,19 @@ Registration reg([](CLI::App& app) {
                                        "additive attention, D2L 11.4)")
         ->check(CLI::IsMember({"transformer", "bahdanau"}));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
-                                     "../shared/data/fra-eng.zip)")
+                                     "../shared/data/fra-eng.zip), or a TSV corpus: source<TAB>target per line, "
+                                     "plain or gzip")
         ->check(non_empty_path());
+    auto* o_src = c->add_option("--src-file", a->src_file, "source sentences, one per line (with --tgt-file: a "
+                                                           "line-aligned pair of files instead of --data; gzip or not)")
+                      ->check(non_empty_path());
+    auto* o_tgt = c->add_option("--tgt-file", a->tgt_file, "target sentences, line i translating line i of --src-file")
+                      ->check(non_empty_path());
+    o_src->needs(o_tgt);
+    o_tgt->needs(o_src);
+    c->get_option("--data")->excludes(o_src);
+    c->add_option("--src-lang", a->src_lang, "source language code, recorded in config.json (fra-eng: en)");
+    c->add_option("--tgt-lang", a->tgt_lang, "target language code, recorded in config.json (fra-eng: fr)");
     c->add_option("--out", a->out, "output folder (default runs/qkv)")->check(non_empty_path());
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
                                        "validation points, stops and Ctrl-C) with OUT/config.json's "
@@ -450,6 +472,10 @@ Registration reg([](CLI::App& app) {
                   "under mpirun: reduce gradient buckets during backward (overlap, default) or after it "
                   "(after-backward)")
         ->check(CLI::IsMember({"overlap", "after-backward"}));
+    c->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "also keep the model of the last K checkpoints in OUT/checkpoints/ (for qkv average --last K; "
+                  "0: none; kept on --resume unless given)")
+        ->check(int_range(0, 1000000));
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none; "
                                                "--resume: config.json's unless given)")
         ->check(int_range(0, 1000000000));

@@ -1,6 +1,8 @@
 // Checkpoint averaging (train/average.h).
 #include "qkv/train/average.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <unistd.h>
@@ -40,13 +42,15 @@ void check_same_files(const std::string& first, const std::string& dir) {
 
 }  // namespace
 
-AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir) {
-    QKV_CHECK(!model_dirs.empty(), "average: no model folder given");
+namespace {
+
+/// The output folder's checks (before anything is read), its absolute path.
+fs::path check_out_dir(const std::string& out_dir, const std::vector<std::string>& inputs) {
     QKV_CHECK(!out_dir.empty(), "average: empty output folder name");
     fs::path out_path = fs::absolute(fs::path(out_dir)).lexically_normal();  // "runs/avg/" -> .../runs/avg
     if (out_path.filename().empty()) out_path = out_path.parent_path();
     std::error_code ec;
-    for (const auto& d : model_dirs)
+    for (const auto& d : inputs)
         QKV_CHECK(!fs::equivalent(d, out_dir, ec), "average: the output folder '", out_dir, "' is one of the inputs ('",
                   d, "'); give a new folder");
     if (fs::exists(out_dir)) {
@@ -54,60 +58,62 @@ AverageResult average_models(const std::vector<std::string>& model_dirs, const s
         QKV_CHECK(fs::is_empty(out_dir), "average: the output folder '", out_dir,
                   "' exists and is not empty; give a new folder");
     }
+    return out_path;
+}
 
-    // The first folder is the template: its model is loaded fully (load_model_dir's checks), and
-    // its parameters receive the mean.
-    const std::string& first = model_dirs.front();
-    ModelDir base = load_model_dir(first);
-    const auto params = base.model->named_parameters();
-    std::vector<std::vector<double>> sum(params.size());
-    auto accumulate = [&](const nn::Module& m, const std::string& dir) {
+/// Float64 sums of a model's parameters, checked against the template's names and shapes.
+class ParameterSums {
+public:
+    ParameterSums(const nn::Module& base, std::string first) : params_(base.named_parameters()), first_(std::move(first)) {
+        sum_.resize(params_.size());
+    }
+    void add(const nn::Module& m, const std::string& what) {
         const auto other = m.named_parameters();
-        QKV_CHECK(other.size() == params.size(), "cannot average '", dir, "' with '", first, "': ", other.size(),
-                  " parameter tensors against ", params.size());
-        for (size_t i = 0; i < params.size(); ++i) {
+        QKV_CHECK(other.size() == params_.size(), "cannot average '", what, "' with '", first_, "': ", other.size(),
+                  " parameter tensors against ", params_.size());
+        for (size_t i = 0; i < params_.size(); ++i) {
             const auto& [name, t] = other[i];
-            QKV_CHECK(name == params[i].first, "cannot average '", dir, "' with '", first, "': parameter ", i, " is '",
-                      name, "' where the first has '", params[i].first, "'");
-            QKV_CHECK(t.shape() == params[i].second.shape(), "cannot average '", dir, "' with '", first,
+            QKV_CHECK(name == params_[i].first, "cannot average '", what, "' with '", first_, "': parameter ", i,
+                      " is '", name, "' where the first has '", params_[i].first, "'");
+            QKV_CHECK(t.shape() == params_[i].second.shape(), "cannot average '", what, "' with '", first_,
                       "': tensor '", name, "' has shape ", shape_str(t.shape()), " against ",
-                      shape_str(params[i].second.shape()));
+                      shape_str(params_[i].second.shape()));
             const Tensor c = t.contiguous();
             const float* p = c.data<float>();
-            auto& s = sum[i];
+            auto& s = sum_[i];
             s.resize(size_t(c.numel()), 0.0);
             for (size_t k = 0; k < s.size(); ++k) s[k] += double(p[k]);
         }
-    };
-    accumulate(*base.model, first);
-    for (size_t i = 1; i < model_dirs.size(); ++i) {
-        const std::string& dir = model_dirs[i];
-        const RunConfig cfg = load_model_dir_config(dir);
-        const auto diffs = architecture_differences(base.config, cfg);
-        if (!diffs.empty()) {
-            std::string list;
-            for (const auto& d : diffs) list += (list.empty() ? "" : "; ") + d;
-            throw Error(detail::str("cannot average '", dir, "' with '", first, "': different architecture (", list, ")"));
+        ++count_;
+    }
+    /// Writes the means into the template's parameters (rounded once to float32).
+    AverageResult write_means() {
+        AverageResult r;
+        r.models  = count_;
+        r.tensors = int64_t(params_.size());
+        for (size_t i = 0; i < params_.size(); ++i) {
+            Tensor t = params_[i].second;
+            QKV_CHECK(t.is_contiguous(), "average: parameter '", params_[i].first, "' is not contiguous");
+            float* p = t.data<float>();
+            for (size_t k = 0; k < sum_[i].size(); ++k) p[k] = float(sum_[i][k] / double(count_));
+            r.parameters += t.numel();
         }
-        check_same_files(first, dir);
-        const ModelDir m = load_model_dir(dir);
-        accumulate(*m.model, dir);
+        return r;
     }
 
-    AverageResult r;
-    r.models = int64_t(model_dirs.size());
-    r.tensors = int64_t(params.size());
-    const double n = double(model_dirs.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-        Tensor t = params[i].second;
-        QKV_CHECK(t.is_contiguous(), "average: parameter '", params[i].first, "' is not contiguous");
-        float* p = t.data<float>();
-        for (size_t k = 0; k < sum[i].size(); ++k) p[k] = float(sum[i][k] / n);
-        r.parameters += t.numel();
-    }
+private:
+    std::vector<std::pair<std::string, Tensor>> params_;
+    std::vector<std::vector<double>> sum_;
+    std::string first_;
+    int64_t count_ = 0;
+};
 
-    // Everything goes into a temporary folder that is renamed into place at the end. Folders of
-    // averages into the same name that were killed (out_dir.tmp.<digits>) are removed first.
+/// The new folder: `first`'s configuration and vocabulary files, the averaged model, written as
+/// out_path.tmp.<pid> and renamed into place.
+void write_folder(const std::string& first, const ModelDir& base, const std::vector<std::string>& inputs,
+                  const fs::path& out_path) {
+    std::error_code ec;
+    // Folders of averages into the same name that were killed (out_dir.tmp.<digits>) go first.
     const std::string prefix = out_path.filename().string() + ".tmp.";
     for (fs::directory_iterator it(out_path.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
@@ -125,14 +131,96 @@ AverageResult average_models(const std::vector<std::string>& model_dirs, const s
         std::map<std::string, std::string> meta = io::SafeTensorsFile(in_dir(first, "model.safetensors")).metadata();
         meta.erase("format");
         meta.erase("qkv.checksum");
-        meta["qkv.averaged_from"] = nlohmann::json(model_dirs).dump();
+        meta["qkv.averaged_from"] = nlohmann::json(inputs).dump();
         save_model(in_dir(tmp, "model.safetensors"), *base.model, meta);
-        if (fs::exists(out_path)) fs::remove(out_path);  // empty (checked above)
+        if (fs::exists(out_path)) fs::remove(out_path);  // empty (checked before)
         fs::rename(tmp, out_path);
     } catch (...) {
         fs::remove_all(tmp, ec);
         throw;
     }
+}
+
+/// Step of a kept checkpoint's file name, or -1 when the name is not one.
+int64_t kept_step(const std::string& name) {
+    const std::string pre = "model-step-", post = ".safetensors";
+    if (name.size() <= pre.size() + post.size() || name.compare(0, pre.size(), pre) != 0 ||
+        name.compare(name.size() - post.size(), post.size(), post) != 0)
+        return -1;
+    const std::string digits = name.substr(pre.size(), name.size() - pre.size() - post.size());
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(digits);
+}
+
+}  // namespace
+
+std::string kept_checkpoint_path(const std::string& model_dir, int64_t step) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-step-%09lld.safetensors", (long long)step);
+    return (fs::path(model_dir) / "checkpoints" / name).string();
+}
+
+std::vector<std::string> kept_checkpoints(const std::string& model_dir) {
+    std::vector<std::pair<int64_t, std::string>> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(model_dir) / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
+        const int64_t step = kept_step(it->path().filename().string());
+        if (step >= 0 && it->is_regular_file(ec)) found.emplace_back(step, it->path().string());
+    }
+    std::sort(found.begin(), found.end());
+    std::vector<std::string> out;
+    for (auto& f : found) out.push_back(std::move(f.second));
+    return out;
+}
+
+void prune_kept_checkpoints(const std::string& model_dir, int64_t keep) {
+    const auto kept = kept_checkpoints(model_dir);
+    for (size_t i = 0; i + size_t(std::max<int64_t>(keep, 0)) < kept.size(); ++i) fs::remove(kept[i]);
+}
+
+AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir) {
+    QKV_CHECK(!model_dirs.empty(), "average: no model folder given");
+    const fs::path out_path = check_out_dir(out_dir, model_dirs);
+    // The first folder is the template: its model is loaded fully (load_model_dir's checks), and
+    // its parameters receive the mean.
+    const std::string& first = model_dirs.front();
+    ModelDir base = load_model_dir(first);
+    ParameterSums sums(*base.model, first);
+    sums.add(*base.model, first);
+    for (size_t i = 1; i < model_dirs.size(); ++i) {
+        const std::string& dir = model_dirs[i];
+        const RunConfig cfg = load_model_dir_config(dir);
+        const auto diffs = architecture_differences(base.config, cfg);
+        if (!diffs.empty()) {
+            std::string list;
+            for (const auto& d : diffs) list += (list.empty() ? "" : "; ") + d;
+            throw Error(detail::str("cannot average '", dir, "' with '", first, "': different architecture (", list, ")"));
+        }
+        check_same_files(first, dir);
+        const ModelDir m = load_model_dir(dir);
+        sums.add(*m.model, dir);
+    }
+    const AverageResult r = sums.write_means();
+    write_folder(first, base, model_dirs, out_path);
+    return r;
+}
+
+AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir) {
+    QKV_CHECK(last >= 1, "average: --last must be >= 1, got ", last);
+    const auto kept = kept_checkpoints(model_dir);
+    QKV_CHECK(int64_t(kept.size()) >= last, "average: --last ", last, " but '", model_dir, "' keeps ", kept.size(),
+              " checkpoint", kept.size() == 1 ? "" : "s", " in ", (fs::path(model_dir) / "checkpoints").string(),
+              kept.empty() ? " (train with --keep-checkpoints K to keep them)" : "");
+    const std::vector<std::string> files(kept.end() - last, kept.end());
+    const fs::path out_path = check_out_dir(out_dir, {model_dir});
+    ModelDir base = load_model_dir(model_dir);  // the configuration, vocabularies and module
+    ParameterSums sums(*base.model, model_dir);
+    for (const auto& f : files) {
+        load_model(f, *base.model);  // checks names, shapes and the checksum
+        sums.add(*base.model, f);
+    }
+    const AverageResult r = sums.write_means();
+    write_folder(model_dir, base, files, out_path);
     return r;
 }
 

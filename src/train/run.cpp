@@ -36,6 +36,14 @@ void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
     auto& b = cfg.bahdanau;
     auto& t = cfg.train;
     set_if(o.data_path, d.path);
+    set_if(o.src_file, d.src_file);
+    set_if(o.tgt_file, d.tgt_file);
+    set_if(o.src_lang, d.src_lang);
+    set_if(o.tgt_lang, d.tgt_lang);
+    if (is_fra_eng_data(d)) {
+        if (d.src_lang.empty()) d.src_lang = "en";
+        if (d.tgt_lang.empty()) d.tgt_lang = "fr";
+    }
     set_if(o.num_steps, d.num_steps);
     set_if(o.max_pairs, d.max_pairs);
     set_if(o.max_src_tokens, d.max_src_tokens);
@@ -74,6 +82,7 @@ void apply_stop_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.max_steps, cfg.train.max_steps);
     set_if(o.time_budget_s, cfg.train.time_budget_s);
     set_if(o.log_every, cfg.log_every);
+    set_if(o.keep_checkpoints, cfg.keep_checkpoints);
 }
 
 /// Subwords, a shared vocabulary and tying, and the rules that tie them to the preset.
@@ -82,6 +91,10 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     auto& m = cfg.model;
     const bool preset_subword = d.subword != data::SubwordKind::none;  // the full preset
     set_if(o.subword, d.subword);
+    // Other corpora: subword pieces unless --subword says otherwise (the D2L word tokenizer is
+    // made for English and French; a language written without spaces would be one token a line).
+    if (!o.subword && !preset_subword && !is_fra_eng_data(d) && d.pipeline == DataPipeline::anchor)
+        d.subword = data::SubwordKind::unigram;
     if (preset_subword && d.subword == data::SubwordKind::none) {
         // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
         // ask for a shared vocabulary / tying), with the anchor's word lengths.
@@ -199,9 +212,15 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
     SubwordModels saved_subwords;
     if (opt.resume) saved_subwords = load_model_dir_subwords(opt.out_dir, cfg);
     auto d = std::make_shared<TranslationData>(load_translation_data(cfg.data, saved_subwords));
-    cfg.data.path = fs::weakly_canonical(d->origin).string();  // eval may run in another folder
+    // Absolute paths: eval may run in another folder.
+    if (cfg.data.src_file.empty()) {
+        cfg.data.path = fs::weakly_canonical(d->origin).string();
+    } else {
+        cfg.data.src_file = fs::weakly_canonical(cfg.data.src_file).string();
+        cfg.data.tgt_file = fs::weakly_canonical(cfg.data.tgt_file).string();
+    }
     if (opt.log) {
-        std::fprintf(opt.log, "data: %s\n", d->summary.c_str());
+        std::fprintf(opt.log, "data: %s, %s\n", language_pair(cfg.data).c_str(), d->summary.c_str());
         std::fprintf(opt.log, "vocabularies: source %lld, target %lld tokens\n", (long long)d->src_vocab.size(),
                      (long long)d->tgt_vocab.size());
     }
@@ -245,6 +264,7 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     rt.progress  = opt.progress;
     rt.log       = opt.log;
     rt.log_every = cfg.log_every;
+    rt.keep_checkpoints = cfg.keep_checkpoints;
     rt.interrupt = opt.interrupt;
     rt.comm      = opt.comm;
     rt.reduce    = opt.reduce;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/generator.h"
+#include "qkv/train/average.h"
 #include "qkv/train/trainer.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/interrupt.h"
@@ -122,8 +123,8 @@ bool has_missing_records(const std::string& out_dir, const TrainingProgress& p) 
 }
 
 RunRecorder::RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata,
-                         bool writes)
-    : dir_(std::move(out_dir)), writes_(writes), log_(log), metadata_(std::move(metadata)) {
+                         bool writes, int64_t keep_checkpoints)
+    : dir_(std::move(out_dir)), writes_(writes), log_(log), metadata_(std::move(metadata)), keep_(keep_checkpoints) {
     if (dir_.empty()) return;
     ckpt_    = (fs::path(dir_) / "checkpoint.safetensors").string();
     model_   = (fs::path(dir_) / "model.safetensors").string();
@@ -143,8 +144,20 @@ void RunRecorder::start(bool resume) {
             if (log_) std::fprintf(log_, "removed %s (left by a write that was cut short)\n", t.c_str());
         }
     }
+    // Temporaries of kept checkpoints whose write was cut short (their final name may not exist).
+    std::set<std::string> kept_bases;
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(dir_) / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().string();
+        if (const size_t at = name.rfind(".safetensors.tmp."); at != std::string::npos)
+            kept_bases.insert(name.substr(0, at + std::string(".safetensors").size()));
+    }
+    for (const auto& k : kept_bases)
+        for (const auto& t : util::remove_stale_temp_files(k))
+            if (log_) std::fprintf(log_, "removed %s (left by a write that was cut short)\n", t.c_str());
     if (resume) return;  // resume() opens metrics.jsonl after truncating it
     for (const auto& p : {metrics_, ckpt_, model_}) fs::remove(p);
+    prune_kept_checkpoints(dir_, 0);  // an earlier run's
     open_metrics();
 }
 
@@ -238,6 +251,17 @@ bool RunRecorder::save(const TrainingProgress& p, const nn::Module& model, const
                                         " (--resume continues from it)"),
                             util::atomic_temp_path(model_));
         save_model(model_, model, metadata_);
+    }
+    if (keep_ > 0) {
+        const std::string kept = kept_checkpoint_path(dir_, p.step);
+        fs::create_directories(fs::path(kept).parent_path());
+        {
+            util::KillNote note(detail::str("qkv: interrupted while writing ", kept, "; ", ckpt_, " holds step ",
+                                            p.step, " (--resume continues from it)"),
+                                util::atomic_temp_path(kept));
+            save_model(kept, model, metadata_);
+        }
+        prune_kept_checkpoints(dir_, keep_);
     }
     return true;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "qkv/train/average.h"
+#include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run.h"
 #include "qkv/util/atomic_file.h"
@@ -20,7 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 /// A tiny model folder trained 2 steps from `dir`/fra.txt (same data: same vocabularies).
-std::string train_folder(const TempDir& dir, const std::string& name, uint64_t seed, int64_t num_hiddens = 16) {
+std::string train_folder(const TempDir& dir, const std::string& name, uint64_t seed, int64_t num_hiddens = 16,
+                         int64_t keep_checkpoints = 0, int64_t max_steps = 2) {
     if (!fs::exists(dir / "fra.txt")) {
         std::ofstream f(dir / "fra.txt");
         const char* pairs[] = {"Go.\tVa !", "I lost.\tJ'ai perdu.", "He's calm.\tIl est calme.",
@@ -30,7 +32,9 @@ std::string train_folder(const TempDir& dir, const std::string& name, uint64_t s
     train::RunOverrides o;
     o.data_path = dir / "fra.txt";
     o.num_hiddens = num_hiddens, o.num_heads = 2, o.num_blks = 1, o.ffn_num_hiddens = 16, o.batch_size = 8;
-    o.num_steps = 6, o.max_steps = 2, o.time_budget_s = 0, o.seed = seed;
+    o.num_steps = 6, o.max_steps = max_steps, o.time_budget_s = 0, o.seed = seed;
+    if (keep_checkpoints > 0) o.keep_checkpoints = keep_checkpoints;
+    o.val_every_s = 0;
     const train::RunConfig cfg = train::configure_run("demo", train::ModelKind::transformer, o);
     train::RunOptions ro;
     ro.out_dir  = dir / name;
@@ -70,6 +74,47 @@ TEST(Average, IsTheMeanRoundedOnceAndLoads) {
     for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "model.safetensors"})
         EXPECT_TRUE(fs::exists(dir / ("avg/" + std::string(f)))) << f;
     EXPECT_FALSE(fs::exists(dir / "avg/checkpoint.safetensors"));
+}
+
+// --keep-checkpoints 3 over 32 steps (epochs of 6 batches: checkpoints at every epoch end and the
+// stop) keeps the model files of the last 3 checkpoints, oldest first; average_last_checkpoints(K) is the float64 mean of the newest K
+// rounded once, and more than kept is refused naming the count.
+TEST(Average, LastKeptCheckpoints) {
+    TempDir dir;
+    const std::string a = train_folder(dir, "a", 1, 16, /*keep_checkpoints=*/3, /*max_steps=*/32);
+    const auto kept = train::kept_checkpoints(a);
+    ASSERT_EQ(kept.size(), 3u);
+    EXPECT_EQ(kept.back(), train::kept_checkpoint_path(a, 32));
+    EXPECT_EQ(kept.front(), train::kept_checkpoint_path(a, 24));
+    EXPECT_EQ(kept[1], train::kept_checkpoint_path(a, 30));
+    train::average_last_checkpoints(a, 2, dir / "avg2");
+    auto load = [&](const std::string& f) {
+        train::ModelDir m = train::load_model_dir(a);
+        train::load_model(f, *m.model);
+        return m.model->named_parameters();
+    };
+    const auto p1 = load(kept[1]), p2 = load(kept[2]), pm = params_of(dir / "avg2");
+    ASSERT_EQ(pm.size(), p1.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < p1.size(); ++i) {
+        const float *x = p1[i].second.data<float>(), *y = p2[i].second.data<float>(), *m = pm[i].second.data<float>();
+        for (int64_t k = 0; k < p1[i].second.numel(); ++k) {
+            ASSERT_EQ(m[k], float((double(x[k]) + double(y[k])) / 2.0)) << p1[i].first << "[" << k << "]";
+            differ += x[k] != y[k];
+        }
+    }
+    EXPECT_GT(differ, 0);  // two different steps
+    // The newest kept checkpoint is the final model.
+    const auto pf = params_of(a);
+    for (size_t i = 0; i < pf.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(pf[i].second.data<float>(), p2[i].second.data<float>(),
+                                 size_t(pf[i].second.numel()) * sizeof(float)));
+    const std::string e = error_of([&] { train::average_last_checkpoints(a, 4, dir / "avg4"); });
+    EXPECT_NE(e.find("--last 4 but '" + a + "' keeps 3 checkpoints"), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(dir / "avg4"));
+    // A fresh run into the folder (overwrite) starts its own list; pruning keeps the newest.
+    train::prune_kept_checkpoints(a, 1);
+    EXPECT_EQ(train::kept_checkpoints(a), std::vector<std::string>{kept.back()});
 }
 
 TEST(Average, OfAModelWithItselfIsTheModelBitwise) {

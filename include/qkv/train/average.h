@@ -31,4 +31,21 @@ struct AverageResult {
 /// Throws qkv::Error.
 AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir);
 
+/// Averages the last `last` checkpoints a run kept (`qkv train --keep-checkpoints K`:
+/// kept_checkpoints(model_dir), by step) into the new model folder `out_dir`, as average_models
+/// does, with model_dir's configuration and vocabularies (`qkv average --last K`). Each file is
+/// loaded into model_dir's model (load_model: names, shapes, checksum). Throws qkv::Error when
+/// last < 1 or the folder keeps fewer than `last` checkpoints (naming how many it keeps), and for
+/// what average_models refuses about out_dir.
+AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir);
+
+/// model_dir/checkpoints/model-step-<step, 9 digits>.safetensors: the model file of a kept
+/// checkpoint (RunRecorder writes it after model.safetensors when keep_checkpoints > 0).
+std::string kept_checkpoint_path(const std::string& model_dir, int64_t step);
+/// The kept checkpoints of a model folder, oldest step first (files not named as
+/// kept_checkpoint_path names them are ignored; none when the folder has no checkpoints/).
+std::vector<std::string> kept_checkpoints(const std::string& model_dir);
+/// Removes all but the newest `keep` kept checkpoints.
+void prune_kept_checkpoints(const std::string& model_dir, int64_t keep);
+
 }  // namespace qkv::train

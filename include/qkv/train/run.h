@@ -43,8 +43,11 @@ struct RunOverrides {
     std::optional<int64_t> epochs, max_steps;
     std::optional<double> time_budget_s;   // [--time-budget] 0: none
     std::optional<int64_t> log_every;
+    std::optional<int64_t> keep_checkpoints;  // [--keep-checkpoints]
     std::optional<std::string> data_path;  // [--data]
     // data
+    std::optional<std::string> src_file, tgt_file;  // [--src-file, --tgt-file] line-aligned pair
+    std::optional<std::string> src_lang, tgt_lang;  // [--src-lang, --tgt-lang]
     std::optional<int64_t> num_steps, max_pairs, max_src_tokens, max_tgt_tokens;
     std::optional<int64_t> n_test, n_valid, min_freq;  // [--test-pairs, --valid-pairs, --min-freq]
     bool strict = false;
@@ -69,7 +72,10 @@ struct RunOverrides {
 /// without warmup steps gets 400; `--preset full --subword none` trains on words untied with the
 /// anchor's lengths (num_steps 12 unless given, decoding <= 20); a subword run on a word preset
 /// gets num_steps += 2/3 (unless given) and decode.max_len += 1/2 (subword pieces are longer
-/// sequences: bench/RESULTS.md). Then RunConfig::validate(). Throws ConfigError (naming the flag or
+/// sequences: bench/RESULTS.md). Data other than fra-eng (a TSV file, a file pair) defaults to
+/// SentencePiece unigram pieces on the anchor pipeline (--subword none keeps words; the word
+/// tokenizer splits on spaces, which languages written without them lack), and fra-eng to the
+/// languages en and fr. Then RunConfig::validate(). Throws ConfigError (naming the flag or
 /// key) for --vocab-size without --subword, --tie-weights without --shared-vocab or with bahdanau,
 /// flags of the other architecture (check_architecture_overrides), --subword/--shared-vocab on the
 /// d2l pipeline, heads that do not divide the width, and what validate() refuses; qkv::Error for

@@ -44,6 +44,9 @@ struct RunConfig {
     /// metrics.jsonl "step" record every N steps (TrainRuntime::log_every; 0: none), in
     /// config.json as "train.log_every" so --resume keeps it.
     int64_t log_every = 50;
+    /// Keep the model files of the last K checkpoints in checkpoints/ for `qkv average --last`
+    /// (TrainRuntime::keep_checkpoints; 0: none), "train.keep_checkpoints" in config.json.
+    int64_t keep_checkpoints = 0;
     DecodeConfig decode;
     /// Processes the model was last trained with (data-parallel ranks; "world_size" in
     /// config.json, absent in older files: 1). A record, not a setting: --resume may use another.

@@ -57,8 +57,11 @@ class RunRecorder {
 public:
     /// writes false (a data-parallel rank other than 0): the folder is only read (resume loads the
     /// checkpoint and the generator's state); nothing is created, removed, truncated or written.
+    /// keep_checkpoints > 0: save() also writes the model to out_dir/checkpoints/ (average.h
+    /// kept_checkpoint_path) and keeps the newest keep_checkpoints of them; a fresh start()
+    /// removes the folder's earlier ones.
     RunRecorder(std::string out_dir, std::FILE* log, std::map<std::string, std::string> metadata,
-                bool writes = true);
+                bool writes = true, int64_t keep_checkpoints = 0);
     ~RunRecorder();
     RunRecorder(const RunRecorder&) = delete;
     RunRecorder& operator=(const RunRecorder&) = delete;
@@ -105,6 +108,7 @@ private:
     std::FILE* metrics_file_ = nullptr;
     bool ckpt_write_cut_ = false;  // start() removed a temporary of the checkpoint
     int64_t saved_step_ = -1;      // the step the checkpoint file holds (-1: none of this run)
+    int64_t keep_ = 0;             // kept checkpoints (0: none)
 };
 
 /// A "val" record (a validation point) with "val_loss" null, to be filled in.

@@ -79,6 +79,9 @@ struct TrainRuntime {
     double progress_plain_interval_s = 10.0;
     std::FILE* log = stderr;         // one summary line per epoch; nullptr: silent
     int64_t log_every = 50;          // metrics.jsonl "step" record every N steps (0: none)
+    /// With out_dir: each checkpoint's model is also written to out_dir/checkpoints/ (average.h
+    /// kept_checkpoint_path), keeping the newest K; a fresh run first removes earlier ones. 0: none.
+    int64_t keep_checkpoints = 0;
     /// When non-null, read at the top of every batch: nonzero (e.g. the signal number an
     /// util::InterruptGuard stored) stops the run there as max_steps does (checkpoint, epoch
     /// record), with stop_reason "interrupted". Must stay valid during fit().
