@@ -85,6 +85,36 @@ void BM_attention_flash_fwdbwd(benchmark::State& st) { run_case(st, false, true)
 void BM_attention_flash_causal_fwd(benchmark::State& st) { run_case(st, true, false); }
 void BM_attention_flash_causal_fwdbwd(benchmark::State& st) { run_case(st, true, true); }
 
+// Sliding window (local causal attention): each query sees the W keys ending at its own (window
+// (W - 1, 0), top-left). FLOPs count the visible keys only, 4·B·H·N·W·d forward (minus the first
+// rows' shorter windows), so GFLOP/s compares with full attention's and the time shows the N·W
+// growth. Arg W = 0 runs full (non-causal) attention on the same shape.
+void run_window(benchmark::State& st, bool bwd) {
+    omp_set_num_threads(g_threads);
+    const int64_t B = st.range(0), H = st.range(1), N = st.range(2), d = st.range(3), W = st.range(4);
+    Problem       pr(B, H, N, d, W > 0);
+    if (W > 0) pr.p.window_left = W - 1, pr.p.window_right = 0;
+    for (auto _ : st) {
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        benchmark::ClobberMemory();
+    }
+    const double keys = W > 0 ? double(N) * double(W) - double(W) * double(W - 1) / 2.0 : double(N) * double(N);
+    const double fwd  = 4.0 * double(B * H) * keys * double(d);
+    st.counters["GFLOP/s"] = benchmark::Counter(fwd * (bwd ? 3.5 : 1.0) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(std::string(cpu::isa_name(cpu::fp32_variant_isa())) + " threads=" + std::to_string(g_threads) +
+                (W > 0 ? " window=" + std::to_string(W) : " full"));
+}
+void BM_attention_flash_window_fwd(benchmark::State& st) { run_window(st, false); }
+void BM_attention_flash_window_fwdbwd(benchmark::State& st) { run_window(st, true); }
+void window_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t n : {1024, 2048, 4096, 8192, 16384}) b->Args({1, 8, n, 64, 256});
+    b->Args({1, 8, 16384, 64, 0});
+    b->ArgNames({"B", "H", "N", "d", "W"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+}
+BENCHMARK(BM_attention_flash_window_fwd)->Apply(window_shapes);
+BENCHMARK(BM_attention_flash_window_fwdbwd)->Apply(window_shapes);
+
 void shapes(benchmark::internal::Benchmark* b) {
     b->Args({8, 8, 128, 64})->Args({4, 8, 512, 64})->Args({1, 8, 2048, 64})->Args({1, 8, 4096, 64});
     b->ArgNames({"B", "H", "N", "d"})->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -39,6 +39,16 @@ struct AttentionParams {
     const int64_t* valid_lens      = nullptr;
     int            valid_lens_rank = 0;
     CausalAlign    causal          = CausalAlign::none;
+    // Sliding window (local attention): row i sees keys j with i' - window_left <= j <= i' +
+    // window_right, i' = i + window_shift (0: top-left alignment; Tk - Tq: bottom-right); -1 =
+    // unbounded on that side. Combined with valid_lens and causal by attention_key_first/limit.
+    int64_t window_left = -1, window_right = -1, window_shift = 0;
+    // Logit soft-capping (Gemma 2; FlashAttention's softcap): the scaled logit s becomes
+    // softcap * tanh(s / softcap), before ALiBi and the masks; 0: none.
+    float softcap = 0.0f;
+    // ALiBi (Press et al. 2022, §3): s_ij -= alibi_slopes[h] * |i + Tk - Tq - j| (positions aligned
+    // bottom-right, as FlashAttention does), after the soft cap; (H) floats, nullptr: none.
+    const float* alibi_slopes = nullptr;
     // Optional mask broadcast to (B, H, Tq, Tk) through element strides (0 for broadcast dims):
     // bool_mask: 1 = keep, 0 = masked; additive_mask: added to the scaled logits (-inf = masked).
     // Both may be given at once.
@@ -61,8 +71,17 @@ struct AttentionGradParams {
     T* dv = nullptr;          // (B, Hkv, Tk, Dv) contiguous, written
 };
 
-/// Last key index query row i of batch b may see from valid_lens and causal (keys j > limit are
-/// masked); -1 when the row sees no key. Bool/additive masks come on top of this.
+/// First key index query row i may see: the sliding window's left edge (0 without one; keys
+/// j < first are masked).
+template <class T>
+inline int64_t attention_key_first(const AttentionParams<T>& p, int64_t i) {
+    const int64_t f = p.window_left >= 0 ? i + p.window_shift - p.window_left : 0;
+    return f < 0 ? 0 : f;
+}
+
+/// Last key index query row i of batch b may see from valid_lens, causal and the window's right
+/// edge (keys j > limit are masked); -1 when the row sees no key (also when the window's left edge,
+/// attention_key_first, lies past the limit). Bool/additive masks come on top of this.
 template <class T>
 inline int64_t attention_key_limit(const AttentionParams<T>& p, int64_t b, int64_t i) {
     int64_t lim = p.Tk - 1;
@@ -72,6 +91,8 @@ inline int64_t attention_key_limit(const AttentionParams<T>& p, int64_t b, int64
     }
     if (p.causal == CausalAlign::top_left) lim = i < lim ? i : lim;
     if (p.causal == CausalAlign::bottom_right) lim = i + p.Tk - p.Tq < lim ? i + p.Tk - p.Tq : lim;
+    if (p.window_right >= 0) lim = i + p.window_shift + p.window_right < lim ? i + p.window_shift + p.window_right : lim;
+    if (lim >= 0 && attention_key_first(p, i) > lim) return -1;  // an empty window
     return lim < -1 ? -1 : lim;
 }
 

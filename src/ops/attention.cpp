@@ -94,6 +94,31 @@ Tensor row_lengths(const Call& c, const Tensor& vl, CausalAlign causal) {
     return from_vector(lens, {c.B, c.H, c.Tq});
 }
 
+/// The sliding window as a bool mask (1, 1, Tq, Tk): true where key j lies in query i's window.
+Tensor window_mask(const Call& c, const SlidingWindow& w) {
+    const int64_t shift = w.align == CausalAlign::bottom_right ? c.Tk - c.Tq : 0;
+    std::vector<uint8_t> m(static_cast<size_t>(c.Tq * c.Tk));
+    for (int64_t i = 0; i < c.Tq; ++i)
+        for (int64_t j = 0; j < c.Tk; ++j) {
+            const int64_t d = j - (i + shift);
+            m[size_t(i * c.Tk + j)] = (w.left < 0 || d >= -w.left) && (w.right < 0 || d <= w.right);
+        }
+    Tensor t = Tensor::empty({1, 1, c.Tq, c.Tk}, DType::b8);
+    std::copy(m.begin(), m.end(), ptr<uint8_t>(t));
+    return t;
+}
+
+/// ALiBi's bias (1, H, Tq, Tk) in `dtype`: −m_h · |i + Tk − Tq − j|.
+Tensor alibi_bias(const Call& c, const Tensor& slopes, DType dtype) {
+    const auto m = slopes.to(DType::f64).contiguous().to_vector<double>();
+    std::vector<double> b(static_cast<size_t>(c.H * c.Tq * c.Tk));
+    for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t i = 0; i < c.Tq; ++i)
+            for (int64_t j = 0; j < c.Tk; ++j)
+                b[size_t((h * c.Tq + i) * c.Tk + j)] = -m[size_t(h)] * double(std::abs(i + c.Tk - c.Tq - j));
+    return from_vector(b, {1, c.H, c.Tq, c.Tk}).to(dtype);
+}
+
 Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask, const AttentionOptions& opt,
                       double scale, Tensor* weights) {
     Tensor k = c.k, v = c.v;
@@ -102,6 +127,8 @@ Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask
         v = repeat_interleave(v, c.H / c.Hkv, 1);
     }
     Tensor scores = mul(matmul(c.q, k.transpose(-1, -2)), scale);  // (B, H, Tq, Tk)
+    if (opt.softcap > 0) scores = mul(tanh(mul(scores, 1.0 / opt.softcap)), opt.softcap);
+    if (opt.alibi_slopes.defined()) scores = add(scores, alibi_bias(c, opt.alibi_slopes, scores.dtype()));
     if (mask.mask.defined()) {
         Tensor m = mask.mask;
         if (c.rank3 && m.dim() == 3) m = m.unsqueeze(1);
@@ -113,6 +140,7 @@ Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask
             scores = add(scores, m);
         }
     }
+    if (mask.window.active()) scores = masked_fill(scores, logical_not(window_mask(c, mask.window)), -INFINITY);
     Tensor w = masked_softmax_rows(scores, row_lengths(c, vl, mask.causal));
     if (weights) *weights = c.rank3 ? w.squeeze(1) : w;
     Tensor wd = opt.training && opt.dropout > 0 ? dropout(w, opt.dropout, true, opt.gen) : w;
@@ -160,7 +188,7 @@ bool use_flash(const Call& c, const AttentionMask& m, const AttentionOptions& o,
 Tensor last_dim_contiguous(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
 
 struct FlashSaved {
-    Tensor q, k, v, out, lse, valid_lens, mask;
+    Tensor q, k, v, out, lse, valid_lens, mask, alibi;
     kernels::AttentionParams<float> p;
 };
 
@@ -188,6 +216,11 @@ void fill_params(kernels::AttentionParams<float>& p, const Tensor& q, const Tens
         p.m_stride_b = mk.strides()[0], p.m_stride_h = mk.strides()[1];
         p.m_stride_q = mk.strides()[2], p.m_stride_k = mk.strides()[3];
     }
+    if (mask.window.active()) {
+        p.window_left  = mask.window.left;
+        p.window_right = mask.window.right;
+        p.window_shift = mask.window.align == CausalAlign::bottom_right ? p.Tk - p.Tq : 0;
+    }
     p.scale = float(scale);
 }
 
@@ -208,6 +241,11 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
     Tensor out = Tensor::empty({c.B, c.H, c.Tq, c.Dv}, DType::f32);
     Tensor lse = Tensor::empty({c.B, c.H, c.Tq}, DType::f32);
     fill_params(s->p, s->q, s->k, s->v, out, lse, vl, mask, s->mask, scale);
+    s->p.softcap = float(opt.softcap);
+    if (opt.alibi_slopes.defined()) {
+        s->alibi          = opt.alibi_slopes.to(DType::f32).contiguous();
+        s->p.alibi_slopes = ptr<float>(s->alibi);
+    }
     if (opt.training && opt.dropout > 0) {
         QKV_CHECK(opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ", opt.dropout);
         Generator& g = opt.gen ? *opt.gen : default_generator();
@@ -237,6 +275,21 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
 
 }  // namespace
 
+Tensor alibi_slopes(int64_t num_heads) {
+    QKV_CHECK(num_heads >= 1, "alibi_slopes: num_heads must be >= 1, got ", num_heads);
+    auto power_of_two = [](int64_t n) {  // 2^(-8 (i + 1) / n), i = 0..n-1
+        std::vector<double> s;
+        for (int64_t i = 0; i < n; ++i) s.push_back(std::exp2(-8.0 * double(i + 1) / double(n)));
+        return s;
+    };
+    int64_t closest = 1;
+    while (closest * 2 <= num_heads) closest *= 2;
+    std::vector<double> s = power_of_two(closest);
+    const std::vector<double> extra = power_of_two(2 * closest);
+    for (int64_t i = 0; int64_t(s.size()) < num_heads; i += 2) s.push_back(extra[size_t(i)]);
+    return from_vector(s, {num_heads}).to(DType::f32);
+}
+
 AttentionBackend parse_attention_backend(const std::string& s) {
     if (s == "auto" || s == "automatic") return AttentionBackend::automatic;
     if (s == "math") return AttentionBackend::math;
@@ -260,6 +313,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     QKV_CHECK(opt.dropout >= 0 && opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ",
               opt.dropout);
     const Tensor vl = check_valid_lens(c, mask.valid_lens);
+    QKV_CHECK(mask.window.left >= -1 && mask.window.right >= -1, "scaled_dot_product_attention: window (left, right) "
+              "must be >= 0 (or -1: unbounded), got (", mask.window.left, ", ", mask.window.right, ")");
     if (mask.mask.defined()) {
         Shape full4{c.B, c.H, c.Tq, c.Tk};
         Shape ms = mask.mask.shape();
@@ -267,6 +322,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         QKV_CHECK(broadcasts_to(ms, full4),
                   "scaled_dot_product_attention: mask of shape ", mask.mask.shape(), " does not broadcast to ",
                   full4);
+    }
+    QKV_CHECK(std::isfinite(opt.softcap) && opt.softcap >= 0 && opt.softcap <= double(std::numeric_limits<float>::max()),
+              "scaled_dot_product_attention: softcap must be finite and >= 0 (0: off), got ", opt.softcap);
+    if (opt.alibi_slopes.defined()) {
+        QKV_CHECK(opt.alibi_slopes.dim() == 1 && opt.alibi_slopes.shape()[0] == c.H &&
+                      is_floating(opt.alibi_slopes.dtype()),
+                  "scaled_dot_product_attention: alibi_slopes must be a float (H) = (", c.H, ") tensor, got ",
+                  opt.alibi_slopes.shape(), " ", dtype_name(opt.alibi_slopes.dtype()));
+        for (double m : opt.alibi_slopes.to(DType::f64).contiguous().to_vector<double>())
+            QKV_CHECK(std::isfinite(m), "scaled_dot_product_attention: alibi_slopes must be finite, got ", m);
     }
     QKV_CHECK(std::isfinite(opt.scale) && std::abs(opt.scale) <= double(std::numeric_limits<float>::max()),
               "scaled_dot_product_attention: scale must be finite and within float range (0 means "

@@ -245,7 +245,9 @@ TEST(DecodeOptions, CoveragePenaltyEntersTheScoreAndTheRanking) {
             EXPECT_LE(cp, 0.0);
             EXPECT_NEAR(h.score, h.log_prob / std::pow((5.0 + double(n)) / 6.0, 0.6) + cp, 1e-9)
                 << "source " << i << " hypothesis " << r;
-            if (r > 0) EXPECT_GE(cov[size_t(i)][r - 1].score, h.score);
+            if (r > 0) {
+                EXPECT_GE(cov[size_t(i)][r - 1].score, h.score);
+            }
         }
         const auto& best = cov[size_t(i)][0];
         const auto& was  = plain[size_t(i)][0];

@@ -48,6 +48,10 @@ struct AttnSpec {
     // Scores that drift along the keys: q[..][0] = 1 and k[..][j][0] += key_ramp * j / Tk (in
     // float, so float and double data agree); not with `strided`.
     float                  key_ramp        = 0.0f;
+    // Sliding window (AttentionParams::window_*): -1 unbounded; shift Tk - Tq for bottom-right.
+    int64_t                window_left = -1, window_right = -1, window_shift = 0;
+    float                  softcap = 0.0f;         // AttentionParams::softcap
+    std::vector<float>     alibi;                  // (H) ALiBi slopes, empty: none
 };
 
 template <class T>
@@ -56,6 +60,7 @@ struct AttnData {
     std::vector<T>               q, k, v, out, lse, lse_lo, dout, dq, dk, dv, add_mask;
     std::vector<uint8_t>         bool_mask;
     std::vector<int64_t>         valid_lens;
+    std::vector<float>           alibi;
     kernels::AttentionParams<T>  p;
     kernels::AttentionGradParams<T> g;
 };
@@ -110,6 +115,12 @@ AttnData<T> make_attn(const AttnSpec& s0) {
     strides(s.H, s.Tq, s.Dv, p.o_stride_b, p.o_stride_h, p.o_stride_t);
     p.scale = s.scale != 0.0f ? s.scale : float(1.0 / std::sqrt(double(s.D)));
     p.causal = s.causal;
+    p.window_left = s.window_left, p.window_right = s.window_right, p.window_shift = s.window_shift;
+    p.softcap = s.softcap;
+    if (!s.alibi.empty()) {
+        a.alibi        = s.alibi;
+        p.alibi_slopes = a.alibi.data();
+    }
     if (s.valid_lens_rank) {
         a.valid_lens      = s.valid_lens;
         p.valid_lens      = a.valid_lens.data();
@@ -302,11 +313,62 @@ TEST(AttentionRefKernels, Gradcheck_DropoutGqaStrided) {
     gradcheck(s);
 }
 
+TEST(AttentionRefKernels, Gradcheck_SoftcapAndAlibi) {
+    AttnSpec s;  // a cap of 0.8 on logits up to ~3: tanh well into its curve
+    s.B = 2, s.H = 2, s.Tq = 4, s.Tk = 5, s.D = 3, s.amp = 1.5f, s.softcap = 0.8f;
+    gradcheck(s);
+    s.alibi = {0.5f, 0.125f};
+    gradcheck(s);
+    s.softcap = 0.0f, s.causal = CausalAlign::bottom_right, s.mask = MaskKind::additive;
+    gradcheck(s);
+}
+
+TEST(AttentionRefKernels, Gradcheck_SlidingWindow) {
+    AttnSpec s;  // top-left window (1, 0) with valid_lens; rows 0 and 1 of batch 1 see no key
+    s.B = 2, s.H = 2, s.Tq = 5, s.Tk = 6, s.D = 3, s.window_left = 1, s.window_right = 0;
+    s.valid_lens_rank = 2, s.valid_lens = {6, 6, 6, 6, 6, 0, 0, 6, 6, 6};
+    gradcheck(s);
+    AttnSpec r;  // bottom-right, both sides bounded, Tq < Tk
+    r.H = 2, r.Tq = 3, r.Tk = 7, r.D = 2, r.window_left = 2, r.window_right = 1, r.window_shift = 4;
+    gradcheck(r);
+}
+
+// The window's visible keys, derived by hand: query i (aligned position i + shift) sees keys
+// [i + shift - left, i + shift + right], clipped to [0, Tk - 1] and by valid_lens / causal.
+TEST(AttentionRefKernels, SlidingWindowKeyRangesByHand) {
+    kernels::AttentionParams<double> p;
+    p.B = 1, p.Tq = 4, p.Tk = 6;
+    p.window_left = 1, p.window_right = 2;  // top-left
+    const int64_t first_tl[] = {0, 0, 1, 2}, last_tl[] = {2, 3, 4, 5};
+    for (int64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(kernels::attention_key_first(p, i), first_tl[i]) << i;
+        EXPECT_EQ(kernels::attention_key_limit(p, 0, i), last_tl[i]) << i;
+    }
+    p.window_shift = 2, p.window_left = 0, p.window_right = 0;  // bottom-right, only the diagonal
+    for (int64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(kernels::attention_key_first(p, i), i + 2);
+        EXPECT_EQ(kernels::attention_key_limit(p, 0, i), i + 2);
+    }
+    p.causal = kernels::CausalAlign::top_left;  // causal top-left cuts every row before its window
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(kernels::attention_key_limit(p, 0, i), -1) << "empty window " << i;
+    p.causal = kernels::CausalAlign::none, p.window_shift = 0, p.window_left = 3, p.window_right = -1;
+    const int64_t v[] = {2};
+    p.valid_lens = v, p.valid_lens_rank = 1;
+    EXPECT_EQ(kernels::attention_key_limit(p, 0, 0), 1);
+    EXPECT_EQ(kernels::attention_key_limit(p, 0, 3), 1);   // keys 0..1 of window 0..6
+    EXPECT_EQ(kernels::attention_key_first(p, 3), 0);
+    p.window_left = 1;
+    EXPECT_EQ(kernels::attention_key_limit(p, 0, 3), -1);  // window starts at key 2, length 2
+}
+
 // Index-derived masks mean exactly what the equivalent explicit bool mask means.
 TEST(AttentionRefKernels, ValidLensAndCausalEqualExplicitBoolMask) {
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
         AttnSpec s;
         s.B = 2, s.H = 2, s.Tq = 4, s.Tk = 6, s.D = 3;
+        if (variant == 4) s.window_left = 1, s.window_right = 1;
+        if (variant == 5) s.window_left = 0, s.window_right = 3, s.window_shift = 2, s.valid_lens_rank = 1,
+                          s.valid_lens = {5, 3};
         if (variant == 0) s.valid_lens_rank = 1, s.valid_lens = {3, 6};
         if (variant == 1) s.valid_lens_rank = 2, s.valid_lens = {1, 2, 0, 6, 5, 4, 3, 2};
         if (variant == 2) s.causal = CausalAlign::top_left;
@@ -314,6 +376,7 @@ TEST(AttentionRefKernels, ValidLensAndCausalEqualExplicitBoolMask) {
         auto a = make_attn<double>(s);  // resolves Hkv/Dv
         AttnSpec m = a.spec;
         m.valid_lens_rank = 0, m.causal = CausalAlign::none;
+        m.window_left = m.window_right = -1, m.window_shift = 0;
         m.mask = MaskKind::boolean, m.mask_keep = 2.0;  // all kept, then cleared below
         auto bm = make_attn<double>(m);
         // Clear the entries the index mask removes, then compare through a fresh AttnData whose
@@ -323,7 +386,8 @@ TEST(AttentionRefKernels, ValidLensAndCausalEqualExplicitBoolMask) {
                 for (int64_t i = 0; i < s.Tq; ++i)
                     for (int64_t j = 0; j < s.Tk; ++j)
                         bm.bool_mask[size_t(((b * s.H + h) * s.Tq + i) * s.Tk + j)] =
-                            j <= kernels::attention_key_limit(a.p, b, i);
+                            j <= kernels::attention_key_limit(a.p, b, i) &&
+                            j >= kernels::attention_key_first(a.p, i);
         ref::attention_forward(a.p);
         ref::attention_backward(a.p, a.g);
         ref::attention_forward(bm.p);
@@ -556,6 +620,52 @@ TEST(FlashAttentionKernels, FastMatchesRef_CausalBothAlignments) {
             s.causal   = align;
             expect_fast_matches_ref(s);
         }
+}
+
+// Sliding windows on the fast kernel: both alignments, one-sided and two-sided, windows narrower
+// and wider than a key tile, Tq != Tk, with valid_lens, causal, masks and dropout, the few-query
+// path, and rows whose window is empty (window entirely past valid_lens).
+TEST(FlashAttentionKernels, FastMatchesRef_SlidingWindow) {
+    struct W {
+        int64_t tq, tk, left, right;
+        bool bottom_right;
+    };
+    const W cases[] = {{300, 300, 0, 0, false},   {300, 300, 16, 0, false}, {300, 300, 130, 5, false},
+                       {200, 500, 64, 64, true},  {500, 200, 3, -1, false}, {257, 257, -1, 40, false},
+                       {97, 1000, 256, 0, true},  {1, 700, 128, 0, true},   {8, 300, 20, 20, true},
+                       {129, 129, 200, 200, false}};
+    for (const W& w : cases) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << w.tq << " Tk " << w.tk << " window (" << w.left << ", "
+                                          << w.right << ")" << (w.bottom_right ? " bottom-right" : ""));
+        AttnSpec s = shape(1, 2, w.tq, w.tk, 32);
+        s.window_left = w.left, s.window_right = w.right, s.window_shift = w.bottom_right ? w.tk - w.tq : 0;
+        expect_fast_matches_ref(s);
+    }
+    AttnSpec c = shape(2, 2, 260, 260, 24);
+    c.window_left = 70, c.window_right = 0, c.causal = CausalAlign::top_left;
+    c.valid_lens_rank = 1, c.valid_lens = {260, 100};  // batch 1: rows >= 170 see no key
+    expect_fast_matches_ref(c);
+    c.mask = MaskKind::both, c.dropout = 0.1f, c.Hkv = 1;
+    expect_fast_matches_ref(c);
+}
+
+// Soft cap and ALiBi on the fast kernel (the masked two-pass path), alone and with masks, causal
+// bottom-right, a window, dropout, GQA and the few-query path.
+TEST(FlashAttentionKernels, FastMatchesRef_SoftcapAndAlibi) {
+    const std::vector<float> slopes = {0.5f, 0.25f, 0.0625f, 0.01f};
+    for (int64_t tq : {3, 100, 200}) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << tq);
+        AttnSpec s = shape(2, 4, tq, 150, 32);
+        s.amp = 2.0f, s.softcap = 5.0f;
+        expect_fast_matches_ref(s);
+        s.softcap = 0.0f, s.alibi = slopes;
+        expect_fast_matches_ref(s);
+        s.softcap = 3.0f, s.causal = CausalAlign::bottom_right, s.mask = MaskKind::both, s.Hkv = 2;
+        expect_fast_matches_ref(s);
+        s.mask = MaskKind::none, s.causal = CausalAlign::none, s.dropout = 0.15f;
+        s.window_left = 40, s.window_right = 10, s.window_shift = 150 - tq;
+        expect_fast_matches_ref(s);
+    }
 }
 
 TEST(FlashAttentionKernels, FastMatchesRef_CausalWithValidLens) {

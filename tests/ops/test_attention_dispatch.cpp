@@ -2,6 +2,7 @@
 // flash path against the math path through autograd (outputs and q/k/v gradients).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "qkv/ops/attention.h"
@@ -17,9 +18,8 @@ struct Grads {
 };
 
 Grads run(AttentionBackend b, const Tensor& q0, const Tensor& k0, const Tensor& v0, const AttentionMask& m,
-          const Tensor& dout) {
+          const Tensor& dout, AttentionOptions o = {}) {
     Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-    AttentionOptions o;
     o.backend = b;
     Tensor out = scaled_dot_product_attention(q, k, v, m, o);
     out.backward(dout);
@@ -33,11 +33,18 @@ TEST(AttentionDispatch, FlashMatchesMathWithMasksAndGrads) {
     const int64_t B = 2, H = 4, Hkv = 2, Tq = 7, Tk = 9, D = 16;
     Tensor q = randn({B, H, Tq, D}, &g), k = randn({B, Hkv, Tk, D}, &g), v = randn({B, Hkv, Tk, D}, &g);
     Tensor dout = randn({B, H, Tq, D}, &g);
-    std::vector<AttentionMask> masks(4);
+    std::vector<AttentionMask> masks(8);
     masks[1].valid_lens = from_vector<int64_t>({3, 0}, {B});  // batch 1 fully masked
     masks[2].causal = CausalAlign::bottom_right;
     masks[3].valid_lens = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 9, 8, 7, 6, 5, 4, 3}, {B, Tq});
     masks[3].causal = CausalAlign::top_left;
+    masks[4].window = {2, 0, CausalAlign::top_left};
+    masks[5].window = {1, 1, CausalAlign::bottom_right};
+    masks[5].valid_lens = from_vector<int64_t>({9, 4}, {B});  // batch 1: rows 0..2 see no key
+    masks[6].window = {0, 0, CausalAlign::bottom_right};
+    masks[6].causal = CausalAlign::bottom_right;
+    masks[7].window = {-1, 3, CausalAlign::top_left};
+    masks[7].mask = from_vector<float>({0, -1, 2, -INFINITY, 0, 0.5f, 0, 0, 1}, {Tk});  // additive, per key
     for (size_t i = 0; i < masks.size(); ++i) {
         const Grads m = run(AttentionBackend::math, q, k, v, masks[i], dout);
         const Grads f = run(AttentionBackend::flash, q, k, v, masks[i], dout);
@@ -48,6 +55,118 @@ TEST(AttentionDispatch, FlashMatchesMathWithMasksAndGrads) {
         EXPECT_TRUE(all_close(f.dk, m.dk, 1e-5, 1e-4)) << "mask " << i;
         EXPECT_TRUE(all_close(f.dv, m.dv, 1e-5, 1e-4)) << "mask " << i;
     }
+    // Soft cap and ALiBi, with each mask above.
+    AttentionOptions o;
+    o.softcap      = 1.5;
+    o.alibi_slopes = alibi_slopes(H);
+    for (size_t i = 0; i < masks.size(); ++i) {
+        const Grads m = run(AttentionBackend::math, q, k, v, masks[i], dout, o);
+        const Grads f = run(AttentionBackend::flash, q, k, v, masks[i], dout, o);
+        EXPECT_TRUE(all_close(f.out, m.out, 1e-5, 1e-4)) << "softcap + alibi, mask " << i;
+        EXPECT_TRUE(all_close(f.dq, m.dq, 1e-5, 1e-4)) << "softcap + alibi, mask " << i;
+        EXPECT_TRUE(all_close(f.dk, m.dk, 1e-5, 1e-4)) << "softcap + alibi, mask " << i;
+        EXPECT_TRUE(all_close(f.dv, m.dv, 1e-5, 1e-4)) << "softcap + alibi, mask " << i;
+    }
+}
+
+// Hand-derived windows in float64 (math path): window (0, 0) makes every query read only its own
+// key, so out_i = v_i; (1, 0) mixes v_{i-1} and v_i with softmax weights of the two scores; a row
+// whose window lies past valid_lens gives 0. The flash path gives the same in float32.
+TEST(AttentionDispatch, SlidingWindowHandValues) {
+    Generator g(5);
+    const int64_t T = 6, D = 4;
+    Tensor q = randn({1, 1, T, D}, &g).to(DType::f64), k = randn({1, 1, T, D}, &g).to(DType::f64),
+           v = randn({1, 1, T, D}, &g).to(DType::f64);
+    AttentionMask m;
+    m.window = {0, 0, CausalAlign::top_left};
+    const auto out0 = scaled_dot_product_attention(q, k, v, m).to_vector<double>();
+    const auto vv = v.to_vector<double>(), qv = q.to_vector<double>(), kv = k.to_vector<double>();
+    for (int64_t t = 0; t < T * D; ++t) EXPECT_NEAR(out0[size_t(t)], vv[size_t(t)], 1e-15);
+    m.window = {1, 0, CausalAlign::top_left};
+    m.valid_lens = from_vector<int64_t>({4}, {1});  // rows 5, 6 (1-based) see no key in their window
+    const auto out1 = scaled_dot_product_attention(q, k, v, m).to_vector<double>();
+    auto score = [&](int64_t i, int64_t j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += qv[size_t(i * D + d)] * kv[size_t(j * D + d)];
+        return s / std::sqrt(double(D));
+    };
+    for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+            double want = 0;
+            if (i == 0) {
+                want = vv[size_t(d)];
+            } else if (i < 4) {
+                const double a = std::exp(score(i, i - 1)), b = std::exp(score(i, i));
+                want = (a * vv[size_t((i - 1) * D + d)] + b * vv[size_t(i * D + d)]) / (a + b);
+            } else if (i == 4) {
+                want = vv[size_t(3 * D + d)];  // window {3, 4}, valid keys 0..3: only key 3
+            }
+            EXPECT_NEAR(out1[size_t(i * D + d)], want, 1e-12) << "row " << i;
+        }
+    AttentionOptions o;
+    o.backend = AttentionBackend::flash;
+    const auto f = scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), m, o)
+                       .to_vector<float>();
+    for (int64_t t = 0; t < T * D; ++t) EXPECT_NEAR(double(f[size_t(t)]), out1[size_t(t)], 1e-5);
+    m.window = {-2, 0, CausalAlign::top_left};
+    EXPECT_NE(error_of([&] { scaled_dot_product_attention(q, k, v, m); }).find("window (left, right) must be >= 0"),
+              std::string::npos);
+}
+
+TEST(AttentionDispatch, AlibiSlopesOfThePaper) {
+    const auto s8 = alibi_slopes(8).to_vector<float>();
+    ASSERT_EQ(s8.size(), 8u);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(s8[size_t(i)], std::ldexp(1.0f, -(i + 1))) << i;  // 1/2 .. 1/256
+    const auto s12 = alibi_slopes(12).to_vector<float>();
+    ASSERT_EQ(s12.size(), 12u);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(s12[size_t(i)], s8[size_t(i)]);
+    const float extra[] = {0.70710677f, 0.35355338f, 0.17677669f, 0.088388346f};  // 2^-0.5, -1.5, -2.5, -3.5
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(s12[size_t(8 + i)], extra[i]) << i;
+    const auto s1 = alibi_slopes(1).to_vector<float>();
+    EXPECT_EQ(s1[0], std::ldexp(1.0f, -8));
+    EXPECT_NE(error_of([] { alibi_slopes(0); }).find("num_heads must be >= 1"), std::string::npos);
+}
+
+// Hand-derived in float64: with q = 0 every logit is 0, so ALiBi alone sets the weights,
+// w_ij ∝ exp(−m_h |i + Tk − Tq − j|); a soft cap of c on logits of ±L gives logits ±c·tanh(L/c).
+TEST(AttentionDispatch, SoftcapAndAlibiHandValues) {
+    Generator g(8);
+    const int64_t H = 2, Tq = 3, Tk = 5, D = 2;
+    Tensor q = zeros({1, H, Tq, D}, DType::f64), v = randn({1, H, Tk, D}, &g).to(DType::f64);
+    Tensor k = randn({1, H, Tk, D}, &g).to(DType::f64);
+    AttentionOptions o;
+    o.alibi_slopes = from_vector<float>({0.5f, 2.0f}, {H});
+    const auto out = scaled_dot_product_attention(q, k, v, {}, o).to_vector<double>();
+    const auto vv = v.to_vector<double>();
+    const double m[] = {0.5, 2.0};
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Tq; ++i)
+            for (int64_t d = 0; d < D; ++d) {
+                double num = 0, den = 0;
+                for (int64_t j = 0; j < Tk; ++j) {
+                    const double w = std::exp(-m[h] * std::abs(double(i + Tk - Tq - j)));
+                    num += w * vv[size_t((h * Tk + j) * D + d)];
+                    den += w;
+                }
+                EXPECT_NEAR(out[size_t((h * Tq + i) * D + d)], num / den, 1e-14) << h << " " << i;
+            }
+    // Soft cap: q·k/√D = ±4 for two keys; cap 2 gives logits ±2 tanh(2).
+    Tensor q1 = from_vector<double>({4.0, 0.0}, {1, 1, 1, 2}), k1 = from_vector<double>({1, 0, -1, 0}, {1, 1, 2, 2});
+    Tensor v1 = from_vector<double>({1, 0, 0, 1}, {1, 1, 2, 2});
+    AttentionOptions c;
+    c.softcap = 2.0;
+    c.scale   = 1.0;
+    const auto o1 = scaled_dot_product_attention(q1, k1, v1, {}, c).to_vector<double>();
+    const double a = 2.0 * std::tanh(2.0), w0 = std::exp(a) / (std::exp(a) + std::exp(-a));
+    EXPECT_NEAR(o1[0], w0, 1e-15);
+    EXPECT_NEAR(o1[1], 1 - w0, 1e-15);
+    c.softcap = -1;
+    EXPECT_NE(error_of([&] { scaled_dot_product_attention(q1, k1, v1, {}, c); }).find("softcap must be finite and >= 0"),
+              std::string::npos);
+    AttentionOptions bad;
+    bad.alibi_slopes = from_vector<float>({1, 2, 3}, {3});
+    EXPECT_NE(error_of([&] { scaled_dot_product_attention(q, k, v, {}, bad); }).find("alibi_slopes must be a float (H) = (2)"),
+              std::string::npos);
 }
 
 TEST(AttentionDispatch, RankThreeInputsAndWeights) {

@@ -17,6 +17,19 @@ enum class AttentionBackend { automatic, math, flash };
 /// j <= i + Tk − Tq (FlashAttention >= 2.1; the last query sees every key, as in cached decoding).
 enum class CausalAlign { none, top_left, bottom_right };
 
+/// Sliding-window (local) attention (Beltagy et al. 2020, Longformer §3.1; FlashAttention 2's
+/// window_size): query i sees keys j with i' − left <= j <= i' + right, both bounds inclusive, i'
+/// the query's aligned position: i (top_left) or i + Tk − Tq (bottom_right, as cached decoding
+/// aligns). −1 leaves that side unbounded; {-1, -1} is no window. A row whose window holds no key
+/// (alone or with the other masks) gives output 0 and zero gradients. On the flash backend the
+/// cost grows with Tq·(left + right + 1), not Tq·Tk: key tiles outside every row's window are
+/// skipped.
+struct SlidingWindow {
+    int64_t left = -1, right = -1;
+    CausalAlign align = CausalAlign::top_left;  // top_left or bottom_right (none is top_left)
+    bool active() const { return left >= 0 || right >= 0; }
+};
+
 struct AttentionMask {
     /// int64 or float, (B): keys j >= valid_lens[b] masked for every query; (B, Tq): per query.
     /// Read as masked_softmax reads it (both backends): floats round up, > Tk (+inf) means Tk,
@@ -26,6 +39,8 @@ struct AttentionMask {
     /// Optional tensor broadcastable to (B, H, Tq, Tk) (or (B, Tq, Tk) for rank-3 inputs):
     /// bool (true = attend) or float (added to the scaled logits; −inf = masked).
     Tensor mask;
+    /// Combined with the masks above (a key is seen only when every mask lets it through).
+    SlidingWindow window;
 };
 
 struct AttentionOptions {
@@ -36,7 +51,23 @@ struct AttentionOptions {
     bool training = false;
     Generator* gen = nullptr;         // dropout randomness; default generator when null
     AttentionBackend backend = AttentionBackend::automatic;
+    /// Logit soft-capping (Gemma 2, Team 2024 §2; FlashAttention's softcap): each scaled logit s
+    /// becomes softcap · tanh(s / softcap), before ALiBi and the masks; 0: off. Finite, >= 0.
+    double softcap = 0.0;
+    /// ALiBi (Press et al. 2022, §3): float32 (H) per-head slopes m_h (alibi_slopes(H) gives the
+    /// paper's); the logit of query i and key j gets −m_h · |i + Tk − Tq − j| (positions aligned
+    /// bottom-right, FlashAttention's convention; with a causal mask this is the paper's
+    /// −m_h · (i − j)), after the soft cap. Never materialised as a Tq × Tk tensor on the flash
+    /// backend. Undefined: off.
+    Tensor alibi_slopes;
 };
+
+/// The ALiBi slopes of Press et al. 2022 (§3 and their reference code) for num_heads heads,
+/// float32 (num_heads): for n a power of two, 2^(−8/n), 2^(−16/n), ..., 2^(−8); otherwise the n'
+/// slopes of n' = the largest power of two below n, then every other slope of 2n' heads (the odd
+/// powers 2^(−4/n'), 2^(−12/n'), ...) up to n. 8 heads: 1/2, 1/4, ..., 1/256; 12 heads: those
+/// eight, then 2^−0.5, 2^−1.5, 2^−2.5, 2^−3.5. Throws qkv::Error when num_heads < 1.
+Tensor alibi_slopes(int64_t num_heads);
 
 /// q (B, H, Tq, D) or (B, Tq, D); k (B, Hkv, Tk, D) or (B, Tk, D); v likewise with Dv.
 /// Returns (B, H, Tq, Dv) (or (B, Tq, Dv)). Masked logits never contribute; a query row with every

@@ -11,6 +11,7 @@
 // the score GEMMs (D is the reduction); the P.V, dV, dK and dQ GEMMs use masked tail vectors.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/params.h"
@@ -280,16 +281,39 @@ void dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, u
 // ---------------------------------------------------------------------------------------------
 // Masks on a transposed score tile t[j * Bq + i] (nk keys x Bq query lanes, keys j0 + j).
 
-/// Per-lane key limits of query block [i0, i0 + nq): lim[i] = last visible key (float, exact
-/// below 2^24), -1 for padding lanes; returns the min/max limit over the real lanes.
+/// Per-lane key ranges of query block [i0, i0 + nq): lim[i] = last visible key (float, exact
+/// below 2^24), -1 for padding lanes; kfirst[i] = first visible key (the sliding window's left
+/// edge, else 0). Returns the min/max limit over the real lanes and the min/max first key over
+/// the real lanes that see a key (fmin = Tk when none does).
+struct KeyRange {
+    int64_t kmin, kmax, fmin, fmax;
+};
 template <class S>
-void key_limits(const AttentionParams<float>& p, int64_t b, int64_t i0, int64_t nq, int64_t Bq,
-                float* lim, int64_t& kmin, int64_t& kmax) {
-    kmin = p.Tk, kmax = -1;
+KeyRange key_limits(const AttentionParams<float>& p, int64_t b, int64_t i0, int64_t nq, int64_t Bq,
+                    float* lim, float* kfirst) {
+    KeyRange r{p.Tk, -1, p.Tk, 0};
     for (int64_t i = 0; i < Bq; ++i) {
         const int64_t l = i < nq ? attention_key_limit(p, b, i0 + i) : -1;
+        const int64_t f = l >= 0 ? attention_key_first(p, i0 + i) : 0;
         lim[i]          = float(l);
-        if (i < nq) kmin = min64(kmin, l), kmax = max64(kmax, l);
+        kfirst[i]       = float(f);
+        if (i < nq) r.kmin = min64(r.kmin, l), r.kmax = max64(r.kmax, l);
+        if (l >= 0) r.fmin = min64(r.fmin, f), r.fmax = max64(r.fmax, f);
+    }
+    return r;
+}
+
+/// -inf where key j0 + j < kfirst[i] (the sliding window's left edge).
+template <class S, int64_t Bq>
+void apply_key_first(float* t, int64_t nk, int64_t j0, const float* kfirst) {
+    constexpr int64_t NQV = Bq / S::W;
+    typename S::V     f[NQV];
+    for (int64_t v = 0; v < NQV; ++v) f[v] = S::load(kfirst + v * S::W);
+    for (int64_t j = 0; j < nk; ++j) {
+        const auto jv  = S::set1(float(j0 + j));
+        float*     row = t + j * Bq;
+        for (int64_t v = 0; v < NQV; ++v)
+            S::store(row + v * S::W, S::mask_gt(S::load(row + v * S::W), f[v], jv));
     }
 }
 
@@ -304,6 +328,34 @@ void apply_key_limits(float* t, int64_t nk, int64_t j0, const float* lim) {
         float*     row = t + j * Bq;
         for (int64_t v = 0; v < NQV; ++v)
             S::store(row + v * S::W, S::mask_gt(S::load(row + v * S::W), jv, l[v]));
+    }
+}
+
+/// Soft cap and ALiBi (params.h) on a transposed score tile of head h (keys j0 + j, query lanes
+/// i0 + i). With a soft cap, dcap (when non-null) receives d cap(x)/dx = 1 - tanh^2 per element
+/// (1 in padding lanes). Scalar: score modifiers take the masked two-pass path.
+template <int64_t Bq>
+void apply_score_mods(const AttentionParams<float>& p, float* t, float* dcap, int64_t nk, int64_t nq, int64_t h,
+                      int64_t i0, int64_t j0) {
+    const float cap   = p.softcap;
+    const float slope = p.alibi_slopes ? p.alibi_slopes[h] : 0.0f;
+    for (int64_t j = 0; j < nk; ++j) {
+        float* row = t + j * Bq;
+        for (int64_t i = 0; i < nq; ++i) {
+            float x = row[i];
+            if (cap > 0.0f) {
+                const float th = std::tanh(x / cap);
+                x              = cap * th;
+                if (dcap) dcap[j * Bq + i] = 1.0f - th * th;
+            }
+            if (p.alibi_slopes) {
+                const int64_t d = i0 + i + p.Tk - p.Tq - (j0 + j);
+                x -= slope * float(d < 0 ? -d : d);
+            }
+            row[i] = x;
+        }
+        if (dcap)
+            for (int64_t i = nq; i < Bq; ++i) dcap[j * Bq + i] = 1.0f;
     }
 }
 
@@ -340,7 +392,7 @@ void apply_general_mask(const AttentionParams<float>& p, float* t, int64_t nk, i
 template <class S, int64_t BQ = S::kBlockQ>
 struct FwdLayout {
     static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
-    int64_t qt, st, kt, o, m, l, alpha, lim, psum, total;  // float offsets into the workspace
+    int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, total;  // float offsets into the workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
         int64_t       at  = 0;
@@ -351,7 +403,7 @@ struct FwdLayout {
         };
         qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0),
         o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq),
-        psum = take(Bq);
+        kfirst = take(Bq), psum = take(Bq);
         total = at;
     }
 };
@@ -366,7 +418,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const int64_t     i0       = qb * Bq, nq = min64(Bq, p.Tq - i0);
     const int64_t     hk       = h / (p.H / p.Hkv);
     float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *o = ws + L.o, *m = ws + L.m,
-          *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim, *psum = ws + L.psum;
+          *l = ws + L.l, *alpha = ws + L.alpha, *lim = ws + L.lim, *kfirst = ws + L.kfirst, *psum = ws + L.psum;
     float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
     float*       lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;  // optional
     const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
@@ -374,8 +426,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const float* vbase = p.v + b * p.v_stride_b + hk * p.v_stride_h;
     const auto   dtail = S::tail(int(p.Dv - (Dvp - W)));
 
-    int64_t kmin, kmax;
-    key_limits<S>(p, b, i0, nq, Bq, lim, kmin, kmax);
+    const auto [kmin, kmax, fmin, fmax] = key_limits<S>(p, b, i0, nq, Bq, lim, kfirst);
     if (kmax < 0) {  // every row fully masked
         for (int64_t i = 0; i < nq; ++i) {
             for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
@@ -389,15 +440,17 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
 
-    const bool     general  = p.bool_mask || p.additive_mask;
+    const bool     mods     = p.softcap > 0.0f || p.alibi_slopes;
+    const bool     general  = p.bool_mask || p.additive_mask || mods;
     const bool     dropout  = p.dropout_p > 0.0f;
     const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
     const uint64_t drop_row0 = p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk);
+    // Keys [fmin, kmax] are all any row sees: a sliding window costs N·window, not N².
     const int64_t  kend     = kmax + 1;
-    for (int64_t j0 = 0; j0 < kend; j0 += Bk) {
+    for (int64_t j0 = fmin; j0 < kend; j0 += Bk) {
         const int64_t nk      = min64(Bk, kend - j0);
         const float*  kj      = kbase + j0 * p.k_stride_t;
-        bool          classic = general || j0 + nk - 1 > kmin;  // a block with masked scores
+        bool          classic = general || j0 + nk - 1 > kmin || j0 < fmax;  // a block with masked scores
         bool          rescale = true;
         if (!classic) {
             // Unmasked block: the score tiles leave their registers as P = e^(s - m) with the
@@ -420,8 +473,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         if (classic) {
             // S^T = K_j Q^T (nk x Bq), reduction over D.
             gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, qt, Bq, st, Bq);
+            if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
             if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
-            if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+            if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
+            if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
             // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
             // l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
             V mx[NQV], ms[NQV], sum[NQV];
@@ -510,7 +565,7 @@ template <class S>
 struct BwdLayout {
     static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
     int64_t nqb;
-    int64_t qt, dot, lse, lo, dd, lim, kmin, kmax, st, pd, ds, dq, total;
+    int64_t qt, dot, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax, st, pd, ds, dcap, dq, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
         nqb        = (p.Tq + Bq - 1) / Bq;
         int64_t at = 0;
@@ -520,8 +575,10 @@ struct BwdLayout {
             return r;
         };
         qt = take(nqb * p.D * Bq), dot = take(nqb * p.Dv * Bq), lse = take(nqb * Bq), lo = take(nqb * Bq),
-        dd = take(nqb * Bq), lim = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb),
+        dd = take(nqb * Bq), lim = take(nqb * Bq), kfirst = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb),
+        fmin = take(nqb), fmax = take(nqb),
         st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
+        dcap = take(p.softcap > 0.0f ? Bk * Bq : 0),
         dq = take(private_dq ? p.Tq * p.D : 0);
         total = at;
     }
@@ -555,10 +612,11 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
             ws[L.lo + qb * Bq + i]  = lov;
             ws[L.dd + qb * Bq + i]  = dv;
         }
-        int64_t kmin, kmax;
-        key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, kmin, kmax);
-        ws[L.kmin + qb] = float(kmin);
-        ws[L.kmax + qb] = float(kmax);
+        const KeyRange r = key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq);
+        ws[L.kmin + qb] = float(r.kmin);
+        ws[L.kmax + qb] = float(r.kmax);
+        ws[L.fmin + qb] = float(r.fmin);
+        ws[L.fmax + qb] = float(r.fmax);
     }
 }
 
@@ -579,7 +637,8 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     float*            dv      = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
     const float*      q0      = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float*      do0     = g.dout + b * p.o_stride_b + h * p.o_stride_h;
-    float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st;
+    float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
+    const bool softcap = p.softcap > 0.0f;
     const bool     general  = p.bool_mask || p.additive_mask;
     const bool     dropout  = p.dropout_p > 0.0f;
     const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
@@ -590,14 +649,17 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     }
     const V scale = S::set1(p.scale);
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
-        if (int64_t(ws[L.kmax + qb]) < j0) continue;  // block fully masked for these queries
+        // Block fully masked for these queries (past their limits, or before their windows).
+        if (int64_t(ws[L.kmax + qb]) < j0 || int64_t(ws[L.fmin + qb]) > j0 + nk - 1) continue;
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         const float*  lse = ws + L.lse + qb * Bq;
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
         gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
+        if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
         if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
         V lv[NQV], lov[NQV], dv_[NQV];
         for (int64_t v = 0; v < NQV; ++v)
@@ -623,6 +685,8 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                 const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
                 S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
             }
+        if (softcap)  // through the cap: d cap(x)/dx = 1 - tanh^2
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
         gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
         gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);

@@ -10,22 +10,33 @@
 namespace qkv::kernels::ref {
 namespace {
 
-// Scores of row (b, h, i): s[j] = scale q_i.k_j + additive, -inf where masked. Returns the max.
+// Scores of row (b, h, i): s[j] = cap(scale q_i.k_j) - ALiBi + additive, -inf where masked; with a
+// soft cap, dcap[j] = d cap(x)/dx = 1 - tanh^2 (when dcap is given). Returns the max.
 template <class T>
-T score_row(const AttentionParams<T>& p, int64_t b, int64_t h, int64_t i, T* s) {
+T score_row(const AttentionParams<T>& p, int64_t b, int64_t h, int64_t i, T* s, T* dcap = nullptr) {
     const int64_t hk  = h / (p.H / p.Hkv);
     const T*      qi  = p.q + b * p.q_stride_b + h * p.q_stride_h + i * p.q_stride_t;
     const int64_t lim = attention_key_limit(p, b, i);
+    const int64_t first = attention_key_first(p, i);
     const int64_t mo  = b * p.m_stride_b + h * p.m_stride_h + i * p.m_stride_q;
     T mx = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < p.Tk; ++j) {
-        bool masked = j > lim || (p.bool_mask && p.bool_mask[mo + j * p.m_stride_k] == 0);
+        bool masked = j > lim || j < first || (p.bool_mask && p.bool_mask[mo + j * p.m_stride_k] == 0);
         T    sj     = -std::numeric_limits<T>::infinity();
         if (!masked) {
             const T* kj  = p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t;
             T        dot = 0;
             for (int64_t d = 0; d < p.D; ++d) dot += qi[d] * kj[d];
             sj = T(p.scale) * dot;
+            if (p.softcap > 0.0f) {
+                const T t = std::tanh(sj / T(p.softcap));
+                sj        = T(p.softcap) * t;
+                if (dcap) dcap[j] = T(1) - t * t;
+            }
+            if (p.alibi_slopes) {
+                const int64_t dist = i + p.Tk - p.Tq - j;
+                sj -= T(p.alibi_slopes[h]) * T(dist < 0 ? -dist : dist);
+            }
             if (p.additive_mask) sj += p.additive_mask[mo + j * p.m_stride_k];
         }
         s[j] = sj;
@@ -92,7 +103,7 @@ void attention_forward(const AttentionParams<T>& p) {
 
 template <class T>
 void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T>& g) {
-    std::vector<T> s(size_t(p.Tk)), z(size_t(p.Tk), T(1)), dp(size_t(p.Tk));
+    std::vector<T> s(size_t(p.Tk)), z(size_t(p.Tk), T(1)), dp(size_t(p.Tk)), dcap(size_t(p.Tk), T(1));
     const int64_t  group = p.H / p.Hkv;
     for (int64_t n = 0; n < p.B * p.Hkv * p.Tk * p.D; ++n) g.dk[n] = 0;
     for (int64_t n = 0; n < p.B * p.Hkv * p.Tk * p.Dv; ++n) g.dv[n] = 0;
@@ -100,7 +111,7 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
         for (int64_t h = 0; h < p.H; ++h) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < p.Tq; ++i) {
-                softmax_row(s.data(), p.Tk, score_row(p, b, h, i, s.data()));
+                softmax_row(s.data(), p.Tk, score_row(p, b, h, i, s.data(), dcap.data()));
                 if (p.dropout_p > 0.0f) dropout_row(p, b, h, i, z.data());
                 const T* doi = g.dout + b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t;
                 const T* qi  = p.q + b * p.q_stride_b + h * p.q_stride_h + i * p.q_stride_t;
@@ -118,7 +129,8 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
                 for (int64_t j = 0; j < p.Tk; ++j) {
                     const T pj = s[size_t(j)];
                     if (pj == 0) continue;
-                    const T  ds  = T(p.scale) * pj * (dp[size_t(j)] - rowdot);
+                    // dS through the soft cap: d cap(x)/dx = 1 - tanh^2 (1 without a cap).
+                    const T  ds  = T(p.scale) * dcap[size_t(j)] * pj * (dp[size_t(j)] - rowdot);
                     const T* kj  = p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t;
                     T*       dkj = g.dk + ((b * p.Hkv + hk) * p.Tk + j) * p.D;
                     T*       dvj = g.dv + ((b * p.Hkv + hk) * p.Tk + j) * p.Dv;
