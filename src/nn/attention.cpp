@@ -7,6 +7,7 @@
 
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/elementwise.h"
+#include "qkv/ops/shape_ops.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
 
@@ -121,10 +122,16 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& c) : cfg(
     if (cfg.query_size == 0) cfg.query_size = cfg.num_hiddens;
     if (cfg.key_size == 0) cfg.key_size = cfg.num_hiddens;
     if (cfg.value_size == 0) cfg.value_size = cfg.num_hiddens;
-    const int64_t C = cfg.num_hiddens;
+    if (cfg.num_kv_heads == 0) cfg.num_kv_heads = cfg.num_heads;
+    QKV_CHECK(cfg.num_kv_heads > 0 && cfg.num_heads % cfg.num_kv_heads == 0, "MultiHeadAttention: num_kv_heads (",
+              cfg.num_kv_heads, ") must divide num_heads (", cfg.num_heads, ")");
+    QKV_CHECK(!cfg.rope || (cfg.num_hiddens / cfg.num_heads) % 2 == 0, "MultiHeadAttention: rope needs an even "
+              "head width, got num_hiddens / num_heads = ", cfg.num_hiddens / cfg.num_heads);
+    const int64_t C = cfg.num_hiddens, Ckv = cfg.num_kv_heads * (C / cfg.num_heads);
     W_q = register_module("W_q", std::make_shared<Linear>(cfg.query_size, C, cfg.bias));
-    W_k = register_module("W_k", std::make_shared<Linear>(cfg.key_size, C, cfg.bias));
-    W_v = register_module("W_v", std::make_shared<Linear>(cfg.value_size, C, cfg.bias));
+    W_k = register_module("W_k", std::make_shared<Linear>(cfg.key_size, Ckv, cfg.bias));
+    W_v = register_module("W_v", std::make_shared<Linear>(cfg.value_size, Ckv, cfg.bias));
+    if (cfg.alibi) alibi_ = alibi_slopes(cfg.num_heads);
     W_o = register_module("W_o", std::make_shared<Linear>(C, C, cfg.bias));
 }
 
@@ -142,21 +149,25 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
               ", ", values.shape());
     const int64_t B = qp ? qp->batch() : queries.size(0);
     const int64_t Tq = qp ? qp->steps() : queries.size(1), Tk = kp ? kp->steps() : keys.size(1);
-    const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H;
+    const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H, Hkv = cfg.num_kv_heads;
     // D2L's transpose_qkv without the copy: (B, T, C) -> (B, T, H, D) -> view (B, H, T, D).
     // Packed rows are projected first, then unpacked (zeros at skipped positions).
-    auto heads = [&](const Tensor& x, int64_t T, const RowPacking* p) {
-        return (p ? p->unpack(x) : x).reshape({B, T, H, D}).permute({0, 2, 1, 3});
+    auto heads = [&](const Tensor& x, int64_t T, int64_t n, const RowPacking* p) {
+        return (p ? p->unpack(x) : x).reshape({B, T, n, D}).permute({0, 2, 1, 3});
     };
-    Tensor q = heads(W_q->forward(queries), Tq, qp);
-    Tensor k = heads(W_k->forward(keys), Tk, kp);
-    Tensor v = heads(W_v->forward(values), Tk, kp);
+    Tensor q = heads(W_q->forward(queries), Tq, H, qp);
+    Tensor k = heads(W_k->forward(keys), Tk, Hkv, kp);
+    Tensor v = heads(W_v->forward(values), Tk, Hkv, kp);
+    if (cfg.rope) q = rotary_embedding(q, cfg.rope_options), k = rotary_embedding(k, cfg.rope_options);
     AttentionMask mask;
     mask.valid_lens = valid_lens;  // (B) or (B, Tq): the same lengths for every head
     mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
+    mask.window     = cfg.window;
     AttentionOptions opt;
-    opt.dropout  = cfg.dropout;
-    opt.training = is_training();
+    opt.dropout      = cfg.dropout;
+    opt.training     = is_training();
+    opt.softcap      = cfg.softcap;
+    opt.alibi_slopes = alibi_;
     Tensor w;
     Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
     attention_weights_ = keep_weights_ ? w.detach() : Tensor();
@@ -164,6 +175,56 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
     // queries keep only their rows for W_o.
     const Tensor merged = out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens});
     return W_o->forward(qp ? qp->pack(merged) : merged);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                   const AttentionCall& call) {
+    check_qkv3("MultiHeadAttention", queries, keys, values);
+    QKV_CHECK(queries.size(-1) == cfg.query_size && keys.size(-1) == cfg.key_size &&
+                  values.size(-1) == cfg.value_size,
+              "MultiHeadAttention: expected query/key/value sizes ", cfg.query_size, "/", cfg.key_size, "/",
+              cfg.value_size, ", got ", queries.shape(), ", ", keys.shape(), ", ", values.shape());
+    const int64_t B = queries.size(0), Tq = queries.size(1), Tk = keys.size(1);
+    const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H, Hkv = cfg.num_kv_heads;
+    KVCache* cache = call.cache;
+    const int64_t offset = cache ? cache->length() : 0;
+    if (cache && offset > 0)
+        QKV_CHECK(cache->k.size(0) == B, "MultiHeadAttention: the cache holds a batch of ", cache->k.size(0),
+                  ", the call has ", B);
+    auto heads = [&](const Tensor& x, int64_t T, int64_t n) { return x.reshape({B, T, n, D}).permute({0, 2, 1, 3}); };
+    Tensor q = heads(W_q->forward(queries), Tq, H);
+    Tensor k = heads(W_k->forward(keys), Tk, Hkv);
+    Tensor v = heads(W_v->forward(values), Tk, Hkv);
+    if (cfg.rope) {
+        RopeOptions ro      = cfg.rope_options;
+        ro.position_offset  = offset;
+        q = rotary_embedding(q, ro), k = rotary_embedding(k, ro);
+    }
+    if (cache) {
+        // Appended without history: the cache serves inference (decoding under NoGradGuard).
+        if (offset > 0) k = concat({cache->k, k}, 2), v = concat({cache->v, v}, 2);
+        cache->k = k.detach(), cache->v = v.detach();
+    }
+    AttentionMask mask;
+    mask.valid_lens = call.valid_lens;
+    mask.causal     = cache && call.causal != CausalAlign::none ? CausalAlign::bottom_right : call.causal;
+    mask.mask       = call.mask;
+    mask.window     = cfg.window;
+    if (cache) mask.window.align = CausalAlign::bottom_right;
+    AttentionOptions opt;
+    opt.dropout      = cfg.dropout;
+    opt.training     = is_training();
+    opt.softcap      = cfg.softcap;
+    opt.alibi_slopes = alibi_;
+    Tensor w;
+    Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
+    attention_weights_ = keep_weights_ ? w.detach() : Tensor();
+    return W_o->forward(out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens}));
+}
+
+void KVCache::reorder(const Tensor& index) {
+    if (!k.defined()) return;
+    k = index_select(k, 0, index), v = index_select(v, 0, index);
 }
 
 // ---- PositionalEncoding ----

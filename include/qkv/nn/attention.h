@@ -19,6 +19,7 @@
 #include "qkv/nn/module.h"
 #include "qkv/nn/packing.h"
 #include "qkv/ops/attention.h"
+#include "qkv/ops/rope.h"
 
 namespace qkv::nn {
 
@@ -64,6 +65,43 @@ struct MultiHeadAttentionConfig {
     double dropout = 0.0;     // on attention weights
     bool bias = false;        // D2L default: no bias in W_q, W_k, W_v, W_o
     int64_t query_size = 0, key_size = 0, value_size = 0;  // input widths; 0 means num_hiddens
+    /// Hkv key/value heads (grouped-query attention, Ainslie et al. 2023; multi-query when 1):
+    /// W_k and W_v project to Hkv·(C/H), query head h reads key/value head h / (H / Hkv). Must
+    /// divide num_heads; 0 means num_heads (plain multi-head attention, D2L's).
+    int64_t num_kv_heads = 0;
+    /// Rotary position embeddings (ops/rope.h) on every query and key head after the projections,
+    /// at positions cache length + t (rope_options.position_offset is set per call).
+    bool rope = false;
+    RopeOptions rope_options;
+    /// ALiBi with alibi_slopes(num_heads) (ops/attention.h).
+    bool alibi = false;
+    /// Passed to the attention op (ops/attention.h); with a KV cache the window aligns
+    /// bottom-right.
+    SlidingWindow window;
+    double softcap = 0.0;
+};
+
+/// Keys and values of one attention layer already computed, for incremental decoding: k (B, Hkv,
+/// T, C/H) after RoPE, v (B, Hkv, T, C/H); undefined when empty. Held without autograd history.
+struct KVCache {
+    Tensor k, v;
+    int64_t length() const { return k.defined() ? k.size(2) : 0; }
+    void clear() { k = Tensor(), v = Tensor(); }
+    /// Rows `index` (i64 (B')) of the batch, e.g. to follow beam back-pointers.
+    void reorder(const Tensor& index);
+};
+
+/// The per-call inputs of MultiHeadAttention::forward beyond queries, keys and values.
+struct AttentionCall {
+    Tensor valid_lens;                      // (B) or (B, Tq), as ops/attention.h reads it
+    CausalAlign causal = CausalAlign::none;
+    /// bool (true = attend) or additive float mask broadcastable to (B, H, Tq, Tk), Tk counting
+    /// the cached keys (e.g. (B, 1, 1, Tk) key padding for left-padded batches).
+    Tensor mask;
+    /// Self-attention with a cache: the new keys/values are appended to it and attention runs
+    /// over all of them; RoPE positions start at the cached length; causal masks and the window
+    /// align bottom-right (query t of the call is position cache length + t). nullptr: none.
+    KVCache* cache = nullptr;
 };
 
 /// Pad-free inputs of MultiHeadAttention::forward (nn/packing.h). queries: the queries are the
@@ -97,6 +135,12 @@ public:
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const Tensor& valid_lens = Tensor(), bool causal = false,
                    const AttentionPacking& packing = {});
+    /// The general form: any mask the op takes, both causal alignments, the config's GQA, RoPE,
+    /// ALiBi, window and soft cap, and a KV cache. Prefill (the prompt with causal) then one token
+    /// at a time with the same cache equals the full causal forward (tested). Padded inputs only
+    /// (no packing). Throws as forward above, and when a cache is given with keys other than the
+    /// queries' rows count or a batch size other than the cache's.
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionCall& call);
     /// Last call's weights (B, H, Tq, Tk) before dropout (undefined when not kept).
     const Tensor& attention_weights() const { return attention_weights_; }
     /// Keep the weights on every call (math path) — for heatmaps; off by default.
@@ -107,6 +151,7 @@ public:
 
 private:
     Tensor attention_weights_;
+    Tensor alibi_;  // (H) slopes when cfg.alibi
     bool keep_weights_ = false;
 };
 
