@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@
 #include "qkv/train/run.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
+#include "qkv/train/lm.h"
 #include "qkv/train/translation_data.h"
+#include "qkv/util/atomic_file.h"
 #include "qkv/util/interrupt.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/timer.h"
@@ -45,6 +48,8 @@ struct TrainArgs {
     std::string preset = "demo", model = "transformer";
     std::string data, out = "runs/qkv";
     std::string src_file, tgt_file, src_lang, tgt_lang;
+    int64_t num_kv_heads = 0, window = 0;  // --model lm
+    std::string positions;
     std::string time_budget;
     std::string schedule;
     std::string grad_reduce = "overlap";
@@ -281,7 +286,8 @@ train::RunConfig configure(const TrainArgs& a, CLI::App* c, const train::RunOver
     return train::resume_config(a.out, o);
 }
 
-void print_summary(const train::TrainResult& r, const std::string& out) {
+void print_summary(const train::TrainResult& r, const std::string& out,
+                   const char* files = "model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png") {
     char last[96] = "no epoch ended in this call";  // a resume that only completed metrics.jsonl
     if (!r.epochs.empty())
         std::snprintf(last, sizeof last, "last epoch train loss %.4f, val loss %.4f", r.epochs.back().train_loss,
@@ -296,11 +302,80 @@ void print_summary(const train::TrainResult& r, const std::string& out) {
                 double(as.peak_reserved) / (1024.0 * 1024.0),
                 double(allocator_cache_limit()) / (1024.0 * 1024.0), (long long)as.system_allocs,
                 (long long)as.allocs, (long long)as.evictions);
-    std::printf("model folder: %s (model.safetensors, config.json, vocabularies, metrics.jsonl, loss.png)\n",
-                out.c_str());
+    std::printf("model folder: %s (%s)\n", out.c_str(), files);
+}
+
+/// `qkv train --model lm`: the decoder-only language model (train/lm.h) on a text.
+void run_lm(const TrainArgs& a, CLI::App* c) {
+    static const std::set<std::string> applies = {
+        "--preset", "--model", "--data", "--out", "--resume", "--overwrite", "--no-progress", "--num-hiddens",
+        "--num-heads", "--num-kv-heads", "--num-blks", "--ffn-num-hiddens", "--dropout", "--batch-size", "--num-steps",
+        "--lr", "--epochs", "--max-steps", "--time-budget", "--seed", "--warmup", "--log-every", "--positions", "--window"};
+    for (const CLI::Option* o : c->get_options())
+        if (o->count() > 0 && !applies.count(o->get_name()))
+            usage_error(detail::str(o->get_name(), " does not apply to --model lm"));
+    const bool given_preset = c->get_option("--preset")->count() > 0;
+    if (given_preset && a.preset.rfind("lm", 0) != 0)
+        usage_error(detail::str("--preset ", a.preset, " is a translation preset; --model lm takes lm or lm-tiny"));
+    train::LmConfig cfg;
+    const std::string cfg_file = (fs::path(a.out) / "config.json").string();
+    if (a.resume) {
+        QKV_CHECK(fs::exists(cfg_file), "--resume: '", cfg_file, "' not found");
+        cfg = train::lm_config_from_json(util::read_file(cfg_file), cfg_file);
+    } else {
+        cfg = train::lm_preset(given_preset ? a.preset : "lm");
+        auto& m = cfg.model;
+        if (a.num_hiddens) m.num_hiddens = a.num_hiddens;
+        if (a.num_heads) m.num_heads = a.num_heads;
+        if (a.num_kv_heads) m.num_kv_heads = a.num_kv_heads;
+        if (a.num_blks) m.num_blks = a.num_blks;
+        if (a.ffn_num_hiddens) m.ffn_num_hiddens = a.ffn_num_hiddens;
+        if (a.dropout >= 0) m.dropout = a.dropout;
+        if (!a.positions.empty()) m.rope = a.positions == "rope";
+        if (a.window) m.window = a.window;
+        if (a.batch_size) cfg.train.batch_size = a.batch_size;
+        if (a.num_steps) cfg.num_steps = a.num_steps;
+        if (a.lr > 0) cfg.train.lr = a.lr;
+        if (a.o_seed->count()) cfg.train.seed = a.seed;
+        if (a.warmup) cfg.train.warmup_steps = a.warmup;
+        if (c->get_option("--log-every")->count()) cfg.log_every = a.log_every;
+        cfg.path = a.data;
+        if (cfg.model.num_hiddens % cfg.model.num_heads != 0)
+            usage_error(detail::str("--num-heads ", cfg.model.num_heads, " must divide --num-hiddens ", cfg.model.num_hiddens));
+        const int64_t kv = cfg.model.num_kv_heads ? cfg.model.num_kv_heads : cfg.model.num_heads;
+        if (cfg.model.num_heads % kv != 0)
+            usage_error(detail::str("--num-kv-heads ", kv, " must divide --num-heads ", cfg.model.num_heads));
+        if (cfg.model.rope && (cfg.model.num_hiddens / cfg.model.num_heads) % 2 != 0)
+            usage_error("--positions rope needs an even head width (--num-hiddens / --num-heads)");
+    }
+    if (!a.data.empty()) cfg.path = a.data;
+    if (a.epochs) cfg.train.epochs = a.epochs;
+    if (a.max_steps) cfg.train.max_steps = a.max_steps;
+    if (!a.time_budget.empty()) cfg.train.time_budget_s = parse_duration_or_off(a.time_budget);
+    train::RunOptions ro;
+    ro.out_dir   = a.out;
+    ro.resume    = a.resume;
+    ro.overwrite = a.overwrite;
+    ro.progress  = !a.no_progress;
+    train::RunResult r;
+    try {
+        r = train::run_lm(cfg, ro);
+    } catch (const train::ConfigError& e) {
+        usage_error(e.what());
+    }
+    print_summary(r.train, a.out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
+    train::LmDir m = train::load_lm_dir(a.out);
+    train::GenerateOptions g;
+    g.max_new_tokens = 60;
+    std::printf("sample (greedy): the time traveller%s\n", train::generate_text(m, "the time traveller", g).c_str());
 }
 
 void run(TrainArgs& a, CLI::App* c) {
+    if (a.model == "lm") return run_lm(a, c);
+    for (const char* lm_only : {"--num-kv-heads", "--positions", "--window"})
+        if (c->get_option(lm_only)->count() > 0)
+            usage_error(detail::str(lm_only, " applies to --model lm only"));
+    if (a.preset.rfind("lm", 0) == 0) usage_error(detail::str("--preset ", a.preset, " needs --model lm"));
     util::Timer wall;
     if (a.resume && a.overwrite)
         usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
@@ -365,11 +440,24 @@ Registration reg([](CLI::App& app) {
     CLI::App* c = app.add_subcommand("train", "train D2L's Transformer or Bahdanau model on English-French or a parallel corpus of your own");
     std::string presets;
     for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
-    c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo)")
-        ->check(CLI::IsMember(train::preset_names()));
-    c->add_option("--model", a->model, "transformer (default) or bahdanau (GRU encoder-decoder with "
-                                       "additive attention, D2L 11.4)")
-        ->check(CLI::IsMember({"transformer", "bahdanau"}));
+    std::vector<std::string> all_presets = train::preset_names();
+    all_presets.push_back("lm");
+    all_presets.push_back("lm-tiny");
+    c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo); with --model lm: "
+                                         "lm (default) or lm-tiny")
+        ->check(CLI::IsMember(all_presets));
+    c->add_option("--model", a->model, "transformer (default), bahdanau (GRU encoder-decoder with additive attention, "
+                                       "D2L 11.4), or lm (a decoder-only language model on a text, e.g. "
+                                       "../shared/data/timemachine.txt; qkv generate samples it)")
+        ->check(CLI::IsMember({"transformer", "bahdanau", "lm"}));
+    c->add_option("--num-kv-heads", a->num_kv_heads, "--model lm: key/value heads (grouped-query attention; divides "
+                                                     "--num-heads)")
+        ->check(int_range(1, 1024));
+    c->add_option("--positions", a->positions, "--model lm: rope (default) or sinusoidal")
+        ->check(CLI::IsMember({"rope", "sinusoidal"}));
+    c->add_option("--window", a->window, "--model lm: sliding-window attention, each token sees itself and the "
+                                         "N - 1 before it")
+        ->check(int_range(1, 1000000000));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip), or a TSV corpus: source<TAB>target per line, "
                                      "plain or gzip")

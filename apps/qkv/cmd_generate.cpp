@@ -1,0 +1,60 @@
+// `qkv generate`: continue a prompt with a language model trained by `qkv train --model lm`,
+// streaming each character as it comes (train/lm.h generate_text, KV cache).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "options.h"
+#include "qkv/train/lm.h"
+#include "qkv/util/timer.h"
+
+namespace qkv::cli {
+namespace {
+
+struct GenerateArgs {
+    std::string model = "runs/lm", prompt;
+    train::GenerateOptions g;
+    bool stats = false, no_cache = false;
+};
+
+Registration reg([](CLI::App& app) {
+    auto a = std::make_shared<GenerateArgs>();
+    CLI::App* c = app.add_subcommand("generate", "continue a prompt with a language model (qkv train --model lm)");
+    c->add_option("--model", a->model, "model folder written by qkv train --model lm (default runs/lm)")
+        ->check(non_empty_path());
+    c->add_option("--prompt", a->prompt, "text to continue (preprocessed as the training text: lower case, "
+                                         "letters and spaces)")
+        ->required();
+    c->add_option("--max-new-tokens", a->g.max_new_tokens, "characters to generate (default 100)")
+        ->check(int_range(0, 1000000));
+    c->add_option("--temperature", a->g.temperature, "0: greedy (default); > 0: sample at this temperature")
+        ->check(real_range(0, 100));
+    c->add_option("--top-k", a->g.top_k, "sample among the k most probable tokens (0: all)")->check(int_range(0, 1000000));
+    c->add_option("--top-p", a->g.top_p, "sample among the most probable tokens of this mass")
+        ->check(real_range(0, 1, true));
+    c->add_option("--seed", a->g.seed, "sampling seed (same seed, same text)");
+    c->add_flag("--no-cache", a->no_cache, "recompute the whole prefix for every token (slow; for comparison)");
+    c->add_flag("--stats", a->stats, "print tokens/s on stderr at the end");
+    c->callback([a] {
+        if (a->g.temperature == 0 && (a->g.top_k != 0 || a->g.top_p != 1.0 || a->g.seed != 0))
+            throw CLI::ValidationError("--top-k, --top-p and --seed apply to sampling: add --temperature T > 0");
+        train::LmDir m = train::load_lm_dir(a->model);
+        a->g.use_cache = !a->no_cache;
+        std::printf("%s", train::preprocess_lm_text(a->prompt).c_str());
+        std::fflush(stdout);
+        util::Timer t;
+        train::generate_text(m, a->prompt, a->g, [](const std::string& piece) {
+            std::fputs(piece.c_str(), stdout);
+            std::fflush(stdout);  // stream: each character as it comes
+        });
+        const double s = t.seconds();
+        std::printf("\n");
+        if (a->stats)
+            std::fprintf(stderr, "generated %lld tokens in %.3f s (%.1f tokens/s, %s)\n", (long long)a->g.max_new_tokens, s,
+                         s > 0 ? double(a->g.max_new_tokens) / s : 0.0, a->no_cache ? "no cache" : "KV cache");
+    });
+});
+
+}  // namespace
+}  // namespace qkv::cli

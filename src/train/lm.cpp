@@ -1,0 +1,310 @@
+// The decoder-only language model's data, runs, folders and sampling (train/lm.h).
+#include "qkv/train/lm.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/autograd/grad_mode.h"
+#include "qkv/core/error.h"
+#include "qkv/core/generator.h"
+#include "qkv/core/parallel.h"
+#include "qkv/ops/softmax.h"
+#include "qkv/train/checkpoint.h"
+#include "qkv/train/trainer.h"
+#include "qkv/util/atomic_file.h"
+
+namespace qkv::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+LmConfig lm_preset(const std::string& name) {
+    LmConfig c;
+    auto& m = c.model;
+    auto& t = c.train;
+    t.schedule = optim::LrSchedule::warmup_inv_sqrt, t.warmup_steps = 100, t.lr = 1e-3, t.adam_beta2 = 0.98;
+    t.clip_norm = 1.0, t.epochs = 1000, t.val_every_s = 60;
+    if (name == "lm") {
+        m.num_hiddens = 128, m.num_heads = 4, m.num_blks = 2, m.ffn_num_hiddens = 512, m.dropout = 0.1;
+        c.num_steps = 64, t.batch_size = 32, t.time_budget_s = 180;
+    } else if (name == "lm-tiny") {
+        m.num_hiddens = 32, m.num_heads = 2, m.num_blks = 1, m.ffn_num_hiddens = 64, m.dropout = 0.0;
+        c.num_steps = 16, t.batch_size = 16, t.time_budget_s = 20, t.warmup_steps = 10, t.val_every_s = 0;
+    } else {
+        throw Error(detail::str("unknown language-model preset '", name, "' (known: lm, lm-tiny)"));
+    }
+    return c;
+}
+
+std::string preprocess_lm_text(const std::string& text) {
+    std::string out;
+    out.reserve(text.size());
+    bool space = false;
+    for (unsigned char ch : text) {
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
+            if (space && !out.empty()) out += ' ';
+            space = false;
+            out += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+        } else {
+            space = true;
+        }
+    }
+    return out;
+}
+
+namespace {
+
+std::string locate_lm_text(const std::string& path) {
+    std::string p = path, why = "--data";
+    if (p.empty()) {
+        const char* env = std::getenv("QKV_LM_DATA");
+        p   = env && *env ? env : kLmTextDefaultPath;
+        why = env && *env ? "QKV_LM_DATA" : "the default";
+    }
+    std::error_code ec;
+    QKV_CHECK(fs::is_regular_file(p, ec), "language-model text '", p, "' not found (", why,
+              "); pass a text file with --data (The Time Machine: www.gutenberg.org/ebooks/35, public domain)");
+    return p;
+}
+
+/// Windows of T + 1 tokens every T tokens of ids[begin, end).
+data::NmtArrays windows(const std::vector<int64_t>& ids, int64_t begin, int64_t end, int64_t T) {
+    data::NmtArrays a;
+    a.num_steps = T;
+    for (int64_t s = begin; s + T + 1 <= end; s += T) {
+        // NmtArrays holds (N, T) sources: a row of T zeros the model ignores.
+        a.src.insert(a.src.end(), size_t(T), 0);
+        a.src_valid_len.push_back(1);
+        for (int64_t t = 0; t < T; ++t) a.dec_input.push_back(ids[size_t(s + t)]), a.label.push_back(ids[size_t(s + t + 1)]);
+        a.tgt_valid_len.push_back(T);
+        ++a.n;
+    }
+    return a;
+}
+
+}  // namespace
+
+LmData load_lm_data(const LmConfig& cfg, const data::Vocab* given) {
+    QKV_CHECK(cfg.num_steps >= 1, "language model: num_steps must be >= 1, got ", cfg.num_steps);
+    QKV_CHECK(cfg.valid_fraction > 0 && cfg.valid_fraction < 0.5, "language model: valid_fraction must be in (0, 0.5), got ",
+              cfg.valid_fraction);
+    const std::string path = locate_lm_text(cfg.path);
+    const std::string text = preprocess_lm_text(util::read_file(path));
+    LmData d;
+    if (given) {
+        d.vocab = *given;
+        std::set<char> unknown;
+        for (char ch : text)
+            if (d.vocab.token_to_idx(std::string(1, ch)) == d.vocab.unk()) unknown.insert(ch);
+        QKV_CHECK(unknown.empty(), "'", path, "' holds characters the model's vocabulary lacks: '",
+                  std::string(unknown.begin(), unknown.end()), "' (a different text than it was trained on?)");
+    } else {
+        std::vector<std::string> toks = {data::Vocab::kUnk, data::Vocab::kPad, " "};
+        std::set<char> seen;
+        for (char ch : text)
+            if (ch != ' ') seen.insert(ch);
+        for (char ch : seen) toks.push_back(std::string(1, ch));
+        d.vocab = data::Vocab(toks);
+    }
+    std::vector<int64_t> ids;
+    ids.reserve(text.size());
+    for (char ch : text) ids.push_back(d.vocab.token_to_idx(std::string(1, ch)));
+    const auto n = int64_t(ids.size());
+    const int64_t split = int64_t(double(n) * (1.0 - cfg.valid_fraction));
+    d.train = windows(ids, 0, split, cfg.num_steps);
+    d.valid = windows(ids, split, n, cfg.num_steps);
+    QKV_CHECK(d.train.n >= 1 && d.valid.n >= 1, "'", path, "' has ", n, " characters after preprocessing: too short for one "
+              "training and one validation sequence of ", cfg.num_steps + 1, " (num_steps + 1)");
+    d.train_tokens = split, d.valid_tokens = n - split;
+    d.summary = detail::str(path, ": ", n, " characters after D2L's preprocessing, vocabulary ", d.vocab.size(), "; ",
+                            d.train.n, " training sequences of ", cfg.num_steps, " (", split, " characters), ", d.valid.n,
+                            " validation sequences (the last ", n - split, ")");
+    return d;
+}
+
+std::string lm_config_json(const LmConfig& c) {
+    const auto& m = c.model;
+    const auto& t = c.train;
+    json j;
+    j["model_kind"] = "lm";
+    j["data"]       = {{"path", c.path}, {"num_steps", c.num_steps}, {"valid_fraction", c.valid_fraction}};
+    j["model"]      = {{"vocab_size", m.vocab_size}, {"num_hiddens", m.num_hiddens}, {"num_heads", m.num_heads},
+                       {"num_kv_heads", m.num_kv_heads}, {"num_blks", m.num_blks}, {"ffn_num_hiddens", m.ffn_num_hiddens},
+                       {"dropout", m.dropout}, {"positions", m.rope ? "rope" : "sinusoidal"}, {"window", m.window},
+                       {"max_len", m.max_len}};
+    j["train"] = {{"epochs", t.epochs}, {"max_steps", t.max_steps}, {"time_budget_s", t.time_budget_s},
+                  {"batch_size", t.batch_size}, {"lr", t.lr}, {"adam_beta2", t.adam_beta2}, {"clip_norm", t.clip_norm},
+                  {"warmup_steps", t.warmup_steps}, {"seed", t.seed}, {"val_every_s", t.val_every_s},
+                  {"log_every", c.log_every}};
+    return j.dump(2) + "\n";
+}
+
+LmConfig lm_config_from_json(const std::string& text, const std::string& origin) {
+    try {
+        const json j = json::parse(text);
+        QKV_CHECK(j.is_object() && j.value("model_kind", "") == "lm", "'", origin, "' is not a language model's config.json "
+                  "(no \"model_kind\": \"lm\")");
+        LmConfig c;
+        const json &d = j.at("data"), &m = j.at("model"), &t = j.at("train");
+        c.path = d.at("path"), c.num_steps = d.at("num_steps"), c.valid_fraction = d.at("valid_fraction");
+        auto& mm = c.model;
+        mm.vocab_size = m.at("vocab_size"), mm.num_hiddens = m.at("num_hiddens"), mm.num_heads = m.at("num_heads");
+        mm.num_kv_heads = m.at("num_kv_heads"), mm.num_blks = m.at("num_blks");
+        mm.ffn_num_hiddens = m.at("ffn_num_hiddens"), mm.dropout = m.at("dropout");
+        const std::string pos = m.at("positions");
+        QKV_CHECK(pos == "rope" || pos == "sinusoidal", "'", origin, "': model.positions must be rope or sinusoidal, got '",
+                  pos, "'");
+        mm.rope = pos == "rope", mm.window = m.at("window"), mm.max_len = m.at("max_len");
+        auto& tt = c.train;
+        tt.epochs = t.at("epochs"), tt.max_steps = t.at("max_steps"), tt.time_budget_s = t.at("time_budget_s");
+        tt.batch_size = t.at("batch_size"), tt.lr = t.at("lr"), tt.adam_beta2 = t.at("adam_beta2");
+        tt.clip_norm = t.at("clip_norm"), tt.warmup_steps = t.at("warmup_steps"), tt.seed = t.at("seed");
+        tt.val_every_s = t.at("val_every_s"), c.log_every = t.at("log_every");
+        tt.schedule = optim::LrSchedule::warmup_inv_sqrt;
+        return c;
+    } catch (const json::exception& e) {
+        throw Error(detail::str("'", origin, "': not a valid language-model config.json: ", e.what()));
+    }
+}
+
+RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
+    LmConfig cfg = given_cfg;
+    QKV_CHECK(!(opt.resume && opt.overwrite), "--resume continues the model in --out and --overwrite replaces it: give one of them");
+    const fs::path dir(opt.out_dir);
+    std::error_code ec;
+    std::vector<std::string> held;
+    for (const char* f : {"config.json", "model.safetensors", "checkpoint.safetensors"})
+        if (fs::exists(dir / f, ec)) held.push_back(f);
+    if (!opt.resume && !held.empty() && !opt.overwrite)
+        throw ConfigError(detail::str("'", opt.out_dir, "' holds a model (", held.front(), "); --resume continues it, "
+                                      "--overwrite replaces it, or give another --out"));
+    if (opt.resume)
+        QKV_CHECK(fs::exists(dir / "checkpoint.safetensors", ec), "--resume: '", (dir / "checkpoint.safetensors").string(),
+                  "' does not exist (nothing to resume)");
+    data::Vocab saved;
+    if (opt.resume) saved = data::Vocab::load((dir / "vocab.txt").string());
+    const LmData d = load_lm_data(cfg, opt.resume ? &saved : nullptr);
+    cfg.model.vocab_size = d.vocab.size();
+    cfg.train.label_smoothing = 0.0;  // exact NLL: perplexity = exp(validation loss)
+    if (opt.log) {
+        std::fprintf(opt.log, "qkv train: language model, %d thread%s\n", get_num_threads(), get_num_threads() == 1 ? "" : "s");
+        std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
+    }
+    if (!opt.resume) {
+        if (opt.overwrite)
+            for (const char* f : {"config.json", "vocab.txt", "model.safetensors", "checkpoint.safetensors", "metrics.jsonl"})
+                fs::remove(dir / f, ec);
+        fs::create_directories(dir);
+        cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+        util::write_file_atomic((dir / "config.json").string(), lm_config_json(cfg));
+        d.vocab.save((dir / "vocab.txt").string());
+    }
+    manual_seed(cfg.train.seed);
+    auto model = std::make_shared<models::TransformerLM>(cfg.model);
+    if (opt.log) {
+        const auto& m = cfg.model;
+        std::fprintf(opt.log, "model: decoder-only Transformer, %lld parameters (C %lld, %lld blocks, %lld heads%s, FFN %lld, %s%s, dropout %g)\n",
+                     (long long)model->num_parameters(), (long long)m.num_hiddens, (long long)m.num_blks,
+                     (long long)m.num_heads,
+                     m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads ? detail::str(" / ", m.num_kv_heads, " key-value").c_str() : "",
+                     (long long)m.ffn_num_hiddens, m.rope ? "RoPE" : "sinusoidal positions",
+                     m.window > 0 ? detail::str(", window ", m.window).c_str() : "", m.dropout);
+    }
+    TrainRuntime rt;
+    rt.out_dir   = opt.out_dir;
+    rt.resume    = opt.resume;
+    rt.progress  = opt.progress;
+    rt.log       = opt.log;
+    rt.log_every = cfg.log_every;
+    rt.interrupt = opt.interrupt;
+    Trainer trainer(*model, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
+    RunResult res;
+    res.train   = trainer.fit();
+    res.model   = model;
+    res.trained = true;
+    const double val = trainer.evaluate_loss(d.valid);
+    if (opt.log)
+        std::fprintf(opt.log, "validation loss %.4f, validation perplexity %.3f (%lld held-out characters)\n", val,
+                     std::exp(val), (long long)d.valid_tokens);
+    return res;
+}
+
+LmDir load_lm_dir(const std::string& dir) {
+    std::error_code ec;
+    QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir, "' does not exist (train one with: qkv train --model lm --out ",
+              dir, ")");
+    const std::string cfg_path = (fs::path(dir) / "config.json").string();
+    QKV_CHECK(fs::exists(cfg_path, ec), "'", cfg_path, "' not found: not a model folder");
+    LmDir m;
+    m.config = lm_config_from_json(util::read_file(cfg_path), cfg_path);
+    m.vocab  = data::Vocab::load((fs::path(dir) / "vocab.txt").string());
+    QKV_CHECK(m.vocab.size() == m.config.model.vocab_size, "'", dir, "/vocab.txt' has ", m.vocab.size(),
+              " tokens but config.json says vocab_size ", m.config.model.vocab_size);
+    m.model = std::make_shared<models::TransformerLM>(m.config.model);
+    std::string model_file = (fs::path(dir) / "model.safetensors").string();
+    if (!fs::exists(model_file, ec)) model_file = (fs::path(dir) / "checkpoint.safetensors").string();
+    QKV_CHECK(fs::exists(model_file, ec), "'", dir, "' holds no model.safetensors or checkpoint.safetensors (train first)");
+    if (model_file.ends_with("checkpoint.safetensors")) load_checkpoint(model_file, *m.model, nullptr);
+    else load_model(model_file, *m.model);
+    m.model->eval();
+    return m;
+}
+
+std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOptions& opt,
+                          const std::function<void(const std::string&)>& on_token) {
+    QKV_CHECK(opt.max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0, got ", opt.max_new_tokens);
+    QKV_CHECK(std::isfinite(opt.temperature) && opt.temperature >= 0, "generate: --temperature must be >= 0, got ",
+              opt.temperature);
+    QKV_CHECK(opt.top_k >= 0 && opt.top_p > 0 && opt.top_p <= 1, "generate: --top-k must be >= 0 and --top-p in (0, 1]");
+    const std::string text = preprocess_lm_text(prompt);
+    std::vector<int64_t> ids;
+    std::set<char> unknown;
+    for (char ch : text) {
+        const int64_t id = m.vocab.token_to_idx(std::string(1, ch));
+        if (id == m.vocab.unk()) unknown.insert(ch);
+        ids.push_back(id);
+    }
+    QKV_CHECK(unknown.empty(), "generate: the prompt holds characters the model never saw: '",
+              std::string(unknown.begin(), unknown.end()), "'");
+    if (ids.empty()) ids.push_back(m.vocab.token_to_idx(" "));  // an empty prompt starts at a word boundary
+    NoGradGuard ng;
+    Generator gen(opt.seed);
+    decode::SamplingOptions so;
+    so.enabled = true, so.temperature = opt.temperature > 0 ? opt.temperature : 1.0, so.top_k = opt.top_k;
+    so.top_p = opt.top_p;
+    models::LMState state;
+    state.batch = 1;
+    state.caches.resize(size_t(m.config.model.num_blks));
+    std::vector<int64_t> all = ids;
+    Tensor h = opt.use_cache ? m.model->hidden_cached(from_vector(ids, {1, int64_t(ids.size())}), state)
+                             : m.model->hidden(from_vector(ids, {1, int64_t(ids.size())}));
+    std::string out;
+    const int64_t V = m.vocab.size();
+    for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
+        const int64_t T = h.size(1);
+        const Tensor logp = log_softmax(m.model->output_logits(h.slice(1, T - 1, T)).reshape({V}), 0).contiguous();
+        const auto lv = logp.to_vector<float>();
+        std::vector<double> row(lv.begin(), lv.end());
+        for (int64_t s : {m.vocab.unk(), m.vocab.pad()}) row[size_t(s)] = -INFINITY;  // never emitted
+        int64_t next = 0;
+        if (opt.temperature == 0) {
+            for (int64_t v = 1; v < V; ++v)
+                if (row[size_t(v)] > row[size_t(next)]) next = v;
+        } else {
+            next = decode::sample_from(decode::sampling_distribution(row, so), gen);
+        }
+        const std::string piece = m.vocab.idx_to_token(next);
+        out += piece;
+        if (on_token) on_token(piece);
+        all.push_back(next);
+        h = opt.use_cache ? m.model->hidden_cached(from_vector(std::vector<int64_t>{next}, {1, 1}), state)
+                          : m.model->hidden(from_vector(all, {1, int64_t(all.size())}));
+    }
+    return out;
+}
+
+}  // namespace qkv::train

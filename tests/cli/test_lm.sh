@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# qkv train --model lm and qkv generate on a small text written here: perplexity reported, the
+# folder's files, --resume, greedy and seeded sampling (reproducible, seeds differ), streaming
+# output, and the usage errors.
+# Usage: test_lm.sh /path/to/qkv
+source "$(dirname "$0")/lib.sh" "$1"
+
+for i in $(seq 1 150); do echo "The Time Traveller (for so it will be convenient to speak of him) was expounding."; done > "$T/text.txt"
+tiny=(--model lm --preset lm-tiny --data "$T/text.txt" --no-progress --lr 0.01)
+
+run_rc 0 train "${tiny[@]}" --max-steps 60 --out "$T/lm"
+out_has "sample (greedy): the time traveller"
+err_has "validation perplexity"
+grep -qE "^data: $T/text.txt: [0-9]+ characters after D2L's preprocessing, vocabulary [0-9]+" "$T/err" \
+  || { cat "$T/err"; fail "data line"; }
+ppl=$(grep -oE "validation perplexity [0-9.]+" "$T/err" | awk '{ print $3 }')
+awk -v p="$ppl" 'BEGIN { exit !(p > 1 && p < 25) }' || fail "perplexity $ppl not in (1, 25) (uniform: the vocabulary size)"
+for f in config.json vocab.txt model.safetensors checkpoint.safetensors metrics.jsonl; do
+  [ -f "$T/lm/$f" ] || fail "missing $f"
+done
+grep -q '"model_kind": "lm"' "$T/lm/config.json" || fail "config.json model_kind"
+
+# resume continues to a larger --max-steps
+run_rc 0 train --model lm --resume --out "$T/lm" --max-steps 80 --no-progress
+grep -q "resuming from" "$T/err" || { cat "$T/err"; fail "resume"; }
+out_has "trained 80 steps"
+
+# generation: greedy is deterministic, sampling reproducible with a seed
+run_rc 0 generate --model "$T/lm" --prompt "The Time" --max-new-tokens 30
+cp "$T/out" "$T/g1"
+run_rc 0 generate --model "$T/lm" --prompt "The Time" --max-new-tokens 30
+cmp -s "$T/out" "$T/g1" || fail "greedy generation differs between runs"
+[ "$(head -c 8 "$T/g1")" = "the time" ] || fail "the prompt (preprocessed) starts the output"
+[ "$(tr -d '\n' < "$T/g1" | wc -c)" = 38 ] || { cat "$T/g1"; fail "8 prompt + 30 new characters"; }
+run_rc 0 generate --model "$T/lm" --prompt "the" --temperature 1 --seed 5 --max-new-tokens 40
+cp "$T/out" "$T/s5"
+run_rc 0 generate --model "$T/lm" --prompt "the" --temperature 1 --seed 5 --max-new-tokens 40
+cmp -s "$T/out" "$T/s5" || fail "seeded sampling is not reproducible"
+run_rc 0 generate --model "$T/lm" --prompt "the" --temperature 1 --seed 6 --max-new-tokens 40
+cmp -s "$T/out" "$T/s5" && fail "seeds 5 and 6 gave the same 40 characters"
+run_rc 0 generate --model "$T/lm" --prompt "the" --max-new-tokens 20 --no-cache
+cp "$T/out" "$T/nc"
+run_rc 0 generate --model "$T/lm" --prompt "the" --max-new-tokens 20
+cmp -s "$T/out" "$T/nc" || fail "the KV cache changed the greedy text"
+
+# errors
+run_rc 2 generate --model "$T/lm" --max-new-tokens 5
+err_has "--prompt is required"
+run_rc 1 generate --model "$T/none" --prompt "the"
+err_has "model folder '$T/none' does not exist"
+run_rc 1 generate --model "$T/lm" --prompt "quiz"
+err_has "the prompt holds characters the model never saw: 'qz'"
+run_rc 2 generate --model "$T/lm" --prompt "the" --top-k 3
+err_has "apply to sampling"
+run_rc 2 train "${tiny[@]}" --out "$T/lm2" --subword bpe
+err_has "--subword does not apply to --model lm"
+run_rc 2 train "${tiny[@]}" --out "$T/lm"
+err_has "holds a model"
+run_rc 2 train --preset lm-tiny --out "$T/lm3"
+err_has "--preset lm-tiny needs --model lm"
+run_rc 2 train "${tiny[@]}" --out "$T/lm3" --num-kv-heads 3
+err_has "--num-kv-heads 3 must divide --num-heads 2"
+run_rc 1 train --model lm --preset lm-tiny --data "$T/none.txt" --out "$T/lm4"
+err_has "language-model text '$T/none.txt' not found"
+echo "cli lm: ok"
