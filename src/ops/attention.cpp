@@ -171,12 +171,8 @@ bool check_head_dim(const Call& c, const AttentionMask&, const AttentionOptions&
 bool check_mask_kind(const Call&, const AttentionMask& m, const AttentionOptions&, bool, std::string* why) {
     return !m.mask.defined() || m.mask.dim() <= 4 || note(why, "flash: mask has more than 4 dims");
 }
-bool check_nonempty(const Call& c, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
-    return (c.Tq > 0 && c.Tk > 0 && c.B > 0 && c.H > 0) || note(why, "flash: empty input");
-}
-
 constexpr FlashFilter kFlashFilters[] = {check_dtype_f32, check_no_weights, check_kernel_mode,
-                                         check_head_dim, check_mask_kind, check_nonempty};
+                                         check_head_dim, check_mask_kind};
 
 bool use_flash(const Call& c, const AttentionMask& m, const AttentionOptions& o, bool need, std::string* why) {
     bool ok = true;
@@ -274,6 +270,42 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
 }
 
 }  // namespace
+
+Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                        const Tensor& cu_seqlens_k, const AttentionMask& mask, const AttentionOptions& opt) {
+    QKV_CHECK(q.defined() && k.defined() && v.defined() && q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
+              "varlen_attention: q, k, v must be packed (N, H, D), got q ", q.defined() ? q.shape() : Shape{}, ", k ",
+              k.defined() ? k.shape() : Shape{}, ", v ", v.defined() ? v.shape() : Shape{});
+    QKV_CHECK(!mask.valid_lens.defined() && !mask.mask.defined(), "varlen_attention: valid_lens and mask tensors do not "
+              "apply (the offsets are the lengths); causal and window do");
+    auto offsets = [](const Tensor& cu, int64_t n, const char* name) {
+        QKV_CHECK(cu.defined() && cu.dim() == 1 && cu.dtype() == DType::i64 && cu.size(0) >= 2, "varlen_attention: ",
+                  name, " must be int64 (B + 1) with B >= 1, got ", cu.defined() ? cu.shape() : Shape{});
+        const auto o = cu.contiguous().to_vector<int64_t>();
+        QKV_CHECK(o.front() == 0 && o.back() == n, "varlen_attention: ", name, " must start at 0 and end at ", n,
+                  " (the packed rows), got ", o.front(), " ... ", o.back());
+        for (size_t b = 1; b < o.size(); ++b)
+            QKV_CHECK(o[b] >= o[b - 1], "varlen_attention: ", name, " decreases at ", b, " (", o[b - 1], " then ", o[b],
+                      ")");
+        return o;
+    };
+    const auto oq = offsets(cu_seqlens_q, q.size(0), "cu_seqlens_q");
+    const auto ok = offsets(cu_seqlens_k, k.size(0), "cu_seqlens_k");
+    QKV_CHECK(oq.size() == ok.size(), "varlen_attention: cu_seqlens_q and cu_seqlens_k hold different batch sizes (",
+              oq.size() - 1, " and ", ok.size() - 1, ")");
+    QKV_CHECK(k.size(0) == v.size(0), "varlen_attention: k and v must have the same rows, got ", k.shape(), " and ",
+              v.shape());
+    // Each sequence as a batch of one, (1, H, T, D) views of the packed rows (last dim contiguous
+    // when the packed tensor is, so the flash kernel reads them in place).
+    auto view = [](const Tensor& x, int64_t a, int64_t b) { return x.slice(0, a, b).unsqueeze(0).transpose(1, 2); };
+    std::vector<Tensor> outs;
+    for (size_t b = 0; b + 1 < oq.size(); ++b) {
+        const Tensor o = scaled_dot_product_attention(view(q, oq[b], oq[b + 1]), view(k, ok[b], ok[b + 1]),
+                                                      view(v, ok[b], ok[b + 1]), mask, opt);
+        outs.push_back(o.transpose(1, 2).squeeze(0));  // (T_b, H, Dv)
+    }
+    return concat(outs, 0);
+}
 
 Tensor alibi_slopes(int64_t num_heads) {
     QKV_CHECK(num_heads >= 1, "alibi_slopes: num_heads must be >= 1, got ", num_heads);

@@ -2,6 +2,7 @@
 // flash path against the math path through autograd (outputs and q/k/v gradients).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -166,6 +167,120 @@ TEST(AttentionDispatch, SoftcapAndAlibiHandValues) {
     AttentionOptions bad;
     bad.alibi_slopes = from_vector<float>({1, 2, 3}, {3});
     EXPECT_NE(error_of([&] { scaled_dot_product_attention(q, k, v, {}, bad); }).find("alibi_slopes must be a float (H) = (2)"),
+              std::string::npos);
+}
+
+// Zero-length query or key dimensions on both backends: Tk = 0 gives zero rows and zero
+// gradients, Tq = 0 an empty output and zero dk, dv.
+TEST(AttentionDispatch, ZeroLengthOnBothBackends) {
+    Generator g(4);
+    for (auto [tq, tk] : {std::pair<int64_t, int64_t>{3, 0}, {0, 5}, {0, 0}})
+        for (auto b : {AttentionBackend::math, AttentionBackend::flash}) {
+            SCOPED_TRACE(::testing::Message() << "Tq " << tq << " Tk " << tk << " backend " << int(b));
+            Tensor q = randn({2, 2, tq, 8}, &g), k = randn({2, 2, tk, 8}, &g), v = randn({2, 2, tk, 8}, &g);
+            const Grads r = run(b, q, k, v, {}, randn({2, 2, tq, 8}, &g));
+            EXPECT_EQ(r.out.size(), size_t(2 * 2 * tq * 8));
+            for (float x : r.out) EXPECT_EQ(x, 0.0f);
+            for (float x : r.dq) EXPECT_EQ(x, 0.0f);
+            for (float x : r.dk) EXPECT_EQ(x, 0.0f);
+            for (float x : r.dv) EXPECT_EQ(x, 0.0f);
+        }
+}
+
+// Non-contiguous q, k, v (a transposed last dimension) and a non-contiguous upstream gradient
+// give what their contiguous copies give, on both backends.
+TEST(AttentionDispatch, StridedInputsAndGradientEqualContiguous) {
+    Generator g(6);
+    const int64_t B = 2, H = 2, T = 37, D = 16;
+    Tensor qt = randn({B, H, D, T}, &g), kt = randn({B, H, D, T}, &g), vt = randn({B, H, D, T}, &g);
+    Tensor q = qt.transpose(-1, -2), k = kt.transpose(-1, -2), v = vt.transpose(-1, -2);  // last dim stride T
+    Tensor dout = randn({B, H, D, T}, &g).transpose(-1, -2);
+    ASSERT_NE(q.strides().back(), 1);
+    AttentionMask m;
+    m.causal = CausalAlign::top_left;
+    for (auto b : {AttentionBackend::math, AttentionBackend::flash}) {
+        const Grads s = run(b, q, k, v, m, dout);
+        const Grads c = run(b, q.contiguous(), k.contiguous(), v.contiguous(), m, dout.contiguous());
+        EXPECT_EQ(s.out, c.out) << int(b);
+        EXPECT_EQ(s.dq, c.dq) << int(b);
+        EXPECT_EQ(s.dk, c.dk) << int(b);
+        EXPECT_EQ(s.dv, c.dv) << int(b);
+    }
+}
+
+// Packed sequences of lengths 5, 0, 9 and 3 (queries) against 7, 4, 9 and 1 keys: each
+// sequence's rows and gradients equal that sequence run alone, and (no causal mask) equal the
+// padded batch with key valid_lens; on both backends, causal and a window included.
+TEST(AttentionDispatch, VarlenEqualsEachSequenceAlone) {
+    Generator g(12);
+    const std::vector<int64_t> lq = {5, 0, 9, 3}, lk = {7, 4, 9, 1};
+    const int64_t H = 2, Hkv = 1, D = 8, Nq = 17, Nk = 21;
+    const Tensor q0 = randn({Nq, H, D}, &g), k0 = randn({Nk, Hkv, D}, &g), v0 = randn({Nk, Hkv, D}, &g);
+    const Tensor dout = randn({Nq, H, D}, &g);
+    const Tensor cq = from_vector<int64_t>({0, 5, 5, 14, 17}, {5}), ck = from_vector<int64_t>({0, 7, 11, 20, 21}, {5});
+    std::vector<AttentionMask> masks(3);
+    masks[1].causal = CausalAlign::bottom_right;
+    masks[2].window = {2, 1, CausalAlign::bottom_right};
+    for (auto b : {AttentionBackend::math, AttentionBackend::flash})
+        for (size_t mi = 0; mi < masks.size(); ++mi) {
+            SCOPED_TRACE(::testing::Message() << "backend " << int(b) << " mask " << mi);
+            AttentionOptions o;
+            o.backend = b;
+            Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
+            Tensor out = varlen_attention(q, k, v, cq, ck, masks[mi], o);
+            ASSERT_EQ(out.shape(), (Shape{Nq, H, D}));
+            out.backward(dout);
+            const auto got = out.contiguous().to_vector<float>(), gq = q.grad().to_vector<float>();
+            const auto gk = k.grad().to_vector<float>();
+            int64_t at_q = 0, at_k = 0;
+            for (size_t s = 0; s < lq.size(); ++s) {
+                auto one = [&](const Tensor& x, int64_t a, int64_t n) {
+                    return x.slice(0, a, a + n).unsqueeze(0).transpose(1, 2).contiguous().detach().requires_grad_();
+                };
+                Tensor qs = one(q0, at_q, lq[s]), ks = one(k0, at_k, lk[s]), vs = one(v0, at_k, lk[s]);
+                Tensor os = scaled_dot_product_attention(qs, ks, vs, masks[mi], o);
+                os.backward(one(dout, at_q, lq[s]).detach());
+                const auto want = os.transpose(1, 2).contiguous().to_vector<float>();
+                const auto wq = qs.grad().transpose(1, 2).contiguous().to_vector<float>();
+                const auto wk = ks.grad().transpose(1, 2).contiguous().to_vector<float>();
+                for (size_t t = 0; t < want.size(); ++t) {
+                    EXPECT_FLOAT_EQ(got[size_t(at_q * H * D) + t], want[t]) << "sequence " << s;
+                    EXPECT_FLOAT_EQ(gq[size_t(at_q * H * D) + t], wq[t]) << "sequence " << s;
+                }
+                for (size_t t = 0; t < wk.size(); ++t) EXPECT_FLOAT_EQ(gk[size_t(at_k * Hkv * D) + t], wk[t]) << s;
+                at_q += lq[s], at_k += lk[s];
+            }
+        }
+    // The padded batch (B 4, Tq 9, Tk 9) with key valid_lens gives the same rows (no causal mask).
+    std::vector<float> qp(4 * 9 * H * D, 0.f), kp(4 * 9 * Hkv * D, 0.f), vp(4 * 9 * Hkv * D, 0.f);
+    const auto qv = q0.to_vector<float>(), kv = k0.to_vector<float>(), vv = v0.to_vector<float>();
+    for (int64_t s = 0, aq = 0, ak = 0; s < 4; aq += lq[size_t(s)], ak += lk[size_t(s)], ++s) {
+        std::copy_n(qv.begin() + aq * H * D, lq[size_t(s)] * H * D, qp.begin() + s * 9 * H * D);
+        std::copy_n(kv.begin() + ak * Hkv * D, lk[size_t(s)] * Hkv * D, kp.begin() + s * 9 * Hkv * D);
+        std::copy_n(vv.begin() + ak * Hkv * D, lk[size_t(s)] * Hkv * D, vp.begin() + s * 9 * Hkv * D);
+    }
+    AttentionMask pm;
+    pm.valid_lens = from_vector<int64_t>({7, 4, 9, 1}, {4});
+    const auto padded = scaled_dot_product_attention(from_vector(qp, {4, 9, H, D}).transpose(1, 2),
+                                                     from_vector(kp, {4, 9, Hkv, D}).transpose(1, 2),
+                                                     from_vector(vp, {4, 9, Hkv, D}).transpose(1, 2), pm)
+                            .transpose(1, 2).contiguous().to_vector<float>();
+    const auto packed = varlen_attention(q0, k0, v0, cq, ck).to_vector<float>();
+    for (int64_t s = 0, aq = 0; s < 4; aq += lq[size_t(s)], ++s)
+        for (int64_t t = 0; t < lq[size_t(s)] * H * D; ++t)
+            EXPECT_NEAR(packed[size_t(aq * H * D + t)], padded[size_t(s * 9 * H * D + t)], 1e-6) << s;
+    AttentionMask bad;
+    bad.valid_lens = from_vector<int64_t>({1, 2, 3, 4}, {4});
+    EXPECT_NE(error_of([&] { varlen_attention(q0, k0, v0, cq, ck, bad); }).find("valid_lens and mask tensors do not apply"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { varlen_attention(q0, k0, v0, from_vector<int64_t>({0, 5, 4, 14, 17}, {5}), ck); })
+                  .find("cu_seqlens_q decreases at 2"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { varlen_attention(q0, k0, v0, from_vector<int64_t>({0, 17}, {2}), ck); })
+                  .find("different batch sizes"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { varlen_attention(q0, k0, v0, from_vector<int64_t>({0, 5, 5, 14, 16}, {5}), ck); })
+                  .find("must start at 0 and end at 17"),
               std::string::npos);
 }
 

@@ -80,6 +80,18 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionMask& mask = {},
                                     const AttentionOptions& opt = {}, Tensor* weights = nullptr);
 
+/// Packed variable-length sequences (FlashAttention's varlen interface): q (Nq, H, D), k (Nk, Hkv,
+/// D), v (Nk, Hkv, Dv) hold B sequences back to back, with int64 cumulative offsets cu_seqlens_q
+/// and cu_seqlens_k of shape (B + 1) (0 first, Nq / Nk last, non-decreasing). Sequence b's queries
+/// q[cu_q[b] : cu_q[b+1]] attend only to its keys k[cu_k[b] : cu_k[b+1]], exactly as
+/// scaled_dot_product_attention of that sequence alone (as a batch of one) with `mask` and `opt`:
+/// mask.causal and mask.window apply per sequence; valid_lens and mask tensors are refused (the
+/// offsets are the lengths). No padding is computed. Returns (Nq, H, Dv), differentiable. Dropout
+/// draws per sequence in order. Throws qkv::Error naming the argument on a shape or offset error.
+Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                        const Tensor& cu_seqlens_k, const AttentionMask& mask = {},
+                        const AttentionOptions& opt = {});
+
 /// The backend `automatic` would choose for these arguments; when `why` is non-null it gets one
 /// line per failed filter (like PyTorch's sdp_utils debug warnings).
 AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, const Tensor& v,
