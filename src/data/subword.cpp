@@ -73,7 +73,7 @@ SubwordModel SubwordModel::train(const std::vector<std::string>& lines, const Su
         {"num_threads", "1"},
         {"shuffle_input_sentence", "false"},
         {"input_sentence_size", "0"},
-        {"hard_vocab_limit", "true"},
+        {"hard_vocab_limit", opt.hard_vocab_limit ? "true" : "false"},
         {"minloglevel", "2"},
     };
     sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(opt.seed));

@@ -93,8 +93,10 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.subword, d.subword);
     // Other corpora: subword pieces unless --subword says otherwise (the D2L word tokenizer is
     // made for English and French; a language written without spaces would be one token a line).
-    if (!o.subword && !preset_subword && !is_fra_eng_data(d) && d.pipeline == DataPipeline::anchor)
-        d.subword = data::SubwordKind::unigram;
+    if (!o.subword && !preset_subword && !is_fra_eng_data(d) && d.pipeline == DataPipeline::anchor) {
+        d.subword            = data::SubwordKind::unigram;
+        d.subword_vocab_soft = !o.vocab_size;  // at most 8000 pieces, fewer for a small corpus
+    }
     if (preset_subword && d.subword == data::SubwordKind::none) {
         // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
         // ask for a shared vocabulary / tying), with the anchor's word lengths.

@@ -73,9 +73,10 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, c
             if (!line.empty()) lines.push_back(std::move(line));
         }
     data::SubwordOptions so;
-    so.kind       = cfg.subword;
-    so.vocab_size = cfg.subword_vocab_size;
-    so.seed       = cfg.split_seed;
+    so.kind             = cfg.subword;
+    so.vocab_size       = cfg.subword_vocab_size;
+    so.hard_vocab_limit = !cfg.subword_vocab_soft;
+    so.seed             = cfg.split_seed;
     try {
         return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
     } catch (const Error& e) {
@@ -84,8 +85,6 @@ std::shared_ptr<const data::SubwordModel> train_subword(const DataConfig& cfg, c
     }
 }
 
-/// The D2L EN pipeline: the first d2l_num_train + d2l_num_val pairs, D2L's vocabularies; the
-/// validation pairs are the held-out set.
 /// The pairs `cfg` names: fra-eng, a TSV file or a line-aligned file pair; sets out.origin.
 data::ParallelCorpus read_pairs(const DataConfig& cfg, const data::ParseOptions& po, TranslationData& out) {
     if (!cfg.src_file.empty() || !cfg.tgt_file.empty()) {
@@ -103,6 +102,8 @@ data::ParallelCorpus read_pairs(const DataConfig& cfg, const data::ParseOptions&
     return data::load_fra_eng(out.origin, po);
 }
 
+/// The D2L EN pipeline: the first d2l_num_train + d2l_num_val pairs, D2L's vocabularies; the
+/// validation pairs are the held-out set.
 TranslationData load_d2l_en(const DataConfig& cfg, data::ParseOptions po, TranslationData out) {
     QKV_CHECK(cfg.d2l_num_train >= 1 && cfg.d2l_num_val >= 0, "data: bad d2l_en split sizes");
     po.max_lines = cfg.d2l_num_train + cfg.d2l_num_val + 1;
@@ -157,14 +158,14 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     if (given.active()) {
         out.subwords = given;
     } else if (cfg.shared_vocab) {
-        out.subwords.src = train_subword(cfg, side_name("shared", cfg.src_lang.empty() || cfg.tgt_lang.empty() ? ""
-                                                                  : cfg.src_lang + " + " + cfg.tgt_lang),
+        const std::string sl = source_language(cfg), tl = target_language(cfg);
+        out.subwords.src = train_subword(cfg, side_name("shared", sl.empty() || tl.empty() ? "" : sl + " + " + tl),
                                          {&d.src_tokens, &d.tgt_tokens},
                                          d.split.train);
         out.subwords.tgt = out.subwords.src;
     } else {
-        out.subwords.src = train_subword(cfg, side_name("source", cfg.src_lang), {&d.src_tokens}, d.split.train);
-        out.subwords.tgt = train_subword(cfg, side_name("target", cfg.tgt_lang), {&d.tgt_tokens}, d.split.train);
+        out.subwords.src = train_subword(cfg, side_name("source", source_language(cfg)), {&d.src_tokens}, d.split.train);
+        out.subwords.tgt = train_subword(cfg, side_name("target", target_language(cfg)), {&d.tgt_tokens}, d.split.train);
     }
     src_pieces = out.subwords.src->encode(d.src_tokens);
     tgt_pieces = out.subwords.tgt->encode(d.tgt_tokens);
@@ -177,12 +178,16 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     }
     const double t_src = truncated_fraction(src_pieces, d.split.train, cfg.num_steps);
     const double t_tgt = truncated_fraction(tgt_pieces, d.split.train, cfg.num_steps);
-    char buf[256];
+    // A soft limit (subword_vocab_soft) may give the two sides different sizes.
+    const std::string sizes = out.src_vocab.size() == out.tgt_vocab.size()
+                                  ? std::to_string(out.tgt_vocab.size())
+                                  : std::to_string(out.src_vocab.size()) + " / " + std::to_string(out.tgt_vocab.size());
+    char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "; %s %s vocabulary of %lld pieces, %.3f / %.3f pieces per word (source / target); "
+                  "; %s %s vocabulary of %s pieces, %.3f / %.3f pieces per word (source / target); "
                   "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
                   cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
-                  (long long)out.tgt_vocab.size(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
+                  sizes.c_str(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
                   nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
                   percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
                   percent(out.truncated_src).c_str(),
@@ -198,9 +203,17 @@ bool is_fra_eng_data(const DataConfig& cfg) {
     return cfg.src_file.empty() && cfg.tgt_file.empty() && data::corpus_format(cfg.path) == data::CorpusFormat::fra_eng;
 }
 
+std::string source_language(const DataConfig& cfg) {
+    return !cfg.src_lang.empty() ? cfg.src_lang : is_fra_eng_data(cfg) ? "en" : "";
+}
+
+std::string target_language(const DataConfig& cfg) {
+    return !cfg.tgt_lang.empty() ? cfg.tgt_lang : is_fra_eng_data(cfg) ? "fr" : "";
+}
+
 std::string language_pair(const DataConfig& cfg) {
-    return (cfg.src_lang.empty() ? std::string("src") : cfg.src_lang) + "\u2192" +
-           (cfg.tgt_lang.empty() ? std::string("tgt") : cfg.tgt_lang);
+    const std::string s = source_language(cfg), t = target_language(cfg);
+    return (s.empty() ? std::string("src") : s) + "\u2192" + (t.empty() ? std::string("tgt") : t);
 }
 
 TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given) {

@@ -31,6 +31,9 @@ struct SubwordOptions {
     SubwordKind kind = SubwordKind::bpe;  // bpe or unigram (none is refused by train)
     int64_t vocab_size = 8000;            // pieces including the 4 reserved tokens
     uint64_t seed = 0;                    // SentencePiece's random generator (unigram sampling)
+    /// false: vocab_size is an upper bound (SentencePiece's hard_vocab_limit=false), so a corpus
+    /// too small for it gets fewer pieces instead of an error.
+    bool hard_vocab_limit = true;
 };
 
 /// A trained SentencePiece model. Copies share the (immutable) model. Not thread-safe to

@@ -71,6 +71,10 @@ struct DataConfig {
     // shared_vocab with words: one frequency-ordered vocabulary over both sides' train split.
     data::SubwordKind subword = data::SubwordKind::none;
     int64_t subword_vocab_size = 8000;
+    /// subword_vocab_size is an upper bound (fewer pieces for a small corpus): set when the pieces
+    /// are the default of a corpus other than fra-eng and no --vocab-size was given. Training
+    /// only (the folder's SentencePiece model is what later runs load).
+    bool subword_vocab_soft = false;
     bool shared_vocab = false;
     // d2l_en pipeline
     int64_t d2l_num_train = 512;
@@ -118,7 +122,11 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
 /// Whether `cfg` reads the fra-eng data (not a TSV corpus or a file pair).
 bool is_fra_eng_data(const DataConfig& cfg);
 
-/// "en→fr" from the recorded languages ("src→tgt" for unknown ones).
+/// The languages of the data: the recorded src_lang / tgt_lang, else "en" / "fr" for fra-eng
+/// data (older config.json files record none), else "" (unknown).
+std::string source_language(const DataConfig& cfg);
+std::string target_language(const DataConfig& cfg);
+/// "en→fr" from source_language / target_language ("src→tgt" for unknown ones).
 std::string language_pair(const DataConfig& cfg);
 
 /// Source arrays for new sentences with a trained vocabulary: tokens (tokenize_nmt output, or
