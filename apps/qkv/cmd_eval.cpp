@@ -114,7 +114,7 @@ void run(const EvalArgs& a) {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};
     // D2L's four en→fr sentences: only for a model of those languages.
-    const bool en_fr = m.config.data.src_lang == "en" && m.config.data.tgt_lang == "fr";
+    const bool en_fr = train::source_language(m.config.data) == "en" && train::target_language(m.config.data) == "fr";
     std::vector<std::vector<std::string>> bsrc;
     if (en_fr)
         for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));

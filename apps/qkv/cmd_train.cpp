@@ -80,7 +80,8 @@ void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
     for (size_t i = 0; i < hyp.size(); ++i)
         std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
                     train::join_tokens(hyp[i]).c_str(), train::join_tokens(d.test_ref[i]).c_str());
-    if (m.config.data.src_lang != "en" || m.config.data.tgt_lang != "fr") return;  // the book's pairs are en→fr
+    // The book's pairs are en→fr.
+    if (train::source_language(m.config.data) != "en" || train::target_language(m.config.data) != "fr") return;
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};

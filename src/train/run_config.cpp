@@ -420,8 +420,6 @@ RunConfig run_config_from_json(const json& j) {
     get(d, "tgt_lang", c.data.tgt_lang);
     QKV_CHECK(c.data.src_file.empty() == c.data.tgt_file.empty(),
               "keys 'data.src_file' and 'data.tgt_file' go together (one is missing)");
-    if (c.data.src_lang.empty() && c.data.tgt_lang.empty() && is_fra_eng_data(c.data))
-        c.data.src_lang = "en", c.data.tgt_lang = "fr";
     std::string s;
     if (get(d, "pipeline", s)) c.data.pipeline = parse_pipeline(s);
     need(d, "num_steps", c.data.num_steps);
