@@ -119,14 +119,42 @@ Tensor alibi_bias(const Call& c, const Tensor& slopes, DType dtype) {
     return from_vector(b, {1, c.H, c.Tq, c.Tk}).to(dtype);
 }
 
+/// Where x (B, Hk, Tk, X) holds a NaN or an infinity, b8: per row (B, Hk, Tk, 1) or per element
+/// (x's shape); undefined when every value is finite (the usual case, found in one pass).
+Tensor nonfinite(const Tensor& x, bool per_row) {
+    const int64_t X = x.size(-1), rows = X > 0 ? x.numel() / X : 0;
+    std::vector<bool> bad(static_cast<size_t>(per_row ? rows : x.numel()), false);
+    bool any = false;
+    auto scan = [&](const auto& vals) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t e = 0; e < X; ++e)
+                if (!std::isfinite(double(vals[size_t(r * X + e)]))) bad[size_t(per_row ? r : r * X + e)] = any = true;
+    };
+    if (x.dtype() == DType::f32) scan(x.contiguous().to_vector<float>());
+    else scan(x.contiguous().to(DType::f64).to_vector<double>());
+    if (!any) return Tensor();
+    Shape s = x.shape();
+    if (per_row) s.back() = 1;
+    return from_vector<bool>(bad, s);
+}
+
 Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask, const AttentionOptions& opt,
                       double scale, Tensor* weights) {
     Tensor k = c.k, v = c.v;
+    // A key or value row that the masks hide is never read (ops/attention.h): non-finite rows enter
+    // the products as 0, then a seen non-finite key makes its scores NaN and a seen non-finite value
+    // makes the outputs that read it NaN.
+    Tensor kbad = nonfinite(k, true), vbad = nonfinite(v, false);
+    if (kbad.defined()) k = masked_fill(k, kbad, 0.0);
+    if (vbad.defined()) v = masked_fill(v, vbad, 0.0);
     if (c.Hkv != c.H) {
         k = repeat_interleave(k, c.H / c.Hkv, 1);
         v = repeat_interleave(v, c.H / c.Hkv, 1);
+        if (kbad.defined()) kbad = repeat_interleave(kbad, c.H / c.Hkv, 1);
+        if (vbad.defined()) vbad = repeat_interleave(vbad, c.H / c.Hkv, 1);
     }
     Tensor scores = mul(matmul(c.q, k.transpose(-1, -2)), scale);  // (B, H, Tq, Tk)
+    if (kbad.defined()) scores = masked_fill(scores, kbad.transpose(-1, -2), NAN);
     if (opt.softcap > 0) scores = mul(tanh(mul(scores, 1.0 / opt.softcap)), opt.softcap);
     if (opt.alibi_slopes.defined()) scores = add(scores, alibi_bias(c, opt.alibi_slopes, scores.dtype()));
     if (mask.mask.defined()) {
@@ -137,14 +165,22 @@ Tensor math_attention(const Call& c, const Tensor& vl, const AttentionMask& mask
         } else {
             QKV_CHECK(m.dtype() == scores.dtype(), "scaled_dot_product_attention: additive mask dtype ",
                       dtype_name(m.dtype()), " differs from q's ", dtype_name(scores.dtype()));
-            scores = add(scores, m);
+            scores = masked_fill(add(scores, m), eq(m, from_vector(std::vector<double>{-INFINITY}, {1}).to(m.dtype())),
+                                 -INFINITY);  // -inf hides a NaN score too
         }
     }
     if (mask.window.active()) scores = masked_fill(scores, logical_not(window_mask(c, mask.window)), -INFINITY);
     Tensor w = masked_softmax_rows(scores, row_lengths(c, vl, mask.causal));
     if (weights) *weights = c.rank3 ? w.squeeze(1) : w;
     Tensor wd = opt.training && opt.dropout > 0 ? dropout(w, opt.dropout, true, opt.gen) : w;
-    return matmul(wd, v);
+    Tensor out = matmul(wd, v);
+    if (vbad.defined()) {
+        // (B, H, Tq, Dv): the outputs that read a non-finite value with a nonzero weight.
+        const Tensor zero = from_vector(std::vector<double>{0.0}, {1}).to(wd.dtype());
+        const Tensor seen = matmul(lt(zero, wd.detach()).to(wd.dtype()), vbad.to(wd.dtype()));
+        out = masked_fill(out, lt(zero, seen), NAN);
+    }
+    return out;
 }
 
 // ---- the flash path ----

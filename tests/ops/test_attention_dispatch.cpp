@@ -284,6 +284,91 @@ TEST(AttentionDispatch, VarlenEqualsEachSequenceAlone) {
               std::string::npos);
 }
 
+// A NaN in a key row and an infinity in a value row that every query's mask hides never reach the
+// outputs or gradients, whichever way the mask is given, on both backends: the results equal those
+// with finite values there. Where a query does see the row (causal, later rows), its output is NaN.
+TEST(AttentionDispatch, HiddenNonFiniteKeyValueRowsAreNeverRead) {
+    Generator g(17);
+    const int64_t B = 2, H = 2, Hkv = 1, Tq = 6, Tk = 8, D = 16;
+    const Tensor q = randn({B, H, Tq, D}, &g), k0 = randn({B, Hkv, Tk, D}, &g), v0 = randn({B, Hkv, Tk, D}, &g);
+    const Tensor dout = randn({B, H, Tq, D}, &g);
+    auto poison = [&](const Tensor& x, int64_t b, int64_t j, float value) {
+        auto d = x.contiguous().to_vector<float>();
+        for (int64_t e = 0; e < D; ++e) d[size_t((b * Hkv * Tk + j) * D + e)] = value;
+        return from_vector(d, x.shape());
+    };
+    struct Case {
+        const char* name;
+        AttentionMask m;
+        std::vector<int64_t> batches;  // batches whose row j is poisoned
+        int64_t j;
+    };
+    std::vector<Case> cases(6);
+    cases[0] = {"valid_lens (B)", {}, {0}, 6};
+    cases[0].m.valid_lens = from_vector<int64_t>({5, 8}, {B});
+    cases[1] = {"valid_lens (B, Tq)", {}, {0, 1}, 7};
+    cases[1].m.valid_lens = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1}, {B, Tq});
+    cases[2] = {"bool mask", {}, {0, 1}, 3};
+    cases[2].m.mask = from_vector<bool>({true, true, true, false, true, true, true, true}, {Tk});
+    cases[3] = {"additive -inf", {}, {0, 1}, 3};
+    cases[3].m.mask = from_vector<float>({0, 0.5f, 0, -INFINITY, 0, 0, -1, 0}, {Tk});
+    cases[4] = {"window (1, 0)", {}, {0, 1}, 7};
+    cases[4].m.window = {1, 0, CausalAlign::top_left};
+    cases[5] = {"causal top-left", {}, {0, 1}, 7};
+    cases[5].m.causal = CausalAlign::top_left;
+    for (const auto& c : cases)
+        for (auto b : {AttentionBackend::math, AttentionBackend::flash}) {
+            SCOPED_TRACE(::testing::Message() << c.name << ", backend " << int(b));
+            Tensor k = k0, v = v0;
+            for (int64_t bb : c.batches) k = poison(k, bb, c.j, NAN), v = poison(v, bb, c.j, INFINITY);
+            const Grads bad = run(b, q, k, v, c.m, dout), clean = run(b, q, k0, v0, c.m, dout);
+            // Only the hidden row differs, and nothing reads it: equal up to summation order.
+            EXPECT_TRUE(all_close(bad.out, clean.out, 1e-6, 1e-5));
+            EXPECT_TRUE(all_close(bad.dq, clean.dq, 1e-6, 1e-5));
+            EXPECT_TRUE(all_close(bad.dk, clean.dk, 1e-6, 1e-5));
+            EXPECT_TRUE(all_close(bad.dv, clean.dv, 1e-6, 1e-5));
+        }
+    // Larger: the poisoned row shares a 128-key tile with visible keys, so the flash kernel's masked
+    // tile takes the path that skips hidden rows (forward P.V, backward dS and dQ).
+    {
+        const int64_t Tq2 = 100, Tk2 = 300;
+        const Tensor q2 = randn({B, H, Tq2, D}, &g), k2 = randn({B, Hkv, Tk2, D}, &g), v2 = randn({B, Hkv, Tk2, D}, &g);
+        const Tensor d2 = randn({B, H, Tq2, D}, &g);
+        auto poison2 = [&](const Tensor& x, int64_t j, float value) {
+            auto d = x.contiguous().to_vector<float>();
+            for (int64_t e = 0; e < D; ++e) d[size_t(j * D + e)] = value;  // batch 0
+            return from_vector(d, x.shape());
+        };
+        AttentionMask m;
+        m.valid_lens = from_vector<int64_t>({200, 300}, {B});
+        for (auto b : {AttentionBackend::math, AttentionBackend::flash}) {
+            const Grads bad = run(b, q2, poison2(k2, 250, NAN), poison2(v2, 250, -INFINITY), m, d2);
+            const Grads clean = run(b, q2, k2, v2, m, d2);
+            EXPECT_TRUE(all_close(bad.out, clean.out, 1e-6, 1e-5)) << int(b);
+            EXPECT_TRUE(all_close(bad.dq, clean.dq, 1e-6, 1e-5)) << int(b);
+            EXPECT_TRUE(all_close(bad.dk, clean.dk, 1e-6, 1e-5)) << int(b);
+            EXPECT_TRUE(all_close(bad.dv, clean.dv, 1e-6, 1e-5)) << int(b);
+        }
+    }
+    // Causal with key 3 poisoned: rows 0..2 do not see it (finite, as without it), rows 3..5 do.
+    AttentionMask causal;
+    causal.causal = CausalAlign::top_left;
+    for (auto b : {AttentionBackend::math, AttentionBackend::flash}) {
+        const Tensor v = poison(v0, 0, 3, NAN);
+        AttentionOptions o;
+        o.backend = b;
+        const auto bad = scaled_dot_product_attention(q, k0, v, causal, o).to_vector<float>();
+        const auto clean = scaled_dot_product_attention(q, k0, v0, causal, o).to_vector<float>();
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < Tq; ++i)
+                for (int64_t e = 0; e < D; ++e) {
+                    const size_t t = size_t((h * Tq + i) * D + e);  // batch 0
+                    if (i < 3) EXPECT_NEAR(bad[t], clean[t], 1e-6) << "backend " << int(b) << " row " << i;
+                    else EXPECT_TRUE(std::isnan(bad[t])) << "backend " << int(b) << " row " << i << " sees the NaN";
+                }
+    }
+}
+
 TEST(AttentionDispatch, RankThreeInputsAndWeights) {
     Generator g(3);
     Tensor q = randn({2, 10, 8}, &g), k = randn({2, 10, 8}, &g), v = randn({2, 10, 8}, &g);

@@ -71,7 +71,9 @@ Tensor alibi_slopes(int64_t num_heads);
 
 /// q (B, H, Tq, D) or (B, Tq, D); k (B, Hkv, Tk, D) or (B, Tk, D); v likewise with Dv.
 /// Returns (B, H, Tq, Dv) (or (B, Tq, Dv)). Masked logits never contribute; a query row with every
-/// key masked gives output 0 and zero gradients (never NaN). Hkv must divide H (grouped-query).
+/// key masked gives output 0 and zero gradients (never NaN). A NaN or infinity stored in a key or
+/// value row is never read by a query whose masks hide that key (any mask kind, both backends,
+/// forward and backward): it reaches only the outputs (and gradients) of the queries that see it. Hkv must divide H (grouped-query).
 /// When `weights` is non-null the math path runs and *weights receives the attention weights
 /// (B, H, Tq, Tk) before dropout. Backend `automatic` uses flash when every filter passes
 /// (QKV_ATTENTION=math|flash|auto overrides); forcing flash when it cannot run throws with the

@@ -13,6 +13,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "kernels/params.h"
 #include "qkv/core/error.h"
@@ -375,13 +377,48 @@ void apply_general_mask(const AttentionParams<float>& p, float* t, int64_t nk, i
         }
         if (p.additive_mask) {
             const float* am = p.additive_mask + mj;
+            // -inf replaces the score rather than adding to it: a NaN score of a hidden key (a
+            // NaN or infinity stored in its row) must not survive the mask.
             if (sq == 0) {  // key-padding masks: one value per key
                 const auto a = S::set1(am[0]);
                 for (int64_t v = 0; v < Bq / S::W; ++v)
-                    S::store(row + v * S::W, S::add(S::load(row + v * S::W), a));
+                    S::store(row + v * S::W, am[0] == -INFINITY ? a : S::add(S::load(row + v * S::W), a));
             } else {
-                for (int64_t i = 0; i < nq; ++i) row[i] += am[i * sq];
+                for (int64_t i = 0; i < nq; ++i) row[i] = am[i * sq] == -INFINITY ? -INFINITY : row[i] + am[i * sq];
             }
+        }
+    }
+}
+
+/// Whether rows [0, n) of x (row stride ld, `cols` floats each) hold a NaN or an infinity (exponent
+/// bits all ones). One pass; only masked blocks ask, so that hidden rows are never read as 0 · NaN.
+inline bool has_nonfinite(const float* x, int64_t n, int64_t cols, int64_t ld) {
+    uint32_t any = 0;
+    for (int64_t r = 0; r < n; ++r) {
+        const float* row = x + r * ld;
+        for (int64_t c = 0; c < cols; ++c) {
+            uint32_t u;
+            std::memcpy(&u, row + c, 4);
+            any |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
+        }
+    }
+    return any != 0;
+}
+
+/// o[i] = (alpha[i] o[i] when rescale) + sum over the keys j with P_ij != 0 of P_ij v_j: the P.V
+/// product of a masked block whose V rows hold a non-finite value, reading only the rows each
+/// query sees (o (nq, Dvp), P transposed (nk, Bq), v rows ld apart).
+template <int64_t Bq>
+void pv_skipping_zeros(float* o, int64_t Dvp, const float* pt, const float* v, int64_t ld, int64_t nq, int64_t nk,
+                       int64_t Dv, const float* alpha, bool rescale) {
+    for (int64_t i = 0; i < nq; ++i) {
+        float* oi = o + i * Dvp;
+        if (rescale)
+            for (int64_t e = 0; e < Dv; ++e) oi[e] *= alpha[i];
+        for (int64_t j = 0; j < nk; ++j) {
+            const float w = pt[j * Bq + i];
+            if (w == 0.0f) continue;
+            for (int64_t e = 0; e < Dv; ++e) oi[e] += w * v[j * ld + e];
         }
     }
 }
@@ -505,7 +542,9 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         }
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
         const float* vj = vbase + j0 * p.v_stride_t;
-        if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp, alpha);
+        if (classic && has_nonfinite(vj, nk, p.Dv, p.v_stride_t))
+            pv_skipping_zeros<Bq>(o, Dvp, st, vj, p.v_stride_t, nq, nk, p.Dv, alpha, rescale);
+        else if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp, alpha);
         else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
@@ -687,11 +726,28 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             }
         if (softcap)  // through the cap: d cap(x)/dx = 1 - tanh^2
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+        // Rows hidden by a mask are never read: with a non-finite value in V (dP~ = NaN) or K, the
+        // hidden entries (P = 0) get dS = 0, not 0 · NaN, and dQ reads the K rows as 0 there.
+        const bool bad_v = has_nonfinite(vj, nk, p.Dv, p.v_stride_t), bad_k = has_nonfinite(kj, nk, p.D, p.k_stride_t);
+        if (bad_v || bad_k)
+            for (int64_t t = 0; t < nk * Bq; ++t)
+                if (st[t] == 0.0f) ds[t] = 0.0f;
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
         gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
         gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
-        // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys).
-        gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+        // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys). Non-finite K rows are
+        // read as 0: where such a key is seen, dS is NaN already (its score was), so dQ stays NaN.
+        if (bad_k) {
+            std::vector<float> kz(size_t(nk * p.D));
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t d = 0; d < p.D; ++d) {
+                    const float x = kj[j * p.k_stride_t + d];
+                    kz[size_t(j * p.D + d)] = std::isfinite(x) ? x : 0.0f;
+                }
+            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kz.data(), p.D, dq_acc + i0 * p.D, p.D);
+        } else {
+            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+        }
     }
 }
 

@@ -123,7 +123,7 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
                     T        d  = 0;
                     for (int64_t e = 0; e < p.Dv; ++e) d += doi[e] * vj[e];
                     dp[size_t(j)] = z[size_t(j)] * d;
-                    rowdot += s[size_t(j)] * dp[size_t(j)];
+                    if (s[size_t(j)] != 0) rowdot += s[size_t(j)] * dp[size_t(j)];  // a hidden v_j is never read
                 }
                 for (int64_t d = 0; d < p.D; ++d) dqi[d] = 0;
                 for (int64_t j = 0; j < p.Tk; ++j) {
