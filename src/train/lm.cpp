@@ -233,6 +233,18 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
     return res;
 }
 
+bool is_lm_dir(const std::string& dir) {
+    std::error_code ec;
+    const fs::path p = fs::path(dir) / "config.json";
+    if (!fs::is_regular_file(p, ec)) return false;
+    try {
+        const json j = json::parse(util::read_file(p.string()));
+        return j.is_object() && j.value("model_kind", "") == "lm";
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 LmDir load_lm_dir(const std::string& dir) {
     std::error_code ec;
     QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir, "' does not exist (train one with: qkv train --model lm --out ",

@@ -116,10 +116,15 @@ RunConfig load_model_dir_config(const std::string& dir) {
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
     QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json", replaced_run_note(dir));
     try {
-        return run_config_from_json(detail::parse_json_unique_keys<nlohmann::json>(util::read_file(cfg_path)));
+        const auto j = detail::parse_json_unique_keys<nlohmann::json>(util::read_file(cfg_path));
+        if (j.is_object() && j.contains("model_kind") && j["model_kind"] == "lm")
+            throw Error(detail::str("'", dir, "' holds a language model (qkv train --model lm): qkv generate reads it; "
+                                    "translate, eval, serve, heatmap and average read translation models"));
+        return run_config_from_json(j);
     } catch (const nlohmann::json::exception& e) {
         throw Error(detail::str("'", cfg_path, "': not valid JSON: ", detail::json_error_text(e)));
     } catch (const Error& e) {
+        if (std::string(e.what()).find("holds a language model") != std::string::npos) throw;
         throw Error(detail::str("'", cfg_path, "': ", e.what()));
     }
 }

@@ -43,6 +43,14 @@ cp "$T/out" "$T/nc"
 run_rc 0 generate --model "$T/lm" --prompt "the" --max-new-tokens 20
 cmp -s "$T/out" "$T/nc" || fail "the KV cache changed the greedy text"
 
+# qkv info reads an LM folder; the translation commands refuse it naming what it is
+run_rc 0 info "$T/lm" --no-params
+out_has "language model folder $T/lm" '"model_kind": "lm"' "check: the folder loads"
+run_rc 1 translate --model "$T/lm" "the time"
+err_has "'$T/lm' holds a language model (qkv train --model lm): qkv generate reads it"
+run_rc 1 eval --model "$T/lm"
+err_has "holds a language model"
+
 # errors
 run_rc 2 generate --model "$T/lm" --max-new-tokens 5
 err_has "--prompt is required"

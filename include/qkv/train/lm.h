@@ -71,6 +71,8 @@ struct LmDir {
 /// Loads config.json, vocab.txt and model.safetensors (checked). Throws qkv::Error naming the
 /// folder or file.
 LmDir load_lm_dir(const std::string& dir);
+/// Whether `dir`/config.json says "model_kind": "lm" (false when missing or unreadable).
+bool is_lm_dir(const std::string& dir);
 
 struct GenerateOptions {
     int64_t max_new_tokens = 100;
