@@ -41,15 +41,17 @@ Registration reg([](CLI::App& app) {
             throw CLI::ValidationError("--top-k, --top-p and --seed apply to sampling: add --temperature T > 0");
         train::LmDir m = train::load_lm_dir(a->model);
         a->g.use_cache = !a->no_cache;
-        std::printf("%s", train::preprocess_lm_text(a->prompt).c_str());
-        std::fflush(stdout);
+        // The prompt is printed with the first token: a refused prompt prints nothing.
+        const std::string shown = train::preprocess_lm_text(a->prompt);
+        bool started = false;
         util::Timer t;
-        train::generate_text(m, a->prompt, a->g, [](const std::string& piece) {
+        train::generate_text(m, a->prompt, a->g, [&](const std::string& piece) {
+            if (!started) std::fputs(shown.c_str(), stdout), started = true;
             std::fputs(piece.c_str(), stdout);
             std::fflush(stdout);  // stream: each character as it comes
         });
         const double s = t.seconds();
-        std::printf("\n");
+        std::printf("%s\n", started ? "" : shown.c_str());
         if (a->stats)
             std::fprintf(stderr, "generated %lld tokens in %.3f s (%.1f tokens/s, %s)\n", (long long)a->g.max_new_tokens, s,
                          s > 0 ? double(a->g.max_new_tokens) / s : 0.0, a->no_cache ? "no cache" : "KV cache");

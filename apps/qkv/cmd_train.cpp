@@ -110,7 +110,8 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
 
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
-/// rules (--epochs, --max-steps, --time-budget), --log-every, --keep-checkpoints and --data apply. Any other training flag given
+/// rules (--epochs, --max-steps, --time-budget), --log-every, --keep-checkpoints and the data files
+/// (--data, --src-file/--tgt-file: where the data is now; its fingerprint is checked) apply. Any other training flag given
 /// anyway is compared with config.json: one that would change the model (architecture, widths,
 /// blocks, heads, layers, vocabularies, tying) and differs is refused, as a usage error listing
 /// them all; any other that differs (optimisation, dropout, data filters, split sizes, seed, ...)
@@ -203,8 +204,6 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
     add("--min-freq", std::to_string(a.min_freq), a.min_freq != d.min_freq, "data.min_freq",
         std::to_string(d.min_freq), false);
     add("--strict", "", !d.strict, "data.strict", bool_text(d.strict), false);
-    add("--src-file", a.src_file, a.src_file != d.src_file, "data.src_file", d.src_file, false);
-    add("--tgt-file", a.tgt_file, a.tgt_file != d.tgt_file, "data.tgt_file", d.tgt_file, false);
     add("--src-lang", a.src_lang, a.src_lang != d.src_lang, "data.src_lang", d.src_lang, false);
     add("--tgt-lang", a.tgt_lang, a.tgt_lang != d.tgt_lang, "data.tgt_lang", d.tgt_lang, false);
 
@@ -306,23 +305,79 @@ void print_summary(const train::TrainResult& r, const std::string& out,
     std::printf("model folder: %s (%s)\n", out.c_str(), files);
 }
 
+/// --resume of a language model: model-changing flags that differ from config.json are refused,
+/// other differing ones get a warning that they are ignored (check_resume_flags' rules).
+void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfig& cfg, const std::string& cfg_file) {
+    struct Diff {
+        std::string flag, given, key, saved;
+        bool model;
+    };
+    std::vector<Diff> diffs;
+    const auto add = [&](const char* flag, const std::string& gv, bool differs, const char* key,
+                         const std::string& saved, bool model) {
+        if (c->get_option(flag)->count() > 0 && differs) diffs.push_back({flag, gv, key, saved, model});
+    };
+    const auto& m = cfg.model;
+    const auto& t = cfg.train;
+    const auto str = [](int64_t v) { return std::to_string(v); };
+    const int64_t kv = m.num_kv_heads ? m.num_kv_heads : m.num_heads;
+    add("--num-hiddens", str(a.num_hiddens), a.num_hiddens != m.num_hiddens, "model.num_hiddens", str(m.num_hiddens), true);
+    add("--num-heads", str(a.num_heads), a.num_heads != m.num_heads, "model.num_heads", str(m.num_heads), true);
+    add("--num-kv-heads", str(a.num_kv_heads), a.num_kv_heads != kv, "model.num_kv_heads", str(kv), true);
+    add("--num-blks", str(a.num_blks), a.num_blks != m.num_blks, "model.num_blks", str(m.num_blks), true);
+    add("--ffn-num-hiddens", str(a.ffn_num_hiddens), a.ffn_num_hiddens != m.ffn_num_hiddens, "model.ffn_num_hiddens",
+        str(m.ffn_num_hiddens), true);
+    const std::string pos = m.rope ? "rope" : "sinusoidal";
+    add("--positions", a.positions, a.positions != pos, "model.positions", pos, true);
+    add("--window", str(a.window), a.window != m.window, "model.window", str(m.window), true);
+    add("--dropout", num_text(a.dropout), a.dropout != m.dropout, "model.dropout", num_text(m.dropout), false);
+    add("--num-steps", str(a.num_steps), a.num_steps != cfg.num_steps, "data.num_steps", str(cfg.num_steps), false);
+    add("--batch-size", str(a.batch_size), a.batch_size != t.batch_size, "train.batch_size", str(t.batch_size), false);
+    add("--lr", num_text(a.lr), a.lr != t.lr, "train.lr", num_text(t.lr), false);
+    add("--seed", std::to_string(a.seed), a.seed != t.seed, "train.seed", std::to_string(t.seed), false);
+    add("--warmup", str(a.warmup), a.warmup != t.warmup_steps, "train.warmup_steps", str(t.warmup_steps), false);
+    if (c->get_option("--preset")->count() > 0)
+        diffs.push_back({"--preset", a.preset, "(the preset)", "config.json's values", false});
+    std::string refused;
+    for (const auto& x : diffs)
+        if (x.model)
+            refused += detail::str(refused.empty() ? "" : "; ", x.flag, " ", x.given, " (the checkpoint's ", x.key,
+                                   " is ", x.saved, ")");
+    if (!refused.empty())
+        usage_error(detail::str("--resume continues the model in '", a.out, "' as ", cfg_file,
+                                " describes it, and these flags would change it: ", refused,
+                                ". Drop them, or train a new model (without --resume) into another --out or, "
+                                "replacing this one, with --overwrite"));
+    for (const auto& x : diffs)
+        std::fprintf(stderr, "qkv train: warning: --resume: %s %s is ignored; the checkpoint's %s %s (%s) is used\n",
+                     x.flag.c_str(), x.given.c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());
+}
+
 /// `qkv train --model lm`: the decoder-only language model (train/lm.h) on a text.
 void run_lm(const TrainArgs& a, CLI::App* c) {
     static const std::set<std::string> applies = {
         "--preset", "--model", "--data", "--out", "--resume", "--overwrite", "--no-progress", "--num-hiddens",
         "--num-heads", "--num-kv-heads", "--num-blks", "--ffn-num-hiddens", "--dropout", "--batch-size", "--num-steps",
-        "--lr", "--epochs", "--max-steps", "--time-budget", "--seed", "--warmup", "--log-every", "--positions", "--window"};
+        "--lr", "--epochs", "--max-steps", "--time-budget", "--seed", "--warmup", "--log-every", "--positions", "--window",
+        // the global flags (main.cpp), accepted after the subcommand too
+        "--threads", "--attention", "--kernels", "--denormals"};
     for (const CLI::Option* o : c->get_options())
         if (o->count() > 0 && !applies.count(o->get_name()))
             usage_error(detail::str(o->get_name(), " does not apply to --model lm"));
+    if (a.resume && a.overwrite)
+        usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
     const bool given_preset = c->get_option("--preset")->count() > 0;
     if (given_preset && a.preset.rfind("lm", 0) != 0)
         usage_error(detail::str("--preset ", a.preset, " is a translation preset; --model lm takes lm or lm-tiny"));
     train::LmConfig cfg;
     const std::string cfg_file = (fs::path(a.out) / "config.json").string();
     if (a.resume) {
-        QKV_CHECK(fs::exists(cfg_file), "--resume: '", cfg_file, "' not found");
+        if (!fs::exists(cfg_file)) usage_error(detail::str("--resume: '", cfg_file, "' not found (nothing to resume)"));
+        if (!train::is_lm_dir(a.out))
+            usage_error(detail::str("--resume --model lm: '", a.out, "' holds a translation model, not a language "
+                                    "model; resume it without --model lm"));
         cfg = train::lm_config_from_json(util::read_file(cfg_file), cfg_file);
+        check_lm_resume_flags(a, c, cfg, cfg_file);
     } else {
         cfg = train::lm_preset(given_preset ? a.preset : "lm");
         auto& m = cfg.model;
@@ -358,11 +413,19 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
     ro.resume    = a.resume;
     ro.overwrite = a.overwrite;
     ro.progress  = !a.no_progress;
+    train::RunOverrides given;  // which stopping rules came from flags (for "nothing to do")
+    if (a.epochs) given.epochs = a.epochs;
+    if (a.max_steps) given.max_steps = a.max_steps;
+    if (!a.time_budget.empty()) given.time_budget_s = cfg.train.time_budget_s;
     train::RunResult r;
     try {
-        r = train::run_lm(cfg, ro);
+        r = train::run_lm(cfg, ro, given);
     } catch (const train::ConfigError& e) {
         usage_error(e.what());
+    }
+    if (!r.nothing_to_do.empty()) {
+        std::printf("qkv train: nothing to do: %s\n", r.nothing_to_do.c_str());
+        return;  // exit 0; the folder stays as it is
     }
     print_summary(r.train, a.out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
     train::LmDir m = train::load_lm_dir(a.out);
@@ -380,6 +443,9 @@ void run(TrainArgs& a, CLI::App* c) {
     util::Timer wall;
     if (a.resume && a.overwrite)
         usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    if (a.resume && train::is_lm_dir(a.out))
+        usage_error(detail::str("'", a.out, "' holds a language model (qkv train --model lm); resume it with: qkv train "
+                                "--model lm --resume --out ", shell_quote(a.out)));
     check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
     const train::RunOverrides o = overrides_from(a, c);
     train::RunOptions ro;

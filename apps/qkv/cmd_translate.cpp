@@ -50,8 +50,9 @@ void run(const TranslateArgs& a) {
     // A --file that is a folder reads as an empty stream on Linux: refuse it before loading.
     if (!a.file.empty() && a.file != "-") {
         std::error_code ec;
-        if (std::filesystem::is_directory(a.file, ec))
-            throw CLI::ValidationError(detail::str("--file '", a.file, "' is a folder, not a file of sentences"));
+        // exit 1 as for a missing file: the argument is well-formed, the file system disagrees
+        QKV_CHECK(!std::filesystem::is_directory(a.file, ec), "translate: --file '", a.file,
+                  "' is a folder, not a file of sentences");
         QKV_CHECK(std::filesystem::exists(a.file, ec), "translate: --file '", a.file, "' does not exist");
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after

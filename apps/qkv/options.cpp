@@ -316,6 +316,9 @@ void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
         throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");
     if (f.sampling && to.beam > 1)
         throw CLI::ValidationError("--sampling draws one translation: not with --beam > 1");
+    if (f.min_len > to.max_len)
+        throw CLI::ValidationError(detail::str("--min-len ", f.min_len, " is above the output limit of ", to.max_len,
+                                               " tokens (--max-len or the model's decode.max_len): no output could end"));
     to.min_len              = f.min_len;
     to.no_repeat_ngram_size = f.no_repeat_ngram_size;
     to.repetition_penalty   = f.repetition_penalty;

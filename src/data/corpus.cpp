@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -33,14 +34,16 @@ std::string read_gzip(const std::string& path) {
     std::vector<char> chunk(1 << 16);
     for (;;) {
         const int r = gzread(gz.get(), chunk.data(), unsigned(chunk.size()));
+        if (r > 0) text.append(chunk.data(), size_t(r));  // the whole bytes before an error count
         int err = Z_OK;
         const char* msg = gzerror(gz.get(), &err);
         // zlib reports a stream cut short as Z_BUF_ERROR ("unexpected end of file") and damaged
         // data as Z_DATA_ERROR, with or without bytes in this read.
         QKV_CHECK(r >= 0 && (err == Z_OK || err == Z_STREAM_END), "'", path,
-                  "': truncated or corrupt gzip data after ", text.size(), " bytes (", msg ? msg : "zlib error", ")");
+                  "': truncated or corrupt gzip data after ", text.size(), " bytes, in line ",
+                  1 + std::count(text.begin(), text.end(), '\n'), " of the decompressed text (",
+                  msg ? msg : "zlib error", ")");
         if (r == 0) break;
-        text.append(chunk.data(), size_t(r));
         QKV_CHECK((long long)text.size() <= kMaxCorpusBytes, "'", path, "' decompresses to more than ",
                   kMaxCorpusBytes, " bytes; refusing it");
     }

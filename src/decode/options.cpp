@@ -24,7 +24,8 @@ void DecodeOptions::validate(int64_t V) const {
     QKV_CHECK(std::isfinite(length_penalty), "decode: length_penalty must be finite");
     QKV_CHECK(std::isfinite(coverage_penalty) && coverage_penalty >= 0,
               "decode: coverage_penalty must be a finite number >= 0, got ", coverage_penalty);
-    QKV_CHECK(min_len >= 0, "decode: min_len must be >= 0, got ", min_len);
+    QKV_CHECK(min_len >= 0 && min_len <= max_len, "decode: min_len must be in [0, max_len = ", max_len, "], got ",
+              min_len);
     QKV_CHECK(no_repeat_ngram_size >= 0, "decode: no_repeat_ngram_size must be >= 0, got ", no_repeat_ngram_size);
     QKV_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0,
               "decode: repetition_penalty must be a finite number > 0, got ", repetition_penalty);

@@ -53,6 +53,19 @@ fs::path check_out_dir(const std::string& out_dir, const std::vector<std::string
     for (const auto& d : inputs)
         QKV_CHECK(!fs::equivalent(d, out_dir, ec), "average: the output folder '", out_dir, "' is one of the inputs ('",
                   d, "'); give a new folder");
+    for (size_t i = 0; i < inputs.size(); ++i)
+        for (size_t j = i + 1; j < inputs.size(); ++j)
+            QKV_CHECK(!fs::equivalent(inputs[i], inputs[j], ec), "average: '", inputs[j], "' is the folder '", inputs[i],
+                      "' again (arguments ", i + 1, " and ", j + 1, "); each folder counts once: give it once");
+    // An output inside an input folder (e.g. its checkpoints/) would be written into a model
+    // folder that qkv train manages.
+    const fs::path out_canon = fs::weakly_canonical(out_path, ec);
+    for (const auto& d : inputs) {
+        const fs::path in = fs::weakly_canonical(fs::absolute(d), ec);
+        const auto [a, b] = std::mismatch(in.begin(), in.end(), out_canon.begin(), out_canon.end());
+        QKV_CHECK(a != in.end() || b == out_canon.end(), "average: the output folder '", out_dir,
+                  "' is inside the input folder '", d, "'; give a folder outside it");
+    }
     if (fs::exists(out_dir)) {
         QKV_CHECK(fs::is_directory(out_dir), "average: '", out_dir, "' exists and is not a folder");
         QKV_CHECK(fs::is_empty(out_dir), "average: the output folder '", out_dir,

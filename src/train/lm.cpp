@@ -1,6 +1,7 @@
 // The decoder-only language model's data, runs, folders and sampling (train/lm.h).
 #include "qkv/train/lm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,8 +13,13 @@
 #include "qkv/core/error.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
+#include "qkv/data/corpus.h"
+#include "qkv/dist/communicator.h"
+#include "qkv/data/tokenizer.h"
 #include "qkv/ops/softmax.h"
 #include "qkv/train/checkpoint.h"
+#include "qkv/train/run_recorder.h"
+#include "qkv/train/translation_data.h"
 #include "qkv/train/trainer.h"
 #include "qkv/util/atomic_file.h"
 
@@ -56,6 +62,30 @@ std::string preprocess_lm_text(const std::string& text) {
     return out;
 }
 
+std::string read_lm_text(const std::string& path) {
+    std::string bytes = data::read_corpus_file(path);
+    QKV_CHECK(bytes.compare(0, 4, "PK\x03\x04") != 0, "'", path, "' is a zip archive; --model lm reads a plain text "
+              "file (UTF-8, or gzip-compressed): unpack it first");
+    const auto line_of = [&bytes](size_t off) { return 1 + std::count(bytes.begin(), bytes.begin() + off, '\n'); };
+    const size_t nul = bytes.find('\0');
+    QKV_CHECK(nul == std::string::npos, "'", path, "' is not text: a NUL byte on line ", line_of(nul), " (byte ", nul,
+              "); --model lm reads a plain UTF-8 text file");
+    const size_t bad = data::invalid_utf8_offset(bytes);
+    QKV_CHECK(bad == std::string::npos, "'", path, "' is not UTF-8: an ill-formed byte sequence on line ", line_of(bad),
+              " (byte ", bad, "); convert it first (e.g. iconv -f latin1 -t utf-8)");
+    return bytes;
+}
+
+std::string perplexity_text(double loss) {
+    const double p = std::exp(loss);
+    if (!std::isfinite(p))
+        return std::isfinite(loss) ? "inf (exp of the loss overflows: the run diverged)"
+                                   : "nan (the validation loss is not finite: the run diverged)";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, p < 1e6 ? "%.3f" : "%.3g", p);
+    return buf;
+}
+
 namespace {
 
 std::string locate_lm_text(const std::string& path) {
@@ -93,8 +123,16 @@ LmData load_lm_data(const LmConfig& cfg, const data::Vocab* given) {
     QKV_CHECK(cfg.valid_fraction > 0 && cfg.valid_fraction < 0.5, "language model: valid_fraction must be in (0, 0.5), got ",
               cfg.valid_fraction);
     const std::string path = locate_lm_text(cfg.path);
-    const std::string text = preprocess_lm_text(util::read_file(path));
+    const std::string text = preprocess_lm_text(read_lm_text(path));
     LmData d;
+    d.fingerprint_chars = int64_t(text.size());
+    d.fingerprint_fnv1a64 = dist::fingerprint(text);
+    if (given && cfg.fingerprint_chars > 0)
+        QKV_CHECK(d.fingerprint_chars == cfg.fingerprint_chars && d.fingerprint_fnv1a64 == cfg.fingerprint_fnv1a64, "'",
+                  path, "' is not the text this model was trained on: ", d.fingerprint_chars, " characters after "
+                  "preprocessing, FNV-1a 64 ", fingerprint_hex(d.fingerprint_fnv1a64), "; config.json records ",
+                  cfg.fingerprint_chars, " characters, ", fingerprint_hex(cfg.fingerprint_fnv1a64),
+                  " (data.fingerprint). Give the original text with --data, or train a new model");
     if (given) {
         d.vocab = *given;
         std::set<char> unknown;
@@ -132,6 +170,8 @@ std::string lm_config_json(const LmConfig& c) {
     json j;
     j["model_kind"] = "lm";
     j["data"]       = {{"path", c.path}, {"num_steps", c.num_steps}, {"valid_fraction", c.valid_fraction}};
+    if (c.fingerprint_chars > 0)
+        j["data"]["fingerprint"] = {{"characters", c.fingerprint_chars}, {"fnv1a64", fingerprint_hex(c.fingerprint_fnv1a64)}};
     j["model"]      = {{"vocab_size", m.vocab_size}, {"num_hiddens", m.num_hiddens}, {"num_heads", m.num_heads},
                        {"num_kv_heads", m.num_kv_heads}, {"num_blks", m.num_blks}, {"ffn_num_hiddens", m.ffn_num_hiddens},
                        {"dropout", m.dropout}, {"positions", m.rope ? "rope" : "sinusoidal"}, {"window", m.window},
@@ -151,6 +191,16 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
         LmConfig c;
         const json &d = j.at("data"), &m = j.at("model"), &t = j.at("train");
         c.path = d.at("path"), c.num_steps = d.at("num_steps"), c.valid_fraction = d.at("valid_fraction");
+        if (d.contains("fingerprint")) {
+            const json& f = d.at("fingerprint");
+            c.fingerprint_chars = f.at("characters");
+            const std::string hex = f.at("fnv1a64");
+            QKV_CHECK(hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos, "'", origin,
+                      "': data.fingerprint.fnv1a64 is \"", hex, "\", expected 16 lowercase hex digits");
+            QKV_CHECK(c.fingerprint_chars > 0, "'", origin, "': data.fingerprint.characters must be > 0, got ",
+                      c.fingerprint_chars);
+            c.fingerprint_fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
+        }
         auto& mm = c.model;
         mm.vocab_size = m.at("vocab_size"), mm.num_hiddens = m.at("num_hiddens"), mm.num_heads = m.at("num_heads");
         mm.num_kv_heads = m.at("num_kv_heads"), mm.num_blks = m.at("num_blks");
@@ -171,7 +221,7 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
     }
 }
 
-RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
+RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOverrides& given) {
     LmConfig cfg = given_cfg;
     QKV_CHECK(!(opt.resume && opt.overwrite), "--resume continues the model in --out and --overwrite replaces it: give one of them");
     const fs::path dir(opt.out_dir);
@@ -182,9 +232,19 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
     if (!opt.resume && !held.empty() && !opt.overwrite)
         throw ConfigError(detail::str("'", opt.out_dir, "' holds a model (", held.front(), "); --resume continues it, "
                                       "--overwrite replaces it, or give another --out"));
-    if (opt.resume)
-        QKV_CHECK(fs::exists(dir / "checkpoint.safetensors", ec), "--resume: '", (dir / "checkpoint.safetensors").string(),
-                  "' does not exist (nothing to resume)");
+    if (opt.resume) {
+        const std::string ckpt = (dir / "checkpoint.safetensors").string();
+        QKV_CHECK(fs::exists(ckpt, ec), "--resume: '", ckpt, "' does not exist (nothing to resume)");
+        RunConfig stop;  // resume_already_done reads only the stopping rules
+        stop.train = cfg.train;
+        const TrainingProgress p = read_checkpoint_progress(ckpt);
+        const std::string done = resume_already_done(stop, p, given);
+        if (!done.empty() && !has_missing_records(opt.out_dir, p)) {
+            RunResult res;
+            res.nothing_to_do = done;  // config.json, the checkpoint and metrics.jsonl stay as they are
+            return res;
+        }
+    }
     data::Vocab saved;
     if (opt.resume) saved = data::Vocab::load((dir / "vocab.txt").string());
     const LmData d = load_lm_data(cfg, opt.resume ? &saved : nullptr);
@@ -194,12 +254,23 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
         std::fprintf(opt.log, "qkv train: language model, %d thread%s\n", get_num_threads(), get_num_threads() == 1 ? "" : "s");
         std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
     }
+    if (opt.resume && cfg.fingerprint_chars == 0) {
+        // A folder from before data.fingerprint: record it now (the file's stopping rules stay).
+        const std::string cfg_file = (dir / "config.json").string();
+        json j = json::parse(util::read_file(cfg_file));
+        j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars}, {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
+        util::write_file_atomic(cfg_file, j.dump(2) + "\n");
+        if (opt.log)
+            std::fprintf(opt.log, "note: %s records no data fingerprint (an older qkv); the text is checked against the "
+                                  "vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
+    }
     if (!opt.resume) {
         if (opt.overwrite)
             for (const char* f : {"config.json", "vocab.txt", "model.safetensors", "checkpoint.safetensors", "metrics.jsonl"})
                 fs::remove(dir / f, ec);
         fs::create_directories(dir);
         cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+        cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
         util::write_file_atomic((dir / "config.json").string(), lm_config_json(cfg));
         d.vocab.save((dir / "vocab.txt").string());
     }
@@ -228,8 +299,8 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt) {
     res.trained = true;
     const double val = trainer.evaluate_loss(d.valid);
     if (opt.log)
-        std::fprintf(opt.log, "validation loss %.4f, validation perplexity %.3f (%lld held-out characters)\n", val,
-                     std::exp(val), (long long)d.valid_tokens);
+        std::fprintf(opt.log, "validation loss %.4f, validation perplexity %s (%lld held-out characters)\n", val,
+                     perplexity_text(val).c_str(), (long long)d.valid_tokens);
     return res;
 }
 
@@ -282,6 +353,15 @@ std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOpt
     }
     QKV_CHECK(unknown.empty(), "generate: the prompt holds characters the model never saw: '",
               std::string(unknown.begin(), unknown.end()), "'");
+    QKV_CHECK(!(ids.empty() && !prompt.empty()), "generate: --prompt '", prompt, "' has no letter: the model's text is "
+              "letters and spaces (D2L's preprocessing), so it would start from nothing; give a prompt with words");
+    if (!m.config.model.rope) {
+        const int64_t need = std::max<int64_t>(int64_t(ids.size()), 1) + opt.max_new_tokens;
+        QKV_CHECK(need <= m.config.model.max_len, "generate: the prompt (", ids.size(), " characters) plus "
+                  "--max-new-tokens ", opt.max_new_tokens, " is ", need, " positions, but this model's sinusoidal "
+                  "positions stop at ", m.config.model.max_len, " (model.max_len); shorten --prompt or lower "
+                  "--max-new-tokens to ", std::max<int64_t>(0, m.config.model.max_len - std::max<int64_t>(int64_t(ids.size()), 1)));
+    }
     if (ids.empty()) ids.push_back(m.vocab.token_to_idx(" "));  // an empty prompt starts at a word boundary
     NoGradGuard ng;
     Generator gen(opt.seed);

@@ -129,8 +129,18 @@ RunConfig load_model_dir_config(const std::string& dir) {
     }
 }
 
-DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag) {
+DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag,
+                             const std::string& src_flag, const std::string& tgt_flag) {
     DataConfig d = cfg.data;
+    if (src_flag.empty() != tgt_flag.empty())
+        throw ConfigError("--src-file and --tgt-file go together: give both (line i of one translates line i of the other)");
+    if (!src_flag.empty()) {
+        if (!data_flag.empty())
+            throw ConfigError("--data and --src-file/--tgt-file both name the training data: give one of them");
+        d.path.clear();
+        d.src_file = src_flag, d.tgt_file = tgt_flag;
+        return d;  // the fingerprint check after loading guards the choice
+    }
     if (!data_flag.empty()) {
         d.path = data_flag;
         d.src_file.clear(), d.tgt_file.clear();
@@ -140,7 +150,7 @@ DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const
     if (!d.src_file.empty()) {  // a file pair: no fallback (QKV_DATA names one file)
         for (const std::string* f : {&d.src_file, &d.tgt_file})
             QKV_CHECK(fs::exists(*f, ec), "the data file '", *f, "' in ", (fs::path(dir) / "config.json").string(),
-                      " does not exist; pass the data with --data PATH (a TSV file)");
+                      " does not exist; pass the moved files with --src-file PATH --tgt-file PATH (or a TSV file with --data PATH)");
         return d;
     }
     if (d.path.empty() || fs::exists(d.path, ec)) return d;  // "": QKV_DATA, then the default
@@ -173,7 +183,8 @@ bool check_data_fingerprint(const std::string& dir, const RunConfig& cfg, const 
     const std::string cfg_file = in_dir(dir, "config.json");
     const std::string head = detail::str("the data file '", d.origin, "' is not the data the model in '", dir,
                                          "' was trained on: ");
-    const std::string tail = "; pass the training data with --data (or train a new model on this file)";
+    const std::string tail =
+        "; pass the training data with --data or --src-file/--tgt-file (or train a new model on this file)";
     if (got.pairs != want.pairs)
         throw Error(detail::str(head, "it gives ", got.pairs, " pairs (after the filters in config.json), ",
                                 cfg_file, " records ", want.pairs, " (data.fingerprint)", tail));

@@ -359,7 +359,7 @@ RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
     const std::string ckpt = (fs::path(out_dir) / "checkpoint.safetensors").string();
     QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
     RunConfig cfg = load_model_dir_config(out_dir);
-    cfg.data = model_data_config(out_dir, cfg, o.data_path.value_or(""));
+    cfg.data = model_data_config(out_dir, cfg, o.data_path.value_or(""), o.src_file.value_or(""), o.tgt_file.value_or(""));
     apply_stop_overrides(cfg, o);
     cfg.validate();
     return cfg;

@@ -212,6 +212,26 @@ Section section(const json& j, const char* name, bool optional) {
 
 /// The range and consistency rules of a configuration; every message names the key, the value and
 /// the range. vocab_known false: the vocabulary sizes are still to come from the data (not checked).
+/// "" (unknown) or a BCP 47-shaped tag: a primary subtag of 2-8 ASCII letters, then subtags of
+/// 1-8 ASCII letters or digits after '-' ("en", "fr", "pt-BR", "zh-Hant").
+bool is_language_code(const std::string& s) {
+    if (s.empty()) return true;
+    size_t start = 0;
+    for (bool primary = true;; primary = false) {
+        size_t end = s.find('-', start);
+        if (end == std::string::npos) end = s.size();
+        const size_t n = end - start;
+        if (n < (primary ? 2u : 1u) || n > 8) return false;
+        for (size_t i = start; i < end; ++i) {
+            const char ch = s[i];
+            const bool letter = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+            if (!letter && (primary || ch < '0' || ch > '9')) return false;
+        }
+        if (end == s.size()) return true;
+        start = end + 1;
+    }
+}
+
 void check_ranges(const RunConfig& c, bool vocab_known) {
     // Ranges: the CLI flags' bounds (apps/qkv) where there is a flag, else what the code accepts.
     // Every message names the key, the value and the range; load_model_dir_config adds the file.
@@ -227,6 +247,9 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
     check_int(d, "min_freq", dd.min_freq, 0);
     check_int(d, "d2l_num_train", dd.d2l_num_train, 1);
     check_int(d, "d2l_num_val", dd.d2l_num_val, 0);
+    for (const auto& [key, code] : {std::pair{"src_lang", &dd.src_lang}, std::pair{"tgt_lang", &dd.tgt_lang}})
+        QKV_CHECK(is_language_code(*code), "key 'data.", key, "' is \"", *code, "\", expected a language code such as "
+                  "en, fr or pt-BR (BCP 47: 2-8 letters, then -subtags of 1-8 letters or digits)");
     if (dd.subword != data::SubwordKind::none)  // ignored (and no longer written) for words
         check_int(d, "subword_vocab_size", dd.subword_vocab_size, 5, int64_t(1) << 24);
     check_int(dec, "max_len", c.decode.max_len, 1, 1000);

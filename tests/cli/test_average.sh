@@ -25,8 +25,15 @@ cmp -s "$T/s1/model.safetensors" "$T/avg/model.safetensors" && fail "the average
 run_rc 0 average --out "$T/slash/" "$T/s1" "$T/s2"
 cmp -s "$T/avg/model.safetensors" "$T/slash/model.safetensors" || fail "--out DIR/ gave another model"
 
-# The average of a folder with itself translates exactly as the folder does.
-run_rc 0 average --out "$T/same" "$T/s1" "$T/s1"
+# The average of a folder with its copy translates exactly as the folder does; the folder given
+# twice, or an output inside an input, is refused.
+run_rc 1 average --out "$T/twice" "$T/s1" "$T/s2" "$T/../$(basename "$T")/s1"
+err_has "is the folder '$T/s1' again (arguments 1 and 3)"
+run_rc 1 average --out "$T/s1/checkpoints/avg" "$T/s1" "$T/s2"
+err_has "the output folder '$T/s1/checkpoints/avg' is inside the input folder '$T/s1'"
+[ -e "$T/twice" ] || [ -e "$T/s1/checkpoints/avg" ] && fail "a refused average left a folder"
+cp -r "$T/s1" "$T/s1copy"
+run_rc 0 average --out "$T/same" "$T/s1" "$T/s1copy"
 "$QKV" translate --model "$T/s1" --beam 2 "i lost ." "he's calm ." "we won ." > "$T/a.txt" || fail "translate s1"
 "$QKV" translate --model "$T/same" --beam 2 "i lost ." "he's calm ." "we won ." > "$T/b.txt" || fail "translate same"
 cmp -s "$T/a.txt" "$T/b.txt" || fail "self-average translates differently"

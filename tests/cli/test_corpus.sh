@@ -41,6 +41,18 @@ run_rc 0 train --src-file "$T/a.fr" --tgt-file "$T/a.en.gz" --preset demo --max-
 err_has "data: src→tgt, $T/a.fr + $T/a.en.gz: 60 pairs from 60 lines"
 grep -q "\"src_file\": \"$T/a.fr\"" "$T/pair/config.json" || { cat "$T/pair/config.json"; fail "config.json src_file"; }
 run_rc 0 eval --model "$T/pair"
+# moved files: --resume names them anew (the fingerprint still checks them)
+mkdir "$T/moved" && cp "$T/a.fr" "$T/a.en.gz" "$T/moved/"
+mv "$T/a.fr" "$T/a.fr.away"
+run_rc 1 train --resume --out "$T/pair" --max-steps 2 --no-progress
+err_has "pass the moved files with --src-file PATH --tgt-file PATH"
+run_rc 0 train --resume --out "$T/pair" --max-steps 2 --no-progress --src-file "$T/moved/a.fr" --tgt-file "$T/moved/a.en.gz"
+out_has "trained 2 steps"
+grep -q "is ignored" "$T/err" && { cat "$T/err"; fail "--src-file on resume was called ignored"; }
+zcat "$T/moved/a.en.gz" | sed 's/./X/' | gzip > "$T/moved/other.en.gz"
+run_rc 1 train --resume --out "$T/pair" --max-steps 3 --no-progress --src-file "$T/moved/a.fr" --tgt-file "$T/moved/other.en.gz"
+err_has "is not the data the model in '$T/pair' was trained on"
+mv "$T/a.fr.away" "$T/a.fr"
 
 # Errors: line counts, lone --src-file, --data with --src-file, a truncated gzip
 head -n 59 "$T/a.fr" > "$T/b.fr"
@@ -86,4 +98,11 @@ err_has "--last 3 but '$T/keep' keeps 2 checkpoints"
 [ -e "$T/keep-avg3" ] && fail "a refused average left a folder"
 run_rc 2 average --last 2 "$T/keep" "$T/fren" --out "$T/keep-avg4"
 err_has "--last 2 averages one folder's kept checkpoints; got 2 folders"
+
+# language codes are BCP 47-shaped tags
+run_rc 2 train --data "$T/fr-en.tsv.gz" --src-lang "french!" --tgt-lang en --preset demo --max-steps 1 --out "$T/badlang" "${small[@]}"
+err_has "key 'data.src_lang' is \"french!\", expected a language code such as en, fr or pt-BR"
+run_rc 2 train --data "$T/fr-en.tsv.gz" --src-lang fr --tgt-lang "e" --preset demo --max-steps 1 --out "$T/badlang" "${small[@]}"
+err_has "key 'data.tgt_lang' is \"e\""
+[ -e "$T/badlang" ] && fail "a refused language code left a folder"
 echo "cli corpus: ok"

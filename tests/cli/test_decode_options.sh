@@ -87,4 +87,8 @@ err_has "--num-hypotheses 3 needs --beam >= 3"
 run_rc 2 translate "${M[@]}" --batch-type lines "go ."
 run_rc 2 eval "${M[@]}" --sampling --beam 2
 err_has "not with --beam > 1"
+run_rc 2 translate "${M[@]}" --min-len 6 --max-len 5 "go ."
+err_has "--min-len 6 is above the output limit of 5 tokens"
+run_rc 2 eval "${M[@]}" --min-len 6 --max-len 5
+err_has "--min-len 6 is above the output limit of 5 tokens"
 echo "cli decoding options: ok"

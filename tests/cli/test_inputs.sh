@@ -57,7 +57,7 @@ err_has "qkv: error: checkpoint 'badmeta.safetensors': metadata 'qkv.config' is 
 
 # ---- translate --file: a folder or a missing file is refused before the model is loaded
 mkdir adir
-run_rc 2 translate --model run -f adir;            err_has "qkv: error: " "--file 'adir' is a folder"
+run_rc 1 translate --model run -f adir;            err_has "qkv: error: " "--file 'adir' is a folder"
 run_rc 1 translate --model run -f missing.txt;     err_has "--file 'missing.txt' does not exist"
 
 # ---- a byte-order mark on the first line changes nothing

@@ -1,4 +1,6 @@
 // TSV corpora (plain and gzip) and line-aligned file pairs (data/corpus.h), on files written here.
+#include <algorithm>
+#include <cstdio>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -77,6 +79,14 @@ TEST(Corpus, TruncatedOrCorruptGzipIsRefusedNamingTheFile) {
     const std::string cut = error_of([&] { read_corpus_file(t / "cut.gz"); });
     EXPECT_NE(cut.find(t / "cut.gz"), std::string::npos) << cut;
     EXPECT_NE(cut.find("truncated or corrupt gzip"), std::string::npos) << cut;
+    // ... and where: N whole decompressed bytes, the line the cut falls in.
+    long long n = -1, line = -1;
+    const size_t at = cut.find("data after ");
+    ASSERT_NE(at, std::string::npos) << cut;
+    ASSERT_EQ(std::sscanf(cut.c_str() + at, "data after %lld bytes, in line %lld", &n, &line), 2) << cut;
+    ASSERT_GT(n, 0);
+    ASSERT_LT(n, (long long)big.size());
+    EXPECT_EQ(line, 1 + std::count(big.begin(), big.begin() + n, '\n')) << cut;
     // The stream's last 8 bytes (CRC-32, length) only: the data is whole, its check is not.
     write_text(t / "nocrc.gz", gz.substr(0, gz.size() - 8));
     EXPECT_NE(error_of([&] { read_corpus_file(t / "nocrc.gz"); }).find("truncated or corrupt gzip"), std::string::npos);

@@ -337,6 +337,10 @@ TEST(DecodeOptions, RejectsBadOptionsNamingTheField) {
     EXPECT_NE(msg(o).find("num_hypotheses"), std::string::npos);
     o = d, o.repetition_penalty = 0;
     EXPECT_NE(msg(o).find("repetition_penalty"), std::string::npos);
+    o = d, o.max_len = 5, o.min_len = 6;  // no output could end
+    EXPECT_NE(msg(o).find("min_len must be in [0, max_len = 5], got 6"), std::string::npos);
+    o.min_len = 5;
+    EXPECT_EQ(msg(o), "");
     o = d, o.prefix = {1};
     EXPECT_NE(msg(o).find("prefix"), std::string::npos);
     o = d, o.sampling.enabled = true, o.sampling.top_p = 0;

@@ -117,10 +117,11 @@ TEST(Average, LastKeptCheckpoints) {
     EXPECT_EQ(train::kept_checkpoints(a), std::vector<std::string>{kept.back()});
 }
 
-TEST(Average, OfAModelWithItselfIsTheModelBitwise) {
+TEST(Average, OfAModelWithItsCopyIsTheModelBitwise) {
     TempDir dir;
-    const std::string a = train_folder(dir, "a", 1);
-    train::average_models({a, a}, dir / "same");
+    const std::string a = train_folder(dir, "a", 1), copy = dir / "copy";
+    fs::copy(a, copy, fs::copy_options::recursive);
+    train::average_models({a, copy}, dir / "same");
     const auto pa = params_of(a), ps = params_of(dir / "same");
     ASSERT_EQ(ps.size(), pa.size());
     for (size_t i = 0; i < pa.size(); ++i)
@@ -132,6 +133,12 @@ TEST(Average, OfAModelWithItselfIsTheModelBitwise) {
 TEST(Average, RefusesIncompatibleFoldersBeforeWriting) {
     TempDir dir;
     const std::string a = train_folder(dir, "a", 1), wide = train_folder(dir, "wide", 1, 24);
+    // One folder twice (weighting it double is not an average of runs), or an output inside an input.
+    std::string twice = error_of([&] { train::average_models({a, wide, a + "/."}, dir / "out"); });
+    EXPECT_NE(twice.find("is the folder '" + a + "' again (arguments 1 and 3)"), std::string::npos) << twice;
+    std::string inside = error_of([&] { train::average_models({a}, a + "/checkpoints/avg"); });
+    EXPECT_NE(inside.find("is inside the input folder '" + a + "'"), std::string::npos) << inside;
+    EXPECT_FALSE(fs::exists(a + "/checkpoints/avg"));
     std::string e = error_of([&] { train::average_models({a, wide}, dir / "out"); });
     EXPECT_NE(e.find("cannot average '" + wide + "' with '" + a + "': different architecture"), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(dir / "out"));

@@ -24,7 +24,7 @@ constexpr long long kMaxCorpusBytes = 4LL << 30;
 /// The bytes of a file, decompressed when it starts with the gzip magic bytes 1f 8b (zlib;
 /// concatenated members allowed). Throws qkv::Error naming the file when it is missing, a
 /// folder, unreadable, a truncated or corrupt gzip stream ("truncated or corrupt gzip data after
-/// N bytes"), or larger than kMaxCorpusBytes.
+/// N bytes, in line L of the decompressed text"), or larger than kMaxCorpusBytes.
 std::string read_corpus_file(const std::string& path);
 
 /// A TSV corpus: read_corpus_file + parse_parallel_text with the sides named "source" and

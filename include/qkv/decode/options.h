@@ -47,8 +47,8 @@ struct DecodeOptions {
     /// attention at all gives −inf (the hypothesis ranks last). Needs a model that records
     /// cross-attention (the Transformer); with beam_size 1 it only changes `score`.
     double coverage_penalty = 0.0;
-    /// <eos> is not emitted before this many tokens (0: no rule). A hypothesis cut at max_len may
-    /// still be shorter than min_len only when max_len <= min_len.
+    /// <eos> is not emitted before this many tokens (0: no rule; 0 <= min_len <= max_len, or
+    /// validate throws).
     int64_t min_len = 0;
     /// No n-gram of this size occurs twice in a hypothesis (0: no rule; >= 1).
     int64_t no_repeat_ngram_size = 0;

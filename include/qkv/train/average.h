@@ -23,7 +23,8 @@ struct AverageResult {
 /// written as `out_dir`.tmp.<pid> and renamed into place, so an interrupted run leaves no
 /// half-written folder under the name.
 /// Checks before anything is written, each error naming the folder or file: at least one input;
-/// `out_dir` not one of the inputs and not an existing non-empty folder or a file; each input loads
+/// no folder given twice; `out_dir` not one of the inputs, not inside one, and not an existing
+/// non-empty folder or a file; each input loads
 /// as `qkv translate` loads it (load_model_dir: config.json, vocabularies, shapes, checksums); the
 /// architecture (architecture_differences of config.json: model kind, sizes, heads, ...) and the
 /// vocabulary files and SentencePiece models (byte for byte) equal the first folder's; the same

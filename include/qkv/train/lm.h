@@ -28,6 +28,10 @@ struct LmConfig {
     models::TransformerLMConfig model;
     TrainOptions train;
     int64_t log_every = 50;
+    /// The preprocessed text the model was trained on (config.json data.fingerprint; 0 / 0 =
+    /// unknown, a folder from before it was recorded): a resume on another text is refused.
+    int64_t fingerprint_chars = 0;
+    uint64_t fingerprint_fnv1a64 = 0;
 };
 
 /// The presets of `qkv train --model lm --preset NAME`: "lm" (C 128, 2 blocks, 4 heads, RoPE,
@@ -38,6 +42,16 @@ LmConfig lm_preset(const std::string& name);
 /// D2L's preprocessing (9.2.1): letters lower-cased, every run of other characters one space.
 std::string preprocess_lm_text(const std::string& text);
 
+/// The text of a language-model --data file: plain UTF-8 or gzip-compressed (detected by its
+/// magic bytes, data::read_corpus_file). Throws qkv::Error naming the file when it is missing, a
+/// folder, a zip archive ("unpack it first"), binary (a NUL byte; its line), not UTF-8 (the line
+/// and byte offset of the first ill-formed sequence), or a truncated/corrupt gzip stream.
+std::string read_lm_text(const std::string& path);
+
+/// "6.763" for a perplexity exp(loss); "1.2e+70" past 1e6; "inf (exp of the loss overflows: the
+/// run diverged)" past double's range; "nan (...)" when the loss itself is NaN or inf.
+std::string perplexity_text(double loss);
+
 /// Character sequences for training: the text's tokens split at (1 − valid_fraction), each part
 /// cut into windows of T + 1 tokens every T tokens (dec_input = window[:-1], label = window[1:];
 /// the source is a dummy the model ignores).
@@ -45,11 +59,15 @@ struct LmData {
     data::Vocab vocab;           // <unk> <pad> ' ' then the letters seen, in order
     data::NmtArrays train, valid;
     int64_t train_tokens = 0, valid_tokens = 0;
+    int64_t fingerprint_chars = 0;       // characters after preprocessing
+    uint64_t fingerprint_fnv1a64 = 0;    // FNV-1a 64 of the preprocessed text
     std::string summary;         // "timemachine.txt: 173,428 characters, vocabulary 28, ..."
 };
-/// Reads and prepares `cfg.path` (QKV_LM_DATA, then the default, when empty). `given`: a trained
-/// model's vocabulary (resume). Throws qkv::Error naming the file when it is missing or too short
-/// for one training and one validation sequence, or when it holds characters outside `given`.
+/// Reads (read_lm_text) and prepares `cfg.path` (QKV_LM_DATA, then the default, when empty).
+/// `given`: a trained model's vocabulary (resume). Throws qkv::Error naming the file when it
+/// cannot be read as text, is too short for one training and one validation sequence, holds
+/// characters outside `given`, or (with `given` and a recorded cfg.fingerprint_*) differs from the
+/// text the model was trained on.
 LmData load_lm_data(const LmConfig& cfg, const data::Vocab* given = nullptr);
 
 /// config.json of an LM folder ({"model_kind": "lm", ...}) and back; the reader names the key.
@@ -59,8 +77,11 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
 /// Trains into opt.out_dir (config.json, vocab.txt, model.safetensors, checkpoint.safetensors,
 /// metrics.jsonl; --resume continues, --overwrite replaces). Prints the data, the model, the
 /// epochs and "validation perplexity P" (exp of the validation loss, label smoothing off).
-/// Throws qkv::Error or ConfigError as train::run does.
-RunResult run_lm(const LmConfig& cfg, const RunOptions& opt);
+/// A resume whose checkpoint already met a stopping rule (epochs, max_steps, time budget) and
+/// whose metrics.jsonl is complete returns RunResult::nothing_to_do and touches nothing (`given`
+/// names which rules came from flags, as train::run). Throws qkv::Error or ConfigError as
+/// train::run does.
+RunResult run_lm(const LmConfig& cfg, const RunOptions& opt, const RunOverrides& given = {});
 
 /// A trained LM folder.
 struct LmDir {
@@ -83,10 +104,12 @@ struct GenerateOptions {
     uint64_t seed = 0;
     bool use_cache = true;  // false: recompute the whole prefix every token (for the benchmark)
 };
-/// Continues `prompt` (preprocessed as the training text; empty allowed) token by token with the
-/// KV cache, calling on_token with each new character as it comes. Returns the new text. Throws
-/// qkv::Error when the prompt holds characters the vocabulary lacks (after preprocessing it
-/// cannot: letters unseen in training are refused, naming them) or an option is out of range.
+/// Continues `prompt` (preprocessed as the training text; "" starts at a word boundary) token by
+/// token with the KV cache, calling on_token with each new character as it comes. Returns the
+/// new text. Throws qkv::Error, before any token is generated, when the prompt holds letters the
+/// vocabulary lacks (naming them), when a non-empty prompt has no letter (it would preprocess to
+/// nothing), when prompt + max_new_tokens exceeds a sinusoidal model's max_len positions (naming
+/// --prompt and --max-new-tokens), or when an option is out of range.
 std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOptions& opt,
                           const std::function<void(const std::string&)>& on_token = {});
 

@@ -116,8 +116,10 @@ RunConfig load_model_dir_config(const std::string& dir);
 /// was given, read relative to the working directory), or "" (QKV_DATA, then the default, as
 /// data::locate_fra_eng). A recorded path that does not exist gives way to $QKV_DATA when set
 /// (noted on stderr). Throws qkv::Error when neither exists, naming config.json, the path tried,
-/// --data and QKV_DATA.
-DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag);
+/// --data and QKV_DATA. `src_flag` and `tgt_flag` (--src-file/--tgt-file, both or neither) replace
+/// a recorded file pair (files moved); with --data they are refused (ConfigError).
+DataConfig model_data_config(const std::string& dir, const RunConfig& cfg, const std::string& data_flag,
+                             const std::string& src_flag = "", const std::string& tgt_flag = "");
 /// Compares the data just loaded for the model folder `dir` (eval, resume) with the fingerprint
 /// its config.json `cfg` recorded at training time (translation_data.h DataFingerprint). Returns
 /// true when they match, false when config.json records none (a folder of an older build: no

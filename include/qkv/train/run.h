@@ -83,8 +83,8 @@ struct RunOverrides {
 RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o);
 
 /// The model folder's config.json (load_model_dir_config) with the first group of overrides
-/// (stopping rules, log_every) and the data file (model_data_config: --data, else the recorded
-/// path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
+/// (stopping rules, log_every) and the data file (model_data_config: --data or --src-file/--tgt-file,
+/// else the recorded path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
 /// config.json is unreadable, ConfigError when the result is invalid.
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
 
