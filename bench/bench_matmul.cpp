@@ -68,6 +68,29 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_gemm_qkv)->Apply(gemm_shapes)->UseRealTime();
 BENCHMARK(BM_gemm_dnnl)->Apply(gemm_shapes)->UseRealTime();
 
+// ---- bf16 GEMM (gemm_bf16_batched), args {M, N, K}: the rounded fp32 path and oneDNN's bf16
+// matmul (where the CPU has AVX-512-BF16 or AMX), the operands converted in every call as the ops do.
+template <qkv::kernels::cpu::Bf16GemmPath kPath>
+void BM_gemm_bf16(benchmark::State& st) {
+    namespace cpu = qkv::kernels::cpu;
+    const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+    auto A = filled(M * K, 0.5f), B = filled(K * N, 0.25f), C = filled(M * N, 0.f);
+    const auto old = cpu::set_bf16_gemm_path(kPath);
+    st.SetLabel(cpu::bf16_gemm_path());
+    for (auto _ : st) {
+        cpu::gemm_bf16_batched({false, false, M, N, K, 1.f, A.data(), K, 0, B.data(), N, 0, 0.f, C.data(), N, 0, 1});
+        benchmark::DoNotOptimize(C.data());
+    }
+    cpu::set_bf16_gemm_path(old);
+    set_flops(st, 2.0 * double(M) * double(N) * double(K));
+}
+void BM_gemm_bf16_rounded_fp32(benchmark::State& st) {
+    BM_gemm_bf16<qkv::kernels::cpu::Bf16GemmPath::rounded_fp32>(st);
+}
+void BM_gemm_bf16_onednn(benchmark::State& st) { BM_gemm_bf16<qkv::kernels::cpu::Bf16GemmPath::onednn>(st); }
+BENCHMARK(BM_gemm_bf16_rounded_fp32)->Apply(gemm_shapes)->UseRealTime();
+BENCHMARK(BM_gemm_bf16_onednn)->Apply(gemm_shapes)->UseRealTime();
+
 // ---- the anchor Transformer's training GEMMs as a linear layer issues them (y = x·Wᵀ is NT, dX =
 // G·W is NN, dW = Gᵀ·x is TN), 1,060 rows: args {M, N, K, trans_a, trans_b}.
 void BM_gemm_layouts(benchmark::State& st) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/ops/precision.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
 #include "qkv/models/transformer.h"
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
             full_model = true;
         } else if (std::strcmp(argv[i], "--profile") == 0) {
             prof = true;
+        } else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+            // mixed precision as qkv train --precision (the benchmark runs on this thread)
+            qkv::set_matmul_precision(qkv::parse_precision(argv[++i], "--precision"));
         } else {
             rest.push_back(argv[i]);
         }
@@ -176,7 +180,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     qkv::set_flush_denormal(denormals == "flush");
-    std::printf("denormals: %s\n", denormals.c_str());
+    std::printf("denormals: %s; matrix products: %s%s\n", denormals.c_str(), qkv::precision_name(qkv::matmul_precision()),
+                qkv::matmul_precision() == qkv::MatmulPrecision::bf16 ? (" (" + qkv::bf16_matmul_path() + ")").c_str() : "");
     if (prof) {
         profile(194, 214);
         profile(10000, 10000);

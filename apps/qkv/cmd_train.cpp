@@ -59,7 +59,7 @@ struct TrainArgs {
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
             bucket_pool = -1;
-    std::string trim, val_every;
+    std::string trim, val_every, precision;
     std::string subword;
     int64_t vocab_size = 0;
     bool shared_vocab = false, tie_weights = false, bidirectional = false;
@@ -185,6 +185,9 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
         std::to_string(t.bucket_pool), false);
     add("--trim", a.trim, (a.trim == "on") != t.trim_batches, "train.trim_batches", t.trim_batches ? "on" : "off",
         false);
+    if (given("--precision"))
+        add("--precision", a.precision, a.precision != precision_name(t.precision), "train.precision",
+            precision_name(t.precision), false);
     if (given("--val-every"))
         add("--val-every", a.val_every, parse_duration_or_off(a.val_every) != t.val_every_s, "train.val_every_s",
             duration_text(t.val_every_s), false);
@@ -271,6 +274,7 @@ train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
     if (a.bucket_pool >= 0) o.bucket_pool = a.bucket_pool;
     if (!a.trim.empty()) o.trim_batches = a.trim == "on";
     if (!a.val_every.empty()) o.val_every_s = parse_duration_or_off(a.val_every);
+    if (!a.precision.empty()) o.precision = parse_precision(a.precision, "--precision");
     return o;
 }
 
@@ -336,6 +340,8 @@ void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfi
     add("--lr", num_text(a.lr), a.lr != t.lr, "train.lr", num_text(t.lr), false);
     add("--seed", std::to_string(a.seed), a.seed != t.seed, "train.seed", std::to_string(t.seed), false);
     add("--warmup", str(a.warmup), a.warmup != t.warmup_steps, "train.warmup_steps", str(t.warmup_steps), false);
+    add("--precision", a.precision, a.precision != precision_name(t.precision), "train.precision",
+        precision_name(t.precision), false);
     if (c->get_option("--preset")->count() > 0)
         diffs.push_back({"--preset", a.preset, "(the preset)", "config.json's values", false});
     std::string refused;
@@ -359,6 +365,7 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
         "--preset", "--model", "--data", "--out", "--resume", "--overwrite", "--no-progress", "--num-hiddens",
         "--num-heads", "--num-kv-heads", "--num-blks", "--ffn-num-hiddens", "--dropout", "--batch-size", "--num-steps",
         "--lr", "--epochs", "--max-steps", "--time-budget", "--seed", "--warmup", "--log-every", "--positions", "--window",
+        "--precision",
         // the global flags (main.cpp), accepted after the subcommand too
         "--threads", "--attention", "--kernels", "--denormals"};
     for (const CLI::Option* o : c->get_options())
@@ -394,6 +401,7 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
         if (a.lr > 0) cfg.train.lr = a.lr;
         if (a.o_seed->count()) cfg.train.seed = a.seed;
         if (a.warmup) cfg.train.warmup_steps = a.warmup;
+        if (!a.precision.empty()) cfg.train.precision = parse_precision(a.precision, "--precision");
         if (c->get_option("--log-every")->count()) cfg.log_every = a.log_every;
         cfg.path = a.data;
         if (cfg.model.num_hiddens % cfg.model.num_heads != 0)
@@ -590,6 +598,11 @@ Registration reg([](CLI::App& app) {
                   "length bucketing: sort pools of N batches by pair length, shuffle the batches "
                   "(0: off)")
         ->check(int_range(0, 1000000));
+    c->add_option("--precision", a->precision,
+                  "fp32 (default) or bf16: mixed-precision training, matrix products with bf16-rounded operands "
+                  "and fp32 accumulation (oneDNN's bf16 matmul on AMX / AVX-512-BF16); weights, optimizer state, "
+                  "softmax, layer norm and the loss stay fp32 (qkv --version shows the bf16 path)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     c->add_option("--trim", a->trim, "on|off: cut each batch to its longest pair (masked loss only; "
                                      "same loss, less padding computed)")
         ->check(CLI::IsMember({"on", "off"}));

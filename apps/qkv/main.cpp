@@ -13,10 +13,10 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/ops/kernel_mode.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/ops/attention.h"
-#include "qkv/ops/kernel_mode.h"
 
 namespace qkv::cli {
 namespace {
@@ -92,7 +92,11 @@ int main(int argc, char** argv) {
     }
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "qkv 0.1.0");
+    app.set_version_flag("--version", [] {
+        std::string paths = qkv::kernel_paths();
+        paths.pop_back();  // CLI11 ends the text with its own newline
+        return "qkv 0.1.0\n" + paths;
+    });
     // Before the subcommands are added: they copy it. app.exit() prints it for every parse error.
     app.failure_message([](const CLI::App* a, const CLI::Error& e) {
         // (ExtrasError carries the command name as its name: test the type.)

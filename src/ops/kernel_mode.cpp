@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 
 namespace qkv {
@@ -20,5 +21,31 @@ KernelMode kernel_mode() {
     return g_mode;
 }
 void set_kernel_mode(KernelMode m) { g_mode = m; }
+
+std::string kernel_paths() {
+    namespace cpu = kernels::cpu;
+    const cpu::CpuFeatures& f = cpu::cpu_features();
+    std::string feats;
+    for (auto [on, name] : {std::pair{f.avx2, "avx2"}, std::pair{f.avx512, "avx512"}, std::pair{f.avx512_bf16, "avx512_bf16"},
+                            std::pair{f.avx512_fp16, "avx512_fp16"}, std::pair{f.amx_tile, "amx_tile"},
+                            std::pair{f.amx_bf16, "amx_bf16"}})
+        if (on) feats += std::string(feats.empty() ? "" : " ") + name;
+    std::string s = "cpu features: " + (feats.empty() ? std::string("none of avx2, avx512, bf16, amx") : feats) + "\n";
+    s += std::string("AMX: ") +
+         (!(f.amx_tile && f.amx_bf16) ? "not on this CPU"
+                                      : cpu::amx_permitted() ? "usable (Linux granted the tile state)"
+                                                             : "not usable (the Linux permission request failed)") +
+         "\n";
+    const bool ref = kernel_mode() == KernelMode::reference;
+    s += std::string("fp32 kernels: ") +
+         (ref ? "scalar reference (QKV_KERNELS=ref / --kernels ref)"
+              : cpu::fp32_variant_isa() == cpu::Isa::scalar ? "scalar (portable) builds"
+                                                             : cpu::isa_name(cpu::fp32_variant_isa())) +
+         (cpu::max_isa() < cpu::cpu_isa() ? std::string(" (capped at ") + cpu::isa_name(cpu::max_isa()) + ")" : "") +
+         "\n";
+    s += std::string("bf16 matrix products (--precision/--compute-type bf16): ") + cpu::bf16_gemm_path() + "\n";
+    s += "flash attention: fp32 (no bf16 kernel yet; under bf16 only the math backend's products are bf16)\n";
+    return s;
+}
 
 }  // namespace qkv

@@ -24,10 +24,22 @@
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/kernel_mode.h"
 #include "qkv/ops/matmul.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv {
 
 using detail::ptr;
+
+namespace {
+/// C = op(A)·op(B) in fp32, or with bf16-rounded operands (ops/precision.h).
+void gemm_in(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, float* C, int64_t ldc) {
+    if (bf16)
+        kernels::cpu::gemm_bf16_batched({ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, C, ldc, 0, 1});
+    else
+        kernels::cpu::gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
+}
+}  // namespace
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const CrossEntropyOptions& opt) {
@@ -71,7 +83,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     Tensor lse = Tensor::empty({N}, DType::f32);
     Tensor per = Tensor::empty(tshape, DType::f32);
     float* pz = ptr<float>(z);
-    kernels::cpu::gemm(false, true, N, V, C, 1.f, ptr<float>(x2), C, ptr<float>(w), C, 0.f, pz, V);
+    const bool bf16 = matmul_precision() == MatmulPrecision::bf16;  // the backward uses the forward's
+    gemm_in(bf16, false, true, N, V, C, ptr<float>(x2), C, ptr<float>(w), C, pz, V);
     {
         const float* pb = b.defined() ? ptr<float>(b) : nullptr;
         float* pl = ptr<float>(lse);
@@ -103,7 +116,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     // The node runs once (the engine frees the graph after backward), so it may overwrite z.
     record(out, "LinearCrossEntropyBackward", inputs,
            [z, lse, tc, x2, w, N, C, V, need_x, need_w, need_b, has_bias = bias.defined(), xshape, red, scale,
-            ignore, eps](const Tensor& g) {
+            ignore, eps, bf16](const Tensor& g) {
                const Tensor gr = red == Reduction::none ? g.contiguous().reshape({N})
                                                         : full({1}, g.item() * scale, DType::f32);
                const int64_t g_stride = red == Reduction::none ? 1 : 0;
@@ -146,12 +159,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                std::vector<Tensor> grads(has_bias ? 3 : 2);
                if (need_x) {
                    Tensor dx = Tensor::empty({N, C}, DType::f32);
-                   kernels::cpu::gemm(false, false, N, C, V, 1.f, G, V, ptr<float>(w), C, 0.f, ptr<float>(dx), C);
+                   gemm_in(bf16, false, false, N, C, V, G, V, ptr<float>(w), C, ptr<float>(dx), C);
                    grads[0] = dx.reshape(xshape);
                }
                if (need_w) {
                    Tensor dw = Tensor::empty({V, C}, DType::f32);  // N = 0: the K = 0 GEMM writes zeros
-                   kernels::cpu::gemm(true, false, V, C, N, 1.f, G, V, ptr<float>(x2), C, 0.f, ptr<float>(dw), C);
+                   gemm_in(bf16, true, false, V, C, N, G, V, ptr<float>(x2), C, ptr<float>(dw), C);
                    grads[1] = dw;
                }
                if (need_b) {

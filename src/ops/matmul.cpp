@@ -14,6 +14,7 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/kernel_mode.h"
+#include "qkv/ops/precision.h"
 #include "qkv/ops/reduce.h"
 
 namespace qkv {
@@ -54,6 +55,11 @@ void run_gemm(const Operand& a, const Operand& b, Tensor& out, int64_t batch, in
     const T* pb = ptr<T>(b.t);
     const int64_t ldc = std::max<int64_t>(N, 1);
     if constexpr (std::is_same_v<T, float>) {
+        if (matmul_precision() == MatmulPrecision::bf16) {  // ops/precision.h (both kernel modes)
+            kernels::cpu::gemm_bf16_batched({a.trans, b.trans, M, N, K, 1.f, pa, a.ld, a.batch_stride, pb, b.ld,
+                                             b.batch_stride, 0.f, po, ldc, M * N, batch});
+            return;
+        }
         if (kernel_mode() == KernelMode::fast) {
             if (batch == 1)
                 kernels::cpu::gemm(a.trans, b.trans, M, N, K, 1.f, pa, a.ld, pb, b.ld, 0.f, po, ldc);
@@ -242,6 +248,7 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
     const float* pw = ptr<float>(w);
     const float* pb = b.defined() ? ptr<float>(b) : nullptr;
     const char* pban = banned.empty() ? nullptr : banned.data();
+    const bool bf16 = matmul_precision() == MatmulPrecision::bf16;  // read here: thread-local
     int64_t Nc = kBlockBytes / int64_t(sizeof(float)) / std::max<int64_t>(M, 1);
     Nc = std::clamp<int64_t>(Nc / 16 * 16, 64, 1024);
     const int64_t nblocks = (N + Nc - 1) / Nc;
@@ -257,7 +264,11 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; ++blk) {
             const int64_t j0 = blk * Nc, nc = std::min(Nc, N - j0);
-            kernels::cpu::gemm(false, true, M, nc, K, 1.0f, px, K, pw + j0 * K, K, 0.0f, C.data(), nc);
+            if (bf16)
+                kernels::cpu::gemm_bf16_batched({false, true, M, nc, K, 1.0f, px, K, 0, pw + j0 * K, K, 0, 0.0f, C.data(),
+                                                 nc, 0, 1});
+            else
+                kernels::cpu::gemm(false, true, M, nc, K, 1.0f, px, K, pw + j0 * K, K, 0.0f, C.data(), nc);
             const float* bb = pb ? pb + j0 : nullptr;
             for (int64_t r = 0; r < M; ++r) {
                 float* row = C.data() + r * nc;

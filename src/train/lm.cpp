@@ -179,7 +179,7 @@ std::string lm_config_json(const LmConfig& c) {
     j["train"] = {{"epochs", t.epochs}, {"max_steps", t.max_steps}, {"time_budget_s", t.time_budget_s},
                   {"batch_size", t.batch_size}, {"lr", t.lr}, {"adam_beta2", t.adam_beta2}, {"clip_norm", t.clip_norm},
                   {"warmup_steps", t.warmup_steps}, {"seed", t.seed}, {"val_every_s", t.val_every_s},
-                  {"log_every", c.log_every}};
+                  {"log_every", c.log_every}, {"precision", precision_name(t.precision)}};
     return j.dump(2) + "\n";
 }
 
@@ -214,6 +214,8 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
         tt.batch_size = t.at("batch_size"), tt.lr = t.at("lr"), tt.adam_beta2 = t.at("adam_beta2");
         tt.clip_norm = t.at("clip_norm"), tt.warmup_steps = t.at("warmup_steps"), tt.seed = t.at("seed");
         tt.val_every_s = t.at("val_every_s"), c.log_every = t.at("log_every");
+        if (t.contains("precision"))  // older files: fp32
+            tt.precision = parse_precision(t.at("precision").get<std::string>(), "key 'train.precision'");
         tt.schedule = optim::LrSchedule::warmup_inv_sqrt;
         return c;
     } catch (const json::exception& e) {
@@ -251,7 +253,11 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     cfg.model.vocab_size = d.vocab.size();
     cfg.train.label_smoothing = 0.0;  // exact NLL: perplexity = exp(validation loss)
     if (opt.log) {
-        std::fprintf(opt.log, "qkv train: language model, %d thread%s\n", get_num_threads(), get_num_threads() == 1 ? "" : "s");
+        std::fprintf(opt.log, "qkv train: language model, %d thread%s%s\n", get_num_threads(),
+                     get_num_threads() == 1 ? "" : "s",
+                     cfg.train.precision == MatmulPrecision::bf16
+                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path()).c_str()
+                         : "");
         std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
     }
     if (opt.resume && cfg.fingerprint_chars == 0) {

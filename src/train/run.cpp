@@ -74,6 +74,7 @@ void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.bucket_pool, t.bucket_pool);
     set_if(o.trim_batches, t.trim_batches);
     set_if(o.val_every_s, t.val_every_s);
+    set_if(o.precision, t.precision);
 }
 
 /// The stopping rules and logging (also on resume).
@@ -426,8 +427,11 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         }
     }
     if (opt.log)
-        std::fprintf(opt.log, "qkv train: preset %s, %d thread%s%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
+        std::fprintf(opt.log, "qkv train: preset %s, %d thread%s%s%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                      get_num_threads(), get_num_threads() == 1 ? "" : "s",
+                     cfg.train.precision == MatmulPrecision::bf16
+                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path()).c_str()
+                         : "",
                      dp ? detail::str(" per rank; data-parallel over ", opt.comm->size(), " ranks (", opt.comm->backend(),
                                       "; gradients reduced ", opt.reduce.overlap ? "during backward" : "after backward",
                                       "; global batch ", cfg.train.batch_size, ")").c_str()

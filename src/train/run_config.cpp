@@ -413,6 +413,7 @@ json to_json(const RunConfig& c) {
                   {"trim_batches", t.trim_batches},
                   {"bucket_pool", t.bucket_pool},
                   {"val_every_s", t.val_every_s},
+                  {"precision", precision_name(t.precision)},
                   {"log_every", c.log_every},
                   {"keep_checkpoints", c.keep_checkpoints}};
     j["decode"] = {{"max_len", c.decode.max_len},
@@ -525,6 +526,7 @@ RunConfig run_config_from_json(const json& j) {
     get(t, "trim_batches", c.train.trim_batches);
     get(t, "bucket_pool", c.train.bucket_pool);
     get(t, "val_every_s", c.train.val_every_s);
+    if (get(t, "precision", s)) c.train.precision = parse_precision(s, "key 'train.precision'");  // older: fp32
     get(t, "log_every", c.log_every);  // older files: the default
     get(t, "keep_checkpoints", c.keep_checkpoints);  // older files: 0
 

@@ -3,6 +3,8 @@
 // (run_recorder.cpp), the progress bar and the plot are hooks (hooks.cpp).
 #include "qkv/train/trainer.h"
 
+#include "qkv/ops/precision.h"
+
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -51,6 +53,7 @@ Trainer::Trainer(models::EncoderDecoder& model, const data::NmtArrays& train_dat
 
 double Trainer::evaluate_loss(const data::NmtArrays& d) {
     if (d.n == 0) return std::numeric_limits<double>::quiet_NaN();
+    MatmulPrecisionGuard precision(opt_.precision);
     const bool was_training = model_.is_training();
     model_.eval();
     NoGradGuard ng;
@@ -566,6 +569,7 @@ void StepLoop::judge_window(bool bar_line_open) {
 }
 
 TrainResult Trainer::fit() {
+    MatmulPrecisionGuard precision(opt_.precision);  // forward, backward and validation
     StepLoop loop(*this);
     return loop.run();
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qkv average: two folders trained with different seeds average into a new folder that loads
-# (qkv info's checks) and translates; a folder averaged with itself translates as it does; a
+# (qkv info's checks) and translates; a folder averaged with its copy translates as it does; a
 # folder of another architecture, an existing non-empty output, a missing input and a missing
 # --out are refused, and nothing is written then.
 # Usage: test_average.sh /path/to/qkv

@@ -3,11 +3,22 @@
 // re-run anything on references to bisect a numerical problem. QKV_KERNELS=ref at start-up or
 // `--kernels ref` on the CLI selects the references. float64 always uses the references.
 
+#include <string>
+
 namespace qkv {
 
 enum class KernelMode { fast, reference };
 
 KernelMode kernel_mode();
 void set_kernel_mode(KernelMode m);
+
+/// What this machine's CPU offers and which path each kind of kernel takes now (after the ISA cap
+/// QKV_MAX_ISA and the kernel mode), one "name: value" line each, for `qkv --version`:
+///   cpu features: avx2 avx512 avx512_bf16 ... (from CPUID)
+///   AMX: usable | not usable (the Linux permission request failed) | not on this CPU
+///   fp32 kernels: avx512 | avx2 | scalar reference (QKV_KERNELS=ref / the cap)
+///   bf16 matrix products: oneDNN bf16 matmul (<implementation>) | fp32 GEMM on bf16-rounded inputs (<why>)
+///   flash attention: fp32 (bf16 inputs are rounded, the kernel computes in fp32)
+std::string kernel_paths();
 
 }  // namespace qkv

@@ -66,6 +66,7 @@ struct RunOverrides {
     bool loss_on_padding = false;
     std::optional<optim::LrSchedule> schedule;
     std::optional<bool> trim_batches;      // [--trim on|off]
+    std::optional<MatmulPrecision> precision;  // [--precision fp32|bf16]
 };
 
 /// preset_config(preset, kind) with the overrides and `qkv train`'s rules applied: a warmup schedule

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/ops/precision.h"
 #include "qkv/data/batcher.h"
 #include "qkv/data/nmt_data.h"
 #include "qkv/models/encoder_decoder.h"
@@ -60,6 +61,10 @@ struct TrainOptions {
     /// or where the run stops shares the epoch end's validation (one validation, the "val" record
     /// before the epoch record, both with its loss).
     double val_every_s = 0;
+    /// Matrix products in fp32 or, mixed precision, with bf16-rounded operands and fp32
+    /// accumulation (ops/precision.h) during fit() and evaluate_loss(); parameters, gradients,
+    /// Adam state, softmax, layer norm and the loss stay fp32, checkpoints fp32.
+    MatmulPrecision precision = MatmulPrecision::fp32;
 };
 
 /// Where and how a run reports (not saved in config.json).

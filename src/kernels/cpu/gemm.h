@@ -37,3 +37,34 @@ void gemm(bool trans_a,
 void gemm_batched(const GemmBatchedParams<float>& p);
 
 }  // namespace qkv::kernels::cpu
+
+namespace qkv::kernels::cpu {
+
+/// GemmBatchedParams' `batch` GEMMs with both operands rounded to bf16 (RNE, core/bf16.h) and the
+/// products accumulated in fp32: C = op(round(A))·op(round(B)), the numerics of mixed-precision
+/// (autocast) matrix products. alpha must be 1 and beta 0 (throws qkv::Error otherwise); stride_b
+/// may be 0 (one B for every batch). Two paths with the same rounding of the inputs and fp32
+/// accumulation (they differ only in summation order):
+///   onednn:       one oneDNN bf16 matmul on bf16 copies (AMX tiles or AVX-512-BF16, as oneDNN
+///                 picks); needs a non-reference oneDNN bf16 matmul and the ISA cap >= avx512_bf16.
+///   rounded_fp32: the fp32 GEMM (gemm / gemm_batched) on bf16-rounded fp32 copies.
+/// `automatic` (the default) takes onednn when the cap allows amx, AMX is usable (amx_permitted)
+/// and the product has at least kBf16OnednnMinFlops; otherwise rounded_fp32 (on AVX-512-BF16
+/// without AMX oneDNN's bf16 matmul is slower than its fp32 GEMM: bench/RESULTS.md). The copies
+/// live in per-thread buffers that grow and are reused. Throws qkv::Error when oneDNN fails.
+void gemm_bf16_batched(const GemmBatchedParams<float>& p);
+
+enum class Bf16GemmPath { automatic, onednn, rounded_fp32 };
+/// Products below this many FLOPs (2·M·N·K per GEMM) take rounded_fp32 under `automatic`: the
+/// oneDNN call's fixed cost outweighs the tiles there.
+constexpr double kBf16OnednnMinFlops = 2.0 * 64 * 64 * 64;
+/// Forces a path for later calls (tests and benchmarks run both); `onednn` falls back to
+/// rounded_fp32 where oneDNN has no bf16 matmul or the cap is below avx512_bf16. Not thread-safe:
+/// call between kernel calls. Returns the previous setting.
+Bf16GemmPath set_bf16_gemm_path(Bf16GemmPath p);
+
+/// Which path a large product takes now: "oneDNN bf16 matmul (<oneDNN implementation>)" or
+/// "fp32 GEMM on bf16-rounded inputs (<why>)".
+const char* bf16_gemm_path();
+
+}  // namespace qkv::kernels::cpu

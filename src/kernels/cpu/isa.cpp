@@ -2,6 +2,8 @@
 #include "kernels/cpu/isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -50,6 +52,18 @@ Isa env_cap() {
 }
 
 }  // namespace
+
+bool amx_permitted() {
+    static const bool ok = [] {
+        const CpuFeatures& f = cpu_features();
+        if (!(f.amx_tile && f.amx_bf16)) return false;
+        // Linux 5.16+: a process must ask for the AMX tile data state (XFEATURE 18) before it
+        // touches the tiles; oneDNN asks too, asking twice is harmless.
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return ok;
+}
 
 const CpuFeatures& cpu_features() {
     static const CpuFeatures f = detect();

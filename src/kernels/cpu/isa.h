@@ -30,6 +30,10 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();
 
+/// Whether this process may use the AMX tiles: the CPU has AMX-TILE and AMX-BF16 and Linux granted
+/// the tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; asked once). False otherwise.
+bool amx_permitted();
+
 /// The best tier this CPU supports, ignoring the cap.
 Isa cpu_isa();
 /// The cap: set_max_isa's last value, else the environment variable QKV_MAX_ISA (read once:

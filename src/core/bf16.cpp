@@ -1,0 +1,40 @@
+// bf16 conversions (core/bf16.h).
+#include "qkv/core/bf16.h"
+
+#include <cmath>
+
+namespace qkv {
+namespace {
+constexpr int64_t kGrain = 1 << 15;  // elements per call below which one thread converts
+}
+
+uint16_t bf16_bits(double x) {
+    float f = float(x);  // RNE to float; made round-to-odd below when inexact
+    if (std::isfinite(f) && double(f) != x) {
+        // Truncate toward zero, then set the lowest mantissa bit (sticky): float has 16 more
+        // mantissa bits than bf16, so RNE of this "round to odd" result is RNE of x.
+        if (std::fabs(double(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u |= 1u;
+        std::memcpy(&f, &u, 4);
+    }
+    return bf16_bits(f);
+}
+
+void float_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp parallel for if (n > kGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+}
+
+void bf16_to_float(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp parallel for if (n > kGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+void round_to_bf16(const float* src, float* dst, int64_t n) {
+#pragma omp parallel for if (n > kGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_to_bf16(src[i]);
+}
+
+}  // namespace qkv
