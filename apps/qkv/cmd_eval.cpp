@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/ops/precision.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
 #include "qkv/train/model_dir.h"
@@ -52,6 +53,7 @@ void check_outputs_apart(const EvalArgs& a) {
 }
 
 void run(const EvalArgs& a) {
+    const MatmulPrecisionGuard precision(parse_precision(a.decode.compute_type, "--compute-type"));
     check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
@@ -96,10 +98,11 @@ void run(const EvalArgs& a) {
     }
     sent /= std::max<double>(1.0, double(n));
 
-    std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s), %.1f s\n",
+    std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
                 train::language_pair(m.config.data).c_str(), n,
                 to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
-                (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "", secs);
+                (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
+                matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
                 100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
                 100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);

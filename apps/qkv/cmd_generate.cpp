@@ -33,7 +33,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--top-k", a->g.top_k, "sample among the k most probable tokens (0: all)")->check(int_range(0, 1000000));
     c->add_option("--top-p", a->g.top_p, "sample among the most probable tokens of this mass")
         ->check(real_range(0, 1, true));
-    c->add_option("--seed", a->g.seed, "sampling seed (same seed, same text)");
+    c->add_option("--seed", a->g.seed, "sampling seed (same seed, same text)")->check(seed_value());
     c->add_flag("--no-cache", a->no_cache, "recompute the whole prefix for every token (slow; for comparison)");
     c->add_flag("--stats", a->stats, "print tokens/s on stderr at the end");
     c->callback([a] {

@@ -343,7 +343,7 @@ void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfi
     add("--precision", a.precision, a.precision != precision_name(t.precision), "train.precision",
         precision_name(t.precision), false);
     if (c->get_option("--preset")->count() > 0)
-        diffs.push_back({"--preset", a.preset, "(the preset)", "config.json's values", false});
+        diffs.push_back({"--preset", a.preset, "configuration", "", false});
     std::string refused;
     for (const auto& x : diffs)
         if (x.model)
@@ -355,8 +355,9 @@ void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfi
                                 ". Drop them, or train a new model (without --resume) into another --out or, "
                                 "replacing this one, with --overwrite"));
     for (const auto& x : diffs)
-        std::fprintf(stderr, "qkv train: warning: --resume: %s %s is ignored; the checkpoint's %s %s (%s) is used\n",
-                     x.flag.c_str(), x.given.c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());
+        std::fprintf(stderr, "qkv train: warning: --resume: %s %s is ignored; the checkpoint's %s%s%s (%s) is used\n",
+                     x.flag.c_str(), x.given.c_str(), x.key.c_str(), x.saved.empty() ? "" : " ", x.saved.c_str(),
+                     cfg_file.c_str());
 }
 
 /// `qkv train --model lm`: the decoder-only language model (train/lm.h) on a text.
@@ -373,6 +374,7 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
             usage_error(detail::str(o->get_name(), " does not apply to --model lm"));
     if (a.resume && a.overwrite)
         usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
     const bool given_preset = c->get_option("--preset")->count() > 0;
     if (given_preset && a.preset.rfind("lm", 0) != 0)
         usage_error(detail::str("--preset ", a.preset, " is a translation preset; --model lm takes lm or lm-tiny"));
@@ -421,7 +423,9 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
     ro.resume    = a.resume;
     ro.overwrite = a.overwrite;
     ro.progress  = !a.no_progress;
-    train::RunOverrides given;  // which stopping rules came from flags (for "nothing to do")
+    ro.catch_signals = true;
+    train::RunOverrides given;  // which stopping rules came from flags (for "nothing to do"), --data
+    if (!a.data.empty()) given.data_path = a.data;
     if (a.epochs) given.epochs = a.epochs;
     if (a.max_steps) given.max_steps = a.max_steps;
     if (!a.time_budget.empty()) given.time_budget_s = cfg.train.time_budget_s;
@@ -435,11 +439,28 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
         std::printf("qkv train: nothing to do: %s\n", r.nothing_to_do.c_str());
         return;  // exit 0; the folder stays as it is
     }
+    if (r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
     print_summary(r.train, a.out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
+    if (r.signal != 0) {
+        const char* name = r.signal == SIGINT ? "SIGINT" : "SIGTERM";
+        if (r.train.stop_reason != "interrupted")
+            std::fprintf(stderr, "qkv train: %s after training finished (step %lld); the model is saved in %s\n", name,
+                         (long long)r.train.steps, a.out.c_str());
+        else
+            std::fprintf(stderr, "qkv train: interrupted (%s) at step %lld; checkpoint saved in %s; continue with: "
+                                 "qkv train --model lm --resume --out %s\n",
+                         name, (long long)r.train.steps, (fs::path(a.out) / "checkpoint.safetensors").c_str(),
+                         shell_quote(a.out).c_str());
+        throw ExitStatus{128 + r.signal};
+    }
     train::LmDir m = train::load_lm_dir(a.out);
+    // D2L's prompt when the text has its letters, else the vocabulary's first letter.
+    std::string prompt = "the time traveller";
+    for (char ch : prompt)
+        if (m.vocab.token_to_idx(std::string(1, ch)) == m.vocab.unk()) prompt = m.vocab.idx_to_token(3);
     train::GenerateOptions g;
     g.max_new_tokens = 60;
-    std::printf("sample (greedy): the time traveller%s\n", train::generate_text(m, "the time traveller", g).c_str());
+    std::printf("sample (greedy): %s%s\n", prompt.c_str(), train::generate_text(m, prompt, g).c_str());
 }
 
 void run(TrainArgs& a, CLI::App* c) {

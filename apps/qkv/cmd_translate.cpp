@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/ops/precision.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/util/atomic_file.h"
@@ -41,6 +42,7 @@ bool is_blank(const std::vector<std::string>& tokens) {
 }
 
 void run(const TranslateArgs& a) {
+    const MatmulPrecisionGuard precision(parse_precision(a.decode.compute_type, "--compute-type"));
     // --file and sentences on the command line are alternatives; a usage error (exit 2) before
     // the model is loaded, instead of translating the sentences and ignoring the file.
     if (!a.file.empty() && !a.sentences.empty())

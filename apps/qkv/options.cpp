@@ -307,6 +307,10 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
     c->add_option("--batch-type", f.batch_type, "what --batch-size counts: examples (sentences) or tokens (source "
                                                 "tokens with padding)")
         ->check(CLI::IsMember({"examples", "tokens"}));
+    c->add_option("--compute-type", f.compute_type,
+                  "fp32 (default) or bf16: matrix products with bf16-rounded weights and activations, fp32 "
+                  "accumulation (oneDNN's bf16 matmul on AMX; qkv --version shows the path)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     c->add_flag("--replace-unknowns", f.replace_unknowns,
                 "replace each output <unk> by the source word with the highest cross-attention");
 }

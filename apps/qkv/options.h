@@ -110,12 +110,12 @@ void check_writable(const std::string& flag, const std::string& path);
 struct DecodeFlags {
     int64_t min_len = 0, no_repeat_ngram_size = 0, top_k = 0;
     double repetition_penalty = 1.0, coverage_penalty = 0.0, temperature = 1.0, top_p = 1.0;
-    std::string prefix, batch_type = "examples";
+    std::string prefix, batch_type = "examples", compute_type = "fp32";
     bool sampling = false, replace_unknowns = false;
     uint64_t seed = 0;
 };
 /// Adds --min-len, --no-repeat-ngram-size, --repetition-penalty, --coverage-penalty, --prefix, --sampling,
-/// --temperature, --top-k, --top-p, --seed, --batch-type and --replace-unknowns to `c`.
+/// --temperature, --top-k, --top-p, --seed, --batch-type, --replace-unknowns and --compute-type to `c`.
 void add_decode_flags(CLI::App* c, DecodeFlags& f);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.

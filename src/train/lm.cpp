@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <csignal>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,8 @@
 #include "qkv/train/translation_data.h"
 #include "qkv/train/trainer.h"
 #include "qkv/util/atomic_file.h"
+#include "qkv/util/interrupt.h"
+#include "train/replaced_run.h"
 
 namespace qkv::train {
 
@@ -96,6 +100,7 @@ std::string locate_lm_text(const std::string& path) {
         why = env && *env ? "QKV_LM_DATA" : "the default";
     }
     std::error_code ec;
+    QKV_CHECK(!fs::is_directory(p, ec), "language-model text '", p, "' (", why, ") is a folder; pass a text file");
     QKV_CHECK(fs::is_regular_file(p, ec), "language-model text '", p, "' not found (", why,
               "); pass a text file with --data (The Time Machine: www.gutenberg.org/ebooks/35, public domain)");
     return p;
@@ -155,13 +160,63 @@ LmData load_lm_data(const LmConfig& cfg, const data::Vocab* given) {
     const int64_t split = int64_t(double(n) * (1.0 - cfg.valid_fraction));
     d.train = windows(ids, 0, split, cfg.num_steps);
     d.valid = windows(ids, split, n, cfg.num_steps);
-    QKV_CHECK(d.train.n >= 1 && d.valid.n >= 1, "'", path, "' has ", n, " characters after preprocessing: too short for one "
-              "training and one validation sequence of ", cfg.num_steps + 1, " (num_steps + 1)");
+    if (d.train.n < 1 || d.valid.n < 1) {
+        // The smallest length whose both parts hold a sequence of num_steps + 1.
+        int64_t need = cfg.num_steps + 1;
+        while (int64_t(double(need) * (1.0 - cfg.valid_fraction)) < cfg.num_steps + 1 ||
+               need - int64_t(double(need) * (1.0 - cfg.valid_fraction)) < cfg.num_steps + 1)
+            ++need;
+        throw Error(detail::str("'", path, "' has ", n, " characters after preprocessing: too short; the held-out last ",
+                                cfg.valid_fraction * 100, " % and the rest must each hold one sequence of ",
+                                cfg.num_steps + 1, " characters (num_steps + 1), which takes at least ", need,
+                                " characters"));
+    }
     d.train_tokens = split, d.valid_tokens = n - split;
     d.summary = detail::str(path, ": ", n, " characters after D2L's preprocessing, vocabulary ", d.vocab.size(), "; ",
                             d.train.n, " training sequences of ", cfg.num_steps, " (", split, " characters), ", d.valid.n,
                             " validation sequences (the last ", n - split, ")");
     return d;
+}
+
+void check_lm_config(const LmConfig& c) {
+    const auto& m = c.model;
+    const auto& t = c.train;
+    const auto at_least = [](const char* key, int64_t v, int64_t lo) {
+        QKV_CHECK(v >= lo, "key '", key, "' is ", v, ", expected >= ", lo);
+    };
+    at_least("model.num_hiddens", m.num_hiddens, 1);
+    at_least("model.num_heads", m.num_heads, 1);
+    at_least("model.num_blks", m.num_blks, 1);
+    at_least("model.ffn_num_hiddens", m.ffn_num_hiddens, 1);
+    at_least("model.max_len", m.max_len, 1);
+    at_least("data.num_steps", c.num_steps, 1);
+    at_least("train.batch_size", t.batch_size, 1);
+    at_least("train.epochs", t.epochs, 1);
+    at_least("train.max_steps", t.max_steps, 0);
+    at_least("train.warmup_steps", t.warmup_steps, 0);
+    at_least("train.log_every", c.log_every, 1);
+    if (m.vocab_size != 0) at_least("model.vocab_size", m.vocab_size, 4);
+    QKV_CHECK(m.num_hiddens % m.num_heads == 0, "key 'model.num_heads' is ", m.num_heads, ", which does not divide "
+              "model.num_hiddens ", m.num_hiddens);
+    QKV_CHECK(m.num_kv_heads >= 0 && (m.num_kv_heads == 0 || m.num_heads % m.num_kv_heads == 0), "key "
+              "'model.num_kv_heads' is ", m.num_kv_heads, ", expected 0 (= num_heads) or a divisor of model.num_heads ",
+              m.num_heads);
+    QKV_CHECK(!m.rope || (m.num_hiddens / m.num_heads) % 2 == 0, "model.positions rope needs an even head width; "
+              "model.num_hiddens / model.num_heads is ", m.num_hiddens / m.num_heads);
+    QKV_CHECK(m.dropout >= 0 && m.dropout < 1, "key 'model.dropout' is ", m.dropout, ", expected a number in [0, 1)");
+    QKV_CHECK(m.window == -1 || m.window >= 1, "key 'model.window' is ", m.window,
+              ", expected -1 (all positions) or >= 1");
+    QKV_CHECK(c.valid_fraction > 0 && c.valid_fraction < 0.5, "key 'data.valid_fraction' is ", c.valid_fraction,
+              ", expected a number in (0, 0.5)");
+    QKV_CHECK(std::isfinite(t.lr) && t.lr > 0, "key 'train.lr' is ", t.lr, ", expected a number > 0");
+    QKV_CHECK(std::isfinite(t.adam_beta2) && t.adam_beta2 > 0 && t.adam_beta2 < 1, "key 'train.adam_beta2' is ",
+              t.adam_beta2, ", expected a number in (0, 1)");
+    QKV_CHECK(std::isfinite(t.clip_norm) && t.clip_norm >= 0, "key 'train.clip_norm' is ", t.clip_norm,
+              ", expected a number >= 0 (0: no clipping)");
+    QKV_CHECK(std::isfinite(t.time_budget_s) && t.time_budget_s >= 0, "key 'train.time_budget_s' is ", t.time_budget_s,
+              ", expected seconds >= 0 (0: none)");
+    QKV_CHECK(std::isfinite(t.val_every_s) && t.val_every_s >= 0, "key 'train.val_every_s' is ", t.val_every_s,
+              ", expected seconds >= 0 (0: at epoch ends)");
 }
 
 std::string lm_config_json(const LmConfig& c) {
@@ -217,23 +272,40 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
         if (t.contains("precision"))  // older files: fp32
             tt.precision = parse_precision(t.at("precision").get<std::string>(), "key 'train.precision'");
         tt.schedule = optim::LrSchedule::warmup_inv_sqrt;
+        check_lm_config(c);
         return c;
     } catch (const json::exception& e) {
         throw Error(detail::str("'", origin, "': not a valid language-model config.json: ", e.what()));
+    } catch (const Error& e) {
+        const std::string what = e.what();
+        if (what.rfind("'" + origin + "'", 0) == 0) throw;
+        throw Error(detail::str("'", origin, "': ", what));
     }
 }
 
 RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOverrides& given) {
     LmConfig cfg = given_cfg;
-    QKV_CHECK(!(opt.resume && opt.overwrite), "--resume continues the model in --out and --overwrite replaces it: give one of them");
+    if (opt.resume && opt.overwrite)
+        throw ConfigError("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    try {
+        check_lm_config(cfg);
+    } catch (const Error& e) {
+        throw ConfigError(e.what());
+    }
     const fs::path dir(opt.out_dir);
+    const std::string cfg_file = (dir / "config.json").string();
     std::error_code ec;
     std::vector<std::string> held;
     for (const char* f : {"config.json", "model.safetensors", "checkpoint.safetensors"})
         if (fs::exists(dir / f, ec)) held.push_back(f);
-    if (!opt.resume && !held.empty() && !opt.overwrite)
+    const bool replace = !opt.resume && !held.empty();
+    if (replace && !opt.overwrite)
         throw ConfigError(detail::str("'", opt.out_dir, "' holds a model (", held.front(), "); --resume continues it, "
                                       "--overwrite replaces it, or give another --out"));
+    if (replace && fs::exists(dir / kAside, ec))
+        throw ConfigError(detail::str("--overwrite: '", (dir / kAside).string(), "' holds the model an earlier qkv train "
+                                      "--overwrite was replacing when it was killed; move its files back into '",
+                                      opt.out_dir, "' (or delete it) first"));
     if (opt.resume) {
         const std::string ckpt = (dir / "checkpoint.safetensors").string();
         QKV_CHECK(fs::exists(ckpt, ec), "--resume: '", ckpt, "' does not exist (nothing to resume)");
@@ -246,6 +318,9 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
             res.nothing_to_do = done;  // config.json, the checkpoint and metrics.jsonl stay as they are
             return res;
         }
+        if (!given.data_path && !cfg.path.empty() && !fs::exists(cfg.path, ec))
+            throw Error(detail::str("the text '", cfg.path, "' recorded in ", cfg_file, " (data.path) does not exist; "
+                                    "pass it with --data PATH (its fingerprint is checked)"));
     }
     data::Vocab saved;
     if (opt.resume) saved = data::Vocab::load((dir / "vocab.txt").string());
@@ -259,26 +334,6 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
                          ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path()).c_str()
                          : "");
         std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
-    }
-    if (opt.resume && cfg.fingerprint_chars == 0) {
-        // A folder from before data.fingerprint: record it now (the file's stopping rules stay).
-        const std::string cfg_file = (dir / "config.json").string();
-        json j = json::parse(util::read_file(cfg_file));
-        j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars}, {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
-        util::write_file_atomic(cfg_file, j.dump(2) + "\n");
-        if (opt.log)
-            std::fprintf(opt.log, "note: %s records no data fingerprint (an older qkv); the text is checked against the "
-                                  "vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
-    }
-    if (!opt.resume) {
-        if (opt.overwrite)
-            for (const char* f : {"config.json", "vocab.txt", "model.safetensors", "checkpoint.safetensors", "metrics.jsonl"})
-                fs::remove(dir / f, ec);
-        fs::create_directories(dir);
-        cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
-        cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
-        util::write_file_atomic((dir / "config.json").string(), lm_config_json(cfg));
-        d.vocab.save((dir / "vocab.txt").string());
     }
     manual_seed(cfg.train.seed);
     auto model = std::make_shared<models::TransformerLM>(cfg.model);
@@ -298,15 +353,68 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     rt.log       = opt.log;
     rt.log_every = cfg.log_every;
     rt.interrupt = opt.interrupt;
-    Trainer trainer(*model, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
+    // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
+    std::optional<util::InterruptGuard> guard;
+    if (opt.catch_signals) {
+        guard.emplace();
+        rt.interrupt = guard->flag();
+    }
+    // Only now, with the data read and the model built, does a fresh run write into the folder;
+    // a replaced run's files wait aside until the new run's first checkpoint after a step.
+    std::optional<ReplacedRun> replaced;
+    if (replace) replaced.emplace(opt.out_dir);
     RunResult res;
-    res.train   = trainer.fit();
+    std::optional<Trainer> trainer;
+    try {
+        if (!opt.resume) {
+            fs::create_directories(dir);
+            cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+            cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
+            util::write_file_atomic(cfg_file, lm_config_json(cfg));
+            d.vocab.save((dir / "vocab.txt").string());
+        } else if (cfg.fingerprint_chars == 0 || given.data_path) {
+            // A folder from before data.fingerprint gets it now; a text given with --data becomes
+            // the recorded path (the fingerprint said it is the same text). The file's other
+            // values (its stopping rules) stay.
+            json j = json::parse(util::read_file(cfg_file));
+            j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars},
+                                        {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
+            if (given.data_path) j["data"]["path"] = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+            util::write_file_atomic(cfg_file, j.dump(2) + "\n");
+            if (cfg.fingerprint_chars == 0 && opt.log)
+                std::fprintf(opt.log, "note: %s recorded no data fingerprint (an older qkv); the text was checked "
+                                      "against the vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
+        }
+        trainer.emplace(*model, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
+        if (replaced)
+            trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {
+                if (p.step > 0) replaced->discard();
+            };
+        res.train = trainer->fit();
+    } catch (const std::exception&) {
+        if (replaced && replaced->restore() && opt.log)
+            std::fprintf(opt.log, "qkv train: the new run failed before its first checkpoint; the earlier model in "
+                                  "%s is restored\n", opt.out_dir.c_str());
+        throw;
+    }
+    res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
+    if (replaced && replaced->restore()) {
+        const int sig = res.signal ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
+        if (opt.log)
+            std::fprintf(opt.log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
+                                  "restored\n", sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped",
+                         opt.out_dir.c_str());
+        res.restored_earlier = true;
+        return res;
+    }
     res.model   = model;
     res.trained = true;
-    const double val = trainer.evaluate_loss(d.valid);
-    if (opt.log)
-        std::fprintf(opt.log, "validation loss %.4f, validation perplexity %s (%lld held-out characters)\n", val,
-                     perplexity_text(val).c_str(), (long long)d.valid_tokens);
+    if (res.signal == 0) {  // whoever pressed Ctrl-C wants the prompt back
+        const double val = trainer->evaluate_loss(d.valid);
+        if (opt.log)
+            std::fprintf(opt.log, "validation loss %.4f, validation perplexity %s (%lld held-out characters)\n", val,
+                         perplexity_text(val).c_str(), (long long)d.valid_tokens);
+    }
     return res;
 }
 
@@ -324,6 +432,9 @@ bool is_lm_dir(const std::string& dir) {
 
 LmDir load_lm_dir(const std::string& dir) {
     std::error_code ec;
+    QKV_CHECK(!fs::is_regular_file(dir, ec), "'", dir, "' is a file; --model takes the model folder (",
+              fs::path(dir).has_parent_path() ? "'" + fs::path(dir).parent_path().string() + "'?" : "the folder it is in?",
+              ")");
     QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir, "' does not exist (train one with: qkv train --model lm --out ",
               dir, ")");
     const std::string cfg_path = (fs::path(dir) / "config.json").string();

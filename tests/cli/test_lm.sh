@@ -87,8 +87,9 @@ run_rc 1 train --model lm --resume --out "$T/lm" --max-steps 90 --data "$T/other
 err_has "'$T/other.txt' is not the text this model was trained on" "(data.fingerprint)"
 grep -q '"fnv1a64"' "$T/lm/config.json" || fail "config.json records no data fingerprint"
 cp "$T/text.txt" "$T/moved.txt"
-run_rc 0 train --model lm --resume --out "$T/lm" --max-steps 82 --data "$T/moved.txt" --lr 0.5 --no-progress
-err_has "warning: --resume: --lr 0.5 is ignored; the checkpoint's train.lr 0.01"
+run_rc 0 train --model lm --resume --out "$T/lm" --max-steps 82 --data "$T/moved.txt" --lr 0.5 --preset lm --no-progress
+err_has "warning: --resume: --lr 0.5 is ignored; the checkpoint's train.lr 0.01" \
+  "warning: --resume: --preset lm is ignored; the checkpoint's configuration ($T/lm/config.json) is used"
 out_has "trained 82 steps"
 # ... the global flags apply after the subcommand too; a translation resume names --model lm
 run_rc 0 train --model lm --resume --out "$T/lm" --max-steps 84 --threads 1 --kernels fast --no-progress
@@ -123,4 +124,85 @@ err_has "plus --max-new-tokens 5000 is 5003 positions, but this model's sinusoid
 # a diverged run reports its perplexity as a number or inf, never 160 digits
 run_rc 0 train --model lm --preset lm-tiny --no-progress --data "$T/text.txt" --lr 10 --max-steps 20 --out "$T/lmdiv"
 err_has "validation perplexity inf (exp of the loss overflows: the run diverged)"
+
+# SIGTERM during training: the step finishes, a checkpoint is saved, the resume command is named
+steps_logged() { local n; n=$(grep -c '"kind":"step"' "$1/metrics.jsonl" 2> /dev/null) || true; echo "${n:-0}"; }
+"$QKV" train "${tiny[@]}" --time-budget none --epochs 100000 --log-every 1 --out "$T/sig" > "$T/sig.out" 2> "$T/sig.err" &
+pid=$!
+for _ in $(seq 1 1200); do
+  [ "$(steps_logged "$T/sig")" -gt 10 ] && break
+  kill -0 "$pid" 2> /dev/null || { cat "$T/sig.err"; fail "LM training ended before it was signalled"; }
+  sleep 0.1
+done
+kill -TERM "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 143 ] || { cat "$T/sig.err"; fail "SIGTERM: exit $rc, want 143"; }
+grep -q "qkv train: interrupted (SIGTERM) at step [0-9]*; checkpoint saved in $T/sig/checkpoint.safetensors; continue with: qkv train --model lm --resume --out" "$T/sig.err" \
+  || { cat "$T/sig.err"; fail "no interrupted line"; }
+[ -f "$T/sig/checkpoint.safetensors" ] || fail "SIGTERM left no checkpoint"
+run_rc 0 train --model lm --resume --out "$T/sig" --max-steps 2 --no-progress
+out_has "nothing to do"
+
+# --overwrite keeps the earlier model aside until the new run's first checkpoint: a run stopped
+# before it gives the old folder back; a finished one removes every old file (a translation
+# folder's vocabularies too)
+mkdir -p "$T/ov" && cp "$T/lm/"* "$T/ov/"
+touch "$T/ov/src_vocab.txt" "$T/ov/loss.png"
+cp "$T/ov/model.safetensors" "$T/old.model"
+"$QKV" train "${tiny[@]}" --overwrite --time-budget none --epochs 100000 --out "$T/ov" > "$T/ov.out" 2> "$T/ov.err" &
+pid=$!
+sleep 0.05
+kill -TERM "$pid"  # early: during the data read, before the first checkpoint, or just after it
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 143 ] || fail "SIGTERM: exit $rc, want 143"
+# Whenever the signal came, the folder holds a whole model: the earlier one (never moved, or
+# restored) or the new run's checkpointed one; never neither.
+[ ! -e "$T/ov/.qkv-replaced" ] || fail ".qkv-replaced left behind"
+if ! cmp -s "$T/ov/model.safetensors" "$T/old.model"; then
+  grep -q "interrupted (SIGTERM) at step" "$T/ov.err" || { cat "$T/ov.err"; fail "a new model without a checkpoint message"; }
+  run_rc 0 info "$T/ov" --no-params
+fi
+run_rc 0 train "${tiny[@]}" --overwrite --max-steps 3 --out "$T/ov"
+[ ! -e "$T/ov/src_vocab.txt" ] && [ ! -e "$T/ov/loss.png" ] || fail "--overwrite left the earlier run's files"
+[ ! -e "$T/ov/.qkv-replaced" ] || fail ".qkv-replaced left after a finished run"
+
+# a text without the letters of D2L's prompt: the closing sample starts from its own letter
+printf 'abab cdcd %.0s' $(seq 1 300) > "$T/abc.txt"
+run_rc 0 train "${nodata[@]}" --data "$T/abc.txt" --max-steps 5 --out "$T/abc"
+out_has "sample (greedy): a"
+
+# --resume --data records the new path; a missing recorded path names config.json
+cp "$T/text.txt" "$T/copy1.txt"
+run_rc 0 train "${nodata[@]}" --data "$T/copy1.txt" --max-steps 4 --out "$T/dp"
+cp "$T/text.txt" "$T/copy2.txt"
+run_rc 0 train --model lm --resume --out "$T/dp" --max-steps 6 --data "$T/copy2.txt" --no-progress
+grep -q "\"path\": \"$T/copy2.txt\"" "$T/dp/config.json" || { cat "$T/dp/config.json"; fail "data.path not updated"; }
+rm "$T/copy2.txt"
+run_rc 1 train --model lm --resume --out "$T/dp" --max-steps 8 --no-progress
+err_has "the text '$T/copy2.txt' recorded in $T/dp/config.json (data.path) does not exist; pass it with --data PATH"
+
+# --out a file, a folder as --data, the too-short threshold, bad config.json values name the key
+touch "$T/afile"
+run_rc 2 train "${tiny[@]}" --out "$T/afile"
+err_has "--out '$T/afile' is an existing file, not a folder"
+run_rc 1 train "${nodata[@]}" --data "$T" --out "$T/lmf"
+err_has "is a folder; pass a text file"
+printf 'the time machine %.0s' $(seq 1 8) > "$T/short.txt"
+run_rc 1 train "${nodata[@]}" --data "$T/short.txt" --out "$T/lmf"
+err_has "too short; the held-out last 10 % and the rest must each hold one sequence of 17 characters (num_steps + 1), which takes at least 161 characters"
+for kv in 'model.window 0' 'model.num_kv_heads 3' 'model.max_len 0'; do
+  set -- $kv
+  cp -r "$T/lm" "$T/bad"
+  python3 - "$T/bad/config.json" "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); a, b = sys.argv[2].split(".")
+j[a][b] = int(sys.argv[3]); json.dump(j, open(sys.argv[1], "w"))
+PY
+  run_rc 1 generate --model "$T/bad" --prompt "the"
+  err_has "'$T/bad/config.json': key '$1' is $2"
+  rm -r "$T/bad"
+done
+run_rc 1 generate --model "$T/lm/config.json" --prompt "the"
+err_has "is a file; --model takes the model folder ('$T/lm'?)"
+run_rc 2 generate --model "$T/lm" --prompt "the" --temperature 1 --seed -5
 echo "cli lm: ok"

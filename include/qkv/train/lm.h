@@ -70,7 +70,15 @@ struct LmData {
 /// text the model was trained on.
 LmData load_lm_data(const LmConfig& cfg, const data::Vocab* given = nullptr);
 
-/// config.json of an LM folder ({"model_kind": "lm", ...}) and back; the reader names the key.
+/// Checks every value against its range and the model's rules, naming the key as config.json
+/// spells it, the value and the range ("key 'model.window' is 0, expected -1 (all positions) or
+/// >= 1"): widths, heads dividing the width, key/value heads dividing the heads, an even head
+/// width for RoPE, dropout in [0, 1), window, max_len >= 1, num_steps, valid_fraction, the
+/// training numbers. Throws qkv::Error.
+void check_lm_config(const LmConfig& cfg);
+
+/// config.json of an LM folder ({"model_kind": "lm", ...}) and back; the reader names the key
+/// and the file, and checks the values (check_lm_config).
 std::string lm_config_json(const LmConfig& cfg);
 LmConfig lm_config_from_json(const std::string& text, const std::string& origin);
 

@@ -30,11 +30,11 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
                      const data::Vocab& tgt_vocab, const SubwordModels& subwords = {});
 
 /// Every file name `qkv train` writes into a model folder (the run files above, the SentencePiece
-/// models, checkpoint.safetensors, metrics.jsonl, loss.png).
+/// models, checkpoint.safetensors, metrics.jsonl, loss.png; a language model's vocab.txt).
 inline constexpr const char* kModelDirFiles[] = {"model.safetensors", "checkpoint.safetensors", "config.json",
                                                  "src_vocab.txt",     "tgt_vocab.txt",          "spm.model",
                                                  "spm_src.model",     "spm_tgt.model",          "metrics.jsonl",
-                                                 "loss.png"};
+                                                 "loss.png",          "vocab.txt"};
 
 /// File names of a subword run's SentencePiece models in its folder: {"spm.model", "spm.model"}
 /// with a shared vocabulary, else {"spm_src.model", "spm_tgt.model"}; {"", ""} for words.
