@@ -41,4 +41,15 @@ err_has "--precision"
 run_rc 0 train --resume --out "$T/bf16" --max-steps 40 --precision fp32 --no-progress
 err_has "warning: --resume: --precision fp32 is ignored; the checkpoint's train.precision bf16"
 err_has "mixed precision: bf16 matrix products"
+
+# --compute-type: the same model translated with bf16 products (its greedy output may differ in
+# a token or two on a tiny model, so the check is that it runs and says so)
+run_rc 0 eval --model "$T/fp32" --compute-type bf16 --no-progress
+out_has "bf16 compute" "corpus BLEU-4"
+run_rc 0 eval --model "$T/fp32" --no-progress
+grep -q "bf16 compute" "$T/out" && fail "fp32 eval says bf16"
+run_rc 0 translate --model "$T/fp32" --compute-type bf16 "i lost ." "go ."
+[ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type bf16"
+run_rc 2 translate --model "$T/fp32" --compute-type fp16 "go ."
+err_has "--compute-type"
 echo "cli precision: ok"
