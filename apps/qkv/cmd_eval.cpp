@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
@@ -53,11 +54,16 @@ void check_outputs_apart(const EvalArgs& a) {
 }
 
 void run(const EvalArgs& a) {
-    const MatmulPrecisionGuard precision(parse_precision(a.decode.compute_type, "--compute-type"));
+    // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
+    // products (attention scores) stay fp32.
+    const bool int8 = a.decode.compute_type == "int8";
+    const MatmulPrecisionGuard precision(int8 ? MatmulPrecision::fp32
+                                              : parse_precision(a.decode.compute_type, "--compute-type"));
     check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
     train::ModelDir m = train::load_model_dir(a.model);
+    if (int8) nn::quantize_linears_int8(*m.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -102,7 +108,7 @@ void run(const EvalArgs& a) {
                 train::language_pair(m.config.data).c_str(), n,
                 to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
-                matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
+                int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
                 100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
                 100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/train/model_dir.h"
@@ -42,7 +43,11 @@ bool is_blank(const std::vector<std::string>& tokens) {
 }
 
 void run(const TranslateArgs& a) {
-    const MatmulPrecisionGuard precision(parse_precision(a.decode.compute_type, "--compute-type"));
+    // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
+    // products (attention scores) stay fp32.
+    const bool int8 = a.decode.compute_type == "int8";
+    const MatmulPrecisionGuard precision(int8 ? MatmulPrecision::fp32
+                                              : parse_precision(a.decode.compute_type, "--compute-type"));
     // --file and sentences on the command line are alternatives; a usage error (exit 2) before
     // the model is loaded, instead of translating the sentences and ignoring the file.
     if (!a.file.empty() && !a.sentences.empty())
@@ -59,6 +64,7 @@ void run(const TranslateArgs& a) {
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after
     train::ModelDir m = train::load_model_dir(a.model);
+    if (int8) nn::quantize_linears_int8(*m.model);
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);

@@ -308,9 +308,11 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                                                 "tokens with padding)")
         ->check(CLI::IsMember({"examples", "tokens"}));
     c->add_option("--compute-type", f.compute_type,
-                  "fp32 (default) or bf16: matrix products with bf16-rounded weights and activations, fp32 "
-                  "accumulation (oneDNN's bf16 matmul on AMX; qkv --version shows the path)")
-        ->check(CLI::IsMember({"fp32", "bf16"}));
+                  "fp32 (default); bf16: matrix products with bf16-rounded weights and activations, fp32 "
+                  "accumulation (oneDNN's bf16 matmul on AMX; qkv --version shows the path); int8: the linear "
+                  "layers with int8 weights (per output channel) and int8 activations (per row, dynamic), int32 "
+                  "products (oneDNN, VNNI / AMX-INT8)")
+        ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_flag("--replace-unknowns", f.replace_unknowns,
                 "replace each output <unk> by the source word with the highest cross-attention");
 }

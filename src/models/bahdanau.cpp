@@ -3,6 +3,7 @@
 #include "qkv/models/bahdanau.h"
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/ops/quantize.h"
 #include "qkv/ops/additive_attention.h"
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/embedding.h"
@@ -247,6 +248,8 @@ Tensor Bahdanau::decode_step_hidden(const Tensor& tokens, DecoderState& state) {
 }
 
 Tensor Bahdanau::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+    if (const Int8Weight* q = decoder->dense->int8_weight())  // int8 inference
+        return linear_int8_argmax(hidden, *q, decoder->dense->bias, banned);
     return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/ops/quantize.h"
 #include "qkv/ops/attention.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/matmul.h"
@@ -392,6 +393,8 @@ Tensor Transformer::decode_step_hidden(const Tensor& tokens, DecoderState& state
 }
 
 Tensor Transformer::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+    if (const Int8Weight* q = decoder->dense->int8_weight())  // int8 inference
+        return linear_int8_argmax(hidden, *q, decoder->dense->bias, banned);
     return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
 }
 

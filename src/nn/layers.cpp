@@ -14,7 +14,17 @@ Linear::Linear(int64_t in, int64_t out, bool use_bias) : in_features(in), out_fe
     if (use_bias) bias = register_parameter("bias", uniform_init({out}, in));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const { return int8_ ? linear_int8(x, *int8_, bias) : linear(x, weight, bias); }
+
+void Linear::quantize_int8() { int8_ = std::make_shared<const Int8Weight>(qkv::quantize_int8(weight)); }
+
+int64_t quantize_linears_int8(Module& m) {
+    int64_t n = 0;
+    m.for_each_module([&n](Module& x) {
+        if (auto* l = dynamic_cast<Linear*>(&x)) l->quantize_int8(), ++n;
+    });
+    return n;
+}
 
 Embedding::Embedding(int64_t num, int64_t dim) {
     QKV_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, ", ", dim);

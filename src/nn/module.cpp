@@ -150,4 +150,9 @@ Tensor normal_init(const Shape& shape, double mean, double std) {
     return randn(shape, nullptr, mean, std);
 }
 
+void Module::for_each_module(const std::function<void(Module&)>& f) {
+    f(*this);
+    for (auto& [name, child] : children_) child->for_each_module(f);
+}
+
 }  // namespace qkv::nn

@@ -50,6 +50,10 @@ run_rc 0 eval --model "$T/fp32" --no-progress
 grep -q "bf16 compute" "$T/out" && fail "fp32 eval says bf16"
 run_rc 0 translate --model "$T/fp32" --compute-type bf16 "i lost ." "go ."
 [ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type bf16"
+run_rc 0 eval --model "$T/fp32" --compute-type int8 --no-progress
+out_has "int8 compute" "corpus BLEU-4"
+run_rc 0 translate --model "$T/fp32" --compute-type int8 --beam 2 "i lost ." "go ."
+[ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type int8"
 run_rc 2 translate --model "$T/fp32" --compute-type fp16 "go ."
 err_has "--compute-type"
 echo "cli precision: ok"

@@ -2,6 +2,7 @@
 // nn::Module: the base of every layer and model. Holds named parameters and named child modules
 // (registered in constructors, PyTorch-style dotted names such as "blks.0.attention.W_q.weight"),
 // the train/eval flag, and state_dict save/load. Each module has its own typed forward(...).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +49,9 @@ public:
     bool is_training() const { return training_; }
     /// Drops every parameter's .grad.
     void zero_grad();
+    /// Calls f on this module and then on every child module, depth-first in registration order
+    /// (a module registered under two names is visited twice).
+    void for_each_module(const std::function<void(Module&)>& f);
 
 protected:
     /// Registers a parameter (requires_grad is set); returns the stored handle.
