@@ -440,6 +440,11 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
         return;  // exit 0; the folder stays as it is
     }
     if (r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
+    if (!r.trained) {  // stopped before the first checkpoint: the run removed what it wrote
+        std::fprintf(stderr, "qkv train: interrupted (%s) before the first checkpoint; nothing saved\n",
+                     r.signal == SIGINT ? "SIGINT" : r.signal == SIGTERM ? "SIGTERM" : "stopped");
+        throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
+    }
     print_summary(r.train, a.out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
     if (r.signal != 0) {
         const char* name = r.signal == SIGINT ? "SIGINT" : "SIGTERM";

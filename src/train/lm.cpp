@@ -206,6 +206,8 @@ void check_lm_config(const LmConfig& c) {
     QKV_CHECK(m.dropout >= 0 && m.dropout < 1, "key 'model.dropout' is ", m.dropout, ", expected a number in [0, 1)");
     QKV_CHECK(m.window == -1 || m.window >= 1, "key 'model.window' is ", m.window,
               ", expected -1 (all positions) or >= 1");
+    QKV_CHECK(m.rope || m.max_len >= c.num_steps, "key 'model.max_len' is ", m.max_len, ", below data.num_steps ",
+              c.num_steps, ": sinusoidal positions need one for each token of a training sequence");
     QKV_CHECK(c.valid_fraction > 0 && c.valid_fraction < 0.5, "key 'data.valid_fraction' is ", c.valid_fraction,
               ", expected a number in (0, 0.5)");
     QKV_CHECK(std::isfinite(t.lr) && t.lr > 0, "key 'train.lr' is ", t.lr, ", expected a number > 0");
@@ -245,10 +247,22 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
                   "(no \"model_kind\": \"lm\")");
         LmConfig c;
         const json &d = j.at("data"), &m = j.at("model"), &t = j.at("train");
-        c.path = d.at("path"), c.num_steps = d.at("num_steps"), c.valid_fraction = d.at("valid_fraction");
+        // Whole numbers must be whole (json's conversion would cut 1.5 to 1 and wrap 1e20).
+        const auto integer = [](const json& sec, const char* section, const char* key) {
+            const json& v = sec.at(key);
+            QKV_CHECK(v.is_number_integer(), "key '", section, ".", key, "' is ", v.dump(), ", expected an integer");
+            return v.get<int64_t>();
+        };
+        const auto number = [](const json& sec, const char* section, const char* key) {
+            const json& v = sec.at(key);
+            QKV_CHECK(v.is_number(), "key '", section, ".", key, "' is ", v.dump(), ", expected a number");
+            return v.get<double>();
+        };
+        c.path = d.at("path"), c.num_steps = integer(d, "data", "num_steps");
+        c.valid_fraction = number(d, "data", "valid_fraction");
         if (d.contains("fingerprint")) {
             const json& f = d.at("fingerprint");
-            c.fingerprint_chars = f.at("characters");
+            c.fingerprint_chars = integer(f, "data.fingerprint", "characters");
             const std::string hex = f.at("fnv1a64");
             QKV_CHECK(hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos, "'", origin,
                       "': data.fingerprint.fnv1a64 is \"", hex, "\", expected 16 lowercase hex digits");
@@ -257,18 +271,24 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
             c.fingerprint_fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
         }
         auto& mm = c.model;
-        mm.vocab_size = m.at("vocab_size"), mm.num_hiddens = m.at("num_hiddens"), mm.num_heads = m.at("num_heads");
-        mm.num_kv_heads = m.at("num_kv_heads"), mm.num_blks = m.at("num_blks");
-        mm.ffn_num_hiddens = m.at("ffn_num_hiddens"), mm.dropout = m.at("dropout");
+        mm.vocab_size = integer(m, "model", "vocab_size"), mm.num_hiddens = integer(m, "model", "num_hiddens");
+        mm.num_heads = integer(m, "model", "num_heads"), mm.num_kv_heads = integer(m, "model", "num_kv_heads");
+        mm.num_blks = integer(m, "model", "num_blks"), mm.ffn_num_hiddens = integer(m, "model", "ffn_num_hiddens");
+        mm.dropout = number(m, "model", "dropout");
         const std::string pos = m.at("positions");
         QKV_CHECK(pos == "rope" || pos == "sinusoidal", "'", origin, "': model.positions must be rope or sinusoidal, got '",
                   pos, "'");
-        mm.rope = pos == "rope", mm.window = m.at("window"), mm.max_len = m.at("max_len");
+        mm.rope = pos == "rope", mm.window = integer(m, "model", "window"), mm.max_len = integer(m, "model", "max_len");
         auto& tt = c.train;
-        tt.epochs = t.at("epochs"), tt.max_steps = t.at("max_steps"), tt.time_budget_s = t.at("time_budget_s");
-        tt.batch_size = t.at("batch_size"), tt.lr = t.at("lr"), tt.adam_beta2 = t.at("adam_beta2");
-        tt.clip_norm = t.at("clip_norm"), tt.warmup_steps = t.at("warmup_steps"), tt.seed = t.at("seed");
-        tt.val_every_s = t.at("val_every_s"), c.log_every = t.at("log_every");
+        tt.epochs = integer(t, "train", "epochs"), tt.max_steps = integer(t, "train", "max_steps");
+        tt.time_budget_s = number(t, "train", "time_budget_s");
+        tt.batch_size = integer(t, "train", "batch_size"), tt.lr = number(t, "train", "lr");
+        tt.adam_beta2 = number(t, "train", "adam_beta2");
+        tt.clip_norm = number(t, "train", "clip_norm"), tt.warmup_steps = integer(t, "train", "warmup_steps");
+        QKV_CHECK(t.at("seed").is_number_unsigned(), "key 'train.seed' is ", t.at("seed").dump(),
+                  ", expected an integer from 0 to 18446744073709551615");
+        tt.seed = t.at("seed").get<uint64_t>();
+        tt.val_every_s = number(t, "train", "val_every_s"), c.log_every = integer(t, "train", "log_every");
         if (t.contains("precision"))  // older files: fp32
             tt.precision = parse_precision(t.at("precision").get<std::string>(), "key 'train.precision'");
         tt.schedule = optim::LrSchedule::warmup_inv_sqrt;
@@ -365,6 +385,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (replace) replaced.emplace(opt.out_dir);
     RunResult res;
     std::optional<Trainer> trainer;
+    const bool dir_existed = fs::exists(dir, ec);
     try {
         if (!opt.resume) {
             fs::create_directories(dir);
@@ -406,6 +427,13 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
                          opt.out_dir.c_str());
         res.restored_earlier = true;
         return res;
+    }
+    if (!opt.resume && !fs::exists(dir / "checkpoint.safetensors", ec)) {
+        // A fresh run stopped before its first checkpoint leaves nothing behind, so the same
+        // command can run again (a resume would have nothing to continue).
+        for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
+        if (!dir_existed && fs::is_empty(dir, ec)) fs::remove(dir, ec);
+        return res;  // trained = false
     }
     res.model   = model;
     res.trained = true;
@@ -473,6 +501,9 @@ std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOpt
     QKV_CHECK(!(ids.empty() && !prompt.empty()), "generate: --prompt '", prompt, "' has no letter: the model's text is "
               "letters and spaces (D2L's preprocessing), so it would start from nothing; give a prompt with words");
     if (!m.config.model.rope) {
+        QKV_CHECK(int64_t(ids.size()) <= m.config.model.max_len, "generate: the prompt is ", ids.size(), " characters "
+                  "after preprocessing, but this model's sinusoidal positions stop at ", m.config.model.max_len,
+                  " (model.max_len); shorten --prompt to at most ", m.config.model.max_len, " characters");
         const int64_t need = std::max<int64_t>(int64_t(ids.size()), 1) + opt.max_new_tokens;
         QKV_CHECK(need <= m.config.model.max_len, "generate: the prompt (", ids.size(), " characters) plus "
                   "--max-new-tokens ", opt.max_new_tokens, " is ", need, " positions, but this model's sinusoidal "

@@ -120,6 +120,10 @@ run_rc 0 train "${tiny[@]}" --positions sinusoidal --max-steps 2 --out "$T/lmsin
 run_rc 1 generate --model "$T/lmsin" --prompt "the" --max-new-tokens 5000
 err_has "plus --max-new-tokens 5000 is 5003 positions, but this model's sinusoidal positions stop at 4096" "lower --max-new-tokens to 4093"
 [ ! -s "$T/out" ] || fail "generate printed text before refusing"
+long=$(printf 'a%.0s' $(seq 1 4100))
+run_rc 1 generate --model "$T/lmsin" --prompt "$long" --max-new-tokens 0
+err_has "the prompt is 4100 characters after preprocessing, but this model's sinusoidal positions stop at 4096" \
+  "shorten --prompt to at most 4096 characters"
 
 # a diverged run reports its perplexity as a number or inf, never 160 digits
 run_rc 0 train --model lm --preset lm-tiny --no-progress --data "$T/text.txt" --lr 10 --max-steps 20 --out "$T/lmdiv"

@@ -85,6 +85,9 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
 /// Trains into opt.out_dir (config.json, vocab.txt, model.safetensors, checkpoint.safetensors,
 /// metrics.jsonl; --resume continues, --overwrite replaces). Prints the data, the model, the
 /// epochs and "validation perplexity P" (exp of the validation loss, label smoothing off).
+/// A fresh run stopped (signal, RunOptions::interrupt) before its first checkpoint removes what it
+/// wrote (and the folder when it created it) and returns trained = false; one replacing a model
+/// (--overwrite) puts the earlier files back instead (restored_earlier).
 /// A resume whose checkpoint already met a stopping rule (epochs, max_steps, time budget) and
 /// whose metrics.jsonl is complete returns RunResult::nothing_to_do and touches nothing (`given`
 /// names which rules came from flags, as train::run). Throws qkv::Error or ConfigError as
