@@ -109,6 +109,32 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 
 std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : "off"; }
 
+/// A flag given with --resume that differs from config.json: refused when it would change the
+/// model, else ignored with a warning.
+struct ResumeDiff {
+    std::string flag, given, key, saved;
+    bool model;
+};
+
+/// Refuses (usage error) every model-changing diff in one message, then warns about the others.
+void report_resume_diffs(const std::string& out, const std::string& cfg_file, const std::vector<ResumeDiff>& diffs) {
+    auto flag_text = [](const ResumeDiff& x) { return x.given.empty() ? x.flag : x.flag + " " + x.given; };
+    std::string refused;
+    for (const auto& x : diffs)
+        if (x.model)
+            refused += detail::str(refused.empty() ? "" : "; ", flag_text(x), " (the checkpoint's ", x.key, " is ",
+                                   x.saved, ")");
+    if (!refused.empty())
+        usage_error(detail::str("--resume continues the model in '", out, "' as ", cfg_file,
+                                " describes it, and these flags would change it: ", refused,
+                                ". Drop them, or train a new model (without --resume) into another --out or, "
+                                "replacing this one, with --overwrite"));
+    for (const auto& x : diffs)
+        std::fprintf(stderr, "qkv train: warning: --resume: %s is ignored; the checkpoint's %s%s%s (%s) is used\n",
+                     flag_text(x).c_str(), x.key.c_str(), x.saved.empty() ? "" : " ", x.saved.c_str(),
+                     cfg_file.c_str());
+}
+
 /// --resume continues the checkpoint's run as its config.json describes it: only the stopping
 /// rules (--epochs, --max-steps, --time-budget), --log-every, --keep-checkpoints and the data files
 /// (--data, --src-file/--tgt-file: where the data is now; its fingerprint is checked) apply. Any other training flag given
@@ -118,11 +144,7 @@ std::string duration_text(double s) { return s > 0 ? util::format_duration(s) : 
 /// gets a warning that it is ignored and which value is used. Flags equal to config.json's values
 /// pass silently.
 void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig& cfg) {
-    struct Diff {
-        std::string flag, given, key, saved;
-        bool model;  // would change the model: refused
-    };
-    std::vector<Diff> diffs;
+    std::vector<ResumeDiff> diffs;
     const auto given = [c](const char* flag) { return c->get_option(flag)->count() > 0; };
     const auto add = [&](const char* flag, const std::string& gv, bool differs, const char* key,
                          const std::string& saved, bool model) {
@@ -210,21 +232,7 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
     add("--src-lang", a.src_lang, a.src_lang != d.src_lang, "data.src_lang", d.src_lang, false);
     add("--tgt-lang", a.tgt_lang, a.tgt_lang != d.tgt_lang, "data.tgt_lang", d.tgt_lang, false);
 
-    const std::string cfg_file = (fs::path(a.out) / "config.json").string();
-    auto flag_text = [](const Diff& x) { return x.given.empty() ? x.flag : x.flag + " " + x.given; };
-    std::string refused;
-    for (const auto& x : diffs)
-        if (x.model)
-            refused += detail::str(refused.empty() ? "" : "; ", flag_text(x), " (the checkpoint's ", x.key, " is ",
-                                   x.saved, ")");
-    if (!refused.empty())
-        usage_error(detail::str("--resume continues the model in '", a.out, "' as ", cfg_file,
-                                " describes it, and these flags would change it: ", refused,
-                                ". Drop them, or train a new model (without --resume) into another --out or, "
-                                "replacing this one, with --overwrite"));
-    for (const auto& x : diffs)
-        std::fprintf(stderr, "qkv train: warning: --resume: %s is ignored; the checkpoint's %s %s (%s) is used\n",
-                     flag_text(x).c_str(), x.key.c_str(), x.saved.c_str(), cfg_file.c_str());
+    report_resume_diffs(a.out, (fs::path(a.out) / "config.json").string(), diffs);
 }
 
 /// The flags as library overrides (train/run.h): a flag not given leaves the preset's value.
@@ -312,11 +320,7 @@ void print_summary(const train::TrainResult& r, const std::string& out,
 /// --resume of a language model: model-changing flags that differ from config.json are refused,
 /// other differing ones get a warning that they are ignored (check_resume_flags' rules).
 void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfig& cfg, const std::string& cfg_file) {
-    struct Diff {
-        std::string flag, given, key, saved;
-        bool model;
-    };
-    std::vector<Diff> diffs;
+    std::vector<ResumeDiff> diffs;
     const auto add = [&](const char* flag, const std::string& gv, bool differs, const char* key,
                          const std::string& saved, bool model) {
         if (c->get_option(flag)->count() > 0 && differs) diffs.push_back({flag, gv, key, saved, model});
@@ -344,20 +348,7 @@ void check_lm_resume_flags(const TrainArgs& a, CLI::App* c, const train::LmConfi
         precision_name(t.precision), false);
     if (c->get_option("--preset")->count() > 0)
         diffs.push_back({"--preset", a.preset, "configuration", "", false});
-    std::string refused;
-    for (const auto& x : diffs)
-        if (x.model)
-            refused += detail::str(refused.empty() ? "" : "; ", x.flag, " ", x.given, " (the checkpoint's ", x.key,
-                                   " is ", x.saved, ")");
-    if (!refused.empty())
-        usage_error(detail::str("--resume continues the model in '", a.out, "' as ", cfg_file,
-                                " describes it, and these flags would change it: ", refused,
-                                ". Drop them, or train a new model (without --resume) into another --out or, "
-                                "replacing this one, with --overwrite"));
-    for (const auto& x : diffs)
-        std::fprintf(stderr, "qkv train: warning: --resume: %s %s is ignored; the checkpoint's %s%s%s (%s) is used\n",
-                     x.flag.c_str(), x.given.c_str(), x.key.c_str(), x.saved.empty() ? "" : " ", x.saved.c_str(),
-                     cfg_file.c_str());
+    report_resume_diffs(a.out, cfg_file, diffs);
 }
 
 /// `qkv train --model lm`: the decoder-only language model (train/lm.h) on a text.

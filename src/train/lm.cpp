@@ -322,10 +322,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (replace && !opt.overwrite)
         throw ConfigError(detail::str("'", opt.out_dir, "' holds a model (", held.front(), "); --resume continues it, "
                                       "--overwrite replaces it, or give another --out"));
-    if (replace && fs::exists(dir / kAside, ec))
-        throw ConfigError(detail::str("--overwrite: '", (dir / kAside).string(), "' holds the model an earlier qkv train "
-                                      "--overwrite was replacing when it was killed; move its files back into '",
-                                      opt.out_dir, "' (or delete it) first"));
+    if (replace) check_no_files_aside(opt.out_dir);
     if (opt.resume) {
         const std::string ckpt = (dir / "checkpoint.safetensors").string();
         QKV_CHECK(fs::exists(ckpt, ec), "--resume: '", ckpt, "' does not exist (nothing to resume)");
@@ -413,18 +410,12 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
             };
         res.train = trainer->fit();
     } catch (const std::exception&) {
-        if (replaced && replaced->restore() && opt.log)
-            std::fprintf(opt.log, "qkv train: the new run failed before its first checkpoint; the earlier model in "
-                                  "%s is restored\n", opt.out_dir.c_str());
+        if (replaced) replaced->restore_after_failure(opt.log);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
-    if (replaced && replaced->restore()) {
-        const int sig = res.signal ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
-        if (opt.log)
-            std::fprintf(opt.log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
-                                  "restored\n", sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped",
-                         opt.out_dir.c_str());
+    if (replaced && replaced->restore_after_stop(res.signal ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0,
+                                                 opt.log)) {
         res.restored_earlier = true;
         return res;
     }

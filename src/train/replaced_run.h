@@ -1,10 +1,14 @@
 #pragma once
 // Private to src/train: an overwritten run's files wait aside until the new run has a model
 // (train::run and train::run_lm).
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "qkv/core/error.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/train/run_config.h"
 
 namespace qkv::train {
 
@@ -44,9 +48,39 @@ public:
         return true;
     }
 
+    /// restore() after the new run threw; says so on `log` (may be null).
+    void restore_after_failure(std::FILE* log) {
+        if (restore() && log)
+            std::fprintf(log, "qkv train: the new run failed before its first checkpoint; the earlier model in %s is "
+                              "restored\n", dir_.c_str());
+    }
+    /// restore() after fit() returned: true when the new run had no checkpoint after a step and
+    /// the earlier files came back, said on `log` with what stopped it (`sig`: SIGINT, SIGTERM,
+    /// or 0 for another stop).
+    bool restore_after_stop(int sig, std::FILE* log) {
+        if (!restore()) return false;
+        if (log)
+            std::fprintf(log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
+                              "restored\n",
+                         sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped",
+                         dir_.c_str());
+        return true;
+    }
+
 private:
     fs::path dir_, aside_;
     bool pending_ = false;
 };
+
+/// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):
+/// a ConfigError saying how to recover.
+inline void check_no_files_aside(const std::string& out_dir) {
+    const fs::path aside = fs::path(out_dir) / kAside;
+    std::error_code ec;
+    if (fs::exists(aside, ec))
+        throw ConfigError(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
+                                      "--overwrite was replacing when it was killed; move its files back into '",
+                                      out_dir, "' (or delete it) first"));
+}
 
 }  // namespace qkv::train

@@ -149,12 +149,7 @@ void check_held_model(const RunOptions& opt, const std::vector<std::string>& hel
         config_error(detail::str("--out '", opt.out_dir, "' already holds a qkv model (", names,
                                  "); continue its training with --resume, replace it with --overwrite, or "
                                  "give another --out"));
-    const fs::path aside = fs::path(opt.out_dir) / kAside;
-    std::error_code ec;
-    if (fs::exists(aside, ec))
-        config_error(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
-                                 "--overwrite was replacing when it was killed; move its files back into '",
-                                 opt.out_dir, "' (or delete it) first"));
+    check_no_files_aside(opt.out_dir);
 }
 
 /// Observers given as functions.
@@ -258,22 +253,13 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
         for (const auto& h : opt.hooks) trainer.add_hook(h);
         res.train = trainer.fit();
     } catch (const std::exception&) {
-        if (replaced && replaced->restore() && opt.log)
-            std::fprintf(opt.log, "qkv train: the new run failed before its first checkpoint; the earlier model in "
-                                  "%s is restored\n", opt.out_dir.c_str());
+        if (replaced) replaced->restore_after_failure(opt.log);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
-    if (replaced && replaced->restore()) {
-        // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
-        const int sig  = guard ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
-        const char* why = sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped";
-        if (opt.log)
-            std::fprintf(opt.log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
-                                  "restored\n", why, opt.out_dir.c_str());
-        return false;
-    }
-    return true;
+    // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
+    const int sig = guard ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
+    return !(replaced && replaced->restore_after_stop(sig, opt.log));
 }
 
 }  // namespace
