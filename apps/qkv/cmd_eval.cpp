@@ -106,7 +106,7 @@ void run(const EvalArgs& a) {
 
     std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
                 train::language_pair(m.config.data).c_str(), n,
-                to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
+                to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
                 int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
@@ -158,6 +158,8 @@ void run(const EvalArgs& a) {
                             {"decode_seconds", secs},
                             {"peak_rss_bytes", util::peak_rss_bytes()},
                             {"beam", to.beam},
+                            {"sampling", to.sampling.enabled},
+                            {"compute_type", a.decode.compute_type},
                             {"batch_type", a.decode.batch_type},
                             {"batch_size", to.batch_size},
                             {"pe_quirk", a.pe_quirk},

@@ -50,8 +50,12 @@ run_rc 0 eval --model "$T/fp32" --no-progress
 grep -q "bf16 compute" "$T/out" && fail "fp32 eval says bf16"
 run_rc 0 translate --model "$T/fp32" --compute-type bf16 "i lost ." "go ."
 [ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type bf16"
-run_rc 0 eval --model "$T/fp32" --compute-type int8 --no-progress
+run_rc 0 eval --model "$T/fp32" --compute-type int8 --no-progress --json "$T/int8.json"
 out_has "int8 compute" "corpus BLEU-4"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["compute_type"] == "int8" and j["sampling"] is False, j' \
+  "$T/int8.json" || fail "eval --json lacks the compute type"
+run_rc 0 eval --model "$T/fp32" --sampling --seed 1 --no-progress
+out_has "sampled decoding"
 run_rc 0 translate --model "$T/fp32" --compute-type int8 --beam 2 "i lost ." "go ."
 [ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type int8"
 run_rc 2 translate --model "$T/fp32" --compute-type fp16 "go ."
