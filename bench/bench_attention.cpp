@@ -1,4 +1,4 @@
-// Flash attention kernel benchmarks (fp32): forward, forward+backward, causal, on the shapes of
+// Flash attention kernel benchmarks: forward, forward+backward, causal, on the shapes of
 // bench/attn_side_by_side.py (PyTorch anchor). GFLOP/s with the convention of
 // /work/shared/bench/attn_bench.py: forward 4*B*H*N*N*d, backward 2.5x forward, causal half.
 //   bench_attention [--threads=2] [--isa=avx512|avx2|scalar] [google-benchmark flags]
@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -123,6 +124,35 @@ BENCHMARK(BM_attention_flash_fwd)->Apply(shapes);
 BENCHMARK(BM_attention_flash_fwdbwd)->Apply(shapes);
 BENCHMARK(BM_attention_flash_causal_fwd)->Apply(shapes);
 BENCHMARK(BM_attention_flash_causal_fwdbwd)->Apply(shapes);
+
+// bf16 compute (AttentionParams::bf16: P and dS rounded to bf16 before their products) against
+// fp32 on the same shapes: the issue-23 grid N = 512..16384, d = 64 and 128, (1, H, N, d) with
+// H = max(1, 8·(2048/N)²) so every N costs about the same. Arg bf16 = 0 runs the fp32 kernel.
+void run_precision(benchmark::State& st, bool bwd) {
+    omp_set_num_threads(g_threads);
+    const int64_t N = st.range(0), d = st.range(1), H = std::max<int64_t>(1, 8 * (2048 / N) * (2048 / N));
+    Problem       pr(1, H, N, d, false);
+    pr.p.bf16 = st.range(2) != 0;
+    for (auto _ : st) {
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        benchmark::ClobberMemory();
+    }
+    st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(1, H, N, d, false, bwd) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(std::string(cpu::isa_name(cpu::fp32_variant_isa())) + (pr.p.bf16 ? " bf16" : " fp32") +
+                " H=" + std::to_string(H) + " threads=" + std::to_string(g_threads));
+}
+void BM_attention_flash_precision_fwd(benchmark::State& st) { run_precision(st, false); }
+void BM_attention_flash_precision_fwdbwd(benchmark::State& st) { run_precision(st, true); }
+void precision_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t d : {64, 128})
+        for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384})
+            for (int64_t bf : {0, 1}) b->Args({n, d, bf});
+    b->ArgNames({"N", "d", "bf16"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+}
+BENCHMARK(BM_attention_flash_precision_fwd)->Apply(precision_shapes);
+BENCHMARK(BM_attention_flash_precision_fwdbwd)->Apply(precision_shapes);
 
 long maxrss_kib() {
     rusage u{};

@@ -59,6 +59,13 @@ struct AttentionParams {
     float    dropout_p      = 0.0f;  // on probabilities, in [0, 1); see attention_dropout_keep
     uint64_t dropout_seed   = 0;     // Philox key
     uint64_t dropout_offset = 0;     // first Philox counter (Generator::reserve(B*H*Tq*Tk))
+    // bf16 compute (mixed precision, ops/precision.h): the caller passes q, k, v (and dout) already
+    // rounded to bf16; the kernel rounds the other operand of each product to bf16 where a bf16
+    // tile kernel (AMX, vdpbf16ps) must convert it: P (times the dropout factor) before P·V and
+    // dV += Pᵀ dO, dS before dQ += dS K and dK += dSᵀ Q. Scores, the online softmax (running max,
+    // row sums, O accumulator, logsumexp), D = rowsum(dO ∘ O) and every accumulation stay fp32.
+    // The reference kernels ignore it (their bf16 check is float64 math on rounded inputs).
+    bool bf16 = false;
 };
 
 /// Gradients for AttentionParams (same layouts; dq/dk/dv have q/k/v's shapes, contiguous).

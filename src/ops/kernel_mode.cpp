@@ -44,7 +44,9 @@ std::string kernel_paths() {
          (cpu::max_isa() < cpu::cpu_isa() ? std::string(" (capped at ") + cpu::isa_name(cpu::max_isa()) + ")" : "") +
          "\n";
     s += std::string("bf16 matrix products (--precision/--compute-type bf16): ") + cpu::bf16_gemm_path() + "\n";
-    s += "flash attention: fp32 (no bf16 kernel yet; under bf16 only the math backend's products are bf16)\n";
+    s += std::string("flash attention under bf16: ") +
+         (ref ? "the math backend (reference kernels), its products bf16" : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no bf16 tile kernel yet)") +
+         "\n";
     return s;
 }
 

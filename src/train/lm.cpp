@@ -348,7 +348,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         std::fprintf(opt.log, "qkv train: language model, %d thread%s%s\n", get_num_threads(),
                      get_num_threads() == 1 ? "" : "s",
                      cfg.train.precision == MatmulPrecision::bf16
-                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path()).c_str()
+                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path(), "; attention on bf16 q, k, v, P and dS").c_str()
                          : "");
         std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
     }

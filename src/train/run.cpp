@@ -378,7 +378,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         std::fprintf(opt.log, "qkv train: preset %s, %d thread%s%s%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                      get_num_threads(), get_num_threads() == 1 ? "" : "s",
                      cfg.train.precision == MatmulPrecision::bf16
-                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path()).c_str()
+                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path(), "; attention on bf16 q, k, v, P and dS").c_str()
                          : "",
                      dp ? detail::str(" per rank; data-parallel over ", opt.comm->size(), " ranks (", opt.comm->backend(),
                                       "; gradients reduced ", opt.reduce.overlap ? "during backward" : "after backward",

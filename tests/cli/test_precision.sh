@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 
 run_rc 0 --version
-out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention: fp32"
+out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention under bf16: the fp32 tile kernel with bf16-rounded q, k, v, P and dS"
 QKV_MAX_ISA=avx2 "$QKV" --version > "$T/capped" || fail "qkv --version under QKV_MAX_ISA=avx2"
 grep -qF "bf16 matrix products (--precision/--compute-type bf16): fp32 GEMM on bf16-rounded inputs (" "$T/capped" \
   || { cat "$T/capped"; fail "the capped bf16 path"; }

@@ -15,7 +15,9 @@
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/params.h"
 #include "kernels/ref/attention.h"
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
+#include "qkv/core/philox.h"
 #include "support/test_util.h"
 
 namespace qkv::test {
@@ -888,6 +890,250 @@ TEST(FlashAttentionKernels, EmptyShapesAndNoLse) {
     cpu::flash_attention_backward(b.p, b.g);
     for (float x : b.dk) EXPECT_EQ(x, 0.0f);
     for (float x : b.dv) EXPECT_EQ(x, 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 compute (AttentionParams::bf16): the fast kernel on bf16-rounded q, k, v, dO against float64
+// math on the same rounded inputs (the issue's reference). The flash rule's baseline is a plain
+// bf16 computation (plain_bf16) instead of float32: err_fast <= kErrFactor·err_plain_bf16 + floor.
+
+/// make_attn with q, k, v and dout rounded to bf16 (the values the bf16 path computes with).
+template <class T>
+AttnData<T> make_attn_bf16(const AttnSpec& s) {
+    auto a = make_attn<T>(s);
+    for (auto* x : {&a.q, &a.k, &a.v, &a.dout})
+        for (auto& e : *x) e = T(round_to_bf16(float(e)));
+    return a;
+}
+
+/// Attention as a framework computing in bf16 does it: every product's result is rounded to bf16
+/// (scores q·kᵀ·scale, P·V, dO·Vᵀ, dS·K, dSᵀ·Q, Pᵀ·dO; fp32 accumulation inside each product), the
+/// softmax and its backward run in fp32 on bf16 values and round their outputs, masks and score
+/// modifiers are applied in fp32 and rounded. Reads a.q, a.k, a.v, a.dout (already bf16); writes
+/// a.out, a.lse (fp32, of the rounded scores) and, with bwd, a.dq, a.dk, a.dv.
+void plain_bf16(AttnData<float>& a, bool bwd) {
+    const auto&   p     = a.p;
+    const int64_t group = p.H / p.Hkv;
+    const auto    bf    = [](float x) { return round_to_bf16(x); };
+    const size_t  Tk    = size_t(p.Tk);
+    std::vector<float> s(Tk), P(Tk), z(Tk), dcap(Tk), dp(Tk);
+    std::vector<float> dk(size_t(p.B * p.Hkv * p.Tk * p.D), 0.0f), dv(size_t(p.B * p.Hkv * p.Tk * p.Dv), 0.0f);
+    const uint32_t thr  = kernels::attention_dropout_threshold(p.dropout_p);
+    const float    keep = 1.0f / (1.0f - p.dropout_p);
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.H; ++h)
+            for (int64_t i = 0; i < p.Tq; ++i) {
+                const int64_t hk    = h / group;
+                const float*  qi    = p.q + b * p.q_stride_b + h * p.q_stride_h + i * p.q_stride_t;
+                const int64_t lim   = kernels::attention_key_limit(p, b, i);
+                const int64_t first = kernels::attention_key_first(p, i);
+                const int64_t mo    = b * p.m_stride_b + h * p.m_stride_h + i * p.m_stride_q;
+                float         mx    = -INFINITY;
+                for (int64_t j = 0; j < p.Tk; ++j) {
+                    const size_t u = size_t(j);
+                    dcap[u]        = 1.0f;
+                    s[u]           = -INFINITY;
+                    if (j > lim || j < first || (p.bool_mask && p.bool_mask[mo + j * p.m_stride_k] == 0)) continue;
+                    const float* kj  = p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t;
+                    float        dot = 0.0f;
+                    for (int64_t d = 0; d < p.D; ++d) dot += qi[d] * kj[d];
+                    float x = bf(p.scale * dot);
+                    if (p.softcap > 0.0f) {
+                        const float t = std::tanh(x / p.softcap);
+                        x             = bf(p.softcap * t);
+                        dcap[u]       = 1.0f - t * t;
+                    }
+                    if (p.alibi_slopes) {
+                        const int64_t dist = i + p.Tk - p.Tq - j;
+                        x = bf(x - p.alibi_slopes[h] * float(dist < 0 ? -dist : dist));
+                    }
+                    if (p.additive_mask) {
+                        const float am = p.additive_mask[mo + j * p.m_stride_k];
+                        x              = am == -INFINITY ? -INFINITY : bf(x + am);
+                    }
+                    s[u] = x;
+                    mx   = std::max(mx, x);
+                }
+                float sum = 0.0f;
+                for (size_t j = 0; j < Tk; ++j) sum += mx == -INFINITY ? 0.0f : std::exp(s[j] - mx);
+                for (size_t j = 0; j < Tk; ++j) P[j] = mx == -INFINITY ? 0.0f : bf(std::exp(s[j] - mx) / sum);
+                a.lse[size_t((b * p.H + h) * p.Tq + i)] = mx == -INFINITY ? -INFINITY : mx + std::log(sum);
+                const uint64_t base = p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i) * p.Tk);
+                for (size_t j = 0; j < Tk; ++j)
+                    z[j] = p.dropout_p > 0.0f
+                               ? ((philox::bits(p.dropout_seed, 0, base + j) >> 8) >= thr ? keep : 0.0f)
+                               : 1.0f;
+                float* oi = p.out + b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t;
+                for (int64_t e = 0; e < p.Dv; ++e) {
+                    float acc = 0.0f;
+                    for (size_t j = 0; j < Tk; ++j) {
+                        const float w = bf(P[j] * z[j]);
+                        if (w != 0.0f) acc += w * p.v[b * p.v_stride_b + hk * p.v_stride_h + int64_t(j) * p.v_stride_t + e];
+                    }
+                    oi[e] = bf(acc);
+                }
+                if (!bwd) continue;
+                const float* doi = a.g.dout + b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t;
+                float        D   = 0.0f;
+                for (size_t j = 0; j < Tk; ++j) {
+                    const float* vj  = p.v + b * p.v_stride_b + hk * p.v_stride_h + int64_t(j) * p.v_stride_t;
+                    float        acc = 0.0f;
+                    for (int64_t e = 0; e < p.Dv; ++e) acc += doi[e] * vj[e];
+                    dp[j] = bf(bf(acc) * z[j]);
+                    if (P[j] != 0.0f) D += P[j] * dp[j];
+                }
+                float* dqi = a.g.dq + ((b * p.H + h) * p.Tq + i) * p.D;
+                std::vector<float> dqa(size_t(p.D), 0.0f);
+                for (size_t j = 0; j < Tk; ++j) {
+                    if (P[j] == 0.0f) continue;
+                    const float  ds  = bf(bf(bf(P[j] * (dp[j] - D)) * dcap[j]) * p.scale);
+                    const float* kj  = p.k + b * p.k_stride_b + hk * p.k_stride_h + int64_t(j) * p.k_stride_t;
+                    float*       dkj = dk.data() + ((b * p.Hkv + hk) * p.Tk + int64_t(j)) * p.D;
+                    float*       dvj = dv.data() + ((b * p.Hkv + hk) * p.Tk + int64_t(j)) * p.Dv;
+                    for (int64_t d = 0; d < p.D; ++d) dqa[size_t(d)] += ds * kj[d], dkj[d] += ds * qi[d];
+                    const float w = bf(P[j] * z[j]);
+                    for (int64_t e = 0; e < p.Dv; ++e) dvj[e] += w * doi[e];
+                }
+                for (int64_t d = 0; d < p.D; ++d) dqi[d] = bf(dqa[size_t(d)]);
+            }
+    if (!bwd) return;
+    for (size_t t = 0; t < dk.size(); ++t) a.g.dk[t] = round_to_bf16(dk[t]);
+    for (size_t t = 0; t < dv.size(); ++t) a.g.dv[t] = round_to_bf16(dv[t]);
+}
+
+// bf16 fast kernel (each ISA) vs float64 on the rounded inputs, baseline plain_bf16.
+void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
+    auto r64 = make_attn_bf16<double>(s);
+    auto pl  = make_attn_bf16<float>(s);
+    ref::attention_forward(r64.p);
+    if (bwd) ref::attention_backward(r64.p, r64.g);
+    plain_bf16(pl, bwd);
+    const Results want = results(r64), base = results(pl);
+    for (auto isa : isas()) {
+        SCOPED_TRACE(::testing::Message() << "bf16 compute, " << cpu::isa_name(isa));
+        auto a   = make_attn_bf16<float>(s);
+        a.p.bf16 = true;
+        flash_forward(a.p, isa);
+        if (bwd) flash_backward(a.p, a.g, isa);
+        const Results got = results(a);
+        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
+        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
+        if (!bwd) continue;
+        EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
+        EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
+        EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+    }
+}
+
+TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_TileEdgeSizes) {
+    const int64_t cases[][4] = {{1, 1, 8, 0},     {7, 200, 8, 8},     {63, 65, 31, 31},   {64, 64, 64, 64},
+                                {97, 128, 128, 128}, {200, 7, 64, 33}, {300, 1000, 64, 64}, {129, 257, 256, 256}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << c[0] << " Tk " << c[1] << " D " << c[2] << " Dv " << c[3]);
+        expect_bf16_matches_ref(shape(1, 2, c[0], c[1], c[2], c[3]));
+    }
+}
+
+// Every feature on the bf16 path: valid_lens (rank 1 and 2, incl. fully masked), both causal
+// alignments, bool/additive masks with masked rows, GQA/MQA with strides, dropout, sliding
+// window, soft cap and ALiBi, the few-query path.
+TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
+    AttnSpec vl = shape(3, 2, 97, 200, 32);
+    vl.valid_lens_rank = 1, vl.valid_lens = {0, 130, 500};
+    expect_bf16_matches_ref(vl);
+    vl.valid_lens_rank = 2, vl.valid_lens.clear();
+    for (int64_t t = 0; t < 3 * 97; ++t) vl.valid_lens.push_back((t * 37) % 230);
+    expect_bf16_matches_ref(vl);
+    for (auto align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
+        AttnSpec c = shape(1, 2, 150, 300, 64);
+        c.causal   = align;
+        expect_bf16_matches_ref(c);
+    }
+    for (auto kind : {MaskKind::boolean, MaskKind::additive, MaskKind::both}) {
+        AttnSpec m    = shape(2, 2, 70, 150, 24);
+        m.mask        = kind;
+        m.mask_shape  = kind == MaskKind::additive ? MaskShape::key_padding : MaskShape::full;
+        m.masked_rows = {1, 1, 5, 0, 0, 69};
+        expect_bf16_matches_ref(m);
+    }
+    AttnSpec g = shape(2, 4, 80, 140, 32, 48);
+    g.Hkv = 2, g.strided = true;
+    expect_bf16_matches_ref(g);
+    g.Hkv = 1, g.causal = CausalAlign::bottom_right;
+    expect_bf16_matches_ref(g);
+    AttnSpec d = shape(2, 2, 97, 200, 32);
+    d.dropout = 0.2f, d.causal = CausalAlign::bottom_right;
+    expect_bf16_matches_ref(d);
+    AttnSpec w = shape(1, 2, 300, 300, 32);
+    w.window_left = 40, w.window_right = 10;
+    expect_bf16_matches_ref(w);
+    AttnSpec sc = shape(2, 4, 100, 150, 32);
+    sc.amp = 2.0f, sc.softcap = 5.0f, sc.alibi = {0.5f, 0.25f, 0.0625f, 0.01f};
+    expect_bf16_matches_ref(sc);
+    for (int64_t tq : {1, 5, 16}) {
+        AttnSpec f = shape(2, 2, tq, 77, 64);
+        f.causal   = CausalAlign::bottom_right;
+        expect_bf16_matches_ref(f);
+    }
+}
+
+// Each rounding point by hand: one query (q = 1, D = 1, scale 1), keys k = (1, 0), values (0, 1),
+// dO = 1. Forward: P~ = (1, e^-1) unnormalised, l = 1 + e^-1 summed in fp32, out = bf16(e^-1) / l
+// (fp32 would give e^-1 / l, 5e-4 apart). Backward: P = (1, e^-1) / l, dV_1 = bf16(P_1); dP = (0, 1),
+// dS = P ∘ (dP - P_1) = (-s, s) with s = P_0 P_1, dQ = dS_0 k_0 = bf16(-s), dK = bf16(dS).
+// Tolerance: the kernels' exp (a few float ulps) and fp32 sums, kHandTol relative; every rounding
+// moves its value by more than 1e-3 relative, so a missed rounding fails.
+TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
+    constexpr double kHandTol = 1e-5;
+    const double     e1 = std::exp(-1.0), l = 1.0 + e1, p1 = e1 / l, s = (1.0 / l) * p1;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        for (bool bf16 : {false, true}) {
+            auto a = make_attn<float>(shape(1, 1, 1, 2, 1));
+            a.q = {1.0f}, a.k = {1.0f, 0.0f}, a.v = {0.0f, 1.0f}, a.dout = {1.0f};
+            a.p.scale = 1.0f, a.p.bf16 = bf16;
+            flash_forward(a.p, isa);
+            flash_backward(a.p, a.g, isa);
+            const auto r = [&](double x) { return bf16 ? double(round_to_bf16(float(x))) : x; };
+            EXPECT_NEAR(a.out[0], r(e1) / l, kHandTol * p1) << "bf16 " << bf16;
+            EXPECT_NEAR(a.dv[1], r(p1), kHandTol * p1) << "bf16 " << bf16;
+            EXPECT_NEAR(a.dq[0], r(-s), kHandTol * s) << "bf16 " << bf16;
+            EXPECT_NEAR(a.dk[0], r(-s), kHandTol * s) << "bf16 " << bf16;
+            EXPECT_NEAR(a.dk[1], r(s), kHandTol * s) << "bf16 " << bf16;
+        }
+    }
+}
+
+// Accumulators do not overflow or lose the exact answer (issue 23): a row of 32,768 equal scores
+// with every value row = 300 gives exactly 300 (P = 1 each, l = 32768 and O = 300 · 32768 are exact
+// in fp32); huge equal logits (scores ~2^123, finite) give exactly uniform weights (values 0 and 1
+// alternating: out = 0.5 exactly), on every path, with finite gradients.
+TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        AttnSpec s = shape(1, 1, 3, 32768, 8, 16);
+        auto     a = make_attn<float>(s);
+        std::fill(a.q.begin(), a.q.end(), 0.5f);
+        std::fill(a.k.begin(), a.k.end(), 0.25f);
+        std::fill(a.v.begin(), a.v.end(), 300.0f);
+        a.p.bf16 = true;
+        flash_forward(a.p, isa);
+        for (float x : a.out) ASSERT_EQ(x, 300.0f);
+        flash_backward(a.p, a.g, isa);
+        for (const auto* g : {&a.dq, &a.dk, &a.dv})
+            for (float x : *g) ASSERT_TRUE(std::isfinite(x));
+
+        auto h = make_attn<float>(shape(1, 2, 70, 256, 8));
+        std::fill(h.q.begin(), h.q.end(), 0x1p60f);
+        std::fill(h.k.begin(), h.k.end(), 0x1p60f);
+        for (size_t t = 0; t < h.v.size(); ++t) h.v[t] = float((t / 8) % 2);  // key j's row = j % 2
+        h.p.scale = 1.0f, h.p.bf16 = true;
+        flash_forward(h.p, isa);
+        for (float x : h.out) ASSERT_EQ(x, 0.5f);
+        flash_backward(h.p, h.g, isa);
+        for (const auto* g : {&h.dq, &h.dk, &h.dv})
+            for (float x : *g) ASSERT_TRUE(std::isfinite(x));
+    }
 }
 
 }  // namespace

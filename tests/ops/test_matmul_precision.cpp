@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "qkv/core/bf16.h"
+#include "qkv/ops/attention.h"
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/ops.h"
 #include "qkv/ops/precision.h"
@@ -117,6 +118,46 @@ TEST(MatmulPrecision, Float64IsUntouchedAndTheSettingIsPerThread) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("--precision: expected fp32 or bf16, got 'fp16'"), std::string::npos);
     }
+}
+
+// The flash backend under bf16 (kernels/params.h: AttentionParams::bf16): q, k, v and the upstream
+// gradient enter as bf16-rounded copies (so pre-rounded inputs give bit-identical results, and the
+// caller's tensors are not changed), and P is rounded before P·V: the output differs from the fp32
+// kernel on the same rounded inputs, by at most the rounding of P. Bound: each P_ij moves by at most
+// u = 2^-8 relative (RNE gives u/2; the factor 2 covers fp32 accumulation), so
+// |out_bf16 - out_f64| <= u · max|v| since sum_j P_ij = 1. The kernels' own tests (FlashAttentionBf16.*)
+// check every feature against float64 with the 2x rule.
+TEST(MatmulPrecision, FlashAttentionUsesRoundedOperands) {
+    constexpr double kPRounding = 1.0 / 256.0;
+    const Tensor q0 = from_vector(random_floats(2 * 2 * 70 * 32, 11), {2, 2, 70, 32});
+    const Tensor k0 = from_vector(random_floats(2 * 2 * 90 * 32, 12), {2, 2, 90, 32});
+    const Tensor v0 = from_vector(random_floats(2 * 2 * 90 * 24, 13), {2, 2, 90, 24});
+    const Tensor r0 = from_vector(random_floats(2 * 2 * 70 * 24, 14), {2, 2, 70, 24});
+    AttentionOptions opt;
+    opt.backend = AttentionBackend::flash;
+    auto run = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& r_, MatmulPrecision p) {
+        MatmulPrecisionGuard g(p);
+        Tensor q = q_.detach().requires_grad_(true), k = k_.detach().requires_grad_(true),
+               v = v_.detach().requires_grad_(true);
+        Tensor out = scaled_dot_product_attention(q, k, v, AttentionMask{}, opt);
+        out.backward(r_);
+        return std::vector<std::vector<float>>{f32(out), f32(q.grad()), f32(k.grad()), f32(v.grad())};
+    };
+    const auto q_before = f32(q0);
+    const auto bf = run(q0, k0, v0, r0, MatmulPrecision::bf16);
+    EXPECT_EQ(f32(q0), q_before) << "the caller's q was rounded in place";
+    const Tensor qr = rounded(q0), kr = rounded(k0), vr = rounded(v0), rr = rounded(r0);
+    const auto pre = run(qr, kr, vr, rr, MatmulPrecision::bf16);
+    for (size_t t = 0; t < 4; ++t) EXPECT_EQ(bf[t], pre[t]) << "result " << t << ": the operands were not rounded";
+    const auto fp = run(qr, kr, vr, rr, MatmulPrecision::fp32);
+    EXPECT_GT(max_abs_diff(bf[0].data(), fp[0].data(), int64_t(fp[0].size())), 1e-6) << "P was not rounded";
+    AttentionOptions m64;
+    m64.backend = AttentionBackend::math;
+    const auto want = f64(scaled_dot_product_attention(qr.to(DType::f64), kr.to(DType::f64), vr.to(DType::f64),
+                                                       AttentionMask{}, m64));
+    double vmax = 0;
+    for (float x : f32(vr)) vmax = std::max(vmax, double(std::fabs(x)));
+    EXPECT_LE(max_abs_diff(bf[0].data(), want.data(), int64_t(want.size())), kPRounding * vmax);
 }
 
 }  // namespace

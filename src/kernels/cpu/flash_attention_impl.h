@@ -280,6 +280,12 @@ void dropout_tile(float* t, int64_t ld, int64_t nk, int64_t lanes, int64_t nq, u
     }
 }
 
+/// t[0, n) rounded to bf16 in place (AttentionParams::bf16); n a multiple of W.
+template <class S>
+void round_tile_bf16(float* t, int64_t n) {
+    for (int64_t e = 0; e < n; e += S::W) S::store(t + e, S::round_bf16(S::load(t + e)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Masks on a transposed score tile t[j * Bq + i] (nk keys x Bq query lanes, keys j0 + j).
 
@@ -540,6 +546,8 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
+        // bf16 compute: P enters P·V as bf16; l above summed the fp32 P, as tile kernels do.
+        if (p.bf16) round_tile_bf16<S>(st, nk * Bq);
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
         const float* vj = vbase + j0 * p.v_stride_t;
         if (classic && has_nonfinite(vj, nk, p.Dv, p.v_stride_t))
@@ -732,6 +740,10 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         if (bad_v || bad_k)
             for (int64_t t = 0; t < nk * Bq; ++t)
                 if (st[t] == 0.0f) ds[t] = 0.0f;
+        if (p.bf16) {  // the GEMMs below take Pd and dS as bf16 (dS was formed from fp32 P above)
+            round_tile_bf16<S>(pd, nk * Bq);
+            round_tile_bf16<S>(ds, nk * Bq);
+        }
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
         gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
         gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);

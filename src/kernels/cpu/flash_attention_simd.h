@@ -133,6 +133,15 @@ struct SimdAvx512 : simd::V16 {
     }
     /// True when every lane has a <= b (false for NaN lanes).
     static inline bool all_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ) == 0xFFFF; }
+    /// x rounded to bf16 (round to nearest even on the bits, as core/bf16.h), as floats; NaN
+    /// lanes are kept as they are (the carry of the rounding bias could change a NaN's class).
+    static inline V round_bf16(V x) {
+        const __m512i u   = _mm512_castps_si512(x);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        const __m512i r   = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                             _mm512_set1_epi32(int(0xffff0000u)));
+        return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+    }
 };
 #endif
 
@@ -172,6 +181,13 @@ struct SimdAvx2 : simd::V8 {
     }
     static inline bool all_le(V a, V b) {
         return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)) == 0xFF;
+    }
+    static inline V round_bf16(V x) {
+        const __m256i u   = _mm256_castps_si256(x);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i r   = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                                             _mm256_set1_epi32(int(0xffff0000u)));
+        return _mm256_blendv_ps(_mm256_castsi256_ps(r), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     }
 };
 #endif
@@ -247,6 +263,19 @@ struct SimdScalar {
         return true;
     }
 #undef QKV_PARTS
+    static inline V round_bf16(V a) {
+        V r;
+        for (int t = 0; t < W; ++t) {
+            const float x = a.p[t / 4][t % 4];
+            uint32_t    u;
+            std::memcpy(&u, &x, 4);
+            if (x == x) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            float y;
+            std::memcpy(&y, &u, 4);
+            r.p[t / 4][t % 4] = y;
+        }
+        return r;
+    }
     static inline float exp1(float x) {
         using namespace simd;
         if (x < kExpLo) return 0.0f;
