@@ -59,12 +59,13 @@ struct AttentionParams {
     float    dropout_p      = 0.0f;  // on probabilities, in [0, 1); see attention_dropout_keep
     uint64_t dropout_seed   = 0;     // Philox key
     uint64_t dropout_offset = 0;     // first Philox counter (Generator::reserve(B*H*Tq*Tk))
-    // bf16 compute (mixed precision, ops/precision.h): the caller passes q, k, v (and dout) already
-    // rounded to bf16; the kernel rounds the other operand of each product to bf16 where a bf16
-    // tile kernel (AMX, vdpbf16ps) must convert it: P (times the dropout factor) before P·V and
-    // dV += Pᵀ dO, dS before dQ += dS K and dK += dSᵀ Q. Scores, the online softmax (running max,
-    // row sums, O accumulator, logsumexp), D = rowsum(dO ∘ O) and every accumulation stay fp32.
-    // The reference kernels ignore it (their bf16 check is float64 math on rounded inputs).
+    // bf16 compute (mixed precision, ops/precision.h): every operand of every product is rounded
+    // to bf16 (RNE), as a bf16 tile kernel (AMX, vdpbf16ps) must convert it: q (before the scale
+    // folds in), k, v and dO as the fast kernel reads them (into its workspace; the inputs are not
+    // changed), P (times the dropout factor) before P·V and dV += Pᵀ dO, dS before dQ += dS K and
+    // dK += dSᵀ Q. Scores, the online softmax (running max, row sums, O accumulator, logsumexp),
+    // D = rowsum(dO ∘ O) (with the rounded dO) and every accumulation stay fp32. The reference
+    // kernels ignore it (the bf16 check is float64 math on rounded inputs).
     bool bf16 = false;
 };
 

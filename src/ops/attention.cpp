@@ -21,7 +21,6 @@
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/precision.h"
-#include "qkv/core/bf16.h"
 #include "qkv/ops/shape_ops.h"
 
 namespace qkv {
@@ -221,14 +220,6 @@ bool use_flash(const Call& c, const AttentionMask& m, const AttentionOptions& o,
 /// A view whose last dim is contiguous (copy otherwise).
 Tensor last_dim_contiguous(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
 
-/// A contiguous float32 copy of t rounded to bf16 (RNE): the operands of bf16 attention.
-Tensor rounded_to_bf16(const Tensor& t) {
-    Tensor r = t.contiguous();
-    if (r.raw_data() == t.raw_data()) r = r.clone();  // never round the caller's tensor in place
-    round_to_bf16(ptr<float>(r), ptr<float>(r), r.numel());
-    return r;
-}
-
 struct FlashSaved {
     Tensor q, k, v, out, lse, valid_lens, mask, alibi;
     kernels::AttentionParams<float> p;
@@ -269,12 +260,12 @@ void fill_params(kernels::AttentionParams<float>& p, const Tensor& q, const Tens
 Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mask, const AttentionOptions& opt,
                        double scale) {
     auto s = std::make_shared<FlashSaved>();
-    // bf16 compute (ops/precision.h): q, k, v enter as bf16-rounded copies; the kernel rounds P
-    // and dS (kernels/params.h: AttentionParams::bf16). Read here: the setting is thread-local.
+    // bf16 compute (ops/precision.h): the kernel rounds q, k, v, dO, P and dS into its workspace
+    // (kernels/params.h: AttentionParams::bf16). Read here: the setting is thread-local.
     const bool bf16 = matmul_precision() == MatmulPrecision::bf16;
-    s->q = bf16 ? rounded_to_bf16(c.q.detach()) : last_dim_contiguous(c.q.detach());
-    s->k = bf16 ? rounded_to_bf16(c.k.detach()) : last_dim_contiguous(c.k.detach());
-    s->v = bf16 ? rounded_to_bf16(c.v.detach()) : last_dim_contiguous(c.v.detach());
+    s->q = last_dim_contiguous(c.q.detach());
+    s->k = last_dim_contiguous(c.k.detach());
+    s->v = last_dim_contiguous(c.v.detach());
     s->valid_lens = vl;
     if (mask.mask.defined()) {
         Tensor m = mask.mask;
@@ -311,7 +302,6 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
         // dout may have other strides than out: the kernel reads dout with o_stride_*, so make
         // it match out's contiguous layout.
         if (dout.strides() != s->out.strides()) dout = dout.contiguous();
-        if (p.bf16) dout = rounded_to_bf16(dout);  // dO enters dV and dP as bf16
         kernels::AttentionGradParams<float> gp;
         gp.dout = ptr<float>(dout), gp.dq = ptr<float>(dq), gp.dk = ptr<float>(dk), gp.dv = ptr<float>(dv);
         kernels::cpu::flash_attention_backward(p, gp);

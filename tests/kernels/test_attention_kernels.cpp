@@ -1077,6 +1077,28 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
     }
 }
 
+// The kernel rounds q, k, v and dO itself (into its workspace): unrounded inputs give bit for bit
+// what the rounded ones give, and the inputs are not written.
+TEST(FlashAttentionBf16, RoundsItsInputsItself) {
+    AttnSpec s = shape(2, 4, 97, 150, 40, 24);
+    s.Hkv = 2, s.strided = true, s.causal = CausalAlign::bottom_right;
+    for (auto isa : isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        auto raw = make_attn<float>(s), pre = make_attn_bf16<float>(s);
+        const auto q0 = raw.q, k0 = raw.k, v0 = raw.v, d0 = raw.dout;
+        raw.p.bf16 = pre.p.bf16 = true;
+        flash_forward(raw.p, isa), flash_forward(pre.p, isa);
+        flash_backward(raw.p, raw.g, isa), flash_backward(pre.p, pre.g, isa);
+        EXPECT_NE(raw.q, pre.q);  // the test's inputs differ, ...
+        EXPECT_EQ(raw.out, pre.out);  // ... what the kernel computes with does not
+        EXPECT_EQ(raw.lse, pre.lse);
+        EXPECT_EQ(raw.dq, pre.dq);
+        EXPECT_EQ(raw.dk, pre.dk);
+        EXPECT_EQ(raw.dv, pre.dv);
+        EXPECT_TRUE(raw.q == q0 && raw.k == k0 && raw.v == v0 && raw.dout == d0) << "an input was written";
+    }
+}
+
 // Each rounding point by hand: one query (q = 1, D = 1, scale 1), keys k = (1, 0), values (0, 1),
 // dO = 1. Forward: P~ = (1, e^-1) unnormalised, l = 1 + e^-1 summed in fp32, out = bf16(e^-1) / l
 // (fp32 would give e^-1 / l, 5e-4 apart). Backward: P = (1, e^-1) / l, dV_1 = bf16(P_1); dP = (0, 1),

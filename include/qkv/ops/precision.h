@@ -4,8 +4,8 @@
 // backward, so the math attention backend's Q·Kᵀ and P·V too) and linear_cross_entropy's output
 // layer — rounds both operands to bf16 (round to nearest even) and accumulates in fp32, as
 // PyTorch's CPU autocast and oneDNN do (kernels: oneDNN's bf16 matmul on AMX / AVX-512-BF16,
-// else the fp32 GEMM on rounded inputs). The flash attention backend takes bf16-rounded q, k, v
-// (and dO) and rounds P and dS before its products (kernels/params.h: AttentionParams::bf16).
+// else the fp32 GEMM on rounded inputs). The flash attention backend rounds q, k, v, dO, P and dS
+// before its products (kernels/params.h: AttentionParams::bf16).
 // Everything else stays fp32: parameters (master weights), gradients, optimizer state, softmax
 // and attention's online-softmax statistics, layer norm, the loss. float64 tensors are never
 // affected (references and gradchecks stay exact).

@@ -286,6 +286,29 @@ void round_tile_bf16(float* t, int64_t n) {
     for (int64_t e = 0; e < n; e += S::W) S::store(t + e, S::round_bf16(S::load(t + e)));
 }
 
+/// t[0, n) = scale * bf16(t) in place: a packed Q^T (dO^T: scale 1) block with its operand rounded
+/// before the softmax scale folds in, as a bf16 kernel scales in fp32; n a multiple of W.
+template <class S>
+void round_scale_tile_bf16(float* t, int64_t n, float scale) {
+    const auto k = S::set1(scale);
+    for (int64_t e = 0; e < n; e += S::W) S::store(t + e, S::mul(k, S::round_bf16(S::load(t + e))));
+}
+
+/// dst[r * cols + c] = bf16(src[r * ld + c]) for r < rows, c < cols: a K, V, Q or dO block as the
+/// dense bf16-valued operand the products read under AttentionParams::bf16.
+template <class S>
+void round_rows_bf16(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+    constexpr int W = S::W;
+    const auto tail = S::tail(int(cols % W));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = src + r * ld;
+        float*       d = dst + r * cols;
+        int64_t      c = 0;
+        for (; c + W <= cols; c += W) S::store(d + c, S::round_bf16(S::load(a + c)));
+        if (c < cols) S::storem(d + c, S::round_bf16(S::loadm(a + c, tail)), tail);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Masks on a transposed score tile t[j * Bq + i] (nk keys x Bq query lanes, keys j0 + j).
 
@@ -435,7 +458,7 @@ void pv_skipping_zeros(float* o, int64_t Dvp, const float* pt, const float* v, i
 template <class S, int64_t BQ = S::kBlockQ>
 struct FwdLayout {
     static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
-    int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, total;  // float offsets into the workspace
+    int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, kr, vr, total;  // float offsets into the workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
         int64_t       at  = 0;
@@ -447,6 +470,7 @@ struct FwdLayout {
         qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0),
         o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq),
         kfirst = take(Bq), psum = take(Bq);
+        kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);  // bf16 K and V blocks
         total = at;
     }
 };
@@ -479,7 +503,12 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         return;
     }
     // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
-    pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, p.scale);
+    if (p.bf16) {  // bf16(q), then the scale
+        pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, 1.0f);
+        round_scale_tile_bf16<S>(qt, p.D * Bq, p.scale);
+    } else {
+        pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, p.scale);
+    }
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
 
@@ -493,6 +522,11 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     for (int64_t j0 = fmin; j0 < kend; j0 += Bk) {
         const int64_t nk      = min64(Bk, kend - j0);
         const float*  kj      = kbase + j0 * p.k_stride_t;
+        int64_t       ks      = p.k_stride_t;
+        if (p.bf16) {  // the block's keys as bf16 values, dense
+            round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
+            kj = ws + L.kr, ks = p.D;
+        }
         bool          classic = general || j0 + nk - 1 > kmin || j0 < fmax;  // a block with masked scores
         bool          rescale = true;
         if (!classic) {
@@ -501,7 +535,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             // by more than kShiftSlack, so P <= e^kShiftSlack and O needs no rescale). Saves
             // the passes that store S, find the row max and reload S for the exp.
             for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, S::zero());
-            gemm_exp<S>(nk, Bq, p.D, kj, p.k_stride_t, qt, Bq, st, Bq, m, psum);
+            gemm_exp<S>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq, m, psum);
             bool over = false;
             for (int64_t v = 0; v < NQV; ++v)
                 over = over || !S::all_le(S::load(psum + v * W), S::set1(kBlockSumLimit));
@@ -515,7 +549,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         }
         if (classic) {
             // S^T = K_j Q^T (nk x Bq), reduction over D.
-            gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, qt, Bq, st, Bq);
+            gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
             if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
             if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
             if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
@@ -550,10 +584,15 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         if (p.bf16) round_tile_bf16<S>(st, nk * Bq);
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
         const float* vj = vbase + j0 * p.v_stride_t;
-        if (classic && has_nonfinite(vj, nk, p.Dv, p.v_stride_t))
-            pv_skipping_zeros<Bq>(o, Dvp, st, vj, p.v_stride_t, nq, nk, p.Dv, alpha, rescale);
-        else if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp, alpha);
-        else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, p.v_stride_t, o, Dvp);
+        int64_t      vs = p.v_stride_t;
+        if (p.bf16) {
+            round_rows_bf16<S>(ws + L.vr, vj, nk, p.Dv, p.v_stride_t);
+            vj = ws + L.vr, vs = p.Dv;
+        }
+        if (classic && has_nonfinite(vj, nk, p.Dv, vs))
+            pv_skipping_zeros<Bq>(o, Dvp, st, vj, vs, nq, nk, p.Dv, alpha, rescale);
+        else if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, vs, o, Dvp, alpha);
+        else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, vs, o, Dvp);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
     const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
@@ -612,7 +651,7 @@ template <class S>
 struct BwdLayout {
     static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
     int64_t nqb;
-    int64_t qt, dot, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax, st, pd, ds, dcap, dq, total;
+    int64_t qt, dot, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax, st, pd, ds, dcap, dq, qr, dor, kr, vr, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
         nqb        = (p.Tq + Bq - 1) / Bq;
         int64_t at = 0;
@@ -627,6 +666,9 @@ struct BwdLayout {
         st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
         dcap = take(p.softcap > 0.0f ? Bk * Bq : 0),
         dq = take(private_dq ? p.Tq * p.D : 0);
+        // bf16: the head's Q and dO rows and the key block's K and V rows as dense bf16 values
+        qr = take(p.bf16 ? p.Tq * p.D : 0), dor = take(p.bf16 ? p.Tq * p.Dv : 0);
+        kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);
         total = at;
     }
 };
@@ -640,18 +682,24 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
     const float* do0 = g.dout + b * p.o_stride_b + h * p.o_stride_h;
     const float* o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
     const float* lse = p.lse + (b * p.H + h) * p.Tq;
+    int64_t      qs = p.q_stride_t, ds = p.o_stride_t;
+    if (p.bf16) {  // the head's Q and dO rows as bf16 values (read again by the dK and dV products)
+        round_rows_bf16<S>(ws + L.qr, q0, p.Tq, p.D, p.q_stride_t);
+        round_rows_bf16<S>(ws + L.dor, do0, p.Tq, p.Dv, p.o_stride_t);
+        q0 = ws + L.qr, qs = p.D, do0 = ws + L.dor, ds = p.Dv;
+    }
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         float* qt  = ws + L.qt + qb * p.D * Bq;
         float* dot = ws + L.dot + qb * p.Dv * Bq;
-        pack_transposed<S>(qt, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, nq, Bq, p.D, p.scale);
-        pack_transposed<S>(dot, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, Bq, p.Dv, 1.0f);
+        pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, p.scale);
+        pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
         for (int64_t i = 0; i < Bq; ++i) {
             float lv = INFINITY, lov = 0.0f, dv = 0.0f;
             if (i < nq) {
                 lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
                 lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
-                const float* a  = do0 + (i0 + i) * p.o_stride_t;
+                const float* a  = do0 + (i0 + i) * ds;
                 const float* o  = o0 + (i0 + i) * p.o_stride_t;
                 for (int64_t e = 0; e < p.Dv; ++e) dv += a[e] * o[e];
             }
@@ -680,10 +728,18 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     const int64_t     j0      = kb * Bk, nk = min64(Bk, p.Tk - j0);
     const float*      kj      = p.k + b * p.k_stride_b + hk * p.k_stride_h + j0 * p.k_stride_t;
     const float*      vj      = p.v + b * p.v_stride_b + hk * p.v_stride_h + j0 * p.v_stride_t;
+    int64_t           ks = p.k_stride_t, vs = p.v_stride_t;
     float*            dk      = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
     float*            dv      = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
     const float*      q0      = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float*      do0     = g.dout + b * p.o_stride_b + h * p.o_stride_h;
+    int64_t           qs = p.q_stride_t, dos = p.o_stride_t;
+    if (p.bf16) {  // bf16 values: Q and dO rows from prepare_head, this block's K and V rows here
+        round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
+        round_rows_bf16<S>(ws + L.vr, vj, nk, p.Dv, p.v_stride_t);
+        kj = ws + L.kr, ks = p.D, vj = ws + L.vr, vs = p.Dv;
+        q0 = ws + L.qr, qs = p.D, do0 = ws + L.dor, dos = p.Dv;
+    }
     float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
     const bool softcap = p.softcap > 0.0f;
     const bool     general  = p.bool_mask || p.additive_mask;
@@ -703,7 +759,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
-        gemm<S, kStore, false, false>(nk, Bq, p.D, kj, p.k_stride_t, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
         if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
@@ -723,7 +779,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
-        gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, p.v_stride_t, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, vs, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
         // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {
@@ -736,7 +792,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
         // Rows hidden by a mask are never read: with a non-finite value in V (dP~ = NaN) or K, the
         // hidden entries (P = 0) get dS = 0, not 0 · NaN, and dQ reads the K rows as 0 there.
-        const bool bad_v = has_nonfinite(vj, nk, p.Dv, p.v_stride_t), bad_k = has_nonfinite(kj, nk, p.D, p.k_stride_t);
+        const bool bad_v = has_nonfinite(vj, nk, p.Dv, vs), bad_k = has_nonfinite(kj, nk, p.D, ks);
         if (bad_v || bad_k)
             for (int64_t t = 0; t < nk * Bq; ++t)
                 if (st[t] == 0.0f) ds[t] = 0.0f;
@@ -745,20 +801,20 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             round_tile_bf16<S>(ds, nk * Bq);
         }
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
-        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, dv, p.Dv);
-        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, dk, p.D);
+        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * dos, dos, dv, p.Dv);
+        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * qs, qs, dk, p.D);
         // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys). Non-finite K rows are
         // read as 0: where such a key is seen, dS is NaN already (its score was), so dQ stays NaN.
         if (bad_k) {
             std::vector<float> kz(size_t(nk * p.D));
             for (int64_t j = 0; j < nk; ++j)
                 for (int64_t d = 0; d < p.D; ++d) {
-                    const float x = kj[j * p.k_stride_t + d];
+                    const float x = kj[j * ks + d];
                     kz[size_t(j * p.D + d)] = std::isfinite(x) ? x : 0.0f;
                 }
             gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kz.data(), p.D, dq_acc + i0 * p.D, p.D);
         } else {
-            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, p.k_stride_t, dq_acc + i0 * p.D, p.D);
+            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, ks, dq_acc + i0 * p.D, p.D);
         }
     }
 }

@@ -37,4 +37,13 @@ template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x
     X(layer_norm_forward) X(layer_norm_backward) X(gru_cell_forward) X(gru_cell_backward)         \
     X(additive_scores_forward) X(additive_scores_backward) X(adam_step) X(quantize_rows_int8)
 
+// The AVX2 and AVX-512 instances exist only in variants_<tier>.cpp (explicit instantiations under
+// that tier's flags). A dispatcher that includes a *_simd.h body (for its scalar build) must not
+// instantiate them again under its own plain flags: the linker could keep that copy for the tier.
+#define QKV_EXTERN_VARIANT(name)                                          \
+    extern template decltype(name<Isa::avx2>) name<Isa::avx2>;           \
+    extern template decltype(name<Isa::avx512>) name<Isa::avx512>;
+QKV_FP32_VARIANTS(QKV_EXTERN_VARIANT)
+#undef QKV_EXTERN_VARIANT
+
 }  // namespace qkv::kernels::cpu::simd
