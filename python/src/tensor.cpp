@@ -78,6 +78,7 @@ DLDataType dl_dtype(DType t) {
         case DType::f64: return {2, 64, 1};
         case DType::i64: return {0, 64, 1};
         case DType::b8: return {6, 8, 1};
+        case DType::bf16: return {4, 16, 1};  // kDLBfloat, as torch exports torch.bfloat16
     }
     return {0, 0, 0};
 }
@@ -203,6 +204,9 @@ pyb::dtype numpy_dtype(DType t) {
         case DType::f64: return pyb::dtype::of<double>();
         case DType::i64: return pyb::dtype::of<int64_t>();
         case DType::b8: return pyb::dtype::of<bool>();
+        case DType::bf16:
+            throw pyb::type_error("numpy has no bfloat16: convert first, t.to('float32').numpy() (exact), or "
+                                  "share the bfloat16 tensor through DLPack (torch.from_dlpack(t))");
     }
     throw pyb::type_error("unknown dtype");
 }

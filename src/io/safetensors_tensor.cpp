@@ -14,6 +14,7 @@ const char* st_dtype(DType t) {
         case DType::f64: return "F64";
         case DType::i64: return "I64";
         case DType::b8: return "BOOL";
+        case DType::bf16: return "BF16";
     }
     return "?";
 }
