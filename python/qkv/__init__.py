@@ -4,6 +4,9 @@ Arrays. ``qkv.Tensor`` holds float32, float64, int64 or bool data and shares mem
 ``qkv.from_numpy(a)`` and ``t.numpy()`` never copy (``from_numpy`` raises ValueError for an array
 it cannot share unless ``copy=True``), ``np.asarray(t)`` and ``memoryview(t)`` use the buffer
 protocol, and ``__dlpack__`` / ``qkv.from_dlpack`` exchange CPU tensors with numpy or PyTorch.
+``t.to("bfloat16")`` stores bfloat16 (round to nearest even): views, copies, ``.to`` and DLPack
+(``torch.from_dlpack``) only; numpy has none, so ``t.numpy()`` raises TypeError, and computing
+ops raise ``qkv.Error`` until ``t.to("float32")``.
 Attention takes (B, H, T, D) arrays (batch, heads, time, head width); arrays laid out
 (B, T, H, D) must say ``layout="BTHD"``.
 

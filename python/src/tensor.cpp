@@ -23,7 +23,7 @@ struct DLDevice {
     int32_t device_id;
 };
 struct DLDataType {
-    uint8_t code;  // kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBool 6
+    uint8_t code;  // kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6
     uint8_t bits;
     uint16_t lanes;
 };
@@ -78,6 +78,7 @@ DLDataType dl_dtype(DType t) {
         case DType::f64: return {2, 64, 1};
         case DType::i64: return {0, 64, 1};
         case DType::b8: return {6, 8, 1};
+        case DType::bf16: return {4, 16, 1};  // kDLBfloat, as torch exports torch.bfloat16
     }
     return {0, 0, 0};
 }
@@ -136,9 +137,10 @@ Tensor from_dlpack(const pyb::object& obj) {
     else if (ty.code == 2 && ty.bits == 64) dt = DType::f64;
     else if (ty.code == 0 && ty.bits == 64) dt = DType::i64;
     else if (ty.code == 6 && ty.bits == 8) dt = DType::b8;
+    else if (ty.code == 4 && ty.bits == 16) dt = DType::bf16;
     else
         throw pyb::type_error(detail::str("from_dlpack: dtype code ", int(ty.code), " with ", int(ty.bits),
-                                          " bits is not supported (float32, float64, int64 or bool)"));
+                                          " bits is not supported (float32, float64, int64, bool or bfloat16)"));
     Shape shape(d.shape, d.shape + d.ndim);
     Shape strides = d.strides != nullptr ? Shape(d.strides, d.strides + d.ndim) : contiguous_strides(shape);
     int64_t span = 1;  // elements from the first to one past the last
@@ -170,7 +172,8 @@ DType parse_dtype(const pyb::handle& h) {
         if (s == "float64") return DType::f64;
         if (s == "int64") return DType::i64;
         if (s == "bool") return DType::b8;
-        throw pyb::type_error(detail::str("dtype: '", s, "' is not one of float32, float64, int64, bool"));
+        if (s == "bfloat16") return DType::bf16;
+        throw pyb::type_error(detail::str("dtype: '", s, "' is not one of float32, float64, int64, bool, bfloat16"));
     }
     pyb::array probe(pyb::dtype::from_args(pyb::reinterpret_borrow<pyb::object>(h)), std::vector<ssize_t>{0});
     return dtype_of_array(probe, "dtype");
@@ -185,6 +188,26 @@ std::vector<int64_t> dims_arg(const pyb::object& dim) {
 Shape shape_args(const pyb::args& args) {
     if (args.size() == 1 && !pyb::isinstance<pyb::int_>(args[0])) return args[0].cast<Shape>();
     return args.cast<Shape>();
+}
+
+/// pybind11's buffer-protocol entry for Tensor, wrapped so that a bfloat16 tensor refuses it with
+/// a BufferError (Python has no bf16 format character; and def_buffer cannot refuse: pybind11
+/// 2.10 calls it from a C callback and dereferences its result). numpy then falls back to
+/// __array__, whose TypeError says how to convert.
+getbufferproc pybind11_tensor_getbuffer = nullptr;
+int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+    bool bf16 = false;
+    try {
+        bf16 = pyb::handle(obj).cast<const Tensor&>().dtype() == DType::bf16;
+    } catch (const std::exception&) {  // not a Tensor (a subclass's odd state): pybind11 decides
+    }
+    if (bf16) {
+        if (view != nullptr) view->obj = nullptr;
+        PyErr_SetString(PyExc_BufferError, "a bfloat16 tensor has no buffer (Python and numpy have no bfloat16): "
+                                           "use t.to('float32') (exact) or DLPack (torch.from_dlpack(t))");
+        return -1;
+    }
+    return pybind11_tensor_getbuffer(obj, view, flags);
 }
 
 std::string repr(const Tensor& t) {
@@ -203,6 +226,9 @@ pyb::dtype numpy_dtype(DType t) {
         case DType::f64: return pyb::dtype::of<double>();
         case DType::i64: return pyb::dtype::of<int64_t>();
         case DType::b8: return pyb::dtype::of<bool>();
+        case DType::bf16:
+            throw pyb::type_error("numpy has no bfloat16: convert first, t.to('float32').numpy() (exact), or "
+                                  "share the bfloat16 tensor through DLPack (torch.from_dlpack(t))");
     }
     throw pyb::type_error("unknown dtype");
 }
@@ -275,8 +301,8 @@ pyb::array tensor_to_numpy(const Tensor& t) {
 
 void bind_tensor(pyb::module_& m) {
     using pyb::arg;
-    pyb::class_<Tensor> T(m, "Tensor", pyb::buffer_protocol(), R"(An n-d array of qkv (float32, float64, int64 or
-bool) with autograd state. Shares memory with the numpy arrays it was made from or gives out
+    pyb::class_<Tensor> T(m, "Tensor", pyb::buffer_protocol(), R"(An n-d array of qkv (float32, float64, int64,
+bool, or bfloat16 for storage only: .to('float32') before computing) with autograd state. Shares memory with the numpy arrays it was made from or gives out
 (qkv.from_numpy, Tensor.numpy, np.asarray(t), memoryview(t), DLPack). Attention inputs are
 (B, H, T, D): batch, heads, time, head width (see qkv.scaled_dot_product_attention).)");
     T.def(pyb::init([](const pyb::object& data, const pyb::object& dtype, bool requires_grad) {
@@ -400,6 +426,10 @@ bool) with autograd state. Shares memory with the numpy arrays it was made from 
             return matmul(a, bt);
         })
         .def("__repr__", &repr);
+
+    auto* tensor_type = reinterpret_cast<PyTypeObject*>(T.ptr());
+    pybind11_tensor_getbuffer = tensor_type->tp_as_buffer->bf_getbuffer;
+    tensor_type->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
 
     m.def("from_numpy", [](const pyb::array& a, bool copy) {
         if (copy) return tensor_from_numpy(pyb::array(a.attr("copy")()), "a", true);

@@ -1,5 +1,5 @@
 # qkv.Tensor <-> numpy without copies (data pointers compared), buffer protocol, DLPack, and the
-# errors for dtypes, layouts and arrays that cannot be shared.
+# errors for dtypes, layouts and arrays that cannot be shared (bfloat16: DLPack only).
 import gc
 
 import numpy as np
@@ -124,3 +124,29 @@ def test_qkv_error_keeps_the_message():
     with pytest.raises(qkv.Error, match=r"matmul: .*\(2, 3\).*\(4, 5\)"):
         qkv.matmul(np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))
     assert issubclass(qkv.Error, RuntimeError)
+
+
+def test_bfloat16_storage_numpy_refused_dlpack_shared():
+    # 1 + 3·2^-8 is a tie between 1 + 2^-7 (odd) and 1 + 2^-6: RNE rounds up.
+    x = np.array([[1.0, 1.0 + 3 / 256, -0.0], [np.inf, 2.5, -3.0]], dtype=np.float32)
+    t = qkv.tensor(x).to("bfloat16")
+    assert t.dtype == "bfloat16"
+    np.testing.assert_array_equal(t.to("float32").numpy(), np.array([[1, 1 + 1 / 64, 0], [np.inf, 2.5, -3]], np.float32))
+    assert np.signbit(t.to("float32").numpy()[0, 2])
+    assert "bfloat16" in repr(t)
+    with pytest.raises(TypeError, match=r"numpy has no bfloat16.*to\('float32'\)"):
+        t.numpy()
+    with pytest.raises(TypeError, match="numpy has no bfloat16"):
+        np.asarray(t)
+    with pytest.raises(BufferError, match="bfloat16"):
+        memoryview(t)
+    with pytest.raises(qkv.Error, match=r"add: bfloat16 tensors are storage only.*\.to\(DType::f32\)"):
+        t + t
+    # DLPack carries bf16 (kDLBfloat, 16 bits): shared, not copied.
+    u = qkv.from_dlpack(t)
+    assert u.dtype == "bfloat16" and u.data_ptr() == t.data_ptr() and u.shape == (2, 3)
+    np.testing.assert_array_equal(u.to("float32").numpy(), t.to("float32").numpy())
+    v = t.transpose(0, 1)  # a strided view travels with its strides
+    w = qkv.from_dlpack(v)
+    assert w.strides == v.strides == (1, 3)
+    np.testing.assert_array_equal(w.contiguous().to("float32").numpy(), t.to("float32").numpy().T)

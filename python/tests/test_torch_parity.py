@@ -35,6 +35,28 @@ def test_dlpack_with_torch():
     assert back.data_ptr() == pt.data_ptr()
 
 
+def test_dlpack_bfloat16_with_torch():
+    x = torch.tensor([[1.0, 1.0 + 3 / 256, -0.0], [float("inf"), float("nan"), 3.4e38]])
+    t = qkv.tensor(x.numpy()).to("bfloat16")
+    pt = torch.from_dlpack(t)
+    assert pt.dtype == torch.bfloat16 and pt.data_ptr() == t.data_ptr()
+    # qkv's conversion rounds as torch's does (RNE, overflow to inf, -0 kept), bit for bit; NaN
+    # stays NaN (torch's vectorised conversion gives the pattern 0xffff, qkv's the quiet 0x7fc0).
+    ok = ~torch.isnan(x)
+    assert torch.equal(pt.view(torch.int16)[ok], x.bfloat16().view(torch.int16)[ok])
+    assert torch.isnan(pt.float()).tolist() == torch.isnan(x).tolist()
+    # Every tie (each bf16 pattern with the half bit set below it) and wide-range random values.
+    ties = ((torch.arange(1 << 16, dtype=torch.int64) << 16) | 0x8000).to(torch.int32).view(torch.float32)
+    g = torch.Generator().manual_seed(0)
+    r = torch.cat([ties, torch.randn(100000, generator=g) * torch.logspace(-40, 38, 100000)])
+    r = r[~torch.isnan(r)]
+    q = torch.from_dlpack(qkv.from_dlpack(r).to("bfloat16"))
+    assert torch.equal(q.view(torch.int16), r.bfloat16().view(torch.int16))
+    back = qkv.from_dlpack(x.bfloat16())
+    assert back.dtype == "bfloat16"
+    np.testing.assert_array_equal(back.to("float32").numpy(), x.bfloat16().float().numpy())
+
+
 # float32 on both sides, the same weights: the two differ only in summation order (q kᵀ over 4
 # elements per head, the output projection over 8), a few ulp of O(1) values; 1e-5 relative /
 # 1e-6 absolute is ~100 ulp, far below any real difference (a wrong mask, scale or head split

@@ -12,6 +12,7 @@ const char* dtype_name(DType t) {
         case DType::f64: return "float64";
         case DType::i64: return "int64";
         case DType::b8: return "bool";
+        case DType::bf16: return "bfloat16";
     }
     return "?";
 }

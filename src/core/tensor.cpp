@@ -58,6 +58,7 @@ T* Tensor::data() const {
 template float*   Tensor::data<float>() const;
 template double*  Tensor::data<double>() const;
 template int64_t* Tensor::data<int64_t>() const;
+template bfloat16* Tensor::data<bfloat16>() const;
 template <>
 bool* Tensor::data<bool>() const {
     QKV_CHECK(dtype() == DType::b8, "data: tensor has dtype ", dtype_name(dtype()),
@@ -76,6 +77,7 @@ double load_as_double(const void* base, DType t, int64_t i) {
         case DType::f64: return static_cast<const double*>(base)[i];
         case DType::i64: return double(static_cast<const int64_t*>(base)[i]);
         case DType::b8: return static_cast<const uint8_t*>(base)[i] ? 1.0 : 0.0;
+        case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
     }
     return 0;
 }
@@ -104,6 +106,7 @@ std::vector<T> Tensor::to_vector() const {
 template std::vector<float>   Tensor::to_vector<float>() const;
 template std::vector<double>  Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bfloat16> Tensor::to_vector<bfloat16>() const;
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
     QKV_CHECK(dtype() == DType::b8, "to_vector: tensor has dtype ", dtype_name(dtype()),
@@ -129,6 +132,7 @@ Tensor full(const Shape& shape, double value, DType dtype) {
         case DType::f64: std::fill_n(t.data<double>(), n, value); break;
         case DType::i64: std::fill_n(t.data<int64_t>(), n, int64_t(value)); break;
         case DType::b8: std::memset(t.raw_data(), value != 0 ? 1 : 0, size_t(n)); break;
+        case DType::bf16: std::fill_n(t.data<bfloat16>(), n, bfloat16{bf16_bits(value)}); break;
     }
     return t;
 }
@@ -152,6 +156,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
             case DType::f64: t.data<double>()[i] = v; break;
             case DType::i64: t.data<int64_t>()[i] = int64_t(v); break;
             case DType::b8: QKV_CHECK(false, "arange: bool dtype is not supported");
+            case DType::bf16: t.data<bfloat16>()[i] = bfloat16{bf16_bits(v)}; break;
         }
     }
     return t;
@@ -174,6 +179,7 @@ template Tensor from_vector<float>(const std::vector<float>&, const Shape&);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&);
+template Tensor from_vector<bfloat16>(const std::vector<bfloat16>&, const Shape&);
 
 namespace {
 template <class T, class F>

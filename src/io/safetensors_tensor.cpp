@@ -14,6 +14,7 @@ const char* st_dtype(DType t) {
         case DType::f64: return "F64";
         case DType::i64: return "I64";
         case DType::b8: return "BOOL";
+        case DType::bf16: return "BF16";
     }
     return "?";
 }
@@ -36,7 +37,9 @@ void save_safetensors(const std::string& path,
     write_safetensors(path, views, metadata);
 }
 
-std::map<std::string, Tensor> load_safetensors(const std::string& path) {
+std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf16_as) {
+    QKV_CHECK(bf16_as == DType::f32 || bf16_as == DType::bf16, "load_safetensors: '", path,
+              "': bf16_as must be float32 or bfloat16, got ", dtype_name(bf16_as));
     const SafeTensorsFile f(path);
     std::map<std::string, Tensor> out;
     for (const SafeTensorInfo& e : f.entries()) {
@@ -51,6 +54,9 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
             t = Tensor::empty(e.shape, DType::b8);
             bool* d = t.data<bool>();
             for (int64_t i = 0; i < n; ++i) d[i] = bytes[size_t(i)] != 0;
+        } else if (e.dtype == "BF16" && bf16_as == DType::bf16) {
+            t = Tensor::empty(e.shape, DType::bf16);
+            if (n) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
         } else if (e.dtype == "BF16") {
             // bfloat16 is the top half of an IEEE float32: widening is exact.
             t = Tensor::empty(e.shape, DType::f32);

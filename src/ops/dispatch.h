@@ -1,13 +1,30 @@
 #pragma once
-// Private: dtype dispatch for ops. QKV_DISPATCH_FLOAT(dtype, "op", body) runs body with
-// `scalar_t` = float or double, and throws naming the op for other dtypes.
+// Private: dtype dispatch for ops. Each macro runs `body` with `scalar_t` set to the C++ type of
+// the dtype, and throws qkv::Error naming the op for the dtypes it does not take:
+//   QKV_DISPATCH_FLOAT   f32, f64 (computing ops)
+//   QKV_DISPATCH_ALL     f32, f64, i64, b8 (uint8_t) (comparisons, argmax)
+//   QKV_DISPATCH_STORAGE f32, f64, i64, b8 (uint8_t), bf16 (qkv::bfloat16): ops that only move
+//                        elements (copy_, where, gather); the body must not compute on scalar_t.
+// bf16 is storage only: FLOAT and ALL throw "op: bfloat16 tensors are storage only ...". The
+// switches list every dtype and have no default where they can, so -Wswitch flags a new one.
+#include <string>
+
 #include "qkv/core/tensor.h"
+
+namespace qkv::detail {
+/// Throws "<op>: bfloat16 tensors are storage only (...); convert with .to(DType::f32) first".
+[[noreturn]] inline void throw_bf16_storage_only(const std::string& op) {
+    throw Error(str(op, ": bfloat16 tensors are storage only (views, copies, conversions, "
+                        "printing, safetensors); convert with .to(DType::f32) first"));
+}
+}  // namespace qkv::detail
 
 #define QKV_DISPATCH_FLOAT(DT, OP, ...)                                                         \
     do {                                                                                        \
         switch (DT) {                                                                           \
             case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }             \
             case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
+            case ::qkv::DType::bf16: ::qkv::detail::throw_bf16_storage_only(OP);                \
             default:                                                                            \
                 throw ::qkv::Error(::qkv::detail::str(OP, ": expected a float tensor, got ",    \
                                                       ::qkv::dtype_name(DT)));                  \
@@ -21,7 +38,20 @@
             case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
             case ::qkv::DType::i64: { using scalar_t = int64_t; __VA_ARGS__; break; }           \
             case ::qkv::DType::b8: { using scalar_t = uint8_t; __VA_ARGS__; break; }            \
+            case ::qkv::DType::bf16: ::qkv::detail::throw_bf16_storage_only(OP);                \
         }                                                                                       \
+    } while (0)
+
+#define QKV_DISPATCH_STORAGE(DT, OP, ...)                                                       \
+    do {                                                                                        \
+        switch (DT) {                                                                           \
+            case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }             \
+            case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
+            case ::qkv::DType::i64: { using scalar_t = int64_t; __VA_ARGS__; break; }           \
+            case ::qkv::DType::b8: { using scalar_t = uint8_t; __VA_ARGS__; break; }            \
+            case ::qkv::DType::bf16: { using scalar_t = ::qkv::bfloat16; __VA_ARGS__; break; }  \
+        }                                                                                       \
+        (void)(OP);                                                                             \
     } while (0)
 
 namespace qkv::detail {

@@ -4,6 +4,7 @@
 #include "qkv/ops/elementwise.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/strided.h"
 #include "ops/dispatch.h"
@@ -275,7 +276,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
     const Shape sb = detail::broadcast_strides(b.shape(), b.strides(), shape);
     const Shape so = out.strides();
     const uint8_t* pm = ptr<uint8_t>(mask);
-    QKV_DISPATCH_ALL(a.dtype(), "where", {
+    QKV_DISPATCH_STORAGE(a.dtype(), "where", {
         const scalar_t* pa = ptr<scalar_t>(a);
         const scalar_t* pb = ptr<scalar_t>(b);
         scalar_t* po = ptr<scalar_t>(out);
@@ -325,6 +326,27 @@ Tensor logical_not(const Tensor& mask) {
 // ---- in-place (never recorded) ----
 
 namespace {
+/// One element of copy_ converted from S to D (bool as uint8_t). To b8: nonzero (PyTorch's rule;
+/// a plain uint8_t cast made 0.5 false and 256 UB). To bf16: RNE, rounded once from f32, f64 or
+/// the integer (bf16_bits, bf16_bits_from_int). From bf16: exact to f32/f64, to i64 through the
+/// exact float (truncates toward zero, as PyTorch), to b8 nonzero (NaN true, -0 false). Otherwise
+/// a C++ conversion (float -> i64 truncates toward zero).
+template <class D, class S>
+inline D convert_element(S s) {
+    if constexpr (std::is_same_v<S, bfloat16>) {
+        if constexpr (std::is_same_v<D, bfloat16>) return s;
+        else if constexpr (std::is_same_v<D, uint8_t>) return uint8_t((s.bits & 0x7fffu) != 0);
+        else return D(bf16_to_float(s.bits));
+    } else if constexpr (std::is_same_v<D, bfloat16>) {
+        if constexpr (std::is_floating_point_v<S>) return bfloat16{bf16_bits(s)};
+        else return bfloat16{bf16_bits_from_int(int64_t(s))};
+    } else if constexpr (std::is_same_v<D, uint8_t> && !std::is_same_v<S, uint8_t>) {
+        return uint8_t(s != 0);
+    } else {
+        return D(s);
+    }
+}
+
 template <class D, class S>
 void copy_kernel(Tensor& dst, const Tensor& src, const Shape& ss) {
     D* pd = static_cast<D*>(dst.impl().storage->data);
@@ -334,13 +356,13 @@ void copy_kernel(Tensor& dst, const Tensor& src, const Shape& ss) {
         pd += dst.offset();
         ps += src.offset();
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
-        for (int64_t i = 0; i < n; ++i) pd[i] = D(ps[i]);
+        for (int64_t i = 0; i < n; ++i) pd[i] = convert_element<D>(ps[i]);
         return;
     }
     const Shape& sd = dst.strides();
     detail::for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()},
                                 [&](int64_t m, auto o, auto s) {
-                                    for (int64_t i = 0; i < m; ++i) pd[o[0] + i * s[0]] = D(ps[o[1] + i * s[1]]);
+                                    for (int64_t i = 0; i < m; ++i) pd[o[0] + i * s[0]] = convert_element<D>(ps[o[1] + i * s[1]]);
                                 });
 }
 
@@ -362,10 +384,10 @@ void add_kernel(Tensor& a, const Tensor& b, double alpha) {
     });
 }
 /// copy_ for a destination of type D: dispatches on the source's dtype (a function rather than a
-/// nested QKV_DISPATCH_ALL, whose inner scalar_t would shadow the outer one).
+/// nested QKV_DISPATCH_STORAGE, whose inner scalar_t would shadow the outer one).
 template <class D>
 void copy_to(Tensor& dst, const Tensor& src, const Shape& ss) {
-    QKV_DISPATCH_ALL(src.dtype(), "copy_", (copy_kernel<D, scalar_t>(dst, src, ss)));
+    QKV_DISPATCH_STORAGE(src.dtype(), "copy_", (copy_kernel<D, scalar_t>(dst, src, ss)));
 }
 }  // namespace
 
@@ -373,7 +395,7 @@ void copy_(Tensor& dst, const Tensor& src) {
     QKV_CHECK(broadcasts_to(src.shape(), dst.shape()), "copy_: source of shape ",
               src.shape(), " does not broadcast to ", dst.shape());
     const Shape ss = detail::broadcast_strides(src.shape(), src.strides(), dst.shape());
-    QKV_DISPATCH_ALL(dst.dtype(), "copy_", (copy_to<scalar_t>(dst, src, ss)));
+    QKV_DISPATCH_STORAGE(dst.dtype(), "copy_", (copy_to<scalar_t>(dst, src, ss)));
 }
 
 void fill_(Tensor& a, double value) { copy_(a, full({}, value, DType::f64)); }

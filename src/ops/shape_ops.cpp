@@ -221,7 +221,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
             }
         }
     }
-    QKV_DISPATCH_ALL(x.dtype(), "gather", {
+    QKV_DISPATCH_STORAGE(x.dtype(), "gather", {
         const scalar_t* px = ptr<scalar_t>(xc);
         scalar_t* po = ptr<scalar_t>(out);
         for (size_t e = 0; e < offs.size(); ++e) po[e] = px[offs[e]];

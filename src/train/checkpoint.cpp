@@ -46,6 +46,7 @@ const char* st_dtype(DType d) {
         case DType::f64: return "F64";
         case DType::i64: return "I64";
         case DType::b8: return "BOOL";
+        case DType::bf16: return "BF16";  // never a model's (save_model asks for f32); read back as bf16
     }
     return "";
 }
@@ -132,7 +133,8 @@ Tensor to_tensor(const io::SafeTensorsFile& f, const io::SafeTensorInfo& e) {
     else if (e.dtype == "F64") d = DType::f64;
     else if (e.dtype == "I64") d = DType::i64;
     else if (e.dtype == "BOOL") d = DType::b8;
-    else throw Error(detail::str("tensor '", e.name, "' has dtype ", e.dtype, ", expected F32, F64, I64 or BOOL"));
+    else if (e.dtype == "BF16") d = DType::bf16;  // load_state_dict's copy_ widens it exactly
+    else throw Error(detail::str("tensor '", e.name, "' has dtype ", e.dtype, ", expected F32, F64, I64, BOOL or BF16"));
     Tensor t = Tensor::empty(e.shape, d);
     auto b = f.bytes(e.name);
     if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());

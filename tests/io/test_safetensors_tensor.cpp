@@ -1,9 +1,11 @@
 // Tensor adapters of safetensors: save/load round trip of every qkv dtype (incl. 0-d, empty and
-// non-contiguous tensors), BF16 widening, and errors for dtypes qkv cannot load.
+// non-contiguous tensors), BF16 widening or kept as bf16 (bit exact), and errors for dtypes qkv
+// cannot load and for truncated files.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "support/temp_dir.h"
 #include "qkv/core/error.h"
@@ -62,6 +64,54 @@ TEST(SafeTensorsTensor, Bf16WidensAndOtherDtypesAreRejected) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("tensor 'h' has dtype F16"), std::string::npos)
             << e.what();
+    }
+}
+
+TEST(SafeTensorsTensor, Bf16TensorRoundTripIsBitExact) {
+    TempDir dir;
+    // Every kind of pattern: ±0, a subnormal, ±1, ±inf, the largest bf16, NaNs with payloads.
+    const std::vector<uint16_t> bits = {0x0000, 0x8000, 0x0001, 0x3f80, 0xbf80, 0x7f80,
+                                        0xff80, 0x7f7f, 0x7fc0, 0xffc1, 0x7f81, 0x4049};
+    std::vector<bfloat16> v;
+    for (uint16_t b : bits) v.push_back(bfloat16{b});
+    const Tensor t = from_vector(v, {3, 4});
+    const Tensor strided = t.transpose(0, 1);  // written contiguous, as (4, 3)
+    save_safetensors(dir / "b.safetensors", {{"t", t}, {"strided", strided}});
+    const SafeTensorsFile f(dir / "b.safetensors");
+    EXPECT_EQ(f.info("t").dtype, "BF16");
+    EXPECT_EQ(f.info("t").end - f.info("t").begin, 24u);
+    const auto raw = f.bytes("t");
+    EXPECT_EQ(std::memcmp(raw.data(), bits.data(), 24), 0);  // little-endian uint16 patterns
+
+    const auto kept = load_safetensors(dir / "b.safetensors", DType::bf16);
+    EXPECT_EQ(kept.at("t").dtype(), DType::bf16);
+    EXPECT_EQ(kept.at("t").shape(), (Shape{3, 4}));
+    EXPECT_EQ(kept.at("t").to_vector<bfloat16>(), v);
+    EXPECT_EQ(kept.at("strided").shape(), (Shape{4, 3}));
+    EXPECT_EQ(kept.at("strided").to_vector<bfloat16>(), strided.to_vector<bfloat16>());
+    // The default still widens to f32 (what model loaders want), exactly: pattern << 16.
+    const auto wide = load_safetensors(dir / "b.safetensors");
+    EXPECT_EQ(wide.at("t").dtype(), DType::f32);
+    const std::vector<float> w = wide.at("t").to_vector<float>();
+    for (size_t i = 0; i < bits.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &w[i], 4);
+        EXPECT_EQ(u, uint32_t(bits[i]) << 16) << i;
+    }
+    EXPECT_THROW(load_safetensors(dir / "b.safetensors", DType::f64), Error);
+}
+
+TEST(SafeTensorsTensor, TruncatedBf16FileThrows) {
+    TempDir dir;
+    const std::string path = dir / "b.safetensors";
+    save_safetensors(path, {{"t", ones({8}, DType::bf16)}});
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+    try {
+        load_safetensors(path, DType::bf16);
+        FAIL() << "no error for a truncated file";
+    } catch (const SafeTensorsError& e) {
+        EXPECT_TRUE(e.truncated()) << e.what();
+        EXPECT_NE(std::string(e.what()).find("the file is truncated"), std::string::npos) << e.what();
     }
 }
 

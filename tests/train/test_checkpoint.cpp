@@ -206,6 +206,29 @@ TEST(Checkpoint, ACheckpointWithoutRunningSumsLoadsWithZeroSums) {
     }
 }
 
+TEST(Checkpoint, Bf16ModelFileLoadsWidenedExactly) {
+    // A model file whose float tensors are BF16 (e.g. exported from a bf16 run) loads into the
+    // f32 model, widened exactly; save_model itself still writes F32 only.
+    const TinyCorpus c = tiny_corpus();
+    manual_seed(5);
+    models::Transformer m(tiny_config(c));
+    std::vector<std::pair<std::string, Tensor>> bf;
+    for (const auto& [n, t] : m.state_dict()) bf.emplace_back(n, is_floating(t.dtype()) ? t.to(DType::bf16) : t);
+    TempDir d;
+    io::save_safetensors(d / "bf16.safetensors", bf);
+    EXPECT_EQ(io::SafeTensorsFile(d / "bf16.safetensors").info("decoder.dense.weight").dtype, "BF16");
+    manual_seed(6);
+    models::Transformer fresh(tiny_config(c));
+    train::load_model(d / "bf16.safetensors", fresh);
+    for (const auto& [n, t] : fresh.named_parameters()) {
+        EXPECT_EQ(t.dtype(), DType::f32) << n;
+        const Tensor want = m.state_dict().at(n).to(DType::bf16).to(DType::f32);
+        EXPECT_EQ(t.to_vector<float>(), want.to_vector<float>()) << n;
+    }
+    train::save_model(d / "m.safetensors", fresh);
+    EXPECT_EQ(io::SafeTensorsFile(d / "m.safetensors").info("decoder.dense.weight").dtype, "F32");
+}
+
 TEST(Checkpoint, TruncatedFileGivesAClearError) {
     Trained t;
     TempDir d;

@@ -11,6 +11,15 @@
 
 namespace qkv {
 
+/// One bfloat16 value as its bit pattern: the element type of DType::bf16 tensors
+/// (Tensor::data<bfloat16>(), to_vector<bfloat16>(), from_vector<bfloat16>()). Holds no arithmetic:
+/// convert with bf16_to_float / bf16_bits. == compares bit patterns (so NaN == the same NaN, and
+/// -0 != +0), which is what storage round trips check.
+struct bfloat16 {
+    uint16_t bits;
+    bool operator==(const bfloat16&) const = default;
+};
+
 /// Unit roundoff of bf16 (RNE): |round_to_bf16(x) - x| <= kBf16UnitRoundoff·|x| for normal x.
 constexpr double kBf16UnitRoundoff = 1.0 / 256.0;
 
@@ -37,6 +46,12 @@ inline float round_to_bf16(float x) { return bf16_to_float(bf16_bits(x)); }
 /// The bf16 nearest to the double `x`, rounded once (not via float's RNE, which could round twice):
 /// the float step rounds to odd, which keeps the later RNE to bf16 correct.
 uint16_t bf16_bits(double x);
+
+/// The bf16 nearest to the integer `x` (RNE, rounded once from the exact integer: exact for
+/// |x| <= 256, and for larger x whose binary digits past the 8th are all zero). |x| up to 2^63 is
+/// far inside bf16's range, so no overflow. (A separate name: an int argument would make
+/// bf16_bits(float) / bf16_bits(double) ambiguous.)
+uint16_t bf16_bits_from_int(int64_t x);
 
 /// dst[i] = bf16_bits(src[i]) for i < n (OpenMP threads above a size threshold).
 void float_to_bf16(const float* src, uint16_t* dst, int64_t n);

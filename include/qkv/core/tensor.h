@@ -68,12 +68,15 @@ public:
     bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
     /// Typed pointer to element 0 (storage + offset); throws when T does not match dtype().
+    /// T is float, double, int64_t, bool or bfloat16 (core/bf16.h: the bit pattern).
     template <class T> T* data() const;
     void* raw_data() const;
 
-    /// The single value of a one-element tensor, converted to double; throws otherwise.
+    /// The single value of a one-element tensor, converted to double (exact for every dtype but
+    /// i64 beyond 2^53); throws otherwise.
     double item() const;
-    /// Copies the elements (any layout) into a vector in row-major order; T must match dtype.
+    /// Copies the elements (any layout) into a vector in row-major order; T must match dtype
+    /// (bf16: T = bfloat16, the bit patterns; for values use .to(DType::f32).to_vector<float>()).
     template <class T> std::vector<T> to_vector() const;
 
     // ---- views (share storage; differentiable) ----
@@ -97,7 +100,11 @@ public:
     Tensor contiguous() const;
     /// A contiguous copy (differentiable).
     Tensor clone() const;
-    /// Converts the dtype (differentiable between float types).
+    /// Converts the dtype: this tensor when dtype() is already `dtype`, else a contiguous copy
+    /// converted as copy_ (ops/elementwise.h) does: to bf16 round to nearest even, once (from f32,
+    /// f64 or integers; NaN stays NaN, overflow gives ±inf, -0 stays -0); bf16 -> f32/f64 exact;
+    /// float -> i64 truncates; -> bool is nonzero. Differentiable between f32 and f64 only (bf16
+    /// tensors never require grad; the result of to(DType::bf16) has no history).
     Tensor to(DType dtype) const;
 
     // ---- autograd ----
@@ -137,25 +144,29 @@ private:
 // ---- factories (contiguous; f32 unless dtype given) ----
 Tensor zeros(const Shape& shape, DType dtype = DType::f32);
 Tensor ones(const Shape& shape, DType dtype = DType::f32);
+/// Every element `value` converted to dtype (f32: the nearest float; bf16: the nearest bf16,
+/// rounded once from the double; i64: truncated; bool: value != 0).
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
-/// [start, end) with step, like torch.arange; f32 unless dtype given. Throws naming the arguments
+/// [start, end) with step, like torch.arange; f32 unless dtype given (bf16: each value rounded
+/// to nearest even; bool throws). Throws naming the arguments
 /// when start, end or step is not finite, step is 0, or the length overflows int64.
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32);
-/// U[low, high) from gen (the default generator when null); throws unless low <= high, both finite.
+/// U[low, high) from gen (f32 or f64; other dtypes throw) (the default generator when null); throws unless low <= high, both finite.
 Tensor rand(const Shape& shape, Generator* gen = nullptr, double low = 0.0, double high = 1.0,
             DType dtype = DType::f32);
 /// N(mean, std²) by Box–Muller from gen (the default generator when null); throws unless mean is
 /// finite and std finite and >= 0.
 Tensor randn(const Shape& shape, Generator* gen = nullptr, double mean = 0.0, double std = 1.0,
              DType dtype = DType::f32);
-/// Copies `values` into a tensor of `shape` (numel must match); DType from T.
+/// Copies `values` into a tensor of `shape` (numel must match); DType from T (bfloat16 -> bf16).
 template <class T> Tensor from_vector(const std::vector<T>& values, const Shape& shape);
 /// A 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = DType::f32);
 
 /// Short printout: dtype, shape and up to 6 values of up to 6 rows, rows separated by "; "
 /// ("tensor(float32 (2, 3) [0, 1, 2; 3, 4, 5])"). int64 values print exactly as integers, bool as
-/// 0/1; float values as the stream prints a double (its precision and flags, e.g. std::fixed).
+/// 0/1; float values (bf16 too, widened exactly) as the stream prints a double (its precision
+/// and flags, e.g. std::fixed).
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace qkv

@@ -1,7 +1,10 @@
 #pragma once
 // Element-wise ops with NumPy broadcasting; all differentiable for f32/f64.
 // Binary ops require equal dtypes (no implicit promotion) and throw qkv::Error naming the op and
-// both shapes when the shapes do not broadcast.
+// both shapes when the shapes do not broadcast. bf16 is storage only: the arithmetic ops and the
+// comparisons throw qkv::Error "<op>: bfloat16 tensors are storage only ...; convert with
+// .to(DType::f32) first"; where, masked_fill, fill_ and copy_ (which only move or convert
+// elements) accept it.
 #include "qkv/core/tensor.h"
 
 namespace qkv {
@@ -28,9 +31,10 @@ Tensor pow(const Tensor& a, double p);
 Tensor sqrt(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
-/// Where mask (b8, broadcast to a) is true, the result is `value`; gradient 0 there.
+/// Where mask (b8, broadcast to a) is true, the result is `value` (in a's dtype: bf16 rounds it
+/// once, RNE); gradient 0 there.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
-/// mask ? a : b (b8 mask; all three broadcast).
+/// mask ? a : b (b8 mask; all three broadcast; a and b of one dtype, any, bf16 included).
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
 
 // comparisons (not differentiable): b8 results, broadcasting
@@ -53,8 +57,13 @@ inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 /// a += alpha * b (b broadcast to a).
 void add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 void mul_(Tensor& a, double s);
+/// Sets every element of a to value (converted as copy_ converts an f64).
 void fill_(Tensor& a, double value);
-/// Copies src (broadcast) into dst's elements (any layout, same dtype or float conversion).
+/// Copies src (broadcast) into dst's elements (any layout), converting between any two dtypes:
+/// PyTorch's rules. To b8: nonzero (NaN true). Float -> i64 truncates toward zero (NaN, inf or
+/// out of range: undefined, as in C++). To bf16: round to nearest even, once, from f32, f64 or
+/// the integer (NaN stays NaN, finite values past 3.3895e38 become ±inf, -0 stays -0). From
+/// bf16: exact to f32/f64. Other pairs as C++ converts (i64 -> f32 rounds to nearest).
 void copy_(Tensor& dst, const Tensor& src);
 
 }  // namespace qkv
