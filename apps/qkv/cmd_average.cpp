@@ -15,6 +15,7 @@ struct AverageArgs {
     std::vector<std::string> models;
     std::string out;
     int64_t last = 0;
+    std::string dtype = "fp32";
 };
 
 Registration reg([](CLI::App& app) {
@@ -29,6 +30,9 @@ Registration reg([](CLI::App& app) {
     c->add_option("--last", a->last, "average the last K checkpoints the one MODEL_DIR kept (qkv train "
                                      "--keep-checkpoints K)")
         ->check(int_range(1, 1000000));
+    c->add_option("--dtype", a->dtype, "how the new model.safetensors stores the parameters: fp32, or bf16 (each "
+                                       "mean rounded once to bf16: half the file; one MODEL_DIR converts it)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     c->add_option("--out", a->out, "the new model folder (must not exist, or be empty)")
         ->required()
         ->check(non_empty_path());
@@ -36,11 +40,13 @@ Registration reg([](CLI::App& app) {
         if (a->last > 0 && a->models.size() != 1)
             throw CLI::ValidationError(detail::str("--last ", a->last, " averages one folder's kept checkpoints; got ",
                                                    a->models.size(), " folders"));
-        const train::AverageResult r = a->last > 0 ? train::average_last_checkpoints(a->models[0], a->last, a->out)
-                                                   : train::average_models(a->models, a->out);
-        std::fprintf(stderr, "averaged %lld %s (%lld tensors, %lld parameters) into %s\n", (long long)r.models,
+        const DType storage = a->dtype == "bf16" ? DType::bf16 : DType::f32;
+        const train::AverageResult r = a->last > 0
+                                           ? train::average_last_checkpoints(a->models[0], a->last, a->out, storage)
+                                           : train::average_models(a->models, a->out, storage);
+        std::fprintf(stderr, "averaged %lld %s (%lld tensors, %lld parameters) into %s%s\n", (long long)r.models,
                      a->last > 0 ? "checkpoints" : "model folders", (long long)r.tensors, (long long)r.parameters,
-                     a->out.c_str());
+                     a->out.c_str(), storage == DType::bf16 ? " (stored as bf16)" : "");
     });
 });
 

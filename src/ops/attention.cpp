@@ -382,6 +382,18 @@ AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, cons
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& opt, Tensor* weights) {
+    if (q.defined() && k.defined() && v.defined() &&
+        (q.dtype() == DType::bf16 || k.dtype() == DType::bf16 || v.dtype() == DType::bf16)) {
+        QKV_CHECK(q.dtype() == DType::bf16 && k.dtype() == DType::bf16 && v.dtype() == DType::bf16,
+                  "scaled_dot_product_attention: q, k, v must share a dtype, got ", dtype_name(q.dtype()), ", ",
+                  dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
+        // bf16 storage: exact float32 values, bf16 compute, the output rounded back (header).
+        AttentionMask m = mask;
+        if (m.mask.defined() && m.mask.dtype() == DType::bf16) m.mask = m.mask.to(DType::f32);
+        const MatmulPrecisionGuard bf16(MatmulPrecision::bf16);
+        return scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), m, opt, weights)
+            .to(DType::bf16);
+    }
     const Call c = normalise(q, k, v);
     QKV_CHECK(opt.dropout >= 0 && opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ",
               opt.dropout);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 #include "qkv/core/shape.h"
 #include "qkv/core/tensor.h"
@@ -99,8 +100,9 @@ public:
         }
         ++count_;
     }
-    /// Writes the means into the template's parameters (rounded once to float32).
-    AverageResult write_means() {
+    /// Writes the means into the template's parameters, rounded once to float32, or to bf16 (held
+    /// exactly in the float32 parameter) for bf16 storage.
+    AverageResult write_means(DType storage) {
         AverageResult r;
         r.models  = count_;
         r.tensors = int64_t(params_.size());
@@ -108,7 +110,10 @@ public:
             Tensor t = params_[i].second;
             QKV_CHECK(t.is_contiguous(), "average: parameter '", params_[i].first, "' is not contiguous");
             float* p = t.data<float>();
-            for (size_t k = 0; k < sum_[i].size(); ++k) p[k] = float(sum_[i][k] / double(count_));
+            for (size_t k = 0; k < sum_[i].size(); ++k) {
+                const double mean = sum_[i][k] / double(count_);
+                p[k] = storage == DType::bf16 ? bf16_to_float(bf16_bits(mean)) : float(mean);
+            }
             r.parameters += t.numel();
         }
         return r;
@@ -124,7 +129,7 @@ private:
 /// The new folder: `first`'s configuration and vocabulary files, the averaged model, written as
 /// out_path.tmp.<pid> and renamed into place.
 void write_folder(const std::string& first, const ModelDir& base, const std::vector<std::string>& inputs,
-                  const fs::path& out_path) {
+                  const fs::path& out_path, DType storage) {
     std::error_code ec;
     // Folders of averages into the same name that were killed (out_dir.tmp.<digits>) go first.
     const std::string prefix = out_path.filename().string() + ".tmp.";
@@ -145,7 +150,7 @@ void write_folder(const std::string& first, const ModelDir& base, const std::vec
         meta.erase("format");
         meta.erase("qkv.checksum");
         meta["qkv.averaged_from"] = nlohmann::json(inputs).dump();
-        save_model(in_dir(tmp, "model.safetensors"), *base.model, meta);
+        save_model(in_dir(tmp, "model.safetensors"), *base.model, meta, storage);
         if (fs::exists(out_path)) fs::remove(out_path);  // empty (checked before)
         fs::rename(tmp, out_path);
     } catch (...) {
@@ -191,8 +196,10 @@ void prune_kept_checkpoints(const std::string& model_dir, int64_t keep) {
     for (size_t i = 0; i + size_t(std::max<int64_t>(keep, 0)) < kept.size(); ++i) fs::remove(kept[i]);
 }
 
-AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir) {
+AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir, DType storage) {
     QKV_CHECK(!model_dirs.empty(), "average: no model folder given");
+    QKV_CHECK(storage == DType::f32 || storage == DType::bf16, "average: storage must be float32 or bfloat16, got ",
+              dtype_name(storage));
     const fs::path out_path = check_out_dir(out_dir, model_dirs);
     // The first folder is the template: its model is loaded fully (load_model_dir's checks), and
     // its parameters receive the mean.
@@ -213,13 +220,16 @@ AverageResult average_models(const std::vector<std::string>& model_dirs, const s
         const ModelDir m = load_model_dir(dir);
         sums.add(*m.model, dir);
     }
-    const AverageResult r = sums.write_means();
-    write_folder(first, base, model_dirs, out_path);
+    const AverageResult r = sums.write_means(storage);
+    write_folder(first, base, model_dirs, out_path, storage);
     return r;
 }
 
-AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir) {
+AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir,
+                                       DType storage) {
     QKV_CHECK(last >= 1, "average: --last must be >= 1, got ", last);
+    QKV_CHECK(storage == DType::f32 || storage == DType::bf16, "average: storage must be float32 or bfloat16, got ",
+              dtype_name(storage));
     const auto kept = kept_checkpoints(model_dir);
     QKV_CHECK(int64_t(kept.size()) >= last, "average: --last ", last, " but '", model_dir, "' keeps ", kept.size(),
               " checkpoint", kept.size() == 1 ? "" : "s", " in ", (fs::path(model_dir) / "checkpoints").string(),
@@ -232,8 +242,8 @@ AverageResult average_last_checkpoints(const std::string& model_dir, int64_t las
         load_model(f, *base.model);  // checks names, shapes and the checksum
         sums.add(*base.model, f);
     }
-    const AverageResult r = sums.write_means();
-    write_folder(model_dir, base, files, out_path);
+    const AverageResult r = sums.write_means(storage);
+    write_folder(model_dir, base, files, out_path, storage);
     return r;
 }
 

@@ -324,12 +324,14 @@ TrainingProgress load_checkpoint(const std::string& path, nn::Module& model, opt
 }
 
 void save_model(const std::string& path, const nn::Module& model,
-                const std::map<std::string, std::string>& metadata) {
+                const std::map<std::string, std::string>& metadata, DType storage) {
+    QKV_CHECK(storage == DType::f32 || storage == DType::bf16, "save_model: storage must be float32 or bfloat16, got ",
+              dtype_name(storage));
     WriteList w;
     for (auto& [n, t] : ordered_state(model)) {
         QKV_CHECK(t.dtype() == DType::f32, "save_model: '", n, "' is ", dtype_name(t.dtype()),
                   ", expected float32");
-        w.add(n, t);
+        w.add(n, storage == DType::bf16 ? t.detach().to(DType::bf16) : t);
     }
     std::map<std::string, std::string> meta = metadata;
     meta["format"]     = "pt";

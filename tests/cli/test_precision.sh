@@ -2,7 +2,8 @@
 # Mixed precision from the CLI: qkv --version names the CPU features and the bf16 path (and the
 # cap changes it); qkv train --precision bf16 says so in its header, records train.precision in
 # config.json, keeps the checkpoint fp32 and follows the fp32 loss curve closely on the same seed;
-# --precision is refused with another word; --resume warns that a different --precision is ignored.
+# --precision is refused with another word; --resume warns that a different --precision is ignored;
+# qkv average --dtype bf16 writes a bf16 model folder that translate, eval and info read.
 # Usage: test_precision.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -60,4 +61,23 @@ run_rc 0 translate --model "$T/fp32" --compute-type int8 --beam 2 "i lost ." "go
 [ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type int8"
 run_rc 2 translate --model "$T/fp32" --compute-type fp16 "go ."
 err_has "--compute-type"
+
+# bf16 weights: qkv average --dtype bf16 of one folder converts it (BF16 tensors, about half the
+# file); translate, eval and info read it (widened exactly); --dtype fp16 is refused.
+run_rc 0 average "$T/fp32" --out "$T/w16" --dtype bf16
+err_has "(stored as bf16)"
+run_rc 0 info --model "$T/w16"
+out_has "BF16"
+grep -q " F32 " "$T/out" && fail "info lists an F32 tensor in the bf16 folder"
+python3 - "$T/fp32/model.safetensors" "$T/w16/model.safetensors" <<'PY' || fail "bf16 model file size"
+import os, sys
+a, b = (os.path.getsize(p) for p in sys.argv[1:])
+assert b < 0.6 * a, (a, b)
+PY
+run_rc 0 translate --model "$T/w16" --compute-type bf16 "i lost ." "go ."
+[ "$(wc -l < "$T/out")" = 2 ] || fail "translate from bf16 weights"
+run_rc 0 eval --model "$T/w16" --no-progress
+out_has "corpus BLEU-4"
+run_rc 2 average "$T/fp32" --out "$T/w8" --dtype fp16
+err_has "--dtype"
 echo "cli precision: ok"

@@ -160,4 +160,31 @@ TEST(MatmulPrecision, FlashAttentionUsesRoundedOperands) {
     EXPECT_LE(max_abs_diff(bf[0].data(), want.data(), int64_t(want.size())), kPRounding * vmax);
 }
 
+// bfloat16 q, k, v (storage): widened exactly, bf16 compute, the output rounded to bfloat16 —
+// bit for bit the float32 call under bf16 precision on the widened values, then rounded.
+TEST(MatmulPrecision, AttentionTakesBfloat16Tensors) {
+    const Tensor q = from_vector(random_floats(2 * 3 * 20 * 16, 21), {2, 3, 20, 16}).to(DType::bf16);
+    const Tensor k = from_vector(random_floats(2 * 3 * 33 * 16, 22), {2, 3, 33, 16}).to(DType::bf16);
+    const Tensor v = from_vector(random_floats(2 * 3 * 33 * 8, 23), {2, 3, 33, 8}).to(DType::bf16);
+    AttentionMask m;
+    m.causal = CausalAlign::bottom_right;
+    const Tensor out = scaled_dot_product_attention(q, k, v, m);
+    ASSERT_EQ(out.dtype(), DType::bf16);
+    ASSERT_EQ(out.shape(), (Shape{2, 3, 20, 8}));
+    Tensor want;
+    {
+        MatmulPrecisionGuard g(MatmulPrecision::bf16);
+        want = scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), m);
+    }
+    EXPECT_EQ(f32(out.to(DType::f32)), f32(want.to(DType::bf16).to(DType::f32)));
+    EXPECT_EQ(matmul_precision(), MatmulPrecision::fp32) << "the bf16 setting leaked out of the call";
+    try {
+        scaled_dot_product_attention(q, k.to(DType::f32), v);
+        FAIL() << "mixed dtypes accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("must share a dtype, got bfloat16, float32, bfloat16"), std::string::npos)
+            << e.what();
+    }
+}
+
 }  // namespace

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/bf16.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/train/average.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
@@ -74,6 +76,41 @@ TEST(Average, IsTheMeanRoundedOnceAndLoads) {
     for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "model.safetensors"})
         EXPECT_TRUE(fs::exists(dir / ("avg/" + std::string(f)))) << f;
     EXPECT_FALSE(fs::exists(dir / "avg/checkpoint.safetensors"));
+}
+
+// bf16 storage (qkv average --dtype bf16): the float64 mean rounded ONCE to bf16, stored as BF16 (about
+// half the file), loading back widened exactly. One element is set so that rounding via float32
+// would differ: the mean of 1 + 2^-8 and 1 + 2^-8 + 2^-23 is 1 + 2^-8 + 2^-24, which float32 rounds
+// to 1 + 2^-8 (a tie, to even) and bf16 then to 1 (a tie, to even); once from float64 it is 1 + 2^-7.
+TEST(Average, Bf16StorageRoundsTheMeanOnce) {
+    TempDir dir;
+    const std::string a = train_folder(dir, "a", 1), b = train_folder(dir, "b", 2);
+    for (const auto& [d, x] : {std::pair{a, 1.0f + 0x1p-8f}, std::pair{b, 1.0f + 0x1p-8f + 0x1p-23f}}) {
+        train::ModelDir m = train::load_model_dir(d);
+        m.model->named_parameters()[0].second.data<float>()[0] = x;
+        train::save_model(d + "/model.safetensors", *m.model);
+    }
+    const train::AverageResult r = train::average_models({a, b}, dir / "avg16", DType::bf16);
+    EXPECT_EQ(r.models, 2);
+    const io::SafeTensorsFile f(dir / "avg16/model.safetensors");
+    for (const auto& e : f.entries()) EXPECT_EQ(e.dtype, "BF16") << e.name;
+    const auto pa = params_of(a), pb = params_of(b), pm = params_of(dir / "avg16");
+    ASSERT_EQ(pm.size(), pa.size());
+    EXPECT_EQ(pm[0].second.data<float>()[0], 1.0f + 0x1p-7f);
+    for (size_t i = 0; i < pa.size(); ++i) {
+        const float *x = pa[i].second.data<float>(), *y = pb[i].second.data<float>(), *m = pm[i].second.data<float>();
+        for (int64_t k = 0; k < pa[i].second.numel(); ++k)
+            ASSERT_EQ(m[k], bf16_to_float(bf16_bits((double(x[k]) + double(y[k])) / 2.0))) << pa[i].first << "[" << k << "]";
+    }
+    const auto size32 = fs::file_size(a + "/model.safetensors"), size16 = fs::file_size(dir / "avg16/model.safetensors");
+    EXPECT_LT(double(size16), 0.6 * double(size32)) << size16 << " vs " << size32;
+    // One folder in converts it.
+    train::average_models({a}, dir / "conv16", DType::bf16);
+    const auto pc = params_of(dir / "conv16");
+    for (size_t i = 0; i < pa.size(); ++i)
+        for (int64_t k = 0; k < pa[i].second.numel(); ++k)
+            ASSERT_EQ(pc[i].second.data<float>()[k], round_to_bf16(pa[i].second.data<float>()[k]));
+    EXPECT_THROW(train::average_models({a}, dir / "bad", DType::i64), Error);
 }
 
 // --keep-checkpoints 3 over 32 steps (epochs of 6 batches: checkpoints at every epoch end and the

@@ -78,6 +78,10 @@ Tensor alibi_slopes(int64_t num_heads);
 /// (B, H, Tq, Tk) before dropout. Backend `automatic` uses flash when every filter passes
 /// (QKV_ATTENTION=math|flash|auto overrides); forcing flash when it cannot run throws with the
 /// reasons. Throws qkv::Error naming the argument and shapes on mismatch.
+/// dtypes: q, k, v float32 or float64 alike; or all three bfloat16 (storage, core/bf16.h): then
+/// they are widened (exactly) to float32, attention runs with bf16 compute (ops/precision.h) and
+/// the output is rounded to bfloat16 (weights, when asked, stay float32); no gradient flows
+/// through bfloat16 tensors (inference).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& mask = {},
                                     const AttentionOptions& opt = {}, Tensor* weights = nullptr);

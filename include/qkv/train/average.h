@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/dtype.h"
+
 namespace qkv::train {
 
 struct AverageResult {
@@ -29,8 +31,10 @@ struct AverageResult {
 /// architecture (architecture_differences of config.json: model kind, sizes, heads, ...) and the
 /// vocabulary files and SentencePiece models (byte for byte) equal the first folder's; the same
 /// parameter names and shapes.
-/// Throws qkv::Error.
-AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir);
+/// `storage` DType::bf16 writes the means as BF16 (rounded once from float64 to bf16: half the
+/// file, what `qkv average --dtype bf16` does; one folder in is a conversion). Throws qkv::Error.
+AverageResult average_models(const std::vector<std::string>& model_dirs, const std::string& out_dir,
+                             DType storage = DType::f32);
 
 /// Averages the last `last` checkpoints a run kept (`qkv train --keep-checkpoints K`:
 /// kept_checkpoints(model_dir), by step) into the new model folder `out_dir`, as average_models
@@ -38,7 +42,8 @@ AverageResult average_models(const std::vector<std::string>& model_dirs, const s
 /// loaded into model_dir's model (load_model: names, shapes, checksum). Throws qkv::Error when
 /// last < 1 or the folder keeps fewer than `last` checkpoints (naming how many it keeps), and for
 /// what average_models refuses about out_dir.
-AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir);
+AverageResult average_last_checkpoints(const std::string& model_dir, int64_t last, const std::string& out_dir,
+                                       DType storage = DType::f32);
 
 /// model_dir/checkpoints/model-step-<step, 9 digits>.safetensors: the model file of a kept
 /// checkpoint (RunRecorder writes it after model.safetensors when keep_checkpoints > 0).

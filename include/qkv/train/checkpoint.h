@@ -99,10 +99,12 @@ extern template nlohmann::ordered_json parse_metadata_json<nlohmann::ordered_jso
                                                                                    const std::string&,
                                                                                    const std::string&);
 
-/// Writes the parameters (PyTorch names and order, F32) atomically, with metadata
-/// {"format": "pt", "qkv.checksum": ...} plus `metadata`. Throws qkv::Error on I/O errors.
+/// Writes the parameters (PyTorch names and order) atomically, with metadata
+/// {"format": "pt", "qkv.checksum": ...} plus `metadata`, stored as `storage`: DType::f32 (F32,
+/// the default) or DType::bf16 (BF16, each value rounded to nearest even: half the file; loaders
+/// widen it back exactly). Throws qkv::Error on I/O errors and for another storage dtype.
 void save_model(const std::string& path, const nn::Module& model,
-                const std::map<std::string, std::string>& metadata = {});
+                const std::map<std::string, std::string>& metadata = {}, DType storage = DType::f32);
 
 /// Loads a model file written by save_model (or any safetensors file with the same names and
 /// shapes; the checksum is checked when present). Strict. Throws qkv::Error "model file
