@@ -17,6 +17,8 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/beam_search.h"
 #include "qkv/decode/greedy.h"
+#include "qkv/nn/layers.h"
+#include "qkv/ops/precision.h"
 #include "qkv/ops/softmax.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run.h"
@@ -59,12 +61,19 @@ struct ScoreResult {
 /// call that finds none free loads another. Copies are kept for later calls.
 class Translator {
 public:
-    explicit Translator(std::string dir) : dir_(std::move(dir)) {
-        auto m = std::make_unique<train::ModelDir>(train::load_model_dir(dir_));
+    /// compute_type as `qkv translate --compute-type`: fp32, bf16 (bf16 products and attention) or
+    /// int8 (Linear weights quantized per channel after loading).
+    Translator(std::string dir, std::string compute_type) : dir_(std::move(dir)), compute_type_(std::move(compute_type)) {
+        if (compute_type_ != "fp32" && compute_type_ != "bf16" && compute_type_ != "int8")
+            throw pyb::value_error("compute_type: expected 'fp32', 'bf16' or 'int8', got '" + compute_type_ + "'");
+        auto m  = load();
         config_ = m->config;
         free_.push_back(std::move(m));
     }
     const std::string& dir() const { return dir_; }
+    const std::string& compute_type() const { return compute_type_; }
+    /// The matrix-product precision its calls set (thread-local, for the call's duration).
+    MatmulPrecision precision() const { return compute_type_ == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp32; }
     const train::RunConfig& config() const { return config_; }
 
     struct Lease {
@@ -83,7 +92,7 @@ public:
                 return {this, std::move(m)};
             }
         }
-        return {this, std::make_unique<train::ModelDir>(train::load_model_dir(dir_))};
+        return {this, load()};
     }
     void give_back(std::unique_ptr<train::ModelDir> m) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -95,7 +104,13 @@ public:
     }
 
 private:
+    std::unique_ptr<train::ModelDir> load() const {
+        auto m = std::make_unique<train::ModelDir>(train::load_model_dir(dir_));
+        if (compute_type_ == "int8") nn::quantize_linears_int8(*m->model);
+        return m;
+    }
     std::string dir_;
+    std::string compute_type_;
     train::RunConfig config_;
     std::mutex mu_;
     std::vector<std::unique_ptr<train::ModelDir>> free_;
@@ -133,6 +148,7 @@ std::vector<TranslationResult> translate_batch(Translator& tr, const std::vector
     {
         pyb::gil_scoped_release nogil;
         FlushDenormals flush;
+        const MatmulPrecisionGuard precision(tr.precision());
         auto lease            = tr.borrow();
         train::ModelDir& m    = *lease.m;
         train::TranslateOptions to;  // the defaults of `qkv translate` (config.json's decode section)
@@ -235,6 +251,7 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
     std::vector<ScoreResult> out(sources.size());
     pyb::gil_scoped_release nogil;
     FlushDenormals flush;
+    const MatmulPrecisionGuard precision(tr.precision());
     auto lease         = tr.borrow();
     train::ModelDir& m = *lease.m;
     m.model->eval();
@@ -444,13 +461,17 @@ void bind_translate(pyb::module_& m) {
 translate_batch runs `qkv translate`'s code path (train::translate_tokens): same tokenisation, same
 defaults from config.json, same output. Thread-safe: concurrent calls from several Python threads
 each borrow their own loaded copy of the model (a second copy is loaded the first time two calls
-overlap), and the GIL is released while decoding, so threads translate in parallel.)")
-        .def(pyb::init([](const std::string& dir) {
+overlap), and the GIL is released while decoding, so threads translate in parallel.
+compute_type as `qkv translate --compute-type`: "fp32" (default), "bf16" (bf16 matrix products and
+attention, fp32 accumulation) or "int8" (Linear weights quantized per output channel, activations
+per row at run time; CTranslate2's name for the same setting). ValueError for another value.)")
+        .def(pyb::init([](const std::string& dir, const std::string& compute_type) {
                  pyb::gil_scoped_release nogil;
-                 return std::make_shared<Translator>(dir);
+                 return std::make_shared<Translator>(dir, compute_type);
              }),
-             arg("model_dir"))
+             arg("model_dir"), arg("compute_type") = "fp32")
         .def_property_readonly("model_dir", &Translator::dir)
+        .def_property_readonly("compute_type", &Translator::compute_type)
         .def_property_readonly("architecture", [](const Translator& t) { return std::string(train::model_kind_name(t.config().architecture)); })
         .def("translate_batch", &translate_batch, arg("sentences"), pyb::kw_only(), arg("beam_size") = 0,
              arg("length_penalty") = -1.0, arg("max_len") = 0, arg("num_hypotheses") = 1, arg("return_scores") = false,

@@ -33,6 +33,18 @@ def test_translate_batch_equals_cli(model_dir, flags, kwargs):
     assert any(got)  # 30 steps of training give words, not only empty lines
 
 
+@pytest.mark.parametrize("compute_type", ["bf16", "int8"])
+def test_compute_type_equals_cli(model_dir, compute_type):
+    tr = qkv.Translator(str(model_dir), compute_type=compute_type)
+    assert tr.compute_type == compute_type
+    got = [r.translation for r in tr.translate_batch(SENTENCES, beam_size=2)]
+    assert got == cli_translate(model_dir, SENTENCES, "--beam", "2", "--compute-type", compute_type)
+    scores = tr.score_batch(["i lost ."], ["j'ai perdu ."])
+    assert np.isfinite(scores[0].score)
+    with pytest.raises(ValueError, match="compute_type: expected 'fp32', 'bf16' or 'int8', got 'fp16'"):
+        qkv.Translator(str(model_dir), compute_type="fp16")
+
+
 def test_hypotheses_scores_attention(model_dir):
     tr = qkv.Translator(str(model_dir))
     res = tr.translate_batch(["i lost .", "we won ."], beam_size=3, num_hypotheses=2, return_scores=True,

@@ -45,7 +45,7 @@ void rotate(T* y, const T* x, int64_t outer, int64_t steps, int64_t dim, const R
 Tensor apply(const Tensor& x_in, const RopeOptions& o, double sign) {
     const Tensor x = x_in.contiguous();
     const int64_t dim = x.shape().back(), steps = x.shape()[size_t(x.dim() - 2)];
-    const int64_t outer = steps * dim ? x.numel() / (steps * dim) : 0;
+    const int64_t outer = steps * dim != 0 ? x.numel() / (steps * dim) : 0;
     Tensor y = Tensor::empty(x.shape(), x.dtype());
     QKV_DISPATCH_FLOAT(x.dtype(), "rotary_embedding",
                        rotate<scalar_t>(ptr<scalar_t>(y), ptr<scalar_t>(x), outer, steps, dim, o, sign));

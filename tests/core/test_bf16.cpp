@@ -78,7 +78,9 @@ TEST(Bf16, BulkConversionsMatchTheScalarOnes) {
         ASSERT_EQ(b[i], qkv::bf16_bits(x[i])) << i;
         ASSERT_EQ(back[i], r[i]) << i;
         // |round(x) - x| <= u·|x| for normal x (u = 2^-8).
-        if (std::fabs(x[i]) > 1e-37f) ASSERT_LE(std::fabs(double(r[i]) - x[i]), qkv::kBf16UnitRoundoff * std::fabs(x[i])) << i;
+        if (std::fabs(x[i]) > 1e-37f) {
+            ASSERT_LE(std::fabs(double(r[i]) - x[i]), qkv::kBf16UnitRoundoff * std::fabs(x[i])) << i;
+        }
     }
 }
 
