@@ -29,7 +29,7 @@ namespace qkv::cli {
 namespace {
 
 struct ServeArgs {
-    std::string model = "runs/qkv", host = "127.0.0.1", api_key, port_file;
+    std::string model = "runs/qkv", host = "127.0.0.1", api_key, port_file, compute_type = "fp32";
     int64_t port = 8080, max_batch_tokens = 4096, max_wait_ms = 5, max_queue = 256, timeout_ms = 30000;
     int64_t max_body_bytes = 1 << 20, max_sentences = 64, max_chars = 1000, http_threads = 0;
 };
@@ -80,7 +80,7 @@ void run(const ServeArgs& a) {
     sa.sa_flags = SA_RESTART;
     for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &sa, nullptr);
 
-    auto holder = std::make_shared<serve::ModelHolder>(a.model);
+    auto holder = std::make_shared<serve::ModelHolder>(a.model, a.compute_type);
     serve::Service service(so, holder);
 
     httplib::Server svr;
@@ -170,7 +170,7 @@ void run(const ServeArgs& a) {
         signals.join();
         throw Error("serve: could not load the model folder '" + a.model + "' (see above)");
     }
-    std::fprintf(stderr, "qkv serve: ready\n");
+    std::fprintf(stderr, "qkv serve: ready (%s compute)\n", a.compute_type.c_str());
     listener.join();  // returns after stop(), once every accepted connection's request is answered
     service.stop();
     if (!stopping) wake(0);
@@ -182,6 +182,9 @@ Registration reg([](CLI::App& app) {
     auto a = std::make_shared<ServeArgs>();
     CLI::App* c = app.add_subcommand("serve", "serve translations over HTTP (LibreTranslate API, /v1/translate, a web page)");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")->check(non_empty_path());
+    c->add_option("--compute-type", a->compute_type, "fp32 (default), bf16 (bf16 products and attention) or int8 "
+                                                     "(Linear weights quantized per channel), as qkv translate")
+        ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
     c->add_option("--port", a->port, "TCP port (default 8080; 0 = any free port, see --port-file)")->check(int_range(0, 65535));
     c->add_option("--port-file", a->port_file, "write the port listened on to this file once listening")

@@ -170,6 +170,7 @@ Service::Service(ServiceOptions opt, std::shared_ptr<ModelHolder> model) : opt_(
     batcher_ = std::make_unique<Batcher>(opt_.batcher, [this](const std::vector<std::string>& s, const ResolvedSettings& rs) {
         std::shared_ptr<train::ModelDir> m = model_->get();
         QKV_CHECK(m != nullptr, "serve: no model loaded");
+        const MatmulPrecisionGuard precision(model_->precision());  // this worker thread's setting
         return translate_sentences(*m, s, rs);
     });
     batcher_->on_batch = [this](int64_t sentences, int64_t requests) { metrics_.batch(sentences, requests); };
@@ -229,6 +230,7 @@ HttpResponse Service::handle(const HttpRequest& req) {
                     res = json_response(200, {{"status", "ok"},
                                               {"model", {{"architecture", train::model_kind_name(m->config.architecture)},
                                                          {"generation", model_->generation()},
+                                                         {"compute_type", model_->compute_type()},
                                                          {"beam_size", m->config.decode.beam},
                                                          {"max_length", m->config.decode.max_len}}}});
                 else

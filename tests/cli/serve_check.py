@@ -269,4 +269,16 @@ try:
     fail("the server still answers after SIGTERM")
 except OSError:
     pass
+# --- --compute-type: int8 and bf16 serve what qkv translate --compute-type gives; /health says which
+for ct in ("int8", "bf16"):
+    want = translate_cli(a, "--compute-type", ct)
+    srv = Server("compute_" + ct, "--model", a, "--compute-type", ct)
+    check("ready (%s compute)" % ct in srv.text(), srv.text())
+    st, _, data = srv.req("GET", "/health")
+    check(st == 200 and json.loads(data)["model"]["compute_type"] == ct, "health under %s: %s" % (ct, data))
+    j, _ = srv.post("/v1/translate", {"q": SENTENCES})
+    check([t["translation"] for t in j["translations"]] == want, "%s: /v1 != qkv translate --compute-type" % ct)
+    srv.stop()
+p = subprocess.run([QKV, "serve", "--model", a, "--compute-type", "fp16", "--port", "0"], capture_output=True, text=True)
+check(p.returncode == 2 and "--compute-type" in p.stderr, "serve --compute-type fp16: %d %s" % (p.returncode, p.stderr))
 print("serve_check: ok")

@@ -8,14 +8,17 @@
 #include <mutex>
 #include <string>
 
+#include "qkv/ops/precision.h"
 #include "qkv/train/model_dir.h"
 
 namespace qkv::serve {
 
 class ModelHolder {
 public:
-    /// Nothing is loaded until reload() succeeds.
-    explicit ModelHolder(std::string dir);
+    /// Nothing is loaded until reload() succeeds. compute_type as `qkv translate --compute-type`:
+    /// "fp32", "bf16" (bf16 products and attention: precision()) or "int8" (each loaded model's
+    /// Linear weights quantized, nn::quantize_linears_int8). Throws qkv::Error for another value.
+    explicit ModelHolder(std::string dir, std::string compute_type = "fp32");
 
     /// Loads dir (train::load_model_dir) and translates one short sentence with it as a check;
     /// on success it becomes the served model and "" is returned. On failure the served model
@@ -25,11 +28,18 @@ public:
     /// The served model (nullptr before the first successful reload).
     std::shared_ptr<train::ModelDir> get() const;
     const std::string& dir() const { return dir_; }
+    const std::string& compute_type() const { return compute_type_; }
+    /// The matrix-product precision translations with this model run under (thread-local: the
+    /// caller sets it, MatmulPrecisionGuard).
+    MatmulPrecision precision() const {
+        return compute_type_ == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp32;
+    }
     /// Successful loads so far (1 after the first).
     int64_t generation() const;
 
 private:
     std::string dir_;
+    std::string compute_type_;
     mutable std::mutex mu_;
     std::mutex reload_mu_;
     std::shared_ptr<train::ModelDir> model_;
