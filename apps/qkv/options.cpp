@@ -309,7 +309,8 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
         ->check(CLI::IsMember({"examples", "tokens"}));
     c->add_option("--compute-type", f.compute_type,
                   "fp32 (default); bf16: matrix products with bf16-rounded weights and activations, fp32 "
-                  "accumulation (oneDNN's bf16 matmul on AMX; qkv --version shows the path); int8: the linear "
+                  "accumulation (oneDNN's bf16 matmul where AMX is usable, else the fp32 GEMM on rounded operands; "
+                  "qkv --version shows the path); int8: the linear "
                   "layers with int8 weights (per output channel) and int8 activations (per row, dynamic), int32 "
                   "products (oneDNN, VNNI / AMX-INT8)")
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));

@@ -166,6 +166,7 @@ Tensor from_dlpack(const pyb::object& obj) {
 }
 
 DType parse_dtype(const pyb::handle& h) {
+    if (h.is_none()) throw pyb::type_error("dtype: expected a dtype name or numpy dtype, got None");
     if (pyb::isinstance<pyb::str>(h)) {
         const std::string s = h.cast<std::string>();
         if (s == "float32") return DType::f32;
@@ -278,6 +279,21 @@ Tensor to_tensor(const pyb::handle& obj, const char* arg, bool allow_none) {
     }
     if (pyb::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
     if (pyb::isinstance<pyb::array>(obj)) return tensor_from_numpy(pyb::reinterpret_borrow<pyb::array>(obj), arg);
+    // Other array libraries (torch, ...): through DLPack, keeping their dtype (bfloat16 too), copied
+    // so the result never aliases the argument, as with lists.
+    if (pyb::hasattr(obj, "__dlpack__")) {
+        Tensor t;
+        try {
+            t = from_dlpack(pyb::reinterpret_borrow<pyb::object>(obj));
+        } catch (const pyb::error_already_set& e) {
+            throw pyb::type_error(detail::str(arg, ": cannot take this ", std::string(pyb::str(obj.get_type())),
+                                              " (through DLPack): ", e.what()));
+        } catch (const std::exception& e) {
+            throw pyb::type_error(detail::str(arg, ": cannot take this ", std::string(pyb::str(obj.get_type())),
+                                              " (through DLPack): ", e.what()));
+        }
+        return t.clone();
+    }
     // Numbers and lists: numpy decides the type; Python floats become float32 (qkv's default).
     auto np          = pyb::module_::import("numpy");
     pyb::array a     = np.attr("asarray")(obj);

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "bind.h"
@@ -289,6 +290,18 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         for (auto& ch : k)
             if (ch == '-') ch = '_';
         const pyb::handle v = kv.second;
+        // None means "not set", for known names only (a misspelt name is an error either way).
+        static const std::set<std::string> known = {
+            "batch_size", "bidirectional", "bucket_pool", "clip", "clip_norm", "data", "data_path", "dropout",
+            "embed_size", "epochs", "ffn_num_hiddens", "label_smoothing", "log_every", "loss_on_padding", "lr",
+            "max_pairs", "max_src_tokens", "max_steps", "max_tgt_tokens", "min_freq", "n_test", "n_valid",
+            "num_blks", "num_heads", "num_hiddens", "num_layers", "num_steps", "pe_quirk", "precision",
+            "schedule", "seed", "shared_vocab", "strict", "subword", "test_pairs", "tie_weights",
+            "time_budget", "time_budget_s", "trim", "val_every", "val_every_s", "valid_pairs", "vocab_size",
+            "warmup", "warmup_steps"};
+        if (!known.count(k))
+            throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
+                                              "' (the names of qkv train's flags, with _ or -)"));
         if (v.is_none()) continue;
         if (k == "epochs") o.epochs = v.cast<int64_t>();
         else if (k == "max_steps") o.max_steps = v.cast<int64_t>();
@@ -326,6 +339,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "seed") o.seed = v.cast<uint64_t>();
         else if (k == "loss_on_padding") o.loss_on_padding = v.cast<bool>();
         else if (k == "schedule") o.schedule = train::parse_schedule(v.cast<std::string>());
+        else if (k == "precision") o.precision = parse_precision(v.cast<std::string>(), "precision");
         else if (k == "trim") o.trim_batches = pyb::isinstance<pyb::str>(v) ? v.cast<std::string>() == "on" : v.cast<bool>();
         else throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
                                                "' (the names of qkv train's flags, with _ or -)"));

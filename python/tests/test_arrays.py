@@ -140,7 +140,7 @@ def test_bfloat16_storage_numpy_refused_dlpack_shared():
         np.asarray(t)
     with pytest.raises(BufferError, match="bfloat16"):
         memoryview(t)
-    with pytest.raises(qkv.Error, match=r"add: bfloat16 tensors are storage only.*\.to\(DType::f32\)"):
+    with pytest.raises(qkv.Error, match=r"add: bfloat16 tensors are storage only.*Python: \.to\(\"float32\"\)"):
         t + t
     # DLPack carries bf16 (kDLBfloat, 16 bits): shared, not copied.
     u = qkv.from_dlpack(t)
@@ -150,3 +150,13 @@ def test_bfloat16_storage_numpy_refused_dlpack_shared():
     w = qkv.from_dlpack(v)
     assert w.strides == v.strides == (1, 3)
     np.testing.assert_array_equal(w.contiguous().to("float32").numpy(), t.to("float32").numpy().T)
+
+
+def test_dtype_none_and_bfloat16_of_a_tensor_requiring_grad_are_refused():
+    t = qkv.tensor(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="dtype: expected a dtype name or numpy dtype, got None"):
+        t.to(None)
+    x = qkv.tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    with pytest.raises(qkv.Error, match=r"to\(bfloat16\): the tensor requires grad"):
+        x.to("bfloat16")
+    assert x.detach().to("bfloat16").dtype == "bfloat16"

@@ -117,3 +117,15 @@ def test_positional_encoding_matches_d2l_pytorch():
     # PyTorch evaluates sin/cos of float32 arguments up to 59 rad: its float32 rounding of the
     # argument (~4e-6 at 59) is the difference, so absolute 1e-5.
     np.testing.assert_allclose(pe(Z).detach().numpy(), P.numpy(), rtol=0, atol=1e-5)
+
+
+def test_torch_tensors_keep_their_dtype():
+    # Other array libraries come in through DLPack (copied): float64 stays float64, bfloat16 stays
+    # bfloat16; a dtype qkv has no storage for is refused naming the argument.
+    assert qkv.tensor(torch.ones(2, dtype=torch.float64)).dtype == "float64"
+    b = torch.tensor([1.0, 1.0 + 3 / 256]).to(torch.bfloat16)
+    t = qkv.tensor(b)
+    assert t.dtype == "bfloat16" and t.data_ptr() != b.data_ptr()
+    assert torch.equal(torch.from_dlpack(t), b)
+    with pytest.raises(TypeError, match="data: cannot take this .*torch.*DLPack"):
+        qkv.tensor(torch.ones(2, dtype=torch.float16))

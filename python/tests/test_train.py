@@ -60,5 +60,14 @@ def test_callback_exception_is_raised_after_checkpoint(tmp_path, fra_txt):
 def test_bad_settings(tmp_path, fra_txt):
     with pytest.raises(TypeError, match="unknown setting 'num_hidens'"):
         qkv.train(tmp_path / "m", data=str(fra_txt), num_hidens=8)
+    with pytest.raises(TypeError, match="unknown setting 'num_hidens'"):  # None does not hide a typo
+        qkv.train(tmp_path / "m", data=str(fra_txt), num_hidens=None)
+    with pytest.raises(qkv.Error, match="precision: expected fp32 or bf16, got 'fp16'"):
+        qkv.train(tmp_path / "m", data=str(fra_txt), precision="fp16", quiet=True)
+
+
+def test_precision_bf16_is_recorded(tmp_path, fra_txt):
+    qkv.train(tmp_path / "b", data=str(fra_txt), max_steps=3, quiet=True, precision="bf16", **SMALL_KW)
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["precision"] == "bf16"
     with pytest.raises(qkv.Error, match="num_heads|num-heads|divide"):
         qkv.train(tmp_path / "m", data=str(fra_txt), num_hiddens=10, num_heads=4, quiet=True)

@@ -12,10 +12,11 @@
 #include "qkv/core/tensor.h"
 
 namespace qkv::detail {
-/// Throws "<op>: bfloat16 tensors are storage only (...); convert with .to(DType::f32) first".
+/// Throws "<op>: bfloat16 tensors are storage only (...); convert to float32 first (...)".
 [[noreturn]] inline void throw_bf16_storage_only(const std::string& op) {
     throw Error(str(op, ": bfloat16 tensors are storage only (views, copies, conversions, "
-                        "printing, safetensors); convert with .to(DType::f32) first"));
+                        "printing, safetensors); convert to float32 first (C++: .to(DType::f32), "
+                        "Python: .to(\"float32\"))"));
 }
 }  // namespace qkv::detail
 

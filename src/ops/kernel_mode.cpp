@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "qkv/ops/attention.h"
 
 namespace qkv {
 namespace {
@@ -44,9 +45,16 @@ std::string kernel_paths() {
          (cpu::max_isa() < cpu::cpu_isa() ? std::string(" (capped at ") + cpu::isa_name(cpu::max_isa()) + ")" : "") +
          "\n";
     s += std::string("bf16 matrix products (--precision/--compute-type bf16): ") + cpu::bf16_gemm_path() + "\n";
+    const char* env_attention = std::getenv("QKV_ATTENTION");
+    const bool math = attention_backend_override() == AttentionBackend::math ||
+                      (env_attention && std::string(env_attention) == "math");
     s += std::string("flash attention under bf16: ") +
-         (ref ? "the math backend (reference kernels), its products bf16" : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no bf16 tile kernel yet)") +
+         (ref    ? "not used (reference kernels: the math backend, its products bf16)"
+          : math ? "not used (the math backend is selected: its products bf16)"
+                 : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no bf16 tile kernel yet)") +
          "\n";
+    s += "(QKV_KERNELS, QKV_ATTENTION and QKV_MAX_ISA are applied above; the --kernels and --attention flags "
+         "apply when a command runs)\n";
     return s;
 }
 

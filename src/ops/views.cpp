@@ -2,6 +2,7 @@
 // and the copies contiguous(), clone(), to(): each records its backward here.
 #include <numeric>
 
+#include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
@@ -195,6 +196,10 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(DType dt) const {
     if (dt == dtype()) return *this;
+    // A gradient cannot flow through bf16 storage: refuse rather than cut the graph silently.
+    QKV_CHECK(!(dt == DType::bf16 && requires_grad() && grad_enabled()), "to(bfloat16): the tensor requires grad, "
+              "and bfloat16 tensors are storage only (no gradient flows through them); call .detach() first, or "
+              "convert under no_grad");
     Tensor out = Tensor::empty(shape(), dt);
     copy_(out, detach());
     if (is_floating(dt) && is_floating(dtype())) {

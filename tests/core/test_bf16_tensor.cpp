@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "qkv/autograd/grad_mode.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/tensor.h"
 #include "qkv/ops/elementwise.h"
@@ -39,6 +40,21 @@ Tensor bf16_from_bits(const std::vector<uint16_t>& bits, const Shape& shape) {
     std::vector<bfloat16> v;
     for (uint16_t b : bits) v.push_back(bfloat16{b});
     return from_vector(v, shape);
+}
+
+// A gradient cannot flow through bf16 storage: converting a tensor that requires grad throws while
+// gradients are enabled (instead of silently cutting the graph); detached or under NoGradGuard it works.
+TEST(Bf16Tensor, ConvertingATensorThatRequiresGradIsRefused) {
+    Tensor x = from_vector(std::vector<float>{1.0f, 2.0f}, {2}).requires_grad_(true);
+    try {
+        (void)x.to(DType::bf16);
+        FAIL() << "to(bf16) of a tensor requiring grad was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("to(bfloat16): the tensor requires grad"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(x.detach().to(DType::bf16).dtype(), DType::bf16);
+    NoGradGuard ng;
+    EXPECT_EQ(x.to(DType::bf16).dtype(), DType::bf16);
 }
 
 }  // namespace

@@ -104,7 +104,8 @@ public:
     /// converted as copy_ (ops/elementwise.h) does: to bf16 round to nearest even, once (from f32,
     /// f64 or integers; NaN stays NaN, overflow gives ±inf, -0 stays -0); bf16 -> f32/f64 exact;
     /// float -> i64 truncates; -> bool is nonzero. Differentiable between f32 and f64 only (bf16
-    /// tensors never require grad; the result of to(DType::bf16) has no history).
+    /// tensors never require grad: to(DType::bf16) of a tensor that requires grad throws while
+    /// gradients are enabled, instead of cutting the graph).
     Tensor to(DType dtype) const;
 
     // ---- autograd ----
