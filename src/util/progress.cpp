@@ -111,6 +111,8 @@ void ProgressBar::update(int64_t n, const ProgressFields& fields) {
 void ProgressBar::finish() {
     if (finished_) return;
     finished_ = true;
+    // Plain mode: the last update may have printed this very count already (a timed line at 100 %).
+    if (!tty_ && last_draw_cnt_ == count_ && last_draw_ > -1e300) return;
     draw(now() - start_, true);
 }
 

@@ -188,6 +188,27 @@ TEST(Progress, PlainLinesEveryNStepsAndOnFinish) {
     EXPECT_EQ(s.find('\r'), std::string::npos);
 }
 
+// A timed line printed at the last step is not printed again by finish().
+TEST(Progress, PlainFinalLineOnce) {
+    Capture cap;
+    double t = 0;
+    ProgressOptions o;
+    o.out              = cap.f;
+    o.mode             = ProgressOptions::Mode::plain;
+    o.plain_interval_s = 10;
+    o.clock            = [&] { return t; };
+    {
+        ProgressBar bar(6, "d", o);
+        for (int i = 0; i < 6; ++i) {
+            t += 4;  // lines by time at t = 12 (3/6) and t = 24: the last update (6/6)
+            bar.update();
+        }
+    }
+    const std::string s = cap.text();
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 2) << s;
+    EXPECT_EQ(s.find("100%"), s.rfind("100%")) << s;
+}
+
 TEST(Progress, PlainLinesByTime) {
     Capture cap;
     double t = 0;
