@@ -372,6 +372,9 @@ AttentionBackend parse_attention_backend(const std::string& s) {
 
 void set_attention_backend(AttentionBackend b) { g_override = b; }
 AttentionBackend attention_backend_override() { return g_override; }
+AttentionBackend default_attention_backend() {
+    return g_override != AttentionBackend::automatic ? g_override : env_backend();
+}
 
 AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const AttentionMask& mask, const AttentionOptions& opt,
@@ -423,8 +426,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
               "1/sqrt(D)), got ", opt.scale);
     const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(c.D));
     AttentionBackend want = opt.backend;
-    if (want == AttentionBackend::automatic) want = g_override;
-    if (want == AttentionBackend::automatic) want = env_backend();
+    if (want == AttentionBackend::automatic) want = default_attention_backend();
     Tensor out;
     if (want == AttentionBackend::math || weights) {
         QKV_CHECK(want != AttentionBackend::flash || !weights, "scaled_dot_product_attention: the flash "

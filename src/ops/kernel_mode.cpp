@@ -45,9 +45,7 @@ std::string kernel_paths() {
          (cpu::max_isa() < cpu::cpu_isa() ? std::string(" (capped at ") + cpu::isa_name(cpu::max_isa()) + ")" : "") +
          "\n";
     s += std::string("bf16 matrix products (--precision/--compute-type bf16): ") + cpu::bf16_gemm_path() + "\n";
-    const char* env_attention = std::getenv("QKV_ATTENTION");
-    const bool math = attention_backend_override() == AttentionBackend::math ||
-                      (env_attention && std::string(env_attention) == "math");
+    const bool math = default_attention_backend() == AttentionBackend::math;
     s += std::string("flash attention under bf16: ") +
          (ref    ? "not used (reference kernels: the math backend, its products bf16)"
           : math ? "not used (the math backend is selected: its products bf16)"

@@ -530,6 +530,16 @@ Results run_fast(const AttnSpec& s, cpu::Isa isa, bool bwd = true) {
     return results(a);
 }
 
+/// The 2x rule for out and lse (and dq, dk, dv with bwd): got and base each against want.
+void expect_results_within_rule(const Results& got, const Results& want, const Results& base, bool bwd) {
+    EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
+    EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
+    if (!bwd) return;
+    EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
+    EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
+    EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+}
+
 // fast (each ISA) vs ref<double> with the 2x rule against ref<float>, for out, lse, dq, dk, dv.
 void expect_fast_matches_ref(const AttnSpec& s, bool bwd = true) {
     auto r64 = make_attn<double>(s);
@@ -544,12 +554,7 @@ void expect_fast_matches_ref(const AttnSpec& s, bool bwd = true) {
     for (auto isa : isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         const Results got = run_fast(s, isa, bwd);
-        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
-        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
-        if (!bwd) continue;
-        EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
-        EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
-        EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+        expect_results_within_rule(got, want, base, bwd);
     }
 }
 
@@ -1016,12 +1021,7 @@ void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
         flash_forward(a.p, isa);
         if (bwd) flash_backward(a.p, a.g, isa);
         const Results got = results(a);
-        EXPECT_TRUE(within_rule("out", max_err(got.out, want.out), max_err(base.out, want.out)));
-        EXPECT_TRUE(within_rule("lse", max_err(got.lse, want.lse), max_err(base.lse, want.lse)));
-        if (!bwd) continue;
-        EXPECT_TRUE(within_rule("dq", max_err(got.dq, want.dq), max_err(base.dq, want.dq)));
-        EXPECT_TRUE(within_rule("dk", max_err(got.dk, want.dk), max_err(base.dk, want.dk)));
-        EXPECT_TRUE(within_rule("dv", max_err(got.dv, want.dv), max_err(base.dv, want.dv)));
+        expect_results_within_rule(got, want, base, bwd);
     }
 }
 

@@ -107,6 +107,9 @@ AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, cons
 /// Process-wide override (the CLI's --attention): automatic leaves QKV_ATTENTION in charge.
 void set_attention_backend(AttentionBackend b);
 AttentionBackend attention_backend_override();
+/// The process-wide choice calls with backend `automatic` start from: the override when set, else
+/// QKV_ATTENTION (throws naming a bad value), else automatic.
+AttentionBackend default_attention_backend();
 /// "auto", "math" or "flash"; throws on anything else (names the bad value).
 AttentionBackend parse_attention_backend(const std::string& s);
 
