@@ -1006,6 +1006,19 @@ void plain_bf16(AttnData<float>& a, bool bwd) {
     for (size_t t = 0; t < dv.size(); ++t) a.g.dv[t] = round_to_bf16(dv[t]);
 }
 
+// The bf16 paths: every tier of isas() (rounded_fp32 on the fp32 tiles) and, where the CPU has
+// AVX-512-BF16, the avx512_bf16 tier, whose forward is the vdpbf16ps build (Bf16AttentionPath::dot,
+// forced by the guard even where `automatic` would keep the fp32 tiles).
+std::vector<cpu::Isa> bf16_isas() {
+    auto out = isas();
+    if (cpu::cpu_isa() >= cpu::Isa::avx512_bf16) out.push_back(cpu::Isa::avx512_bf16);
+    return out;
+}
+struct Bf16DotGuard {
+    cpu::Bf16AttentionPath old = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::dot);
+    ~Bf16DotGuard() { cpu::set_bf16_attention_path(old); }
+};
+
 // bf16 fast kernel (each ISA) vs float64 on the rounded inputs, baseline plain_bf16.
 void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
     auto r64 = make_attn_bf16<double>(s);
@@ -1014,7 +1027,8 @@ void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
     if (bwd) ref::attention_backward(r64.p, r64.g);
     plain_bf16(pl, bwd);
     const Results want = results(r64), base = results(pl);
-    for (auto isa : isas()) {
+    const Bf16DotGuard dot_path;
+    for (auto isa : bf16_isas()) {
         SCOPED_TRACE(::testing::Message() << "bf16 compute, " << cpu::isa_name(isa));
         auto a   = make_attn_bf16<float>(s);
         a.p.bf16 = true;
@@ -1082,7 +1096,8 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
 TEST(FlashAttentionBf16, RoundsItsInputsItself) {
     AttnSpec s = shape(2, 4, 97, 150, 40, 24);
     s.Hkv = 2, s.strided = true, s.causal = CausalAlign::bottom_right;
-    for (auto isa : isas()) {
+    const Bf16DotGuard dot_path;
+    for (auto isa : bf16_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         auto raw = make_attn<float>(s), pre = make_attn_bf16<float>(s);
         const auto q0 = raw.q, k0 = raw.k, v0 = raw.v, d0 = raw.dout;
@@ -1108,7 +1123,8 @@ TEST(FlashAttentionBf16, RoundsItsInputsItself) {
 TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
     constexpr double kHandTol = 1e-5;
     const double     e1 = std::exp(-1.0), l = 1.0 + e1, p1 = e1 / l, s = (1.0 / l) * p1;
-    for (auto isa : isas()) {
+    const Bf16DotGuard dot_path;
+    for (auto isa : bf16_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         for (bool bf16 : {false, true}) {
             auto a = make_attn<float>(shape(1, 1, 1, 2, 1));
@@ -1131,7 +1147,8 @@ TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
 // in fp32); huge equal logits (scores ~2^123, finite) give exactly uniform weights (values 0 and 1
 // alternating: out = 0.5 exactly), on every path, with finite gradients.
 TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
-    for (auto isa : isas()) {
+    const Bf16DotGuard dot_path;
+    for (auto isa : bf16_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         AttnSpec s = shape(1, 1, 3, 32768, 8, 16);
         auto     a = make_attn<float>(s);
@@ -1156,6 +1173,38 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
         for (const auto* g : {&h.dq, &h.dk, &h.dv})
             for (float x : *g) ASSERT_TRUE(std::isfinite(x));
     }
+}
+
+// The avx512_bf16 tier's forward is its own build (vdpbf16ps): with the dot path it computes in
+// another order than the fp32 tiles on rounded values (so some output differs in its last bits,
+// D = 128, scale 1/sqrt(128)); the cap below avx512_bf16 and the rounded_fp32 setting turn it off;
+// `automatic` takes it exactly where vdpbf16ps runs at full rate.
+TEST(FlashAttentionBf16, DotPathWhereTheCpuHasIt) {
+    if (cpu::cpu_isa() < cpu::Isa::avx512_bf16) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+    auto run = [](cpu::Isa isa, cpu::Bf16AttentionPath path) {
+        const auto old = cpu::set_bf16_attention_path(path);
+        auto       a   = make_attn<float>(shape(1, 2, 100, 300, 128));
+        a.p.bf16       = true;
+        flash_forward(a.p, isa);
+        cpu::set_bf16_attention_path(old);
+        return a.out;
+    };
+    EXPECT_NE(run(cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::dot),
+              run(cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::rounded_fp32));
+    EXPECT_EQ(run(cpu::Isa::avx512, cpu::Bf16AttentionPath::dot),
+              run(cpu::Isa::avx512, cpu::Bf16AttentionPath::rounded_fp32));
+    {
+        const IsaGuard cap(cpu::Isa::avx512_bf16);
+        const auto     old = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
+        EXPECT_EQ(cpu::bf16_attention_uses_dot(), cpu::cpu_features().bf16_dot_full_rate);
+        cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::dot);
+        EXPECT_TRUE(cpu::bf16_attention_uses_dot());
+        cpu::set_bf16_attention_path(old);
+    }
+    const IsaGuard cap(cpu::Isa::avx512);
+    const auto     old = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::dot);
+    EXPECT_FALSE(cpu::bf16_attention_uses_dot());
+    cpu::set_bf16_attention_path(old);
 }
 
 }  // namespace

@@ -54,8 +54,24 @@ void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 
 }  // namespace detail
 
+namespace {
+Bf16AttentionPath g_bf16_path = Bf16AttentionPath::automatic;
+}  // namespace
+
+Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p) {
+    const Bf16AttentionPath old = g_bf16_path;
+    g_bf16_path                 = p;
+    return old;
+}
+
+bool bf16_attention_uses_dot() {
+    if (g_bf16_path == Bf16AttentionPath::rounded_fp32 || simd_isa() < Isa::avx512_bf16) return false;
+    return g_bf16_path == Bf16AttentionPath::dot || cpu_features().bf16_dot_full_rate;
+}
+
 void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
+    if (p.bf16 && bf16_attention_uses_dot()) return detail::flash_forward_avx512bf16(p);
     switch (fp32_variant_isa()) {
         case Isa::avx512: return detail::flash_forward_avx512(p);
         case Isa::avx2: return detail::flash_forward_avx2(p);

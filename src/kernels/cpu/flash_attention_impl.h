@@ -43,6 +43,7 @@ void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradP
 void flash_forward_avx2(const AttentionParams<float>& p);
 void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_scalar(const AttentionParams<float>& p);
+void flash_forward_avx512bf16(const AttentionParams<float>& p);  // p.bf16 only
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu::detail
@@ -101,14 +102,57 @@ __attribute__((always_inline)) inline void accumulate(int64_t K, const float* A,
     }
 }
 
-template <class S, int R, int NV, int Md, bool AM1, bool Tail>
-inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
-                  int64_t cm, typename S::M tail, const float* rowscale) {
+/// Whether S is the vdpbf16ps build (SimdAvx512Dot): its GEMMs can take bf16 word operands.
+template <class S>
+constexpr bool kDot = requires { S::kDot; };
+
+/// accumulate over bf16 word operands (kDot builds): K word steps, each two reduction steps;
+/// A(m, k) and the B rows are words (flash_attention_simd.h: SimdAvx512Dot).
+template <class S, int R, int NV, bool AM1, bool Tail>
+__attribute__((always_inline)) inline void accumulate(int64_t K, const uint32_t* A, int64_t as, const uint32_t* B,
+                                                      int64_t bk, typename S::M tail,
+                                                      typename S::V (&acc)[R][NV]) {
+    using WV = typename S::WV;
+    constexpr int W = S::W;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
+    for (int64_t kk = 0; kk < K; ++kk) {
+        WV b[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v + 1 < NV; ++v) b[v] = S::loadw(B + v * W);
+        b[NV - 1] = Tail ? S::loadwm(B + (NV - 1) * W, tail) : S::loadw(B + (NV - 1) * W);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const WV x = S::set1w(AM1 ? A[kk * as + r] : A[r * as + kk]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[r][v] = S::dot(acc[r][v], x, b[v]);
+        }
+        B += bk;
+    }
+}
+
+/// acc *= k (the softmax scale of the word GEMMs' score tiles; 1 elsewhere, skipped).
+template <class S, int R, int NV>
+__attribute__((always_inline)) inline void scale_acc(typename S::V (&acc)[R][NV], float k) {
+    if (k == 1.0f) return;
+    const auto kv = S::set1(k);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::mul(acc[r][v], kv);
+}
+
+template <class S, int R, int NV, int Md, bool AM1, bool Tail, class TA>
+inline void micro(int64_t K, const TA* A, int64_t as, const TA* B, int64_t bk, float* C,
+                  int64_t cm, typename S::M tail, const float* rowscale, float oscale) {
     if constexpr (R <= S::kR && NV <= S::kNV) {
         using V = typename S::V;
         constexpr int W = S::W;
         V acc[R][NV];
         accumulate<S, R, NV, AM1, Tail>(K, A, as, B, bk, tail, acc);
+        scale_acc<S>(acc, oscale);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             float* c = C + r * cm;
@@ -131,9 +175,11 @@ inline void micro(int64_t K, const float* A, int64_t as, const float* B, int64_t
 
 /// C (M x N) (op)= A (M x K; see micro for `as`) * B (K x N, row stride bk), tiled kR x kNV*W.
 /// CanTail = false when N is a multiple of W (score tiles: N = Bq), which halves the instances.
-template <class S, int Md, bool AM1, bool CanTail = true>
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B, int64_t bk,
-          float* C, int64_t cm, const float* rowscale = nullptr) {
+/// TA = uint32_t (kDot builds): A and B hold bf16 words, K counts words (pairs of reduction
+/// steps), and the accumulators are multiplied by `oscale` before the mode's epilogue.
+template <class S, int Md, bool AM1, bool CanTail = true, class TA = float>
+void gemm(int64_t M, int64_t N, int64_t K, const TA* A, int64_t as, const TA* B, int64_t bk,
+          float* C, int64_t cm, const float* rowscale = nullptr, float oscale = 1.0f) {
     constexpr int W = S::W;
     for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
         const int64_t nl   = min64(N - n0, S::kNV * W);
@@ -143,14 +189,14 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
         QKV_DASSERT(CanTail || full);
         for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
             const int    r  = int(min64(S::kR, M - m0));
-            const float* a  = A + (AM1 ? m0 : m0 * as);
-            const float* b  = B + n0;
+            const TA*    a  = A + (AM1 ? m0 : m0 * as);
+            const TA*    b  = B + n0;
             float*       c  = C + m0 * cm + n0;
             const float* rs = rowscale ? rowscale + m0 : nullptr;
 #define QKV_MK(R_, NV_)                                                             \
     case (R_) * 8 + (NV_):                                                          \
-        if (!CanTail || full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs); \
-        else micro<S, R_, NV_, Md, AM1, CanTail>(K, a, as, b, bk, c, cm, tail, rs);               \
+        if (!CanTail || full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs, oscale); \
+        else micro<S, R_, NV_, Md, AM1, CanTail>(K, a, as, b, bk, c, cm, tail, rs, oscale);               \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -172,14 +218,15 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const flo
 /// adds P to sum[]. On the block's first tile (`first`), lanes whose shift is still -inf (no key
 /// seen yet: O = 0 and l = 0 there) take that tile's maximum as their shift. No SIMD tails: the
 /// lanes are the whole query block (a multiple of W).
-template <class S, int R, int NV>
-inline void micro_exp(int64_t K, const float* A, int64_t as, const float* B, int64_t bk, float* C,
-                      int64_t cm, float* m, float* sum, bool first) {
+template <class S, int R, int NV, class TA>
+inline void micro_exp(int64_t K, const TA* A, int64_t as, const TA* B, int64_t bk, float* C,
+                      int64_t cm, float* m, float* sum, bool first, float oscale) {
     if constexpr (R <= S::kR && NV <= S::kNV) {
         using V = typename S::V;
         constexpr int W = S::W;
         V acc[R][NV];
         accumulate<S, R, NV, false, false>(K, A, as, B, bk, typename S::M{}, acc);
+        scale_acc<S>(acc, oscale);
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             V mv = S::load(m + v * W);
@@ -204,21 +251,21 @@ inline void micro_exp(int64_t K, const float* A, int64_t as, const float* B, int
 
 /// P^T (M keys x N query lanes) = e^(K_j . Q^T - m) by micro_exp tiles (see there); N a multiple
 /// of W.
-template <class S>
-void gemm_exp(int64_t M, int64_t N, int64_t K, const float* A, int64_t as, const float* B,
-              int64_t bk, float* C, int64_t cm, float* m, float* sum) {
+template <class S, class TA = float>
+void gemm_exp(int64_t M, int64_t N, int64_t K, const TA* A, int64_t as, const TA* B,
+              int64_t bk, float* C, int64_t cm, float* m, float* sum, float oscale = 1.0f) {
     constexpr int W = S::W;
     for (int64_t n0 = 0; n0 < N; n0 += S::kNV * W) {
         const int nv = int(min64(N - n0, S::kNV * W) / W);
         for (int64_t m0 = 0; m0 < M; m0 += S::kR) {
             const int    r = int(min64(S::kR, M - m0));
-            const float* a = A + m0 * as;
-            const float* b = B + n0;
+            const TA*    a = A + m0 * as;
+            const TA*    b = B + n0;
             float*       c = C + m0 * cm + n0;
             const bool   f = m0 == 0;
 #define QKV_MK(R_, NV_)                                                                        \
     case (R_) * 8 + (NV_):                                                                     \
-        micro_exp<S, R_, NV_>(K, a, as, b, bk, c, cm, m + n0, sum + n0, f); \
+        micro_exp<S, R_, NV_>(K, a, as, b, bk, c, cm, m + n0, sum + n0, f, oscale); \
         break
             switch (r * 8 + nv) {
                 QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
@@ -306,6 +353,53 @@ void round_rows_bf16(float* dst, const float* src, int64_t rows, int64_t cols, i
         int64_t      c = 0;
         for (; c + W <= cols; c += W) S::store(d + c, S::round_bf16(S::load(a + c)));
         if (c < cols) S::storem(d + c, S::round_bf16(S::loadm(a + c, tail)), tail);
+    }
+}
+
+/// Word operands of the kDot build (SimdAvx512Dot). dst[pr * dld + c] = the word (bf16(r0[c]),
+/// bf16(r1[c])) of source rows r0 = 2 pr, r1 = 2 pr + 1 (0 past `rows`) for c < cols, and 0 for
+/// cols <= c < colsp (a multiple of W): rows of a Q^T or P^T tile (the reduction runs down the
+/// rows) or of a V block. Returns whether a word holds ±inf or NaN.
+template <class S>
+bool pack_row_pairs(uint32_t* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols,
+                    int64_t colsp) {
+    constexpr int W = S::W;
+    const auto tail = S::tail(int(cols % W));
+    bool       bad  = false;
+    for (int64_t pr = 0; pr < (rows + 1) / 2; ++pr) {
+        const float* r0 = src + 2 * pr * sld;
+        const float* r1 = 2 * pr + 1 < rows ? r0 + sld : nullptr;
+        uint32_t*    d  = dst + pr * dld;
+        for (int64_t c = 0; c < colsp; c += W) {
+            typename S::V x0 = S::zero(), x1 = S::zero();
+            if (c + W <= cols) {
+                x0 = S::load(r0 + c);
+                if (r1) x1 = S::load(r1 + c);
+            } else if (c < cols) {
+                x0 = S::loadm(r0 + c, tail);
+                if (r1) x1 = S::loadm(r1 + c, tail);
+            }
+            const auto w = S::pair(x0, x1);
+            bad          = bad || S::any_nonfinite(w);
+            S::storew(d + c, w);
+        }
+    }
+    return bad;
+}
+
+/// dst[r * dld + c] = bf16(src[r * sld + c]) as 16-bit values for c < cols, and 0 at c = cols when
+/// cols is odd: K rows as words along D (the A operand of the score GEMMs); dld even.
+template <class S>
+void pack_rows_bf16(uint16_t* dst, int64_t dld, const float* src, int64_t sld, int64_t rows, int64_t cols) {
+    constexpr int W = S::W;
+    const auto full = S::tail(W), tail = S::tail(int(cols % W));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = src + r * sld;
+        uint16_t*    d = dst + r * dld;
+        int64_t      c = 0;
+        for (; c + W <= cols; c += W) S::store_bf16(d + c, S::load(a + c), full);
+        if (c < cols) S::store_bf16(d + c, S::loadm(a + c, tail), tail);
+        if (cols % 2) d[cols] = 0;
     }
 }
 
@@ -458,7 +552,7 @@ void pv_skipping_zeros(float* o, int64_t Dvp, const float* pt, const float* v, i
 template <class S, int64_t BQ = S::kBlockQ>
 struct FwdLayout {
     static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
-    int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, kr, vr, total;  // float offsets into the workspace
+    int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, kr, vr, qw, kw, pw, vw, total;  // float offsets into the workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
         int64_t       at  = 0;
@@ -471,6 +565,9 @@ struct FwdLayout {
         o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq),
         kfirst = take(Bq), psum = take(Bq);
         kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);  // bf16 K and V blocks
+        // kDot: word operands (2 bf16 per float slot) of Q^T, the K block, P^T and the V block
+        const int64_t Dw = kDot<S> ? (p.D + 1) / 2 : 0, Bkw = kDot<S> ? Bk / 2 : 0;
+        qw = take(Dw * Bq), kw = take(Bk * Dw), pw = take(Bkw * Bq), vw = take(Bkw * Dvp);
         total = at;
     }
 };
@@ -503,7 +600,17 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         return;
     }
     // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
-    if (p.bf16) {  // bf16(q), then the scale
+    // kDot: the word GEMMs read Q^T as bf16(q) words (Dw x Bq) and K rows as words (Bk x Dw); the
+    // scale multiplies their fp32 sums.
+    constexpr bool dot = kDot<S>;
+    const int64_t  Dw  = (p.D + 1) / 2;
+    uint32_t *     qw = reinterpret_cast<uint32_t*>(ws + L.qw), *kw = reinterpret_cast<uint32_t*>(ws + L.kw),
+             *pw = reinterpret_cast<uint32_t*>(ws + L.pw), *vw = reinterpret_cast<uint32_t*>(ws + L.vw);
+    if constexpr (dot) {
+        QKV_DASSERT(p.bf16);
+        pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, 1.0f);
+        pack_row_pairs<S>(qw, Bq, qt, Bq, p.D, Bq, Bq);
+    } else if (p.bf16) {  // bf16(q), then the scale
         pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, 1.0f);
         round_scale_tile_bf16<S>(qt, p.D * Bq, p.scale);
     } else {
@@ -523,7 +630,9 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         const int64_t nk      = min64(Bk, kend - j0);
         const float*  kj      = kbase + j0 * p.k_stride_t;
         int64_t       ks      = p.k_stride_t;
-        if (p.bf16) {  // the block's keys as bf16 values, dense
+        if constexpr (dot) {
+            pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(kw), 2 * Dw, kj, p.k_stride_t, nk, p.D);
+        } else if (p.bf16) {  // the block's keys as bf16 values, dense
             round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
             kj = ws + L.kr, ks = p.D;
         }
@@ -535,7 +644,8 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             // by more than kShiftSlack, so P <= e^kShiftSlack and O needs no rescale). Saves
             // the passes that store S, find the row max and reload S for the exp.
             for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, S::zero());
-            gemm_exp<S>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq, m, psum);
+            if constexpr (dot) gemm_exp<S>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, m, psum, p.scale);
+            else gemm_exp<S>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq, m, psum);
             bool over = false;
             for (int64_t v = 0; v < NQV; ++v)
                 over = over || !S::all_le(S::load(psum + v * W), S::set1(kBlockSumLimit));
@@ -549,7 +659,8 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         }
         if (classic) {
             // S^T = K_j Q^T (nk x Bq), reduction over D.
-            gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
+            if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, nullptr, p.scale);
+            else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
             if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
             if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
             if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
@@ -580,11 +691,21 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             for (int64_t t = 0; t < nk * Bq; t += W)
                 S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
         }
-        // bf16 compute: P enters P·V as bf16; l above summed the fp32 P, as tile kernels do.
-        if (p.bf16) round_tile_bf16<S>(st, nk * Bq);
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
         const float* vj = vbase + j0 * p.v_stride_t;
         int64_t      vs = p.v_stride_t;
+        if constexpr (dot) {  // P^T and V_j as words along the keys (bf16 P; l summed the fp32 P)
+            pack_row_pairs<S>(pw, Bq, st, Bq, nk, Bq, Bq);
+            const bool bad = pack_row_pairs<S>(vw, Dvp, vj, vs, nk, p.Dv, Dvp);
+            if (!(classic && bad)) {
+                if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, (nk + 1) / 2, pw, Bq, vw, Dvp, o, Dvp, alpha);
+                else gemm<S, kAcc, true>(nq, p.Dv, (nk + 1) / 2, pw, Bq, vw, Dvp, o, Dvp);
+                continue;
+            }
+            // a masked block whose V holds ±inf or NaN: P = 0 must skip those rows (as below)
+        }
+        // bf16 compute: P enters P·V as bf16; l above summed the fp32 P, as tile kernels do.
+        if (p.bf16) round_tile_bf16<S>(st, nk * Bq);
         if (p.bf16) {
             round_rows_bf16<S>(ws + L.vr, vj, nk, p.Dv, p.v_stride_t);
             vj = ws + L.vr, vs = p.Dv;

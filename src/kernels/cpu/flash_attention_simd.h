@@ -145,6 +145,45 @@ struct SimdAvx512 : simd::V16 {
 };
 #endif
 
+#if defined(__AVX512BF16__)
+/// The AVX-512-BF16 build (flash_attention_avx512bf16.cpp): SimdAvx512 plus the bf16 operand
+/// words of vdpbf16ps. A word holds two bf16 values of the same lane that are consecutive along
+/// the reduction (low half first), and one vdpbf16ps adds both products of each lane into its
+/// fp32 accumulator, so a W-lane vector of words carries 2W products. kDot selects the word
+/// GEMMs in flash_attention_impl.h.
+struct SimdAvx512Dot : SimdAvx512 {
+    static constexpr bool kDot = true;
+    using WV = __m512i;
+    static inline WV loadw(const uint32_t* p) { return _mm512_loadu_si512(p); }
+    static inline WV loadwm(const uint32_t* p, M m) { return _mm512_maskz_loadu_epi32(m, p); }
+    static inline void storew(uint32_t* p, WV w) { _mm512_storeu_si512(p, w); }
+    static inline WV set1w(uint32_t x) { return _mm512_set1_epi32(int(x)); }
+    /// acc + a.lo · b.lo + a.hi · b.hi per lane (bf16 products exact in fp32; inputs and results
+    /// below 2^-126 are taken as 0, as AVX-512-BF16 defines).
+    static inline V dot(V acc, WV a, WV b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+    /// x's bf16 bit patterns (round_bf16's rounding; NaN made quiet) in the high halves of the
+    /// lanes, low halves 0.
+    static inline __m512i bf16_high(V x) {
+        const __m512i r = _mm512_castps_si512(round_bf16(x));
+        return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x00400000));
+    }
+    /// Words lo = bf16(x0), hi = bf16(x1), lane by lane.
+    static inline WV pair(V x0, V x1) {
+        return _mm512_or_si512(_mm512_srli_epi32(bf16_high(x0), 16), bf16_high(x1));
+    }
+    /// Stores bf16(x) of the lanes in m as consecutive 16-bit values.
+    static inline void store_bf16(uint16_t* p, V x, M m) {
+        _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_high(x), 16)));
+    }
+    /// Whether a bf16 half of a word of w is ±inf or NaN.
+    static inline bool any_nonfinite(WV w) {
+        const __m512i e = _mm512_set1_epi32(0x7f807f80);
+        const __m512i x = _mm512_and_si512(w, e);
+        return _mm512_cmpeq_epi16_mask(x, e) != 0;
+    }
+};
+#endif
+
 #if defined(__AVX2__)
 struct SimdAvx2 : simd::V8 {
     using V = R;

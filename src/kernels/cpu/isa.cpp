@@ -36,6 +36,7 @@ CpuFeatures detect() {
     f.avx512_fp16 = f.avx512 && cpuid_bit(0, kEdx, 23);
     f.amx_tile    = cpuid_bit(0, kEdx, 24);
     f.amx_bf16    = cpuid_bit(0, kEdx, 22);
+    f.bf16_dot_full_rate = f.avx512_bf16 && __builtin_cpu_is("amd");
     return f;
 }
 

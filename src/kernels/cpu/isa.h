@@ -13,8 +13,9 @@ namespace qkv::kernels::cpu {
 ///                portable build).
 ///   avx2:        AVX2 + FMA (8 fp32 lanes).
 ///   avx512:      AVX-512 F, BW, VL, DQ (16 fp32 lanes).
-///   avx512_bf16: avx512 + AVX512_BF16 (vdpbf16ps). Detected; no kernel has such a variant yet,
-///                so kernels run their avx512 variant.
+///   avx512_bf16: avx512 + AVX512_BF16 (vdpbf16ps). The bf16 flash attention forward has a
+///                vdpbf16ps build (cpu/flash_attention.h: Bf16AttentionPath); the fp32 kernels run
+///                their avx512 variant.
 ///   amx:         avx512_bf16 + AMX-TILE/AMX-BF16. Detected from CPUID only (using the tiles also
 ///                needs the Linux permission request); no kernel has such a variant yet.
 enum class Isa : uint8_t { scalar, avx2, avx512, avx512_bf16, amx };
@@ -27,6 +28,11 @@ struct CpuFeatures {
     bool avx512_fp16 = false;  // reported for messages and benchmarks; no tier uses it yet
     bool amx_tile    = false;
     bool amx_bf16    = false;
+    // vdpbf16ps issues at the fp32 FMA rate, so it doubles the products per cycle: AMD's
+    // AVX-512-BF16 (Zen 4, Zen 5; bench_peak on an EPYC family 26: 2.0x vfmadd231ps's FLOP/s).
+    // Intel's (Cooper Lake, Sapphire/Emerald Rapids) issues it at half that (bench_peak on a Xeon
+    // model 207: 0.5x), where the bf16 kernels keep the fp32 tiles. bench/RESULTS.md has both.
+    bool bf16_dot_full_rate = false;
 };
 const CpuFeatures& cpu_features();
 
