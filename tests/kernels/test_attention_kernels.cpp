@@ -1175,6 +1175,53 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
     }
 }
 
+// K and V rows that valid_lens hide never reach the results on any bf16 path, even when they hold
+// NaN, ±inf or a finite value that bf16 rounds to inf (3.4e38): the result is the one for the
+// clean inputs (2x rule). The hidden key 250 shares its 128-key tile with visible keys (batch 1
+// sees all 300), so the vdpbf16ps forward's masked-tile fallback and the backward's hand-over to
+// the fp32 tiles both run.
+// A second case hides key 250 from every query by an additive key-padding mask (-inf), so the
+// forward reads its tile too.
+TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
+    const Bf16DotGuard dot_path;
+    for (bool by_mask : {false, true}) {
+    AttnSpec s = shape(2, 2, 100, 300, 32);
+    if (!by_mask) s.valid_lens_rank = 1, s.valid_lens = {200, 300};
+    std::vector<float> am(size_t(s.Tk), 0.0f);  // by_mask: key 250 hidden in every batch and head
+    am[250] = -INFINITY;
+    std::vector<double> am64(am.begin(), am.end());
+    auto with_mask = [&](auto& x) {
+        if (!by_mask) return;
+        if constexpr (std::is_same_v<std::decay_t<decltype(*x.p.additive_mask)>, double>) x.p.additive_mask = am64.data();
+        else x.p.additive_mask = am.data();
+        x.p.m_stride_b = x.p.m_stride_h = x.p.m_stride_q = 0, x.p.m_stride_k = 1;
+    };
+    auto r64 = make_attn_bf16<double>(s);
+    auto pl  = make_attn_bf16<float>(s);
+    with_mask(r64), with_mask(pl);
+    ref::attention_forward(r64.p);
+    ref::attention_backward(r64.p, r64.g);
+    plain_bf16(pl, true);
+    const Results   want = results(r64), base = results(pl);
+    for (const float bad_v : {INFINITY, -INFINITY, 3.4e38f})
+        for (auto isa : bf16_isas()) {
+            SCOPED_TRACE(::testing::Message() << cpu::isa_name(isa) << ", V row " << bad_v << ", by mask " << by_mask);
+            auto a = make_attn_bf16<float>(s);
+            with_mask(a);
+            for (int64_t d = 0; d < s.D; ++d) {  // batch 0 (Hkv = H = 2): key 250 of head 0
+                a.k[size_t(250 * s.D + d)] = NAN;
+                a.v[size_t(250 * s.D + d)] = bad_v;
+            }
+            a.p.bf16 = true;
+            flash_forward(a.p, isa);
+            flash_backward(a.p, a.g, isa);
+            // dk/dv of the hidden row are 0 on every path (nothing reads it); the rule covers the rest
+            for (int64_t d = 0; d < s.D; ++d) ASSERT_EQ(a.dk[size_t(250 * s.D + d)], 0.0f);
+            expect_results_within_rule(results(a), want, base, true);
+        }
+    }
+}
+
 // The avx512_bf16 tier's forward is its own build (vdpbf16ps): with the dot path it computes in
 // another order than the fp32 tiles on rounded values (so some output differs in its last bits,
 // D = 128, scale 1/sqrt(128)); the cap below avx512_bf16 and the rounded_fp32 setting turn it off;

@@ -128,8 +128,10 @@ TEST(GemmBf16Kernels, DegenerateSizesAndBadArguments) {
 
 TEST(GemmBf16Kernels, PathIsNamed) {
     const std::string path = cpu::bf16_gemm_path();
-    const bool amx = cpu::cpu_isa() == Isa::amx && cpu::amx_permitted();
-    EXPECT_EQ(path.rfind(amx ? "oneDNN bf16 matmul (" : "fp32 GEMM on bf16-rounded inputs (", 0), 0u) << path;
+    // automatic: oneDNN with usable AMX, or with AVX-512-BF16 whose vdpbf16ps runs at full rate
+    const bool fast = (cpu::cpu_isa() == Isa::amx && cpu::amx_permitted()) ||
+                      (cpu::cpu_isa() >= Isa::avx512_bf16 && cpu::cpu_features().bf16_dot_full_rate);
+    EXPECT_EQ(path.rfind(fast ? "oneDNN bf16 matmul (" : "fp32 GEMM on bf16-rounded inputs (", 0), 0u) << path;
     {
         PathGuard g(Isa::avx512, cpu::Bf16GemmPath::onednn);  // the cap wins over the forced path
         EXPECT_EQ(std::string(cpu::bf16_gemm_path()).rfind("fp32 GEMM on bf16-rounded inputs (", 0), 0u);

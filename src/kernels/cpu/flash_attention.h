@@ -31,9 +31,9 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
 /// bf16 at the same points and keep every sum, the softmax and the statistics in fp32; they differ
 /// in summation order, where the softmax scale multiplies (dot: the fp32 score sum; rounded_fp32:
 /// the packed bf16(q)), and dot takes bf16 values below 2^-126 (subnormal) as 0 (AVX-512-BF16).
-///   dot:          the forward's score and P·V products as vdpbf16ps on bf16 word operands (the
-///                 avx512_bf16 tier: the CPU has AVX-512-BF16 and the cap allows it); the backward
-///                 runs rounded_fp32.
+///   dot:          every product of the forward and the backward as vdpbf16ps on bf16 word
+///                 operands (the avx512_bf16 tier: the CPU has AVX-512-BF16 and the cap allows
+///                 it); a backward whose K or V holds a non-finite bf16 value runs rounded_fp32.
 ///   rounded_fp32: the fp32 tiles of the capped tier on bf16-rounded values.
 /// automatic (the default): dot where the tier allows it and vdpbf16ps runs at full rate
 /// (CpuFeatures::bf16_dot_full_rate), else rounded_fp32. `dot` falls back to rounded_fp32 where
@@ -42,7 +42,7 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
 enum class Bf16AttentionPath { automatic, dot, rounded_fp32 };
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p);
 
-/// Whether a bf16 forward call takes the dot path now (the setting, the cap and the CPU).
+/// Whether a bf16 call takes the dot path now (the setting, the cap and the CPU).
 bool bf16_attention_uses_dot();
 
 }  // namespace qkv::kernels::cpu

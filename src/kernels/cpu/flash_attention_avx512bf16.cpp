@@ -1,16 +1,48 @@
 // AVX-512-BF16 build of the flash attention kernels (flash_attention_impl.h with SimdAvx512Dot):
-// under AttentionParams::bf16 the forward's score and P·V products run as vdpbf16ps on bf16 word
-// operands. Called only after the CPU checks in flash_attention.cpp (cpu/isa.h: avx512_bf16 tier).
+// under AttentionParams::bf16 every product of the forward and the backward runs as vdpbf16ps on
+// bf16 word operands. Called only after the CPU checks in flash_attention.cpp (cpu/isa.h:
+// avx512_bf16 tier).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define QKV_FLASH_NS flash_avx512bf16
 #include "kernels/cpu/flash_attention_impl.h"
 
 namespace qkv::kernels::cpu::detail {
+namespace {
+
+/// Whether some element of x (B, Hkv, Tk, cols through the strides) is ±inf or NaN as bf16 (a
+/// finite float from 0x1.fefp127 up rounds to inf).
+bool bf16_nonfinite(const float* x, int64_t B, int64_t Hkv, int64_t Tk, int64_t cols, int64_t sb, int64_t sh,
+                    int64_t st) {
+    uint32_t any = 0;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hkv; ++h)
+            for (int64_t t = 0; t < Tk; ++t) {
+                const float* row = x + b * sb + h * sh + t * st;
+                for (int64_t c = 0; c < cols; ++c) {
+                    uint32_t u;
+                    std::memcpy(&u, row + c, 4);
+                    any |= uint32_t((u & 0x7fffffffu) >= 0x7f7f8000u);
+                }
+            }
+    return any != 0;
+}
+
+}  // namespace
 
 void flash_forward_avx512bf16(const AttentionParams<float>& p) {
     QKV_ASSERT(p.bf16);
     flash_avx512bf16::forward<flash_avx512bf16::SimdAvx512Dot>(p);
+}
+
+void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    QKV_ASSERT(p.bf16);
+    // Hidden keys (P = 0) must not turn a non-finite K or V value into NaN (0 · inf): the fp32
+    // tiles skip such rows, the word GEMMs cannot, so such inputs take the fp32 tiles.
+    if (bf16_nonfinite(p.k, p.B, p.Hkv, p.Tk, p.D, p.k_stride_b, p.k_stride_h, p.k_stride_t) ||
+        bf16_nonfinite(p.v, p.B, p.Hkv, p.Tk, p.Dv, p.v_stride_b, p.v_stride_h, p.v_stride_t))
+        return flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512>(p, g);
+    flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512Dot>(p, g);
 }
 
 }  // namespace qkv::kernels::cpu::detail

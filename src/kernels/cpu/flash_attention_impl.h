@@ -44,6 +44,7 @@ void flash_forward_avx2(const AttentionParams<float>& p);
 void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_scalar(const AttentionParams<float>& p);
 void flash_forward_avx512bf16(const AttentionParams<float>& p);  // p.bf16 only
+void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu::detail
@@ -772,7 +773,8 @@ template <class S>
 struct BwdLayout {
     static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
     int64_t nqb;
-    int64_t qt, dot, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax, st, pd, ds, dcap, dq, qr, dor, kr, vr, total;
+    int64_t qt, dot, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax, st, pd, ds, dcap, dq, qr, dor, kr, vr;
+    int64_t qw, dow, qpw, dopw, kw, vw, kpw, pdw, dsw, dstw, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
         nqb        = (p.Tq + Bq - 1) / Bq;
         int64_t at = 0;
@@ -790,6 +792,17 @@ struct BwdLayout {
         // bf16: the head's Q and dO rows and the key block's K and V rows as dense bf16 values
         qr = take(p.bf16 ? p.Tq * p.D : 0), dor = take(p.bf16 ? p.Tq * p.Dv : 0);
         kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);
+        // kDot word operands (2 bf16 per float slot): per query block Q^T and dO^T (along D, Dv)
+        // and the Q and dO rows in pairs along the queries; per key block the K and V rows along
+        // D and Dv, the K rows in pairs along the keys, Pd and dS along the queries and dS^T along
+        // the keys.
+        const bool    w   = kDot<S>;
+        const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
+        const int64_t Dp = round_up(p.D, S::W), Dvp = round_up(p.Dv, S::W);
+        qw = take(w ? nqb * Dw * Bq : 0), dow = take(w ? nqb * Dvw * Bq : 0);
+        qpw = take(w ? nqb * Bq / 2 * Dp : 0), dopw = take(w ? nqb * Bq / 2 * Dvp : 0);
+        kw = take(w ? Bk * Dw : 0), vw = take(w ? Bk * Dvw : 0), kpw = take(w ? Bk / 2 * Dp : 0);
+        pdw = take(w ? Bk * Bq / 2 : 0), dsw = take(w ? Bk * Bq / 2 : 0), dstw = take(w ? Bk / 2 * Bq : 0);
         total = at;
     }
 };
@@ -813,8 +826,20 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         float* qt  = ws + L.qt + qb * p.D * Bq;
         float* dot = ws + L.dot + qb * p.Dv * Bq;
-        pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, p.scale);
-        pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
+        if constexpr (kDot<S>) {  // word operands (bf16 of the rounded rows: the same values)
+            const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
+            const int64_t Dp = round_up(p.D, S::W), Dvp = round_up(p.Dv, S::W);
+            auto* w = reinterpret_cast<uint32_t*>(ws);
+            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, 1.0f);
+            pack_row_pairs<S>(w + L.qw + qb * Dw * Bq, Bq, qt, Bq, p.D, Bq, Bq);
+            pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
+            pack_row_pairs<S>(w + L.dow + qb * Dvw * Bq, Bq, dot, Bq, p.Dv, Bq, Bq);
+            pack_row_pairs<S>(w + L.qpw + qb * Bq / 2 * Dp, Dp, q0 + i0 * qs, qs, nq, p.D, Dp);
+            pack_row_pairs<S>(w + L.dopw + qb * Bq / 2 * Dvp, Dvp, do0 + i0 * ds, ds, nq, p.Dv, Dvp);
+        } else {
+            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, p.scale);
+            pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
+        }
         for (int64_t i = 0; i < Bq; ++i) {
             float lv = INFINITY, lov = 0.0f, dv = 0.0f;
             if (i < nq) {
@@ -855,6 +880,15 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     const float*      q0      = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float*      do0     = g.dout + b * p.o_stride_b + h * p.o_stride_h;
     int64_t           qs = p.q_stride_t, dos = p.o_stride_t;
+    constexpr bool dot = kDot<S>;
+    [[maybe_unused]] const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2, Dp = round_up(p.D, W),
+                                   Dvp = round_up(p.Dv, W);
+    [[maybe_unused]] uint32_t*     w   = reinterpret_cast<uint32_t*>(ws);
+    if constexpr (dot) {  // K and V rows as words along D and Dv, K rows in pairs along the keys
+        pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.kw), 2 * Dw, kj, ks, nk, p.D);
+        pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.vw), 2 * Dvw, vj, vs, nk, p.Dv);
+        pack_row_pairs<S>(w + L.kpw, Dp, kj, ks, nk, p.D, Dp);
+    }
     if (p.bf16) {  // bf16 values: Q and dO rows from prepare_head, this block's K and V rows here
         round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
         round_rows_bf16<S>(ws + L.vr, vj, nk, p.Dv, p.v_stride_t);
@@ -880,7 +914,9 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  lo  = ws + L.lo + qb * Bq;
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
-        gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
+        if constexpr (dot)
+            gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr, p.scale);
+        else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
         if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
@@ -900,7 +936,8 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
-        gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, vs, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
+        if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dvw, w + L.vw, Dvw, w + L.dow + qb * Dvw * Bq, Bq, ds, Bq);
+        else gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, vs, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
         // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {
@@ -911,6 +948,18 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             }
         if (softcap)  // through the cap: d cap(x)/dx = 1 - tanh^2
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+        if constexpr (dot) {
+            // Pd and dS as words along the queries (dV, dK) and dS^T along the keys (dQ); the
+            // dispatcher sends K and V with non-finite bf16 values to the rounded_fp32 build.
+            const int64_t nqw = (nq + 1) / 2;
+            pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.pdw), Bq, pd, Bq, nk, Bq);
+            pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.dsw), Bq, ds, Bq, nk, Bq);
+            pack_row_pairs<S>(w + L.dstw, Bq, ds, Bq, nk, Bq, Bq);
+            gemm<S, kAcc, false>(nk, p.Dv, nqw, w + L.pdw, Bq / 2, w + L.dopw + qb * Bq / 2 * Dvp, Dvp, dv, p.Dv);
+            gemm<S, kAcc, false>(nk, p.D, nqw, w + L.dsw, Bq / 2, w + L.qpw + qb * Bq / 2 * Dp, Dp, dk, p.D);
+            gemm<S, kAcc, true>(nq, p.D, (nk + 1) / 2, w + L.dstw, Bq, w + L.kpw, Dp, dq_acc + i0 * p.D, p.D);
+            continue;
+        }
         // Rows hidden by a mask are never read: with a non-finite value in V (dP~ = NaN) or K, the
         // hidden entries (P = 0) get dS = 0, not 0 · NaN, and dQ reads the K rows as 0 there.
         const bool bad_v = has_nonfinite(vj, nk, p.Dv, vs), bad_k = has_nonfinite(kj, nk, p.D, ks);

@@ -48,9 +48,10 @@ namespace qkv::kernels::cpu {
 ///   onednn:       one oneDNN bf16 matmul on bf16 copies (AMX tiles or AVX-512-BF16, as oneDNN
 ///                 picks); needs a non-reference oneDNN bf16 matmul and the ISA cap >= avx512_bf16.
 ///   rounded_fp32: the fp32 GEMM (gemm / gemm_batched) on bf16-rounded fp32 copies.
-/// `automatic` (the default) takes onednn when the cap allows amx, AMX is usable (amx_permitted)
-/// and the product has at least kBf16OnednnMinFlops; otherwise rounded_fp32 (on AVX-512-BF16
-/// without AMX oneDNN's bf16 matmul is slower than its fp32 GEMM: bench/RESULTS.md). The copies
+/// `automatic` (the default) takes onednn for products of at least kBf16OnednnMinFlops when the
+/// cap allows amx and AMX is usable (amx_permitted), or the cap allows avx512_bf16 and vdpbf16ps
+/// runs at full rate (CpuFeatures::bf16_dot_full_rate: AMD); otherwise rounded_fp32 (on Intel's
+/// AVX-512-BF16 without AMX oneDNN's bf16 matmul is slower than its fp32 GEMM: bench/RESULTS.md). The copies
 /// live in per-thread buffers that grow and are reused. Throws qkv::Error when oneDNN fails.
 void gemm_bf16_batched(const GemmBatchedParams<float>& p);
 

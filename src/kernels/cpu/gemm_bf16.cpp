@@ -51,7 +51,8 @@ Bf16GemmPath g_path = Bf16GemmPath::automatic;
 bool use_onednn(double flops) {
     if (g_path == Bf16GemmPath::rounded_fp32 || !onednn().has_bf16 || simd_isa() < Isa::avx512_bf16) return false;
     if (g_path == Bf16GemmPath::onednn) return true;
-    return simd_isa() == Isa::amx && amx_permitted() && flops >= kBf16OnednnMinFlops;
+    const bool tiles = simd_isa() == Isa::amx && amx_permitted();
+    return (tiles || cpu_features().bf16_dot_full_rate) && flops >= kBf16OnednnMinFlops;
 }
 
 /// The matmul primitives this thread used, by shape and layout (oneDNN's own cache still needs a
@@ -109,8 +110,8 @@ const char* bf16_gemm_path() {
         onednn_text = "oneDNN bf16 matmul (" + o.impl + ")";
         capped      = "fp32 GEMM on bf16-rounded inputs (the ISA cap is below avx512_bf16)";
         cpu         = "fp32 GEMM on bf16-rounded inputs (" + o.why_not + ")";
-        no_amx      = "fp32 GEMM on bf16-rounded inputs (no usable AMX: oneDNN's bf16 matmul (" + o.impl +
-                 ") is slower than the fp32 GEMM without it)";
+        no_amx      = "fp32 GEMM on bf16-rounded inputs (no usable AMX, and vdpbf16ps at half rate: oneDNN's bf16 "
+                      "matmul (" + o.impl + ") is slower than the fp32 GEMM here)";
         forced = "fp32 GEMM on bf16-rounded inputs (set_bf16_gemm_path)";
     });
     if (use_onednn(kBf16OnednnMinFlops)) return onednn_text.c_str();
