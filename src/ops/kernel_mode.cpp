@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "qkv/ops/attention.h"
@@ -49,7 +50,12 @@ std::string kernel_paths() {
     s += std::string("flash attention under bf16: ") +
          (ref    ? "not used (reference kernels: the math backend, its products bf16)"
           : math ? "not used (the math backend is selected: its products bf16)"
-                 : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no bf16 tile kernel yet)") +
+          : cpu::bf16_attention_uses_dot()
+              ? "the vdpbf16ps (AVX-512-BF16) kernel: bf16 q, k, v, P and dS, fp32 sums"
+          : cpu::simd_isa() >= cpu::Isa::avx512_bf16
+              ? "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (vdpbf16ps runs at half rate on this "
+                "CPU; no AMX tile kernel yet)"
+              : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16 or AMX in use)") +
          "\n";
     s += "(QKV_KERNELS, QKV_ATTENTION and QKV_MAX_ISA are applied above; the --kernels and --attention flags "
          "apply when a command runs)\n";

@@ -8,10 +8,17 @@
 source "$(dirname "$0")/lib.sh" "$1"
 
 run_rc 0 --version
-out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention under bf16: the fp32 tile kernel with bf16-rounded q, k, v, P and dS"
+out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention under bf16: the "
 QKV_MAX_ISA=avx2 "$QKV" --version > "$T/capped" || fail "qkv --version under QKV_MAX_ISA=avx2"
 grep -qF "bf16 matrix products (--precision/--compute-type bf16): fp32 GEMM on bf16-rounded inputs (" "$T/capped" \
   || { cat "$T/capped"; fail "the capped bf16 path"; }
+grep -qF "flash attention under bf16: the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16" "$T/capped" \
+  || { cat "$T/capped"; fail "the capped bf16 attention path"; }
+# On an AMD CPU with AVX-512-BF16 (vdpbf16ps at full rate) both bf16 paths take the bf16 units.
+if grep -q "avx512_bf16" /proc/cpuinfo && grep -q "AuthenticAMD" /proc/cpuinfo; then
+  out_has "bf16 matrix products (--precision/--compute-type bf16): oneDNN bf16 matmul (" \
+          "flash attention under bf16: the vdpbf16ps (AVX-512-BF16) kernel"
+fi
 
 six_pairs > "$T/fra.txt"
 small=(--data "$T/fra.txt" --preset demo --max-steps 36 --seed 3 --num-hiddens 32 --num-heads 2 --num-blks 1
