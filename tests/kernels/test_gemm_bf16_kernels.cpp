@@ -4,6 +4,8 @@
 // path this CPU has (oneDNN's bf16 matmul when the ISA cap allows avx512_bf16 and oneDNN has one;
 // the fp32 GEMM on rounded copies otherwise), every transpose, shared B, padded C.
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -143,3 +145,41 @@ TEST(GemmBf16Kernels, PathIsNamed) {
 }
 
 }  // namespace
+
+// The operand conversion (cpu::convert_bf16) on every ISA path gives bf16_bits's bits exactly:
+// ties to even both ways, the carry into the exponent, the largest finite values rounding to inf,
+// subnormals, ±0, ±inf and NaNs (made quiet, sign kept, also those whose payload is only in the
+// low 16 bits), and random bit patterns; lengths around the 8- and 16-lane vectors (tails). Both
+// outputs: bf16 bits and rounded floats.
+TEST(GemmBf16Kernels, ConversionGivesBf16BitsOnEveryIsa) {
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f7fffffu, 0x7f7fffffu, 0xff7fffffu,
+                                0x7f7f8000u, 0x7f7f7fffu, 0x00000001u, 0x80008000u, 0x00018000u, 0x00000000u,
+                                0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                                0xff800001u, 0x7fbfffffu, 0x3f800000u, 0xbf808000u};
+    std::vector<uint32_t> pattern(std::begin(special), std::end(special));
+    uint64_t state = 12345;
+    for (int t = 0; t < 300; ++t) {  // random bit patterns (every class appears)
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        pattern.push_back(uint32_t(state >> 32));
+    }
+    for (int64_t n : std::vector<int64_t>{1, 7, 8, 9, 15, 16, 17, 37, int64_t(pattern.size())}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) std::memcpy(&x[size_t(i)], &pattern[size_t(i) % pattern.size()], 4);
+        std::vector<uint16_t> want(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) want[size_t(i)] = qkv::bf16_bits(x[size_t(i)]);
+        for (auto isa : qkv::test::available_isas()) {
+            SCOPED_TRACE(::testing::Message() << cpu::isa_name(isa) << ", n " << n);
+            const IsaGuard g(isa);
+            std::vector<uint16_t> bits(size_t(n), 0xabcd);
+            std::vector<float>    rounded(size_t(n), 7.0f);
+            cpu::convert_bf16(x.data(), bits.data(), nullptr, n);
+            cpu::convert_bf16(x.data(), nullptr, rounded.data(), n);
+            EXPECT_EQ(bits, want);
+            for (int64_t i = 0; i < n; ++i) {
+                uint32_t u;
+                std::memcpy(&u, &rounded[size_t(i)], 4);
+                ASSERT_EQ(u, uint32_t(want[size_t(i)]) << 16) << "element " << i;
+            }
+        }
+    }
+}

@@ -55,6 +55,11 @@ namespace qkv::kernels::cpu {
 /// live in per-thread buffers that grow and are reused. Throws qkv::Error when oneDNN fails.
 void gemm_bf16_batched(const GemmBatchedParams<float>& p);
 
+/// The operand copies of gemm_bf16_batched, on the capped tier's vectors: bits[i] =
+/// bf16_bits(src[i]) (core/bf16.h: RNE, NaN made quiet) when bits is non-null, else rounded[i] =
+/// round_to_bf16(src[i]); i < n, one thread. Every tier gives the same bits.
+void convert_bf16(const float* src, uint16_t* bits, float* rounded, int64_t n);
+
 enum class Bf16GemmPath { automatic, onednn, rounded_fp32 };
 /// Products below this many FLOPs (2·M·N·K per GEMM) take rounded_fp32 under `automatic`: the
 /// oneDNN call's fixed cost outweighs the tiles there.

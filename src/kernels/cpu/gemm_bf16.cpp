@@ -8,10 +8,13 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/bf16_simd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/variants.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/error.h"
 
@@ -76,11 +79,12 @@ Buffers& buffers() {
     return b;
 }
 
+void convert_row(uint16_t* d16, float* d32, const float* s, int64_t n) { convert_bf16(s, d16, d32, n); }
+
 /// Copies `batch` (rows × cols) blocks (leading dimension ld, batch stride `stride`) into a dense
-/// (batch, rows, cols) buffer, each element through `conv`.
-template <class D, class F>
-void pack(const float* src, int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride, std::vector<D>& dst,
-          F conv) {
+/// (batch, rows, cols) buffer of bf16 bits (D = uint16_t) or bf16-rounded floats (D = float).
+template <class D>
+void pack(const float* src, int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride, std::vector<D>& dst) {
     const size_t n = size_t(batch * rows * cols);
     if (dst.size() < n) dst.resize(n);
     D* out = dst.data();
@@ -90,11 +94,16 @@ void pack(const float* src, int64_t batch, int64_t rows, int64_t cols, int64_t l
         const int64_t b = r / rows, i = r % rows;
         const float* s = src + b * stride + i * ld;
         D* d = out + r * cols;
-        for (int64_t j = 0; j < cols; ++j) d[j] = conv(s[j]);
+        if constexpr (std::is_same_v<D, uint16_t>) convert_row(d, nullptr, s, cols);
+        else convert_row(nullptr, d, s, cols);
     }
 }
 
 }  // namespace
+
+void convert_bf16(const float* src, uint16_t* bits, float* rounded, int64_t n) {
+    QKV_ISA_DISPATCH(simd::convert_bf16, simd::convert_bf16<Isa::scalar>(bits, rounded, src, n), bits, rounded, src, n);
+}
 
 Bf16GemmPath set_bf16_gemm_path(Bf16GemmPath p) {
     const Bf16GemmPath old = g_path;
@@ -138,18 +147,16 @@ void gemm_bf16_batched(const GemmBatchedParams<float>& p) {
     const int64_t b_batch = p.stride_b == 0 ? 1 : p.batch;
     Buffers& buf = buffers();
     if (!use_onednn(2.0 * double(p.M) * double(p.N) * double(p.K))) {
-        const auto round = [](float x) { return round_to_bf16(x); };
-        pack(p.A, p.batch, a_rows, a_cols, p.lda, p.stride_a, buf.a32, round);
-        pack(p.B, b_batch, b_rows, b_cols, p.ldb, p.stride_b, buf.b32, round);
+        pack(p.A, p.batch, a_rows, a_cols, p.lda, p.stride_a, buf.a32);
+        pack(p.B, b_batch, b_rows, b_cols, p.ldb, p.stride_b, buf.b32);
         GemmBatchedParams<float> q = p;
         q.A = buf.a32.data(), q.lda = a_cols, q.stride_a = a_rows * a_cols;
         q.B = buf.b32.data(), q.ldb = b_cols, q.stride_b = b_batch == 1 ? 0 : b_rows * b_cols;
         return q.batch == 1 ? gemm(q.trans_a, q.trans_b, q.M, q.N, q.K, 1.0f, q.A, q.lda, q.B, q.ldb, 0.0f, q.C, q.ldc)
                             : gemm_batched(q);
     }
-    const auto conv = [](float x) { return bf16_bits(x); };
-    pack(p.A, p.batch, a_rows, a_cols, p.lda, p.stride_a, buf.a16, conv);
-    pack(p.B, b_batch, b_rows, b_cols, p.ldb, p.stride_b, buf.b16, conv);
+    pack(p.A, p.batch, a_rows, a_cols, p.lda, p.stride_a, buf.a16);
+    pack(p.B, b_batch, b_rows, b_cols, p.ldb, p.stride_b, buf.b16);
     using dims = dnnl::memory::dims;
     const int64_t M = p.M, N = p.N, K = p.K;
     const dnnl::memory::desc a_md(dims{p.batch, M, K}, dt::bf16,
@@ -173,7 +180,7 @@ void gemm_bf16_batched(const GemmBatchedParams<float>& p) {
         it->second.execute(*cache.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
         cache.stream->wait();
     } catch (const dnnl::error& e) {
-        throw Error(detail::str("gemm_bf16_batched: oneDNN bf16 matmul failed: ", e.what(), " (batch ", p.batch, ", M ", M,
+        throw Error(qkv::detail::str("gemm_bf16_batched: oneDNN bf16 matmul failed: ", e.what(), " (batch ", p.batch, ", M ", M,
                                 ", N ", N, ", K ", K, ", ldc ", p.ldc, ")"));
     }
 }

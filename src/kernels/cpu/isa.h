@@ -13,7 +13,7 @@ namespace qkv::kernels::cpu {
 ///                portable build).
 ///   avx2:        AVX2 + FMA (8 fp32 lanes).
 ///   avx512:      AVX-512 F, BW, VL, DQ (16 fp32 lanes).
-///   avx512_bf16: avx512 + AVX512_BF16 (vdpbf16ps). The bf16 flash attention forward has a
+///   avx512_bf16: avx512 + AVX512_BF16 (vdpbf16ps). The bf16 flash attention has a
 ///                vdpbf16ps build (cpu/flash_attention.h: Bf16AttentionPath); the fp32 kernels run
 ///                their avx512 variant.
 ///   amx:         avx512_bf16 + AMX-TILE/AMX-BF16. Detected from CPUID only (using the tiles also

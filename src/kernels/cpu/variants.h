@@ -29,13 +29,15 @@ template <Isa I> void additive_scores_forward(float* scores, const float* q, con
 template <Isa I> void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
 template <Isa I> void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s);
 template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols);
+template <Isa I> void convert_bf16(uint16_t* dst, float* dst32, const float* src, int64_t n);
 
 /// The list instantiated per tier by cpu/variants.inc.
 #define QKV_FP32_VARIANTS(X)                                                                      \
     X(exp_array) X(softmax_forward) X(softmax_backward) X(log_softmax_forward)                    \
     X(log_softmax_backward) X(cross_entropy_forward) X(cross_entropy_backward)                    \
     X(layer_norm_forward) X(layer_norm_backward) X(gru_cell_forward) X(gru_cell_backward)         \
-    X(additive_scores_forward) X(additive_scores_backward) X(adam_step) X(quantize_rows_int8)
+    X(additive_scores_forward) X(additive_scores_backward) X(adam_step) X(quantize_rows_int8)      \
+    X(convert_bf16)
 
 // The AVX2 and AVX-512 instances exist only in variants_<tier>.cpp (explicit instantiations under
 // that tier's flags). A dispatcher that includes a *_simd.h body (for its scalar build) must not
