@@ -14,8 +14,10 @@ grep -qF "bf16 matrix products (--precision/--compute-type bf16): fp32 GEMM on b
   || { cat "$T/capped"; fail "the capped bf16 path"; }
 grep -qF "flash attention under bf16: the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16" "$T/capped" \
   || { cat "$T/capped"; fail "the capped bf16 attention path"; }
-# On an AMD CPU with AVX-512-BF16 (vdpbf16ps at full rate) both bf16 paths take the bf16 units.
-if grep -q "avx512_bf16" /proc/cpuinfo && grep -q "AuthenticAMD" /proc/cpuinfo; then
+# On an AMD CPU with AVX-512-BF16 (vdpbf16ps at full rate) both bf16 paths take the bf16 units
+# (unless the environment caps the ISA or picks other kernels).
+if grep -q "avx512_bf16" /proc/cpuinfo && grep -q "AuthenticAMD" /proc/cpuinfo &&
+   [ -z "${QKV_MAX_ISA:-}${QKV_ATTENTION:-}${QKV_KERNELS:-}" ]; then
   out_has "bf16 matrix products (--precision/--compute-type bf16): oneDNN bf16 matmul (" \
           "flash attention under bf16: the vdpbf16ps (AVX-512-BF16) kernel"
 fi

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -1144,8 +1145,8 @@ TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
 
 // Accumulators do not overflow or lose the exact answer (issue 23): a row of 32,768 equal scores
 // with every value row = 300 gives exactly 300 (P = 1 each, l = 32768 and O = 300 · 32768 are exact
-// in fp32); huge equal logits (scores ~2^123, finite) give exactly uniform weights (values 0 and 1
-// alternating: out = 0.5 exactly), on every path, with finite gradients.
+// in fp32); huge equal logits (scores up to 2^127, finite) give exactly uniform weights (values 0
+// and 1 alternating: out = 0.5 exactly), on every path, with finite gradients.
 TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
     const Bf16DotGuard dot_path;
     for (auto isa : bf16_isas()) {
@@ -1162,26 +1163,33 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
         for (const auto* g : {&a.dq, &a.dk, &a.dv})
             for (float x : *g) ASSERT_TRUE(std::isfinite(x));
 
-        auto h = make_attn<float>(shape(1, 2, 70, 256, 8));
-        std::fill(h.q.begin(), h.q.end(), 0x1p60f);
-        std::fill(h.k.begin(), h.k.end(), 0x1p60f);
-        for (size_t t = 0; t < h.v.size(); ++t) h.v[t] = float((t / 8) % 2);  // key j's row = j % 2
-        h.p.scale = 1.0f, h.p.bf16 = true;
-        flash_forward(h.p, isa);
-        for (float x : h.out) ASSERT_EQ(x, 0.5f);
-        flash_backward(h.p, h.g, isa);
-        for (const auto* g : {&h.dq, &h.dk, &h.dv})
-            for (float x : *g) ASSERT_TRUE(std::isfinite(x));
+        // Scale 1 (D = 8, q = k = 2^60: scores 2^123), and the default 1/sqrt(D) with D = 64 (a power
+        // of two, 1/8) and D = 100 (0.1) with q = k = 2^62: the unscaled sums (2^130, 1.6 · 2^130)
+        // overflow float, the scaled scores (2^127, 1.25 · 2^127) do not, on every path.
+        for (const auto& [D, x, scale1] : {std::tuple{int64_t(8), 0x1p60f, true}, std::tuple{int64_t(64), 0x1p62f, false},
+                                           std::tuple{int64_t(100), 0x1p62f, false}}) {
+            SCOPED_TRACE(::testing::Message() << "D " << D);
+            auto h = make_attn<float>(shape(1, 2, 70, 256, D));
+            std::fill(h.q.begin(), h.q.end(), x);
+            std::fill(h.k.begin(), h.k.end(), x);
+            for (size_t t = 0; t < h.v.size(); ++t) h.v[t] = float((t / size_t(D)) % 2);  // key j's row = j % 2
+            if (scale1) h.p.scale = 1.0f;
+            h.p.bf16 = true;
+            flash_forward(h.p, isa);
+            for (float o : h.out) ASSERT_EQ(o, 0.5f);
+            flash_backward(h.p, h.g, isa);
+            for (const auto* g : {&h.dq, &h.dk, &h.dv})
+                for (float o : *g) ASSERT_TRUE(std::isfinite(o));
+        }
     }
 }
 
-// K and V rows that valid_lens hide never reach the results on any bf16 path, even when they hold
-// NaN, ±inf or a finite value that bf16 rounds to inf (3.4e38): the result is the one for the
-// clean inputs (2x rule). The hidden key 250 shares its 128-key tile with visible keys (batch 1
-// sees all 300), so the vdpbf16ps forward's masked-tile fallback and the backward's hand-over to
-// the fp32 tiles both run.
-// A second case hides key 250 from every query by an additive key-padding mask (-inf), so the
-// forward reads its tile too.
+// K and V rows hidden from every query never reach the results on any bf16 path, even when they
+// hold NaN, ±inf or a finite value that bf16 rounds to inf (3.4e38): the result is the one for the
+// clean inputs (2x rule), and the hidden row's dK and dV are 0. Two ways to hide key 250 of batch
+// 0: valid_lens (the forward stops at key 200 there; the backward's key tile holds key 250 next to
+// visible keys, so its hand-over to the fp32 tiles runs) and an additive key-padding mask (-inf;
+// the forward loads the tile too, so the vdpbf16ps forward's masked-tile fallback runs).
 TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
     const Bf16DotGuard dot_path;
     for (bool by_mask : {false, true}) {
@@ -1216,7 +1224,10 @@ TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
             flash_forward(a.p, isa);
             flash_backward(a.p, a.g, isa);
             // dk/dv of the hidden row are 0 on every path (nothing reads it); the rule covers the rest
-            for (int64_t d = 0; d < s.D; ++d) ASSERT_EQ(a.dk[size_t(250 * s.D + d)], 0.0f);
+            for (int64_t d = 0; d < s.D; ++d) {
+                ASSERT_EQ(a.dk[size_t(250 * s.D + d)], 0.0f);
+                ASSERT_EQ(a.dv[size_t(250 * s.D + d)], 0.0f);
+            }
             expect_results_within_rule(results(a), want, base, true);
         }
     }

@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "kernels/cpu/flash_attention_impl.h"
@@ -55,18 +56,17 @@ void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 }  // namespace detail
 
 namespace {
-Bf16AttentionPath g_bf16_path = Bf16AttentionPath::automatic;
+std::atomic<Bf16AttentionPath> g_bf16_path{Bf16AttentionPath::automatic};
 }  // namespace
 
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p) {
-    const Bf16AttentionPath old = g_bf16_path;
-    g_bf16_path                 = p;
-    return old;
+    return g_bf16_path.exchange(p, std::memory_order_relaxed);
 }
 
 bool bf16_attention_uses_dot() {
-    if (g_bf16_path == Bf16AttentionPath::rounded_fp32 || simd_isa() < Isa::avx512_bf16) return false;
-    return g_bf16_path == Bf16AttentionPath::dot || cpu_features().bf16_dot_full_rate;
+    const Bf16AttentionPath path = g_bf16_path.load(std::memory_order_relaxed);
+    if (path == Bf16AttentionPath::rounded_fp32 || simd_isa() < Isa::avx512_bf16) return false;
+    return path == Bf16AttentionPath::dot || cpu_features().bf16_dot_full_rate;
 }
 
 void flash_attention_forward(const AttentionParams<float>& p) {

@@ -14,17 +14,18 @@ namespace {
 /// finite float from 0x1.fefp127 up rounds to inf).
 bool bf16_nonfinite(const float* x, int64_t B, int64_t Hkv, int64_t Tk, int64_t cols, int64_t sb, int64_t sh,
                     int64_t st) {
-    uint32_t any = 0;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < Hkv; ++h)
-            for (int64_t t = 0; t < Tk; ++t) {
-                const float* row = x + b * sb + h * sh + t * st;
-                for (int64_t c = 0; c < cols; ++c) {
-                    uint32_t u;
-                    std::memcpy(&u, row + c, 4);
-                    any |= uint32_t((u & 0x7fffffffu) >= 0x7f7f8000u);
-                }
-            }
+    uint32_t      any  = 0;
+    const int64_t rows = B * Hkv * Tk;
+#pragma omp parallel for reduction(| : any) if (rows * cols > (1 << 15)) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t b = r / (Hkv * Tk), h = r / Tk % Hkv, t = r % Tk;
+        const float*  row = x + b * sb + h * sh + t * st;
+        for (int64_t c = 0; c < cols; ++c) {
+            uint32_t u;
+            std::memcpy(&u, row + c, 4);
+            any |= uint32_t((u & 0x7fffffffu) >= 0x7f7f8000u);
+        }
+    }
     return any != 0;
 }
 

@@ -357,6 +357,21 @@ void round_rows_bf16(float* dst, const float* src, int64_t rows, int64_t cols, i
     }
 }
 
+/// The softmax scale of the word GEMMs as pow2 · m with pow2 a power of two and m in [1, 2): pow2
+/// is folded into the packed bf16(q) exactly (bf16(pow2 · q) = pow2 · bf16(q)), m multiplies the
+/// fp32 sums, so the partial sums stay within a factor of 2 of the rounded_fp32 build's (which
+/// folds all of the scale into q) and do not overflow where its scores do not. m = 1 (no
+/// multiply) when the scale is a power of two (D = 64: 1/8).
+struct ScaleSplit {
+    float pow2 = 1.0f, m = 1.0f;
+};
+inline ScaleSplit split_scale(float scale) {
+    if (!(scale > 0.0f) || !std::isfinite(scale)) return {1.0f, scale};
+    int         e = 0;
+    const float f = std::frexp(scale, &e);  // scale = f · 2^e, f in [0.5, 1)
+    return {std::ldexp(1.0f, e - 1), 2.0f * f};
+}
+
 /// Word operands of the kDot build (SimdAvx512Dot). dst[pr * dld + c] = the word (bf16(r0[c]),
 /// bf16(r1[c])) of source rows r0 = 2 pr, r1 = 2 pr + 1 (0 past `rows`) for c < cols, and 0 for
 /// cols <= c < colsp (a multiple of W): rows of a Q^T or P^T tile (the reduction runs down the
@@ -399,8 +414,8 @@ void pack_rows_bf16(uint16_t* dst, int64_t dld, const float* src, int64_t sld, i
         uint16_t*    d = dst + r * dld;
         int64_t      c = 0;
         for (; c + W <= cols; c += W) S::store_bf16(d + c, S::load(a + c), full);
-        if (c < cols) S::store_bf16(d + c, S::loadm(a + c, tail), tail);
-        if (cols % 2) d[cols] = 0;
+        // the masked load gives 0 in the pad lane of an odd row, which the store includes
+        if (c < cols) S::store_bf16(d + c, S::loadm(a + c, tail), S::tail(int(cols % W + cols % 2)));
     }
 }
 
@@ -607,9 +622,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const int64_t  Dw  = (p.D + 1) / 2;
     uint32_t *     qw = reinterpret_cast<uint32_t*>(ws + L.qw), *kw = reinterpret_cast<uint32_t*>(ws + L.kw),
              *pw = reinterpret_cast<uint32_t*>(ws + L.pw), *vw = reinterpret_cast<uint32_t*>(ws + L.vw);
+    const ScaleSplit sc = split_scale(p.scale);
     if constexpr (dot) {
         QKV_DASSERT(p.bf16);
-        pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, 1.0f);
+        pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, sc.pow2);
         pack_row_pairs<S>(qw, Bq, qt, Bq, p.D, Bq, Bq);
     } else if (p.bf16) {  // bf16(q), then the scale
         pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, 1.0f);
@@ -645,7 +661,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             // by more than kShiftSlack, so P <= e^kShiftSlack and O needs no rescale). Saves
             // the passes that store S, find the row max and reload S for the exp.
             for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, S::zero());
-            if constexpr (dot) gemm_exp<S>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, m, psum, p.scale);
+            if constexpr (dot) gemm_exp<S>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, m, psum, sc.m);
             else gemm_exp<S>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq, m, psum);
             bool over = false;
             for (int64_t v = 0; v < NQV; ++v)
@@ -660,7 +676,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         }
         if (classic) {
             // S^T = K_j Q^T (nk x Bq), reduction over D.
-            if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, nullptr, p.scale);
+            if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, nullptr, sc.m);
             else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
             if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
             if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
@@ -830,7 +846,7 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
             const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
             const int64_t Dp = round_up(p.D, S::W), Dvp = round_up(p.Dv, S::W);
             auto* w = reinterpret_cast<uint32_t*>(ws);
-            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, 1.0f);
+            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, split_scale(p.scale).pow2);
             pack_row_pairs<S>(w + L.qw + qb * Dw * Bq, Bq, qt, Bq, p.D, Bq, Bq);
             pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
             pack_row_pairs<S>(w + L.dow + qb * Dvw * Bq, Bq, dot, Bq, p.Dv, Bq, Bq);
@@ -889,7 +905,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.vw), 2 * Dvw, vj, vs, nk, p.Dv);
         pack_row_pairs<S>(w + L.kpw, Dp, kj, ks, nk, p.D, Dp);
     }
-    if (p.bf16) {  // bf16 values: Q and dO rows from prepare_head, this block's K and V rows here
+    if (p.bf16 && !dot) {  // bf16 values: Q and dO rows from prepare_head, this block's K and V rows here
         round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
         round_rows_bf16<S>(ws + L.vr, vj, nk, p.Dv, p.v_stride_t);
         kj = ws + L.kr, ks = p.D, vj = ws + L.vr, vs = p.Dv;
@@ -915,7 +931,8 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
         if constexpr (dot)
-            gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr, p.scale);
+            gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr,
+                                          split_scale(p.scale).m);
         else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);

@@ -162,14 +162,15 @@ struct SimdAvx512Dot : SimdAvx512 {
     /// below 2^-126 are taken as 0, as AVX-512-BF16 defines).
     static inline V dot(V acc, WV a, WV b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
     /// x's bf16 bit patterns (round_bf16's rounding; NaN made quiet) in the high halves of the
-    /// lanes, low halves 0.
+    /// lanes; the low halves are 0 except in NaN lanes (which keep their low mantissa bits).
     static inline __m512i bf16_high(V x) {
         const __m512i r = _mm512_castps_si512(round_bf16(x));
         return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x00400000));
     }
-    /// Words lo = bf16(x0), hi = bf16(x1), lane by lane.
+    /// Words lo = bf16(x0), hi = bf16(x1), lane by lane (a NaN's low mantissa bits are cleared).
     static inline WV pair(V x0, V x1) {
-        return _mm512_or_si512(_mm512_srli_epi32(bf16_high(x0), 16), bf16_high(x1));
+        const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
+        return _mm512_or_si512(_mm512_srli_epi32(bf16_high(x0), 16), _mm512_and_si512(bf16_high(x1), hi));
     }
     /// Stores bf16(x) of the lanes in m as consecutive 16-bit values.
     static inline void store_bf16(uint16_t* p, V x, M m) {
