@@ -115,6 +115,16 @@ struct Capture {
     }
 };
 
+/// Plain-mode options printing to `cap`, on the clock `t`, with a line at most every `interval_s`.
+ProgressOptions plain_options(const Capture& cap, const double& t, double interval_s) {
+    ProgressOptions o;
+    o.out              = cap.f;
+    o.mode             = ProgressOptions::Mode::plain;
+    o.plain_interval_s = interval_s;
+    o.clock            = [&t] { return t; };
+    return o;
+}
+
 TEST(Progress, FormatDuration) {
     EXPECT_EQ(format_duration(0), "00:00");
     EXPECT_EQ(format_duration(75.9), "01:15");
@@ -166,12 +176,8 @@ TEST(Progress, TtyRedrawsAtMostEveryInterval) {
 TEST(Progress, PlainLinesEveryNStepsAndOnFinish) {
     Capture cap;
     double t = 0;
-    ProgressOptions o;
-    o.out              = cap.f;
-    o.mode             = ProgressOptions::Mode::plain;
-    o.plain_every      = 4;
-    o.plain_interval_s = 0;
-    o.clock            = [&] { return t; };
+    ProgressOptions o = plain_options(cap, t, 0);
+    o.plain_every     = 4;
     {
         ProgressBar bar(10, "ep", o);
         EXPECT_FALSE(bar.is_tty());
@@ -192,11 +198,7 @@ TEST(Progress, PlainLinesEveryNStepsAndOnFinish) {
 TEST(Progress, PlainFinalLineOnce) {
     Capture cap;
     double t = 0;
-    ProgressOptions o;
-    o.out              = cap.f;
-    o.mode             = ProgressOptions::Mode::plain;
-    o.plain_interval_s = 10;
-    o.clock            = [&] { return t; };
+    const ProgressOptions o = plain_options(cap, t, 10);
     {
         ProgressBar bar(6, "d", o);
         for (int i = 0; i < 6; ++i) {
@@ -212,11 +214,7 @@ TEST(Progress, PlainFinalLineOnce) {
 TEST(Progress, PlainLinesByTime) {
     Capture cap;
     double t = 0;
-    ProgressOptions o;
-    o.out              = cap.f;
-    o.mode             = ProgressOptions::Mode::plain;
-    o.plain_interval_s = 10;
-    o.clock            = [&] { return t; };
+    const ProgressOptions o = plain_options(cap, t, 10);
     ProgressBar bar(1000, "", o);
     for (int i = 0; i < 100; ++i) {
         t += 0.5;  // 50 s in all: lines at 10, 20, 30, 40, 50 s

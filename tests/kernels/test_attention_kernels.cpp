@@ -1149,6 +1149,15 @@ TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
 // and 1 alternating: out = 0.5 exactly), on every path, with finite gradients.
 TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
     const Bf16DotGuard dot_path;
+    // bf16 forward: every output equals `want`; then the backward: every gradient finite.
+    auto expect_exact = [](AttnData<float>& a, cpu::Isa isa, float want) {
+        a.p.bf16 = true;
+        flash_forward(a.p, isa);
+        for (float x : a.out) ASSERT_EQ(x, want);
+        flash_backward(a.p, a.g, isa);
+        for (const auto* g : {&a.dq, &a.dk, &a.dv})
+            for (float x : *g) ASSERT_TRUE(std::isfinite(x));
+    };
     for (auto isa : bf16_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         AttnSpec s = shape(1, 1, 3, 32768, 8, 16);
@@ -1156,12 +1165,7 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
         std::fill(a.q.begin(), a.q.end(), 0.5f);
         std::fill(a.k.begin(), a.k.end(), 0.25f);
         std::fill(a.v.begin(), a.v.end(), 300.0f);
-        a.p.bf16 = true;
-        flash_forward(a.p, isa);
-        for (float x : a.out) ASSERT_EQ(x, 300.0f);
-        flash_backward(a.p, a.g, isa);
-        for (const auto* g : {&a.dq, &a.dk, &a.dv})
-            for (float x : *g) ASSERT_TRUE(std::isfinite(x));
+        ASSERT_NO_FATAL_FAILURE(expect_exact(a, isa, 300.0f));
 
         // Scale 1 (D = 8, q = k = 2^60: scores 2^123), and the default 1/sqrt(D) with D = 64 (a power
         // of two, 1/8) and D = 100 (0.1) with q = k = 2^62: the unscaled sums (2^130, 1.6 · 2^130)
@@ -1174,12 +1178,7 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
             std::fill(h.k.begin(), h.k.end(), x);
             for (size_t t = 0; t < h.v.size(); ++t) h.v[t] = float((t / size_t(D)) % 2);  // key j's row = j % 2
             if (scale1) h.p.scale = 1.0f;
-            h.p.bf16 = true;
-            flash_forward(h.p, isa);
-            for (float o : h.out) ASSERT_EQ(o, 0.5f);
-            flash_backward(h.p, h.g, isa);
-            for (const auto* g : {&h.dq, &h.dk, &h.dv})
-                for (float o : *g) ASSERT_TRUE(std::isfinite(o));
+            ASSERT_NO_FATAL_FAILURE(expect_exact(h, isa, 0.5f));
         }
     }
 }

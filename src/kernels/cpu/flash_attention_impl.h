@@ -76,59 +76,54 @@ enum Mode { kStore, kAcc, kScaleAcc };
 /// block is recomputed with its maximum as the new shift. FlashAttention-4 rescales lazily too.
 constexpr float kBlockSumLimit = 1048576.0f;
 
-/// The micro-kernels' reduction: acc[r][v] = sum_k A(r, k) * B[k][v*W, (v+1)*W) (see micro for
-/// A's two forms and `tail`), shared by micro and micro_exp.
-template <class S, int R, int NV, bool AM1, bool Tail>
-__attribute__((always_inline)) inline void accumulate(int64_t K, const float* A, int64_t as, const float* B,
-                                                      int64_t bk, typename S::M tail,
-                                                      typename S::V (&acc)[R][NV]) {
-    using V = typename S::V;
-    constexpr int W = S::W;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
-    for (int64_t kk = 0; kk < K; ++kk) {
-        V b[NV];
-#pragma GCC unroll 8
-        for (int v = 0; v + 1 < NV; ++v) b[v] = S::load(B + v * W);
-        b[NV - 1] = Tail ? S::loadm(B + (NV - 1) * W, tail) : S::load(B + (NV - 1) * W);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const V x = S::set1(AM1 ? A[kk * as + r] : A[r * as + kk]);
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(x, b[v], acc[r][v]);
-        }
-        B += bk;
-    }
-}
-
 /// Whether S is the vdpbf16ps build (SimdAvx512Dot): its GEMMs can take bf16 word operands.
 template <class S>
 constexpr bool kDot = requires { S::kDot; };
 
-/// accumulate over bf16 word operands (kDot builds): K word steps, each two reduction steps;
-/// A(m, k) and the B rows are words (flash_attention_simd.h: SimdAvx512Dot).
-template <class S, int R, int NV, bool AM1, bool Tail>
-__attribute__((always_inline)) inline void accumulate(int64_t K, const uint32_t* A, int64_t as, const uint32_t* B,
+/// The micro-kernels' operands: fp32 values (one FMA per reduction step) or, in kDot builds, bf16
+/// words (flash_attention_simd.h: SimdAvx512Dot; one vdpbf16ps per word, two reduction steps).
+template <class S, class TA>
+struct Operands;
+template <class S>
+struct Operands<S, float> {
+    using B = typename S::V;
+    static B load(const float* p) { return S::load(p); }
+    static B loadm(const float* p, typename S::M m) { return S::loadm(p, m); }
+    static B bcast(float a) { return S::set1(a); }
+    static typename S::V madd(typename S::V acc, B x, B b) { return S::fmadd(x, b, acc); }
+};
+template <class S>
+struct Operands<S, uint32_t> {
+    using B = typename S::WV;
+    static B load(const uint32_t* p) { return S::loadw(p); }
+    static B loadm(const uint32_t* p, typename S::M m) { return S::loadwm(p, m); }
+    static B bcast(uint32_t a) { return S::set1w(a); }
+    static typename S::V madd(typename S::V acc, B x, B b) { return S::dot(acc, x, b); }
+};
+
+/// The micro-kernels' reduction: acc[r][v] = sum_k A(r, k) * B[k][v*W, (v+1)*W) (see micro for
+/// A's two forms and `tail`; with words, K counts words), shared by micro and micro_exp.
+template <class S, int R, int NV, bool AM1, bool Tail, class TA>
+__attribute__((always_inline)) inline void accumulate(int64_t K, const TA* A, int64_t as, const TA* B,
                                                       int64_t bk, typename S::M tail,
                                                       typename S::V (&acc)[R][NV]) {
-    using WV = typename S::WV;
+    using Op = Operands<S, TA>;
+    using BV = typename Op::B;
     constexpr int W = S::W;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[r][v] = S::zero();
     for (int64_t kk = 0; kk < K; ++kk) {
-        WV b[NV];
+        BV b[NV];
 #pragma GCC unroll 8
-        for (int v = 0; v + 1 < NV; ++v) b[v] = S::loadw(B + v * W);
-        b[NV - 1] = Tail ? S::loadwm(B + (NV - 1) * W, tail) : S::loadw(B + (NV - 1) * W);
+        for (int v = 0; v + 1 < NV; ++v) b[v] = Op::load(B + v * W);
+        b[NV - 1] = Tail ? Op::loadm(B + (NV - 1) * W, tail) : Op::load(B + (NV - 1) * W);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-            const WV x = S::set1w(AM1 ? A[kk * as + r] : A[r * as + kk]);
+            const BV x = Op::bcast(AM1 ? A[kk * as + r] : A[r * as + kk]);
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = S::dot(acc[r][v], x, b[v]);
+            for (int v = 0; v < NV; ++v) acc[r][v] = Op::madd(acc[r][v], x, b[v]);
         }
         B += bk;
     }
@@ -622,7 +617,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const int64_t  Dw  = (p.D + 1) / 2;
     uint32_t *     qw = reinterpret_cast<uint32_t*>(ws + L.qw), *kw = reinterpret_cast<uint32_t*>(ws + L.kw),
              *pw = reinterpret_cast<uint32_t*>(ws + L.pw), *vw = reinterpret_cast<uint32_t*>(ws + L.vw);
-    const ScaleSplit sc = split_scale(p.scale);
+    [[maybe_unused]] const ScaleSplit sc = split_scale(p.scale);
     if constexpr (dot) {
         QKV_DASSERT(p.bf16);
         pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, sc.pow2);
@@ -838,6 +833,7 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
         round_rows_bf16<S>(ws + L.dor, do0, p.Tq, p.Dv, p.o_stride_t);
         q0 = ws + L.qr, qs = p.D, do0 = ws + L.dor, ds = p.Dv;
     }
+    [[maybe_unused]] const ScaleSplit sc = split_scale(p.scale);
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         float* qt  = ws + L.qt + qb * p.D * Bq;
@@ -846,7 +842,7 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
             const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
             const int64_t Dp = round_up(p.D, S::W), Dvp = round_up(p.Dv, S::W);
             auto* w = reinterpret_cast<uint32_t*>(ws);
-            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, split_scale(p.scale).pow2);
+            pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, sc.pow2);
             pack_row_pairs<S>(w + L.qw + qb * Dw * Bq, Bq, qt, Bq, p.D, Bq, Bq);
             pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
             pack_row_pairs<S>(w + L.dow + qb * Dvw * Bq, Bq, dot, Bq, p.Dv, Bq, Bq);
@@ -900,6 +896,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     [[maybe_unused]] const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2, Dp = round_up(p.D, W),
                                    Dvp = round_up(p.Dv, W);
     [[maybe_unused]] uint32_t*     w   = reinterpret_cast<uint32_t*>(ws);
+    [[maybe_unused]] const ScaleSplit sc = split_scale(p.scale);
     if constexpr (dot) {  // K and V rows as words along D and Dv, K rows in pairs along the keys
         pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.kw), 2 * Dw, kj, ks, nk, p.D);
         pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.vw), 2 * Dvw, vj, vs, nk, p.Dv);
@@ -931,8 +928,7 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         const float*  dd  = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T, masks, P = exp((S - lse) - lse_lo) lane-wise.
         if constexpr (dot)
-            gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr,
-                                          split_scale(p.scale).m);
+            gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr, sc.m);
         else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
         if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
         if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);

@@ -79,8 +79,6 @@ Buffers& buffers() {
     return b;
 }
 
-void convert_row(uint16_t* d16, float* d32, const float* s, int64_t n) { convert_bf16(s, d16, d32, n); }
-
 /// Copies `batch` (rows × cols) blocks (leading dimension ld, batch stride `stride`) into a dense
 /// (batch, rows, cols) buffer of bf16 bits (D = uint16_t) or bf16-rounded floats (D = float).
 template <class D>
@@ -94,8 +92,8 @@ void pack(const float* src, int64_t batch, int64_t rows, int64_t cols, int64_t l
         const int64_t b = r / rows, i = r % rows;
         const float* s = src + b * stride + i * ld;
         D* d = out + r * cols;
-        if constexpr (std::is_same_v<D, uint16_t>) convert_row(d, nullptr, s, cols);
-        else convert_row(nullptr, d, s, cols);
+        if constexpr (std::is_same_v<D, uint16_t>) convert_bf16(s, d, nullptr, cols);
+        else convert_bf16(s, nullptr, d, cols);
     }
 }
 
