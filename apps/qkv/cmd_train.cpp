@@ -617,7 +617,8 @@ Registration reg([](CLI::App& app) {
         ->check(int_range(0, 1000000));
     c->add_option("--precision", a->precision,
                   "fp32 (default) or bf16: mixed-precision training, matrix products with bf16-rounded operands "
-                  "and fp32 accumulation (oneDNN's bf16 matmul where AMX is usable, else the fp32 GEMM on "
+                  "and fp32 accumulation (oneDNN's bf16 matmul where AMX is usable or AVX-512-BF16 runs at full rate, "
+                  "as on AMD, else the fp32 GEMM on "
                   "rounded operands), attention likewise; weights, optimizer state, softmax, layer norm and the "
                   "loss stay fp32 (qkv --version shows the bf16 path)")
         ->check(CLI::IsMember({"fp32", "bf16"}));

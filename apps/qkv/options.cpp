@@ -309,7 +309,8 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
         ->check(CLI::IsMember({"examples", "tokens"}));
     c->add_option("--compute-type", f.compute_type,
                   "fp32 (default); bf16: matrix products with bf16-rounded weights and activations, fp32 "
-                  "accumulation (oneDNN's bf16 matmul where AMX is usable, else the fp32 GEMM on rounded operands; "
+                  "accumulation (oneDNN's bf16 matmul where AMX is usable or AVX-512-BF16 runs at full rate, as on AMD, "
+                  "else the fp32 GEMM on rounded operands; "
                   "qkv --version shows the path); int8: the linear "
                   "layers with int8 weights (per output channel) and int8 activations (per row, dynamic), int32 "
                   "products (oneDNN, VNNI / AMX-INT8)")

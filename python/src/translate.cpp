@@ -303,6 +303,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
             throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
                                               "' (the names of qkv train's flags, with _ or -)"));
         if (v.is_none()) continue;
+        try {
         if (k == "epochs") o.epochs = v.cast<int64_t>();
         else if (k == "max_steps") o.max_steps = v.cast<int64_t>();
         else if (k == "time_budget" || k == "time_budget_s") o.time_budget_s = v.cast<double>();
@@ -340,9 +341,17 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "loss_on_padding") o.loss_on_padding = v.cast<bool>();
         else if (k == "schedule") o.schedule = train::parse_schedule(v.cast<std::string>());
         else if (k == "precision") o.precision = parse_precision(v.cast<std::string>(), "precision");
-        else if (k == "trim") o.trim_batches = pyb::isinstance<pyb::str>(v) ? v.cast<std::string>() == "on" : v.cast<bool>();
+        else if (k == "trim") {
+            if (!pyb::isinstance<pyb::str>(v)) o.trim_batches = v.cast<bool>();
+            else if (const auto t = v.cast<std::string>(); t == "on" || t == "off") o.trim_batches = t == "on";
+            else throw pyb::value_error(detail::str("train: trim must be 'on', 'off' or a bool, got '", t, "'"));
+        }
         else throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
                                                "' (the names of qkv train's flags, with _ or -)"));
+        } catch (const pyb::cast_error&) {  // pybind11's message names C++ types, not the setting
+            throw pyb::type_error(detail::str("train: setting '", kv.first.cast<std::string>(), "' has the wrong type (",
+                                              pyb::str(pyb::type::of(v)).cast<std::string>(), ")"));
+        }
     }
     return o;
 }

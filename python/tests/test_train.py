@@ -64,6 +64,13 @@ def test_bad_settings(tmp_path, fra_txt):
         qkv.train(tmp_path / "m", data=str(fra_txt), num_hidens=None)
     with pytest.raises(qkv.Error, match="precision: expected fp32 or bf16, got 'fp16'"):
         qkv.train(tmp_path / "m", data=str(fra_txt), precision="fp16", quiet=True)
+    # a value of the wrong type names the setting (not pybind11's C++ type names)
+    for kw in ({"precision": 16}, {"lr": "abc"}, {"max_steps": "x"}):
+        name = next(iter(kw))
+        with pytest.raises(TypeError, match=f"setting '{name}' has the wrong type"):
+            qkv.train(tmp_path / "m", data=str(fra_txt), quiet=True, **kw)
+    with pytest.raises(ValueError, match="trim must be 'on', 'off' or a bool, got 'yes'"):
+        qkv.train(tmp_path / "m", data=str(fra_txt), trim="yes", quiet=True)
 
 
 def test_precision_bf16_is_recorded(tmp_path, fra_txt):
