@@ -129,7 +129,8 @@ BENCHMARK(BM_attention_flash_causal_fwdbwd)->Apply(shapes);
 // fp32 on the same shapes: the issue-23 grid N = 512..16384, d = 64 and 128, (1, H, N, d) with
 // H = max(1, 8·2048²/N²) so every N up to 4096 costs the same. Arg bf16: 0 the fp32 kernel, 1 bf16
 // on the fp32 tiles (Bf16AttentionPath::rounded_fp32), 2 bf16 on vdpbf16ps (dot; skipped without
-// AVX-512-BF16).
+// AVX-512-BF16), 3 the AMX forward (amx; its backward runs what `automatic` runs without AMX;
+// skipped where Linux does not grant the AMX tiles).
 void run_precision(benchmark::State& st, bool bwd) {
     omp_set_num_threads(g_threads);
     const int64_t N = st.range(0), d = st.range(1), H = std::max<int64_t>(1, 8 * 2048 * 2048 / (N * N));
@@ -138,10 +139,15 @@ void run_precision(benchmark::State& st, bool bwd) {
         st.SkipWithError("no AVX-512-BF16 (or capped below avx512_bf16)");
         return;
     }
+    if (mode == 3 && !(cpu::simd_isa() == cpu::Isa::amx && cpu::amx_permitted())) {
+        st.SkipWithError("no usable AMX (or capped below amx)");
+        return;
+    }
     Problem pr(1, H, N, d, false);
     pr.p.bf16      = mode != 0;
-    const auto old = cpu::set_bf16_attention_path(mode == 2 ? cpu::Bf16AttentionPath::dot
-                                                            : cpu::Bf16AttentionPath::rounded_fp32);
+    const auto old = cpu::set_bf16_attention_path(mode == 3   ? cpu::Bf16AttentionPath::amx
+                                                  : mode == 2 ? cpu::Bf16AttentionPath::dot
+                                                              : cpu::Bf16AttentionPath::rounded_fp32);
     for (auto _ : st) {
         cpu::flash_attention_forward(pr.p);
         if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
@@ -150,8 +156,8 @@ void run_precision(benchmark::State& st, bool bwd) {
     cpu::set_bf16_attention_path(old);
     st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(1, H, N, d, false, bwd) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-    const char* what = mode == 0 ? " fp32" : mode == 1 ? " bf16 rounded_fp32" : " bf16 dot";
-    st.SetLabel(std::string(cpu::isa_name(mode == 2 ? cpu::simd_isa() : cpu::fp32_variant_isa())) + what +
+    const char* what = mode == 0 ? " fp32" : mode == 1 ? " bf16 rounded_fp32" : mode == 2 ? " bf16 dot" : " bf16 amx";
+    st.SetLabel(std::string(cpu::isa_name(mode >= 2 ? cpu::simd_isa() : cpu::fp32_variant_isa())) + what +
                 " H=" + std::to_string(H) + " threads=" + std::to_string(g_threads));
 }
 void BM_attention_flash_precision_fwd(benchmark::State& st) { run_precision(st, false); }
@@ -159,7 +165,7 @@ void BM_attention_flash_precision_fwdbwd(benchmark::State& st) { run_precision(s
 void precision_shapes(benchmark::internal::Benchmark* b) {
     for (int64_t d : {64, 128})
         for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384})
-            for (int64_t bf : {0, 1, 2}) b->Args({n, d, bf});
+            for (int64_t bf : {0, 1, 2, 3}) b->Args({n, d, bf});
     b->ArgNames({"N", "d", "bf16"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 }
 BENCHMARK(BM_attention_flash_precision_fwd)->Apply(precision_shapes);

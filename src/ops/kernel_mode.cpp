@@ -50,12 +50,17 @@ std::string kernel_paths() {
     s += std::string("flash attention under bf16: ") +
          (ref    ? "not used (reference kernels: the math backend, its products bf16)"
           : math ? "not used (the math backend is selected: its products bf16)"
-          : cpu::bf16_attention_uses_dot()
-              ? "the vdpbf16ps (AVX-512-BF16) kernel: bf16 q, k, v, P and dS, fp32 sums"
-          : cpu::simd_isa() >= cpu::Isa::avx512_bf16
-              ? "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (vdpbf16ps runs at half rate on this "
-                "CPU; no AMX tile kernel yet)"
-              : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16 or AMX in use)") +
+          : (cpu::bf16_attention_tiles(cpu::kAmxMinQueries + 1) == cpu::Bf16AttentionTiles::amx
+                 ? std::string("forward on the AMX tiles (tdpbf16ps score and P.V products, fp32 softmax and "
+                               "sums) above ") + std::to_string(cpu::kAmxMinQueries) +
+                       " queries per call; backward and decoding: "
+                 : std::string()) +
+                (cpu::bf16_attention_uses_dot()
+                     ? "the vdpbf16ps (AVX-512-BF16) kernel: bf16 q, k, v, P and dS, fp32 sums"
+                 : cpu::simd_isa() >= cpu::Isa::avx512_bf16
+                     ? "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (vdpbf16ps runs at half rate on "
+                       "this CPU)"
+                     : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16 or AMX in use)")) +
          "\n";
     s += "(QKV_KERNELS, QKV_ATTENTION and QKV_MAX_ISA are applied above; the --kernels and --attention flags "
          "apply when a command runs)\n";

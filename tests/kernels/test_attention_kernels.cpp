@@ -1007,18 +1007,50 @@ void plain_bf16(AttnData<float>& a, bool bwd) {
     for (size_t t = 0; t < dv.size(); ++t) a.g.dv[t] = round_to_bf16(dv[t]);
 }
 
-// The bf16 paths: every tier of isas() (rounded_fp32 on the fp32 tiles) and, where the CPU has
-// AVX-512-BF16, the avx512_bf16 tier, whose forward is the vdpbf16ps build (Bf16AttentionPath::dot,
-// forced by the guard even where `automatic` would keep the fp32 tiles).
-std::vector<cpu::Isa> bf16_isas() {
-    auto out = isas();
-    if (cpu::cpu_isa() >= cpu::Isa::avx512_bf16) out.push_back(cpu::Isa::avx512_bf16);
+// The bf16 paths: every tier of isas() (rounded_fp32 on the fp32 tiles); where the CPU has
+// AVX-512-BF16, the avx512_bf16 tier's vdpbf16ps build (Bf16AttentionPath::dot, forced even where
+// `automatic` would keep the fp32 tiles) and the AMX forward with its tiles emulated in plain code
+// (set_amx_tile_emulation; backward as `automatic` without AMX); where Linux grants the AMX
+// tiles, the AMX forward on them.
+struct Bf16Path {
+    cpu::Isa               isa;
+    cpu::Bf16AttentionPath path;
+    bool                   emulate;
+    std::string            name;
+};
+std::vector<Bf16Path> bf16_isas() {
+    std::vector<Bf16Path> out;
+    for (auto isa : isas()) out.push_back({isa, cpu::Bf16AttentionPath::dot, false, cpu::isa_name(isa)});
+    if (cpu::cpu_isa() >= cpu::Isa::avx512_bf16) {
+        out.push_back({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::dot, false, "avx512_bf16 (vdpbf16ps)"});
+        out.push_back({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::amx, true, "amx tiles emulated"});
+    }
+    if (cpu::cpu_isa() == cpu::Isa::amx && cpu::amx_permitted())
+        out.push_back({cpu::Isa::amx, cpu::Bf16AttentionPath::amx, false, "amx tiles"});
     return out;
 }
-struct Bf16DotGuard {
-    cpu::Bf16AttentionPath old = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::dot);
-    ~Bf16DotGuard() { cpu::set_bf16_attention_path(old); }
+/// Runs a kernel call on `b`'s path: its cap, path and tile emulation, restored afterwards.
+struct Bf16PathGuard {
+    IsaGuard               cap;
+    cpu::Bf16AttentionPath old_path;
+    bool                   old_emu;
+    explicit Bf16PathGuard(const Bf16Path& b)
+        : cap(b.isa), old_path(cpu::set_bf16_attention_path(b.path)), old_emu(cpu::set_amx_tile_emulation(b.emulate)) {}
+    ~Bf16PathGuard() {
+        cpu::set_bf16_attention_path(old_path);
+        cpu::set_amx_tile_emulation(old_emu);
+    }
 };
+void flash_forward(const kernels::AttentionParams<float>& p, const Bf16Path& b) {
+    const Bf16PathGuard g(b);
+    cpu::flash_attention_forward(p);
+}
+void flash_backward(const kernels::AttentionParams<float>& p, const kernels::AttentionGradParams<float>& g,
+                    const Bf16Path& b) {
+    const Bf16PathGuard guard(b);
+    cpu::flash_attention_backward(p, g);
+}
+const std::string& isa_label(const Bf16Path& b) { return b.name; }
 
 // bf16 fast kernel (each ISA) vs float64 on the rounded inputs, baseline plain_bf16.
 void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
@@ -1028,9 +1060,8 @@ void expect_bf16_matches_ref(const AttnSpec& s, bool bwd = true) {
     if (bwd) ref::attention_backward(r64.p, r64.g);
     plain_bf16(pl, bwd);
     const Results want = results(r64), base = results(pl);
-    const Bf16DotGuard dot_path;
     for (auto isa : bf16_isas()) {
-        SCOPED_TRACE(::testing::Message() << "bf16 compute, " << cpu::isa_name(isa));
+        SCOPED_TRACE(::testing::Message() << "bf16 compute, " << isa_label(isa));
         auto a   = make_attn_bf16<float>(s);
         a.p.bf16 = true;
         flash_forward(a.p, isa);
@@ -1082,6 +1113,8 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
     AttnSpec w = shape(1, 2, 300, 300, 32);
     w.window_left = 40, w.window_right = 10;
     expect_bf16_matches_ref(w);
+    w.window_left = 41, w.window_right = 0;  // odd first keys (the tile forward's V^T words start mid-word)
+    expect_bf16_matches_ref(w);
     AttnSpec sc = shape(2, 4, 100, 150, 32);
     sc.amp = 2.0f, sc.softcap = 5.0f, sc.alibi = {0.5f, 0.25f, 0.0625f, 0.01f};
     expect_bf16_matches_ref(sc);
@@ -1090,6 +1123,13 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
         f.causal   = CausalAlign::bottom_right;
         expect_bf16_matches_ref(f);
     }
+    // Lazy rescaling (FastMatchesRef_ShiftingRowMaxima): scores rising by ~38 per key block force
+    // the recomputation of every unmasked block; falling ones never move the shift.
+    for (float ramp : {300.0f, -300.0f}) {
+        AttnSpec r = shape(2, 2, 70, 1000, 8);
+        r.scale = 1.0f, r.key_ramp = ramp;
+        expect_bf16_matches_ref(r);
+    }
 }
 
 // The kernel rounds q, k, v and dO itself (into its workspace): unrounded inputs give bit for bit
@@ -1097,9 +1137,8 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_EveryFeature) {
 TEST(FlashAttentionBf16, RoundsItsInputsItself) {
     AttnSpec s = shape(2, 4, 97, 150, 40, 24);
     s.Hkv = 2, s.strided = true, s.causal = CausalAlign::bottom_right;
-    const Bf16DotGuard dot_path;
     for (auto isa : bf16_isas()) {
-        SCOPED_TRACE(cpu::isa_name(isa));
+        SCOPED_TRACE(isa_label(isa));
         auto raw = make_attn<float>(s), pre = make_attn_bf16<float>(s);
         const auto q0 = raw.q, k0 = raw.k, v0 = raw.v, d0 = raw.dout;
         raw.p.bf16 = pre.p.bf16 = true;
@@ -1124,9 +1163,8 @@ TEST(FlashAttentionBf16, RoundsItsInputsItself) {
 TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
     constexpr double kHandTol = 1e-5;
     const double     e1 = std::exp(-1.0), l = 1.0 + e1, p1 = e1 / l, s = (1.0 / l) * p1;
-    const Bf16DotGuard dot_path;
     for (auto isa : bf16_isas()) {
-        SCOPED_TRACE(cpu::isa_name(isa));
+        SCOPED_TRACE(isa_label(isa));
         for (bool bf16 : {false, true}) {
             auto a = make_attn<float>(shape(1, 1, 1, 2, 1));
             a.q = {1.0f}, a.k = {1.0f, 0.0f}, a.v = {0.0f, 1.0f}, a.dout = {1.0f};
@@ -1148,9 +1186,8 @@ TEST(FlashAttentionBf16, RoundsPAndDsWhereTileKernelsDo) {
 // in fp32); huge equal logits (scores up to 2^127, finite) give exactly uniform weights (values 0
 // and 1 alternating: out = 0.5 exactly), on every path, with finite gradients.
 TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
-    const Bf16DotGuard dot_path;
     // bf16 forward: every output equals `want`; then the backward: every gradient finite.
-    auto expect_exact = [](AttnData<float>& a, cpu::Isa isa, float want) {
+    auto expect_exact = [](AttnData<float>& a, const Bf16Path& isa, float want) {
         a.p.bf16 = true;
         flash_forward(a.p, isa);
         for (float x : a.out) ASSERT_EQ(x, want);
@@ -1159,7 +1196,7 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
             for (float x : *g) ASSERT_TRUE(std::isfinite(x));
     };
     for (auto isa : bf16_isas()) {
-        SCOPED_TRACE(cpu::isa_name(isa));
+        SCOPED_TRACE(isa_label(isa));
         AttnSpec s = shape(1, 1, 3, 32768, 8, 16);
         auto     a = make_attn<float>(s);
         std::fill(a.q.begin(), a.q.end(), 0.5f);
@@ -1190,7 +1227,6 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
 // visible keys, so its hand-over to the fp32 tiles runs) and an additive key-padding mask (-inf;
 // the forward loads the tile too, so the vdpbf16ps forward's masked-tile fallback runs).
 TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
-    const Bf16DotGuard dot_path;
     for (bool by_mask : {false, true}) {
     AttnSpec s = shape(2, 2, 100, 300, 32);
     if (!by_mask) s.valid_lens_rank = 1, s.valid_lens = {200, 300};
@@ -1212,7 +1248,7 @@ TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
     const Results   want = results(r64), base = results(pl);
     for (const float bad_v : {INFINITY, -INFINITY, 3.4e38f})
         for (auto isa : bf16_isas()) {
-            SCOPED_TRACE(::testing::Message() << cpu::isa_name(isa) << ", V row " << bad_v << ", by mask " << by_mask);
+            SCOPED_TRACE(::testing::Message() << isa_label(isa) << ", V row " << bad_v << ", by mask " << by_mask);
             auto a = make_attn_bf16<float>(s);
             with_mask(a);
             for (int64_t d = 0; d < s.D; ++d) {  // batch 0 (Hkv = H = 2): key 250 of head 0
@@ -1262,6 +1298,49 @@ TEST(FlashAttentionBf16, DotPathWhereTheCpuHasIt) {
     const auto     old = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::dot);
     EXPECT_FALSE(cpu::bf16_attention_uses_dot());
     cpu::set_bf16_attention_path(old);
+}
+
+// The AMX forward (Bf16AttentionPath::amx): `automatic` takes it exactly where Linux grants the
+// tiles and a call has more than kAmxMinQueries queries; the dot and rounded_fp32 settings and a
+// cap below amx turn it off; the emulation hook runs it on the avx512_bf16 tier (and computes in
+// another order than the vdpbf16ps build: O accumulates inside the tiles across key blocks, so
+// some output of 100 x 300 x 128 differs in its last bits).
+TEST(FlashAttentionBf16, AmxTilesWhereTheCpuHasThem) {
+    using Tiles      = cpu::Bf16AttentionTiles;
+    const bool amx   = cpu::cpu_isa() == cpu::Isa::amx && cpu::amx_permitted();
+    const auto old   = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
+    const bool old_e = cpu::set_amx_tile_emulation(false);
+    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries + 1), amx ? Tiles::amx : Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries), Tiles::none);
+    cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::amx);
+    EXPECT_EQ(cpu::bf16_attention_tiles(1), amx ? Tiles::amx : Tiles::none);
+    for (auto p : {cpu::Bf16AttentionPath::dot, cpu::Bf16AttentionPath::rounded_fp32}) {
+        cpu::set_bf16_attention_path(p);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);
+    }
+    {
+        const IsaGuard cap(cpu::Isa::avx512_bf16);
+        cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);
+        cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::amx);
+        cpu::set_amx_tile_emulation(true);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000),
+                  cpu::cpu_isa() >= cpu::Isa::avx512_bf16 ? Tiles::emulated : Tiles::none);
+        cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);  // emulation only when asked for
+    }
+    cpu::set_amx_tile_emulation(old_e);
+    cpu::set_bf16_attention_path(old);
+    if (cpu::cpu_isa() < cpu::Isa::avx512_bf16) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+    auto run = [](const Bf16Path& b) {
+        auto a   = make_attn<float>(shape(1, 2, 100, 300, 128));
+        a.p.bf16 = true;
+        flash_forward(a.p, b);
+        return a.out;
+    };
+    const auto dot = run({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::dot, false, ""});
+    EXPECT_NE(run({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::amx, true, ""}), dot);
+    if (amx) EXPECT_NE(run({cpu::Isa::amx, cpu::Bf16AttentionPath::amx, false, ""}), dot);
 }
 
 }  // namespace

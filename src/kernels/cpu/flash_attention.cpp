@@ -14,25 +14,35 @@
 namespace qkv::kernels::cpu {
 namespace detail {
 
-float* flash_thread_workspace(int64_t n) {
-    struct Arena {
-        float*  data = nullptr;
-        int64_t cap  = 0;
-        ~Arena() { std::free(data); }
-    };
-    thread_local Arena arena;
-    if (n > arena.cap) {
-        std::free(arena.data);
-        constexpr size_t kHuge  = size_t(2) << 20;
-        const size_t     bytes  = size_t(n) * sizeof(float);
-        const size_t     align  = bytes >= kHuge ? kHuge : 64;
-        const size_t     padded = (bytes + align - 1) / align * align;
-        arena.data              = static_cast<float*>(std::aligned_alloc(align, padded));
-        QKV_ASSERT(arena.data != nullptr);
-        if (bytes >= kHuge) madvise(arena.data, padded, MADV_HUGEPAGE);
-        arena.cap = int64_t(padded / sizeof(float));
+namespace {
+struct Arena {
+    void*  data = nullptr;
+    size_t cap  = 0;
+    ~Arena() { std::free(data); }
+    void* get(size_t bytes) {
+        if (bytes > cap) {
+            std::free(data);
+            constexpr size_t kHuge  = size_t(2) << 20;
+            const size_t     align  = bytes >= kHuge ? kHuge : 64;
+            const size_t     padded = (bytes + align - 1) / align * align;
+            data                    = std::aligned_alloc(align, padded);
+            QKV_ASSERT(data != nullptr);
+            if (bytes >= kHuge) madvise(data, padded, MADV_HUGEPAGE);
+            cap = padded;
+        }
+        return data;
     }
-    return arena.data;
+};
+}  // namespace
+
+float* flash_thread_workspace(int64_t n) {
+    thread_local Arena arena;
+    return static_cast<float*>(arena.get(size_t(n) * sizeof(float)));
+}
+
+void* flash_call_buffer(int64_t bytes) {
+    thread_local Arena arena;
+    return arena.get(size_t(bytes));
 }
 
 void flash_forward_scalar(const AttentionParams<float>& p) {
@@ -57,11 +67,14 @@ void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 
 namespace {
 std::atomic<Bf16AttentionPath> g_bf16_path{Bf16AttentionPath::automatic};
+std::atomic<bool>              g_amx_emulated{false};
 }  // namespace
 
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p) {
     return g_bf16_path.exchange(p, std::memory_order_relaxed);
 }
+
+bool set_amx_tile_emulation(bool on) { return g_amx_emulated.exchange(on, std::memory_order_relaxed); }
 
 bool bf16_attention_uses_dot() {
     const Bf16AttentionPath path = g_bf16_path.load(std::memory_order_relaxed);
@@ -69,8 +82,23 @@ bool bf16_attention_uses_dot() {
     return path == Bf16AttentionPath::dot || cpu_features().bf16_dot_full_rate;
 }
 
+Bf16AttentionTiles bf16_attention_tiles(int64_t Tq) {
+    const Bf16AttentionPath path = g_bf16_path.load(std::memory_order_relaxed);
+    if (path != Bf16AttentionPath::amx && path != Bf16AttentionPath::automatic) return Bf16AttentionTiles::none;
+    if (path == Bf16AttentionPath::automatic && Tq <= kAmxMinQueries) return Bf16AttentionTiles::none;
+    if (path == Bf16AttentionPath::amx && g_amx_emulated.load(std::memory_order_relaxed) &&
+        simd_isa() >= Isa::avx512_bf16)
+        return Bf16AttentionTiles::emulated;
+    return simd_isa() == Isa::amx && amx_permitted() ? Bf16AttentionTiles::amx : Bf16AttentionTiles::none;
+}
+
 void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
+    if (p.bf16) switch (bf16_attention_tiles(p.Tq)) {
+            case Bf16AttentionTiles::amx: return detail::flash_forward_amx(p);
+            case Bf16AttentionTiles::emulated: return detail::flash_forward_amx_emulated(p);
+            case Bf16AttentionTiles::none: break;
+        }
     if (p.bf16 && bf16_attention_uses_dot()) return detail::flash_forward_avx512bf16(p);
     switch (fp32_variant_isa()) {
         case Isa::avx512: return detail::flash_forward_avx512(p);

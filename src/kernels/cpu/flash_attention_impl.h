@@ -11,6 +11,7 @@
 // the score GEMMs (D is the reduction); the P.V, dV, dK and dQ GEMMs use masked tail vectors.
 #include <omp.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +27,11 @@ namespace qkv::kernels::cpu::detail {
 /// for later calls, so steady-state calls do not allocate. Arenas of 2 MiB or more get
 /// MADV_HUGEPAGE (first-touch cost of fresh 4 KiB pages; docs/kernels/flash_attention.md).
 float* flash_thread_workspace(int64_t n);
+
+/// The calling thread's second arena (at least `bytes`, 64-byte aligned, grown and kept like
+/// flash_thread_workspace's): data a call packs once before its parallel region (the AMX
+/// forward's K and V^T), which the workspace of the calling thread cannot hold.
+void* flash_call_buffer(int64_t bytes);
 
 /// C (M x N) = A (M x K, row-major, lda) * B (K x N, ldb) with the kernels' GEMM micro-kernels on
 /// the best ISA; N a multiple of 16. For bench/bench_attention.cpp --tiles (vs dnnl_sgemm).
@@ -45,11 +51,14 @@ void flash_backward_avx2(const AttentionParams<float>& p, const AttentionGradPar
 void flash_forward_scalar(const AttentionParams<float>& p);
 void flash_forward_avx512bf16(const AttentionParams<float>& p);  // p.bf16 only
 void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+void flash_forward_amx(const AttentionParams<float>& p);           // p.bf16 only; AMX usable
+void flash_forward_amx_emulated(const AttentionParams<float>& p);  // p.bf16 only; tiles in plain code
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu::detail
 
 #ifdef QKV_FLASH_NS
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/flash_attention_simd.h"
 
 namespace qkv::kernels::cpu::QKV_FLASH_NS {
@@ -774,6 +783,315 @@ void forward(const AttentionParams<float>& p) {
     if (p.Tq <= S::W && S::W < S::kBlockQ) return forward_with<S, S::W>(p);
     forward_with<S, S::kBlockQ>(p);
 }
+
+#if defined(__AVX512BF16__)
+// ---------------------------------------------------------------------------------------------
+// AMX forward (Bf16AttentionPath::amx; docs §10). The score and P.V products run on tiles
+// (amx_tiles.h: T = TilesHw or TilesEmu), the online softmax, masks and dropout on the vector
+// units exactly as forward_block. Tiles need a row-major bf16 A operand (words along the
+// reduction) and a VNNI B operand (word rows), so:
+//   S^T (keys x queries) = K_j . Q^T:   A = bf16 K rows, B = the Q^T words of pack_row_pairs;
+//   O^T (Dv x queries) += V_j^T . P^T:  A = bf16 V^T rows, B = the P^T words of pack_row_pairs,
+// with O kept transposed (the rescale by alpha runs along the query lanes) and transposed once at
+// the end. K and V^T of every (batch, kv head) are packed once per call (pack_heads_amx), zero
+// padded, and read by every query block.
+
+/// C (M x N fp32, ldc bytes) (op)= A (M x 2 Kw bf16, lda bytes) . B (Kw word rows x N words, ldb
+/// bytes), op = + when acc else =; M, N and Kw multiples of 16, operands zero padded by the
+/// caller. 2 x 2 C tiles (tmm0-3) per step, A in tmm4-5, B in tmm6-7.
+template <class T, int MT, int NT>
+inline void tile_block(int64_t Kw, const char* A, int64_t lda, const char* B, int64_t ldb, char* C, int64_t ldc,
+                       bool acc) {
+    if (acc) {
+        T::template load<0>(C, ldc);
+        if constexpr (NT > 1) T::template load<1>(C + 64, ldc);
+        if constexpr (MT > 1) T::template load<2>(C + 16 * ldc, ldc);
+        if constexpr (MT > 1 && NT > 1) T::template load<3>(C + 16 * ldc + 64, ldc);
+    } else {
+        T::template zero<0>();
+        if constexpr (NT > 1) T::template zero<1>();
+        if constexpr (MT > 1) T::template zero<2>();
+        if constexpr (MT > 1 && NT > 1) T::template zero<3>();
+    }
+    for (int64_t k = 0; k < Kw; k += 16) {
+        T::template load<4>(A + 4 * k, lda);
+        if constexpr (MT > 1) T::template load<5>(A + 16 * lda + 4 * k, lda);
+        T::template load<6>(B + k * ldb, ldb);
+        if constexpr (NT > 1) T::template load<7>(B + k * ldb + 64, ldb);
+        T::template dp<0, 4, 6>();
+        if constexpr (NT > 1) T::template dp<1, 4, 7>();
+        if constexpr (MT > 1) T::template dp<2, 5, 6>();
+        if constexpr (MT > 1 && NT > 1) T::template dp<3, 5, 7>();
+    }
+    T::template store<0>(C, ldc);
+    if constexpr (NT > 1) T::template store<1>(C + 64, ldc);
+    if constexpr (MT > 1) T::template store<2>(C + 16 * ldc, ldc);
+    if constexpr (MT > 1 && NT > 1) T::template store<3>(C + 16 * ldc + 64, ldc);
+}
+
+template <class T>
+void tile_gemm(int64_t M, int64_t N, int64_t Kw, const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
+               float* C, int64_t ldc, bool acc) {
+    QKV_DASSERT(M % 16 == 0 && N % 16 == 0 && Kw % 16 == 0);
+    const char* a = reinterpret_cast<const char*>(A);
+    const char* b = reinterpret_cast<const char*>(B);
+    char*       c = reinterpret_cast<char*>(C);
+    for (int64_t m0 = 0; m0 < M; m0 += 32) {
+        const bool m2 = M - m0 >= 32;
+        for (int64_t n0 = 0; n0 < N; n0 += 32) {
+            const bool  n2 = N - n0 >= 32;
+            const char* am = a + m0 * lda;
+            const char* bn = b + 4 * n0;
+            char*       cm = c + m0 * ldc + 4 * n0;
+            if (m2 && n2) tile_block<T, 2, 2>(Kw, am, lda, bn, ldb, cm, ldc, acc);
+            else if (m2) tile_block<T, 2, 1>(Kw, am, lda, bn, ldb, cm, ldc, acc);
+            else if (n2) tile_block<T, 1, 2>(Kw, am, lda, bn, ldb, cm, ldc, acc);
+            else tile_block<T, 1, 1>(Kw, am, lda, bn, ldb, cm, ldc, acc);
+        }
+    }
+}
+
+/// K and V^T of every (batch, kv head) as bf16, zero padded for the tiles: K rows of 2 Dwp values
+/// (Dwp = D in words rounded up to 16), Tkp of them (keys past Tk are 0); V^T rows of Tkp values
+/// (Dvq = Dv rounded up to 16 of them). Tkp >= Tk + 32 covers the widest tile read past a block.
+struct AmxHeads {
+    int64_t   Tkp, Dwp, Dvq, per_head;
+    uint16_t* data = nullptr;
+    explicit AmxHeads(const AttentionParams<float>& p)
+        : Tkp(round_up(p.Tk + 32, 16)), Dwp(round_up((p.D + 1) / 2, 16)), Dvq(round_up(p.Dv, 16)),
+          per_head(Tkp * 2 * Dwp + Dvq * Tkp) {}
+    const uint16_t* k(int64_t bh) const { return data + bh * per_head; }
+    const uint16_t* vt(int64_t bh) const { return data + bh * per_head + Tkp * 2 * Dwp; }
+};
+
+/// Packs AmxHeads (parallel over heads and key chunks). Returns whether some K or V value is ±inf or
+/// NaN as bf16: a tile product reads keys outside the visible ones with P = 0 (0 . inf = NaN), so
+/// such inputs take the dot build, which never reads hidden rows.
+template <class S>
+bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
+    constexpr int     W     = S::W;
+    constexpr int64_t kRows = 256;
+    const int64_t     nch   = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
+    uint32_t          bad   = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (heads * hp.per_head > (1 << 16))
+    for (int64_t t = 0; t < heads * nch; ++t) {
+        const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(hp.Tkp, j0 + kRows);
+        if (j0 >= j1) continue;
+        const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+        uint16_t*     kp = const_cast<uint16_t*>(hp.k(bh));
+        uint16_t*     vt = const_cast<uint16_t*>(hp.vt(bh));
+        std::vector<uint16_t> row(size_t(round_up(p.Dv, W)) + 1);
+        for (int64_t j = j0; j < j1; ++j) {
+            uint16_t* kr = kp + j * 2 * hp.Dwp;
+            std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
+            if (j >= p.Tk) {
+                for (int64_t e = 0; e < hp.Dvq; ++e) vt[e * hp.Tkp + j] = 0;
+                continue;
+            }
+            pack_rows_bf16<S>(kr, 2 * hp.Dwp, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
+            const float* v = p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t;
+            if (p.Dv > 0) pack_rows_bf16<S>(row.data(), 0, v, 0, 1, p.Dv);
+            for (int64_t e = 0; e < hp.Dvq; ++e) vt[e * hp.Tkp + j] = e < p.Dv ? row[size_t(e)] : 0;
+            for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
+            for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((row[size_t(e)] & 0x7f80u) == 0x7f80u);
+        }
+    }
+    return bad != 0;
+}
+
+template <class S, int64_t BQ>
+struct AmxFwdLayout {
+    static constexpr int64_t Bq = BQ, Bk = S::kBlockK;
+    static_assert(Bq % 16 == 0 && Bk % 32 == 0);
+    int64_t qt, st, kt, ot, m, l, alpha, lim, kfirst, psum, qw, pw, total;  // float offsets into the workspace
+    AmxFwdLayout(const AttentionParams<float>& p, const AmxHeads& hp) {
+        int64_t at   = 0;
+        auto    take = [&](int64_t n) {
+            const int64_t r = at;
+            at += round_up(n, 16);
+            return r;
+        };
+        qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0), ot = take(hp.Dvq * Bq),
+        m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq), kfirst = take(Bq), psum = take(Bq);
+        qw = take(hp.Dwp * Bq), pw = take(Bk / 2 * Bq);  // words: Q^T (Dwp rows), P^T (up to Bk/2 rows)
+        total = at;
+    }
+};
+
+template <class S, class T, int64_t BQ>
+void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ>& L, const AmxHeads& hp,
+                       float* ws, int64_t b, int64_t h, int64_t qb) {
+    using V                = typename S::V;
+    constexpr int     W    = S::W;
+    constexpr int64_t Bq   = BQ, Bk = AmxFwdLayout<S, BQ>::Bk, NQV = Bq / W;
+    const int64_t     i0   = qb * Bq, nq = min64(Bq, p.Tq - i0);
+    const int64_t     hk   = h / (p.H / p.Hkv);
+    float *qt = ws + L.qt, *st = ws + L.st, *kt = ws + L.kt, *ot = ws + L.ot, *m = ws + L.m, *l = ws + L.l,
+          *alpha = ws + L.alpha, *lim = ws + L.lim, *kfirst = ws + L.kfirst, *psum = ws + L.psum;
+    uint32_t *qw = reinterpret_cast<uint32_t*>(ws + L.qw), *pw = reinterpret_cast<uint32_t*>(ws + L.pw);
+    float*       out0 = p.out + b * p.o_stride_b + h * p.o_stride_h + i0 * p.o_stride_t;
+    float*       lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;
+    const float* q0   = p.q + b * p.q_stride_b + h * p.q_stride_h + i0 * p.q_stride_t;
+    const uint16_t* kp = hp.k(b * p.Hkv + hk);
+    const uint16_t* vt = hp.vt(b * p.Hkv + hk);
+
+    const auto [kmin, kmax, fmin, fmax] = key_limits<S>(p, b, i0, nq, Bq, lim, kfirst);
+    if (kmax < 0) {  // every row fully masked
+        for (int64_t i = 0; i < nq; ++i) {
+            for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
+            if (lse0) lse0[i] = -INFINITY;
+            if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
+        }
+        return;
+    }
+    // Q^T as bf16 words with the power-of-two part of the scale folded in exactly (ScaleSplit);
+    // word rows past D are 0.
+    const ScaleSplit sc = split_scale(p.scale);
+    const int64_t    Dw = (p.D + 1) / 2;
+    pack_transposed<S>(qt, Bq, q0, p.q_stride_t, nq, Bq, p.D, sc.pow2);
+    pack_row_pairs<S>(qw, Bq, qt, Bq, p.D, Bq, Bq);
+    std::memset(qw + Dw * Bq, 0, size_t((hp.Dwp - Dw) * Bq) * 4);
+    for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+    std::memset(ot, 0, size_t(hp.Dvq * Bq) * 4);
+
+    const bool     mods      = p.softcap > 0.0f || p.alibi_slopes;
+    const bool     general   = p.bool_mask || p.additive_mask || mods;
+    const bool     dropout   = p.dropout_p > 0.0f;
+    const uint32_t thr       = attention_dropout_threshold(p.dropout_p);
+    const uint64_t drop_row0 = p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk);
+    const int64_t  kend      = kmax + 1;
+    // V^T words pair the keys j0 + 2j', j0 + 2j' + 1 of each block, as the P^T words do: tiles
+    // load from any byte offset, so j0 need not be even.
+    for (int64_t j0 = fmin; j0 < kend; j0 += Bk) {
+        const int64_t nk = min64(Bk, kend - j0), nkp = round_up(nk, 16);
+        // S^T = K_j Q^T (nkp x Bq; the rows past nk are not read), then the rest of the scale.
+        tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
+        if (sc.m != 1.0f) {
+            const V k = S::set1(sc.m);
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
+        }
+        bool classic = general || j0 + nk - 1 > kmin || j0 < fmax;
+        bool rescale = true;
+        if (!classic) {
+            // Unmasked: P = e^(s - m) with the current shifts (forward_block's lazy rescaling);
+            // lanes that have seen no key yet take this block's maximum.
+            bool over = false;
+            for (int64_t v = 0; v < NQV; ++v) {
+                V mv = S::load(m + v * W);
+                if (!S::all_le(S::set1(-FLT_MAX), mv)) {
+                    V tm = S::set1(-INFINITY);
+                    for (int64_t j = 0; j < nk; ++j) tm = S::max(tm, S::load(st + j * Bq + v * W));
+                    mv = S::neginf_to(mv, tm);
+                    S::store(m + v * W, mv);
+                }
+                V sv = S::zero();
+                for (int64_t j = 0; j < nk; ++j) {
+                    float*  s = st + j * Bq + v * W;
+                    const V e = S::exp(S::sub(S::load(s), mv));
+                    S::store(s, e);
+                    sv = S::add(sv, e);
+                }
+                S::store(psum + v * W, sv);
+                over = over || !S::all_le(sv, S::set1(kBlockSumLimit));
+            }
+            if (!over) {
+                for (int64_t v = 0; v < NQV; ++v)
+                    S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
+                rescale = false;
+            } else {  // rare: recompute S and take the new maximum as the shift
+                classic = true;
+                tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
+                if (sc.m != 1.0f) {
+                    const V k = S::set1(sc.m);
+                    for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
+                }
+            }
+        }
+        if (classic) {  // as forward_block
+            if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
+            if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
+            if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
+            if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+            V mx[NQV], ms[NQV], sum[NQV];
+            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
+            for (int64_t v = 0; v < NQV; ++v) {
+                ms[v] = S::neginf_to_zero(mx[v]);
+                S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
+                S::store(m + v * W, mx[v]);
+            }
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t v = 0; v < NQV; ++v) {
+                    float*  s = st + j * Bq + v * W;
+                    const V e = S::exp(S::sub(S::load(s), ms[v]));
+                    S::store(s, e);
+                    sum[v] = S::add(sum[v], e);
+                }
+            for (int64_t v = 0; v < NQV; ++v)
+                S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+        }
+        if (dropout) {
+            dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
+        }
+        // O^T = diag(alpha) O^T + V_j^T P^T: P^T as bf16 words along the keys (word rows past nk
+        // are 0, so the V^T columns of keys past the block add nothing); l summed the fp32 P.
+        const int64_t nkw = (nk + 1) / 2, nkwp = round_up(nkw, 16);
+        pack_row_pairs<S>(pw, Bq, st, Bq, nk, Bq, Bq);
+        std::memset(pw + nkw * Bq, 0, size_t((nkwp - nkw) * Bq) * 4);
+        if (rescale)
+            for (int64_t e = 0; e < p.Dv; ++e)
+                for (int64_t v = 0; v < NQV; ++v)
+                    S::store(ot + e * Bq + v * W, S::mul(S::load(ot + e * Bq + v * W), S::load(alpha + v * W)));
+        if (hp.Dvq > 0) tile_gemm<T>(hp.Dvq, Bq, nkwp, vt + j0, 2 * hp.Tkp, pw, 4 * Bq, ot, 4 * Bq, true);
+    }
+    // out = O / l (times 1/(1-p)), lse as forward_block.
+    const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
+    float*      lo0  = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
+    for (int64_t i = 0; i < nq; ++i) {
+        const float  inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
+        const double ls  = l[i] > 0.0f ? double(m[i]) + std::log(double(l[i])) : 0.0;
+        const float  hi  = l[i] > 0.0f ? float(ls) : -INFINITY;
+        if (lse0) lse0[i] = hi;
+        if (lo0) lo0[i] = l[i] > 0.0f ? float(ls - double(hi)) : 0.0f;
+        float* dst = out0 + i * p.o_stride_t;
+        for (int64_t e = 0; e < p.Dv; ++e) dst[e] = ot[e * Bq + i] * inv;
+    }
+}
+
+template <class S, class T, int64_t BQ>
+void forward_amx_with(const AttentionParams<float>& p, const AmxHeads& hp) {
+    const AmxFwdLayout<S, BQ> L(p, hp);
+    const int64_t             nqb   = (p.Tq + BQ - 1) / BQ;
+    const int64_t             items = p.B * p.H * nqb;
+#pragma omp parallel
+    {
+        float* ws = detail::flash_thread_workspace(L.total);
+        T::begin();
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; ++it) {
+            const int64_t t  = items - 1 - it;
+            const int64_t qb = t % nqb, bh = t / nqb;
+            forward_block_amx<S, T, BQ>(p, L, hp, ws, bh / p.H, bh % p.H, qb);
+        }
+        T::end();
+    }
+}
+
+/// The AMX forward; false (nothing written) when K or V holds a value that is ±inf or NaN as bf16
+/// (pack_heads_amx), which the caller sends to the dot build. Query blocks of W rows when Tq <= W.
+template <class S, class T>
+bool forward_amx(const AttentionParams<float>& p) {
+    QKV_ASSERT(p.bf16 && p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
+    AmxHeads hp(p);
+    hp.data = static_cast<uint16_t*>(detail::flash_call_buffer(p.B * p.Hkv * hp.per_head * 2));
+    if (pack_heads_amx<S>(p, hp)) return false;
+    if (p.Tq <= S::W) forward_amx_with<S, T, S::W>(p, hp);
+    else forward_amx_with<S, T, S::kBlockQ>(p, hp);
+    return true;
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Backward. Per (b, h) a HeadCtx packs Q^T and dO^T of every query block, the per-lane lse
