@@ -51,9 +51,9 @@ std::string kernel_paths() {
          (ref    ? "not used (reference kernels: the math backend, its products bf16)"
           : math ? "not used (the math backend is selected: its products bf16)"
           : (cpu::bf16_attention_tiles(cpu::kAmxMinQueries + 1) == cpu::Bf16AttentionTiles::amx
-                 ? std::string("forward on the AMX tiles (tdpbf16ps score and P.V products, fp32 softmax and "
-                               "sums) above ") + std::to_string(cpu::kAmxMinQueries) +
-                       " queries per call; backward and decoding: "
+                 ? std::string("the AMX tile kernels (tdpbf16ps products of bf16 q, k, v, P and dS, fp32 "
+                               "softmax and sums) above ") + std::to_string(cpu::kAmxMinQueries) +
+                       " queries per call; at most that many (decoding): "
                  : std::string()) +
                 (cpu::bf16_attention_uses_dot()
                      ? "the vdpbf16ps (AVX-512-BF16) kernel: bf16 q, k, v, P and dS, fp32 sums"

@@ -1009,9 +1009,8 @@ void plain_bf16(AttnData<float>& a, bool bwd) {
 
 // The bf16 paths: every tier of isas() (rounded_fp32 on the fp32 tiles); where the CPU has
 // AVX-512-BF16, the avx512_bf16 tier's vdpbf16ps build (Bf16AttentionPath::dot, forced even where
-// `automatic` would keep the fp32 tiles) and the AMX forward with its tiles emulated in plain code
-// (set_amx_tile_emulation; backward as `automatic` without AMX); where Linux grants the AMX
-// tiles, the AMX forward on them.
+// `automatic` would keep the fp32 tiles) and the AMX kernels with their tiles emulated in plain
+// code (set_amx_tile_emulation); where Linux grants the AMX tiles, the AMX kernels on them.
 struct Bf16Path {
     cpu::Isa               isa;
     cpu::Bf16AttentionPath path;
@@ -1078,6 +1077,8 @@ TEST(FlashAttentionBf16, MatchesFloat64OnRoundedInputs_TileEdgeSizes) {
         SCOPED_TRACE(::testing::Message() << "Tq " << c[0] << " Tk " << c[1] << " D " << c[2] << " Dv " << c[3]);
         expect_bf16_matches_ref(shape(1, 2, c[0], c[1], c[2], c[3]));
     }
+    // One (batch, head): the backward splits key blocks across threads with private dQ rows.
+    expect_bf16_matches_ref(shape(1, 1, 150, 400, 64, 48));
 }
 
 // Every feature on the bf16 path: valid_lens (rank 1 and 2, incl. fully masked), both causal
@@ -1300,11 +1301,11 @@ TEST(FlashAttentionBf16, DotPathWhereTheCpuHasIt) {
     cpu::set_bf16_attention_path(old);
 }
 
-// The AMX forward (Bf16AttentionPath::amx): `automatic` takes it exactly where Linux grants the
+// The AMX kernels (Bf16AttentionPath::amx): `automatic` takes them exactly where Linux grants the
 // tiles and a call has more than kAmxMinQueries queries; the dot and rounded_fp32 settings and a
-// cap below amx turn it off; the emulation hook runs it on the avx512_bf16 tier (and computes in
-// another order than the vdpbf16ps build: O accumulates inside the tiles across key blocks, so
-// some output of 100 x 300 x 128 differs in its last bits).
+// cap below amx turn them off; the emulation hook runs them on the avx512_bf16 tier (and they
+// compute in another order than the vdpbf16ps build: O, dQ, dK and dV accumulate inside the tiles
+// across blocks, so some output and some dq of 100 x 300 x 128 differ in their last bits).
 TEST(FlashAttentionBf16, AmxTilesWhereTheCpuHasThem) {
     using Tiles      = cpu::Bf16AttentionTiles;
     const bool amx   = cpu::cpu_isa() == cpu::Isa::amx && cpu::amx_permitted();
@@ -1336,11 +1337,18 @@ TEST(FlashAttentionBf16, AmxTilesWhereTheCpuHasThem) {
         auto a   = make_attn<float>(shape(1, 2, 100, 300, 128));
         a.p.bf16 = true;
         flash_forward(a.p, b);
-        return a.out;
+        flash_backward(a.p, a.g, b);
+        return std::pair{a.out, a.dq};
     };
     const auto dot = run({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::dot, false, ""});
-    EXPECT_NE(run({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::amx, true, ""}), dot);
-    if (amx) EXPECT_NE(run({cpu::Isa::amx, cpu::Bf16AttentionPath::amx, false, ""}), dot);
+    const auto emu = run({cpu::Isa::avx512_bf16, cpu::Bf16AttentionPath::amx, true, ""});
+    EXPECT_NE(emu.first, dot.first);
+    EXPECT_NE(emu.second, dot.second);
+    if (amx) {
+        const auto hw = run({cpu::Isa::amx, cpu::Bf16AttentionPath::amx, false, ""});
+        EXPECT_NE(hw.first, dot.first);
+        EXPECT_NE(hw.second, dot.second);
+    }
 }
 
 }  // namespace

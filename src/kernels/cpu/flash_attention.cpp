@@ -114,6 +114,11 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
         for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.Dv; ++t) g.dv[t] = 0.0f;
         return;
     }
+    if (p.bf16) switch (bf16_attention_tiles(p.Tq)) {
+            case Bf16AttentionTiles::amx: return detail::flash_backward_amx(p, g);
+            case Bf16AttentionTiles::emulated: return detail::flash_backward_amx_emulated(p, g);
+            case Bf16AttentionTiles::none: break;
+        }
     if (p.bf16 && bf16_attention_uses_dot()) return detail::flash_backward_avx512bf16(p, g);
     switch (fp32_variant_isa()) {
         case Isa::avx512: return detail::flash_backward_avx512(p, g);

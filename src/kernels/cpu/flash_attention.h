@@ -31,36 +31,36 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
 /// to bf16 at the same points and keeps every sum, the softmax and the statistics in fp32; they
 /// differ in summation order, where the softmax scale multiplies (amx, dot: the fp32 score sum;
 /// rounded_fp32: the packed bf16(q)), and amx/dot take bf16 values below 2^-126 (subnormal) as 0.
-///   amx:          the forward's score and P.V products on the AMX tiles (tdpbf16ps; the amx tier:
-///                 the CPU has AMX-TILE/AMX-BF16, Linux granted the tile state, the cap allows
-///                 it), O kept transposed; K or V holding a non-finite bf16 value runs dot. The
-///                 backward runs what `automatic` runs without AMX.
+///   amx:          every product of the forward and the backward on the AMX tiles (tdpbf16ps;
+///                 the amx tier: the CPU has AMX-TILE/AMX-BF16, Linux granted the tile state, the
+///                 cap allows it), O and dQ kept transposed; a call whose K or V holds a
+///                 non-finite bf16 value runs dot (forward) or rounded_fp32 (backward).
 ///   dot:          every product of the forward and the backward as vdpbf16ps on bf16 word
 ///                 operands (the avx512_bf16 tier: the CPU has AVX-512-BF16 and the cap allows
 ///                 it); a backward whose K or V holds a non-finite bf16 value runs rounded_fp32.
 ///   rounded_fp32: the fp32 tiles of the capped tier on bf16-rounded values.
-/// automatic (the default): the amx forward where usable and Tq > kAmxMinQueries, else dot where
+/// automatic (the default): amx where usable and Tq > kAmxMinQueries, else dot where
 /// the tier allows it and vdpbf16ps runs at full rate (CpuFeatures::bf16_dot_full_rate), else
 /// rounded_fp32. A forced path the tier cannot run falls back the same way. Not thread-safe: call
 /// between kernel calls. Returns the previous setting.
 enum class Bf16AttentionPath { automatic, amx, dot, rounded_fp32 };
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p);
 
-/// Queries per call up to which `automatic` keeps the bf16 forward off the tiles: packing every
-/// key and value row for the tiles costs about what one query row's attention does (incremental
-/// decoding asks one query per call).
-constexpr int64_t kAmxMinQueries = 16;
+/// Queries per call up to which `automatic` keeps bf16 attention off the tiles: packing K and V
+/// for the tiles reads and writes each key's row once, about what one query row's attention costs,
+/// so with Tq queries per kv head packing is ~1/Tq of the work (incremental decoding asks one
+/// query per call). Chosen from that ratio, not yet measured on an AMX machine.
+constexpr int64_t kAmxMinQueries = 4;
 
-/// Whether a bf16 backward (and a forward off the tiles) takes the dot path now (the setting, the
-/// cap and the CPU).
+/// Whether a bf16 call off the tiles takes the dot path now (the setting, the cap and the CPU).
 bool bf16_attention_uses_dot();
 
-/// Where a bf16 forward of Tq queries runs its products: on the AMX tiles, on the tiles emulated
-/// in plain code (set_amx_tile_emulation), or off the tiles (bf16_attention_uses_dot says which).
+/// Where a bf16 forward or backward of Tq queries runs its products: on the AMX tiles, on the tiles
+/// emulated in plain code (set_amx_tile_emulation), or off them (bf16_attention_uses_dot says how).
 enum class Bf16AttentionTiles { none, amx, emulated };
 Bf16AttentionTiles bf16_attention_tiles(int64_t Tq);
 
-/// For tests: with `on`, Bf16AttentionPath::amx runs the AMX forward with every tile operation
+/// For tests: with `on`, Bf16AttentionPath::amx runs the AMX kernels with every tile operation
 /// emulated in plain code (amx_tiles.h: TilesEmu, exact tdpbf16ps semantics, slow) wherever the
 /// tier is avx512_bf16 or above, so the tile kernel is tested on machines without AMX. Returns the
 /// previous setting. Not thread-safe, as set_bf16_attention_path.

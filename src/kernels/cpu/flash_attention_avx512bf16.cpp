@@ -1,6 +1,6 @@
 // AVX-512-BF16 build of the flash attention kernels (flash_attention_impl.h with SimdAvx512Dot):
 // under AttentionParams::bf16 every product of the forward and the backward runs as vdpbf16ps on
-// bf16 word operands. Also the AMX forward with its tiles emulated in plain code (tests only). Called only after the CPU checks in flash_attention.cpp (cpu/isa.h:
+// bf16 word operands. Also the AMX forward and backward with their tiles emulated in plain code (tests only). Called only after the CPU checks in flash_attention.cpp (cpu/isa.h:
 // avx512_bf16 tier).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -40,6 +40,12 @@ void flash_forward_amx_emulated(const AttentionParams<float>& p) {
     QKV_ASSERT(p.bf16);
     using namespace flash_avx512bf16;
     if (!forward_amx<SimdAvx512Dot, TilesEmu>(p)) forward<SimdAvx512Dot>(p);
+}
+
+void flash_backward_amx_emulated(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    QKV_ASSERT(p.bf16);
+    using namespace flash_avx512bf16;
+    if (!backward_amx<SimdAvx512Dot, TilesEmu>(p, g)) backward<SimdAvx512>(p, g);
 }
 
 void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {

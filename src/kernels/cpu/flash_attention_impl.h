@@ -53,6 +53,8 @@ void flash_forward_avx512bf16(const AttentionParams<float>& p);  // p.bf16 only
 void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_forward_amx(const AttentionParams<float>& p);           // p.bf16 only; AMX usable
 void flash_forward_amx_emulated(const AttentionParams<float>& p);  // p.bf16 only; tiles in plain code
+void flash_backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+void flash_backward_amx_emulated(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu::detail
@@ -1376,6 +1378,320 @@ void backward(const AttentionParams<float>& p, const AttentionGradParams<float>&
                 }
     }
 }
+
+#if defined(__AVX512BF16__)
+// ---------------------------------------------------------------------------------------------
+// AMX backward (docs §10): the five products of backward_key_block on tiles, the elementwise work
+// (P, dropout, dS, soft cap) as there. Operands (A: bf16 rows; B: word rows):
+//   S^T  = K_j Q^T     A = K rows            B = Q^T words (per query block)
+//   dP^T = V_j dO^T    A = V rows            B = dO^T words (per query block)
+//   dV_j += Pd^T dO    A = bf16 rows of Pd^T B = dO rows paired along the queries
+//   dK_j += dS^T Q     A = bf16 rows of dS^T B = Q rows paired along the queries
+//   dQ^T += K_j^T dS^T A = K^T rows          B = dS^T words along the keys
+// dK_j and dV_j accumulate in padded workspace tiles and are written once per key block; dQ is
+// kept transposed per query block and transposed into dq once per head.
+
+/// x rounded to bf16 (RNE; NaN kept), as round_bf16 does lane by lane.
+inline float bf16_round1(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (x == x) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float y;
+    std::memcpy(&y, &u, 4);
+    return y;
+}
+
+/// K rows, V rows and K^T of every (batch, kv head) as bf16, zero padded for the tiles (as
+/// AmxHeads: keys to Tk + 32 rounded to 16, rows to 16 words, K^T rows to D rounded to 16).
+struct AmxBwdHeads {
+    int64_t   Tkp, Dwp, Dvwp, Dq, per_head;
+    uint16_t* data = nullptr;
+    explicit AmxBwdHeads(const AttentionParams<float>& p)
+        : Tkp(round_up(p.Tk + 32, 16)), Dwp(round_up((p.D + 1) / 2, 16)), Dvwp(round_up((p.Dv + 1) / 2, 16)),
+          Dq(round_up(p.D, 16)), per_head(Tkp * 2 * Dwp + Tkp * 2 * Dvwp + Dq * Tkp) {}
+    const uint16_t* k(int64_t bh) const { return data + bh * per_head; }
+    const uint16_t* v(int64_t bh) const { return data + bh * per_head + Tkp * 2 * Dwp; }
+    const uint16_t* kt(int64_t bh) const { return data + bh * per_head + Tkp * 2 * (Dwp + Dvwp); }
+};
+
+/// Packs AmxBwdHeads; true when K or V holds a value that is ±inf or NaN as bf16 (the tile products
+/// read hidden rows with P = 0; such calls run the rounded_fp32 tiles, which never do).
+template <class S>
+bool pack_heads_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp) {
+    constexpr int64_t kRows = 256;
+    const int64_t     nch = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
+    uint32_t          bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (heads * hp.per_head > (1 << 16))
+    for (int64_t t = 0; t < heads * nch; ++t) {
+        const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(hp.Tkp, j0 + kRows);
+        if (j0 >= j1) continue;
+        const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+        uint16_t *    kp = const_cast<uint16_t*>(hp.k(bh)), *vp = const_cast<uint16_t*>(hp.v(bh)),
+                 *kt = const_cast<uint16_t*>(hp.kt(bh));
+        for (int64_t j = j0; j < j1; ++j) {
+            uint16_t* kr = kp + j * 2 * hp.Dwp;
+            uint16_t* vr = vp + j * 2 * hp.Dvwp;
+            std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
+            std::memset(vr, 0, size_t(2 * hp.Dvwp) * 2);
+            if (j < p.Tk) {
+                pack_rows_bf16<S>(kr, 0, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
+                if (p.Dv > 0)
+                    pack_rows_bf16<S>(vr, 0, p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t, 0, 1, p.Dv);
+                for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
+                for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((vr[e] & 0x7f80u) == 0x7f80u);
+            }
+            for (int64_t d = 0; d < hp.Dq; ++d) kt[d * hp.Tkp + j] = d < p.D ? kr[d] : 0;
+        }
+    }
+    return bad != 0;
+}
+
+template <class S>
+struct AmxBwdLayout {
+    static constexpr int64_t Bq = S::kBwdBlockQ, Bk = S::kBwdBlockK;
+    static_assert(Bq % 32 == 0 && Bk % 32 == 0);
+    int64_t nqb, Dvq;
+    int64_t qt, dot, qw, dow, qpw, dopw, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax;
+    int64_t st, pd, ds, dcap, pdw, dsw, dstw, dkacc, dvacc, dqt, total;
+    AmxBwdLayout(const AttentionParams<float>& p, const AmxBwdHeads& hp) {
+        nqb        = (p.Tq + Bq - 1) / Bq;
+        Dvq        = round_up(p.Dv, 16);
+        int64_t at = 0;
+        auto take = [&](int64_t n) {
+            const int64_t r = at;
+            at += round_up(n, 16);
+            return r;
+        };
+        qt = take(p.D * Bq), dot = take(p.Dv * Bq);  // scratch of pack_transposed
+        // per query block of the head (words: 2 bf16 per float slot)
+        qw = take(nqb * hp.Dwp * Bq), dow = take(nqb * hp.Dvwp * Bq);
+        qpw = take(nqb * Bq / 2 * hp.Dq), dopw = take(nqb * Bq / 2 * Dvq);
+        lse = take(nqb * Bq), lo = take(nqb * Bq), dd = take(nqb * Bq), lim = take(nqb * Bq),
+        kfirst = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb), fmin = take(nqb), fmax = take(nqb);
+        // per key block
+        st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
+        dcap = take(p.softcap > 0.0f ? Bk * Bq : 0);
+        pdw = take(Bk * Bq / 2), dsw = take(Bk * Bq / 2), dstw = take(Bk / 2 * Bq);
+        dkacc = take(Bk * hp.Dq), dvacc = take(Bk * Dvq);
+        dqt = take(nqb * hp.Dq * Bq);
+        total = at;
+    }
+};
+
+/// Packs what every key block of head (b, h) reads (AmxBwdLayout's per-query-block parts) and
+/// zeroes its dQ^T.
+template <class S>
+void prepare_head_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
+                      const AmxBwdLayout<S>& L, const AmxBwdHeads& hp, float* ws, int64_t b, int64_t h) {
+    constexpr int64_t Bq  = AmxBwdLayout<S>::Bq;
+    const float*      q0  = p.q + b * p.q_stride_b + h * p.q_stride_h;
+    const float*      do0 = g.dout + b * p.o_stride_b + h * p.o_stride_h;
+    const float*      o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
+    const float*      lse = p.lse + (b * p.H + h) * p.Tq;
+    const ScaleSplit  sc  = split_scale(p.scale);
+    const int64_t     Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
+    auto*             w  = reinterpret_cast<uint32_t*>(ws);
+    for (int64_t qb = 0; qb < L.nqb; ++qb) {
+        const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0), nqw = (nq + 1) / 2;
+        uint32_t *    qw = w + L.qw + qb * hp.Dwp * Bq, *dow = w + L.dow + qb * hp.Dvwp * Bq;
+        uint32_t *    qpw = w + L.qpw + qb * Bq / 2 * hp.Dq, *dopw = w + L.dopw + qb * Bq / 2 * L.Dvq;
+        pack_transposed<S>(ws + L.qt, Bq, q0 + i0 * p.q_stride_t, p.q_stride_t, nq, Bq, p.D, sc.pow2);
+        pack_row_pairs<S>(qw, Bq, ws + L.qt, Bq, p.D, Bq, Bq);
+        std::memset(qw + Dw * Bq, 0, size_t((hp.Dwp - Dw) * Bq) * 4);
+        pack_transposed<S>(ws + L.dot, Bq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, Bq, p.Dv, 1.0f);
+        pack_row_pairs<S>(dow, Bq, ws + L.dot, Bq, p.Dv, Bq, Bq);
+        std::memset(dow + Dvw * Bq, 0, size_t((hp.Dvwp - Dvw) * Bq) * 4);
+        pack_row_pairs<S>(qpw, hp.Dq, q0 + i0 * p.q_stride_t, p.q_stride_t, nq, p.D, hp.Dq);
+        std::memset(qpw + nqw * hp.Dq, 0, size_t((Bq / 2 - nqw) * hp.Dq) * 4);
+        if (L.Dvq > 0) {
+            pack_row_pairs<S>(dopw, L.Dvq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, p.Dv, L.Dvq);
+            std::memset(dopw + nqw * L.Dvq, 0, size_t((Bq / 2 - nqw) * L.Dvq) * 4);
+        }
+        for (int64_t i = 0; i < Bq; ++i) {
+            float lv = INFINITY, lov = 0.0f, dv = 0.0f;
+            if (i < nq) {
+                lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
+                lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
+                const float* a = do0 + (i0 + i) * p.o_stride_t;
+                const float* o = o0 + (i0 + i) * p.o_stride_t;
+                // D = rowsum(dO o O) of the bf16 dO the products use, as prepare_head's
+                for (int64_t e = 0; e < p.Dv; ++e) dv += bf16_round1(a[e]) * o[e];
+            }
+            ws[L.lse + qb * Bq + i] = lv;
+            ws[L.lo + qb * Bq + i]  = lov;
+            ws[L.dd + qb * Bq + i]  = dv;
+        }
+        const KeyRange r = key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq);
+        ws[L.kmin + qb] = float(r.kmin);
+        ws[L.kmax + qb] = float(r.kmax);
+        ws[L.fmin + qb] = float(r.fmin);
+        ws[L.fmax + qb] = float(r.fmax);
+    }
+    std::memset(ws + L.dqt, 0, size_t(L.nqb * hp.Dq * Bq) * 4);
+}
+
+/// Key block kb of head (b, h) against every query block that sees it; dK_j and dV_j are written
+/// (first) or added (later heads of a GQA group) at the end.
+template <class S, class T>
+void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
+                            const AmxBwdLayout<S>& L, const AmxBwdHeads& hp, float* ws, int64_t b, int64_t h,
+                            int64_t kb, bool first) {
+    using V                 = typename S::V;
+    constexpr int     W     = S::W;
+    constexpr int64_t Bq    = AmxBwdLayout<S>::Bq, Bk = AmxBwdLayout<S>::Bk, NQV = Bq / W;
+    const int64_t     hk    = h / (p.H / p.Hkv);
+    const int64_t     bh    = b * p.Hkv + hk;
+    const int64_t     j0    = kb * Bk, nk = min64(Bk, p.Tk - j0), nkp = round_up(nk, 16);
+    const int64_t     nkw   = (nk + 1) / 2, nkwp = round_up(nkw, 16);
+    auto*             w     = reinterpret_cast<uint32_t*>(ws);
+    float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
+    float *dkacc = ws + L.dkacc, *dvacc = ws + L.dvacc;
+    const ScaleSplit sc       = split_scale(p.scale);
+    const bool       softcap  = p.softcap > 0.0f;
+    const bool       general  = p.bool_mask || p.additive_mask;
+    const bool       dropout  = p.dropout_p > 0.0f;
+    const uint32_t   thr      = attention_dropout_threshold(p.dropout_p);
+    const float      keep     = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+    const V          scale    = S::set1(p.scale);
+    std::memset(dkacc, 0, size_t(nkp * hp.Dq) * 4);
+    std::memset(dvacc, 0, size_t(nkp * L.Dvq) * 4);
+    for (int64_t qb = 0; qb < L.nqb; ++qb) {
+        if (int64_t(ws[L.kmax + qb]) < j0 || int64_t(ws[L.fmin + qb]) > j0 + nk - 1) continue;
+        const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
+        const float * lse = ws + L.lse + qb * Bq, *lo = ws + L.lo + qb * Bq, *dd = ws + L.dd + qb * Bq;
+        // S^T = K_j Q^T (rows past nk not read), the rest of the scale, masks, P lane-wise.
+        tile_gemm<T>(nkp, Bq, hp.Dwp, hp.k(bh) + j0 * 2 * hp.Dwp, 4 * hp.Dwp, w + L.qw + qb * hp.Dwp * Bq, 4 * Bq,
+                     st, 4 * Bq, false);
+        if (sc.m != 1.0f) {
+            const V k = S::set1(sc.m);
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
+        }
+        if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
+        if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
+        if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
+        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+        V lv[NQV], lov[NQV], dv_[NQV];
+        for (int64_t v = 0; v < NQV; ++v)
+            lv[v] = S::load(lse + v * W), lov[v] = S::load(lo + v * W), dv_[v] = S::load(dd + v * W);
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) {
+                float* s = st + j * Bq + v * W;
+                S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
+            }
+        if (dropout) {
+            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
+                            p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk), p.Tk, j0, thr, keep);
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
+        }
+        // dP~^T = V_j dO^T
+        tile_gemm<T>(nkp, Bq, hp.Dvwp, hp.v(bh) + j0 * 2 * hp.Dvwp, 4 * hp.Dvwp, w + L.dow + qb * hp.Dvwp * Bq,
+                     4 * Bq, ds, 4 * Bq, false);
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t v = 0; v < NQV; ++v) {
+                const int64_t t  = j * Bq + v * W;
+                const V       pv = S::load(st + t);
+                const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
+                S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
+            }
+        if (softcap)
+            for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+        // Pd^T and dS^T as bf16 rows (dV, dK), dS^T as words along the keys (dQ^T; word rows past
+        // the block's keys 0, as they meet the K^T columns of later keys).
+        pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.pdw), Bq, pd, Bq, nk, Bq);
+        pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.dsw), Bq, ds, Bq, nk, Bq);
+        pack_row_pairs<S>(w + L.dstw, Bq, ds, Bq, nk, Bq, Bq);
+        std::memset(w + L.dstw + nkw * Bq, 0, size_t((nkwp - nkw) * Bq) * 4);
+        if (L.Dvq > 0)
+            tile_gemm<T>(nkp, L.Dvq, Bq / 2, reinterpret_cast<const uint16_t*>(w + L.pdw), 2 * Bq,
+                         w + L.dopw + qb * Bq / 2 * L.Dvq, 4 * L.Dvq, dvacc, 4 * L.Dvq, true);
+        tile_gemm<T>(nkp, hp.Dq, Bq / 2, reinterpret_cast<const uint16_t*>(w + L.dsw), 2 * Bq,
+                     w + L.qpw + qb * Bq / 2 * hp.Dq, 4 * hp.Dq, dkacc, 4 * hp.Dq, true);
+        tile_gemm<T>(hp.Dq, Bq, nkwp, hp.kt(bh) + j0, 2 * hp.Tkp, w + L.dstw, 4 * Bq, ws + L.dqt + qb * hp.Dq * Bq,
+                     4 * Bq, true);
+    }
+    float* dk = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
+    float* dv = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
+    for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t d = 0; d < p.D; ++d) dk[j * p.D + d] = (first ? 0.0f : dk[j * p.D + d]) + dkacc[j * hp.Dq + d];
+        for (int64_t e = 0; e < p.Dv; ++e) dv[j * p.Dv + e] = (first ? 0.0f : dv[j * p.Dv + e]) + dvacc[j * L.Dvq + e];
+    }
+}
+
+/// dq (Tq x D rows) = (or +=) this thread's dQ^T of head h.
+template <class S>
+void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, const AmxBwdHeads& hp,
+                  const float* ws, float* dq) {
+    constexpr int64_t Bq = AmxBwdLayout<S>::Bq;
+    for (int64_t i = 0; i < p.Tq; ++i) {
+        const float* src = ws + L.dqt + i / Bq * hp.Dq * Bq + i % Bq;
+        for (int64_t d = 0; d < p.D; ++d) dq[i * p.D + d] = src[d * Bq];
+    }
+}
+
+/// The AMX backward; false (nothing written) when K or V holds a non-finite bf16 value. Schedule as
+/// backward(): (b, kv head) tasks, or key blocks split across threads with private dQs.
+template <class S, class T>
+bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    QKV_ASSERT(p.bf16 && p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
+    AmxBwdHeads hp(p);
+    hp.data = static_cast<uint16_t*>(detail::flash_call_buffer(p.B * p.Hkv * hp.per_head * 2));
+    if (pack_heads_amx_bwd<S>(p, hp)) return false;
+    const AmxBwdLayout<S> L(p, hp);
+    constexpr int64_t     Bk        = AmxBwdLayout<S>::Bk;
+    const int64_t         nkb       = (p.Tk + Bk - 1) / Bk;
+    const int64_t         group     = p.H / p.Hkv;
+    const int64_t         nthreads  = omp_get_max_threads();
+    constexpr int         kMaxSplit = 64;
+    if (p.B * p.Hkv >= nthreads || nthreads > kMaxSplit || nkb == 1) {
+#pragma omp parallel
+        {
+            float* ws = detail::flash_thread_workspace(L.total);
+            T::begin();
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bk = 0; bk < p.B * p.Hkv; ++bk) {
+                const int64_t b = bk / p.Hkv, hk = bk % p.Hkv;
+                for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                    prepare_head_amx<S>(p, g, L, hp, ws, b, h);
+                    for (int64_t kb = 0; kb < nkb; ++kb)
+                        backward_key_block_amx<S, T>(p, g, L, hp, ws, b, h, kb, h == hk * group);
+                    write_dq_amx<S>(p, L, hp, ws, g.dq + (b * p.H + h) * p.Tq * p.D);
+                }
+            }
+            T::end();
+        }
+        return true;
+    }
+    // Few heads: key blocks split across threads (static round robin: reproducible for a thread
+    // count), each thread's dQ^T transposed into its private rows, then summed.
+    std::vector<float> priv(size_t(nthreads * p.Tq * p.D));
+#pragma omp parallel
+    {
+        float*    ws  = detail::flash_thread_workspace(L.total);
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        float*    mine = priv.data() + int64_t(tid) * p.Tq * p.D;
+        T::begin();
+        for (int64_t b = 0; b < p.B; ++b)
+            for (int64_t hk = 0; hk < p.Hkv; ++hk)
+                for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                    prepare_head_amx<S>(p, g, L, hp, ws, b, h);
+#pragma omp for schedule(static, 1)
+                    for (int64_t kb = 0; kb < nkb; ++kb)
+                        backward_key_block_amx<S, T>(p, g, L, hp, ws, b, h, kb, h == hk * group);
+                    write_dq_amx<S>(p, L, hp, ws, mine);
+#pragma omp barrier
+                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
+#pragma omp for
+                    for (int64_t t = 0; t < p.Tq * p.D; ++t) {
+                        float acc = 0.0f;
+                        for (int u = 0; u < nt; ++u) acc += priv[size_t(int64_t(u) * p.Tq * p.D + t)];
+                        dq[t] = acc;
+                    }
+                }
+        T::end();
+    }
+    return true;
+}
+#endif
 
 }  // namespace
 }  // namespace qkv::kernels::cpu::QKV_FLASH_NS
