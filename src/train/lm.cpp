@@ -411,6 +411,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
+        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, dir_existed);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect

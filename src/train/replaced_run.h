@@ -72,6 +72,18 @@ private:
     bool pending_ = false;
 };
 
+/// A fresh run (no --resume, nothing replaced) that threw before its first checkpoint: removes
+/// the run files it wrote (kModelDirFiles; none of them was there before, or the folder would
+/// have been refused) and the folder when this run created it and it is empty, so the same
+/// command can run again once the cause is fixed. A run that has a checkpoint keeps its files
+/// (--resume continues it).
+inline void remove_files_of_failed_fresh_run(const fs::path& dir, bool dir_existed) {
+    std::error_code ec;
+    if (fs::exists(dir / "checkpoint.safetensors", ec)) return;
+    for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
+    if (!dir_existed && fs::is_empty(dir, ec)) fs::remove(dir, ec);
+}
+
 /// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):
 /// a ConfigError saying how to recover.
 inline void check_no_files_aside(const std::string& out_dir) {

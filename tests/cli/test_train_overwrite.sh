@@ -12,7 +12,8 @@
 #  5. scripts/demo_translation.sh run twice (qkv wrapped to add the tiny data and 2 steps): the
 #     second run continues the model with --resume (nothing to do: the model stays byte for byte)
 #     and still translates, evaluates and draws; QKV_DEMO_OVERWRITE=1 trains a new one; a folder
-#     left before the first checkpoint (config.json only) is replaced.
+#     left before the first checkpoint (config.json only) is replaced;
+#  6. a fresh run that fails before its first checkpoint removes what it wrote (translation and lm).
 # Usage: test_train_overwrite.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -117,4 +118,22 @@ rm "$T/demo/model.safetensors" "$T/demo/checkpoint.safetensors"
 demo_run "after a run stopped before its first checkpoint"
 grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$T/calls"; fail "config.json-only demo folder"; }
 out_has "trained 2 steps"
-echo "cli train into a model folder (refusal, --overwrite, resume architecture flags, demo rerun): ok"
+
+# ---- 6. a fresh run that fails before its first checkpoint (the forced flash kernel cannot take
+# a head width of 300) leaves nothing that would refuse the same command once the cause is fixed:
+# a folder it created is gone, an existing one keeps only its own files
+flash_wide=("${base[@]}" --num-hiddens 600 --ffn-num-hiddens 16 --max-steps 1)
+run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail"
+err_has "the flash backend was forced but cannot run" "flash: head dims must be in 1..256"
+[ ! -e "$T/fail" ] || { ls -la "$T/fail"; fail "a fresh run that failed before its first checkpoint left its folder"; }
+mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
+run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail2"
+[ "$(ls -A "$T/fail2")" = notes.txt ] || { ls -la "$T/fail2"; fail "a failed fresh run left files in an existing folder"; }
+run_rc 0 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --out "$T/fail2"
+out_has "trained 1 step"
+printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
+run_rc 1 train --model lm --data "$T/tm.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --batch-size 4 \
+  --num-steps 8 --max-steps 1 --no-progress --attention flash --out "$T/lmfail"
+err_has "flash: head dims must be in 1..256"
+[ ! -e "$T/lmfail" ] || { ls -la "$T/lmfail"; fail "a fresh lm run that failed before its first checkpoint left its folder"; }
+echo "cli train into a model folder (refusal, --overwrite, resume architecture flags, demo rerun, failed fresh run): ok"
