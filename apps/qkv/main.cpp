@@ -171,6 +171,13 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    // QKV_MAX_ISA likewise (read at the first kernel call otherwise).
+    try {
+        qkv::check_isa_cap();
+    } catch (const qkv::Error& e) {
+        std::fprintf(stderr, "qkv: error: %s\n", e.what());
+        return 2;
+    }
     // A first word that is not a command: say so (CLI11 would only say a subcommand is required).
     if (argc > 1 && argv[1][0] != '-') {
         std::string names;

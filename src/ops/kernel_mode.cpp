@@ -24,6 +24,8 @@ KernelMode kernel_mode() {
 }
 void set_kernel_mode(KernelMode m) { g_mode = m; }
 
+void check_isa_cap() { (void)kernels::cpu::max_isa(); }
+
 std::string kernel_paths() {
     namespace cpu = kernels::cpu;
     const cpu::CpuFeatures& f = cpu::cpu_features();

@@ -9,6 +9,6 @@ for isa in scalar avx2 avx512; do
   [ "$(wc -l < "$T/table_$isa")" = 4 ] || fail "QKV_MAX_ISA=$isa: no 4-row table"
 done
 cmp -s "$T/table_scalar" "$T/table_avx512" || fail "scalar and avx512 tables differ"
-QKV_MAX_ISA=avx9 run_rc 1 attention --out "$T/bad"
+QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
 echo "ok"
