@@ -29,7 +29,8 @@ namespace {
 #if defined(QKV_HAVE_AMX_TILES)
 /// The AMX tiles. GCC's tile intrinsics are asm statements that name their tile by a literal
 /// (hence the if-constexpr chains) and do not tell the compiler that they read memory (hence the
-/// compiler barriers before each read of a buffer this thread has just written).
+/// compiler barriers before each tile load and after a block's loads, so stores to an operand
+/// neither sink below nor rise above the loads that read it, and after each tile store).
 struct TilesHw {
     static inline void begin() {
         alignas(64) uint8_t cfg[64] = {};
@@ -68,7 +69,10 @@ struct TilesHw {
         else if constexpr (T == 1) _tile_stored(1, p, stride);
         else if constexpr (T == 2) _tile_stored(2, p, stride);
         else _tile_stored(3, p, stride);
+        asm volatile("" ::: "memory");  // not only through the header's clobber: later reads see it
     }
+    /// After a block's last tile load: no later store to its operands moves above the loads.
+    static inline void loads_done() { asm volatile("" ::: "memory"); }
     /// C += A . B for the four (C, A, B) triples of tile_gemm's 2 x 2 block.
     template <int C, int A, int B>
     static inline void dp() {
@@ -105,6 +109,7 @@ struct TilesEmu {
     static inline float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
     static inline void begin() { std::memset(state().t, 0, sizeof(State::t)); }
     static inline void end() {}
+    static inline void loads_done() {}
     template <int T>
     static inline void zero() {
         std::memset(state().t[T], 0, sizeof state().t[T]);

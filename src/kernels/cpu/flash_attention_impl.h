@@ -11,6 +11,7 @@
 // the score GEMMs (D is the reduction); the P.V, dV, dK and dQ GEMMs use masked tail vectors.
 #include <omp.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -825,6 +826,7 @@ inline void tile_block(int64_t Kw, const char* A, int64_t lda, const char* B, in
         if constexpr (MT > 1) T::template dp<2, 5, 6>();
         if constexpr (MT > 1 && NT > 1) T::template dp<3, 5, 7>();
     }
+    T::loads_done();
     T::template store<0>(C, ldc);
     if constexpr (NT > 1) T::template store<1>(C + 64, ldc);
     if constexpr (MT > 1) T::template store<2>(C + 16 * ldc, ldc);
@@ -1401,47 +1403,54 @@ inline float bf16_round1(float x) {
     return y;
 }
 
-/// K rows, V rows and K^T of every (batch, kv head) as bf16, zero padded for the tiles (as
-/// AmxHeads: keys to Tk + 32 rounded to 16, rows to 16 words, K^T rows to D rounded to 16).
+/// K rows, V rows and K^T of one (batch, kv head) as bf16, zero padded for the tiles (as
+/// AmxHeads: keys to Tk + 32 rounded to 16, rows to 16 words, K^T rows to D rounded to 16):
+/// per_head values from a head's base `h`.
 struct AmxBwdHeads {
-    int64_t   Tkp, Dwp, Dvwp, Dq, per_head;
-    uint16_t* data = nullptr;
+    int64_t Tkp, Dwp, Dvwp, Dq, per_head;
     explicit AmxBwdHeads(const AttentionParams<float>& p)
         : Tkp(round_up(p.Tk + 32, 16)), Dwp(round_up((p.D + 1) / 2, 16)), Dvwp(round_up((p.Dv + 1) / 2, 16)),
           Dq(round_up(p.D, 16)), per_head(Tkp * 2 * Dwp + Tkp * 2 * Dvwp + Dq * Tkp) {}
-    const uint16_t* k(int64_t bh) const { return data + bh * per_head; }
-    const uint16_t* v(int64_t bh) const { return data + bh * per_head + Tkp * 2 * Dwp; }
-    const uint16_t* kt(int64_t bh) const { return data + bh * per_head + Tkp * 2 * (Dwp + Dvwp); }
+    const uint16_t* k(const uint16_t* h) const { return h; }
+    const uint16_t* v(const uint16_t* h) const { return h + Tkp * 2 * Dwp; }
+    const uint16_t* kt(const uint16_t* h) const { return h + Tkp * 2 * (Dwp + Dvwp); }
 };
 
-/// Packs AmxBwdHeads; true when K or V holds a value that is ±inf or NaN as bf16 (the tile products
-/// read hidden rows with P = 0; such calls run the rounded_fp32 tiles, which never do).
+/// Packs keys [j0, j1) of head bh (= b Hkv + hk) into its AmxBwdHeads at `h`; true when a K or V
+/// value there is ±inf or NaN as bf16 (the tile products read hidden rows with P = 0; such calls
+/// run the rounded_fp32 tiles, which never do).
 template <class S>
-bool pack_heads_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp) {
+bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, int64_t bh, uint16_t* h, int64_t j0,
+                       int64_t j1) {
+    const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+    uint16_t *    kp = h, *vp = h + hp.Tkp * 2 * hp.Dwp, *kt = h + hp.Tkp * 2 * (hp.Dwp + hp.Dvwp);
+    uint32_t      bad = 0;
+    for (int64_t j = j0; j < j1; ++j) {
+        uint16_t* kr = kp + j * 2 * hp.Dwp;
+        uint16_t* vr = vp + j * 2 * hp.Dvwp;
+        std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
+        std::memset(vr, 0, size_t(2 * hp.Dvwp) * 2);
+        if (j < p.Tk) {
+            pack_rows_bf16<S>(kr, 0, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
+            if (p.Dv > 0) pack_rows_bf16<S>(vr, 0, p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t, 0, 1, p.Dv);
+            for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
+            for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((vr[e] & 0x7f80u) == 0x7f80u);
+        }
+        for (int64_t d = 0; d < hp.Dq; ++d) kt[d * hp.Tkp + j] = d < p.D ? kr[d] : 0;
+    }
+    return bad != 0;
+}
+
+/// Every head's AmxBwdHeads, head bh at data + bh per_head (parallel over heads and key chunks).
+template <class S>
+bool pack_heads_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, uint16_t* data) {
     constexpr int64_t kRows = 256;
     const int64_t     nch = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
     uint32_t          bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (heads * hp.per_head > (1 << 16))
     for (int64_t t = 0; t < heads * nch; ++t) {
         const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(hp.Tkp, j0 + kRows);
-        if (j0 >= j1) continue;
-        const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
-        uint16_t *    kp = const_cast<uint16_t*>(hp.k(bh)), *vp = const_cast<uint16_t*>(hp.v(bh)),
-                 *kt = const_cast<uint16_t*>(hp.kt(bh));
-        for (int64_t j = j0; j < j1; ++j) {
-            uint16_t* kr = kp + j * 2 * hp.Dwp;
-            uint16_t* vr = vp + j * 2 * hp.Dvwp;
-            std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
-            std::memset(vr, 0, size_t(2 * hp.Dvwp) * 2);
-            if (j < p.Tk) {
-                pack_rows_bf16<S>(kr, 0, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
-                if (p.Dv > 0)
-                    pack_rows_bf16<S>(vr, 0, p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t, 0, 1, p.Dv);
-                for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
-                for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((vr[e] & 0x7f80u) == 0x7f80u);
-            }
-            for (int64_t d = 0; d < hp.Dq; ++d) kt[d * hp.Tkp + j] = d < p.D ? kr[d] : 0;
-        }
+        if (j0 < j1) bad |= uint32_t(pack_head_amx_bwd<S>(p, hp, bh, data + bh * hp.per_head, j0, j1));
     }
     return bad != 0;
 }
@@ -1452,8 +1461,9 @@ struct AmxBwdLayout {
     static_assert(Bq % 32 == 0 && Bk % 32 == 0);
     int64_t nqb, Dvq;
     int64_t qt, dot, qw, dow, qpw, dopw, lse, lo, dd, lim, kfirst, kmin, kmax, fmin, fmax;
-    int64_t st, pd, ds, dcap, pdw, dsw, dstw, dkacc, dvacc, dqt, total;
-    AmxBwdLayout(const AttentionParams<float>& p, const AmxBwdHeads& hp) {
+    int64_t st, pd, ds, dcap, pdw, dsw, dstw, dkacc, dvacc, dqt, head, total;
+    /// own_head: one (batch, kv head) per task, whose AmxBwdHeads the task packs into `head`.
+    AmxBwdLayout(const AttentionParams<float>& p, const AmxBwdHeads& hp, bool own_head) {
         nqb        = (p.Tq + Bq - 1) / Bq;
         Dvq        = round_up(p.Dv, 16);
         int64_t at = 0;
@@ -1473,7 +1483,8 @@ struct AmxBwdLayout {
         dcap = take(p.softcap > 0.0f ? Bk * Bq : 0);
         pdw = take(Bk * Bq / 2), dsw = take(Bk * Bq / 2), dstw = take(Bk / 2 * Bq);
         dkacc = take(Bk * hp.Dq), dvacc = take(Bk * Dvq);
-        dqt = take(nqb * hp.Dq * Bq);
+        dqt  = take(nqb * hp.Dq * Bq);
+        head = take(own_head ? (hp.per_head + 1) / 2 : 0);  // bf16 values, 2 per float slot
         total = at;
     }
 };
@@ -1534,13 +1545,12 @@ void prepare_head_amx(const AttentionParams<float>& p, const AttentionGradParams
 /// (first) or added (later heads of a GQA group) at the end.
 template <class S, class T>
 void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
-                            const AmxBwdLayout<S>& L, const AmxBwdHeads& hp, float* ws, int64_t b, int64_t h,
-                            int64_t kb, bool first) {
+                            const AmxBwdLayout<S>& L, const AmxBwdHeads& hp, const uint16_t* head, float* ws,
+                            int64_t b, int64_t h, int64_t kb, bool first) {
     using V                 = typename S::V;
     constexpr int     W     = S::W;
     constexpr int64_t Bq    = AmxBwdLayout<S>::Bq, Bk = AmxBwdLayout<S>::Bk, NQV = Bq / W;
     const int64_t     hk    = h / (p.H / p.Hkv);
-    const int64_t     bh    = b * p.Hkv + hk;
     const int64_t     j0    = kb * Bk, nk = min64(Bk, p.Tk - j0), nkp = round_up(nk, 16);
     const int64_t     nkw   = (nk + 1) / 2, nkwp = round_up(nkw, 16);
     auto*             w     = reinterpret_cast<uint32_t*>(ws);
@@ -1560,7 +1570,7 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
         const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
         const float * lse = ws + L.lse + qb * Bq, *lo = ws + L.lo + qb * Bq, *dd = ws + L.dd + qb * Bq;
         // S^T = K_j Q^T (rows past nk not read), the rest of the scale, masks, P lane-wise.
-        tile_gemm<T>(nkp, Bq, hp.Dwp, hp.k(bh) + j0 * 2 * hp.Dwp, 4 * hp.Dwp, w + L.qw + qb * hp.Dwp * Bq, 4 * Bq,
+        tile_gemm<T>(nkp, Bq, hp.Dwp, hp.k(head) + j0 * 2 * hp.Dwp, 4 * hp.Dwp, w + L.qw + qb * hp.Dwp * Bq, 4 * Bq,
                      st, 4 * Bq, false);
         if (sc.m != 1.0f) {
             const V k = S::set1(sc.m);
@@ -1584,7 +1594,7 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
         }
         // dP~^T = V_j dO^T
-        tile_gemm<T>(nkp, Bq, hp.Dvwp, hp.v(bh) + j0 * 2 * hp.Dvwp, 4 * hp.Dvwp, w + L.dow + qb * hp.Dvwp * Bq,
+        tile_gemm<T>(nkp, Bq, hp.Dvwp, hp.v(head) + j0 * 2 * hp.Dvwp, 4 * hp.Dvwp, w + L.dow + qb * hp.Dvwp * Bq,
                      4 * Bq, ds, 4 * Bq, false);
         for (int64_t j = 0; j < nk; ++j)
             for (int64_t v = 0; v < NQV; ++v) {
@@ -1606,7 +1616,7 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
                          w + L.dopw + qb * Bq / 2 * L.Dvq, 4 * L.Dvq, dvacc, 4 * L.Dvq, true);
         tile_gemm<T>(nkp, hp.Dq, Bq / 2, reinterpret_cast<const uint16_t*>(w + L.dsw), 2 * Bq,
                      w + L.qpw + qb * Bq / 2 * hp.Dq, 4 * hp.Dq, dkacc, 4 * hp.Dq, true);
-        tile_gemm<T>(hp.Dq, Bq, nkwp, hp.kt(bh) + j0, 2 * hp.Tkp, w + L.dstw, 4 * Bq, ws + L.dqt + qb * hp.Dq * Bq,
+        tile_gemm<T>(hp.Dq, Bq, nkwp, hp.kt(head) + j0, 2 * hp.Tkp, w + L.dstw, 4 * Bq, ws + L.dqt + qb * hp.Dq * Bq,
                      4 * Bq, true);
     }
     float* dk = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
@@ -1628,39 +1638,49 @@ void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, con
     }
 }
 
-/// The AMX backward; false (nothing written) when K or V holds a non-finite bf16 value. Schedule as
-/// backward(): (b, kv head) tasks, or key blocks split across threads with private dQs.
+/// The AMX backward; false when K or V holds a non-finite bf16 value (the caller then runs another
+/// build, which overwrites every gradient). Schedule as backward(): one (b, kv head) per task,
+/// which packs its head into its workspace, or key blocks split across threads with private dQs
+/// (all heads packed once into flash_call_buffer: fewer heads than threads).
 template <class S, class T>
 bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
     QKV_ASSERT(p.bf16 && p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
-    AmxBwdHeads hp(p);
-    hp.data = static_cast<uint16_t*>(detail::flash_call_buffer(p.B * p.Hkv * hp.per_head * 2));
-    if (pack_heads_amx_bwd<S>(p, hp)) return false;
-    const AmxBwdLayout<S> L(p, hp);
-    constexpr int64_t     Bk        = AmxBwdLayout<S>::Bk;
-    const int64_t         nkb       = (p.Tk + Bk - 1) / Bk;
-    const int64_t         group     = p.H / p.Hkv;
-    const int64_t         nthreads  = omp_get_max_threads();
-    constexpr int         kMaxSplit = 64;
+    const AmxBwdHeads hp(p);
+    constexpr int64_t Bk        = AmxBwdLayout<S>::Bk;
+    const int64_t     nkb       = (p.Tk + Bk - 1) / Bk;
+    const int64_t     group     = p.H / p.Hkv;
+    const int64_t     nthreads  = omp_get_max_threads();
+    constexpr int     kMaxSplit = 64;
     if (p.B * p.Hkv >= nthreads || nthreads > kMaxSplit || nkb == 1) {
+        const AmxBwdLayout<S> L(p, hp, true);
+        std::atomic<bool>     bad{false};
 #pragma omp parallel
         {
-            float* ws = detail::flash_thread_workspace(L.total);
+            float*    ws   = detail::flash_thread_workspace(L.total);
+            uint16_t* head = reinterpret_cast<uint16_t*>(ws + L.head);
             T::begin();
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bk = 0; bk < p.B * p.Hkv; ++bk) {
+                if (bad.load(std::memory_order_relaxed)) continue;
+                if (pack_head_amx_bwd<S>(p, hp, bk, head, 0, hp.Tkp)) {
+                    bad.store(true, std::memory_order_relaxed);
+                    continue;
+                }
                 const int64_t b = bk / p.Hkv, hk = bk % p.Hkv;
                 for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
                     prepare_head_amx<S>(p, g, L, hp, ws, b, h);
                     for (int64_t kb = 0; kb < nkb; ++kb)
-                        backward_key_block_amx<S, T>(p, g, L, hp, ws, b, h, kb, h == hk * group);
+                        backward_key_block_amx<S, T>(p, g, L, hp, head, ws, b, h, kb, h == hk * group);
                     write_dq_amx<S>(p, L, hp, ws, g.dq + (b * p.H + h) * p.Tq * p.D);
                 }
             }
             T::end();
         }
-        return true;
+        return !bad.load();
     }
+    auto* data = static_cast<uint16_t*>(detail::flash_call_buffer(p.B * p.Hkv * hp.per_head * 2));
+    if (pack_heads_amx_bwd<S>(p, hp, data)) return false;
+    const AmxBwdLayout<S> L(p, hp, false);
     // Few heads: key blocks split across threads (static round robin: reproducible for a thread
     // count), each thread's dQ^T transposed into its private rows, then summed.
     std::vector<float> priv(size_t(nthreads * p.Tq * p.D));
@@ -1676,7 +1696,8 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
                     prepare_head_amx<S>(p, g, L, hp, ws, b, h);
 #pragma omp for schedule(static, 1)
                     for (int64_t kb = 0; kb < nkb; ++kb)
-                        backward_key_block_amx<S, T>(p, g, L, hp, ws, b, h, kb, h == hk * group);
+                        backward_key_block_amx<S, T>(p, g, L, hp, data + (b * p.Hkv + hk) * hp.per_head, ws, b, h,
+                                                     kb, h == hk * group);
                     write_dq_amx<S>(p, L, hp, ws, mine);
 #pragma omp barrier
                     float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
