@@ -129,13 +129,19 @@ BENCHMARK(BM_attention_flash_causal_fwdbwd)->Apply(shapes);
 // fp32 on the same shapes: the issue-23 grid N = 512..16384, d = 64 and 128, (1, H, N, d) with
 // H = max(1, 8·2048²/N²) so every N up to 4096 costs the same. Arg bf16: 0 the fp32 kernel, 1 bf16
 // on the fp32 tiles (Bf16AttentionPath::rounded_fp32), 2 bf16 on vdpbf16ps (dot; skipped without
-// AVX-512-BF16), 3 the AMX forward (amx; its backward runs what `automatic` runs without AMX;
-// skipped where Linux does not grant the AMX tiles).
+// AVX-512-BF16), 3 the AMX kernels (amx; skipped where Linux does not grant the AMX tiles), 4 the
+// AMX kernels with tiles that cost nothing (TilesNull: loads and products no-ops, stores write
+// zeros; results meaningless): everything but the tile products, a bound on the tiles' gain that
+// any AVX-512-BF16 machine can measure.
 void run_precision(benchmark::State& st, bool bwd) {
     omp_set_num_threads(g_threads);
     const int64_t N = st.range(0), d = st.range(1), H = std::max<int64_t>(1, 8 * 2048 * 2048 / (N * N));
     const int64_t mode = st.range(2);
     if (mode == 2 && cpu::simd_isa() < cpu::Isa::avx512_bf16) {
+        st.SkipWithError("no AVX-512-BF16 (or capped below avx512_bf16)");
+        return;
+    }
+    if (mode == 4 && cpu::simd_isa() < cpu::Isa::avx512_bf16) {
         st.SkipWithError("no AVX-512-BF16 (or capped below avx512_bf16)");
         return;
     }
@@ -149,14 +155,23 @@ void run_precision(benchmark::State& st, bool bwd) {
                                                   : mode == 2 ? cpu::Bf16AttentionPath::dot
                                                               : cpu::Bf16AttentionPath::rounded_fp32);
     for (auto _ : st) {
-        cpu::flash_attention_forward(pr.p);
-        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        if (mode == 4) {
+            cpu::detail::flash_forward_amx_untimed_tiles(pr.p);
+            if (bwd) cpu::detail::flash_backward_amx_untimed_tiles(pr.p, pr.g);
+        } else {
+            cpu::flash_attention_forward(pr.p);
+            if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        }
         benchmark::ClobberMemory();
     }
     cpu::set_bf16_attention_path(old);
     st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(1, H, N, d, false, bwd) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-    const char* what = mode == 0 ? " fp32" : mode == 1 ? " bf16 rounded_fp32" : mode == 2 ? " bf16 dot" : " bf16 amx";
+    const char* what = mode == 0   ? " fp32"
+                       : mode == 1 ? " bf16 rounded_fp32"
+                       : mode == 2 ? " bf16 dot"
+                       : mode == 3 ? " bf16 amx"
+                                   : " bf16 amx, tile products free (a bound)";
     st.SetLabel(std::string(cpu::isa_name(mode >= 2 ? cpu::simd_isa() : cpu::fp32_variant_isa())) + what +
                 " H=" + std::to_string(H) + " threads=" + std::to_string(g_threads));
 }
@@ -165,7 +180,7 @@ void BM_attention_flash_precision_fwdbwd(benchmark::State& st) { run_precision(s
 void precision_shapes(benchmark::internal::Benchmark* b) {
     for (int64_t d : {64, 128})
         for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384})
-            for (int64_t bf : {0, 1, 2, 3}) b->Args({n, d, bf});
+            for (int64_t bf : {0, 1, 2, 3, 4}) b->Args({n, d, bf});
     b->ArgNames({"N", "d", "bf16"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 }
 BENCHMARK(BM_attention_flash_precision_fwd)->Apply(precision_shapes);

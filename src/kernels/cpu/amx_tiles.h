@@ -144,5 +144,25 @@ struct TilesEmu {
     }
 };
 
+/// Tiles whose loads and products do nothing and whose stores write zeros (so scores are 0 and
+/// the kernels take their usual unmasked path): for bench/bench_attention.cpp only, which times
+/// the AMX kernels' vector work, packing and memory traffic with the tile products taken as free,
+/// a bound on what the tiles can gain, on any AVX-512-BF16 machine. The results are meaningless.
+struct TilesNull {
+    static inline void begin() {}
+    static inline void end() {}
+    static inline void loads_done() {}
+    template <int T>
+    static inline void zero() {}
+    template <int T>
+    static inline void load(const void*, int64_t) {}
+    template <int T>
+    static inline void store(void* p, int64_t stride) {
+        for (int r = 0; r < 16; ++r) std::memset(static_cast<char*>(p) + r * stride, 0, 64);
+    }
+    template <int C, int A, int B>
+    static inline void dp() {}
+};
+
 }  // namespace
 }  // namespace qkv::kernels::cpu::QKV_FLASH_NS

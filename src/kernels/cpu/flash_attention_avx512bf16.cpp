@@ -48,6 +48,16 @@ void flash_backward_amx_emulated(const AttentionParams<float>& p, const Attentio
     if (!backward_amx<SimdAvx512Dot, TilesEmu>(p, g)) backward<SimdAvx512>(p, g);
 }
 
+void flash_forward_amx_untimed_tiles(const AttentionParams<float>& p) {
+    using namespace flash_avx512bf16;
+    forward_amx<SimdAvx512Dot, TilesNull>(p);
+}
+
+void flash_backward_amx_untimed_tiles(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    using namespace flash_avx512bf16;
+    backward_amx<SimdAvx512Dot, TilesNull>(p, g);
+}
+
 void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
     QKV_ASSERT(p.bf16);
     // Hidden keys (P = 0) must not turn a non-finite K or V value into NaN (0 · inf): the fp32

@@ -56,6 +56,10 @@ void flash_forward_amx(const AttentionParams<float>& p);           // p.bf16 onl
 void flash_forward_amx_emulated(const AttentionParams<float>& p);  // p.bf16 only; tiles in plain code
 void flash_backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_backward_amx_emulated(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
+/// For bench_attention only: the AMX kernels with tiles that do nothing (amx_tiles.h: TilesNull),
+/// timing everything but the tile products; results meaningless. p.bf16 only; AVX-512-BF16 only.
+void flash_forward_amx_untimed_tiles(const AttentionParams<float>& p);
+void flash_backward_amx_untimed_tiles(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu::detail
@@ -857,12 +861,13 @@ void tile_gemm(int64_t M, int64_t N, int64_t Kw, const uint16_t* A, int64_t lda,
 
 /// K and V^T of every (batch, kv head) as bf16, zero padded for the tiles: K rows of 2 Dwp values
 /// (Dwp = D in words rounded up to 16), Tkp of them (keys past Tk are 0); V^T rows of Tkp values
-/// (Dvq = Dv rounded up to 16 of them). Tkp >= Tk + 32 covers the widest tile read past a block.
+/// (Dvq = Dv rounded up to 16 of them). Tkp >= Tk + 32 covers the widest tile read past a block;
+/// a multiple of 32 so the transposes of transposed_pairs write whole 16 x 16 word blocks.
 struct AmxHeads {
     int64_t   Tkp, Dwp, Dvq, per_head;
     uint16_t* data = nullptr;
     explicit AmxHeads(const AttentionParams<float>& p)
-        : Tkp(round_up(p.Tk + 32, 16)), Dwp(round_up((p.D + 1) / 2, 16)), Dvq(round_up(p.Dv, 16)),
+        : Tkp(round_up(p.Tk + 32, 32)), Dwp(round_up((p.D + 1) / 2, 16)), Dvq(round_up(p.Dv, 16)),
           per_head(Tkp * 2 * Dwp + Dvq * Tkp) {}
     const uint16_t* k(int64_t bh) const { return data + bh * per_head; }
     const uint16_t* vt(int64_t bh) const { return data + bh * per_head + Tkp * 2 * Dwp; }
@@ -871,9 +876,32 @@ struct AmxHeads {
 /// Packs AmxHeads (parallel over heads and key chunks). Returns whether some K or V value is ±inf or
 /// NaN as bf16: a tile product reads keys outside the visible ones with P = 0 (0 . inf = NaN), so
 /// such inputs take the dot build, which never reads hidden rows.
+/// dst[c * ds + jp] (words) = the word (bf16(x[2 jp][c]), bf16(x[2 jp + 1][c])) of rows x[j] =
+/// src + (j0 + j) * ss, for jp in [0, 16) and c in [0, cols_p) (cols_p a multiple of 16): rows at
+/// or past `rows` and columns at or past `cols` give 0. The transposed pair pack of 32 keys (V^T,
+/// K^T for the tiles) by 16 x 16 word transposes. Returns whether a word holds ±inf or NaN.
+template <class S>
+bool pack_transposed_pairs32(uint32_t* dst, int64_t ds, const float* src, int64_t ss, int64_t rows, int64_t cols,
+                             int64_t cols_p) {
+    alignas(64) uint32_t blk[16 * 16];
+    bool                 bad = false;
+    for (int64_t c = 0; c < cols_p; c += 16) {
+        const auto m = S::tail(int(min64(16, max64(0, cols - c))));
+        for (int64_t r = 0; r < 16; ++r) {
+            typename S::V x0 = S::zero(), x1 = S::zero();
+            if (2 * r < rows && c < cols) x0 = S::loadm(src + 2 * r * ss + c, m);
+            if (2 * r + 1 < rows && c < cols) x1 = S::loadm(src + (2 * r + 1) * ss + c, m);
+            const auto w = S::pair(x0, x1);
+            bad          = bad || S::any_nonfinite(w);
+            S::storew(blk + 16 * r, w);
+        }
+        S::transpose16(blk, 16, dst + c * ds, ds);
+    }
+    return bad;
+}
+
 template <class S>
 bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
-    constexpr int     W     = S::W;
     constexpr int64_t kRows = 256;
     const int64_t     nch   = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
     uint32_t          bad   = 0;
@@ -883,22 +911,19 @@ bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
         if (j0 >= j1) continue;
         const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
         uint16_t*     kp = const_cast<uint16_t*>(hp.k(bh));
-        uint16_t*     vt = const_cast<uint16_t*>(hp.vt(bh));
-        std::vector<uint16_t> row(size_t(round_up(p.Dv, W)) + 1);
+        auto*         vt = reinterpret_cast<uint32_t*>(const_cast<uint16_t*>(hp.vt(bh)));
         for (int64_t j = j0; j < j1; ++j) {
             uint16_t* kr = kp + j * 2 * hp.Dwp;
             std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
-            if (j >= p.Tk) {
-                for (int64_t e = 0; e < hp.Dvq; ++e) vt[e * hp.Tkp + j] = 0;
-                continue;
-            }
+            if (j >= p.Tk) continue;
             pack_rows_bf16<S>(kr, 2 * hp.Dwp, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
-            const float* v = p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t;
-            if (p.Dv > 0) pack_rows_bf16<S>(row.data(), 0, v, 0, 1, p.Dv);
-            for (int64_t e = 0; e < hp.Dvq; ++e) vt[e * hp.Tkp + j] = e < p.Dv ? row[size_t(e)] : 0;
             for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
-            for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((row[size_t(e)] & 0x7f80u) == 0x7f80u);
         }
+        // V^T words (keys 2j', 2j' + 1 of row e), 32 keys at a time
+        const float* v0 = p.v + b * p.v_stride_b + hk * p.v_stride_h;
+        for (int64_t j = j0; j < j1; j += 32)
+            bad |= uint32_t(pack_transposed_pairs32<S>(vt + j / 2, hp.Tkp / 2, v0 + j * p.v_stride_t, p.v_stride_t,
+                                                       max64(0, p.Tk - j), p.Dv, hp.Dvq));
     }
     return bad != 0;
 }
@@ -975,35 +1000,58 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
         }
         bool classic = general || j0 + nk - 1 > kmin || j0 < fmax;
-        bool rescale = true;
+        bool rescale = true, packed = false;
+        const int64_t nkw = (nk + 1) / 2, nkwp = round_up(nkw, 16);
         if (!classic) {
             // Unmasked: P = e^(s - m) with the current shifts (forward_block's lazy rescaling);
-            // lanes that have seen no key yet take this block's maximum.
-            bool over = false;
+            // lanes that have seen no key yet take this block's maximum. Without dropout P goes
+            // straight into its P^T words (no fp32 copy: one pass less), summed in key order.
+            V mv[NQV], sv[NQV];
             for (int64_t v = 0; v < NQV; ++v) {
-                V mv = S::load(m + v * W);
-                if (!S::all_le(S::set1(-FLT_MAX), mv)) {
+                mv[v] = S::load(m + v * W), sv[v] = S::zero();
+                if (!S::all_le(S::set1(-FLT_MAX), mv[v])) {
                     V tm = S::set1(-INFINITY);
                     for (int64_t j = 0; j < nk; ++j) tm = S::max(tm, S::load(st + j * Bq + v * W));
-                    mv = S::neginf_to(mv, tm);
-                    S::store(m + v * W, mv);
+                    mv[v] = S::neginf_to(mv[v], tm);
+                    S::store(m + v * W, mv[v]);
                 }
-                V sv = S::zero();
-                for (int64_t j = 0; j < nk; ++j) {
-                    float*  s = st + j * Bq + v * W;
-                    const V e = S::exp(S::sub(S::load(s), mv));
-                    S::store(s, e);
-                    sv = S::add(sv, e);
+            }
+            if (!dropout) {
+                for (int64_t jp = 0; jp < nkw; ++jp) {
+                    const float* s0  = st + 2 * jp * Bq;
+                    const bool   two = 2 * jp + 1 < nk;
+                    for (int64_t v = 0; v < NQV; ++v) {
+                        const V e0 = S::exp(S::sub(S::load(s0 + v * W), mv[v]));
+                        sv[v]      = S::add(sv[v], e0);
+                        V e1       = S::zero();
+                        if (two) {
+                            e1    = S::exp(S::sub(S::load(s0 + Bq + v * W), mv[v]));
+                            sv[v] = S::add(sv[v], e1);
+                        }
+                        S::storew(pw + jp * Bq + v * W, S::pair(e0, e1));
+                    }
                 }
-                S::store(psum + v * W, sv);
-                over = over || !S::all_le(sv, S::set1(kBlockSumLimit));
+                packed = true;
+            } else {
+                for (int64_t j = 0; j < nk; ++j)
+                    for (int64_t v = 0; v < NQV; ++v) {
+                        float*  s = st + j * Bq + v * W;
+                        const V e = S::exp(S::sub(S::load(s), mv[v]));
+                        S::store(s, e);
+                        sv[v] = S::add(sv[v], e);
+                    }
+            }
+            bool over = false;
+            for (int64_t v = 0; v < NQV; ++v) {
+                S::store(psum + v * W, sv[v]);
+                over = over || !S::all_le(sv[v], S::set1(kBlockSumLimit));
             }
             if (!over) {
                 for (int64_t v = 0; v < NQV; ++v)
                     S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
                 rescale = false;
             } else {  // rare: recompute S and take the new maximum as the shift
-                classic = true;
+                classic = true, packed = false;
                 tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
                 if (sc.m != 1.0f) {
                     const V k = S::set1(sc.m);
@@ -1041,8 +1089,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         }
         // O^T = diag(alpha) O^T + V_j^T P^T: P^T as bf16 words along the keys (word rows past nk
         // are 0, so the V^T columns of keys past the block add nothing); l summed the fp32 P.
-        const int64_t nkw = (nk + 1) / 2, nkwp = round_up(nkw, 16);
-        pack_row_pairs<S>(pw, Bq, st, Bq, nk, Bq, Bq);
+        if (!packed) pack_row_pairs<S>(pw, Bq, st, Bq, nk, Bq, Bq);
         std::memset(pw + nkw * Bq, 0, size_t((nkwp - nkw) * Bq) * 4);
         if (rescale)
             for (int64_t e = 0; e < p.Dv; ++e)
@@ -1059,9 +1106,17 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         const float  hi  = l[i] > 0.0f ? float(ls) : -INFINITY;
         if (lse0) lse0[i] = hi;
         if (lo0) lo0[i] = l[i] > 0.0f ? float(ls - double(hi)) : 0.0f;
-        float* dst = out0 + i * p.o_stride_t;
-        for (int64_t e = 0; e < p.Dv; ++e) dst[e] = ot[e * Bq + i] * inv;
+        alpha[i] = inv;  // alpha is free now: 1/l per query for the write-back
     }
+    // out rows = (O^T)^T / l: 16 x 16 transposes of O^T into rows of 16 queries
+    alignas(64) float blk[16 * 16];
+    for (int64_t ib = 0; ib < nq; ib += 16)
+        for (int64_t e = 0; e < p.Dv; e += 16) {
+            S::transpose16(reinterpret_cast<const uint32_t*>(ot + e * Bq + ib), Bq, reinterpret_cast<uint32_t*>(blk), 16);
+            const auto m = S::tail(int(min64(16, p.Dv - e)));
+            for (int64_t i = ib; i < min64(ib + 16, nq); ++i)
+                S::storem(out0 + i * p.o_stride_t + e, S::mul(S::load(blk + (i - ib) * 16), S::set1(alpha[i])), m);
+        }
 }
 
 template <class S, class T, int64_t BQ>
@@ -1409,7 +1464,7 @@ inline float bf16_round1(float x) {
 struct AmxBwdHeads {
     int64_t Tkp, Dwp, Dvwp, Dq, per_head;
     explicit AmxBwdHeads(const AttentionParams<float>& p)
-        : Tkp(round_up(p.Tk + 32, 16)), Dwp(round_up((p.D + 1) / 2, 16)), Dvwp(round_up((p.Dv + 1) / 2, 16)),
+        : Tkp(round_up(p.Tk + 32, 32)), Dwp(round_up((p.D + 1) / 2, 16)), Dvwp(round_up((p.Dv + 1) / 2, 16)),
           Dq(round_up(p.D, 16)), per_head(Tkp * 2 * Dwp + Tkp * 2 * Dvwp + Dq * Tkp) {}
     const uint16_t* k(const uint16_t* h) const { return h; }
     const uint16_t* v(const uint16_t* h) const { return h + Tkp * 2 * Dwp; }
@@ -1423,8 +1478,10 @@ template <class S>
 bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, int64_t bh, uint16_t* h, int64_t j0,
                        int64_t j1) {
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
-    uint16_t *    kp = h, *vp = h + hp.Tkp * 2 * hp.Dwp, *kt = h + hp.Tkp * 2 * (hp.Dwp + hp.Dvwp);
+    uint16_t *    kp = h, *vp = h + hp.Tkp * 2 * hp.Dwp;
+    auto*         kt = reinterpret_cast<uint32_t*>(h + hp.Tkp * 2 * (hp.Dwp + hp.Dvwp));
     uint32_t      bad = 0;
+    QKV_DASSERT(j0 % 32 == 0 && j1 % 32 == 0);
     for (int64_t j = j0; j < j1; ++j) {
         uint16_t* kr = kp + j * 2 * hp.Dwp;
         uint16_t* vr = vp + j * 2 * hp.Dvwp;
@@ -1436,8 +1493,12 @@ bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, i
             for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
             for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((vr[e] & 0x7f80u) == 0x7f80u);
         }
-        for (int64_t d = 0; d < hp.Dq; ++d) kt[d * hp.Tkp + j] = d < p.D ? kr[d] : 0;
     }
+    // K^T words (keys 2j', 2j' + 1 of row d), 32 keys at a time
+    const float* k0 = p.k + b * p.k_stride_b + hk * p.k_stride_h;
+    for (int64_t j = j0; j < j1; j += 32)
+        bad |= uint32_t(pack_transposed_pairs32<S>(kt + j / 2, hp.Tkp / 2, k0 + j * p.k_stride_t, p.k_stride_t,
+                                                   max64(0, p.Tk - j), p.D, hp.Dq));
     return bad != 0;
 }
 
@@ -1632,9 +1693,14 @@ template <class S>
 void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, const AmxBwdHeads& hp,
                   const float* ws, float* dq) {
     constexpr int64_t Bq = AmxBwdLayout<S>::Bq;
-    for (int64_t i = 0; i < p.Tq; ++i) {
-        const float* src = ws + L.dqt + i / Bq * hp.Dq * Bq + i % Bq;
-        for (int64_t d = 0; d < p.D; ++d) dq[i * p.D + d] = src[d * Bq];
+    alignas(64) float blk[16 * 16];
+    for (int64_t i0 = 0; i0 < p.Tq; i0 += 16) {
+        const float* src = ws + L.dqt + i0 / Bq * hp.Dq * Bq + i0 % Bq;
+        for (int64_t d = 0; d < p.D; d += 16) {
+            S::transpose16(reinterpret_cast<const uint32_t*>(src + d * Bq), Bq, reinterpret_cast<uint32_t*>(blk), 16);
+            const auto m = S::tail(int(min64(16, p.D - d)));
+            for (int64_t i = i0; i < min64(i0 + 16, p.Tq); ++i) S::storem(dq + i * p.D + d, S::load(blk + (i - i0) * 16), m);
+        }
     }
 }
 

@@ -176,6 +176,35 @@ struct SimdAvx512Dot : SimdAvx512 {
     static inline void store_bf16(uint16_t* p, V x, M m) {
         _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_high(x), 16)));
     }
+    /// dst[c * ds + r] = src[r * ss + c] for a 16 x 16 block of 32-bit values (words or floats):
+    /// the AMX kernels' V^T / K^T packs and the transposed O / dQ write-back.
+    static inline void transpose16(const uint32_t* src, int64_t ss, uint32_t* dst, int64_t ds) {
+        __m512i r[16], t[16];
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * ss);
+        for (int i = 0; i < 16; i += 2) {
+            t[i]     = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 16; i += 4) {
+            r[i]     = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+            r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+            r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+            r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+        }
+        // r[4q + k] holds, per 128-bit lane L, column 4L + k' of rows 4q..4q+3 (k' = k's slot order)
+        for (int i = 0; i < 16; i += 8)
+            for (int k = 0; k < 4; ++k) {
+                t[i + k]     = _mm512_shuffle_i32x4(r[i + k], r[i + 4 + k], 0x88);
+                t[i + 4 + k] = _mm512_shuffle_i32x4(r[i + k], r[i + 4 + k], 0xdd);
+            }
+        for (int k = 0; k < 4; ++k) {
+            r[k]      = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+            r[8 + k]  = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+            r[4 + k]  = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
+            r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);
+        }
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * ds, r[i]);
+    }
     /// Whether a bf16 half of a word of w is ±inf or NaN.
     static inline bool any_nonfinite(WV w) {
         const __m512i e = _mm512_set1_epi32(0x7f807f80);
