@@ -1228,6 +1228,13 @@ TEST(FlashAttentionBf16, EqualScoresAndHugeLogitsStayExact) {
 // visible keys, so its hand-over to the fp32 tiles runs) and an additive key-padding mask (-inf;
 // the forward loads the tile too, so the vdpbf16ps forward's masked-tile fallback runs).
 TEST(FlashAttentionBf16, HiddenNonFiniteKeyValueRowsAreNeverRead) {
+    // 2 threads for 4 (batch, kv head) tasks: the backwards run one task per (batch, kv head), so
+    // other tasks have written gradients when the AMX backward meets the bad row and redoes the call
+    struct Threads {
+        int saved = omp_get_max_threads();
+        Threads() { omp_set_num_threads(2); }
+        ~Threads() { omp_set_num_threads(saved); }
+    } const two_threads;
     for (bool by_mask : {false, true}) {
     AttnSpec s = shape(2, 2, 100, 300, 32);
     if (!by_mask) s.valid_lens_rank = 1, s.valid_lens = {200, 300};

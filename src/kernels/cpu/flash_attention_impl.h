@@ -862,7 +862,7 @@ void tile_gemm(int64_t M, int64_t N, int64_t Kw, const uint16_t* A, int64_t lda,
 /// K and V^T of every (batch, kv head) as bf16, zero padded for the tiles: K rows of 2 Dwp values
 /// (Dwp = D in words rounded up to 16), Tkp of them (keys past Tk are 0); V^T rows of Tkp values
 /// (Dvq = Dv rounded up to 16 of them). Tkp >= Tk + 32 covers the widest tile read past a block;
-/// a multiple of 32 so the transposes of transposed_pairs write whole 16 x 16 word blocks.
+/// a multiple of 32 so pack_transposed_pairs32 writes whole 16 x 16 word blocks.
 struct AmxHeads {
     int64_t   Tkp, Dwp, Dvq, per_head;
     uint16_t* data = nullptr;
@@ -873,9 +873,6 @@ struct AmxHeads {
     const uint16_t* vt(int64_t bh) const { return data + bh * per_head + Tkp * 2 * Dwp; }
 };
 
-/// Packs AmxHeads (parallel over heads and key chunks). Returns whether some K or V value is ±inf or
-/// NaN as bf16: a tile product reads keys outside the visible ones with P = 0 (0 . inf = NaN), so
-/// such inputs take the dot build, which never reads hidden rows.
 /// dst[c * ds + jp] (words) = the word (bf16(x[2 jp][c]), bf16(x[2 jp + 1][c])) of rows x[j] =
 /// src + (j0 + j) * ss, for jp in [0, 16) and c in [0, cols_p) (cols_p a multiple of 16): rows at
 /// or past `rows` and columns at or past `cols` give 0. The transposed pair pack of 32 keys (V^T,
@@ -900,6 +897,9 @@ bool pack_transposed_pairs32(uint32_t* dst, int64_t ds, const float* src, int64_
     return bad;
 }
 
+/// Packs AmxHeads (parallel over heads and key chunks). Returns whether some K or V value is ±inf or
+/// NaN as bf16: a tile product reads keys outside the visible ones with P = 0 (0 . inf = NaN), so
+/// such inputs take the dot build, which never reads hidden rows.
 template <class S>
 bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
     constexpr int64_t kRows = 256;
@@ -913,8 +913,9 @@ bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
         uint16_t*     kp = const_cast<uint16_t*>(hp.k(bh));
         auto*         vt = reinterpret_cast<uint32_t*>(const_cast<uint16_t*>(hp.vt(bh)));
         for (int64_t j = j0; j < j1; ++j) {
-            uint16_t* kr = kp + j * 2 * hp.Dwp;
-            std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
+            uint16_t*     kr  = kp + j * 2 * hp.Dwp;
+            const int64_t pad = j < p.Tk ? p.D + p.D % 2 : 0;  // pack_rows_bf16 writes [0, pad)
+            std::memset(kr + pad, 0, size_t(2 * hp.Dwp - pad) * 2);
             if (j >= p.Tk) continue;
             pack_rows_bf16<S>(kr, 2 * hp.Dwp, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
             for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
@@ -922,7 +923,8 @@ bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
         // V^T words (keys 2j', 2j' + 1 of row e), 32 keys at a time
         const float* v0 = p.v + b * p.v_stride_b + hk * p.v_stride_h;
         for (int64_t j = j0; j < j1; j += 32)
-            bad |= uint32_t(pack_transposed_pairs32<S>(vt + j / 2, hp.Tkp / 2, v0 + j * p.v_stride_t, p.v_stride_t,
+            bad |= uint32_t(pack_transposed_pairs32<S>(vt + j / 2, hp.Tkp / 2, j < p.Tk ? v0 + j * p.v_stride_t : v0,
+                                                       p.v_stride_t,
                                                        max64(0, p.Tk - j), p.Dv, hp.Dvq));
     }
     return bad != 0;
@@ -1113,9 +1115,9 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
     for (int64_t ib = 0; ib < nq; ib += 16)
         for (int64_t e = 0; e < p.Dv; e += 16) {
             S::transpose16(reinterpret_cast<const uint32_t*>(ot + e * Bq + ib), Bq, reinterpret_cast<uint32_t*>(blk), 16);
-            const auto m = S::tail(int(min64(16, p.Dv - e)));
+            const auto mask = S::tail(int(min64(16, p.Dv - e)));
             for (int64_t i = ib; i < min64(ib + 16, nq); ++i)
-                S::storem(out0 + i * p.o_stride_t + e, S::mul(S::load(blk + (i - ib) * 16), S::set1(alpha[i])), m);
+                S::storem(out0 + i * p.o_stride_t + e, S::mul(S::load(blk + (i - ib) * 16), S::set1(alpha[i])), mask);
         }
 }
 
@@ -1459,7 +1461,7 @@ inline float bf16_round1(float x) {
 }
 
 /// K rows, V rows and K^T of one (batch, kv head) as bf16, zero padded for the tiles (as
-/// AmxHeads: keys to Tk + 32 rounded to 16, rows to 16 words, K^T rows to D rounded to 16):
+/// AmxHeads: keys to Tk + 32 rounded to 32, rows to 16 words, K^T rows to D rounded to 16):
 /// per_head values from a head's base `h`.
 struct AmxBwdHeads {
     int64_t Tkp, Dwp, Dvwp, Dq, per_head;
@@ -1485,8 +1487,9 @@ bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, i
     for (int64_t j = j0; j < j1; ++j) {
         uint16_t* kr = kp + j * 2 * hp.Dwp;
         uint16_t* vr = vp + j * 2 * hp.Dvwp;
-        std::memset(kr, 0, size_t(2 * hp.Dwp) * 2);
-        std::memset(vr, 0, size_t(2 * hp.Dvwp) * 2);
+        const int64_t kpad = j < p.Tk ? p.D + p.D % 2 : 0, vpad = j < p.Tk && p.Dv > 0 ? p.Dv + p.Dv % 2 : 0;
+        std::memset(kr + kpad, 0, size_t(2 * hp.Dwp - kpad) * 2);  // pack_rows_bf16 writes [0, pad)
+        std::memset(vr + vpad, 0, size_t(2 * hp.Dvwp - vpad) * 2);
         if (j < p.Tk) {
             pack_rows_bf16<S>(kr, 0, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
             if (p.Dv > 0) pack_rows_bf16<S>(vr, 0, p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t, 0, 1, p.Dv);
@@ -1497,7 +1500,8 @@ bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, i
     // K^T words (keys 2j', 2j' + 1 of row d), 32 keys at a time
     const float* k0 = p.k + b * p.k_stride_b + hk * p.k_stride_h;
     for (int64_t j = j0; j < j1; j += 32)
-        bad |= uint32_t(pack_transposed_pairs32<S>(kt + j / 2, hp.Tkp / 2, k0 + j * p.k_stride_t, p.k_stride_t,
+        bad |= uint32_t(pack_transposed_pairs32<S>(kt + j / 2, hp.Tkp / 2, j < p.Tk ? k0 + j * p.k_stride_t : k0,
+                                                   p.k_stride_t,
                                                    max64(0, p.Tk - j), p.D, hp.Dq));
     return bad != 0;
 }
@@ -1734,6 +1738,7 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
                 }
                 const int64_t b = bk / p.Hkv, hk = bk % p.Hkv;
                 for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                    if (bad.load(std::memory_order_relaxed)) break;  // the call is redone: stop early
                     prepare_head_amx<S>(p, g, L, hp, ws, b, h);
                     for (int64_t kb = 0; kb < nkb; ++kb)
                         backward_key_block_amx<S, T>(p, g, L, hp, head, ws, b, h, kb, h == hk * group);
