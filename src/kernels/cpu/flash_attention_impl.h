@@ -574,6 +574,76 @@ void pv_skipping_zeros(float* o, int64_t Dvp, const float* pt, const float* v, i
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pieces of a forward query block shared by forward_block and forward_block_amx.
+
+/// out 0, lse -inf (lse_lo 0) for the nq rows of a query block that sees no key.
+inline void write_fully_masked_rows(const AttentionParams<float>& p, float* out0, float* lse0, int64_t b, int64_t h,
+                                    int64_t i0, int64_t nq) {
+    for (int64_t i = 0; i < nq; ++i) {
+        for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
+        if (lse0) lse0[i] = -INFINITY;
+        if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
+    }
+}
+
+/// A masked score tile st (nk keys x Bq lanes, keys j0..) through the score modifiers and masks,
+/// then the online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m')
+/// (in st), l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
+template <class S, int64_t Bq>
+void masked_online_softmax(const AttentionParams<float>& p, float* st, int64_t nk, int64_t nq, int64_t b, int64_t h,
+                           int64_t i0, int64_t j0, int64_t kmin, int64_t fmax, const float* lim, const float* kfirst,
+                           float* m, float* alpha, float* l) {
+    using V                = typename S::V;
+    constexpr int     W    = S::W;
+    constexpr int64_t NQV  = Bq / W;
+    if (p.softcap > 0.0f || p.alibi_slopes) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
+    if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
+    if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
+    if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+    V mx[NQV], ms[NQV], sum[NQV];
+    for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
+    for (int64_t j = 0; j < nk; ++j)
+        for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
+    for (int64_t v = 0; v < NQV; ++v) {
+        ms[v] = S::neginf_to_zero(mx[v]);
+        S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
+        S::store(m + v * W, mx[v]);
+    }
+    for (int64_t j = 0; j < nk; ++j)
+        for (int64_t v = 0; v < NQV; ++v) {
+            float*  s = st + j * Bq + v * W;
+            const V e = S::exp(S::sub(S::load(s), ms[v]));
+            S::store(s, e);
+            sum[v] = S::add(sum[v], e);
+        }
+    for (int64_t v = 0; v < NQV; ++v)
+        S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+}
+
+/// A row's logsumexp from its shift m and sum l: lse = m + log l in double, as a float pair
+/// hi + lo (the lazy shift m can sit up to ~14 below the maximum, so log l is not small next to m
+/// and a float Fast2Sum would not be exact); -inf (lo 0) for a fully masked row (l = 0). Writes
+/// *lse and *lo where non-null; returns 1/l times `keep` (0 when l = 0), the row's output factor.
+inline float finish_row(float m, float l, float keep, float* lse, float* lo) {
+    const double ls = l > 0.0f ? double(m) + std::log(double(l)) : 0.0;
+    const float  hi = l > 0.0f ? float(ls) : -INFINITY;
+    if (lse) *lse = hi;
+    if (lo) *lo = l > 0.0f ? float(ls - double(hi)) : 0.0f;
+    return l > 0.0f ? keep / l : 0.0f;
+}
+
+/// The dropout keep factor 1/(1-p) applied with 1/l (0 when p = 1, 1 without dropout).
+inline float dropout_keep_factor(float p) { return p > 0.0f ? (p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) : 1.0f; }
+
+/// t[0, n) *= k (n a multiple of W; nothing when k = 1): the fp32 part of a split softmax scale.
+template <class S>
+void scale_tile(float* t, int64_t n, float k) {
+    if (k == 1.0f) return;
+    const auto kv = S::set1(k);
+    for (int64_t e = 0; e < n; e += S::W) S::store(t + e, S::mul(kv, S::load(t + e)));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Forward. One work item = (b, h, query block); see the docs for the online softmax.
 
 template <class S, int64_t BQ = S::kBlockQ>
@@ -618,14 +688,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     const auto   dtail = S::tail(int(p.Dv - (Dvp - W)));
 
     const auto [kmin, kmax, fmin, fmax] = key_limits<S>(p, b, i0, nq, Bq, lim, kfirst);
-    if (kmax < 0) {  // every row fully masked
-        for (int64_t i = 0; i < nq; ++i) {
-            for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
-            if (lse0) lse0[i] = -INFINITY;
-            if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
-        }
-        return;
-    }
+    if (kmax < 0) return write_fully_masked_rows(p, out0, lse0, b, h, i0, nq);  // every row fully masked
     // Q^T block with the softmax scale folded in: qt[d * Bq + i] = scale * q[i][d]; pads 0.
     // kDot: the word GEMMs read Q^T as bf16(q) words (Dw x Bq) and K rows as words (Bk x Dw); the
     // scale multiplies their fp32 sums.
@@ -689,30 +752,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             // S^T = K_j Q^T (nk x Bq), reduction over D.
             if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, nullptr, sc.m);
             else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
-            if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
-            if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
-            if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
-            if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
-            // Online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m'),
-            // l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
-            V mx[NQV], ms[NQV], sum[NQV];
-            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
-            for (int64_t j = 0; j < nk; ++j)
-                for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
-            for (int64_t v = 0; v < NQV; ++v) {
-                ms[v] = S::neginf_to_zero(mx[v]);
-                S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
-                S::store(m + v * W, mx[v]);
-            }
-            for (int64_t j = 0; j < nk; ++j)
-                for (int64_t v = 0; v < NQV; ++v) {
-                    float*  s = st + j * Bq + v * W;
-                    const V e = S::exp(S::sub(S::load(s), ms[v]));
-                    S::store(s, e);
-                    sum[v] = S::add(sum[v], e);
-                }
-            for (int64_t v = 0; v < NQV; ++v)
-                S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
+            masked_online_softmax<S, Bq>(p, st, nk, nq, b, h, i0, j0, kmin, fmax, lim, kfirst, m, alpha, l);
         }
         if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
             dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
@@ -744,16 +784,10 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, vs, o, Dvp);
     }
     // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
-    const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
+    const float keep = dropout_keep_factor(p.dropout_p);
     float* lo0 = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
     for (int64_t i = 0; i < nq; ++i) {
-        const float inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
-        // lse = m + log l in double, as a float pair hi + lo (the lazy shift m can sit up to ~14
-        // below the maximum, so log l is not small next to m and a float Fast2Sum would not be exact).
-        const double ls = l[i] > 0.0f ? double(m[i]) + std::log(double(l[i])) : 0.0;
-        const float  hi = l[i] > 0.0f ? float(ls) : -INFINITY;
-        if (lse0) lse0[i] = hi;
-        if (lo0) lo0[i] = l[i] > 0.0f ? float(ls - double(hi)) : 0.0f;
+        const float inv = finish_row(m[i], l[i], keep, lse0 ? lse0 + i : nullptr, lo0 ? lo0 + i : nullptr);
         if (p.Dv == 0) continue;
         float*       dst = out0 + i * p.o_stride_t;
         const float* src = o + i * Dvp;
@@ -967,14 +1001,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
     const uint16_t* vt = hp.vt(b * p.Hkv + hk);
 
     const auto [kmin, kmax, fmin, fmax] = key_limits<S>(p, b, i0, nq, Bq, lim, kfirst);
-    if (kmax < 0) {  // every row fully masked
-        for (int64_t i = 0; i < nq; ++i) {
-            for (int64_t e = 0; e < p.Dv; ++e) out0[i * p.o_stride_t + e] = 0.0f;
-            if (lse0) lse0[i] = -INFINITY;
-            if (p.lse_lo) p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] = 0.0f;
-        }
-        return;
-    }
+    if (kmax < 0) return write_fully_masked_rows(p, out0, lse0, b, h, i0, nq);  // every row fully masked
     // Q^T as bf16 words with the power-of-two part of the scale folded in exactly (ScaleSplit);
     // word rows past D are 0.
     const ScaleSplit sc = split_scale(p.scale);
@@ -997,10 +1024,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         const int64_t nk = min64(Bk, kend - j0), nkp = round_up(nk, 16);
         // S^T = K_j Q^T (nkp x Bq; the rows past nk are not read), then the rest of the scale.
         tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
-        if (sc.m != 1.0f) {
-            const V k = S::set1(sc.m);
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
-        }
+        scale_tile<S>(st, nk * Bq, sc.m);
         bool classic = general || j0 + nk - 1 > kmin || j0 < fmax;
         bool rescale = true, packed = false;
         const int64_t nkw = (nk + 1) / 2, nkwp = round_up(nkw, 16);
@@ -1055,36 +1079,11 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
             } else {  // rare: recompute S and take the new maximum as the shift
                 classic = true, packed = false;
                 tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
-                if (sc.m != 1.0f) {
-                    const V k = S::set1(sc.m);
-                    for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
-                }
+                scale_tile<S>(st, nk * Bq, sc.m);
             }
         }
-        if (classic) {  // as forward_block
-            if (mods) apply_score_mods<Bq>(p, st, nullptr, nk, nq, h, i0, j0);
-            if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
-            if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
-            if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
-            V mx[NQV], ms[NQV], sum[NQV];
-            for (int64_t v = 0; v < NQV; ++v) mx[v] = S::load(m + v * W), sum[v] = S::zero();
-            for (int64_t j = 0; j < nk; ++j)
-                for (int64_t v = 0; v < NQV; ++v) mx[v] = S::max(mx[v], S::load(st + j * Bq + v * W));
-            for (int64_t v = 0; v < NQV; ++v) {
-                ms[v] = S::neginf_to_zero(mx[v]);
-                S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
-                S::store(m + v * W, mx[v]);
-            }
-            for (int64_t j = 0; j < nk; ++j)
-                for (int64_t v = 0; v < NQV; ++v) {
-                    float*  s = st + j * Bq + v * W;
-                    const V e = S::exp(S::sub(S::load(s), ms[v]));
-                    S::store(s, e);
-                    sum[v] = S::add(sum[v], e);
-                }
-            for (int64_t v = 0; v < NQV; ++v)
-                S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
-        }
+        if (classic)
+            masked_online_softmax<S, Bq>(p, st, nk, nq, b, h, i0, j0, kmin, fmax, lim, kfirst, m, alpha, l);
         if (dropout) {
             dropout_tile<S>(kt, Bq, nk, Bq, nq, p.dropout_seed, drop_row0, p.Tk, j0, thr, 1.0f);
             for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
@@ -1100,16 +1099,10 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         if (hp.Dvq > 0) tile_gemm<T>(hp.Dvq, Bq, nkwp, vt + j0, 2 * hp.Tkp, pw, 4 * Bq, ot, 4 * Bq, true);
     }
     // out = O / l (times 1/(1-p)), lse as forward_block.
-    const float keep = p.dropout_p > 0.0f ? (p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f) : 1.0f;
+    const float keep = dropout_keep_factor(p.dropout_p);
     float*      lo0  = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
-    for (int64_t i = 0; i < nq; ++i) {
-        const float  inv = l[i] > 0.0f ? keep / l[i] : 0.0f;
-        const double ls  = l[i] > 0.0f ? double(m[i]) + std::log(double(l[i])) : 0.0;
-        const float  hi  = l[i] > 0.0f ? float(ls) : -INFINITY;
-        if (lse0) lse0[i] = hi;
-        if (lo0) lo0[i] = l[i] > 0.0f ? float(ls - double(hi)) : 0.0f;
-        alpha[i] = inv;  // alpha is free now: 1/l per query for the write-back
-    }
+    for (int64_t i = 0; i < nq; ++i)  // alpha is free now: 1/l per query for the write-back
+        alpha[i] = finish_row(m[i], l[i], keep, lse0 ? lse0 + i : nullptr, lo0 ? lo0 + i : nullptr);
     // out rows = (O^T)^T / l: 16 x 16 transposes of O^T into rows of 16 queries
     alignas(64) float blk[16 * 16];
     for (int64_t ib = 0; ib < nq; ib += 16)
@@ -1252,15 +1245,67 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
     }
 }
 
+/// The backward's probabilities of a score tile st (nk keys x Bq lanes, keys j0.., query block
+/// i0): score modifiers (dcap: d cap/dx, when a soft cap is set), masks (key limits of the block
+/// as in prepare_head), P = exp((S - lse) - lse_lo) lane-wise in st, and with dropout
+/// Pd = P Z in pd (Z = keep or 0).
+template <class S, int64_t Bq>
+void backward_probabilities(const AttentionParams<float>& p, float* st, float* pd, float* dcap, int64_t nk,
+                            int64_t nq, int64_t b, int64_t h, int64_t i0, int64_t j0, int64_t kmin, int64_t fmax,
+                            const float* lim, const float* kfirst, const float* lse, const float* lo, uint32_t thr,
+                            float keep) {
+    using V               = typename S::V;
+    constexpr int     W   = S::W;
+    constexpr int64_t NQV = Bq / W;
+    const bool        softcap = p.softcap > 0.0f;
+    if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
+    if (j0 + nk - 1 > kmin) apply_key_limits<S, Bq>(st, nk, j0, lim);
+    if (j0 < fmax) apply_key_first<S, Bq>(st, nk, j0, kfirst);
+    if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
+    V lv[NQV], lov[NQV];
+    for (int64_t v = 0; v < NQV; ++v) lv[v] = S::load(lse + v * W), lov[v] = S::load(lo + v * W);
+    for (int64_t j = 0; j < nk; ++j)
+        for (int64_t v = 0; v < NQV; ++v) {
+            float* s = st + j * Bq + v * W;
+            S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
+        }
+    if (p.dropout_p > 0.0f) {
+        dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
+                        p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk), p.Tk, j0, thr, keep);
+        for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
+    }
+}
+
+/// dS = scale (Pd dP~ - P D) in ds (= scale P (Z dP~ - D); the scale of S folds in here), then
+/// through the soft cap (d cap(x)/dx = 1 - tanh^2 from dcap). ds holds dP~ on entry; dd is D.
+template <class S, int64_t Bq>
+void backward_ds(const AttentionParams<float>& p, const float* st, const float* pd, float* ds, const float* dcap,
+                 int64_t nk, const float* dd) {
+    using V               = typename S::V;
+    constexpr int     W   = S::W;
+    constexpr int64_t NQV = Bq / W;
+    const V           scale = S::set1(p.scale);
+    V                 dv_[NQV];
+    for (int64_t v = 0; v < NQV; ++v) dv_[v] = S::load(dd + v * W);
+    for (int64_t j = 0; j < nk; ++j)
+        for (int64_t v = 0; v < NQV; ++v) {
+            const int64_t t  = j * Bq + v * W;
+            const V       pv = S::load(st + t);
+            const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
+            S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
+        }
+    if (p.softcap > 0.0f)
+        for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+}
+
 /// Key block kb of head (b, h) against every query block that sees it. dq_acc: (Tq, D) rows of
 /// this head's dq (or a private accumulator); dk/dv rows of the block are zeroed when `first`.
 template <class S>
 void backward_key_block(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
                         const BwdLayout<S>& L, float* ws, int64_t b, int64_t h, int64_t kb,
                         float* dq_acc, bool first) {
-    using V                   = typename S::V;
     constexpr int     W       = S::W;
-    constexpr int64_t Bq      = BwdLayout<S>::Bq, Bk = BwdLayout<S>::Bk, NQV = Bq / W;
+    constexpr int64_t Bq      = BwdLayout<S>::Bq, Bk = BwdLayout<S>::Bk;
     const int64_t     hk      = h / (p.H / p.Hkv);
     const int64_t     j0      = kb * Bk, nk = min64(Bk, p.Tk - j0);
     const float*      kj      = p.k + b * p.k_stride_b + hk * p.k_stride_h + j0 * p.k_stride_t;
@@ -1288,16 +1333,12 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         q0 = ws + L.qr, qs = p.D, do0 = ws + L.dor, dos = p.Dv;
     }
     float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
-    const bool softcap = p.softcap > 0.0f;
-    const bool     general  = p.bool_mask || p.additive_mask;
-    const bool     dropout  = p.dropout_p > 0.0f;
     const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
     const float    keep     = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
     if (first) {
         for (int64_t t = 0; t < nk * p.D; ++t) dk[t] = 0.0f;
         for (int64_t t = 0; t < nk * p.Dv; ++t) dv[t] = 0.0f;
     }
-    const V scale = S::set1(p.scale);
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
         // Block fully masked for these queries (past their limits, or before their windows).
         if (int64_t(ws[L.kmax + qb]) < j0 || int64_t(ws[L.fmin + qb]) > j0 + nk - 1) continue;
@@ -1309,37 +1350,13 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
         if constexpr (dot)
             gemm<S, kStore, false, false>(nk, Bq, Dw, w + L.kw, Dw, w + L.qw + qb * Dw * Bq, Bq, st, Bq, nullptr, sc.m);
         else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, ws + L.qt + qb * p.D * Bq, Bq, st, Bq);
-        if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
-        if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
-        if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
-        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
-        V lv[NQV], lov[NQV], dv_[NQV];
-        for (int64_t v = 0; v < NQV; ++v)
-            lv[v] = S::load(lse + v * W), lov[v] = S::load(lo + v * W), dv_[v] = S::load(dd + v * W);
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) {
-                float* s = st + j * Bq + v * W;
-                S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
-            }
-        if (dropout) {  // Pd = P Z with Z = keep / (1 - p) or 0
-            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
-                                       p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk),
-                                       p.Tk, j0, thr, keep);
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
-        }
+        backward_probabilities<S, Bq>(p, st, pd, dcap, nk, nq, b, h, i0, j0, int64_t(ws[L.kmin + qb]),
+                                      int64_t(ws[L.fmax + qb]), ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq, lse, lo,
+                                      thr, keep);
         // dP~^T = V_j dO^T (nk x Bq), reduction over Dv.
         if constexpr (dot) gemm<S, kStore, false, false>(nk, Bq, Dvw, w + L.vw, Dvw, w + L.dow + qb * Dvw * Bq, Bq, ds, Bq);
         else gemm<S, kStore, false, false>(nk, Bq, p.Dv, vj, vs, ws + L.dot + qb * p.Dv * Bq, Bq, ds, Bq);
-        // dS = scale (Pd dP~ - P D)   (= scale P (Z dP~ - D)); the scale of S folds in here.
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) {
-                const int64_t t  = j * Bq + v * W;
-                const V       pv = S::load(st + t);
-                const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
-                S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
-            }
-        if (softcap)  // through the cap: d cap(x)/dx = 1 - tanh^2
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+        backward_ds<S, Bq>(p, st, pd, ds, dcap, nk, dd);
         if constexpr (dot) {
             // Pd and dS as words along the queries (dV, dK) and dS^T along the keys (dQ); the
             // dispatcher sends K and V with non-finite bf16 values to the rounded_fp32 build.
@@ -1612,9 +1629,7 @@ template <class S, class T>
 void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
                             const AmxBwdLayout<S>& L, const AmxBwdHeads& hp, const uint16_t* head, float* ws,
                             int64_t b, int64_t h, int64_t kb, bool first) {
-    using V                 = typename S::V;
-    constexpr int     W     = S::W;
-    constexpr int64_t Bq    = AmxBwdLayout<S>::Bq, Bk = AmxBwdLayout<S>::Bk, NQV = Bq / W;
+    constexpr int64_t Bq    = AmxBwdLayout<S>::Bq, Bk = AmxBwdLayout<S>::Bk;
     const int64_t     hk    = h / (p.H / p.Hkv);
     const int64_t     j0    = kb * Bk, nk = min64(Bk, p.Tk - j0), nkp = round_up(nk, 16);
     const int64_t     nkw   = (nk + 1) / 2, nkwp = round_up(nkw, 16);
@@ -1622,12 +1637,8 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
     float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
     float *dkacc = ws + L.dkacc, *dvacc = ws + L.dvacc;
     const ScaleSplit sc       = split_scale(p.scale);
-    const bool       softcap  = p.softcap > 0.0f;
-    const bool       general  = p.bool_mask || p.additive_mask;
-    const bool       dropout  = p.dropout_p > 0.0f;
     const uint32_t   thr      = attention_dropout_threshold(p.dropout_p);
     const float      keep     = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
-    const V          scale    = S::set1(p.scale);
     std::memset(dkacc, 0, size_t(nkp * hp.Dq) * 4);
     std::memset(dvacc, 0, size_t(nkp * L.Dvq) * 4);
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
@@ -1637,39 +1648,14 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
         // S^T = K_j Q^T (rows past nk not read), the rest of the scale, masks, P lane-wise.
         tile_gemm<T>(nkp, Bq, hp.Dwp, hp.k(head) + j0 * 2 * hp.Dwp, 4 * hp.Dwp, w + L.qw + qb * hp.Dwp * Bq, 4 * Bq,
                      st, 4 * Bq, false);
-        if (sc.m != 1.0f) {
-            const V k = S::set1(sc.m);
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(k, S::load(st + t)));
-        }
-        if (softcap || p.alibi_slopes) apply_score_mods<Bq>(p, st, softcap ? dcap : nullptr, nk, nq, h, i0, j0);
-        if (j0 + nk - 1 > int64_t(ws[L.kmin + qb])) apply_key_limits<S, Bq>(st, nk, j0, ws + L.lim + qb * Bq);
-        if (j0 < int64_t(ws[L.fmax + qb])) apply_key_first<S, Bq>(st, nk, j0, ws + L.kfirst + qb * Bq);
-        if (general) apply_general_mask<S, Bq>(p, st, nk, nq, b, h, i0, j0);
-        V lv[NQV], lov[NQV], dv_[NQV];
-        for (int64_t v = 0; v < NQV; ++v)
-            lv[v] = S::load(lse + v * W), lov[v] = S::load(lo + v * W), dv_[v] = S::load(dd + v * W);
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) {
-                float* s = st + j * Bq + v * W;
-                S::store(s, S::exp(S::sub(S::sub(S::load(s), lv[v]), lov[v])));
-            }
-        if (dropout) {
-            dropout_tile<S>(pd, Bq, nk, Bq, nq, p.dropout_seed,
-                            p.dropout_offset + uint64_t(((b * p.H + h) * p.Tq + i0) * p.Tk), p.Tk, j0, thr, keep);
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(pd + t, S::mul(S::load(pd + t), S::load(st + t)));
-        }
+        scale_tile<S>(st, nk * Bq, sc.m);
+        backward_probabilities<S, Bq>(p, st, pd, dcap, nk, nq, b, h, i0, j0, int64_t(ws[L.kmin + qb]),
+                                      int64_t(ws[L.fmax + qb]), ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq, lse, lo,
+                                      thr, keep);
         // dP~^T = V_j dO^T
         tile_gemm<T>(nkp, Bq, hp.Dvwp, hp.v(head) + j0 * 2 * hp.Dvwp, 4 * hp.Dvwp, w + L.dow + qb * hp.Dvwp * Bq,
                      4 * Bq, ds, 4 * Bq, false);
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t v = 0; v < NQV; ++v) {
-                const int64_t t  = j * Bq + v * W;
-                const V       pv = S::load(st + t);
-                const V       a  = S::mul(S::load(pd + t), S::load(ds + t));
-                S::store(ds + t, S::mul(scale, S::sub(a, S::mul(pv, dv_[v]))));
-            }
-        if (softcap)
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
+        backward_ds<S, Bq>(p, st, pd, ds, dcap, nk, dd);
         // Pd^T and dS^T as bf16 rows (dV, dK), dS^T as words along the keys (dQ^T; word rows past
         // the block's keys 0, as they meet the K^T columns of later keys).
         pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.pdw), Bq, pd, Bq, nk, Bq);
