@@ -104,10 +104,13 @@ TEST(InterruptGuard, TheSecondSignalKills) {
 }
 
 TEST(InterruptGuard, TheSecondSignalCarriesOutTheArmedKillNote) {
-    // A kill during a write: the note's line on stderr, the half-written file removed. (The path
-    // lies in this build tree: the death test's process makes the same file, by the same name.)
+    // A kill during a write: the note's line on stderr, the half-written file removed. (The name
+    // holds no pid: the death test's process makes the same file, by the same name. The temporary
+    // folder, not the build tree, so the binary also runs where its build tree is absent.)
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    const std::string path = std::string(QKV_BINARY_DIR) + "/tests/killnote_test.safetensors.tmp.1";
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("qkv_killnote_test_" + std::to_string(getuid()) + ".safetensors.tmp.1"))
+            .string();
     std::ofstream(path) << "half a checkpoint";
     ASSERT_TRUE(std::filesystem::exists(path));
     EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "qkv: interrupted while writing; x still holds step 7", path),
