@@ -40,8 +40,10 @@ struct Problem {
     std::vector<float> q, k, v, out, lse, lse_lo, dout, dq, dk, dv;
     AttentionParams<float>     p;
     AttentionGradParams<float> g;
-    Problem(int64_t B, int64_t H, int64_t N, int64_t d, bool causal) {
-        const size_t n = size_t(B * H * N * d);
+    Problem(int64_t B, int64_t H, int64_t N, int64_t d, bool causal) : Problem(B, H, N, N, d, causal) {}
+    Problem(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t d, bool causal) {
+        const int64_t N = std::max(Tq, Tk);  // buffers sized for the longer side
+        const size_t  n = size_t(B * H * N * d);
         auto rnd = [](std::vector<float>& x, size_t n_, uint32_t s) {
             x.resize(n_);
             for (auto& e : x) s = s * 1664525u + 1013904223u, e = float(s >> 8) / 16777216.0f - 0.5f;
@@ -51,7 +53,7 @@ struct Problem {
         lse.assign(size_t(B * H * N), 0), lse_lo.assign(size_t(B * H * N), 0);
         p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
         p.lse_lo = lse_lo.data();
-        p.B = B, p.H = H, p.Hkv = H, p.Tq = N, p.Tk = N, p.D = d, p.Dv = d;
+        p.B = B, p.H = H, p.Hkv = H, p.Tq = Tq, p.Tk = Tk, p.D = d, p.Dv = d;
         p.q_stride_b = p.k_stride_b = p.v_stride_b = p.o_stride_b = H * N * d;
         p.q_stride_h = p.k_stride_h = p.v_stride_h = p.o_stride_h = N * d;
         p.q_stride_t = p.k_stride_t = p.v_stride_t = p.o_stride_t = d;
@@ -175,6 +177,51 @@ void run_precision(benchmark::State& st, bool bwd) {
     st.SetLabel(std::string(cpu::isa_name(mode >= 2 ? cpu::simd_isa() : cpu::fp32_variant_isa())) + what +
                 " H=" + std::to_string(H) + " threads=" + std::to_string(g_threads));
 }
+// Short calls (what kAmxMinQueries and kAmxMinKeys decide): B = 8, H = 4, d = 64 (the D2L model's
+// heads), Tq queries against Tk keys, bf16 compute on the fp32 tiles (path 1, rounded_fp32), on
+// vdpbf16ps (path 2, dot) or on the AMX tiles (path 3); forward, or forward+backward with Tq = Tk
+// (the training step's self-attention). Skipped where the path is not usable.
+void run_few_queries(benchmark::State& st, bool bwd) {
+    omp_set_num_threads(g_threads);
+    const int64_t Tq = st.range(0), Tk = st.range(1), mode = st.range(2), B = 8, H = 4, d = 64;
+    if ((mode >= 2 && cpu::simd_isa() < cpu::Isa::avx512_bf16) ||
+        (mode == 3 && !(cpu::simd_isa() == cpu::Isa::amx && cpu::amx_permitted()))) {
+        st.SkipWithError(mode == 3 ? "no usable AMX (or capped below amx)" : "no AVX-512-BF16");
+        return;
+    }
+    Problem pr(B, H, Tq, Tk, d, false);
+    pr.p.bf16      = true;
+    const auto old = cpu::set_bf16_attention_path(mode == 3   ? cpu::Bf16AttentionPath::amx
+                                                  : mode == 2 ? cpu::Bf16AttentionPath::dot
+                                                              : cpu::Bf16AttentionPath::rounded_fp32);
+    for (auto _ : st) {
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        benchmark::ClobberMemory();
+    }
+    cpu::set_bf16_attention_path(old);
+    st.SetLabel(std::string(mode == 3 ? "amx" : mode == 2 ? "dot" : "rounded_fp32") +
+                " threads=" + std::to_string(g_threads));
+}
+void BM_attention_bf16_few_queries_fwd(benchmark::State& st) { run_few_queries(st, false); }
+void BM_attention_bf16_few_queries_fwdbwd(benchmark::State& st) { run_few_queries(st, true); }
+BENCHMARK(BM_attention_bf16_few_queries_fwd)
+    ->ArgsProduct({{1, 4, 8, 16, 32, 64, 128}, {10, 32, 64, 128, 256, 512}, {1, 2, 3}})
+    ->ArgNames({"Tq", "Tk", "path"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(0.1);
+void self_attention_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t t : {10, 32, 64, 128})
+        for (int64_t mode : {1, 2, 3}) b->Args({t, t, mode});
+}
+BENCHMARK(BM_attention_bf16_few_queries_fwdbwd)
+    ->Apply(self_attention_shapes)
+    ->ArgNames({"Tq", "Tk", "path"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(0.1);
+
 void BM_attention_flash_precision_fwd(benchmark::State& st) { run_precision(st, false); }
 void BM_attention_flash_precision_fwdbwd(benchmark::State& st) { run_precision(st, true); }
 void precision_shapes(benchmark::internal::Benchmark* b) {

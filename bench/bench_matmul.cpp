@@ -5,6 +5,7 @@
 // bench/RESULTS_matmul.md.
 #include <benchmark/benchmark.h>
 #include <dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <chrono>
@@ -90,6 +91,42 @@ void BM_gemm_bf16_rounded_fp32(benchmark::State& st) {
 void BM_gemm_bf16_onednn(benchmark::State& st) { BM_gemm_bf16<qkv::kernels::cpu::Bf16GemmPath::onednn>(st); }
 BENCHMARK(BM_gemm_bf16_rounded_fp32)->Apply(gemm_shapes)->UseRealTime();
 BENCHMARK(BM_gemm_bf16_onednn)->Apply(gemm_shapes)->UseRealTime();
+
+// ---- oneDNN's bf16 matmul at its best, args {M, N, K}: A already bf16 (plain rows), B already
+// bf16 and reordered once to the layout the primitive asks for (format_tag::any: the VNNI blocks
+// AMX and vdpbf16ps read), C fp32; only execute() is timed. What gemm_bf16_batched adds to this
+// (converting A and B every call, B in plain layout) is the gap to BM_gemm_bf16_onednn; this is
+// the "oneDNN bf16 matmul" peak of bench/RESULTS.md.
+void BM_onednn_bf16_matmul_prepacked(benchmark::State& st) {
+    using dt   = dnnl::memory::data_type;
+    using tag  = dnnl::memory::format_tag;
+    const int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc a_md({M, K}, dt::bf16, tag::ab), b_any({K, N}, dt::bf16, tag::any),
+            b_plain({K, N}, dt::bf16, tag::ab), c_md({M, N}, dt::f32, tag::ab);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+        std::vector<uint16_t> a16(size_t(M * K), 0x3f00), b16(size_t(K * N), 0x3e80);  // 0.5, 0.25
+        for (size_t i = 0; i < a16.size(); ++i) a16[i] = uint16_t(0x3f00 + i % 97);
+        std::vector<float>    c(size_t(M * N), 0.f);
+        dnnl::memory am(a_md, eng, a16.data()), bp(b_plain, eng, b16.data()), bm(pd.weights_desc(), eng),
+            cm(c_md, eng, c.data());
+        dnnl::reorder(bp, bm).execute(strm, bp, bm);
+        dnnl::matmul mm(pd);
+        for (auto _ : st) {
+            mm.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+            strm.wait();
+            benchmark::DoNotOptimize(c.data());
+        }
+        st.SetLabel(std::string("oneDNN bf16 matmul (") + pd.impl_info_str() + "), prepacked");
+    } catch (const dnnl::error& e) {
+        st.SkipWithError((std::string("oneDNN bf16 matmul unavailable: ") + e.what()).c_str());
+        return;
+    }
+    set_flops(st, 2.0 * double(M) * double(N) * double(K));
+}
+BENCHMARK(BM_onednn_bf16_matmul_prepacked)->Apply(gemm_shapes)->UseRealTime();
 
 // ---- the anchor Transformer's training GEMMs as a linear layer issues them (y = x·Wᵀ is NT, dX =
 // G·W is NN, dW = Gᵀ·x is TN), 1,060 rows: args {M, N, K, trans_a, trans_b}.

@@ -52,10 +52,10 @@ std::string kernel_paths() {
     s += std::string("flash attention under bf16: ") +
          (ref    ? "not used (reference kernels: the math backend, its products bf16)"
           : math ? "not used (the math backend is selected: its products bf16)"
-          : (cpu::bf16_attention_tiles(cpu::kAmxMinQueries + 1) == cpu::Bf16AttentionTiles::amx
+          : (cpu::bf16_attention_tiles(cpu::kAmxMinQueries, cpu::kAmxMinKeys) == cpu::Bf16AttentionTiles::amx
                  ? std::string("the AMX tile kernels (tdpbf16ps products of bf16 q, k, v, P and dS, fp32 "
-                               "softmax and sums) above ") + std::to_string(cpu::kAmxMinQueries) +
-                       " queries per call; at most that many (decoding): "
+                               "softmax and sums) from ") + std::to_string(cpu::kAmxMinQueries) + " queries and " +
+                       std::to_string(cpu::kAmxMinKeys) + " keys per call; below (decoding, short sentences): "
                  : std::string()) +
                 (cpu::bf16_attention_uses_dot()
                      ? "the vdpbf16ps (AVX-512-BF16) kernel: bf16 q, k, v, P and dS, fp32 sums"

@@ -1309,7 +1309,8 @@ TEST(FlashAttentionBf16, DotPathWhereTheCpuHasIt) {
 }
 
 // The AMX kernels (Bf16AttentionPath::amx): `automatic` takes them exactly where Linux grants the
-// tiles and a call has more than kAmxMinQueries queries; the dot and rounded_fp32 settings and a
+// tiles and a call has at least kAmxMinQueries queries and kAmxMinKeys keys; the dot and
+// rounded_fp32 settings and a
 // cap below amx turn them off; the emulation hook runs them on the avx512_bf16 tier (and they
 // compute in another order than the vdpbf16ps build: O, dQ, dK and dV accumulate inside the tiles
 // across blocks, so some output and some dq of 100 x 300 x 128 differ in their last bits).
@@ -1318,24 +1319,27 @@ TEST(FlashAttentionBf16, AmxTilesWhereTheCpuHasThem) {
     const bool amx   = cpu::cpu_isa() == cpu::Isa::amx && cpu::amx_permitted();
     const auto old   = cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
     const bool old_e = cpu::set_amx_tile_emulation(false);
-    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries + 1), amx ? Tiles::amx : Tiles::none);
-    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries), Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries, cpu::kAmxMinKeys), amx ? Tiles::amx : Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(1000, 1000), amx ? Tiles::amx : Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(cpu::kAmxMinQueries - 1, 1000), Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(1000, cpu::kAmxMinKeys - 1), Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(10, 10), Tiles::none);  // the D2L training step's shapes
     cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::amx);
-    EXPECT_EQ(cpu::bf16_attention_tiles(1), amx ? Tiles::amx : Tiles::none);
+    EXPECT_EQ(cpu::bf16_attention_tiles(1, 1), amx ? Tiles::amx : Tiles::none);
     for (auto p : {cpu::Bf16AttentionPath::dot, cpu::Bf16AttentionPath::rounded_fp32}) {
         cpu::set_bf16_attention_path(p);
-        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000, 1000), Tiles::none);
     }
     {
         const IsaGuard cap(cpu::Isa::avx512_bf16);
         cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
-        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000, 1000), Tiles::none);
         cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::amx);
         cpu::set_amx_tile_emulation(true);
-        EXPECT_EQ(cpu::bf16_attention_tiles(1000),
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000, 1000),
                   cpu::cpu_isa() >= cpu::Isa::avx512_bf16 ? Tiles::emulated : Tiles::none);
         cpu::set_bf16_attention_path(cpu::Bf16AttentionPath::automatic);
-        EXPECT_EQ(cpu::bf16_attention_tiles(1000), Tiles::none);  // emulation only when asked for
+        EXPECT_EQ(cpu::bf16_attention_tiles(1000, 1000), Tiles::none);  // emulation only when asked for
     }
     cpu::set_amx_tile_emulation(old_e);
     cpu::set_bf16_attention_path(old);

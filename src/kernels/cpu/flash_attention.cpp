@@ -82,10 +82,11 @@ bool bf16_attention_uses_dot() {
     return path == Bf16AttentionPath::dot || cpu_features().bf16_dot_full_rate;
 }
 
-Bf16AttentionTiles bf16_attention_tiles(int64_t Tq) {
+Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk) {
     const Bf16AttentionPath path = g_bf16_path.load(std::memory_order_relaxed);
     if (path != Bf16AttentionPath::amx && path != Bf16AttentionPath::automatic) return Bf16AttentionTiles::none;
-    if (path == Bf16AttentionPath::automatic && Tq <= kAmxMinQueries) return Bf16AttentionTiles::none;
+    if (path == Bf16AttentionPath::automatic && (Tq < kAmxMinQueries || Tk < kAmxMinKeys))
+        return Bf16AttentionTiles::none;
     if (path == Bf16AttentionPath::amx && g_amx_emulated.load(std::memory_order_relaxed) &&
         simd_isa() >= Isa::avx512_bf16)
         return Bf16AttentionTiles::emulated;
@@ -94,7 +95,7 @@ Bf16AttentionTiles bf16_attention_tiles(int64_t Tq) {
 
 void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
-    if (p.bf16) switch (bf16_attention_tiles(p.Tq)) {
+    if (p.bf16) switch (bf16_attention_tiles(p.Tq, p.Tk)) {
             case Bf16AttentionTiles::amx: return detail::flash_forward_amx(p);
             case Bf16AttentionTiles::emulated: return detail::flash_forward_amx_emulated(p);
             case Bf16AttentionTiles::none: break;
@@ -114,7 +115,7 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
         for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.Dv; ++t) g.dv[t] = 0.0f;
         return;
     }
-    if (p.bf16) switch (bf16_attention_tiles(p.Tq)) {
+    if (p.bf16) switch (bf16_attention_tiles(p.Tq, p.Tk)) {
             case Bf16AttentionTiles::amx: return detail::flash_backward_amx(p, g);
             case Bf16AttentionTiles::emulated: return detail::flash_backward_amx_emulated(p, g);
             case Bf16AttentionTiles::none: break;

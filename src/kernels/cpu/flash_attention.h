@@ -39,18 +39,25 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
 ///                 operands (the avx512_bf16 tier: the CPU has AVX-512-BF16 and the cap allows
 ///                 it); a backward whose K or V holds a non-finite bf16 value runs rounded_fp32.
 ///   rounded_fp32: the fp32 tiles of the capped tier on bf16-rounded values.
-/// automatic (the default): amx where usable and Tq > kAmxMinQueries, else dot where
+/// automatic (the default): amx where usable, Tq >= kAmxMinQueries and Tk >= kAmxMinKeys, else dot where
 /// the tier allows it and vdpbf16ps runs at full rate (CpuFeatures::bf16_dot_full_rate), else
 /// rounded_fp32. A forced path the tier cannot run falls back the same way. Not thread-safe: call
 /// between kernel calls. Returns the previous setting.
 enum class Bf16AttentionPath { automatic, amx, dot, rounded_fp32 };
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p);
 
-/// Queries per call up to which `automatic` keeps bf16 attention off the tiles: packing K and V
-/// for the tiles reads and writes each key's row once, about what one query row's attention costs,
-/// so with Tq queries per kv head packing is ~1/Tq of the work (incremental decoding asks one
-/// query per call). Chosen from that ratio, not yet measured on an AMX machine.
-constexpr int64_t kAmxMinQueries = 4;
+/// The smallest call `automatic` puts on the AMX tiles: at least kAmxMinQueries queries and
+/// kAmxMinKeys keys. Below them the tiles' fixed costs (packing K, V and the query words per call,
+/// padding Tq and Tk to whole 16 x 32 tiles, tile configuration) outweigh their products. On an
+/// Intel Xeon with AMX (bench/RESULTS.md, "AMX on an AMX machine"; 8 x 4 heads, d = 64, 2 threads)
+/// a tile call cost about 1.7 / 3 / 11 us per head at Tk = 10 / 64 / 256 whatever Tq up to 16,
+/// slower than the vdpbf16ps build at Tk = 10 for every Tq up to 32 (and that build is itself
+/// about 2x slower than the fp32 kernel the CPU falls back to); at Tq = Tk >= 512 the tiles ran
+/// 1.9-3.5x faster than fp32. Between, the crossover is estimated from those two (fixed cost +
+/// per-score rates: about Tq = 64 at Tk = 64 and Tk = 512), not measured; the D2L training step
+/// (Tq, Tk <= ~10) stays off the tiles.
+constexpr int64_t kAmxMinQueries = 128;
+constexpr int64_t kAmxMinKeys    = 64;
 
 /// Whether a bf16 call off the tiles takes the dot path now (the setting, the cap and the CPU).
 bool bf16_attention_uses_dot();
@@ -58,7 +65,7 @@ bool bf16_attention_uses_dot();
 /// Where a bf16 forward or backward of Tq queries runs its products: on the AMX tiles, on the tiles
 /// emulated in plain code (set_amx_tile_emulation), or off them (bf16_attention_uses_dot says how).
 enum class Bf16AttentionTiles { none, amx, emulated };
-Bf16AttentionTiles bf16_attention_tiles(int64_t Tq);
+Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk);
 
 /// For tests: with `on`, Bf16AttentionPath::amx runs the AMX kernels with every tile operation
 /// emulated in plain code (amx_tiles.h: TilesEmu, exact tdpbf16ps semantics, slow) wherever the
