@@ -382,7 +382,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (replace) replaced.emplace(opt.out_dir);
     RunResult res;
     std::optional<Trainer> trainer;
-    const bool dir_existed = fs::exists(dir, ec);
+    const fs::path existed = existing_ancestor(dir);
     try {
         if (!opt.resume) {
             fs::create_directories(dir);
@@ -411,7 +411,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, dir_existed);
+        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, existed);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
@@ -424,7 +424,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         // A fresh run stopped before its first checkpoint leaves nothing behind, so the same
         // command can run again (a resume would have nothing to continue).
         for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
-        if (!dir_existed && fs::is_empty(dir, ec)) fs::remove(dir, ec);
+        remove_created_folders(dir, existed);
         return res;  // trained = false
     }
     res.model   = model;

@@ -72,16 +72,41 @@ private:
     bool pending_ = false;
 };
 
+/// `dir` made absolute and normal, without a trailing separator.
+inline fs::path normal_dir(const fs::path& dir) {
+    std::error_code ec;
+    fs::path p = fs::absolute(dir, ec).lexically_normal();
+    if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
+    return p;
+}
+
+/// The nearest of `dir` and its parents that exists now: taken before a run creates `dir`, it
+/// marks which folders the run created (those below it).
+inline fs::path existing_ancestor(const fs::path& dir) {
+    std::error_code ec;
+    fs::path p = normal_dir(dir);
+    while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+    return p;
+}
+
+/// Removes `dir` and then each parent, up to (not including) `existed` (existing_ancestor taken
+/// before the run), while each is empty: the folders the run created and left empty.
+inline void remove_created_folders(const fs::path& dir, const fs::path& existed) {
+    std::error_code ec;
+    for (fs::path p = normal_dir(dir); p != existed && p.has_parent_path() && p.parent_path() != p; p = p.parent_path())
+        if (!fs::is_empty(p, ec) || ec || !fs::remove(p, ec)) break;
+}
+
 /// A fresh run (no --resume, nothing replaced) that threw before its first checkpoint: removes
 /// the run files it wrote (kModelDirFiles; none of them was there before, or the folder would
-/// have been refused) and the folder when this run created it and it is empty, so the same
-/// command can run again once the cause is fixed. A run that has a checkpoint keeps its files
-/// (--resume continues it).
-inline void remove_files_of_failed_fresh_run(const fs::path& dir, bool dir_existed) {
+/// have been refused) and the folders this run created (`existed`: existing_ancestor of `dir`
+/// taken before) once empty, so the same command can run again once the cause is fixed. A run
+/// that has a checkpoint keeps its files (--resume continues it).
+inline void remove_files_of_failed_fresh_run(const fs::path& dir, const fs::path& existed) {
     std::error_code ec;
     if (fs::exists(dir / "checkpoint.safetensors", ec)) return;
     for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
-    if (!dir_existed && fs::is_empty(dir, ec)) fs::remove(dir, ec);
+    remove_created_folders(dir, existed);
 }
 
 /// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):
