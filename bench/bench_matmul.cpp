@@ -4,6 +4,8 @@
 // Run: build/bench/bench_matmul --threads 2 [google-benchmark flags]; results in
 // bench/RESULTS_matmul.md.
 #include <benchmark/benchmark.h>
+
+#include <cstdio>
 #include <dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -22,6 +24,8 @@
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/reduce.h"
+#include "qkv/ops/kernel_mode.h"
+#include "qkv/core/error.h"
 
 namespace {
 
@@ -297,6 +301,12 @@ BENCHMARK(BM_linear_cross_entropy)->Apply(loss_shapes)->UseRealTime()->Unit(benc
 
 // `--threads N` (default 2) sets the OpenMP thread count; other flags go to Google Benchmark.
 int main(int argc, char** argv) {
+    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
+        qkv::check_isa_cap();
+    } catch (const qkv::Error& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+        return 2;
+    }
     int threads = 2;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {

@@ -11,6 +11,8 @@
 //            grants no tile state (cpu/isa.h: amx_permitted()).
 // Each benchmark is skipped on a CPU without its instructions.
 #include <benchmark/benchmark.h>
+
+#include <cstdio>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -21,6 +23,8 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "qkv/ops/kernel_mode.h"
+#include "qkv/core/error.h"
 
 namespace {
 
@@ -146,6 +150,12 @@ BENCHMARK(BM_peak_amx_bf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 
 int main(int argc, char** argv) {
+    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
+        qkv::check_isa_cap();
+    } catch (const qkv::Error& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+        return 2;
+    }
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);

@@ -24,6 +24,8 @@
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/loss.h"
 #include "qkv/util/timer.h"
+#include "qkv/ops/kernel_mode.h"
+#include "qkv/core/error.h"
 
 namespace {
 
@@ -156,6 +158,12 @@ void profile(int64_t sv, int64_t tv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
+        qkv::check_isa_cap();
+    } catch (const qkv::Error& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+        return 2;
+    }
     bool prof = false;
     std::string denormals = "flush";  // what the qkv program does unless given --denormals keep
     std::vector<char*> rest;

@@ -11,4 +11,12 @@ done
 cmp -s "$T/table_scalar" "$T/table_avx512" || fail "scalar and avx512 tables differ"
 QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
+# The benchmarks read the cap too: a bad word stops them at once with the same message (exit 2),
+# not an abort inside a benchmark. (Where the build has benchmarks: qkv is BUILD/bin/qkv.)
+BENCH="$(dirname "$QKV")/../bench/bench_attention"
+if [ -x "$BENCH" ]; then
+  rc=0; QKV_MAX_ISA=avx9 "$BENCH" --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
+  [ "$rc" = 2 ] || fail "bench_attention with QKV_MAX_ISA=avx9: exit $rc, want 2"
+  err_has "QKV_MAX_ISA" "avx9"
+fi
 echo "ok"
