@@ -202,8 +202,12 @@ bool check_kernel_mode(const Call&, const AttentionMask&, const AttentionOptions
     return kernel_mode() == KernelMode::fast || note(why, "flash: QKV_KERNELS=ref selects reference kernels");
 }
 bool check_head_dim(const Call& c, const AttentionMask&, const AttentionOptions&, bool, std::string* why) {
-    return (c.D >= 1 && c.D <= 256 && c.Dv >= 1 && c.Dv <= 256) ||
-           note(why, "flash: head dims must be in 1..256");
+    if (c.D >= 1 && c.D <= 256 && c.Dv >= 1 && c.Dv <= 256) return true;
+    // The width names the model's flags: a Transformer's head width is num_hiddens / num_heads.
+    return note(why, detail::str("flash: head dims must be in 1..256, got ", c.D, " (queries and keys) and ", c.Dv,
+                                 " (values); a Transformer's head width is num_hiddens / num_heads (--num-hiddens, "
+                                 "--num-heads), or leave the backend to auto / math")
+                         .c_str());
 }
 bool check_mask_kind(const Call&, const AttentionMask& m, const AttentionOptions&, bool, std::string* why) {
     return !m.mask.defined() || m.mask.dim() <= 4 || note(why, "flash: mask has more than 4 dims");

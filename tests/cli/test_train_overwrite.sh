@@ -124,7 +124,7 @@ out_has "trained 2 steps"
 # a folder it created is gone, an existing one keeps only its own files
 flash_wide=("${base[@]}" --num-hiddens 600 --ffn-num-hiddens 16 --max-steps 1)
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail"
-err_has "the flash backend was forced but cannot run" "flash: head dims must be in 1..256"
+err_has "the flash backend was forced but cannot run" "flash: head dims must be in 1..256, got 300" "--num-hiddens, --num-heads"
 [ ! -e "$T/fail" ] || { ls -la "$T/fail"; fail "a fresh run that failed before its first checkpoint left its folder"; }
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest/a/b/"
 [ ! -e "$T/nest" ] || { find "$T/nest"; fail "a failed fresh run into a new nested folder left the parents it created"; }
