@@ -127,9 +127,11 @@ run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention 
 err_has "the flash backend was forced but cannot run" "flash: head dims must be in 1..256, got 300" "--num-hiddens, --num-heads"
 [ ! -e "$T/fail" ] || { ls -la "$T/fail"; fail "a fresh run that failed before its first checkpoint left its folder"; }
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest/a/b/"
+err_has "flash: head dims must be in 1..256"
 [ ! -e "$T/nest" ] || { find "$T/nest"; fail "a failed fresh run into a new nested folder left the parents it created"; }
 mkdir -p "$T/nest1/keep"
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest1/a/b"
+err_has "flash: head dims must be in 1..256"
 [ "$(cd "$T/nest1" && find . | sort | tr '\n' ' ')" = ". ./keep " ] || { find "$T/nest1"; fail "a failed fresh run removed or left folders it did not create"; }
 mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail2"
@@ -143,5 +145,6 @@ err_has "flash: head dims must be in 1..256"
 [ ! -e "$T/lmfail" ] || { ls -la "$T/lmfail"; fail "a fresh lm run that failed before its first checkpoint left its folder"; }
 run_rc 1 train --model lm --data "$T/tm.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --batch-size 4 \
   --num-steps 8 --max-steps 1 --no-progress --attention flash --out "$T/lmnest/x/y"
+err_has "flash: head dims must be in 1..256"
 [ ! -e "$T/lmnest" ] || { find "$T/lmnest"; fail "a failed fresh lm run into a new nested folder left the parents it created"; }
 echo "cli train into a model folder (refusal, --overwrite, resume architecture flags, demo rerun, failed fresh run): ok"
