@@ -52,9 +52,9 @@ Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p);
 /// Intel Xeon with AMX (bench/RESULTS.md, "AMX on an AMX machine"; 8 x 4 heads, d = 64, 2 threads)
 /// a tile call cost about 1.7 / 3 / 11 us per head at Tk = 10 / 64 / 256 whatever Tq up to 16,
 /// slower than the vdpbf16ps build at Tk = 10 for every Tq up to 32 (and that build is itself
-/// about 2x slower than the fp32 kernel the CPU falls back to); at Tq = Tk >= 512 the tiles ran
-/// 1.9-3.5x faster than fp32. Between, the crossover is estimated from those two (fixed cost +
-/// per-score rates: about Tq = 64 at Tk = 64 and Tk = 512), not measured; the D2L training step
+/// 1.3-2x slower than the fp32 kernel the CPU falls back to); at Tq = Tk >= 512 the tiles ran
+/// 1.7-3.5x faster than fp32. Between, the crossover is estimated from those two (fixed cost +
+/// per-score rates: about Tq = 64 at Tk = 64 and Tk = 512; 128 leaves a factor 2), not measured; the D2L training step
 /// (Tq, Tk <= ~10) stays off the tiles.
 constexpr int64_t kAmxMinQueries = 128;
 constexpr int64_t kAmxMinKeys    = 64;
@@ -62,7 +62,7 @@ constexpr int64_t kAmxMinKeys    = 64;
 /// Whether a bf16 call off the tiles takes the dot path now (the setting, the cap and the CPU).
 bool bf16_attention_uses_dot();
 
-/// Where a bf16 forward or backward of Tq queries runs its products: on the AMX tiles, on the tiles
+/// Where a bf16 forward or backward of Tq queries and Tk keys runs its products: on the AMX tiles, on the tiles
 /// emulated in plain code (set_amx_tile_emulation), or off them (bf16_attention_uses_dot says how).
 enum class Bf16AttentionTiles { none, amx, emulated };
 Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk);
