@@ -382,7 +382,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (replace) replaced.emplace(opt.out_dir);
     RunResult res;
     std::optional<Trainer> trainer;
-    const fs::path existed = existing_ancestor(dir);
+    const FreshRunStart start(dir);
     try {
         if (!opt.resume) {
             fs::create_directories(dir);
@@ -411,7 +411,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, existed);
+        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, start);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
@@ -423,8 +423,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (!opt.resume && !fs::exists(dir / "checkpoint.safetensors", ec)) {
         // A fresh run stopped before its first checkpoint leaves nothing behind, so the same
         // command can run again (a resume would have nothing to continue).
-        for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
-        remove_created_folders(dir, existed);
+        start.undo(dir);
         return res;  // trained = false
     }
     res.model   = model;

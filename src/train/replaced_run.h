@@ -1,10 +1,12 @@
 #pragma once
 // Private to src/train: an overwritten run's files wait aside until the new run has a model
 // (train::run and train::run_lm).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/train/model_dir.h"
@@ -97,16 +99,36 @@ inline void remove_created_folders(const fs::path& dir, const fs::path& existed)
         if (!fs::is_empty(p, ec) || ec || !fs::remove(p, ec)) break;
 }
 
+/// What a fresh run finds before it writes anything: the nearest existing folder on the way to
+/// `dir` (existing_ancestor) and which run file names (kModelDirFiles) are already in `dir` (a
+/// folder is refused only when it holds a model, so a user's own vocab.txt or loss.png may be
+/// there). Undoing the run removes only what it made.
+struct FreshRunStart {
+    fs::path              existed;
+    std::vector<fs::path> had;
+    explicit FreshRunStart(const fs::path& dir) : existed(existing_ancestor(dir)) {
+        std::error_code ec;
+        for (const char* f : kModelDirFiles)
+            if (fs::exists(dir / f, ec)) had.push_back(dir / f);
+    }
+    /// Removes the run files in `dir` that were not there at the start, then the folders the run
+    /// created once empty.
+    void undo(const fs::path& dir) const {
+        std::error_code ec;
+        for (const char* f : kModelDirFiles)
+            if (std::find(had.begin(), had.end(), dir / f) == had.end()) fs::remove(dir / f, ec);
+        remove_created_folders(dir, existed);
+    }
+};
+
 /// A fresh run (no --resume, nothing replaced) that threw before its first checkpoint: removes
-/// the run files it wrote (kModelDirFiles; none of them was there before, or the folder would
-/// have been refused) and the folders this run created (`existed`: existing_ancestor of `dir`
-/// taken before) once empty, so the same command can run again once the cause is fixed. A run
-/// that has a checkpoint keeps its files (--resume continues it).
-inline void remove_files_of_failed_fresh_run(const fs::path& dir, const fs::path& existed) {
+/// the run files it wrote and the folders it created (FreshRunStart::undo), so the same command
+/// can run again once the cause is fixed. A run that has a checkpoint keeps its files (--resume
+/// continues it).
+inline void remove_files_of_failed_fresh_run(const fs::path& dir, const FreshRunStart& start) {
     std::error_code ec;
     if (fs::exists(dir / "checkpoint.safetensors", ec)) return;
-    for (const char* f : kModelDirFiles) fs::remove(dir / f, ec);
-    remove_created_folders(dir, existed);
+    start.undo(dir);
 }
 
 /// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):

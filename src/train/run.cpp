@@ -240,7 +240,7 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     // into the folder; an earlier run's files there wait aside until its first checkpoint.
     std::optional<ReplacedRun> replaced;
     if (replace && writer) replaced.emplace(opt.out_dir);
-    const fs::path existed = existing_ancestor(opt.out_dir);
+    const FreshRunStart start(opt.out_dir);
     try {
         if (!opt.resume && writer) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
         Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
@@ -255,7 +255,7 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
         res.train = trainer.fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume && writer) remove_files_of_failed_fresh_run(opt.out_dir, existed);
+        else if (!opt.resume && writer) remove_files_of_failed_fresh_run(opt.out_dir, start);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect

@@ -133,6 +133,11 @@ mkdir -p "$T/nest1/keep"
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest1/a/b"
 err_has "flash: head dims must be in 1..256"
 [ "$(cd "$T/nest1" && find . | sort | tr '\n' ' ')" = ". ./keep " ] || { find "$T/nest1"; fail "a failed fresh run removed or left folders it did not create"; }
+mkdir "$T/fail3" && echo mine > "$T/fail3/loss.png"  # a run file's name the run had not written yet
+run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail3"
+err_has "flash: head dims must be in 1..256"
+[ "$(cat "$T/fail3/loss.png" 2>&1)" = mine ] ||
+  { ls -la "$T/fail3"; fail "a failed fresh run removed files of a run file's name that the user had in the folder"; }
 mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
 run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail2"
 [ "$(ls -A "$T/fail2")" = notes.txt ] || { ls -la "$T/fail2"; fail "a failed fresh run left files in an existing folder"; }
