@@ -25,7 +25,7 @@
 #include "kernels/cpu/flash_attention_impl.h"
 #include "kernels/params.h"
 #include "qkv/core/error.h"
-#include "qkv/ops/kernel_mode.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -328,12 +328,7 @@ int probe(const std::string& what, const std::string& shp, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     std::vector<char*> rest;
     bool               mem = false, tiles = false;
     std::string        probe_what, probe_shape = "1,8,2048,64";

@@ -9,7 +9,6 @@
 // Run: build/bench/bench_gru --threads 2 [google-benchmark flags]; results in bench/RESULTS_gru.md.
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -22,8 +21,7 @@
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
-#include "qkv/ops/kernel_mode.h"
-#include "qkv/core/error.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -91,12 +89,7 @@ BENCHMARK(BM_bahdanau_step)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->Us
 
 // `--threads N` (default 2) sets the kernel thread count; other flags go to Google Benchmark.
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     int threads = 2;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {

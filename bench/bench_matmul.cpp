@@ -5,7 +5,6 @@
 // bench/RESULTS_matmul.md.
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
 #include <dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -24,8 +23,7 @@
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/reduce.h"
-#include "qkv/ops/kernel_mode.h"
-#include "qkv/core/error.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -301,12 +299,7 @@ BENCHMARK(BM_linear_cross_entropy)->Apply(loss_shapes)->UseRealTime()->Unit(benc
 
 // `--threads N` (default 2) sets the OpenMP thread count; other flags go to Google Benchmark.
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     int threads = 2;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {

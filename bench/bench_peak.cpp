@@ -12,7 +12,6 @@
 // Each benchmark is skipped on a CPU without its instructions.
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -23,8 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
-#include "qkv/ops/kernel_mode.h"
-#include "qkv/core/error.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -150,12 +148,7 @@ BENCHMARK(BM_peak_amx_bf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);

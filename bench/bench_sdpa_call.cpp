@@ -4,13 +4,10 @@
 //   bench_sdpa_call [--benchmark_filter=...]   (OMP_NUM_THREADS as the Python run)
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
-
 #include "qkv/core/generator.h"
 #include "qkv/core/tensor.h"
 #include "qkv/ops/attention.h"
-#include "qkv/ops/kernel_mode.h"
-#include "qkv/core/error.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -34,12 +31,7 @@ BENCHMARK(BM_sdpa_call)
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();

@@ -24,8 +24,7 @@
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/loss.h"
 #include "qkv/util/timer.h"
-#include "qkv/ops/kernel_mode.h"
-#include "qkv/core/error.h"
+#include "isa_cap.h"
 
 namespace {
 
@@ -158,12 +157,7 @@ void profile(int64_t sv, int64_t tv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {  // a bad QKV_MAX_ISA is a usage error here too (exit 2), not an abort mid-benchmark
-        qkv::check_isa_cap();
-    } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 2;
-    }
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     bool prof = false;
     std::string denormals = "flush";  // what the qkv program does unless given --denormals keep
     std::vector<char*> rest;
