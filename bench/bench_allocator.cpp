@@ -10,6 +10,7 @@
 #include "qkv/ops/layer_norm.h"
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
+#include "isa_cap.h"
 
 using namespace qkv;
 
@@ -54,4 +55,11 @@ void BM_train_step(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_train_step)->Arg(1)->Arg(0)->ArgName("cache")->Unit(benchmark::kMillisecond);
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    if (const int rc = bench_isa_cap_status(argv[0])) return rc;
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
