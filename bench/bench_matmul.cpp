@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/ref/matmul.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/tensor.h"
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/matmul.h"
+#include "qkv/ops/quantize.h"
 #include "qkv/ops/reduce.h"
 #include "isa_cap.h"
 
@@ -263,6 +265,45 @@ void output_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_linear_then_argmax)->Apply(output_shapes)->UseRealTime();
 BENCHMARK(BM_linear_argmax)->Apply(output_shapes)->UseRealTime();
+
+// ---- int8 linear layers (translate/eval --compute-type int8) against the fp32 layer --------
+// args {M rows, O out_features, K in_features}: decoding's rows (1 sentence, a batch of 20 to 500
+// live hypotheses), the anchor model's projections (256 × 256), FFN (1024 × 256 and 256 × 1024) and
+// output layer (17,496 × 256). The int8 time includes quantizing the activations and dequantizing.
+enum class Linear { fp32, int8_gemm_api, int8_matmul_prepacked };
+template <Linear kKind>
+void BM_linear_kind(benchmark::State& st) {
+    namespace cpu = qkv::kernels::cpu;
+    if (kKind == Linear::int8_matmul_prepacked && !cpu::int8_matmul_available()) {
+        st.SkipWithError("no VNNI / AMX-INT8 s8 matmul in oneDNN here");
+        return;
+    }
+    const int64_t M = st.range(0), O = st.range(1), K = st.range(2);
+    qkv::Generator g(1);
+    const qkv::Tensor x = qkv::randn({M, K}, &g), w = qkv::randn({O, K}, &g), b = qkv::randn({O}, &g);
+    const qkv::Int8Weight q = qkv::quantize_int8(w);
+    const auto old = cpu::set_int8_gemm_path(kKind == Linear::int8_gemm_api ? cpu::Int8GemmPath::gemm_api
+                                                                            : cpu::Int8GemmPath::matmul_prepacked);
+    if (kKind != Linear::fp32) st.SetLabel(cpu::int8_gemm_path());
+    qkv::NoGradGuard ng;
+    for (auto _ : st) {
+        qkv::Tensor y = kKind == Linear::fp32 ? qkv::linear(x, w, b) : qkv::linear_int8(x, q, b);
+        benchmark::DoNotOptimize(y.raw_data());
+    }
+    cpu::set_int8_gemm_path(old);
+    set_flops(st, 2.0 * double(M) * double(O) * double(K));
+}
+void BM_linear_fp32(benchmark::State& st) { BM_linear_kind<Linear::fp32>(st); }
+void BM_linear_int8_gemm_api(benchmark::State& st) { BM_linear_kind<Linear::int8_gemm_api>(st); }
+void BM_linear_int8_matmul_prepacked(benchmark::State& st) { BM_linear_kind<Linear::int8_matmul_prepacked>(st); }
+void int8_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t m : {1, 20, 100, 500})
+        for (auto ok : {std::pair<int64_t, int64_t>{256, 256}, {1024, 256}, {256, 1024}, {17496, 256}})
+            b->Args({m, ok.first, ok.second});
+}
+BENCHMARK(BM_linear_fp32)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
+BENCHMARK(BM_linear_int8_gemm_api)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
+BENCHMARK(BM_linear_int8_matmul_prepacked)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
 
 // ---- training's output layer and loss, forward + backward: cross_entropy(linear(...)) vs the fused
 // linear_cross_entropy. args {N target rows, V vocabulary}, C = 256; 1,060 rows is the anchor

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
 #include "qkv/ops/attention.h"
 
@@ -64,6 +65,7 @@ std::string kernel_paths() {
                        "this CPU)"
                      : "the fp32 tile kernel with bf16-rounded q, k, v, P and dS (no AVX-512-BF16 or AMX in use)")) +
          "\n";
+    s += std::string("int8 matrix products (--compute-type int8): ") + cpu::int8_gemm_path() + "\n";
     s += "(QKV_KERNELS, QKV_ATTENTION and QKV_MAX_ISA are applied above; the --kernels and --attention flags "
          "apply when a command runs)\n";
     return s;

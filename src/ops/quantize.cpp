@@ -1,11 +1,10 @@
-// int8 linear layers (ops/quantize.h): quantization here, the GEMM through oneDNN's s8s8s32.
+// int8 linear layers (ops/quantize.h): quantization here, the int32 products in kernels/cpu/gemm_int8.
 #include "qkv/ops/quantize.h"
-
-#include <dnnl.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/quantize.h"
 #include "ops/argmax_rule.h"
 #include "ops/dispatch.h"
@@ -51,6 +50,7 @@ Int8Weight quantize_int8(const Tensor& weight) {
         const float inv = s > 0 ? 1.0f / s : 0.0f;
         for (int64_t k = 0; k < K; ++k) out.q[size_t(o * K + k)] = quantize_one(row[k], inv);
     }
+    if (O > 0 && K > 0) out.packed = kernels::cpu::make_int8_packed_weight(out.q.data(), O, K);
     return out;
 }
 
@@ -87,16 +87,17 @@ Int8Products int8_products(const Tensor& x, const Int8Weight& w, const Tensor& b
     const float* px = ptr<float>(x2);
     int8_t* pxq = xq.data();
     float* psx = sx.data();
-    kernels::cpu::quantize_rows_int8(pxq, psx, px, N, K);
+    kernels::cpu::quantize_rows_int8(pxq, psx, px, N, K, float(kernels::cpu::int8_activation_max()));
     // A non-finite activation would quantize silently to ±127 (or NaN scale): refuse it instead.
     for (int64_t n = 0; n < N; ++n)
         QKV_CHECK(std::isfinite(psx[n]), op, ": row ", n, " of the input holds a non-finite value");
-    const int32_t co = 0;
+    QKV_CHECK(int64_t(w.q.size()) == O * K && int64_t(w.scale.size()) == O, op, ": the int8 weight holds ",
+              w.q.size(), " values and ", w.scale.size(), " scales for (", O, ", ", K, ")");
     if (K > 0) {
-        const dnnl_status_t st = dnnl_gemm_s8s8s32('N', 'T', 'F', N, O, K, 1.0f, pxq, K, 0, w.q.data(), K, 0, 0.0f,
-                                                   acc.data(), O, &co);
-        QKV_CHECK(st == dnnl_success, op, ": dnnl_gemm_s8s8s32 failed with status ", int(st), " (N=", N, ", O=", O,
-                  ", K=", K, ")");
+        // A weight built by hand (no cache) gets one for this call only (a copy and a reorder).
+        const std::shared_ptr<const kernels::cpu::Int8PackedWeight> plain =
+            w.packed ? nullptr : kernels::cpu::make_int8_packed_weight(w.q.data(), O, K);
+        kernels::cpu::gemm_int8_nt(pxq, N, K, w.packed ? *w.packed : *plain, acc.data());
     } else {
         std::fill(acc.begin(), acc.end(), 0);
     }

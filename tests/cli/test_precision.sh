@@ -8,7 +8,12 @@
 source "$(dirname "$0")/lib.sh" "$1"
 
 run_rc 0 --version
-out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention under bf16: the "
+out_has "cpu features: " "AMX: " "fp32 kernels: " "bf16 matrix products (--precision/--compute-type bf16): " "flash attention under bf16: the " \
+        "int8 matrix products (--compute-type int8): oneDNN "
+# oneDNN capped below VNNI: int8 takes 7-bit activations (its int16 pair sums saturate on 8-bit ones).
+ONEDNN_MAX_CPU_ISA=AVX2 "$QKV" --version > "$T/novnni" || fail "qkv --version under ONEDNN_MAX_CPU_ISA=AVX2"
+grep -qF "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations (" "$T/novnni" \
+  || { cat "$T/novnni"; fail "the int8 path without VNNI"; }
 QKV_MAX_ISA=avx2 "$QKV" --version > "$T/capped" || fail "qkv --version under QKV_MAX_ISA=avx2"
 grep -qF "bf16 matrix products (--precision/--compute-type bf16): fp32 GEMM on bf16-rounded inputs (" "$T/capped" \
   || { cat "$T/capped"; fail "the capped bf16 path"; }

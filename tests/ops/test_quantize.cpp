@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "kernels/cpu/gemm_int8.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/nn/layers.h"
 #include "qkv/ops/matmul.h"
@@ -19,6 +21,24 @@ using namespace qkv;
 using namespace qkv::test;
 
 namespace {
+
+namespace cpu = qkv::kernels::cpu;
+
+/// Sets the int8 GEMM path for a scope.
+struct Int8PathGuard {
+    cpu::Int8GemmPath old;
+    explicit Int8PathGuard(cpu::Int8GemmPath p) : old(cpu::set_int8_gemm_path(p)) {}
+    ~Int8PathGuard() { cpu::set_int8_gemm_path(old); }
+};
+
+/// Every int8 GEMM path this machine has: the GEMM API always, the prepacked matmul where oneDNN
+/// has a VNNI / AMX-INT8 one. (ctest also runs these tests with oneDNN capped below VNNI:
+/// ONEDNN_MAX_CPU_ISA=AVX2, the 7-bit activation path.)
+std::vector<cpu::Int8GemmPath> int8_paths() {
+    std::vector<cpu::Int8GemmPath> p = {cpu::Int8GemmPath::gemm_api};
+    if (cpu::int8_matmul_available()) p.push_back(cpu::Int8GemmPath::matmul_prepacked);
+    return p;
+}
 
 TEST(Quantize, WeightPerChannelByHand) {
     const Tensor w = from_vector(std::vector<float>{1.0f, -0.5f, 0.25f, 0, 0, 0, -2.0f, 2.0f, 1.0f}, {3, 3});
@@ -42,8 +62,99 @@ TEST(Quantize, WeightPerChannelByHand) {
 void check_exact(int64_t N, int64_t K, int64_t O);
 
 TEST(Quantize, LinearInt8IsTheExactIntegerProductDequantized) {
-    check_exact(37, 70, 45);
-    check_exact(600, 64, 80);  // N·K and N·O above the threading threshold: the parallel loops
+    for (const cpu::Int8GemmPath p : int8_paths()) {
+        Int8PathGuard g(p);
+        SCOPED_TRACE(cpu::int8_gemm_path());
+        check_exact(37, 70, 45);
+        check_exact(600, 64, 80);  // N·K and N·O above the threading threshold: the parallel loops
+        check_exact(1, 300, 1000);  // one row (greedy decoding of one sentence), K not a multiple of 4
+        check_exact(5, 256, 3);
+    }
+}
+
+TEST(Quantize, ExtremeProductsStayExactOnEveryPath) {
+    // Every activation at ±A (int8_activation_max) and weight at ±127: int8 kernels that sum pairs
+    // of u8·s8 products in int16 (vpmaddubsw without VNNI) on 8-bit activations saturate at
+    // 32,767 here; the int32 sums must be exact: acc[n, o] = Σ_k (±A)(±127), |acc| up to
+    // 4096·127² = 66,064,384.
+    NoGradGuard ng;
+    const int64_t N = 9, K = 4096, O = 40;
+    std::vector<float> xv(size_t(N * K)), wv(size_t(O * K));
+    for (int64_t i = 0; i < N * K; ++i) xv[size_t(i)] = (i % 7 == 3) ? -1.0f : 1.0f;
+    for (int64_t i = 0; i < O * K; ++i) wv[size_t(i)] = ((i / 5) % 3 == 0) ? -2.0f : 2.0f;
+    for (int64_t o = 0; o < O; o += 4)  // some rows all +: every product +127·127
+        for (int64_t k = 0; k < K; ++k) wv[size_t(o * K + k)] = 2.0f;
+    const Tensor x = from_vector(xv, {N, K}), w = from_vector(wv, {O, K});
+    const Int8Weight q = quantize_int8(w);
+    for (const cpu::Int8GemmPath p : int8_paths()) {
+        Int8PathGuard g(p);
+        const int64_t A = cpu::int8_activation_max();
+        const auto y = linear_int8(x, q, Tensor()).to_vector<float>();
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < O; ++o) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < K; ++k)
+                    acc += (xv[size_t(n * K + k)] < 0 ? -A : A) * (wv[size_t(o * K + k)] < 0 ? -127 : 127);
+                // float(acc)·sx·sw in fp32: three roundings (|acc| > 2^24 is not exact in fp32).
+                const double want = double(acc) * double(1.0f / float(A)) * double(2.0f / 127.0f);
+                ASSERT_NEAR(y[size_t(n * O + o)], want, 3 * 0x1p-24 * 2 * std::fabs(want))
+                    << cpu::int8_gemm_path() << " n " << n << " o " << o << " exact sum " << acc;
+            }
+    }
+}
+
+TEST(Quantize, CopiesOfAWeightAndManyRowCountsShareOnePackedWeight) {
+    // The prepacked copies belong to the weight's cache, not to the Int8Weight struct: a copy
+    // outliving the original still multiplies by the same numbers; row counts that make oneDNN pick
+    // other layouts each get theirs.
+    NoGradGuard ng;
+    const int64_t K = 64, O = 33;
+    const Tensor w = from_vector(random_floats(O * K, 21), {O, K});
+    for (const cpu::Int8GemmPath p : int8_paths()) {
+        Int8PathGuard g(p);
+        Int8Weight copy;
+        std::vector<std::vector<float>> first;
+        {
+            const Int8Weight q = quantize_int8(w);
+            copy = q;
+            for (int64_t N : {1, 2, 16, 300}) {
+                const Tensor x = from_vector(random_floats(N * K, 22 + uint64_t(N)), {N, K});
+                first.push_back(linear_int8(x, q, Tensor()).to_vector<float>());
+            }
+        }
+        size_t i = 0;
+        for (int64_t N : {1, 2, 16, 300}) {
+            const Tensor x = from_vector(random_floats(N * K, 22 + uint64_t(N)), {N, K});
+            EXPECT_EQ(linear_int8(x, copy, Tensor()).to_vector<float>(), first[i++]) << cpu::int8_gemm_path() << " N " << N;
+        }
+        Int8Weight by_hand = copy;  // no cache: a copy and a reorder per call, same numbers
+        by_hand.packed.reset();
+        const Tensor x = from_vector(random_floats(16 * K, 38), {16, K});
+        EXPECT_EQ(linear_int8(x, by_hand, Tensor()).to_vector<float>(), first[2]) << cpu::int8_gemm_path();
+    }
+}
+
+TEST(Quantize, PathNamesTheKernel) {
+    const std::string automatic = cpu::int8_gemm_path();
+    if (const char* want = std::getenv("QKV_TEST_EXPECT_INT8_PATH"))  // set by a ctest variant
+        EXPECT_EQ(automatic.rfind(want, 0), 0u) << automatic << " (expected " << want << ")";
+    if (cpu::int8_matmul_available()) {
+        const bool amx = automatic.find("amx") != std::string::npos;
+        EXPECT_EQ(automatic.rfind(amx ? "oneDNN s8 matmul on prepacked weights (" : "oneDNN dnnl_gemm_s8s8s32 (VNNI", 0),
+                  0u) << automatic;
+        {
+            Int8PathGuard g(cpu::Int8GemmPath::matmul_prepacked);
+            EXPECT_EQ(std::string(cpu::int8_gemm_path()).rfind("oneDNN s8 matmul on prepacked weights (", 0), 0u);
+        }
+        Int8PathGuard g(cpu::Int8GemmPath::gemm_api);
+        EXPECT_EQ(std::string(cpu::int8_gemm_path()), "oneDNN dnnl_gemm_s8s8s32 (set_int8_gemm_path)");
+        EXPECT_EQ(cpu::int8_activation_max(), 127);
+    } else {
+        EXPECT_EQ(automatic.rfind("oneDNN dnnl_gemm_u8s8s32, 7-bit activations (", 0), 0u) << automatic;
+        EXPECT_EQ(cpu::int8_activation_max(), 63);
+        Int8PathGuard g(cpu::Int8GemmPath::matmul_prepacked);  // falls back
+        EXPECT_EQ(std::string(cpu::int8_gemm_path()), automatic);
+    }
 }
 
 TEST(Quantize, ArgmaxEqualsTheArgmaxOfTheOutput) {
@@ -77,10 +188,11 @@ void check_exact(int64_t N, int64_t K, int64_t O) {
     for (int64_t n = 0; n < N; ++n) {
         float m = 0;
         for (int64_t k = 0; k < K; ++k) m = std::max(m, std::fabs(xv[size_t(n * K + k)]));
-        const float sx = m / 127.0f, inv = 1.0f / sx;
+        const long A = cpu::int8_activation_max();
+        const float sx = m / float(A), inv = 1.0f / sx;
         std::vector<int64_t> xq(K);
         for (int64_t k = 0; k < K; ++k)  // the documented rule: fp32 product, ties away from zero
-            xq[size_t(k)] = std::clamp(std::lround(xv[size_t(n * K + k)] * inv), -127L, 127L);
+            xq[size_t(k)] = std::clamp(std::lround(xv[size_t(n * K + k)] * inv), -A, A);
         for (int64_t o = 0; o < O; ++o) {
             int64_t acc = 0;
             for (int64_t k = 0; k < K; ++k) acc += xq[size_t(k)] * int64_t(q.q[size_t(o * K + k)]);
@@ -107,7 +219,7 @@ TEST(Quantize, LinearInt8StaysWithinTheQuantizationBound) {
     for (int64_t n = 0; n < N; ++n) {
         float m = 0;
         for (int64_t k = 0; k < K; ++k) m = std::max(m, std::fabs(xv[size_t(n * K + k)]));
-        const double sx = m / 127.0;
+        const double sx = m / double(cpu::int8_activation_max());
         for (int64_t o = 0; o < O; ++o) {
             const double sw = q.scale[size_t(o)];
             double bound = 0, mag = 0;

@@ -1,15 +1,22 @@
 #pragma once
 // int8 linear layers for inference (`qkv translate/eval --compute-type int8`): weights quantized
 // once per output channel, activations per row at run time (dynamic), symmetric, products in int32
-// (oneDNN's s8s8s32 GEMM: AVX-512-VNNI / AMX-INT8 where the CPU has them), dequantized to fp32 with
-// both scales, then the fp32 bias. As CTranslate2's int8 compute type and PyTorch's dynamic
+// through oneDNN (kernels/cpu/gemm_int8.h: its s8 matmul on weights prepacked once, with
+// AVX-512-VNNI / AMX-INT8; on CPUs without VNNI its u8s8s32 GEMM on 7-bit activations, since its
+// int16 pair sums would saturate on 8-bit ones), dequantized to fp32 with both scales, then the
+// fp32 bias. As CTranslate2's int8 compute type and PyTorch's dynamic
 // quantization of nn.Linear. Source: Jacob et al., "Quantization and Training of Neural Networks
 // for Efficient Integer-Arithmetic-Only Inference" (CVPR 2018), symmetric per-channel variant.
 // Dim legend: N rows (leading dims of x flattened), K in_features, O out_features.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "qkv/core/tensor.h"
+
+namespace qkv::kernels::cpu {
+class Int8PackedWeight;
+}
 
 namespace qkv {
 
@@ -20,6 +27,11 @@ struct Int8Weight {
     int64_t out_features = 0, in_features = 0;
     std::vector<int8_t> q;       // (O, K) row-major
     std::vector<float> scale;    // (O)
+    /// The weight as linear_int8 multiplies it (a copy of q made by quantize_int8, and oneDNN's
+    /// reordered copies of it, made on first use; shared by copies of this struct): changing q
+    /// afterwards has no effect unless this is reset. A struct built by hand, without it, works but
+    /// pays a copy and a reorder per call.
+    std::shared_ptr<const kernels::cpu::Int8PackedWeight> packed;
 };
 
 /// Quantizes a float32 (O, K) weight. Throws qkv::Error for another dtype or rank, or a
@@ -27,7 +39,9 @@ struct Int8Weight {
 Int8Weight quantize_int8(const Tensor& weight);
 
 /// y = dequant(quant(x) · qᵀ) + bias, x float32 (..., K) -> (..., O) float32. Each row of x is
-/// quantized with its own scale max|x_row| / 127 (an all-zero row gives zeros); the int8 products
+/// quantized with its own scale max|x_row| / A, A = 127 where oneDNN's int8 kernels use VNNI or
+/// AMX-INT8, else 63 (kernels::cpu::int8_activation_max; an all-zero row gives zeros), rounded as
+/// the weights are, to [-A, A]; the int8 products
 /// accumulate exactly in int32 (|sum| <= K·127², so K up to 133,000 cannot overflow), then
 /// y[n, o] = sum · sx[n] · scale[o] + bias[o] in fp32. No gradient: throws qkv::Error when grad mode
 /// is on and x requires grad, for shapes that do not match (naming them), and for K > 133,000.

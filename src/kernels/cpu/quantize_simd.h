@@ -15,20 +15,20 @@
 namespace qkv::kernels::cpu::simd {
 
 namespace quantize_detail {
-/// x rounded half away from zero to an integer after clamping to ±127 (the scalar rule).
-static inline int8_t round_clamp(float t) {  // static: each ISA build keeps its own copy
-    t = std::min(std::max(t, -127.0f), 127.0f);
+/// x rounded half away from zero to an integer after clamping to ±qmax (the scalar rule).
+static inline int8_t round_clamp(float t, float qmax) {  // static: each ISA build keeps its own copy
+    t = std::min(std::max(t, -qmax), qmax);
     return int8_t(int32_t(t + (t >= 0.0f ? 0.5f : -0.5f)));
 }
 }  // namespace quantize_detail
 
-/// For each of `rows` rows of x (cols floats each): scale[r] = max|x_r| / 127 and
-/// q[r·cols + c] = x·(1/scale) in fp32 rounded half away from zero, clamped to ±127 (0 for an
+/// For each of `rows` rows of x (cols floats each): scale[r] = max|x_r| / qmax and
+/// q[r·cols + c] = x·(1/scale) in fp32 rounded half away from zero, clamped to ±qmax (0 for an
 /// all-zero row; a NaN makes the scale NaN, which the caller refuses). The AVX-512 and AVX2 builds
 /// do the same fp32 operations on 16 / 8 lanes (max, multiply, clamp, ±0.5, truncate), so every
 /// tier gives the same bytes; the portable build is the scalar loop.
 template <Isa I>
-void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols) {
+void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols, float qmax) {
     using quantize_detail::round_clamp;
     for (int64_t r = 0; r < rows; ++r) {
         const float* row = x + r * cols;
@@ -69,13 +69,13 @@ void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, i
             nan |= a != a;
             m = a > m ? a : m;
         }
-        const float s = nan ? NAN : m / 127.0f;
+        const float s = nan ? NAN : m / qmax;
         scale[r] = s;
         const float inv = s > 0 ? 1.0f / s : 0.0f;
         c = 0;
 #if defined(__AVX512F__)
         {
-            const __m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+            const __m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-qmax), hi = _mm512_set1_ps(qmax);
             const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f), zero = _mm512_setzero_ps();
             for (; c + 16 <= cols; c += 16) {
                 __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(row + c), iv), lo), hi);
@@ -85,7 +85,7 @@ void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, i
         }
 #elif defined(__AVX2__)
         {
-            const __m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+            const __m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
             const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), zero = _mm256_setzero_ps();
             for (; c + 8 <= cols; c += 8) {
                 __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(row + c), iv), lo), hi);
@@ -96,7 +96,7 @@ void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, i
             }
         }
 #endif
-        for (; c < cols; ++c) out[c] = round_clamp(row[c] * inv);
+        for (; c < cols; ++c) out[c] = round_clamp(row[c] * inv, qmax);
     }
 }
 

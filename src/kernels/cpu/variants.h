@@ -28,7 +28,7 @@ template <Isa I> void additive_scores_forward(float* scores, const float* q, con
 /// dw_part: (B, H) partial sums of dw per batch row (reduced by the caller in b order).
 template <Isa I> void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
 template <Isa I> void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s);
-template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols);
+template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols, float qmax);
 template <Isa I> void convert_bf16(uint16_t* dst, float* dst32, const float* src, int64_t n);
 
 /// The list instantiated per tier by cpu/variants.inc.

@@ -1,0 +1,51 @@
+#pragma once
+// int8 GEMM with exact int32 sums for the int8 linear layers (ops/quantize.h), through oneDNN:
+// its s8 matmul on weights reordered once into the layout it asks for (VNNI / AMX-INT8 blocking),
+// or its GEMM API on the plain weight.
+// Dim legend: N rows of x, K in_features, O out_features.
+#include <cstdint>
+#include <memory>
+
+namespace qkv::kernels::cpu {
+
+/// One (O, K) int8 weight for gemm_int8_nt: a copy of the plain weight and the prepacked copies,
+/// one per weight layout oneDNN's matmul asked for (made on the first call that needs it, under a
+/// lock; later calls from any thread reuse it).
+class Int8PackedWeight;
+
+/// The cache for the row-major (O, K) weight `q` (copied; no prepacked copy yet).
+std::shared_ptr<Int8PackedWeight> make_int8_packed_weight(const int8_t* q, int64_t O, int64_t K);
+
+/// The largest |activation| gemm_int8_nt takes: 127 where oneDNN's int8 kernels for this CPU use
+/// VNNI or AMX-INT8 (exact int32 sums of s8·s8 products), else 63. Without VNNI oneDNN sums pairs
+/// of u8·s8 products in int16 (vpmaddubsw), which saturates for activations beyond 7 bits (it
+/// shifts s8 activations to u8, so 255·127·2 > 32,767); 7-bit activations (u8 in [1, 127] with
+/// offset 64) keep every pair below it, as PyTorch's reduce_range does on fbgemm without VNNI.
+/// Depends on the path (set_int8_gemm_path) and on ONEDNN_MAX_CPU_ISA.
+int int8_activation_max();
+
+/// acc (N, O) = x (N, K) · qᵀ with q the (O, K) weight behind `packed`, every sum exact in int32
+/// (the caller bounds K·127² < 2³¹). x holds integers in [-int8_activation_max(), +that]; x and
+/// acc are row-major and dense. N, O, K >= 1. Throws qkv::Error (naming N, O, K) for bad sizes or
+/// when oneDNN fails.
+void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, const Int8PackedWeight& packed, int32_t* acc);
+
+enum class Int8GemmPath { automatic, matmul_prepacked, gemm_api };
+/// The paths: matmul_prepacked (oneDNN's s8 matmul on prepacked weights; needs VNNI or AMX-INT8
+/// in oneDNN's kernel for this CPU) and gemm_api (dnnl_gemm_s8s8s32 with VNNI, else
+/// dnnl_gemm_u8s8s32 on 7-bit activations). `automatic` (the default) takes matmul_prepacked where
+/// oneDNN's s8 matmul uses AMX-INT8 (the GEMM API ran int8 translation 2x slower than fp32 on an
+/// AMX Xeon; the matmul there is not measured yet), gemm_api elsewhere (with VNNI on a Zen 5 the
+/// two are within about 20 % either way: bench/RESULTS.md). Forces a path for later calls (tests and
+/// benchmarks run both); matmul_prepacked falls back to gemm_api where it does not exist. Not
+/// thread-safe: call between kernel calls. Returns the previous setting.
+Int8GemmPath set_int8_gemm_path(Int8GemmPath p);
+
+/// The path int8 products take now, e.g. "oneDNN s8 matmul on prepacked weights
+/// (brg:avx512_core_vnni)" or "oneDNN dnnl_gemm_u8s8s32, 7-bit activations (<why>)".
+const char* int8_gemm_path();
+
+/// Whether oneDNN's int8 kernels here use VNNI or AMX-INT8 (the matmul_prepacked path exists).
+bool int8_matmul_available();
+
+}  // namespace qkv::kernels::cpu
