@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # QKV_MAX_ISA (src/kernels/cpu/isa.h): every cap runs and prints the same 4-decimal attention table;
-# an unknown word is a clear error naming the variable and the words it accepts.
+# the cap reaches oneDNN; an unknown word is a clear error naming the variable and the words it
+# accepts.
 source "$(dirname "$0")/lib.sh" "$1"
 for isa in scalar avx2 avx512; do
   QKV_MAX_ISA=$isa run_rc 0 attention --out "$T/$isa"
@@ -9,6 +10,12 @@ for isa in scalar avx2 avx512; do
   [ "$(wc -l < "$T/table_$isa")" = 4 ] || fail "QKV_MAX_ISA=$isa: no 4-row table"
 done
 cmp -s "$T/table_scalar" "$T/table_avx512" || fail "scalar and avx512 tables differ"
+# The cap reaches oneDNN too (unless ONEDNN_MAX_CPU_ISA says otherwise): capped at avx2, its int8
+# kernels have no VNNI, so int8 takes 7-bit activations.
+if [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
+  QKV_MAX_ISA=avx2 run_rc 0 --version
+  out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
+fi
 QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
 # The benchmarks read the cap too: a bad word stops them at once with the same message (exit 2),

@@ -5,7 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <dnnl.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "qkv/core/error.h"
@@ -39,6 +42,22 @@ CpuFeatures detect() {
     f.bf16_dot_full_rate = f.avx512_bf16 && __builtin_cpu_is("amd");
     return f;
 }
+
+// QKV_MAX_ISA caps oneDNN's kernels too, so a capped run is an older CPU for the GEMMs as well
+// (e.g. int8 without VNNI). oneDNN takes its cap only before its first use: set at load time.
+// ONEDNN_MAX_CPU_ISA, when set, wins (oneDNN reads it itself). Never throws: a bad word is
+// reported by env_cap() at the first kernel call.
+const bool g_onednn_capped = [] {
+    const char* env = std::getenv("QKV_MAX_ISA");
+    if (!env || !*env || std::getenv("ONEDNN_MAX_CPU_ISA")) return false;
+    dnnl_cpu_isa_t isa;
+    if (!std::strcmp(env, "scalar")) isa = dnnl_cpu_isa_sse41;  // oneDNN's lowest tier
+    else if (!std::strcmp(env, "avx2")) isa = dnnl_cpu_isa_avx2;
+    else if (!std::strcmp(env, "avx512")) isa = dnnl_cpu_isa_avx512_core_vnni;  // our tier says nothing of VNNI
+    else if (!std::strcmp(env, "avx512_bf16")) isa = dnnl_cpu_isa_avx512_core_bf16;
+    else return false;  // amx (no cap) or a bad word
+    return dnnl_set_max_cpu_isa(isa) == dnnl_success;
+}();
 
 // set_max_isa's cap; while unset, QKV_MAX_ISA's (read once, thread-safe).
 bool g_cap_set = false;
