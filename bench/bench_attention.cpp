@@ -335,12 +335,14 @@ int main(int argc, char** argv) {
     int                probe_reps = 5;
     int64_t            memN = 16384;
     for (int i = 0; i < argc; ++i) {
-        if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
+        if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+            if ((g_threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
+        }
         else if (std::strncmp(argv[i], "--isa=", 6) == 0) {  // the cap, as QKV_MAX_ISA
             try {
                 cpu::set_max_isa(cpu::parse_isa(argv[i] + 6, "--isa"));
             } catch (const qkv::Error& e) {
-                std::fprintf(stderr, "%s\n", e.what());
+                std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
                 return 2;
             }
         }

@@ -345,9 +345,9 @@ int main(int argc, char** argv) {
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            threads = std::atoi(argv[++i]);
+            if ((threads = bench_parse_threads(argv[0], argv[++i])) < 0) return 2;
         } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-            threads = std::atoi(argv[i] + 10);
+            if ((threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
         } else {
             rest.push_back(argv[i]);
         }

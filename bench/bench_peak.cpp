@@ -151,7 +151,9 @@ int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
-        if (std::strncmp(argv[i], "--threads=", 10) == 0) g_threads = std::atoi(argv[i] + 10);
+        if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+            if ((g_threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
+        }
         else rest.push_back(argv[i]);
     }
     int n = int(rest.size());

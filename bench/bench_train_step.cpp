@@ -163,7 +163,11 @@ int main(int argc, char** argv) {
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            qkv::set_num_threads(std::atoi(argv[++i]));
+            {
+                const int n = bench_parse_threads(argv[0], argv[++i]);
+                if (n < 0) return 2;
+                qkv::set_num_threads(n);
+            }
         } else if (std::strcmp(argv[i], "--denormals") == 0 && i + 1 < argc) {
             denormals = argv[++i];
         } else if (std::strcmp(argv[i], "--full-model") == 0) {

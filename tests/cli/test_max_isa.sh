@@ -25,5 +25,14 @@ if [ -x "$BENCH" ]; then
   rc=0; QKV_MAX_ISA=avx9 "$BENCH" --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
   [ "$rc" = 2 ] || fail "bench_attention with QKV_MAX_ISA=avx9: exit $rc, want 2"
   err_has "QKV_MAX_ISA" "avx9"
+  # So are a bad --isa (the message names the program) and a --threads that is not a count.
+  rc=0; "$BENCH" --isa=avx9 --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
+  [ "$rc" = 2 ] || fail "bench_attention --isa=avx9: exit $rc, want 2"
+  err_has "bench_attention: --isa" "avx9"
+  for t in abc 0 2x; do
+    rc=0; "$BENCH" --threads=$t --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
+    [ "$rc" = 2 ] || fail "bench_attention --threads=$t: exit $rc, want 2"
+    err_has "--threads must be a whole number" "'$t'"
+  done
 fi
 echo "ok"
