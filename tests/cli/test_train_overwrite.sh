@@ -119,37 +119,41 @@ demo_run "after a run stopped before its first checkpoint"
 grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$T/calls"; fail "config.json-only demo folder"; }
 out_has "trained 2 steps"
 
-# ---- 6. a fresh run that fails before its first checkpoint (the forced flash kernel cannot take
-# a head width of 300) leaves nothing that would refuse the same command once the cause is fixed:
-# a folder it created is gone, an existing one keeps only its own files
-flash_wide=("${base[@]}" --num-hiddens 600 --ffn-num-hiddens 16 --max-steps 1)
-run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail"
-err_has "the flash backend was forced but cannot run" "flash: head dims must be in 1..256, got 300" "--num-hiddens, --num-heads"
+# ---- 6. a fresh run that fails before its first checkpoint (files of at most 16 KiB: the
+# checkpoint write fails after config.json, the vocabularies and metrics.jsonl were written)
+# leaves nothing that would refuse the same command once the cause is fixed: a folder it created
+# is gone, an existing one keeps only its own files.
+# fails_fresh OUT ARGS...: `qkv train ARGS --out OUT` under RLIMIT_FSIZE 16 KiB (a write past it
+# fails with EFBIG, SIGXFSZ ignored; stderr through a pipe, the limit binds it too): exit 1, the
+# error names the checkpoint it could not write.
+fails_fresh() {
+  local out=$1 rc; shift
+  set +e; (trap '' XFSZ; ulimit -f 16; exec "$QKV" train "$@" --out "$out") 2>&1 | cat > "$T/err"; rc=${PIPESTATUS[0]}; set -e
+  [ "$rc" = 1 ] || { cat "$T/err"; fail "'qkv train $* --out $out' under ulimit -f 16: exit $rc, want 1"; }
+  err_has "checkpoint.safetensors': writing its temporary file" "File too large"
+}
+fresh=(--preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 1)
+fails_fresh "$T/fail" "${fresh[@]}"
 [ ! -e "$T/fail" ] || { ls -la "$T/fail"; fail "a fresh run that failed before its first checkpoint left its folder"; }
-run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest/a/b/"
-err_has "flash: head dims must be in 1..256"
+fails_fresh "$T/nest/a/b/" "${fresh[@]}"
 [ ! -e "$T/nest" ] || { find "$T/nest"; fail "a failed fresh run into a new nested folder left the parents it created"; }
 mkdir -p "$T/nest1/keep"
-run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/nest1/a/b"
-err_has "flash: head dims must be in 1..256"
+fails_fresh "$T/nest1/a/b" "${fresh[@]}"
 [ "$(cd "$T/nest1" && find . | sort | tr '\n' ' ')" = ". ./keep " ] || { find "$T/nest1"; fail "a failed fresh run removed or left folders it did not create"; }
 mkdir "$T/fail3" && echo mine > "$T/fail3/loss.png"  # a run file's name the run had not written yet
-run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail3"
-err_has "flash: head dims must be in 1..256"
+fails_fresh "$T/fail3" "${fresh[@]}"
 [ "$(cat "$T/fail3/loss.png" 2>&1)" = mine ] ||
   { ls -la "$T/fail3"; fail "a failed fresh run removed files of a run file's name that the user had in the folder"; }
 mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
-run_rc 1 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --attention flash --out "$T/fail2"
+fails_fresh "$T/fail2" "${fresh[@]}"
 [ "$(ls -A "$T/fail2")" = notes.txt ] || { ls -la "$T/fail2"; fail "a failed fresh run left files in an existing folder"; }
-run_rc 0 train --preset demo --data "$T/fra.txt" "${flash_wide[@]}" --out "$T/fail2"
+run_rc 0 train "${fresh[@]}" --out "$T/fail2"
 out_has "trained 1 step"
 printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
-run_rc 1 train --model lm --data "$T/tm.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --batch-size 4 \
-  --num-steps 8 --max-steps 1 --no-progress --attention flash --out "$T/lmfail"
-err_has "flash: head dims must be in 1..256"
+lm=(--model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 --max-steps 1
+    --no-progress)
+fails_fresh "$T/lmfail" "${lm[@]}"
 [ ! -e "$T/lmfail" ] || { ls -la "$T/lmfail"; fail "a fresh lm run that failed before its first checkpoint left its folder"; }
-run_rc 1 train --model lm --data "$T/tm.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --batch-size 4 \
-  --num-steps 8 --max-steps 1 --no-progress --attention flash --out "$T/lmnest/x/y"
-err_has "flash: head dims must be in 1..256"
+fails_fresh "$T/lmnest/x/y" "${lm[@]}"
 [ ! -e "$T/lmnest" ] || { find "$T/lmnest"; fail "a failed fresh lm run into a new nested folder left the parents it created"; }
 echo "cli train into a model folder (refusal, --overwrite, resume architecture flags, demo rerun, failed fresh run): ok"
