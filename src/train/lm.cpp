@@ -312,6 +312,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     } catch (const Error& e) {
         throw ConfigError(e.what());
     }
+    check_forced_flash(cfg.model.num_hiddens / cfg.model.num_heads);
     const fs::path dir(opt.out_dir);
     const std::string cfg_file = (dir / "config.json").string();
     std::error_code ec;

@@ -12,6 +12,8 @@
 
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
+#include "qkv/core/tensor.h"
+#include "qkv/ops/attention.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/util/progress.h"
@@ -290,6 +292,16 @@ void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const s
                          ")" + where);
 }
 
+void check_forced_flash(int64_t head_dim) {
+    if (default_attention_backend() != AttentionBackend::flash || head_dim < 1) return;
+    // The attention call's own filters on a (1, 1, 1, D) query, key and value: the same reasons.
+    const Tensor q = zeros({1, 1, 1, head_dim});
+    std::string why;
+    if (select_attention_backend(q, q, q, {}, {}, false, &why) == AttentionBackend::flash) return;
+    if (!why.empty() && why.back() == '\n') why.pop_back();
+    config_error("the flash backend was forced but cannot run: " + why);
+}
+
 RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o) {
     RunConfig cfg = preset_config(preset, kind);
     apply_stop_overrides(cfg, o);
@@ -351,6 +363,8 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         config_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
     cfg.world_size = dp ? opt.comm->size() : 1;
     cfg.validate();  // nothing is read or written before the configuration is known good
+    if (cfg.architecture == ModelKind::transformer && cfg.model.num_heads > 0)
+        check_forced_flash(cfg.model.num_hiddens / cfg.model.num_heads);
     if (dp)
         dist::check_same_on_all_ranks(*opt.comm, "the configuration (flags and config.json)",
                                       detail::str(to_json(cfg).dump(), " out ", opt.out_dir, " resume ", opt.resume,

@@ -40,6 +40,30 @@ err_has "qkv: error: --attention flash: attention shows the attention weights"
 [ ! -e "$T/att" ] || fail "attention --attention flash wrote files"
 QKV_ATTENTION=flash run_rc 1 heatmap --attention math --model "$T/empty" "go ."  # --attention wins
 
+# ---- a head width the forced flash kernel cannot take (1..256): a usage error before the data is
+# read or --out is made, for a fresh run, a resume and a language model ----
+wide=(--preset demo --data "$T/fra.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8
+      --num-steps 6 --max-steps 1 --time-budget none --no-progress)
+for forced in --attention QKV_ATTENTION; do
+  pre=(--attention flash)
+  if [ $forced = QKV_ATTENTION ]; then pre=(); export QKV_ATTENTION=flash; fi
+  run_rc 2 "${pre[@]}" train "${wide[@]}" --out "$T/flash"
+  err_has "qkv: error: the flash backend was forced but cannot run: flash: head dims must be in 1..256, got 300" \
+          "--num-hiddens, --num-heads"
+  ! grep -q "^data:" "$T/err" || fail "train read the data before refusing a head width of 300 for flash ($forced)"
+  [ ! -e "$T/flash" ] || fail "train made --out before refusing a head width of 300 for flash ($forced)"
+  run_rc 2 "${pre[@]}" train --model lm --data "$T/fra.txt" --num-hiddens 600 --num-heads 2 --num-blks 1 --batch-size 4 \
+    --num-steps 8 --max-steps 1 --no-progress --out "$T/flash"
+  err_has "qkv: error: the flash backend was forced but cannot run: flash: head dims must be in 1..256, got 300"
+  [ ! -e "$T/flash" ] || fail "train --model lm made --out before refusing a head width of 300 for flash ($forced)"
+  unset QKV_ATTENTION
+done
+run_rc 0 train "${wide[@]}" --out "$T/wide"
+sum_wide=$(cat "$T/wide"/* | md5sum)
+run_rc 2 --attention flash train --resume --out "$T/wide" --max-steps 2 --no-progress
+err_has "qkv: error: the flash backend was forced but cannot run: flash: head dims must be in 1..256, got 300"
+[ "$(cat "$T/wide"/* | md5sum)" = "$sum_wide" ] || fail "a refused --resume with flash changed the model folder"
+
 # ---- a model folder whose vocabulary has its reserved tokens moved is refused, naming file and line ----
 tiny=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6 --threads 1)
 run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/run" --time-budget none --no-progress "${tiny[@]}"

@@ -94,6 +94,14 @@ RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
 /// which folder's config.json decided the architecture.
 void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder = "");
 
+/// A flash backend forced for the whole process (--attention flash, or QKV_ATTENTION=flash without
+/// it: default_attention_backend()) that cannot take attention heads of width `head_dim` (the fused
+/// kernel takes 1..256): a ConfigError with the reasons the attention call would give ("the flash
+/// backend was forced but cannot run: flash: head dims must be in 1..256, got 300 ..."), so a run
+/// is refused before it reads or writes anything instead of failing at its first step. Nothing
+/// when the backend is not forced or the kernel can run.
+void check_forced_flash(int64_t head_dim);
+
 /// How train::run runs (nothing here is saved in config.json).
 struct RunOptions {
     std::string out_dir = "runs/qkv";  // the model folder
@@ -154,7 +162,8 @@ std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p,
 /// folder), builds the model with cfg.train.seed, writes config.json and the vocabularies, trains,
 /// and writes config.json again (a resume: the stopping rules given are not saved). `given` only
 /// words messages (resume_already_done). Throws ConfigError for a folder that holds a model without
-/// resume/overwrite and for resume with overwrite, qkv::Error for data, file and training errors
+/// resume/overwrite, for resume with overwrite and for a forced flash backend that cannot take the
+/// Transformer's heads (check_forced_flash), qkv::Error for data, file and training errors
 /// (after restoring an overwritten run's files when the new run had no checkpoint yet).
 RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given = {});
 
