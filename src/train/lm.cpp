@@ -412,7 +412,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume) remove_files_of_failed_fresh_run(dir, start);
+        else if (!opt.resume) remove_files_of_failed_fresh_run(start);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
@@ -424,7 +424,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     if (!opt.resume && !fs::exists(dir / "checkpoint.safetensors", ec)) {
         // A fresh run stopped before its first checkpoint leaves nothing behind, so the same
         // command can run again (a resume would have nothing to continue).
-        start.undo(dir);
+        start.undo();
         return res;  // trained = false
     }
     res.model   = model;

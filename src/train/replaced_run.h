@@ -74,50 +74,66 @@ private:
     bool pending_ = false;
 };
 
-/// `dir` made absolute and normal, without a trailing separator.
-inline fs::path normal_dir(const fs::path& dir) {
-    std::error_code ec;
-    fs::path p = fs::absolute(dir, ec).lexically_normal();
-    if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
-    return p;
-}
-
-/// The nearest of `dir` and its parents that exists now: taken before a run creates `dir`, it
-/// marks which folders the run created (those below it).
-inline fs::path existing_ancestor(const fs::path& dir) {
-    std::error_code ec;
-    fs::path p = normal_dir(dir);
-    while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-    return p;
-}
-
-/// Removes `dir` and then each parent, up to (not including) `existed` (existing_ancestor taken
-/// before the run), while each is empty: the folders the run created and left empty.
-inline void remove_created_folders(const fs::path& dir, const fs::path& existed) {
-    std::error_code ec;
-    for (fs::path p = normal_dir(dir); p != existed && p.has_parent_path() && p.parent_path() != p; p = p.parent_path())
-        if (!fs::is_empty(p, ec) || ec || !fs::remove(p, ec)) break;
-}
-
-/// What a fresh run finds before it writes anything: the nearest existing folder on the way to
-/// `dir` (existing_ancestor) and which run file names (kModelDirFiles) are already in `dir` (a
-/// folder is refused only when it holds a model, so a user's own vocab.txt or loss.png may be
-/// there). Undoing the run removes only what it made.
-struct FreshRunStart {
-    fs::path              existed;
-    std::vector<fs::path> had;
-    explicit FreshRunStart(const fs::path& dir) : existed(existing_ancestor(dir)) {
+/// A run's --out folder as the OS will find it once fs::create_directories has made it, worked out
+/// before anything is created: each existing component with its symbolic links followed, ".." the
+/// parent of the folder reached so far ("new/.." is the folder new is made in; "L/.." for a link L
+/// to a folder elsewhere is that folder's parent, not the link's), "." and empty components
+/// skipped. Taken from the path as given, so undoing a failed run finds the folders it made even
+/// when the path goes through one and back out ("new/../other" makes new and other).
+struct OutFolder {
+    fs::path              dir;      // absolute, without symbolic links, "." or ".."
+    std::vector<fs::path> created;  // the folders making `dir` creates, in that order (resolved likewise)
+    explicit OutFolder(const fs::path& given) {
         std::error_code ec;
-        for (const char* f : kModelDirFiles)
-            if (fs::exists(dir / f, ec)) had.push_back(dir / f);
+        const fs::path abs = fs::absolute(given, ec);
+        fs::path cur = abs.root_path();
+        for (const fs::path& part : abs.relative_path()) {
+            if (part.empty() || part == ".") continue;
+            if (part == "..") {  // `cur` has no links left: its parent is the one the OS goes to
+                cur = cur.parent_path();
+                continue;
+            }
+            cur /= part;
+            if (std::find(created.begin(), created.end(), cur) != created.end()) continue;  // made on the way
+            if (!fs::exists(fs::symlink_status(cur, ec))) {
+                created.push_back(cur);
+                continue;
+            }
+            fs::path real = fs::canonical(cur, ec);
+            if (ec) {  // a dangling link or a folder it may not search: the run cannot make the folder
+                dir = abs.lexically_normal();
+                return;
+            }
+            cur = std::move(real);
+        }
+        dir = cur;
     }
-    /// Removes the run files in `dir` that were not there at the start, then the folders the run
-    /// created once empty.
-    void undo(const fs::path& dir) const {
+    /// Removes the folders the run created that are empty, innermost first.
+    void remove_created_folders() const {
+        std::error_code ec;
+        for (auto it = created.rbegin(); it != created.rend(); ++it)
+            if (fs::is_directory(fs::symlink_status(*it, ec)) && fs::is_empty(*it, ec)) fs::remove(*it, ec);
+    }
+};
+
+/// What a fresh run finds before it writes anything: its folder (OutFolder) and which run file
+/// names (kModelDirFiles) are already there (a folder is refused only when it holds a model, so a
+/// user's own vocab.txt or loss.png may be there). Undoing the run removes only what it made.
+struct FreshRunStart {
+    OutFolder             out;
+    std::vector<fs::path> had;
+    explicit FreshRunStart(const fs::path& dir) : out(dir) {
         std::error_code ec;
         for (const char* f : kModelDirFiles)
-            if (std::find(had.begin(), had.end(), dir / f) == had.end()) fs::remove(dir / f, ec);
-        remove_created_folders(dir, existed);
+            if (fs::exists(out.dir / f, ec)) had.push_back(out.dir / f);
+    }
+    /// Removes the run files that were not there at the start, then the folders the run created
+    /// once empty.
+    void undo() const {
+        std::error_code ec;
+        for (const char* f : kModelDirFiles)
+            if (std::find(had.begin(), had.end(), out.dir / f) == had.end()) fs::remove(out.dir / f, ec);
+        out.remove_created_folders();
     }
 };
 
@@ -125,10 +141,10 @@ struct FreshRunStart {
 /// the run files it wrote and the folders it created (FreshRunStart::undo), so the same command
 /// can run again once the cause is fixed. A run that has a checkpoint keeps its files (--resume
 /// continues it).
-inline void remove_files_of_failed_fresh_run(const fs::path& dir, const FreshRunStart& start) {
+inline void remove_files_of_failed_fresh_run(const FreshRunStart& start) {
     std::error_code ec;
-    if (fs::exists(dir / "checkpoint.safetensors", ec)) return;
-    start.undo(dir);
+    if (fs::exists(start.out.dir / "checkpoint.safetensors", ec)) return;
+    start.undo();
 }
 
 /// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):

@@ -257,7 +257,7 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
         res.train = trainer.fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume && writer) remove_files_of_failed_fresh_run(opt.out_dir, start);
+        else if (!opt.resume && writer) remove_files_of_failed_fresh_run(start);
         throw;
     }
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect

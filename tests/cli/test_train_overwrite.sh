@@ -13,7 +13,8 @@
 #     second run continues the model with --resume (nothing to do: the model stays byte for byte)
 #     and still translates, evaluates and draws; QKV_DEMO_OVERWRITE=1 trains a new one; a folder
 #     left before the first checkpoint (config.json only) is replaced;
-#  6. a fresh run that fails before its first checkpoint removes what it wrote (translation and lm).
+#  6. a fresh run that fails before its first checkpoint removes what it wrote and the folders it
+#     made, also for --out spelt with ".." or through a link (translation and lm).
 # Usage: test_train_overwrite.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -140,6 +141,20 @@ fails_fresh "$T/nest/a/b/" "${fresh[@]}"
 mkdir -p "$T/nest1/keep"
 fails_fresh "$T/nest1/a/b" "${fresh[@]}"
 [ "$(cd "$T/nest1" && find . | sort | tr '\n' ' ')" = ". ./keep " ] || { find "$T/nest1"; fail "a failed fresh run removed or left folders it did not create"; }
+# --out spelt through a folder it makes and back out, or through a link to a folder elsewhere: the
+# folders the run made are found as the OS resolved the path (all removed), pre-existing ones stay
+mkdir -p "$T/dots/keep"
+fails_fresh "$T/dots/new/.." "${fresh[@]}"
+fails_fresh "$T/dots/new/../other" "${fresh[@]}"
+fails_fresh "$T/dots/keep/../new/../made/x" "${fresh[@]}"
+[ "$(cd "$T/dots" && find . | sort | tr '\n' ' ')" = ". ./keep " ] ||
+  { find "$T/dots"; fail "a failed fresh run into --out DIR/new/.., DIR/new/../other or DIR/keep/../new/../made/x left folders it made or removed one it did not"; }
+mkdir -p "$T/links/elsewhere/target" "$T/links/here/x"  # here/x: the lexical reading of here/L/../x
+ln -s ../elsewhere/target "$T/links/here/L"
+fails_fresh "$T/links/here/L/../x" "${fresh[@]}"
+err_has "$T/links/here/L/../x/checkpoint.safetensors"
+[ "$(cd "$T/links" && find . | sort | tr '\n' ' ')" = ". ./elsewhere ./elsewhere/target ./here ./here/L ./here/x " ] ||
+  { find "$T/links"; fail "a failed fresh run into --out L/../x (L a link to elsewhere/target) left elsewhere/x or removed a folder it did not make"; }
 mkdir "$T/fail3" && echo mine > "$T/fail3/loss.png"  # a run file's name the run had not written yet
 fails_fresh "$T/fail3" "${fresh[@]}"
 [ "$(cat "$T/fail3/loss.png" 2>&1)" = mine ] ||
