@@ -573,7 +573,8 @@ Registration reg([](CLI::App& app) {
                                        "warning");
     c->add_flag("--overwrite", a->overwrite,
                 "train a new model into an --out that already holds one (model.safetensors, "
-                "checkpoint.safetensors or config.json; without --resume or this flag such a folder is "
+                "checkpoint.safetensors or config.json) or other files of the names a run writes (vocabularies, "
+                "spm.model, metrics.jsonl, loss.png, ...; without --resume or this flag such a folder is "
                 "refused): the earlier run's files wait in OUT/.qkv-replaced until the new run's first "
                 "checkpoint, then go; a run that fails or is stopped before it restores them");
     c->add_option("--time-budget", a->time_budget,

@@ -316,14 +316,9 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     const fs::path dir(opt.out_dir);
     const std::string cfg_file = (dir / "config.json").string();
     std::error_code ec;
-    std::vector<std::string> held;
-    for (const char* f : {"config.json", "model.safetensors", "checkpoint.safetensors"})
-        if (fs::exists(dir / f, ec)) held.push_back(f);
-    const bool replace = !opt.resume && !held.empty();
-    if (replace && !opt.overwrite)
-        throw ConfigError(detail::str("'", opt.out_dir, "' holds a model (", held.front(), "); --resume continues it, "
-                                      "--overwrite replaces it, or give another --out"));
-    if (replace) check_no_files_aside(opt.out_dir);
+    // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
+    const OutFolder out(dir);
+    const bool replace = !opt.resume && !check_fresh_out(opt.out_dir, out.dir, opt.overwrite).empty();
     if (opt.resume) {
         const std::string ckpt = (dir / "checkpoint.safetensors").string();
         QKV_CHECK(fs::exists(ckpt, ec), "--resume: '", ckpt, "' does not exist (nothing to resume)");
@@ -380,13 +375,16 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     // Only now, with the data read and the model built, does a fresh run write into the folder;
     // a replaced run's files wait aside until the new run's first checkpoint after a step.
     std::optional<ReplacedRun> replaced;
-    if (replace) replaced.emplace(opt.out_dir);
+    if (replace) replaced.emplace(opt.out_dir, out);
     RunResult res;
     std::optional<Trainer> trainer;
-    const FreshRunStart start(dir);
+    const FreshRunStart start(out);
     try {
+        if (!opt.resume) fs::create_directories(dir);
+        // Temporaries of these files' writes cut short by a kill of an earlier run (the trainer
+        // removes those of the checkpoint, model and metrics).
+        for (const char* f : {"config.json", "vocab.txt"}) util::remove_stale_temp_files((dir / f).string());
         if (!opt.resume) {
-            fs::create_directories(dir);
             cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
             cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
             util::write_file_atomic(cfg_file, lm_config_json(cfg));

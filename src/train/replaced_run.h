@@ -1,6 +1,8 @@
 #pragma once
-// Private to src/train: an overwritten run's files wait aside until the new run has a model
-// (train::run and train::run_lm).
+// Private to src/train (train::run and train::run_lm): the --out folder as the OS will find it
+// (OutFolder), the refusal of a fresh run into a folder that holds run files (check_fresh_out), an
+// overwritten run's files waiting aside until the new run has a model (ReplacedRun), and undoing a
+// failed fresh run (FreshRunStart).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -15,64 +17,6 @@
 namespace qkv::train {
 
 namespace fs = std::filesystem;
-
-inline constexpr const char* kAside = ".qkv-replaced";
-
-/// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles) wait in
-/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
-/// fails or is stopped before that gets them back.
-class ReplacedRun {
-public:
-    /// Moves the run files in `dir` aside (a rename each: the same file system).
-    explicit ReplacedRun(const std::string& dir) : dir_(dir), aside_(fs::path(dir) / kAside) {
-        fs::create_directory(aside_);
-        std::error_code ec;
-        for (const char* f : kModelDirFiles)
-            if (fs::exists(dir_ / f, ec)) fs::rename(dir_ / f, aside_ / f);
-        pending_ = true;
-    }
-    /// The new run has a model: the earlier one goes for good.
-    void discard() {
-        if (!pending_) return;
-        fs::remove_all(aside_);
-        pending_ = false;
-    }
-    /// The new run has none: its files go, the earlier run's come back. True when it did so.
-    bool restore() {
-        if (!pending_) return false;
-        pending_ = false;
-        std::error_code ec;
-        for (const char* f : kModelDirFiles) {
-            fs::remove(dir_ / f, ec);
-            if (fs::exists(aside_ / f, ec)) fs::rename(aside_ / f, dir_ / f);
-        }
-        fs::remove(aside_, ec);
-        return true;
-    }
-
-    /// restore() after the new run threw; says so on `log` (may be null).
-    void restore_after_failure(std::FILE* log) {
-        if (restore() && log)
-            std::fprintf(log, "qkv train: the new run failed before its first checkpoint; the earlier model in %s is "
-                              "restored\n", dir_.c_str());
-    }
-    /// restore() after fit() returned: true when the new run had no checkpoint after a step and
-    /// the earlier files came back, said on `log` with what stopped it (`sig`: SIGINT, SIGTERM,
-    /// or 0 for another stop).
-    bool restore_after_stop(int sig, std::FILE* log) {
-        if (!restore()) return false;
-        if (log)
-            std::fprintf(log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
-                              "restored\n",
-                         sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped",
-                         dir_.c_str());
-        return true;
-    }
-
-private:
-    fs::path dir_, aside_;
-    bool pending_ = false;
-};
 
 /// A run's --out folder as the OS will find it once fs::create_directories has made it, worked out
 /// before anything is created: each existing component with its symbolic links followed, ".." the
@@ -116,13 +60,77 @@ struct OutFolder {
     }
 };
 
+inline constexpr const char* kAside = ".qkv-replaced";
+
+/// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles) wait in
+/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
+/// fails or is stopped before that gets them back.
+class ReplacedRun {
+public:
+    /// Moves the run files in the folder of --out `shown` (`out`: as the OS finds it) aside (a
+    /// rename each: the same file system).
+    ReplacedRun(const std::string& shown, const OutFolder& out)
+        : shown_(shown), out_(out), dir_(out.dir), aside_(out.dir / kAside) {
+        fs::create_directory(aside_);
+        std::error_code ec;
+        for (const char* f : kModelDirFiles)
+            if (fs::exists(fs::symlink_status(dir_ / f, ec))) fs::rename(dir_ / f, aside_ / f);
+        pending_ = true;
+    }
+    /// The new run has a model: the earlier one goes for good.
+    void discard() {
+        if (!pending_) return;
+        fs::remove_all(aside_);
+        pending_ = false;
+    }
+    /// The new run has none: its files go, the earlier run's come back, and folders the new run
+    /// made on the way to its folder (--out new/..) go. True when it did so.
+    bool restore() {
+        if (!pending_) return false;
+        pending_ = false;
+        std::error_code ec;
+        for (const char* f : kModelDirFiles) {
+            fs::remove(dir_ / f, ec);
+            if (fs::exists(fs::symlink_status(aside_ / f, ec))) fs::rename(aside_ / f, dir_ / f);
+        }
+        fs::remove(aside_, ec);
+        out_.remove_created_folders();
+        return true;
+    }
+
+    /// restore() after the new run threw; says so on `log` (may be null).
+    void restore_after_failure(std::FILE* log) {
+        if (restore() && log)
+            std::fprintf(log, "qkv train: the new run failed before its first checkpoint; the earlier model in %s is "
+                              "restored\n", shown_.c_str());
+    }
+    /// restore() after fit() returned: true when the new run had no checkpoint after a step and
+    /// the earlier files came back, said on `log` with what stopped it (`sig`: SIGINT, SIGTERM,
+    /// or 0 for another stop).
+    bool restore_after_stop(int sig, std::FILE* log) {
+        if (!restore()) return false;
+        if (log)
+            std::fprintf(log, "qkv train: %s before the new run's first checkpoint; the earlier model in %s is "
+                              "restored\n",
+                         sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGTERM ? "interrupted (SIGTERM)" : "stopped",
+                         shown_.c_str());
+        return true;
+    }
+
+private:
+    std::string shown_;
+    OutFolder   out_;
+    fs::path    dir_, aside_;
+    bool pending_ = false;
+};
+
 /// What a fresh run finds before it writes anything: its folder (OutFolder) and which run file
-/// names (kModelDirFiles) are already there (a folder is refused only when it holds a model, so a
-/// user's own vocab.txt or loss.png may be there). Undoing the run removes only what it made.
+/// names (kModelDirFiles) are already there (none: a folder that holds one is refused,
+/// check_fresh_out, unless something wrote one since). Undoing the run removes only what it made.
 struct FreshRunStart {
     OutFolder             out;
     std::vector<fs::path> had;
-    explicit FreshRunStart(const fs::path& dir) : out(dir) {
+    explicit FreshRunStart(OutFolder folder) : out(std::move(folder)) {
         std::error_code ec;
         for (const char* f : kModelDirFiles)
             if (fs::exists(out.dir / f, ec)) had.push_back(out.dir / f);
@@ -147,15 +155,58 @@ inline void remove_files_of_failed_fresh_run(const FreshRunStart& start) {
     start.undo();
 }
 
-/// --overwrite into `out_dir` while an earlier overwrite's files still wait aside (it was killed):
-/// a ConfigError saying how to recover.
-inline void check_no_files_aside(const std::string& out_dir) {
+/// --overwrite into --out `out_dir` (resolved: `dir`) while an earlier overwrite's files still
+/// wait aside (it was killed): a ConfigError saying how to recover.
+inline void check_no_files_aside(const std::string& out_dir, const fs::path& dir) {
     const fs::path aside = fs::path(out_dir) / kAside;
     std::error_code ec;
-    if (fs::exists(aside, ec))
+    if (fs::exists(dir / kAside, ec))
         throw ConfigError(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
                                       "--overwrite was replacing when it was killed; move its files back into '",
                                       out_dir, "' (or delete it) first"));
+}
+
+/// The run file names (kModelDirFiles) in the folder `dir`, in that order. Temporaries of their
+/// writes that a killed run left ("config.json.tmp.123") are not among them: a run removes those
+/// (util::remove_stale_temp_files) before it writes the file.
+inline std::vector<std::string> run_files_in(const fs::path& dir) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const char* f : kModelDirFiles)
+        if (fs::exists(fs::symlink_status(dir / f, ec))) found.push_back(f);
+    return found;
+}
+
+/// A fresh run (no --resume) into --out `out_dir` (resolved: `dir`, OutFolder::dir) writes over or
+/// removes every run file (kModelDirFiles) there, so a folder that holds any is refused with a
+/// ConfigError naming the folder and the files, unless `overwrite`: one with a model
+/// (model.safetensors, checkpoint.safetensors, config.json) "already holds a qkv model (...)";
+/// one with other run files only (a user's spm.model, metrics.jsonl, ...) "holds files that qkv
+/// train writes (...) but no model". With `overwrite` a folder whose earlier replaced files still
+/// wait aside is refused (check_no_files_aside). Returns the run files found: those --overwrite
+/// moves aside (ReplacedRun).
+inline std::vector<std::string> check_fresh_out(const std::string& out_dir, const fs::path& dir, bool overwrite) {
+    const std::vector<std::string> found = run_files_in(dir);
+    if (found.empty()) return found;
+    if (overwrite) {
+        check_no_files_aside(out_dir, dir);
+        return found;
+    }
+    std::string model, all;
+    for (const auto& f : found) {
+        all += (all.empty() ? "" : ", ") + f;
+        if (f == "model.safetensors" || f == "checkpoint.safetensors" || f == "config.json")
+            model += (model.empty() ? "" : ", ") + f;
+    }
+    if (!model.empty())
+        throw ConfigError(detail::str("--out '", out_dir, "' already holds a qkv model (", model,
+                                      "); continue its training with --resume, replace it with --overwrite, or give "
+                                      "another --out"));
+    throw ConfigError(detail::str("--out '", out_dir, "' holds files that qkv train writes (", all,
+                                  ") but no model; a new run would write over them: give another --out, or replace "
+                                  "them with --overwrite (they wait in '", (fs::path(out_dir) / kAside).string(),
+                                  "' until the new run's first checkpoint and come back if it fails or is stopped "
+                                  "before it)"));
 }
 
 }  // namespace qkv::train

@@ -132,28 +132,6 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     }
 }
 
-/// The files a model folder holds that tell it is one (a run's model, its checkpoint, its
-/// configuration): those of them in `dir`.
-std::vector<std::string> model_files_in(const std::string& dir) {
-    std::vector<std::string> held;
-    std::error_code ec;
-    for (const char* f : {"model.safetensors", "checkpoint.safetensors", "config.json"})
-        if (fs::exists(fs::path(dir) / f, ec)) held.push_back(f);
-    return held;
-}
-
-/// A fresh run into a folder that holds a model replaces it only when asked (overwrite).
-void check_held_model(const RunOptions& opt, const std::vector<std::string>& held) {
-    if (held.empty()) return;
-    std::string names;
-    for (const auto& f : held) names += (names.empty() ? "" : ", ") + f;
-    if (!opt.overwrite)
-        config_error(detail::str("--out '", opt.out_dir, "' already holds a qkv model (", names,
-                                 "); continue its training with --resume, replace it with --overwrite, or "
-                                 "give another --out"));
-    check_no_files_aside(opt.out_dir);
-}
-
 /// Observers given as functions.
 class FunctionHook : public TrainHook {
 public:
@@ -217,7 +195,8 @@ void log_model(const RunConfig& cfg, const models::EncoderDecoder& model, std::F
 
 /// Trains `model` into the folder; an overwritten run's files wait aside until the first
 /// checkpoint after a step. Returns false when they were restored after the run stopped before it.
-bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunOptions& opt, bool replace) {
+bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunOptions& opt, const OutFolder& out,
+                       bool replace) {
     const RunConfig& cfg = res.config;
     const TranslationData& d = *res.data;
     TrainRuntime rt;
@@ -241,8 +220,8 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     // Only now, with the model built and a signal only stopping the run, does a fresh run write
     // into the folder; an earlier run's files there wait aside until its first checkpoint.
     std::optional<ReplacedRun> replaced;
-    if (replace && writer) replaced.emplace(opt.out_dir);
-    const FreshRunStart start(opt.out_dir);
+    if (replace && writer) replaced.emplace(opt.out_dir, out);
+    const FreshRunStart start(out);
     try {
         if (!opt.resume && writer) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
         Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
@@ -369,8 +348,10 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         dist::check_same_on_all_ranks(*opt.comm, "the configuration (flags and config.json)",
                                       detail::str(to_json(cfg).dump(), " out ", opt.out_dir, " resume ", opt.resume,
                                                   " overwrite ", opt.overwrite));
-    const std::vector<std::string> held = opt.resume ? std::vector<std::string>{} : model_files_in(opt.out_dir);
-    check_held_model(opt, held);
+    // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
+    const OutFolder out(opt.out_dir);
+    const std::vector<std::string> held =
+        opt.resume ? std::vector<std::string>{} : check_fresh_out(opt.out_dir, out.dir, opt.overwrite);
     RunResult res;
     if (opt.resume) {
         const TrainingProgress p =
@@ -406,7 +387,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     res.model = build_model(cfg, kTrainingCopies);
     log_model(cfg, *res.model, opt.log);
     res.config = cfg;
-    if (!train_into_folder(res, *res.model, opt, !held.empty())) {
+    if (!train_into_folder(res, *res.model, opt, out, !held.empty())) {
         res.restored_earlier = true;
         return res;
     }

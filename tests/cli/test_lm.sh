@@ -63,7 +63,7 @@ err_has "apply to sampling"
 run_rc 2 train "${tiny[@]}" --out "$T/lm2" --subword bpe
 err_has "--subword does not apply to --model lm"
 run_rc 2 train "${tiny[@]}" --out "$T/lm"
-err_has "holds a model"
+err_has "qkv: error: --out '$T/lm' already holds a qkv model (model.safetensors, checkpoint.safetensors, config.json)"
 run_rc 2 train --preset lm-tiny --out "$T/lm3"
 err_has "--preset lm-tiny needs --model lm"
 run_rc 2 train "${tiny[@]}" --out "$T/lm3" --num-kv-heads 3

@@ -2,10 +2,14 @@
 # qkv train into a folder that already holds a model, on a tiny corpus written here:
 #  1. without --resume or --overwrite: refused before the data is read (exit 2), naming the folder
 #     and both ways on; the folder's files stay byte for byte; --overwrite with --resume refused;
+#     a folder with files of the run files' names but no model (a user's spm.model, vocabularies,
+#     metrics.jsonl, loss.png) is refused too, naming them, also through --out DIR/new/.. and for
+#     lm; --overwrite replaces them, and a replacement that fails gives them back;
 #  2. --overwrite replaces the model and leaves nothing aside; a replacement that fails before its
 #     first checkpoint (a stale temporary it cannot remove: a folder) gets the earlier files back,
 #     byte for byte; a left-over OUT/.qkv-replaced (a killed --overwrite) is refused;
-#  3. an empty existing folder, or one with other files only, is trained into without a flag;
+#  3. an empty existing folder, or one with other files only, is trained into without a flag; so
+#     is one with a killed run's temporaries of run files only, which the run removes (also lm);
 #  4. --resume refuses the other architecture's flags, as a fresh run does: bahdanau-only flags on
 #     a Transformer folder and Transformer-only ones on a bahdanau folder, naming the flag and the
 #     folder's architecture; nothing in the folder changes;
@@ -39,6 +43,27 @@ err_has "--out '$T/cfg' already holds a qkv model (config.json)"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run" --overwrite --resume
 err_has "qkv: error: --resume continues the model in --out and --overwrite replaces it: give one of them"
 sums "$T/run" | cmp -s - "$T/before" || fail "--overwrite --resume changed the model folder"
+# the model folder spelt through a folder the run would make
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run/new/.."
+err_has "qkv: error: --out '$T/run/new/..' already holds a qkv model (model.safetensors, checkpoint.safetensors, config.json)"
+[ ! -e "$T/run/new" ] || fail "a refused train made $T/run/new"
+sums "$T/run" | cmp -s - "$T/before" || fail "a refused train into --out $T/run/new/.. changed the model folder"
+# run files without a model: refused too, naming them
+mkdir "$T/mine"
+for f in spm.model src_vocab.txt tgt_vocab.txt metrics.jsonl loss.png; do echo "mine: $f" > "$T/mine/$f"; done
+mine_sums() { (cd "$T/mine" && ls -A && md5sum ./*); }
+mine_sums > "$T/mine.before"
+for out in "$T/mine" "$T/mine/" "$T/mine/new/.."; do
+  run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$out"
+  err_has "qkv: error: --out '$out' holds files that qkv train writes (src_vocab.txt, tgt_vocab.txt, spm.model, metrics.jsonl, loss.png) but no model" \
+          "give another --out, or replace them with --overwrite (they wait in '${out%/}/.qkv-replaced' until the new run's first checkpoint"
+  ! grep -q "^data:" "$T/err" || fail "train read the data before refusing --out $out"
+  mine_sums | cmp -s - "$T/mine.before" || fail "a refused train into --out $out changed the user's files"
+done
+run_rc 2 train --model lm --data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --max-steps 1 --no-progress \
+  --out "$T/mine"
+err_has "qkv: error: --out '$T/mine' holds files that qkv train writes (src_vocab.txt, tgt_vocab.txt, spm.model, metrics.jsonl, loss.png) but no model"
+mine_sums | cmp -s - "$T/mine.before" || fail "a refused lm train changed the user's files"
 
 # ---- 2. --overwrite: a failed replacement restores the earlier files; a good one replaces them
 mkdir -p "$T/run/model.safetensors.tmp.1/x"   # fit cannot remove this "stale temporary"
@@ -67,6 +92,16 @@ run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --o
 mkdir "$T/notes" && echo "mine" > "$T/notes/notes.txt"
 run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/notes"
 [ "$(cat "$T/notes/notes.txt")" = mine ] || fail "train touched an unrelated file in --out"
+# a killed run's temporaries (a write cut short) are not the user's: trained into, and removed
+mkdir "$T/stale" "$T/lmstale"
+touch "$T/stale/config.json.tmp.123" "$T/stale/src_vocab.txt.tmp.45" "$T/stale/metrics.jsonl.tmp.6"
+run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/stale"
+[ -z "$(find "$T/stale" -name '*.tmp.*')" ] || fail "train left a killed run's temporaries: $(ls "$T/stale")"
+touch "$T/lmstale/config.json.tmp.123" "$T/lmstale/vocab.txt.tmp.45" "$T/lmstale/checkpoint.safetensors.tmp.6"
+printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
+run_rc 0 train --model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 \
+  --max-steps 1 --no-progress --out "$T/lmstale"
+[ -z "$(find "$T/lmstale" -name '*.tmp.*')" ] || fail "train --model lm left a killed run's temporaries: $(ls "$T/lmstale")"
 
 # ---- 4. --resume with the other architecture's flags
 sums "$T/empty" > "$T/before"
@@ -155,16 +190,19 @@ fails_fresh "$T/links/here/L/../x" "${fresh[@]}"
 err_has "$T/links/here/L/../x/checkpoint.safetensors"
 [ "$(cd "$T/links" && find . | sort | tr '\n' ' ')" = ". ./elsewhere ./elsewhere/target ./here ./here/L ./here/x " ] ||
   { find "$T/links"; fail "a failed fresh run into --out L/../x (L a link to elsewhere/target) left elsewhere/x or removed a folder it did not make"; }
-mkdir "$T/fail3" && echo mine > "$T/fail3/loss.png"  # a run file's name the run had not written yet
-fails_fresh "$T/fail3" "${fresh[@]}"
-[ "$(cat "$T/fail3/loss.png" 2>&1)" = mine ] ||
-  { ls -la "$T/fail3"; fail "a failed fresh run removed files of a run file's name that the user had in the folder"; }
+# --overwrite of run files without a model (section 1): a replacement that fails gives them back
+fails_fresh "$T/mine/new/.." "${fresh[@]}" --overwrite
+err_has "the earlier model in $T/mine/new/.. is restored"
+mine_sums | cmp -s - "$T/mine.before" || { ls -la "$T/mine"; fail "a failed --overwrite did not give the user's run files back"; }
+run_rc 0 train "${fresh[@]}" --out "$T/mine" --overwrite
+out_has "trained 1 step"
+[ ! -e "$T/mine/spm.model" ] && [ ! -e "$T/mine/.qkv-replaced" ] || { ls -la "$T/mine"; fail "--overwrite kept a file it replaced"; }
+run_rc 0 translate --model "$T/mine" "go ."
 mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
 fails_fresh "$T/fail2" "${fresh[@]}"
 [ "$(ls -A "$T/fail2")" = notes.txt ] || { ls -la "$T/fail2"; fail "a failed fresh run left files in an existing folder"; }
 run_rc 0 train "${fresh[@]}" --out "$T/fail2"
 out_has "trained 1 step"
-printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
 lm=(--model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 --max-steps 1
     --no-progress)
 fails_fresh "$T/lmfail" "${lm[@]}"

@@ -161,8 +161,10 @@ std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p,
 /// overwrite), reads the data (on resume: checks its fingerprint and vocabularies against the
 /// folder), builds the model with cfg.train.seed, writes config.json and the vocabularies, trains,
 /// and writes config.json again (a resume: the stopping rules given are not saved). `given` only
-/// words messages (resume_already_done). Throws ConfigError for a folder that holds a model without
-/// resume/overwrite, for resume with overwrite and for a forced flash backend that cannot take the
+/// words messages (resume_already_done). Throws ConfigError for a folder that holds a model, or
+/// other files of the names a run writes (model_dir.h kModelDirFiles), without resume/overwrite
+/// (the folder as the system will find it once made: --out new/.. is the folder new is in), for
+/// resume with overwrite and for a forced flash backend that cannot take the
 /// Transformer's heads (check_forced_flash), qkv::Error for data, file and training errors
 /// (after restoring an overwritten run's files when the new run had no checkpoint yet).
 RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given = {});
