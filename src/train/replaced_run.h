@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/train/average.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 
@@ -62,9 +63,10 @@ struct OutFolder {
 
 inline constexpr const char* kAside = ".qkv-replaced";
 
-/// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles) wait in
-/// OUT/.qkv-replaced until the new run has written its first checkpoint after a step; a run that
-/// fails or is stopped before that gets them back.
+/// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles, and the models of
+/// kept checkpoints in OUT/checkpoints, average.h kept_checkpoints) wait in OUT/.qkv-replaced until
+/// the new run has written its first checkpoint after a step; a run that fails or is stopped
+/// before that gets them back.
 class ReplacedRun {
 public:
     /// Moves the run files in the folder of --out `shown` (`out`: as the OS finds it) aside (a
@@ -75,6 +77,11 @@ public:
         std::error_code ec;
         for (const char* f : kModelDirFiles)
             if (fs::exists(fs::symlink_status(dir_ / f, ec))) fs::rename(dir_ / f, aside_ / f);
+        // The new run removes the kept checkpoints it finds (RunRecorder::start).
+        had_kept_dir_ = fs::exists(dir_ / kKept, ec);
+        const auto kept = kept_checkpoints(dir_.string());
+        if (!kept.empty()) fs::create_directory(aside_ / kKept);
+        for (const auto& k : kept) fs::rename(k, aside_ / kKept / fs::path(k).filename());
         pending_ = true;
     }
     /// The new run has a model: the earlier one goes for good.
@@ -93,6 +100,14 @@ public:
             fs::remove(dir_ / f, ec);
             if (fs::exists(fs::symlink_status(aside_ / f, ec))) fs::rename(aside_ / f, dir_ / f);
         }
+        for (const auto& k : kept_checkpoints(dir_.string())) fs::remove(k, ec);  // the new run's
+        std::vector<fs::path> earlier;
+        for (fs::directory_iterator it(aside_ / kKept, ec), end; !ec && it != end; it.increment(ec))
+            earlier.push_back(it->path());
+        for (const auto& k : earlier) fs::rename(k, dir_ / kKept / k.filename(), ec);
+        fs::remove(aside_ / kKept, ec);
+        if (!had_kept_dir_ && fs::is_directory(dir_ / kKept, ec) && fs::is_empty(dir_ / kKept, ec))
+            fs::remove(dir_ / kKept, ec);  // made by the new run
         fs::remove(aside_, ec);
         out_.remove_created_folders();
         return true;
@@ -118,10 +133,12 @@ public:
     }
 
 private:
+    static constexpr const char* kKept = "checkpoints";
     std::string shown_;
     OutFolder   out_;
     fs::path    dir_, aside_;
-    bool pending_ = false;
+    bool had_kept_dir_ = false;
+    bool pending_      = false;
 };
 
 /// What a fresh run finds before it writes anything: its folder (OutFolder) and which run file
@@ -166,14 +183,17 @@ inline void check_no_files_aside(const std::string& out_dir, const fs::path& dir
                                       out_dir, "' (or delete it) first"));
 }
 
-/// The run file names (kModelDirFiles) in the folder `dir`, in that order. Temporaries of their
-/// writes that a killed run left ("config.json.tmp.123") are not among them: a run removes those
-/// (util::remove_stale_temp_files) before it writes the file.
+/// The run file names (kModelDirFiles) in the folder `dir`, in that order, then "N kept
+/// checkpoints in checkpoints/" when it keeps some (kept_checkpoints: a new run removes
+/// them). Temporaries of their writes that a killed run left ("config.json.tmp.123") are not among
+/// them: a run removes those (util::remove_stale_temp_files) before it writes the file.
 inline std::vector<std::string> run_files_in(const fs::path& dir) {
     std::vector<std::string> found;
     std::error_code ec;
     for (const char* f : kModelDirFiles)
         if (fs::exists(fs::symlink_status(dir / f, ec))) found.push_back(f);
+    if (const size_t n = kept_checkpoints(dir.string()).size(); n > 0)
+        found.push_back(detail::str(n, " kept checkpoint", n == 1 ? "" : "s", " in checkpoints/"));
     return found;
 }
 

@@ -4,7 +4,8 @@
 #     and both ways on; the folder's files stay byte for byte; --overwrite with --resume refused;
 #     a folder with files of the run files' names but no model (a user's spm.model, vocabularies,
 #     metrics.jsonl, loss.png) is refused too, naming them, also through --out DIR/new/.. and for
-#     lm; --overwrite replaces them, and a replacement that fails gives them back;
+#     lm; --overwrite replaces them, and a replacement that fails gives them back (kept
+#     checkpoints too, section 6);
 #  2. --overwrite replaces the model and leaves nothing aside; a replacement that fails before its
 #     first checkpoint (a stale temporary it cannot remove: a folder) gets the earlier files back,
 #     byte for byte; a left-over OUT/.qkv-replaced (a killed --overwrite) is refused;
@@ -198,6 +199,20 @@ run_rc 0 train "${fresh[@]}" --out "$T/mine" --overwrite
 out_has "trained 1 step"
 [ ! -e "$T/mine/spm.model" ] && [ ! -e "$T/mine/.qkv-replaced" ] || { ls -la "$T/mine"; fail "--overwrite kept a file it replaced"; }
 run_rc 0 translate --model "$T/mine" "go ."
+# kept checkpoints (--keep-checkpoints) are run files too: a failed --overwrite gives them back;
+# without a model they are refused like the other run files (a new run would remove them)
+run_rc 0 train "${fresh[@]}" --keep-checkpoints 2 --out "$T/kept"
+kept_sums() { (cd "$T/kept" && find . | sort && find . -type f | sort | xargs md5sum); }
+kept_sums > "$T/kept.before"
+grep -q "checkpoints/model-step-" "$T/kept.before" || { cat "$T/kept.before"; fail "--keep-checkpoints 2 kept none"; }
+fails_fresh "$T/kept" "${fresh[@]}" --overwrite
+err_has "the earlier model in $T/kept is restored"
+kept_sums | cmp -s - "$T/kept.before" || { find "$T/kept"; fail "a failed --overwrite did not give the kept checkpoints back"; }
+find "$T/kept" -maxdepth 1 -type f -delete
+kept_sums > "$T/kept.before"
+run_rc 2 train "${fresh[@]}" --out "$T/kept"
+err_has "qkv: error: --out '$T/kept' holds files that qkv train writes (1 kept checkpoint in checkpoints/) but no model"
+kept_sums | cmp -s - "$T/kept.before" || { find "$T/kept"; fail "a refused train changed the kept checkpoints"; }
 mkdir "$T/fail2" && echo keep > "$T/fail2/notes.txt"
 fails_fresh "$T/fail2" "${fresh[@]}"
 [ "$(ls -A "$T/fail2")" = notes.txt ] || { ls -la "$T/fail2"; fail "a failed fresh run left files in an existing folder"; }
