@@ -101,7 +101,7 @@ Registration reg([](CLI::App& app) {
                                                "with dropout, and the 4-token self-attention "
                                                "matrix as a table and a heatmap");
     sc->add_option("--seed", a->seed, "seed of the random inputs and embeddings")
-        ->check(seed_value())
+        ->transform(seed_value())
         ->capture_default_str();
     sc->add_option("--out", a->out, "output folder for the heatmap")
         ->check(non_empty_path())

@@ -29,7 +29,7 @@ Registration reg([](CLI::App& app) {
         ->check(non_empty_path());
     c->add_option("--last", a->last, "average the last K checkpoints the one MODEL_DIR kept (qkv train "
                                      "--keep-checkpoints K)")
-        ->check(int_range(1, 1000000));
+        ->transform(int_range(1, 1000000));
     c->add_option("--dtype", a->dtype, "how the new model.safetensors stores the parameters: fp32, or bf16 (each "
                                        "mean rounded once to bf16: half the file; one MODEL_DIR converts it)")
         ->check(CLI::IsMember({"fp32", "bf16"}));

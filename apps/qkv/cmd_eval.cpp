@@ -176,14 +176,14 @@ Registration reg([](CLI::App& app) {
         ->check(non_empty_path());
     c->add_option("--data", a->data, "data file (default: the one recorded in config.json)")
         ->check(non_empty_path());
-    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->check(int_range(1, 100));
+    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(real_range(0, 10));
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
+    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
     c->add_option("--limit", a->limit, "score only the first N held-out pairs")
-        ->check(int_range(1, 1000000000));
-    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->check(int_range(1, 100000));
+        ->transform(int_range(1, 1000000000));
+    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
-        ->check(int_range(0, 1000000000));
+        ->transform(int_range(0, 1000000000));
     c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line")->check(non_empty_path());
     c->add_option("--json", a->json_out, "write the scores as JSON")->check(non_empty_path());
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");

@@ -223,7 +223,7 @@ Registration reg([](CLI::App& app) {
                   "prefix; the folder must exist")
         ->check(non_empty_path());
     c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
+    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });
 });

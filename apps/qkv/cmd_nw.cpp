@@ -221,17 +221,17 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
                                                       "(default: 150, or 50 with --preset zh)")
-                  ->check(int_range(2, kMaxTrainPoints));
+                  ->transform(int_range(2, kMaxTrainPoints));
     // 0 epochs would only plot the initial w, with no loss curve or history: that untrained kernel
     // is --kernel-width 1/w (the seed's w0 = 1: sigma 1), so 0 is a usage error.
     auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh; "
                                                      "no training: --kernel-width)")
-        ->check(int_range(1, 1000000));
+        ->transform(int_range(1, 1000000));
     auto* lr = sc->add_option("--lr", a->lr, "SGD learning rate")
                    ->check(real_range(0, 1000, /*lo_open=*/true))
                    ->capture_default_str();
     sc->add_option("--seed", a->seed, "seed of the data generator (and of w0 with --preset zh)")
-        ->check(seed_value())
+        ->transform(seed_value())
         ->capture_default_str();
     sc->add_option("--data", a->data, "CSV of x,y training pairs (header line allowed) instead of "
                                       "generated data")

@@ -186,25 +186,25 @@ Registration reg([](CLI::App& app) {
                                                      "(Linear weights quantized per channel), as qkv translate")
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
-    c->add_option("--port", a->port, "TCP port (default 8080; 0 = any free port, see --port-file)")->check(int_range(0, 65535));
+    c->add_option("--port", a->port, "TCP port (default 8080; 0 = any free port, see --port-file)")->transform(int_range(0, 65535));
     c->add_option("--port-file", a->port_file, "write the port listened on to this file once listening")
         ->check(non_empty_path());
     c->add_option("--max-batch-tokens", a->max_batch_tokens,
                   "most source tokens decoded in one batch (default 4096; 1 = one request at a time)")
-        ->check(int_range(1, 1000000));
+        ->transform(int_range(1, 1000000));
     c->add_option("--max-wait-ms", a->max_wait_ms, "how long a request may wait for batch-mates (default 5)")
-        ->check(int_range(0, 10000));
+        ->transform(int_range(0, 10000));
     c->add_option("--max-queue", a->max_queue, "most sentences waiting; beyond it 503 + Retry-After (default 256)")
-        ->check(int_range(1, 1000000));
+        ->transform(int_range(1, 1000000));
     c->add_option("--timeout-ms", a->timeout_ms, "per-request deadline for waiting in the queue (default 30000)")
-        ->check(int_range(1, 3600000));
+        ->transform(int_range(1, 3600000));
     c->add_option("--api-key", a->api_key, "require this key (X-API-Key, Authorization: Bearer, or api_key)");
     c->add_option("--max-body-bytes", a->max_body_bytes, "largest request body (default 1048576; 413 beyond)")
-        ->check(int_range(64, 1 << 30));
+        ->transform(int_range(64, 1 << 30));
     c->add_option("--max-sentences", a->max_sentences, "most sentences per request (default 64)")
-        ->check(int_range(1, 100000));
-    c->add_option("--max-chars", a->max_chars, "most characters per sentence (default 1000)")->check(int_range(1, 1000000));
-    c->add_option("--http-threads", a->http_threads, "connections handled at once (default: --max-queue + 64)")->check(int_range(1, 4096));
+        ->transform(int_range(1, 100000));
+    c->add_option("--max-chars", a->max_chars, "most characters per sentence (default 1000)")->transform(int_range(1, 1000000));
+    c->add_option("--http-threads", a->http_threads, "connections handled at once (default: --max-queue + 64)")->transform(int_range(1, 4096));
     c->callback([a] { run(*a); });
 });
 

@@ -544,12 +544,12 @@ Registration reg([](CLI::App& app) {
         ->check(CLI::IsMember({"transformer", "bahdanau", "lm"}));
     c->add_option("--num-kv-heads", a->num_kv_heads, "--model lm: key/value heads (grouped-query attention; divides "
                                                      "--num-heads)")
-        ->check(int_range(1, 1024));
+        ->transform(int_range(1, 1024));
     c->add_option("--positions", a->positions, "--model lm: rope (default) or sinusoidal")
         ->check(CLI::IsMember({"rope", "sinusoidal"}));
     c->add_option("--window", a->window, "--model lm: sliding-window attention, each token sees itself and the "
                                          "N - 1 before it")
-        ->check(int_range(1, 1000000000));
+        ->transform(int_range(1, 1000000000));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip), or a TSV corpus: source<TAB>target per line, "
                                      "plain or gzip")
@@ -585,24 +585,24 @@ Registration reg([](CLI::App& app) {
                   "also validate, and write the checkpoint, every this much training time, e.g. 5m; "
                   "'off': at epoch ends only (default: the preset's, 5m for full and anchor, else off)")
         ->check(duration_or_off());
-    c->add_option("--epochs", a->epochs, "epochs")->check(int_range(1, 1000000));
+    c->add_option("--epochs", a->epochs, "epochs")->transform(int_range(1, 1000000));
     c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
-        ->check(int_range(1, 1000000000));
+        ->transform(int_range(1, 1000000000));
     c->add_option("--num-hiddens", a->num_hiddens, "model width C (bahdanau: GRU and attention width H)")
-        ->check(int_range(1, 65536));
-    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->check(int_range(1, 65536));
-    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->check(int_range(1, 64));
+        ->transform(int_range(1, 65536));
+    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->transform(int_range(1, 65536));
+    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->transform(int_range(1, 64));
     a->o_bidir = c->add_flag("--bidirectional,!--no-bidirectional", a->bidirectional,
                              "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; "
                              "D2L's is unidirectional); --num-hiddens must be even (default: on for the demo "
                              "preset, off for the others; --no-bidirectional turns it off)");
-    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->check(int_range(1, 64));
-    c->add_option("--num-heads", a->num_heads, "attention heads")->check(int_range(1, 1024));
-    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->check(int_range(1, 262144));
+    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->transform(int_range(1, 64));
+    c->add_option("--num-heads", a->num_heads, "attention heads")->transform(int_range(1, 1024));
+    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->transform(int_range(1, 262144));
     a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(real_range(0, 0.99));
-    c->add_option("--batch-size", a->batch_size, "minibatch size")->check(int_range(1, 100000));
+    c->add_option("--batch-size", a->batch_size, "minibatch size")->transform(int_range(1, 100000));
     c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad; with --subword pieces, "
-                                               "default the preset's + 2/3)")->check(int_range(2, 1000));
+                                               "default the preset's + 2/3)")->transform(int_range(2, 1000));
     c->add_option("--lr", a->lr, "Adam learning rate")->check(real_range(0, 10, /*lo_open=*/true));
     a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon")
                   ->check(real_range(0, 0.99));
@@ -611,11 +611,11 @@ Registration reg([](CLI::App& app) {
     c->add_option("--schedule", a->schedule, "learning-rate schedule (default: the preset's)")
         ->check(CLI::IsMember({"constant", "warmup_inv_sqrt", "warmup_linear_decay"}));
     c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
-        ->check(int_range(1, 1000000000));
+        ->transform(int_range(1, 1000000000));
     c->add_option("--bucket-pool", a->bucket_pool,
                   "length bucketing: sort pools of N batches by pair length, shuffle the batches "
                   "(0: off)")
-        ->check(int_range(0, 1000000));
+        ->transform(int_range(0, 1000000));
     c->add_option("--precision", a->precision,
                   "fp32 (default) or bf16: mixed-precision training, matrix products with bf16-rounded operands "
                   "and fp32 accumulation (oneDNN's bf16 matmul where AMX is usable or AVX-512-BF16 runs at full rate, "
@@ -631,30 +631,30 @@ Registration reg([](CLI::App& app) {
     a->o_quirk = c->add_flag("--pe-quirk", a->pe_quirk,
                              "decode with D2L's position-0 positional encoding at every step");
     c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs")
-        ->check(int_range(1, 1000000000));
+        ->transform(int_range(1, 1000000000));
     c->add_option("--max-src-tokens", a->max_src_tokens, "keep pairs with at most N source tokens")
-        ->check(int_range(1, 1000));
+        ->transform(int_range(1, 1000));
     c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
-        ->check(int_range(1, 1000));
+        ->transform(int_range(1, 1000));
     c->add_option("--subword", a->subword,
                   "none (D2L words, default) | bpe | unigram: SentencePiece subword units learned from "
                   "the train split (BLEU stays on words)")
         ->check(CLI::IsMember({"none", "bpe", "unigram"}));
     c->add_option("--vocab-size", a->vocab_size, "subword vocabulary size, reserved tokens included (default 8000)")
-        ->check(int_range(8, 1000000));
+        ->transform(int_range(8, 1000000));
     c->add_flag("--shared-vocab", a->shared_vocab,
                 "one vocabulary (one SentencePiece model) for English and French");
     c->add_flag("--tie-weights", a->tie_weights,
                 "Transformer: one matrix for source/target embeddings and the output layer "
                 "(needs --shared-vocab)");
     c->add_option("--min-freq", a->min_freq, "vocabulary: keep words seen at least N times in training")
-        ->check(int_range(1, 1000000000));
+        ->transform(int_range(1, 1000000000));
     c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")
-        ->check(int_range(1, 100000000));
-    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->check(int_range(1, 100000000));
+        ->transform(int_range(1, 100000000));
+    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->transform(int_range(1, 100000000));
     a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)")
-                    ->check(seed_value());
+                    ->transform(seed_value());
     c->add_flag("--no-progress", a->no_progress, "no progress bar");
     c->add_option("--grad-reduce", a->grad_reduce,
                   "under mpirun: reduce gradient buckets during backward (overlap, default) or after it "
@@ -663,10 +663,10 @@ Registration reg([](CLI::App& app) {
     c->add_option("--keep-checkpoints", a->keep_checkpoints,
                   "also keep the model of the last K checkpoints in OUT/checkpoints/ (for qkv average --last K; "
                   "0: none; kept on --resume unless given)")
-        ->check(int_range(0, 1000000));
+        ->transform(int_range(0, 1000000));
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none; "
                                                "--resume: config.json's unless given)")
-        ->check(int_range(0, 1000000000));
+        ->transform(int_range(0, 1000000000));
     c->callback([a, c] { run(*a, c); });
 });
 

@@ -203,15 +203,15 @@ Registration reg([](CLI::App& app) {
     c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin; not with sentences "
                                         "on the command line)")
         ->check(non_empty_path());
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->check(int_range(1, 100));
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
         ->check(real_range(0, 10));
-    c->add_option("--max-len", a->max_len, "most output tokens")->check(int_range(1, 1000));
-    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->check(int_range(1, 100000));
+    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
+    c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_option("--num-hypotheses", a->num_hypotheses, "n-best: print the K best of the beam as "
                                                           "'line ||| translation ||| log P ||| normalised'")
-        ->check(int_range(1, 100));
+        ->transform(int_range(1, 100));
     c->add_flag("--scores", a->scores, "print scores ('line ||| translation ||| log P ||| normalised')");
     c->add_flag("--alignments", a->alignments, "append ' ||| i-j ...' (source unit i aligned to output unit j: "
                                                "the last decoder block's cross-attention, mean over heads, argmax)");

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
         const char* group = "Global options (before or after the subcommand)";
         a->add_option("--threads", threads,
                       "threads for kernels (default 0: all cores, or OMP_NUM_THREADS when set)")
-            ->check(qkv::cli::int_range(0, qkv::kMaxThreads))
+            ->transform(qkv::cli::int_range(0, qkv::kMaxThreads))
             ->group(group);
         a->add_option("--attention", attention,
                       "attention backend: auto (fused flash kernel when it can run), math or flash "

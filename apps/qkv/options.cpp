@@ -36,9 +36,17 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
     const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
     return CLI::Validator(
         [lo, hi, range](std::string& in) -> std::string {
-            int64_t v = 0;
-            if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not " + range;
-            if (v < lo || v > hi) return in + " is out of range: expected " + range;
+            // Decimal digits after an optional sign (from_chars takes '-', not '+').
+            const char* b = in.data();
+            const char* e = b + in.size();
+            if (e - b > 1 && *b == '+' && b[1] != '-') ++b;
+            int64_t v    = 0;
+            const auto r = std::from_chars(b, e, v);
+            if (r.ptr != e || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
+                return "'" + in + "' is not " + range;
+            if (r.ec == std::errc::result_out_of_range || v < lo || v > hi)
+                return in + " is out of range: expected " + range;
+            in = std::to_string(v);  // CLI11's conversion would read a leading 0 as octal
             return {};
         },
         "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
@@ -53,6 +61,7 @@ CLI::Validator seed_value() {
             uint64_t v   = 0;  // digits only, so from_chars can fail only by overflowing
             const auto r = std::from_chars(in.data(), in.data() + in.size(), v);
             if (r.ec != std::errc()) return in + " is out of range: expected " + range;
+            in = std::to_string(v);  // CLI11's conversion would read a leading 0 as octal
             return {};
         },
         "UINT64");
@@ -289,9 +298,9 @@ void check_writable(const std::string& flag, const std::string& path) {
 }
 
 void add_decode_flags(CLI::App* c, DecodeFlags& f) {
-    c->add_option("--min-len", f.min_len, "no <eos> before this many output tokens")->check(int_range(0, 1000));
+    c->add_option("--min-len", f.min_len, "no <eos> before this many output tokens")->transform(int_range(0, 1000));
     c->add_option("--no-repeat-ngram-size", f.no_repeat_ngram_size, "no n-gram of this size twice in an output (0: off)")
-        ->check(int_range(0, 1000));
+        ->transform(int_range(0, 1000));
     c->add_option("--repetition-penalty", f.repetition_penalty,
                   "CTRL penalty on the logits of tokens already output (1: off)")
         ->check(real_range(0, 100, true));
@@ -301,7 +310,7 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
     c->add_option("--prefix", f.prefix, "target words every translation starts with (forced)");
     c->add_flag("--sampling", f.sampling, "sample each token instead of searching (greedy/beam)");
     c->add_option("--temperature", f.temperature, "sampling temperature")->check(real_range(0, 100, true));
-    c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (0: all)")->check(int_range(0, 1000000));
+    c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (0: all)")->transform(int_range(0, 1000000));
     c->add_option("--top-p", f.top_p, "sample among the most probable tokens of this mass")->check(real_range(0, 1, true));
     c->add_option("--seed", f.seed, "sampling seed (same seed, same output)");
     c->add_option("--batch-type", f.batch_type, "what --batch-size counts: examples (sentences) or tokens (source "

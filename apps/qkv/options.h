@@ -13,11 +13,15 @@
 
 namespace qkv::cli {
 
-/// An integer in [lo, hi].
+/// An integer in [lo, hi], written in decimal (digits after an optional sign); anything else is a
+/// usage error naming the flag and the value ("--threads: 'abc' is not an integer from 0 to
+/// 1024"). The value is passed on without leading zeros: CLI11's conversion reads "010" as octal 8,
+/// "0x10" as 16 and " 5" as 5. Add it with ->transform(): ->check() runs it on a copy.
 CLI::Validator int_range(int64_t lo, int64_t hi);
 
-/// A seed: a whole number from 0 to 2^64 - 1 (18446744073709551615), digits only. CLI11 alone
-/// reads "-1" and an overflowing value as 18446744073709551615 without a word.
+/// A seed: a whole number from 0 to 2^64 - 1 (18446744073709551615), digits only, passed on
+/// without leading zeros (as int_range). CLI11 alone reads "-1" and an overflowing value as
+/// 18446744073709551615 without a word, and "010" as 8.
 CLI::Validator seed_value();
 
 /// A real number in [lo, hi], or in (lo, hi] when lo_open (e.g. a learning rate > 0).

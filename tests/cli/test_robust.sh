@@ -42,6 +42,15 @@ grep -qF "'none' (or 'off'): no time" "$T/out" || fail "--help does not document
 run_rc 2 --threads 2000 info "$T";        err_has "--threads: 2000 is out of range: expected an integer from 0 to 1024"
 run_rc 2 info "$T" --threads 2000;        err_has "--threads: 2000 is out of range"
 run_rc 2 translate --threads -1 "go .";   err_has "--threads: -1 is out of range"
+# not a decimal integer: a usage error naming the flag and the value (CLI11 alone took 0x10 as 16
+# and " 4" as 4)
+for v in abc 2x 1.5 0x10 " 4" "4 " 1e1 true +-4 ""; do
+  [ -z "$v" ] && want="--threads: empty value" || want="--threads: '$v' is not an integer from 0 to 1024"
+  run_rc 2 "--threads=$v" info "$T";  err_has "qkv: error: $want"
+  run_rc 2 info "$T" "--threads=$v";  err_has "qkv: error: $want"
+done
+run_rc 2 train --batch-size 0x10;         err_has "qkv: error: --batch-size: '0x10' is not an integer from 1 to 100000"
+run_rc 2 train --max-steps 99999999999999999999; err_has "--max-steps: 99999999999999999999 is out of range"
 
 # ---- a tiny model, trained with a relative data path ('none': no time budget; --threads on both
 # sides of the command is refused: cli.test_hostile_input)
@@ -55,6 +64,12 @@ grep -qF "\"time_budget_s\": 0.0" run/config.json || fail "config.json time_budg
 ! grep -q "subword_vocab_size" run/config.json || fail "a word model's config.json records subword_vocab_size"
 want=$(realpath "$T/fra.txt")
 grep -qF "\"path\": \"$want\"" run/config.json || { grep path run/config.json; fail "config.json does not record $want"; }
+# a leading zero is still decimal (CLI11 alone read 010 as octal 8 and refused 08)
+run_rc 0 train --data fra.txt --preset demo --max-steps 08 --out run010 --time-budget none "${small[@]}" --threads 010 \
+  --seed 010
+grep -qx "qkv train: preset demo, 10 threads" "$T/err" || { cat "$T/err"; fail "--threads 010: want 10 threads"; }
+out_has "trained 8 steps"
+grep -q '"seed": 10,' run010/config.json || { grep seed run010/config.json; fail "--seed 010: want seed 10"; }
 # info: the checkpoint's step and training time in one decimal (it printed 'epoch 0' against
 # train's 'epoch 1' and a 17-digit float)
 run_rc 0 info run
