@@ -36,8 +36,8 @@ enum class Int8GemmPath { automatic, matmul_prepacked, gemm_api };
 /// dnnl_gemm_u8s8s32 on 7-bit activations). `automatic` (the default) takes matmul_prepacked where
 /// oneDNN's s8 matmul uses AMX-INT8 (the GEMM API ran int8 translation 2x slower than fp32 on an
 /// AMX Xeon; the matmul there is not measured yet), gemm_api elsewhere (with VNNI on a Zen 5 the
-/// GEMM API is 1.4-2.4x faster for one row, the matmul up to 1.7x faster for 20 rows, and they are
-/// within 15 % from 100 rows: bench/RESULTS.md). Forces a path for later calls (tests and
+/// GEMM API is up to 2.4x faster for one row, the matmul up to 1.7x faster for 20 rows, and they
+/// are within 17 % from 100 rows: bench/RESULTS.md). Forces a path for later calls (tests and
 /// benchmarks run both); matmul_prepacked falls back to gemm_api where it does not exist. Not
 /// thread-safe: call between kernel calls. Returns the previous setting.
 Int8GemmPath set_int8_gemm_path(Int8GemmPath p);
