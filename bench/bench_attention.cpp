@@ -329,16 +329,14 @@ int probe(const std::string& what, const std::string& shp, int reps) {
 
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
+    if ((g_threads = bench_take_threads(argc, argv, 2)) < 0) return 2;
     std::vector<char*> rest;
     bool               mem = false, tiles = false;
     std::string        probe_what, probe_shape = "1,8,2048,64";
     int                probe_reps = 5;
     int64_t            memN = 16384;
     for (int i = 0; i < argc; ++i) {
-        if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-            if ((g_threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
-        }
-        else if (std::strncmp(argv[i], "--isa=", 6) == 0) {  // the cap, as QKV_MAX_ISA
+        if (std::strncmp(argv[i], "--isa=", 6) == 0) {  // qkv's kernels only: QKV_MAX_ISA also caps oneDNN
             try {
                 cpu::set_max_isa(cpu::parse_isa(argv[i] + 6, "--isa"));
             } catch (const qkv::Error& e) {
@@ -361,6 +359,7 @@ int main(int argc, char** argv) {
     if (!probe_what.empty()) return probe(probe_what, probe_shape, probe_reps);
     int n = int(rest.size());
     benchmark::Initialize(&n, rest.data());
+    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -90,22 +90,12 @@ BENCHMARK(BM_bahdanau_step)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->Us
 // `--threads N` (default 2) sets the kernel thread count; other flags go to Google Benchmark.
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
-    int threads = 2;
-    std::vector<char*> rest;
-    for (int i = 0; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            if ((threads = bench_parse_threads(argv[0], argv[++i])) < 0) return 2;
-        } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-            if ((threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
-        } else {
-            rest.push_back(argv[i]);
-        }
-    }
+    const int threads = bench_take_threads(argc, argv, 2);
+    if (threads < 0) return 2;
     qkv::set_num_threads(threads);
     benchmark::AddCustomContext("threads", std::to_string(threads));
-    int n = int(rest.size());
-    benchmark::Initialize(&n, rest.data());
-    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

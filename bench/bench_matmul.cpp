@@ -341,22 +341,12 @@ BENCHMARK(BM_linear_cross_entropy)->Apply(loss_shapes)->UseRealTime()->Unit(benc
 // `--threads N` (default 2) sets the OpenMP thread count; other flags go to Google Benchmark.
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
-    int threads = 2;
-    std::vector<char*> rest;
-    for (int i = 0; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            if ((threads = bench_parse_threads(argv[0], argv[++i])) < 0) return 2;
-        } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-            if ((threads = bench_parse_threads(argv[0], argv[i] + 10)) < 0) return 2;
-        } else {
-            rest.push_back(argv[i]);
-        }
-    }
+    const int threads = bench_take_threads(argc, argv, 2);
+    if (threads < 0) return 2;
     omp_set_num_threads(threads);
     benchmark::AddCustomContext("omp_threads", std::to_string(threads));
-    int n = int(rest.size());
-    benchmark::Initialize(&n, rest.data());
-    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -160,15 +160,12 @@ int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     bool prof = false;
     std::string denormals = "flush";  // what the qkv program does unless given --denormals keep
+    const int threads = bench_take_threads(argc, argv, 0);  // 0: not given, qkv's default
+    if (threads < 0) return 2;
+    if (threads > 0) qkv::set_num_threads(threads);
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            {
-                const int n = bench_parse_threads(argv[0], argv[++i]);
-                if (n < 0) return 2;
-                qkv::set_num_threads(n);
-            }
-        } else if (std::strcmp(argv[i], "--denormals") == 0 && i + 1 < argc) {
+        if (std::strcmp(argv[i], "--denormals") == 0 && i + 1 < argc) {
             denormals = argv[++i];
         } else if (std::strcmp(argv[i], "--full-model") == 0) {
             full_model = true;
@@ -195,6 +192,7 @@ int main(int argc, char** argv) {
     }
     int rc = int(rest.size());
     benchmark::Initialize(&rc, rest.data());
+    if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 2;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

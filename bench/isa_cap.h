@@ -1,9 +1,9 @@
 #pragma once
 // Shared by the benchmark mains: a bad QKV_MAX_ISA or --threads value is a usage error (message,
 // exit 2) as in the qkv CLI, not an abort inside a benchmark or a silent default.
-#include <cerrno>
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 
 #include "qkv/core/error.h"
 #include "qkv/ops/kernel_mode.h"
@@ -19,15 +19,45 @@ inline int bench_isa_cap_status(const char* argv0) {
     }
 }
 
-/// The thread count in `text` (a whole number in [1, 1024]); else prints why (prefixed with
+/// The thread count in `text` (decimal digits only, 1 to 1024); else prints why (prefixed with
 /// `argv0`, naming --threads and the value) and returns -1 (the caller exits 2).
 inline int bench_parse_threads(const char* argv0, const char* text) {
-    char* end = nullptr;
-    errno = 0;
-    const long n = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || errno != 0 || n < 1 || n > 1024) {
+    long n = 0;
+    bool ok = *text != '\0';
+    for (const char* c = text; ok && *c; ++c) {
+        ok = *c >= '0' && *c <= '9';
+        n  = ok ? std::min(n * 10 + (*c - '0'), 100000L) : n;
+    }
+    if (!ok || n < 1 || n > 1024) {
         std::fprintf(stderr, "%s: --threads must be a whole number from 1 to 1024, got '%s'\n", argv0, text);
         return -1;
     }
     return int(n);
+}
+
+/// Takes `--threads N` and `--threads=N` (the last one wins) out of argv, so Google Benchmark never
+/// sees them. Returns the count, `fallback` when neither is given, or -1 after printing why (a bad
+/// value, or --threads without one).
+inline int bench_take_threads(int& argc, char** argv, int fallback) {
+    int threads = fallback, out = 1;
+    for (int i = 1; i < argc; ++i) {
+        const char* a = argv[i];
+        const char* value = nullptr;
+        if (std::strcmp(a, "--threads") == 0) {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s: --threads needs a value (a whole number from 1 to 1024)\n", argv[0]);
+                return -1;
+            }
+            value = argv[++i];
+        } else if (std::strncmp(a, "--threads=", 10) == 0) {
+            value = a + 10;
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if ((threads = bench_parse_threads(argv[0], value)) < 0) return -1;
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return threads;
 }

@@ -312,7 +312,7 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
     c->add_option("--temperature", f.temperature, "sampling temperature")->check(real_range(0, 100, true));
     c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (0: all)")->transform(int_range(0, 1000000));
     c->add_option("--top-p", f.top_p, "sample among the most probable tokens of this mass")->check(real_range(0, 1, true));
-    c->add_option("--seed", f.seed, "sampling seed (same seed, same output)");
+    c->add_option("--seed", f.seed, "sampling seed (same seed, same output)")->transform(seed_value());
     c->add_option("--batch-type", f.batch_type, "what --batch-size counts: examples (sentences) or tokens (source "
                                                 "tokens with padding)")
         ->check(CLI::IsMember({"examples", "tokens"}));
@@ -321,8 +321,8 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                   "accumulation (oneDNN's bf16 matmul where AMX is usable or AVX-512-BF16 runs at full rate, as on AMD, "
                   "else the fp32 GEMM on rounded operands; "
                   "qkv --version shows the path); int8: the linear "
-                  "layers with int8 weights (per output channel) and int8 activations (per row, dynamic), int32 "
-                  "products (oneDNN, VNNI / AMX-INT8)")
+                  "layers with int8 weights (per output channel) and int8 activations (per row, dynamic; 7-bit on "
+                  "CPUs without VNNI), exact int32 products (oneDNN; qkv --version shows the path)")
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_flag("--replace-unknowns", f.replace_unknowns,
                 "replace each output <unk> by the source word with the highest cross-attention");

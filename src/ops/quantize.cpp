@@ -97,7 +97,7 @@ Int8Products int8_products(const Tensor& x, const Int8Weight& w, const Tensor& b
         // A weight built by hand (no cache) gets one for this call only (a copy and a reorder).
         const std::shared_ptr<const kernels::cpu::Int8PackedWeight> plain =
             w.packed ? nullptr : kernels::cpu::make_int8_packed_weight(w.q.data(), O, K);
-        kernels::cpu::gemm_int8_nt(pxq, N, K, w.packed ? *w.packed : *plain, acc.data());
+        kernels::cpu::gemm_int8_nt(pxq, N, K, O, w.packed ? *w.packed : *plain, acc.data());
     } else {
         std::fill(acc.begin(), acc.end(), 0);
     }

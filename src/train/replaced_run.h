@@ -172,15 +172,15 @@ inline void remove_files_of_failed_fresh_run(const FreshRunStart& start) {
     start.undo();
 }
 
-/// --overwrite into --out `out_dir` (resolved: `dir`) while an earlier overwrite's files still
-/// wait aside (it was killed): a ConfigError saying how to recover.
-inline void check_no_files_aside(const std::string& out_dir, const fs::path& dir) {
+/// A new run (fresh or --overwrite: `overwrite`) into --out `out_dir` (resolved: `dir`) while an
+/// earlier overwrite's files still wait aside (it was killed): a ConfigError saying how to recover.
+inline void check_no_files_aside(const std::string& out_dir, const fs::path& dir, bool overwrite) {
     const fs::path aside = fs::path(out_dir) / kAside;
     std::error_code ec;
     if (fs::exists(dir / kAside, ec))
-        throw ConfigError(detail::str("--overwrite: '", aside.string(), "' holds the model an earlier qkv train "
-                                      "--overwrite was replacing when it was killed; move its files back into '",
-                                      out_dir, "' (or delete it) first"));
+        throw ConfigError(detail::str(overwrite ? "--overwrite: '" : "--out: '", aside.string(),
+                                      "' holds the model an earlier qkv train --overwrite was replacing when it was "
+                                      "killed; move its files back into '", out_dir, "' (or delete it) first"));
 }
 
 /// The run file names (kModelDirFiles) in the folder `dir`, in that order, then "N kept
@@ -202,16 +202,14 @@ inline std::vector<std::string> run_files_in(const fs::path& dir) {
 /// ConfigError naming the folder and the files, unless `overwrite`: one with a model
 /// (model.safetensors, checkpoint.safetensors, config.json) "already holds a qkv model (...)";
 /// one with other run files only (a user's spm.model, metrics.jsonl, ...) "holds files that qkv
-/// train writes (...) but no model". With `overwrite` a folder whose earlier replaced files still
-/// wait aside is refused (check_no_files_aside). Returns the run files found: those --overwrite
-/// moves aside (ReplacedRun).
+/// train writes (...) but no model". A folder whose earlier replaced files still wait aside (a
+/// killed --overwrite) is refused with or without `overwrite` (check_no_files_aside). Returns the
+/// run files found: those --overwrite moves aside (ReplacedRun).
 inline std::vector<std::string> check_fresh_out(const std::string& out_dir, const fs::path& dir, bool overwrite) {
+    // Files an overwrite killed midway left aside: any new run there would bury them.
+    check_no_files_aside(out_dir, dir, overwrite);
     const std::vector<std::string> found = run_files_in(dir);
-    if (found.empty()) return found;
-    if (overwrite) {
-        check_no_files_aside(out_dir, dir);
-        return found;
-    }
+    if (found.empty() || overwrite) return found;
     std::string model, all;
     for (const auto& f : found) {
         all += (all.empty() ? "" : ", ") + f;

@@ -144,13 +144,17 @@ void RunRecorder::start(bool resume) {
             if (log_) std::fprintf(log_, "removed %s (left by a write that was cut short)\n", t.c_str());
         }
     }
-    // Temporaries of kept checkpoints whose write was cut short (their final name may not exist).
+    // Temporaries of kept checkpoints (model-step-<digits>.safetensors) whose write was cut short
+    // (their final name may not exist); another program's *.safetensors.tmp.N there is not ours.
     std::set<std::string> kept_bases;
     std::error_code ec;
     for (fs::directory_iterator it(fs::path(dir_) / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().string();
-        if (const size_t at = name.rfind(".safetensors.tmp."); at != std::string::npos)
-            kept_bases.insert(name.substr(0, at + std::string(".safetensors").size()));
+        const std::string name = it->path().filename().string(), pre = "model-step-";
+        const size_t at = name.rfind(".safetensors.tmp.");
+        if (at == std::string::npos || at <= pre.size() || name.compare(0, pre.size(), pre) != 0 ||
+            name.find_first_not_of("0123456789", pre.size()) != at)
+            continue;
+        kept_bases.insert((it->path().parent_path() / name.substr(0, at + std::string(".safetensors").size())).string());
     }
     for (const auto& k : kept_bases)
         for (const auto& t : util::remove_stale_temp_files(k))

@@ -15,6 +15,8 @@ cmp -s "$T/table_scalar" "$T/table_avx512" || fail "scalar and avx512 tables dif
 if [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
   QKV_MAX_ISA=avx2 run_rc 0 --version
   out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
+  ONEDNN_MAX_CPU_ISA= QKV_MAX_ISA=avx2 run_rc 0 --version  # an empty ONEDNN_MAX_CPU_ISA is unset
+  out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
 fi
 QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
@@ -29,10 +31,21 @@ if [ -x "$BENCH" ]; then
   rc=0; "$BENCH" --isa=avx9 --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
   [ "$rc" = 2 ] || fail "bench_attention --isa=avx9: exit $rc, want 2"
   err_has "bench_attention: --isa" "avx9"
-  for t in abc 0 2x; do
-    rc=0; "$BENCH" --threads=$t --benchmark_filter=precision > "$T/out" 2> "$T/err" || rc=$?
-    [ "$rc" = 2 ] || fail "bench_attention --threads=$t: exit $rc, want 2"
-    err_has "--threads must be a whole number" "'$t'"
+  BDIR="$(dirname "$BENCH")"
+  for b in bench_attention bench_peak bench_train_step bench_matmul bench_gru; do
+    for t in abc 0 2x +4 " 4"; do  # both spellings, in every benchmark
+      for spelling in "--threads=$t" "--threads|$t"; do
+        IFS='|' read -r -a args <<< "$spelling"
+        rc=0; "$BDIR/$b" "${args[@]}" --benchmark_filter=NONE > "$T/out" 2> "$T/err" || rc=$?
+        [ "$rc" = 2 ] || fail "$b ${args[*]}: exit $rc, want 2"
+        err_has "$b: --threads must be a whole number" "'$t'"
+      done
+    done
+    rc=0; "$BDIR/$b" --benchmark_filter=NONE --threads > "$T/out" 2> "$T/err" || rc=$?
+    [ "$rc" = 2 ] || fail "$b with a bare --threads: exit $rc, want 2"
+    err_has "$b: --threads needs a value"
+    rc=0; "$BDIR/$b" --benchmark_filter=NONE --bogus > "$T/out" 2> "$T/err" || rc=$?
+    [ "$rc" = 2 ] || fail "$b --bogus: exit $rc, want 2 (an unknown flag)"
   done
 fi
 echo "ok"

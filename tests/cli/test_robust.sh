@@ -70,6 +70,13 @@ run_rc 0 train --data fra.txt --preset demo --max-steps 08 --out run010 --time-b
 grep -qx "qkv train: preset demo, 10 threads" "$T/err" || { cat "$T/err"; fail "--threads 010: want 10 threads"; }
 out_has "trained 8 steps"
 grep -q '"seed": 10,' run010/config.json || { grep seed run010/config.json; fail "--seed 010: want seed 10"; }
+# translate/eval's sampling --seed reads the same way (it took 0x10 as 16, 010 as 8, and -1)
+for v in 0x10 " 4" -1; do
+  run_rc 2 translate --model run --sampling --seed "$v" "go ."; err_has "qkv: error: --seed: '$v' is not an integer from 0 to"
+done
+run_rc 0 translate --model run --sampling --temperature 5 --seed 010 "go ." "i lost ." "he's calm ." && cp "$T/out" "$T/s010"
+run_rc 0 translate --model run --sampling --temperature 5 --seed 10 "go ." "i lost ." "he's calm ."
+cmp -s "$T/out" "$T/s010" || fail "translate --seed 010 and --seed 10 differ"
 # info: the checkpoint's step and training time in one decimal (it printed 'epoch 0' against
 # train's 'epoch 1' and a 17-digit float)
 run_rc 0 info run

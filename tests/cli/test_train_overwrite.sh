@@ -79,6 +79,12 @@ run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --o
 err_has "qkv: error: --overwrite: '$T/run/.qkv-replaced' holds the model an earlier qkv train --overwrite"
 sums "$T/run" | cmp -s - "$T/before" || fail "a refused --overwrite changed the model folder"
 rmdir "$T/run/.qkv-replaced"
+# ... and so is a fresh run into a folder that holds only what a killed --overwrite left aside.
+mkdir -p "$T/killed/.qkv-replaced" && echo "earlier" > "$T/killed/.qkv-replaced/model.safetensors"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/killed"
+err_has "qkv: error: --out: '$T/killed/.qkv-replaced' holds the model an earlier qkv train --overwrite"
+[ "$(ls -A "$T/killed")" = ".qkv-replaced" ] && [ "$(cat "$T/killed/.qkv-replaced/model.safetensors")" = earlier ] ||
+  { ls -la "$T/killed"; fail "a refused fresh run changed the folder"; }
 run_rc 0 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run" --overwrite
 out_has "trained 2 steps"
 grep -q '"num_hiddens": 32' "$T/run/config.json" || fail "--overwrite did not write the new config.json"
@@ -96,8 +102,11 @@ run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --o
 # a killed run's temporaries (a write cut short) are not the user's: trained into, and removed
 mkdir "$T/stale" "$T/lmstale"
 touch "$T/stale/config.json.tmp.123" "$T/stale/src_vocab.txt.tmp.45" "$T/stale/metrics.jsonl.tmp.6"
+mkdir "$T/stale/checkpoints"  # a kept checkpoint's temporary is ours; another program's is not
+touch "$T/stale/checkpoints/model-step-000000002.safetensors.tmp.7" "$T/stale/checkpoints/resnet50.safetensors.tmp.1"
 run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/stale"
-[ -z "$(find "$T/stale" -name '*.tmp.*')" ] || fail "train left a killed run's temporaries: $(ls "$T/stale")"
+[ "$(cd "$T/stale" && find . -name '*.tmp.*')" = "./checkpoints/resnet50.safetensors.tmp.1" ] ||
+  fail "train left a killed run's temporaries or removed another program's: $(cd "$T/stale" && find . -name '*.tmp.*')"
 touch "$T/lmstale/config.json.tmp.123" "$T/lmstale/vocab.txt.tmp.45" "$T/lmstale/checkpoint.safetensors.tmp.6"
 printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
 run_rc 0 train --model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 \

@@ -136,8 +136,9 @@ TEST(Quantize, CopiesOfAWeightAndManyRowCountsShareOnePackedWeight) {
 
 TEST(Quantize, PathNamesTheKernel) {
     const std::string automatic = cpu::int8_gemm_path();
-    if (const char* want = std::getenv("QKV_TEST_EXPECT_INT8_PATH"))  // set by a ctest variant
+    if (const char* want = std::getenv("QKV_TEST_EXPECT_INT8_PATH")) {  // set by a ctest variant
         EXPECT_EQ(automatic.rfind(want, 0), 0u) << automatic << " (expected " << want << ")";
+    }
     if (cpu::int8_matmul_available()) {
         const bool amx = automatic.find("amx") != std::string::npos;
         EXPECT_EQ(automatic.rfind(amx ? "oneDNN s8 matmul on prepacked weights (" : "oneDNN dnnl_gemm_s8s8s32 (VNNI", 0),

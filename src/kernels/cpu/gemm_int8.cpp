@@ -120,10 +120,10 @@ std::shared_ptr<Int8PackedWeight> make_int8_packed_weight(const int8_t* q, int64
 
 int int8_activation_max() { return onednn().matmul ? 127 : 63; }
 
-void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, const Int8PackedWeight& w, int32_t* acc) {
-    const int64_t O = w.out_features();
-    QKV_CHECK(N >= 1 && K >= 1 && O >= 1 && K == w.in_features(), "gemm_int8_nt: bad sizes (N ", N, ", O ", O, ", K ",
-              K, ", weight in_features ", w.in_features(), ")");
+void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w, int32_t* acc) {
+    QKV_CHECK(N >= 1 && K >= 1 && O >= 1 && K == w.in_features() && O == w.out_features(),
+              "gemm_int8_nt: bad sizes (N ", N, ", O ", O, ", K ", K, "; the packed weight is (", w.out_features(),
+              ", ", w.in_features(), "))");
     if (!use_matmul()) {
         const int32_t co = 0;
         dnnl_status_t st;

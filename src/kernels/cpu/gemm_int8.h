@@ -21,14 +21,15 @@ std::shared_ptr<Int8PackedWeight> make_int8_packed_weight(const int8_t* q, int64
 /// of u8·s8 products in int16 (vpmaddubsw), which saturates for activations beyond 7 bits (it
 /// shifts s8 activations to u8, so 255·127·2 > 32,767); 7-bit activations (u8 in [1, 127] with
 /// offset 64) keep every pair below it, as PyTorch's reduce_range does on fbgemm without VNNI.
-/// Depends on the path (set_int8_gemm_path) and on ONEDNN_MAX_CPU_ISA.
+/// Fixed per process: depends on the CPU and oneDNN's cap (QKV_MAX_ISA, ONEDNN_MAX_CPU_ISA), not
+/// on set_int8_gemm_path (with VNNI both paths are exact on 8-bit activations).
 int int8_activation_max();
 
 /// acc (N, O) = x (N, K) · qᵀ with q the (O, K) weight behind `packed`, every sum exact in int32
 /// (the caller bounds K·127² < 2³¹). x holds integers in [-int8_activation_max(), +that]; x and
-/// acc are row-major and dense. N, O, K >= 1. Throws qkv::Error (naming N, O, K) for bad sizes or
-/// when oneDNN fails.
-void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, const Int8PackedWeight& packed, int32_t* acc);
+/// acc are row-major and dense. N, O, K >= 1. Throws qkv::Error (naming N, O, K) for sizes that do
+/// not match the packed weight's or when oneDNN fails.
+void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed, int32_t* acc);
 
 enum class Int8GemmPath { automatic, matmul_prepacked, gemm_api };
 /// The paths: matmul_prepacked (oneDNN's s8 matmul on prepacked weights; needs VNNI or AMX-INT8

@@ -45,11 +45,13 @@ CpuFeatures detect() {
 
 // QKV_MAX_ISA caps oneDNN's kernels too, so a capped run is an older CPU for the GEMMs as well
 // (e.g. int8 without VNNI). oneDNN takes its cap only before its first use: set at load time.
-// ONEDNN_MAX_CPU_ISA, when set, wins (oneDNN reads it itself). Never throws: a bad word is
+// ONEDNN_MAX_CPU_ISA, when set and not empty, wins (oneDNN reads it itself; it ignores a word it
+// does not know, and then neither cap applies to oneDNN). Never throws: a bad QKV_MAX_ISA word is
 // reported by env_cap() at the first kernel call.
 const bool g_onednn_capped = [] {
     const char* env = std::getenv("QKV_MAX_ISA");
-    if (!env || !*env || std::getenv("ONEDNN_MAX_CPU_ISA")) return false;
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (!env || !*env || (own && *own)) return false;
     dnnl_cpu_isa_t isa;
     if (!std::strcmp(env, "scalar")) isa = dnnl_cpu_isa_sse41;  // oneDNN's lowest tier
     else if (!std::strcmp(env, "avx2")) isa = dnnl_cpu_isa_avx2;

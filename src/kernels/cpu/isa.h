@@ -47,7 +47,7 @@ Isa cpu_isa();
 /// QKV_MAX_ISA and its value when the variable holds another word (qkv::kernel_mode(), which the
 /// ops call before choosing a fast kernel, reads it first, so the error comes from an op rather
 /// than from a kernel inside a parallel region). QKV_MAX_ISA also caps oneDNN (set when the library
-/// loads; oneDNN's own ONEDNN_MAX_CPU_ISA wins when set): scalar -> sse41, avx2 -> avx2, avx512 ->
+/// loads; oneDNN's own ONEDNN_MAX_CPU_ISA wins when set and not empty): scalar -> sse41, avx2 -> avx2, avx512 ->
 /// avx512_core_vnni, avx512_bf16 -> avx512_core_bf16. set_max_isa does not (oneDNN takes a cap
 /// only before its first use).
 Isa max_isa();
