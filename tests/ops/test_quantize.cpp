@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "kernels/cpu/gemm_int8.h"
 #include "qkv/autograd/grad_mode.h"
@@ -131,6 +132,45 @@ TEST(Quantize, CopiesOfAWeightAndManyRowCountsShareOnePackedWeight) {
         by_hand.packed.reset();
         const Tensor x = from_vector(random_floats(16 * K, 38), {16, K});
         EXPECT_EQ(linear_int8(x, by_hand, Tensor()).to_vector<float>(), first[2]) << cpu::int8_gemm_path();
+    }
+}
+
+TEST(Quantize, ThreadsShareOneWeightAndItsPackedCopies) {
+    // Decoding threads (qkv serve) share a model: concurrent first calls at several row counts
+    // fill the packed-weight cache under its lock; every thread gets the single-thread numbers.
+    NoGradGuard ng;
+    const int64_t K = 96, O = 70;
+    const Tensor w = from_vector(random_floats(O * K, 41), {O, K});
+    const std::vector<int64_t> rows = {1, 3, 8, 33, 120};
+    for (const cpu::Int8GemmPath p : int8_paths()) {
+        Int8PathGuard g(p);
+        std::vector<Tensor> xs;
+        std::vector<std::vector<float>> want;
+        {
+            const Int8Weight alone = quantize_int8(w);
+            for (int64_t N : rows) {
+                xs.push_back(from_vector(random_floats(N * K, 42 + uint64_t(N)), {N, K}));
+                want.push_back(linear_int8(xs.back(), alone, Tensor()).to_vector<float>());
+            }
+        }
+        const Int8Weight shared = quantize_int8(w);  // a fresh cache: the threads fill it
+        std::vector<std::vector<std::vector<float>>> got(4);
+        std::vector<std::thread> threads;
+        for (size_t t = 0; t < got.size(); ++t)
+            threads.emplace_back([&, t] {
+                NoGradGuard ngt;
+                for (int rep = 0; rep < 3; ++rep)
+                    for (size_t i = 0; i < rows.size(); ++i) {
+                        const size_t j = (i + t) % rows.size();  // different row counts first
+                        const auto y = linear_int8(xs[j], shared, Tensor()).to_vector<float>();
+                        if (rep == 0) got[t].resize(rows.size());
+                        got[t][j] = y;
+                    }
+            });
+        for (auto& th : threads) th.join();
+        for (size_t t = 0; t < got.size(); ++t)
+            for (size_t i = 0; i < rows.size(); ++i)
+                EXPECT_EQ(got[t][i], want[i]) << cpu::int8_gemm_path() << " thread " << t << " rows " << rows[i];
     }
 }
 
