@@ -357,10 +357,5 @@ int main(int argc, char** argv) {
     if (mem) return mem_probe(memN);
     if (tiles) return tile_probe();
     if (!probe_what.empty()) return probe(probe_what, probe_shape, probe_reps);
-    int n = int(rest.size());
-    benchmark::Initialize(&n, rest.data());
-    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return bench_run(int(rest.size()), rest.data());
 }

@@ -94,9 +94,5 @@ int main(int argc, char** argv) {
     if (threads < 0) return 2;
     qkv::set_num_threads(threads);
     benchmark::AddCustomContext("threads", std::to_string(threads));
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return bench_run(argc, argv);
 }

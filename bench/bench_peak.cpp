@@ -150,9 +150,5 @@ BENCHMARK(BM_peak_amx_bf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
     if ((g_threads = bench_take_threads(argc, argv, 2)) < 0) return 2;
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return bench_run(argc, argv);
 }

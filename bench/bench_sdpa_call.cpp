@@ -32,9 +32,5 @@ BENCHMARK(BM_sdpa_call)
 
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return bench_run(argc, argv, 1);
 }

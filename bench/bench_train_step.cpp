@@ -190,10 +190,5 @@ int main(int argc, char** argv) {
         profile(10000, 10000);
         return 0;
     }
-    int rc = int(rest.size());
-    benchmark::Initialize(&rc, rest.data());
-    if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 2;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return bench_run(int(rest.size()), rest.data());
 }

@@ -1,6 +1,9 @@
 #pragma once
 // Shared by the benchmark mains: a bad QKV_MAX_ISA or --threads value is a usage error (message,
-// exit 2) as in the qkv CLI, not an abort inside a benchmark or a silent default.
+// exit 2) as in the qkv CLI, not an abort inside a benchmark or a silent default; bench_run hands
+// the rest to Google Benchmark.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -60,4 +63,14 @@ inline int bench_take_threads(int& argc, char** argv, int fallback) {
     argc = out;
     argv[argc] = nullptr;
     return threads;
+}
+
+/// Google Benchmark on the remaining arguments: runs the selected benchmarks and returns 0, or
+/// returns `unknown_flag_rc` when an argument is not one of its flags (it says which).
+inline int bench_run(int argc, char** argv, int unknown_flag_rc = 2) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return unknown_flag_rc;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
 }
