@@ -178,6 +178,8 @@ std::string kept_checkpoint_path(const std::string& model_dir, int64_t step) {
     return (fs::path(model_dir) / "checkpoints" / name).string();
 }
 
+bool is_kept_checkpoint_name(const std::string& filename) { return kept_step(filename) >= 0; }
+
 std::vector<std::string> kept_checkpoints(const std::string& model_dir) {
     std::vector<std::pair<int64_t, std::string>> found;
     std::error_code ec;

@@ -149,12 +149,10 @@ void RunRecorder::start(bool resume) {
     std::set<std::string> kept_bases;
     std::error_code ec;
     for (fs::directory_iterator it(fs::path(dir_) / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string(), pre = "model-step-";
-        const size_t at = name.rfind(".safetensors.tmp.");
-        if (at == std::string::npos || at <= pre.size() || name.compare(0, pre.size(), pre) != 0 ||
-            name.find_first_not_of("0123456789", pre.size()) != at)
-            continue;
-        kept_bases.insert((it->path().parent_path() / name.substr(0, at + std::string(".safetensors").size())).string());
+        const std::string name = it->path().filename().string();
+        const size_t at = name.rfind(".tmp.");
+        if (at != std::string::npos && is_kept_checkpoint_name(name.substr(0, at)))
+            kept_bases.insert((it->path().parent_path() / name.substr(0, at)).string());
     }
     for (const auto& k : kept_bases)
         for (const auto& t : util::remove_stale_temp_files(k))

@@ -51,6 +51,10 @@ std::string kept_checkpoint_path(const std::string& model_dir, int64_t step);
 /// The kept checkpoints of a model folder, oldest step first (files not named as
 /// kept_checkpoint_path names them are ignored; none when the folder has no checkpoints/).
 std::vector<std::string> kept_checkpoints(const std::string& model_dir);
+
+/// Whether `filename` (no folder) is a kept checkpoint's name as kept_checkpoint_path writes it:
+/// model-step-<digits>.safetensors.
+bool is_kept_checkpoint_name(const std::string& filename);
 /// Removes all but the newest `keep` kept checkpoints.
 void prune_kept_checkpoints(const std::string& model_dir, int64_t keep);
 

@@ -52,13 +52,18 @@ const bool g_onednn_capped = [] {
     const char* env = std::getenv("QKV_MAX_ISA");
     const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
     if (!env || !*env || (own && *own)) return false;
-    dnnl_cpu_isa_t isa;
-    if (!std::strcmp(env, "scalar")) isa = dnnl_cpu_isa_sse41;  // oneDNN's lowest tier
-    else if (!std::strcmp(env, "avx2")) isa = dnnl_cpu_isa_avx2;
-    else if (!std::strcmp(env, "avx512")) isa = dnnl_cpu_isa_avx512_core_vnni;  // our tier says nothing of VNNI
-    else if (!std::strcmp(env, "avx512_bf16")) isa = dnnl_cpu_isa_avx512_core_bf16;
-    else return false;  // amx (no cap) or a bad word
-    return dnnl_set_max_cpu_isa(isa) == dnnl_success;
+    for (const Isa cap : kAllIsas) {
+        if (std::strcmp(env, isa_name(cap)) != 0) continue;
+        switch (cap) {
+            case Isa::scalar: return dnnl_set_max_cpu_isa(dnnl_cpu_isa_sse41) == dnnl_success;  // oneDNN's lowest
+            case Isa::avx2: return dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2) == dnnl_success;
+            // our avx512 tier says nothing of VNNI
+            case Isa::avx512: return dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_vnni) == dnnl_success;
+            case Isa::avx512_bf16: return dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16) == dnnl_success;
+            case Isa::amx: return false;  // no cap
+        }
+    }
+    return false;  // a bad word
 }();
 
 // set_max_isa's cap; while unset, QKV_MAX_ISA's (read once, thread-safe).
