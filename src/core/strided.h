@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <omp.h>
+
 #include "qkv/core/shape.h"
 
 namespace qkv::detail {
@@ -38,6 +40,61 @@ void for_each_strided(const Shape& shape, const std::array<const Shape*, N>& str
             idx[du] = 0;
         }
         if (d < 0) return;
+    }
+}
+
+/// for_each_strided over the rows [row_begin, row_end) of the index space (a row = one run of the
+/// innermost dim; rows counted row-major over the other dims). Requires a rank >= 1 and no zero dim.
+template <size_t N, class F>
+void for_each_strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides,
+                           const std::array<int64_t, N>& base, int64_t row_begin, int64_t row_end, F&& inner) {
+    const int64_t rank = int64_t(shape.size());
+    const int64_t last = shape[size_t(rank - 1)];
+    std::array<int64_t, N> steps{};
+    for (size_t k = 0; k < N; ++k) steps[k] = (*strides[k])[size_t(rank - 1)];
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+    std::array<int64_t, N> off = base;
+    int64_t r = row_begin;
+    for (int64_t d = rank - 2; d >= 0; --d) {  // unravel row_begin
+        const size_t du = size_t(d);
+        idx[du] = r % shape[du];
+        r /= shape[du];
+        for (size_t k = 0; k < N; ++k) off[k] += idx[du] * (*strides[k])[du];
+    }
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        inner(last, off, steps);
+        for (int64_t d = rank - 2; d >= 0; --d) {
+            const size_t du = size_t(d);
+            if (++idx[du] < shape[du]) {
+                for (size_t k = 0; k < N; ++k) off[k] += (*strides[k])[du];
+                break;
+            }
+            for (size_t k = 0; k < N; ++k) off[k] -= (*strides[k])[du] * (shape[du] - 1);
+            idx[du] = 0;
+        }
+    }
+}
+
+/// for_each_strided with the rows split into contiguous ranges, one per OpenMP thread, when the
+/// index space holds more than `grain` elements. Only for `inner`s whose rows write disjoint
+/// memory (e.g. a contiguous destination); each row is still visited once, in row-major order
+/// within a thread, so per-element results equal the serial walk's.
+template <size_t N, class F>
+void parallel_for_each_strided(const Shape& shape, const std::array<const Shape*, N>& strides,
+                               const std::array<int64_t, N>& base, int64_t grain, F&& inner) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    if (shape.size() < 2 || numel <= grain) {
+        for_each_strided<N>(shape, strides, base, inner);
+        return;
+    }
+    if (numel == 0) return;
+    const int64_t rows = numel / shape.back();
+#pragma omp parallel
+    {
+        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t b = rows * t / nt, e = rows * (t + 1) / nt;
+        if (b < e) for_each_strided_rows<N>(shape, strides, base, b, e, inner);
     }
 }
 

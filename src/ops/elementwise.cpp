@@ -360,10 +360,22 @@ void copy_kernel(Tensor& dst, const Tensor& src, const Shape& ss) {
         return;
     }
     const Shape& sd = dst.strides();
-    detail::for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()},
-                                [&](int64_t m, auto o, auto s) {
-                                    for (int64_t i = 0; i < m; ++i) pd[o[0] + i * s[0]] = convert_element<D>(ps[o[1] + i * s[1]]);
-                                });
+    auto row = [&](int64_t m, auto o, auto s) {
+        if (s[0] == 1 && s[1] == 1) {  // a contiguous run on both sides (e.g. a head split's D)
+            D* d = pd + o[0];
+            const S* p = ps + o[1];
+            for (int64_t i = 0; i < m; ++i) d[i] = convert_element<D>(p[i]);
+        } else {
+            for (int64_t i = 0; i < m; ++i) pd[o[0] + i * s[0]] = convert_element<D>(ps[o[1] + i * s[1]]);
+        }
+    };
+    // Threads only into a contiguous destination: its rows are disjoint memory. A destination
+    // view with overlapping elements (an expand) keeps the serial walk's last-write-wins order.
+    if (dst.is_contiguous())
+        detail::parallel_for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()},
+                                             detail::kParallelGrain, row);
+    else
+        detail::for_each_strided<2>(dst.shape(), {&sd, &ss}, {dst.offset(), src.offset()}, row);
 }
 
 template <class T>

@@ -1,6 +1,8 @@
 // Fused optimiser updates: checks and dispatch to kernels/{cpu,ref}/adam.
 #include "qkv/ops/optim_step.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/adam.h"
 #include "kernels/ref/adam.h"
 #include "ops/dispatch.h"
@@ -57,6 +59,79 @@ double sum_of_squares(const Tensor& t) {
     double s = 0;
     QKV_DISPATCH_FLOAT(c.dtype(), "sum_of_squares", s = sumsq_kernel<scalar_t>(ptr<scalar_t>(c), c.numel()));
     return s;
+}
+
+namespace {
+/// One chunk of a float tensor list: tensor k's elements [begin, end).
+struct Chunk {
+    size_t k;
+    int64_t begin, end;
+};
+constexpr int64_t kChunk = 16384;
+
+std::vector<Chunk> chunks_of(const std::vector<Tensor>& ts) {
+    std::vector<Chunk> out;
+    for (size_t k = 0; k < ts.size(); ++k) {
+        if (!ts[k].defined()) continue;
+        for (int64_t b = 0; b < ts[k].numel(); b += kChunk)
+            out.push_back({k, b, std::min(ts[k].numel(), b + kChunk)});
+    }
+    return out;
+}
+
+template <class T>
+double sumsq_serial(const T* p, int64_t n) {
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; ++i) acc += double(p[i]) * double(p[i]);
+    return acc;
+}
+}  // namespace
+
+double sum_of_squares(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> cs(ts.size());
+    for (size_t k = 0; k < ts.size(); ++k) {
+        if (!ts[k].defined()) continue;
+        QKV_CHECK(ts[k].dtype() == DType::f32 || ts[k].dtype() == DType::f64, "sum_of_squares: tensor ", k,
+                  " is ", dtype_name(ts[k].dtype()), ", expected float32 or float64");
+        cs[k] = ts[k].contiguous();
+    }
+    const std::vector<Chunk> ch = chunks_of(cs);
+    std::vector<double> part(ch.size());
+    const int64_t nc = int64_t(ch.size());
+#pragma omp parallel for if (nc > 2) schedule(static)
+    for (int64_t i = 0; i < nc; ++i) {
+        const Chunk& c = ch[size_t(i)];
+        const Tensor& t = cs[c.k];
+        part[size_t(i)] = t.dtype() == DType::f32 ? sumsq_serial(ptr<float>(t) + c.begin, c.end - c.begin)
+                                                  : sumsq_serial(ptr<double>(t) + c.begin, c.end - c.begin);
+    }
+    double total = 0;
+    for (double p : part) total += p;
+    return total;
+}
+
+void scale_(const std::vector<Tensor>& ts, double s) {
+    for (size_t k = 0; k < ts.size(); ++k) {
+        if (!ts[k].defined()) continue;
+        QKV_CHECK(ts[k].is_contiguous(), "scale_: tensor ", k, " must be contiguous");
+        QKV_CHECK(ts[k].dtype() == DType::f32 || ts[k].dtype() == DType::f64, "scale_: tensor ", k, " is ",
+                  dtype_name(ts[k].dtype()), ", expected float32 or float64");
+    }
+    const std::vector<Chunk> ch = chunks_of(ts);
+    const int64_t nc = int64_t(ch.size());
+#pragma omp parallel for if (nc > 2) schedule(static)
+    for (int64_t i = 0; i < nc; ++i) {
+        const Chunk& c = ch[size_t(i)];
+        Tensor t = ts[c.k];
+        if (t.dtype() == DType::f32) {
+            float* p = ptr<float>(t) + c.begin;
+            for (int64_t j = 0; j < c.end - c.begin; ++j) p[j] *= float(s);
+        } else {
+            double* p = ptr<double>(t) + c.begin;
+            for (int64_t j = 0; j < c.end - c.begin; ++j) p[j] *= s;
+        }
+    }
 }
 
 }  // namespace qkv

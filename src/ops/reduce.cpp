@@ -2,6 +2,7 @@
 // Sums accumulate in double for both float dtypes (bias gradients sum thousands of rows).
 #include "qkv/ops/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -36,6 +37,16 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& red, bool keepdim)
     return out;
 }
 
+/// True when the reduced dims are a non-empty leading run followed by a non-empty kept run.
+bool leading_reduction(const std::vector<bool>& red) {
+    size_t k = 0;
+    while (k < red.size() && red[k]) ++k;
+    if (k == 0 || k == red.size()) return false;
+    for (size_t i = k; i < red.size(); ++i)
+        if (red[i]) return false;
+    return true;
+}
+
 template <class T>
 void sum_kernel(const Tensor& x, const std::vector<bool>& red, Tensor& out) {
     const Shape& shape = x.shape();
@@ -56,6 +67,22 @@ void sum_kernel(const Tensor& x, const std::vector<bool>& red, Tensor& out) {
 #pragma omp parallel for reduction(+ : s) if (n > detail::kParallelGrain) schedule(static)
         for (int64_t i = 0; i < n; ++i) s += double(p[i]);
         acc[0] = s;
+    } else if (x.is_contiguous() && leading_reduction(red) && x.numel() > detail::kParallelGrain) {
+        // Leading dims reduced, trailing kept (a bias gradient: rows x cols -> cols): threads take
+        // column blocks; each column still sums its rows in order, as the serial walk below.
+        const int64_t cols = int64_t(acc.size()), rows = x.numel() / cols;
+        const T* p = px + x.offset();
+        constexpr int64_t kBlock = 64;
+        const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t c0 = b * kBlock, c1 = std::min(cols, c0 + kBlock);
+            double* a = acc.data() + c0;
+            for (int64_t r = 0; r < rows; ++r) {
+                const T* row = p + r * cols;
+                for (int64_t c = c0; c < c1; ++c) a[c - c0] += double(row[c]);
+            }
+        }
     } else {
         detail::for_each_strided<2>(shape, {&x.strides(), &acc_strides}, {x.offset(), 0},
                                     [&](int64_t m, auto o, auto s) {

@@ -1,6 +1,7 @@
 // concat/stack/split/chunk, index_select/gather, repeat_interleave, with their backward.
 #include "qkv/ops/shape_ops.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/dispatch.h"
@@ -91,13 +92,28 @@ int64_t row_bytes(const Shape& shape, DType dt) {
 }
 
 /// dst[idx[i]] (+)= src[i] for rows of `row` elements (idx already range-checked).
+/// Threads take column blocks, so repeated indices still accumulate in index order without races.
 template <class T>
 void add_rows(T* dst, const T* src, const std::vector<int64_t>& idx, int64_t row) {
-    for (size_t i = 0; i < idx.size(); ++i) {
-        T* d = dst + idx[i] * row;
-        const T* s = src + int64_t(i) * row;
-        for (int64_t j = 0; j < row; ++j) d[j] += s[j];
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (row + kBlock - 1) / kBlock;
+    const bool par = int64_t(idx.size()) * row > detail::kParallelGrain && blocks > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t j0 = b * kBlock, j1 = std::min(row, j0 + kBlock);
+        for (size_t i = 0; i < idx.size(); ++i) {
+            T* d = dst + idx[i] * row;
+            const T* s = src + int64_t(i) * row;
+            for (int64_t j = j0; j < j1; ++j) d[j] += s[j];
+        }
     }
+}
+
+/// dst row i = src row idx[i] (rows of rb bytes), threaded when the copy is large.
+void gather_rows(char* dst, const char* src, const std::vector<int64_t>& idx, int64_t rb) {
+    const int64_t n = int64_t(idx.size());
+#pragma omp parallel for if (n * rb > (int64_t(1) << 17)) schedule(static)
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * rb, src + idx[size_t(i)] * rb, size_t(rb));
 }
 
 /// index_select on dim 0 (indices checked): one memcpy per row; backward adds g's rows into
@@ -108,8 +124,7 @@ Tensor index_select_rows(const Tensor& x, const std::vector<int64_t>& idx, const
     const int64_t rb = row_bytes(shape, x.dtype());
     const char* src = static_cast<const char*>(xc.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
-    if (rb > 0)
-        for (size_t i = 0; i < idx.size(); ++i) std::memcpy(dst + int64_t(i) * rb, src + idx[i] * rb, size_t(rb));
+    if (rb > 0) gather_rows(dst, src, idx, rb);
     const Shape in_shape = x.shape();
     record(out, "IndexSelectBackward", {x}, [idx, in_shape](const Tensor& g) {
         const Tensor gc = g.contiguous();
@@ -150,9 +165,17 @@ Tensor scatter_rows(const Tensor& src, const Tensor& index, int64_t num_rows) {
     const char* s = static_cast<const char*>(sc.raw_data());
     char* d = static_cast<char*>(out.raw_data());
     if (rb > 0) {
-        for (int64_t r = 0; r < num_rows; ++r)
-            if (!seen[size_t(r)]) std::memset(d + r * rb, 0, size_t(rb));
-        for (size_t i = 0; i < idx.size(); ++i) std::memcpy(d + idx[i] * rb, s + int64_t(i) * rb, size_t(rb));
+        // Indices are unique (checked above): rows are disjoint, so threads may split them.
+        const bool par = num_rows * rb > (int64_t(1) << 17);
+#pragma omp parallel if (par)
+        {
+#pragma omp for schedule(static) nowait
+            for (int64_t r = 0; r < num_rows; ++r)
+                if (!seen[size_t(r)]) std::memset(d + r * rb, 0, size_t(rb));
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < int64_t(idx.size()); ++i)
+                std::memcpy(d + idx[size_t(i)] * rb, s + i * rb, size_t(rb));
+        }
     }
     const Tensor index_c = index.detach().contiguous();
     record(out, "ScatterRowsBackward", {src}, [index_c](const Tensor& g) {

@@ -191,9 +191,11 @@ ClipFactor grad_clip_factor(const std::vector<Tensor>& params, double max_norm) 
                   " (listed twice)");
     }
     NoGradGuard ng;
-    double total = 0;
+    std::vector<Tensor> grads;
+    grads.reserve(params.size());
     for (const Tensor& p : params)
-        if (p.grad().defined()) total += sum_of_squares(p.grad());
+        if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+    const double total = sum_of_squares(grads);
     const double norm = std::sqrt(total);
     QKV_CHECK(std::isfinite(norm), "clip_grad_norm: the gradient norm is ", norm,
               " (a NaN or inf gradient; lower the learning rate or check the inputs)");
@@ -204,6 +206,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     NoGradGuard ng;
     const auto [norm, scale] = grad_clip_factor(params, max_norm);
     if (scale != 1.0) {
+        std::vector<Tensor> grads;
         for (const Tensor& p : params) {
             Tensor g = p.grad();
             if (!g.defined()) continue;
@@ -211,10 +214,13 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
             // hand the same tensor to several leaves, e.g. both inputs of an add).
             const bool owned = g.is_contiguous() && g.impl().storage.use_count() == 1 &&
                                g.impl_ptr().use_count() <= 2;
-            if (!owned) g = g.contiguous().clone().detach();
-            scale_(g, scale);
-            const_cast<Tensor&>(p).set_grad(g);
+            if (!owned) {
+                g = g.contiguous().clone().detach();
+                const_cast<Tensor&>(p).set_grad(g);
+            }
+            grads.push_back(g);
         }
+        scale_(grads, scale);
     }
     return norm;
 }

@@ -1,6 +1,8 @@
 #pragma once
 // Fused in-place optimiser updates on one parameter tensor (used by qkv::optim). Never recorded
 // by autograd. float32 runs the SIMD kernels (kernels/cpu/adam.h), float64 the reference.
+#include <vector>
+
 #include "qkv/core/tensor.h"
 
 namespace qkv {
@@ -20,5 +22,12 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
 void scale_(Tensor& t, double s);
 /// Σ t² over a float tensor (any layout) in double precision (gradient norms).
 double sum_of_squares(const Tensor& t);
+/// Σ t² over every defined tensor of the list (float, any layout), in double precision: the sums
+/// of fixed chunks of 16,384 elements, taken by threads and added in list order, so the result
+/// does not depend on the thread count. One parallel pass for a model's many small gradients
+/// (clip_grad_norm); throws as sum_of_squares(t) for a non-float tensor.
+double sum_of_squares(const std::vector<Tensor>& ts);
+/// scale_ on every defined tensor of the list (each contiguous float), in one parallel pass.
+void scale_(const std::vector<Tensor>& ts, double s);
 
 }  // namespace qkv
