@@ -69,15 +69,33 @@ struct AttentionParams {
     bool bf16 = false;
 };
 
-/// Gradients for AttentionParams (same layouts; dq/dk/dv have q/k/v's shapes, contiguous).
-/// The backward kernels also read AttentionParams::out and ::lse as the forward wrote them.
+/// Gradients for AttentionParams (dq/dk/dv have q/k/v's shapes). The backward kernels also read
+/// AttentionParams::out and ::lse as the forward wrote them.
 template <class T>
 struct AttentionGradParams {
     const T* dout = nullptr;  // (B, H, Tq, Dv) with o_stride_*
-    T* dq = nullptr;          // (B, H, Tq, D) contiguous, written
-    T* dk = nullptr;          // (B, Hkv, Tk, D) contiguous, written (not accumulated)
-    T* dv = nullptr;          // (B, Hkv, Tk, Dv) contiguous, written
+    T* dq = nullptr;          // (B, H, Tq, D), written
+    T* dk = nullptr;          // (B, Hkv, Tk, D), written (not accumulated)
+    T* dv = nullptr;          // (B, Hkv, Tk, Dv), written
+    // Element strides of dq, dk, dv (the last dim is contiguous). All three 0 (the default) means
+    // contiguous: with_grad_strides fills them in. A (B, T, H, D) buffer seen as (B, H, T, D)
+    // lets the caller merge heads without a copy.
+    int64_t dq_stride_b = 0, dq_stride_h = 0, dq_stride_t = 0;
+    int64_t dk_stride_b = 0, dk_stride_h = 0, dk_stride_t = 0;
+    int64_t dv_stride_b = 0, dv_stride_h = 0, dv_stride_t = 0;
 };
+
+/// g with contiguous strides filled in for every gradient whose three strides are 0.
+template <class T>
+inline AttentionGradParams<T> with_grad_strides(const AttentionParams<T>& p, AttentionGradParams<T> g) {
+    auto fill = [](int64_t& sb, int64_t& sh, int64_t& st, int64_t H, int64_t Tn, int64_t W) {
+        if (sb == 0 && sh == 0 && st == 0) st = W, sh = Tn * W, sb = H * Tn * W;
+    };
+    fill(g.dq_stride_b, g.dq_stride_h, g.dq_stride_t, p.H, p.Tq, p.D);
+    fill(g.dk_stride_b, g.dk_stride_h, g.dk_stride_t, p.Hkv, p.Tk, p.D);
+    fill(g.dv_stride_b, g.dv_stride_h, g.dv_stride_t, p.Hkv, p.Tk, p.Dv);
+    return g;
+}
 
 /// First key index query row i may see: the sliding window's left edge (0 without one; keys
 /// j < first are masked).

@@ -224,6 +224,17 @@ bool use_flash(const Call& c, const AttentionMask& m, const AttentionOptions& o,
 /// A view whose last dim is contiguous (copy otherwise).
 Tensor last_dim_contiguous(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
 
+/// A fresh float32 (B, H, T, D) tensor laid out as x is when x is (B, T, H, D) memory seen
+/// through a permute (the head split), else contiguous. The last dim is always contiguous.
+Tensor empty_like_layout(const Tensor& x) {
+    const Shape& sh = x.shape();
+    const Shape& st = x.strides();
+    const bool split_heads = st[3] == 1 && st[1] == sh[3] && st[2] == sh[1] * sh[3] && st[0] == sh[2] * st[2];
+    if (split_heads && sh[1] > 1 && sh[2] > 1)
+        return Tensor::empty({sh[0], sh[2], sh[1], sh[3]}, DType::f32).permute({0, 2, 1, 3});
+    return Tensor::empty(sh, DType::f32);
+}
+
 struct FlashSaved {
     Tensor q, k, v, out, lse, valid_lens, mask, alibi;
     kernels::AttentionParams<float> p;
@@ -278,7 +289,10 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
                   "must be bool or float32, got ", dtype_name(m.dtype()));
         s->mask = m.detach().expand({c.B, c.H, c.Tq, c.Tk});  // broadcast by stride 0, no copy
     }
-    Tensor out = Tensor::empty({c.B, c.H, c.Tq, c.Dv}, DType::f32);
+    // out is (B, H, Tq, Dv) over (B, Tq, H, Dv) memory (as PyTorch's CPU flash attention lays it
+    // out): merging the heads back, (B, Tq, H * Dv), is then a view, and the gradient arriving
+    // through that merge has out's strides (no copy on either side).
+    Tensor out = Tensor::empty({c.B, c.Tq, c.H, c.Dv}, DType::f32).permute({0, 2, 1, 3});
     Tensor lse = Tensor::empty({c.B, c.H, c.Tq}, DType::f32);
     fill_params(s->p, s->q, s->k, s->v, out, lse, vl, mask, s->mask, scale);
     s->p.softcap = float(opt.softcap);
@@ -299,15 +313,21 @@ Tensor flash_attention(const Call& c, const Tensor& vl, const AttentionMask& mas
     s->lse = lse;
     record(out, "FlashAttentionBackward", {c.q, c.k, c.v}, [s](const Tensor& g) {
         Tensor dout = last_dim_contiguous(g);
-        Tensor dq = Tensor::empty(s->q.shape(), DType::f32);
-        Tensor dk = Tensor::empty(s->k.shape(), DType::f32);
-        Tensor dv = Tensor::empty(s->v.shape(), DType::f32);
+        // Each gradient in its input's layout: q, k, v split from (B, T, H, D) rows give dq, dk,
+        // dv that the head split's backward reshapes without a copy.
+        Tensor dq = empty_like_layout(s->q), dk = empty_like_layout(s->k), dv = empty_like_layout(s->v);
         kernels::AttentionParams<float> p = s->p;
-        // dout may have other strides than out: the kernel reads dout with o_stride_*, so make
-        // it match out's contiguous layout.
-        if (dout.strides() != s->out.strides()) dout = dout.contiguous();
+        // dout may have other strides than out: the kernel reads dout with o_stride_*, so copy
+        // it into out's layout.
+        bool same = true;  // strides of size-1 dims are never used
+        for (size_t d = 0; d < 4; ++d)
+            same = same && (dout.shape()[d] == 1 || dout.strides()[d] == s->out.strides()[d]);
+        if (!same) dout = dout.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
         kernels::AttentionGradParams<float> gp;
         gp.dout = ptr<float>(dout), gp.dq = ptr<float>(dq), gp.dk = ptr<float>(dk), gp.dv = ptr<float>(dv);
+        gp.dq_stride_b = dq.strides()[0], gp.dq_stride_h = dq.strides()[1], gp.dq_stride_t = dq.strides()[2];
+        gp.dk_stride_b = dk.strides()[0], gp.dk_stride_h = dk.strides()[1], gp.dk_stride_t = dk.strides()[2];
+        gp.dv_stride_b = dv.strides()[0], gp.dv_stride_h = dv.strides()[1], gp.dv_stride_t = dv.strides()[2];
         kernels::cpu::flash_attention_backward(p, gp);
         return std::vector<Tensor>{dq, dk, dv};
     });

@@ -1362,5 +1362,83 @@ TEST(FlashAttentionBf16, AmxTilesWhereTheCpuHasThem) {
     }
 }
 
+// Gradients written through strides (AttentionGradParams::d*_stride_*: dq, dk, dv stored as
+// (B, T, H, D), the layout the head split's backward reshapes without a copy) equal the
+// contiguous ones bit for bit: the kernels do the same arithmetic at other addresses. Every fp32
+// tier, every bf16 path (vdpbf16ps, AMX emulated and on tiles where present), the reference, and
+// both schedules (a head per task: B*Hkv >= threads; few heads: key blocks split across threads).
+struct StridedGrads {
+    std::vector<float> dq, dk, dv;  // (B, T, H, X) storage, poisoned
+    kernels::AttentionGradParams<float> g;
+};
+StridedGrads strided_grads(const AttnData<float>& a) {
+    const AttnSpec& s = a.spec;
+    StridedGrads r;
+    r.dq.assign(a.dq.size(), 7.0f), r.dk.assign(a.dk.size(), 7.0f), r.dv.assign(a.dv.size(), 7.0f);
+    r.g      = a.g;
+    r.g.dq   = r.dq.data(), r.g.dk = r.dk.data(), r.g.dv = r.dv.data();
+    r.g.dq_stride_b = s.Tq * s.H * s.D, r.g.dq_stride_h = s.D, r.g.dq_stride_t = s.H * s.D;
+    r.g.dk_stride_b = s.Tk * s.Hkv * s.D, r.g.dk_stride_h = s.D, r.g.dk_stride_t = s.Hkv * s.D;
+    r.g.dv_stride_b = s.Tk * s.Hkv * s.Dv, r.g.dv_stride_h = s.Dv, r.g.dv_stride_t = s.Hkv * s.Dv;
+    return r;
+}
+/// (B, T, H, X) storage back in (B, H, T, X) order.
+std::vector<float> unstride(const std::vector<float>& x, int64_t B, int64_t H, int64_t T, int64_t X) {
+    std::vector<float> out(x.size());
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t e = 0; e < X; ++e) out[size_t(((b * H + h) * T + t) * X + e)] = x[size_t(((b * T + t) * H + h) * X + e)];
+    return out;
+}
+void expect_strided_grads_equal(const AttnData<float>& a, const StridedGrads& r) {
+    const AttnSpec& s = a.spec;
+    EXPECT_EQ(unstride(r.dq, s.B, s.H, s.Tq, s.D), a.dq);
+    EXPECT_EQ(unstride(r.dk, s.B, s.Hkv, s.Tk, s.D), a.dk);
+    EXPECT_EQ(unstride(r.dv, s.B, s.Hkv, s.Tk, s.Dv), a.dv);
+}
+
+TEST(FlashAttentionKernels, StridedGradientsEqualContiguousOnes) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    // {B, H, Hkv}: 4 kv heads (a head per task) and 1 (key blocks split over 2 threads); Tk spans
+    // several key blocks, D != Dv, dropout and a causal mask on.
+    const int64_t heads[][3] = {{2, 4, 2}, {1, 2, 1}};
+    for (const auto& hd : heads) {
+        AttnSpec s = shape(hd[0], hd[1], 37, 300, 24);
+        s.Hkv = hd[2], s.Dv = 40, s.dropout = 0.2f, s.causal = CausalAlign::bottom_right;
+        SCOPED_TRACE(::testing::Message() << "B " << hd[0] << " H " << hd[1] << " Hkv " << hd[2]);
+        {
+            SCOPED_TRACE("reference");
+            auto a = make_attn<float>(s);
+            ref::attention_forward(a.p);
+            StridedGrads r = strided_grads(a);
+            ref::attention_backward(a.p, a.g);
+            ref::attention_backward(a.p, r.g);
+            expect_strided_grads_equal(a, r);
+        }
+        for (auto isa : isas()) {
+            SCOPED_TRACE(cpu::isa_name(isa));
+            auto a = make_attn<float>(s);
+            flash_forward(a.p, isa);
+            StridedGrads r = strided_grads(a);
+            flash_backward(a.p, a.g, isa);
+            flash_backward(a.p, r.g, isa);
+            expect_strided_grads_equal(a, r);
+        }
+        for (const auto& path : bf16_isas()) {
+            SCOPED_TRACE(::testing::Message() << "bf16 compute, " << isa_label(path));
+            auto a   = make_attn_bf16<float>(s);
+            a.p.bf16 = true;
+            flash_forward(a.p, path);
+            StridedGrads r = strided_grads(a);
+            flash_backward(a.p, a.g, path);
+            flash_backward(a.p, r.g, path);
+            expect_strided_grads_equal(a, r);
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace qkv::test

@@ -436,3 +436,33 @@ TEST(AttentionDispatch, ShapeErrorsNameTheArgument) {
     EXPECT_TRUE(broadcasts_to({3}, {2, 3}) && broadcasts_to({1, 3}, {2, 3}) && broadcasts_to({}, {2, 3}));
     EXPECT_FALSE(broadcasts_to({2, 1, 3}, {2, 3}) || broadcasts_to({2}, {2, 3}));
 }
+
+// The flash path's layouts for a head split of (B, T, H, D) rows (multi-head attention): out is
+// (B, Tq, H, Dv) memory, so merging the heads back is a view, and dq/dk/dv come back in q/k/v's
+// layout, so the split's backward is a view too. Values as the math path's; a contiguous dout
+// (another layout than out's) gives the same gradients.
+TEST(AttentionDispatch, FlashKeepsTheHeadSplitLayoutBothWays) {
+    Generator g(12);
+    const int64_t B = 2, T = 11, H = 4, D = 8;
+    const Tensor x = randn({B, T, H * D}, &g), dmerged = randn({B, T, H * D}, &g);
+    auto run_split = [&](AttentionBackend backend, bool contiguous_dout) {
+        Tensor xr = x.detach().requires_grad_();
+        const Tensor heads = xr.reshape({B, T, H, D}).permute({0, 2, 1, 3});  // q = k = v
+        AttentionOptions o;
+        o.backend = backend;
+        Tensor out = scaled_dot_product_attention(heads, heads, heads, AttentionMask{}, o);
+        if (backend == AttentionBackend::flash) {
+            EXPECT_TRUE(out.permute({0, 2, 1, 3}).is_contiguous()) << "out is not (B, Tq, H, Dv) memory";
+        }
+        if (contiguous_dout) out.backward(dmerged.reshape({B, T, H, D}).permute({0, 2, 1, 3}).contiguous());
+        else out.permute({0, 2, 1, 3}).reshape({B, T, H * D}).backward(dmerged);
+        return std::pair<Tensor, Tensor>{out.contiguous(), xr.grad()};
+    };
+    const auto m = run_split(AttentionBackend::math, false);
+    const auto f = run_split(AttentionBackend::flash, false);
+    const auto fc = run_split(AttentionBackend::flash, true);
+    // fp32 math path vs the fused kernel, ≤ T·D products per value: as above.
+    EXPECT_TRUE(all_close(f.first.to_vector<float>(), m.first.to_vector<float>(), 1e-5, 1e-4));
+    EXPECT_TRUE(all_close(f.second.to_vector<float>(), m.second.to_vector<float>(), 1e-5, 1e-4));
+    EXPECT_EQ(fc.second.to_vector<float>(), f.second.to_vector<float>());
+}

@@ -108,11 +108,18 @@ void flash_attention_forward(const AttentionParams<float>& p) {
     }
 }
 
-void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g0) {
+    const AttentionGradParams<float> g = with_grad_strides(p, g0);
     if (p.B * p.H * p.Tq == 0 || p.Tk == 0) {  // nothing to attend: every gradient is 0
-        for (int64_t t = 0; t < p.B * p.H * p.Tq * p.D; ++t) g.dq[t] = 0.0f;
-        for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.D; ++t) g.dk[t] = 0.0f;
-        for (int64_t t = 0; t < p.B * p.Hkv * p.Tk * p.Dv; ++t) g.dv[t] = 0.0f;
+        auto zero = [](float* x, int64_t B, int64_t H, int64_t T, int64_t W, int64_t sb, int64_t sh, int64_t st) {
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t t = 0; t < T; ++t)
+                        for (int64_t w = 0; w < W; ++w) x[b * sb + h * sh + t * st + w] = 0.0f;
+        };
+        zero(g.dq, p.B, p.H, p.Tq, p.D, g.dq_stride_b, g.dq_stride_h, g.dq_stride_t);
+        zero(g.dk, p.B, p.Hkv, p.Tk, p.D, g.dk_stride_b, g.dk_stride_h, g.dk_stride_t);
+        zero(g.dv, p.B, p.Hkv, p.Tk, p.Dv, g.dv_stride_b, g.dv_stride_h, g.dv_stride_t);
         return;
     }
     if (p.bf16) switch (bf16_attention_tiles(p.Tq, p.Tk)) {

@@ -1298,12 +1298,12 @@ void backward_ds(const AttentionParams<float>& p, const float* st, const float* 
         for (int64_t t = 0; t < nk * Bq; t += W) S::store(ds + t, S::mul(S::load(ds + t), S::load(dcap + t)));
 }
 
-/// Key block kb of head (b, h) against every query block that sees it. dq_acc: (Tq, D) rows of
-/// this head's dq (or a private accumulator); dk/dv rows of the block are zeroed when `first`.
+/// Key block kb of head (b, h) against every query block that sees it. dq_acc: (Tq, D) rows (row
+/// stride ldq) of/// this head's dq (or a private accumulator); dk/dv rows of the block are zeroed when `first`.
 template <class S>
 void backward_key_block(const AttentionParams<float>& p, const AttentionGradParams<float>& g,
                         const BwdLayout<S>& L, float* ws, int64_t b, int64_t h, int64_t kb,
-                        float* dq_acc, bool first) {
+                        float* dq_acc, int64_t ldq, bool first) {
     constexpr int     W       = S::W;
     constexpr int64_t Bq      = BwdLayout<S>::Bq, Bk = BwdLayout<S>::Bk;
     const int64_t     hk      = h / (p.H / p.Hkv);
@@ -1311,8 +1311,9 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     const float*      kj      = p.k + b * p.k_stride_b + hk * p.k_stride_h + j0 * p.k_stride_t;
     const float*      vj      = p.v + b * p.v_stride_b + hk * p.v_stride_h + j0 * p.v_stride_t;
     int64_t           ks = p.k_stride_t, vs = p.v_stride_t;
-    float*            dk      = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
-    float*            dv      = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
+    float*            dk      = g.dk + b * g.dk_stride_b + hk * g.dk_stride_h + j0 * g.dk_stride_t;
+    float*            dv      = g.dv + b * g.dv_stride_b + hk * g.dv_stride_h + j0 * g.dv_stride_t;
+    const int64_t     ldk = g.dk_stride_t, ldv = g.dv_stride_t;
     const float*      q0      = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float*      do0     = g.dout + b * p.o_stride_b + h * p.o_stride_h;
     int64_t           qs = p.q_stride_t, dos = p.o_stride_t;
@@ -1335,10 +1336,11 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     float *st = ws + L.st, *ds = ws + L.ds, *pd = p.dropout_p > 0 ? ws + L.pd : st, *dcap = ws + L.dcap;
     const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
     const float    keep     = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
-    if (first) {
-        for (int64_t t = 0; t < nk * p.D; ++t) dk[t] = 0.0f;
-        for (int64_t t = 0; t < nk * p.Dv; ++t) dv[t] = 0.0f;
-    }
+    if (first)
+        for (int64_t j = 0; j < nk; ++j) {
+            for (int64_t d = 0; d < p.D; ++d) dk[j * ldk + d] = 0.0f;
+            for (int64_t e = 0; e < p.Dv; ++e) dv[j * ldv + e] = 0.0f;
+        }
     for (int64_t qb = 0; qb < L.nqb; ++qb) {
         // Block fully masked for these queries (past their limits, or before their windows).
         if (int64_t(ws[L.kmax + qb]) < j0 || int64_t(ws[L.fmin + qb]) > j0 + nk - 1) continue;
@@ -1364,9 +1366,9 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.pdw), Bq, pd, Bq, nk, Bq);
             pack_rows_bf16<S>(reinterpret_cast<uint16_t*>(w + L.dsw), Bq, ds, Bq, nk, Bq);
             pack_row_pairs<S>(w + L.dstw, Bq, ds, Bq, nk, Bq, Bq);
-            gemm<S, kAcc, false>(nk, p.Dv, nqw, w + L.pdw, Bq / 2, w + L.dopw + qb * Bq / 2 * Dvp, Dvp, dv, p.Dv);
-            gemm<S, kAcc, false>(nk, p.D, nqw, w + L.dsw, Bq / 2, w + L.qpw + qb * Bq / 2 * Dp, Dp, dk, p.D);
-            gemm<S, kAcc, true>(nq, p.D, (nk + 1) / 2, w + L.dstw, Bq, w + L.kpw, Dp, dq_acc + i0 * p.D, p.D);
+            gemm<S, kAcc, false>(nk, p.Dv, nqw, w + L.pdw, Bq / 2, w + L.dopw + qb * Bq / 2 * Dvp, Dvp, dv, ldv);
+            gemm<S, kAcc, false>(nk, p.D, nqw, w + L.dsw, Bq / 2, w + L.qpw + qb * Bq / 2 * Dp, Dp, dk, ldk);
+            gemm<S, kAcc, true>(nq, p.D, (nk + 1) / 2, w + L.dstw, Bq, w + L.kpw, Dp, dq_acc + i0 * ldq, ldq);
             continue;
         }
         // Rows hidden by a mask are never read: with a non-finite value in V (dP~ = NaN) or K, the
@@ -1380,8 +1382,8 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
             round_tile_bf16<S>(ds, nk * Bq);
         }
         // dV_j += Pd dO (rows j, lanes Dv, reduction over the nq queries); dK_j += dS Q.
-        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * dos, dos, dv, p.Dv);
-        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * qs, qs, dk, p.D);
+        gemm<S, kAcc, false>(nk, p.Dv, nq, pd, Bq, do0 + i0 * dos, dos, dv, ldv);
+        gemm<S, kAcc, false>(nk, p.D, nq, ds, Bq, q0 + i0 * qs, qs, dk, ldk);
         // dQ_i += dS^T K_j (rows i, lanes D, reduction over the nk keys). Non-finite K rows are
         // read as 0: where such a key is seen, dS is NaN already (its score was), so dQ stays NaN.
         if (bad_k) {
@@ -1391,15 +1393,16 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
                     const float x = kj[j * ks + d];
                     kz[size_t(j * p.D + d)] = std::isfinite(x) ? x : 0.0f;
                 }
-            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kz.data(), p.D, dq_acc + i0 * p.D, p.D);
+            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kz.data(), p.D, dq_acc + i0 * ldq, ldq);
         } else {
-            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, ks, dq_acc + i0 * p.D, p.D);
+            gemm<S, kAcc, true>(nq, p.D, nk, ds, Bq, kj, ks, dq_acc + i0 * ldq, ldq);
         }
     }
 }
 
 template <class S>
-void backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+void backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g0) {
+    const AttentionGradParams<float> g = with_grad_strides(p, g0);
     QKV_ASSERT(p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
     constexpr int64_t Bk       = BwdLayout<S>::Bk;
     const int64_t     nkb      = (p.Tk + Bk - 1) / Bk;
@@ -1417,10 +1420,11 @@ void backward(const AttentionParams<float>& p, const AttentionGradParams<float>&
                 const int64_t b = bk / p.Hkv, hk = bk % p.Hkv;
                 for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
                     prepare_head<S>(p, g, L, ws, b, h);
-                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
-                    for (int64_t t = 0; t < p.Tq * p.D; ++t) dq[t] = 0.0f;
+                    float* dq = g.dq + b * g.dq_stride_b + h * g.dq_stride_h;
+                    for (int64_t i = 0; i < p.Tq; ++i)
+                        for (int64_t d = 0; d < p.D; ++d) dq[i * g.dq_stride_t + d] = 0.0f;
                     for (int64_t kb = 0; kb < nkb; ++kb)
-                        backward_key_block<S>(p, g, L, ws, b, h, kb, dq, h == hk * group);
+                        backward_key_block<S>(p, g, L, ws, b, h, kb, dq, g.dq_stride_t, h == hk * group);
                 }
             }
         }
@@ -1443,13 +1447,13 @@ void backward(const AttentionParams<float>& p, const AttentionGradParams<float>&
                     for (int64_t t = 0; t < p.Tq * p.D; ++t) priv[tid][t] = 0.0f;
 #pragma omp for schedule(static, 1)
                     for (int64_t kb = 0; kb < nkb; ++kb)
-                        backward_key_block<S>(p, g, L, ws, b, h, kb, priv[tid], h == hk * group);
-                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
+                        backward_key_block<S>(p, g, L, ws, b, h, kb, priv[tid], p.D, h == hk * group);
+                    float* dq = g.dq + b * g.dq_stride_b + h * g.dq_stride_h;
 #pragma omp for
                     for (int64_t t = 0; t < p.Tq * p.D; ++t) {
                         float acc = 0.0f;
                         for (int u = 0; u < nt; ++u) acc += priv[u][t];
-                        dq[t] = acc;
+                        dq[t / p.D * g.dq_stride_t + t % p.D] = acc;
                     }
                 }
     }
@@ -1670,18 +1674,19 @@ void backward_key_block_amx(const AttentionParams<float>& p, const AttentionGrad
         tile_gemm<T>(hp.Dq, Bq, nkwp, hp.kt(head) + j0, 2 * hp.Tkp, w + L.dstw, 4 * Bq, ws + L.dqt + qb * hp.Dq * Bq,
                      4 * Bq, true);
     }
-    float* dk = g.dk + ((b * p.Hkv + hk) * p.Tk + j0) * p.D;
-    float* dv = g.dv + ((b * p.Hkv + hk) * p.Tk + j0) * p.Dv;
+    float*        dk  = g.dk + b * g.dk_stride_b + hk * g.dk_stride_h + j0 * g.dk_stride_t;
+    float*        dv  = g.dv + b * g.dv_stride_b + hk * g.dv_stride_h + j0 * g.dv_stride_t;
+    const int64_t ldk = g.dk_stride_t, ldv = g.dv_stride_t;
     for (int64_t j = 0; j < nk; ++j) {
-        for (int64_t d = 0; d < p.D; ++d) dk[j * p.D + d] = (first ? 0.0f : dk[j * p.D + d]) + dkacc[j * hp.Dq + d];
-        for (int64_t e = 0; e < p.Dv; ++e) dv[j * p.Dv + e] = (first ? 0.0f : dv[j * p.Dv + e]) + dvacc[j * L.Dvq + e];
+        for (int64_t d = 0; d < p.D; ++d) dk[j * ldk + d] = (first ? 0.0f : dk[j * ldk + d]) + dkacc[j * hp.Dq + d];
+        for (int64_t e = 0; e < p.Dv; ++e) dv[j * ldv + e] = (first ? 0.0f : dv[j * ldv + e]) + dvacc[j * L.Dvq + e];
     }
 }
 
-/// dq (Tq x D rows) = (or +=) this thread's dQ^T of head h.
+/// dq (Tq rows of D, row stride ldq) = this thread's dQ^T of head h.
 template <class S>
 void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, const AmxBwdHeads& hp,
-                  const float* ws, float* dq) {
+                  const float* ws, float* dq, int64_t ldq) {
     constexpr int64_t Bq = AmxBwdLayout<S>::Bq;
     alignas(64) float blk[16 * 16];
     for (int64_t i0 = 0; i0 < p.Tq; i0 += 16) {
@@ -1689,7 +1694,7 @@ void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, con
         for (int64_t d = 0; d < p.D; d += 16) {
             S::transpose16(reinterpret_cast<const uint32_t*>(src + d * Bq), Bq, reinterpret_cast<uint32_t*>(blk), 16);
             const auto m = S::tail(int(min64(16, p.D - d)));
-            for (int64_t i = i0; i < min64(i0 + 16, p.Tq); ++i) S::storem(dq + i * p.D + d, S::load(blk + (i - i0) * 16), m);
+            for (int64_t i = i0; i < min64(i0 + 16, p.Tq); ++i) S::storem(dq + i * ldq + d, S::load(blk + (i - i0) * 16), m);
         }
     }
 }
@@ -1699,7 +1704,8 @@ void write_dq_amx(const AttentionParams<float>& p, const AmxBwdLayout<S>& L, con
 /// which packs its head into its workspace, or key blocks split across threads with private dQs
 /// (all heads packed once into flash_call_buffer: fewer heads than threads).
 template <class S, class T>
-bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<float>& g0) {
+    const AttentionGradParams<float> g = with_grad_strides(p, g0);
     QKV_ASSERT(p.bf16 && p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
     const AmxBwdHeads hp(p);
     constexpr int64_t Bk        = AmxBwdLayout<S>::Bk;
@@ -1728,7 +1734,7 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
                     prepare_head_amx<S>(p, g, L, hp, ws, b, h);
                     for (int64_t kb = 0; kb < nkb; ++kb)
                         backward_key_block_amx<S, T>(p, g, L, hp, head, ws, b, h, kb, h == hk * group);
-                    write_dq_amx<S>(p, L, hp, ws, g.dq + (b * p.H + h) * p.Tq * p.D);
+                    write_dq_amx<S>(p, L, hp, ws, g.dq + b * g.dq_stride_b + h * g.dq_stride_h, g.dq_stride_t);
                 }
             }
             T::end();
@@ -1755,14 +1761,14 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
                     for (int64_t kb = 0; kb < nkb; ++kb)
                         backward_key_block_amx<S, T>(p, g, L, hp, data + (b * p.Hkv + hk) * hp.per_head, ws, b, h,
                                                      kb, h == hk * group);
-                    write_dq_amx<S>(p, L, hp, ws, mine);
+                    write_dq_amx<S>(p, L, hp, ws, mine, p.D);
 #pragma omp barrier
-                    float* dq = g.dq + (b * p.H + h) * p.Tq * p.D;
+                    float* dq = g.dq + b * g.dq_stride_b + h * g.dq_stride_h;
 #pragma omp for
                     for (int64_t t = 0; t < p.Tq * p.D; ++t) {
                         float acc = 0.0f;
                         for (int u = 0; u < nt; ++u) acc += priv[size_t(int64_t(u) * p.Tq * p.D + t)];
-                        dq[t] = acc;
+                        dq[t / p.D * g.dq_stride_t + t % p.D] = acc;
                     }
                 }
         T::end();

@@ -102,11 +102,16 @@ void attention_forward(const AttentionParams<T>& p) {
 }
 
 template <class T>
-void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T>& g) {
+void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T>& g0) {
+    const AttentionGradParams<T> g = with_grad_strides(p, g0);
     std::vector<T> s(size_t(p.Tk)), z(size_t(p.Tk), T(1)), dp(size_t(p.Tk)), dcap(size_t(p.Tk), T(1));
     const int64_t  group = p.H / p.Hkv;
-    for (int64_t n = 0; n < p.B * p.Hkv * p.Tk * p.D; ++n) g.dk[n] = 0;
-    for (int64_t n = 0; n < p.B * p.Hkv * p.Tk * p.Dv; ++n) g.dv[n] = 0;
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t hk = 0; hk < p.Hkv; ++hk)
+            for (int64_t j = 0; j < p.Tk; ++j) {
+                for (int64_t d = 0; d < p.D; ++d) g.dk[b * g.dk_stride_b + hk * g.dk_stride_h + j * g.dk_stride_t + d] = 0;
+                for (int64_t e = 0; e < p.Dv; ++e) g.dv[b * g.dv_stride_b + hk * g.dv_stride_h + j * g.dv_stride_t + e] = 0;
+            }
     for (int64_t b = 0; b < p.B; ++b)
         for (int64_t h = 0; h < p.H; ++h) {
             const int64_t hk = h / group;
@@ -115,7 +120,7 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
                 if (p.dropout_p > 0.0f) dropout_row(p, b, h, i, z.data());
                 const T* doi = g.dout + b * p.o_stride_b + h * p.o_stride_h + i * p.o_stride_t;
                 const T* qi  = p.q + b * p.q_stride_b + h * p.q_stride_h + i * p.q_stride_t;
-                T*       dqi = g.dq + ((b * p.H + h) * p.Tq + i) * p.D;
+                T*       dqi = g.dq + b * g.dq_stride_b + h * g.dq_stride_h + i * g.dq_stride_t;
                 // dP_ij = Z_ij (dout_i . v_j); rowdot = sum_j P_ij dP_ij.
                 T rowdot = 0;
                 for (int64_t j = 0; j < p.Tk; ++j) {
@@ -132,8 +137,8 @@ void attention_backward(const AttentionParams<T>& p, const AttentionGradParams<T
                     // dS through the soft cap: d cap(x)/dx = 1 - tanh^2 (1 without a cap).
                     const T  ds  = T(p.scale) * dcap[size_t(j)] * pj * (dp[size_t(j)] - rowdot);
                     const T* kj  = p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t;
-                    T*       dkj = g.dk + ((b * p.Hkv + hk) * p.Tk + j) * p.D;
-                    T*       dvj = g.dv + ((b * p.Hkv + hk) * p.Tk + j) * p.Dv;
+                    T*       dkj = g.dk + b * g.dk_stride_b + hk * g.dk_stride_h + j * g.dk_stride_t;
+                    T*       dvj = g.dv + b * g.dv_stride_b + hk * g.dv_stride_h + j * g.dv_stride_t;
                     for (int64_t d = 0; d < p.D; ++d) {
                         dqi[d] += ds * kj[d];
                         dkj[d] += ds * qi[d];
