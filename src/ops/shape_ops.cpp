@@ -92,19 +92,43 @@ int64_t row_bytes(const Shape& shape, DType dt) {
 }
 
 /// dst[idx[i]] (+)= src[i] for rows of `row` elements (idx already range-checked).
-/// Threads take column blocks, so repeated indices still accumulate in index order without races.
 template <class T>
 void add_rows(T* dst, const T* src, const std::vector<int64_t>& idx, int64_t row) {
-    constexpr int64_t kBlock = 64;
-    const int64_t blocks = (row + kBlock - 1) / kBlock;
-    const bool par = int64_t(idx.size()) * row > detail::kParallelGrain && blocks > 1;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t j0 = b * kBlock, j1 = std::min(row, j0 + kBlock);
-        for (size_t i = 0; i < idx.size(); ++i) {
-            T* d = dst + idx[i] * row;
-            const T* s = src + int64_t(i) * row;
-            for (int64_t j = j0; j < j1; ++j) d[j] += s[j];
+    for (size_t i = 0; i < idx.size(); ++i) {
+        T* d = dst + idx[i] * row;
+        const T* s = src + int64_t(i) * row;
+        for (int64_t j = 0; j < row; ++j) d[j] += s[j];
+    }
+}
+
+/// index_select's backward into `rows` rows of `row` elements: dst[idx[i]] = Σ src[i] over the
+/// picks of each row, 0 where none. Distinct indices (the pad-free path's gathers): each picked
+/// row is written once as 0 + src (the sum add_rows would form, -0 included) and the others
+/// zeroed, by threads; with repeats, zeros then add_rows in index order.
+template <class T>
+void index_select_backward_rows(T* dst, const T* src, const std::vector<int64_t>& idx, int64_t rows, int64_t row) {
+    std::vector<uint8_t> seen(size_t(rows), 0);
+    bool distinct = true;
+    for (int64_t i : idx) {
+        distinct = distinct && !seen[size_t(i)];
+        seen[size_t(i)] = 1;
+    }
+    if (!distinct) {
+        std::fill_n(dst, rows * row, T(0));
+        add_rows(dst, src, idx, row);
+        return;
+    }
+    const bool par = rows * row > detail::kParallelGrain;
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < rows; ++r)
+            if (!seen[size_t(r)]) std::fill_n(dst + r * row, row, T(0));
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < int64_t(idx.size()); ++i) {
+            T* d = dst + idx[size_t(i)] * row;
+            const T* s = src + i * row;
+            for (int64_t j = 0; j < row; ++j) d[j] = T(0) + s[j];
         }
     }
 }
@@ -128,10 +152,11 @@ Tensor index_select_rows(const Tensor& x, const std::vector<int64_t>& idx, const
     const Shape in_shape = x.shape();
     record(out, "IndexSelectBackward", {x}, [idx, in_shape](const Tensor& g) {
         const Tensor gc = g.contiguous();
-        Tensor z = zeros(in_shape, g.dtype());
-        const int64_t row = in_shape.empty() || in_shape[0] == 0 ? 0 : shape_numel(in_shape) / in_shape[0];
+        Tensor z = Tensor::empty(in_shape, g.dtype());
+        const int64_t rows = in_shape.empty() ? 1 : in_shape[0];
+        const int64_t row = rows == 0 ? 0 : shape_numel(in_shape) / rows;
         QKV_DISPATCH_FLOAT(g.dtype(), "index_select_backward",
-                           add_rows<scalar_t>(ptr<scalar_t>(z), ptr<scalar_t>(gc), idx, row));
+                           index_select_backward_rows<scalar_t>(ptr<scalar_t>(z), ptr<scalar_t>(gc), idx, rows, row));
         return std::vector<Tensor>{z};
     });
     return out;

@@ -175,6 +175,29 @@ TEST(ThreadedPaths, IndexSelectRowsForwardAndBackwardWithRepeats) {
     EXPECT_EQ(wrong, 0);
 }
 
+TEST(ThreadedPaths, IndexSelectRowsBackwardWithDistinctIndices) {
+    // 700 distinct picks of 1,000 rows (the pad-free path's gathers): each picked row's gradient
+    // is 0 + g (so a -0 in g becomes +0, as the accumulating path gives), the others 0.
+    Generator gen(12);
+    std::vector<int64_t> idx(700);
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t((i * 389 + 5) % 1000);
+    const Tensor index = from_vector(idx, {700});
+    Tensor g = randn({700, 96}, &gen);
+    g.data<float>()[3 * 96 + 7] = -0.0f;
+    auto run = [&] {
+        Tensor x = zeros({1000, 96}).requires_grad_(true);
+        index_select(x, 0, index).backward(g);
+        return x.grad();
+    };
+    const auto [one, two] = on_one_and_two_threads(run);
+    expect_same_bits(one, two);
+    std::vector<float> ref(1000 * 96, 0.0f);
+    for (size_t i = 0; i < idx.size(); ++i)
+        for (int64_t j = 0; j < 96; ++j) ref[size_t(idx[i] * 96 + j)] += g.data<float>()[int64_t(i) * 96 + j];
+    EXPECT_EQ(std::memcmp(two.data<float>(), ref.data(), ref.size() * sizeof(float)), 0);
+    EXPECT_FALSE(std::signbit(two.data<float>()[idx[3] * 96 + 7]));
+}
+
 TEST(ThreadedPaths, ScatterRowsPlacesEveryRowAndZeroesTheRest) {
     Generator gen(8);
     const Tensor src = randn({700, 256}, &gen);
