@@ -213,7 +213,7 @@ BENCHMARK(BM_attention_bf16_few_queries_fwd)
     ->UseRealTime()
     ->MinTime(0.1);
 void self_attention_shapes(benchmark::internal::Benchmark* b) {
-    for (int64_t t : {10, 32, 64, 128})
+    for (int64_t t : {10, 16, 24, 32, 64, 128})
         for (int64_t mode : {1, 2, 3}) b->Args({t, t, mode});
 }
 BENCHMARK(BM_attention_bf16_few_queries_fwdbwd)

@@ -1440,5 +1440,40 @@ TEST(FlashAttentionKernels, StridedGradientsEqualContiguousOnes) {
     omp_set_num_threads(saved);
 }
 
+// Few queries (Tq <= 16) take the backward with one-vector query blocks (SimdAvx512ShortQ,
+// SimdAvx512DotShortQ) on the AVX-512 tiers: every feature in bf16 as FewQueriesEveryFeature does
+// in fp32, and both backward schedules (a head per task; key blocks split over 2 threads) in both.
+TEST(FlashAttentionBf16, FewQueriesEveryFeatureAndBothSchedules) {
+    for (int64_t tq : {1, 10, 16}) {
+        SCOPED_TRACE(::testing::Message() << "Tq " << tq);
+        AttnSpec s = shape(3, 4, tq, 37, 64);
+        s.valid_lens_rank = 1, s.valid_lens = {0, 12, 500};
+        expect_bf16_matches_ref(s);
+        AttnSpec c = shape(2, 2, tq, 29, 16);
+        c.causal   = CausalAlign::bottom_right;
+        expect_bf16_matches_ref(c);
+        AttnSpec m   = shape(2, 2, tq, 50, 24);
+        m.mask       = MaskKind::both;
+        m.mask_shape = MaskShape::full;
+        expect_bf16_matches_ref(m);
+        AttnSpec d = shape(2, 2, tq, 45, 32);
+        d.dropout = 0.2f, d.mask = MaskKind::additive, d.mask_shape = MaskShape::key_padding;
+        expect_bf16_matches_ref(d);
+        AttnSpec g = shape(2, 4, tq, 33, 32, 48);
+        g.Hkv = 1, g.strided = true;
+        expect_bf16_matches_ref(g);
+    }
+    const int saved = omp_get_max_threads();
+    AttnSpec  split = shape(1, 1, 10, 700, 64);  // one head, six key blocks of 128
+    split.causal    = CausalAlign::bottom_right;
+    for (int nt : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << nt << " threads");
+        omp_set_num_threads(nt);
+        expect_fast_matches_ref(split);
+        expect_bf16_matches_ref(split);
+    }
+    omp_set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace qkv::test

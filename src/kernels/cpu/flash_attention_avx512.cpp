@@ -10,6 +10,7 @@ namespace qkv::kernels::cpu::detail {
 
 void flash_forward_avx512(const AttentionParams<float>& p) { flash_avx512::forward<flash_avx512::SimdAvx512>(p); }
 void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+    if (p.Tq <= flash_avx512::SimdAvx512ShortQ::kBwdBlockQ) return flash_avx512::backward<flash_avx512::SimdAvx512ShortQ>(p, g);
     flash_avx512::backward<flash_avx512::SimdAvx512>(p, g);
 }
 

@@ -65,6 +65,9 @@ void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionG
     if (bf16_nonfinite(p.k, p.B, p.Hkv, p.Tk, p.D, p.k_stride_b, p.k_stride_h, p.k_stride_t) ||
         bf16_nonfinite(p.v, p.B, p.Hkv, p.Tk, p.Dv, p.v_stride_b, p.v_stride_h, p.v_stride_t))
         return flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512>(p, g);
+    // Few queries: one-vector query blocks (flash_attention_simd.h, SimdAvx512DotShortQ).
+    if (p.Tq <= flash_avx512bf16::SimdAvx512DotShortQ::kBwdBlockQ)
+        return flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512DotShortQ>(p, g);
     flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512Dot>(p, g);
 }
 

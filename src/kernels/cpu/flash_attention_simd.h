@@ -143,6 +143,11 @@ struct SimdAvx512 : simd::V16 {
         return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
     }
 };
+
+/// SimdAvx512's backward with one-vector query blocks, for few queries (see SimdAvx512DotShortQ).
+struct SimdAvx512ShortQ : SimdAvx512 {
+    static constexpr int kBwdBlockQ = 16;
+};
 #endif
 
 #if defined(__AVX512BF16__)
@@ -211,6 +216,13 @@ struct SimdAvx512Dot : SimdAvx512 {
         const __m512i x = _mm512_and_si512(w, e);
         return _mm512_cmpeq_epi16_mask(x, e) != 0;
     }
+};
+
+/// The backward for few queries (Tq <= 16, e.g. a training step's 10-token sentences): query
+/// blocks of one vector (16 lanes) instead of 64, so the lane-wise score tiles, probabilities and
+/// query packing do not run on 48 padding lanes.
+struct SimdAvx512DotShortQ : SimdAvx512Dot {
+    static constexpr int kBwdBlockQ = 16;
 };
 #endif
 
