@@ -57,5 +57,5 @@ void BM_train_step(benchmark::State& state) {
 BENCHMARK(BM_train_step)->Arg(1)->Arg(0)->ArgName("cache")->Unit(benchmark::kMillisecond);
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
-    return bench_run(argc, argv, 1);
+    return bench_run(argc, argv);
 }

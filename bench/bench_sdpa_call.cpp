@@ -32,5 +32,5 @@ BENCHMARK(BM_sdpa_call)
 
 int main(int argc, char** argv) {
     if (const int rc = bench_isa_cap_status(argv[0])) return rc;
-    return bench_run(argc, argv, 1);
+    return bench_run(argc, argv);
 }

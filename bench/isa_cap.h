@@ -66,10 +66,10 @@ inline int bench_take_threads(int& argc, char** argv, int fallback) {
 }
 
 /// Google Benchmark on the remaining arguments: runs the selected benchmarks and returns 0, or
-/// returns `unknown_flag_rc` when an argument is not one of its flags (it says which).
-inline int bench_run(int argc, char** argv, int unknown_flag_rc = 2) {
+/// returns 2 (a usage error) when an argument is not one of its flags (it says which).
+inline int bench_run(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return unknown_flag_rc;
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

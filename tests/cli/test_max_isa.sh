@@ -20,6 +20,11 @@ if [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
 fi
 QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
+# Help is still help under a bad cap (or a bad QKV_KERNELS): printed, exit 0.
+QKV_MAX_ISA=avx9 run_rc 0 --help
+out_has "translate"
+QKV_KERNELS=bogus QKV_MAX_ISA=avx9 run_rc 0 train --help
+out_has "--out"
 # The benchmarks read the cap too: a bad word stops them at once with the same message (exit 2),
 # not an abort inside a benchmark. (Where the build has benchmarks: qkv is BUILD/bin/qkv.)
 BENCH="$(dirname "$QKV")/../bench/bench_attention"
@@ -44,8 +49,11 @@ if [ -x "$BENCH" ]; then
     rc=0; "$BDIR/$b" --benchmark_filter=NONE --threads > "$T/out" 2> "$T/err" || rc=$?
     [ "$rc" = 2 ] || fail "$b with a bare --threads: exit $rc, want 2"
     err_has "$b: --threads needs a value"
+  done
+  for b in bench_attention bench_peak bench_train_step bench_matmul bench_gru bench_allocator bench_sdpa_call; do
     rc=0; "$BDIR/$b" --benchmark_filter=NONE --bogus > "$T/out" 2> "$T/err" || rc=$?
     [ "$rc" = 2 ] || fail "$b --bogus: exit $rc, want 2 (an unknown flag)"
+    err_has "bogus"
   done
 fi
 echo "ok"
