@@ -156,33 +156,34 @@ int main(int argc, char** argv) {
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
     qkv::cli::refuse_empty_values(app);
-    // The environment checks below stop a command, not a request for help: `--help` still prints.
+    // The environment checks below stop a command, not a request for help: `--help` still prints
+    // (after the same message as a warning).
     bool help = false;
     for (int i = 1; i < argc; ++i)
         help = help || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0 ||
                std::strcmp(argv[i], "--help-all") == 0;
     // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
-    if (const char* k = std::getenv("QKV_KERNELS");
-        !help && k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0) {
-        std::fprintf(stderr, "qkv: error: QKV_KERNELS must be 'fast' or 'ref', got '%s'\n", k);
-        return 2;
-    }
+    // With --help the same message is a warning and help follows (exit 0).
+    auto env_error = [help](const std::string& msg) {
+        std::fprintf(stderr, "qkv: %s: %s\n", help ? "warning" : "error", msg.c_str());
+        return !help;
+    };
+    if (const char* k = std::getenv("QKV_KERNELS"); k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0)
+        if (env_error(std::string("QKV_KERNELS must be 'fast' or 'ref', got '") + k + "'")) return 2;
     // QKV_ATTENTION is read at the first attention call, after the model is loaded: check it now,
     // with the parser that call uses.
-    if (const char* e = std::getenv("QKV_ATTENTION"); !help && e && *e) {
+    if (const char* e = std::getenv("QKV_ATTENTION"); e && *e) {
         try {
             qkv::parse_attention_backend(e);
         } catch (const qkv::Error&) {
-            std::fprintf(stderr, "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got '%s'\n", e);
-            return 2;
+            if (env_error(std::string("QKV_ATTENTION must be 'auto', 'math' or 'flash', got '") + e + "'")) return 2;
         }
     }
     // QKV_MAX_ISA likewise (read at the first kernel call otherwise).
     try {
-        if (!help) qkv::check_isa_cap();
+        qkv::check_isa_cap();
     } catch (const qkv::Error& e) {
-        std::fprintf(stderr, "qkv: error: %s\n", e.what());
-        return 2;
+        if (env_error(e.what())) return 2;
     }
     // A first word that is not a command: say so (CLI11 would only say a subcommand is required).
     if (argc > 1 && argv[1][0] != '-') {

@@ -14,9 +14,11 @@ unset QKV_DATA QKV_KERNELS QKV_ATTENTION
 # ---- commands and environment
 run_rc 2 bogus;                         err_has "qkv: error: unknown command 'bogus'" "translate"
 # (bash passes a VAR=value prefix of a function call to the commands it runs)
-QKV_KERNELS=fsat run_rc 2 info --help;    err_has "QKV_KERNELS must be 'fast' or 'ref', got 'fsat'"
+QKV_KERNELS=fsat run_rc 2 info "$T";      err_has "qkv: error: QKV_KERNELS must be 'fast' or 'ref', got 'fsat'"
+QKV_KERNELS=fsat run_rc 0 info --help;    err_has "qkv: warning: QKV_KERNELS must be 'fast' or 'ref', got 'fsat'"
 QKV_KERNELS=ref run_rc 0 info --help
-QKV_ATTENTION=flsh run_rc 2 info --help;  err_has "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got 'flsh'"
+QKV_ATTENTION=flsh run_rc 2 info "$T";    err_has "qkv: error: QKV_ATTENTION must be 'auto', 'math' or 'flash', got 'flsh'"
+QKV_ATTENTION=flsh run_rc 0 info --help;  err_has "qkv: warning: QKV_ATTENTION must be 'auto', 'math' or 'flash', got 'flsh'"
 QKV_ATTENTION=math run_rc 0 info --help
 
 # ---- a tiny model

@@ -22,7 +22,7 @@ QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"
 # Help is still help under a bad cap (or a bad QKV_KERNELS): printed, exit 0.
 QKV_MAX_ISA=avx9 run_rc 0 --help
-out_has "translate"
+out_has "translate"; err_has "qkv: warning: QKV_MAX_ISA" "avx9"
 QKV_KERNELS=bogus QKV_MAX_ISA=avx9 run_rc 0 train --help
 out_has "--out"
 # The benchmarks read the cap too: a bad word stops them at once with the same message (exit 2),
