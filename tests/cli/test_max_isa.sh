@@ -17,6 +17,9 @@ if [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
   out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
   ONEDNN_MAX_CPU_ISA= QKV_MAX_ISA=avx2 run_rc 0 --version  # an empty ONEDNN_MAX_CPU_ISA is unset
   out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
+  # oneDNN ignores a word it does not know: QKV_MAX_ISA's cap still reaches it.
+  ONEDNN_MAX_CPU_ISA=bogus QKV_MAX_ISA=avx2 run_rc 0 --version
+  out_has "int8 matrix products (--compute-type int8): oneDNN dnnl_gemm_u8s8s32, 7-bit activations ("
 fi
 QKV_MAX_ISA=avx9 run_rc 2 attention --out "$T/bad"  # a usage error, as bad QKV_KERNELS/QKV_ATTENTION
 err_has "QKV_MAX_ISA" "avx9" "expected scalar, avx2, avx512"

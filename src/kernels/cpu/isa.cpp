@@ -7,6 +7,7 @@
 
 #include <dnnl.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -45,13 +46,21 @@ CpuFeatures detect() {
 
 // QKV_MAX_ISA caps oneDNN's kernels too, so a capped run is an older CPU for the GEMMs as well
 // (e.g. int8 without VNNI). oneDNN takes its cap only before its first use: set at load time.
-// ONEDNN_MAX_CPU_ISA, when set and not empty, wins (oneDNN reads it itself; it ignores a word it
-// does not know, and then neither cap applies to oneDNN). Never throws: a bad QKV_MAX_ISA word is
-// reported by env_cap() at the first kernel call.
+// ONEDNN_MAX_CPU_ISA, when it holds a word oneDNN 2.x knows, wins (oneDNN reads it itself); a word
+// it does not know oneDNN ignores, so QKV_MAX_ISA's cap applies then. Never throws: a bad
+// QKV_MAX_ISA word is reported by env_cap() at the first kernel call.
+bool onednn_knows_isa_word(const char* w) {
+    std::string up;
+    for (const char* c = w; *c; ++c) up += char(std::toupper(static_cast<unsigned char>(*c)));
+    for (const char* k : {"ALL", "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_MIC", "AVX512_MIC_4OPS", "AVX512_CORE",
+                          "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX"})
+        if (up == k) return true;
+    return false;
+}
 const bool g_onednn_capped = [] {
     const char* env = std::getenv("QKV_MAX_ISA");
     const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
-    if (!env || !*env || (own && *own)) return false;
+    if (!env || !*env || (own && *own && onednn_knows_isa_word(own))) return false;
     for (const Isa cap : kAllIsas) {
         if (std::strcmp(env, isa_name(cap)) != 0) continue;
         switch (cap) {
