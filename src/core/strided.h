@@ -12,37 +12,6 @@
 
 namespace qkv::detail {
 
-template <size_t N, class F>
-void for_each_strided(const Shape& shape, const std::array<const Shape*, N>& strides,
-                      const std::array<int64_t, N>& base, F&& inner) {
-    const int64_t rank = int64_t(shape.size());
-    for (int64_t d : shape)
-        if (d == 0) return;
-    if (rank == 0) {
-        inner(int64_t(1), base, std::array<int64_t, N>{});
-        return;
-    }
-    const int64_t last = shape[size_t(rank - 1)];
-    std::array<int64_t, N> steps{};
-    for (size_t k = 0; k < N; ++k) steps[k] = (*strides[k])[size_t(rank - 1)];
-    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
-    std::array<int64_t, N> off = base;
-    while (true) {
-        inner(last, off, steps);
-        int64_t d = rank - 2;
-        for (; d >= 0; --d) {
-            const size_t du = size_t(d);
-            if (++idx[du] < shape[du]) {
-                for (size_t k = 0; k < N; ++k) off[k] += (*strides[k])[du];
-                break;
-            }
-            for (size_t k = 0; k < N; ++k) off[k] -= (*strides[k])[du] * (shape[du] - 1);
-            idx[du] = 0;
-        }
-        if (d < 0) return;
-    }
-}
-
 /// for_each_strided over the rows [row_begin, row_end) of the index space (a row = one run of the
 /// innermost dim; rows counted row-major over the other dims). Requires a rank >= 1 and no zero dim.
 template <size_t N, class F>
@@ -75,6 +44,22 @@ void for_each_strided_rows(const Shape& shape, const std::array<const Shape*, N>
     }
 }
 
+/// Every row of the index space, row-major (rank 0: one call of one element; a zero dim: none).
+template <size_t N, class F>
+void for_each_strided(const Shape& shape, const std::array<const Shape*, N>& strides,
+                      const std::array<int64_t, N>& base, F&& inner) {
+    const int64_t rank = int64_t(shape.size());
+    for (int64_t d : shape)
+        if (d == 0) return;
+    if (rank == 0) {
+        inner(int64_t(1), base, std::array<int64_t, N>{});
+        return;
+    }
+    int64_t rows = 1;
+    for (int64_t i = 0; i + 1 < rank; ++i) rows *= shape[size_t(i)];
+    for_each_strided_rows<N>(shape, strides, base, 0, rows, inner);
+}
+
 /// for_each_strided with the rows split into contiguous ranges, one per OpenMP thread, when the
 /// index space holds more than `grain` elements. Only for `inner`s whose rows write disjoint
 /// memory (e.g. a contiguous destination); each row is still visited once, in row-major order
@@ -88,7 +73,6 @@ void parallel_for_each_strided(const Shape& shape, const std::array<const Shape*
         for_each_strided<N>(shape, strides, base, inner);
         return;
     }
-    if (numel == 0) return;
     const int64_t rows = numel / shape.back();
 #pragma omp parallel
     {
