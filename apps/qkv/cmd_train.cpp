@@ -365,7 +365,9 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
             usage_error(detail::str(o->get_name(), " does not apply to --model lm"));
     if (a.resume && a.overwrite)
         usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
-    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
+    // Before the data is read (a usage error, exit 2); the write test only once the run is accepted,
+    // so that a refused run leaves the folder as it was.
+    check_out_folder("--out", a.out, /*write_test=*/false);
     const bool given_preset = c->get_option("--preset")->count() > 0;
     if (given_preset && a.preset.rfind("lm", 0) != 0)
         usage_error(detail::str("--preset ", a.preset, " is a translation preset; --model lm takes lm or lm-tiny"));
@@ -415,6 +417,7 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
     ro.overwrite = a.overwrite;
     ro.progress  = !a.no_progress;
     ro.catch_signals = true;
+    ro.on_accepted   = [&a] { test_out_folder_write("--out", a.out); };
     train::RunOverrides given;  // which stopping rules came from flags (for "nothing to do"), --data
     if (!a.data.empty()) given.data_path = a.data;
     if (a.epochs) given.epochs = a.epochs;
@@ -471,7 +474,9 @@ void run(TrainArgs& a, CLI::App* c) {
     if (a.resume && train::is_lm_dir(a.out))
         usage_error(detail::str("'", a.out, "' holds a language model (qkv train --model lm); resume it with: qkv train "
                                 "--model lm --resume --out ", shell_quote(a.out)));
-    check_out_folder("--out", a.out);  // before the data is read (a usage error, exit 2)
+    // Before the data is read (a usage error, exit 2); the write test only once the run is accepted,
+    // so that a refused run leaves the folder as it was.
+    check_out_folder("--out", a.out, /*write_test=*/false);
     const train::RunOverrides o = overrides_from(a, c);
     train::RunOptions ro;
     ro.out_dir       = a.out;
@@ -479,6 +484,7 @@ void run(TrainArgs& a, CLI::App* c) {
     ro.overwrite     = a.overwrite;
     ro.progress      = !a.no_progress;
     ro.catch_signals = true;
+    ro.on_accepted   = [&a] { test_out_folder_write("--out", a.out); };
     // Under `mpirun -np N` this process is one of N ranks (data-parallel; a build without MPI
     // refuses here rather than train N separate copies into one folder).
     ro.comm = dist::world();

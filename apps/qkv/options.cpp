@@ -176,17 +176,54 @@ std::string shell_quote(const std::string& s) {
     return q + "'";
 }
 
-void check_out_folder(const std::string& flag, const std::string& path) {
+namespace {
+
+/// The folder of an output-folder flag, as check_out_folder reads it.
+std::filesystem::path out_folder_path(const std::string& path) {
+    std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+    return p;
+}
+
+/// The nearest existing ancestor of the missing folder `p` ("/" or "." when none exists).
+std::filesystem::path existing_ancestor(const std::filesystem::path& p) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path up = p.parent_path();
+    while (!up.empty() && !fs::exists(fs::status(up, ec))) up = up.parent_path();
+    if (up.empty()) up = p.is_absolute() ? fs::path("/") : fs::path(".");
+    return up;
+}
+
+}  // namespace
+
+void check_out_folder(const std::string& flag, const std::string& path, bool write_test) {
     namespace fs = std::filesystem;
     const std::string named = flag + " '" + path + "'";
     if (path.empty()) usage_error(flag + ": empty path");
     std::error_code ec;
-    fs::path p = fs::path(path).lexically_normal();
-    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+    const fs::path p         = out_folder_path(path);
     const fs::file_status st = fs::status(p, ec);
     if (fs::exists(st)) {
         if (!fs::is_directory(st)) usage_error(named + " is an existing file, not a folder");
         if (::access(p.c_str(), W_OK | X_OK) != 0) usage_error(named + ": the folder is not writable");
+    } else {
+        // The nearest existing ancestor must be a folder we can create folders in.
+        const fs::path up = existing_ancestor(p);
+        if (!fs::is_directory(fs::status(up, ec)))
+            usage_error(named + ": '" + up.string() + "' is a file, so the folder cannot be created");
+        if (::access(up.c_str(), W_OK | X_OK) != 0)
+            usage_error(named + ": no permission to create it in '" + up.string() + "'");
+    }
+    if (write_test) test_out_folder_write(flag, path);
+}
+
+void test_out_folder_write(const std::string& flag, const std::string& path) {
+    namespace fs = std::filesystem;
+    const std::string named = flag + " '" + path + "'";
+    std::error_code ec;
+    const fs::path p = out_folder_path(path);
+    if (fs::exists(fs::status(p, ec))) {
         // access() grants root everything: a probe file tells what writing there will do.
         std::string probe = (p / ".qkv-write-test-XXXXXX").string();
         const int fd      = ::mkstemp(probe.data());
@@ -195,17 +232,10 @@ void check_out_folder(const std::string& flag, const std::string& path) {
         ::unlink(probe.c_str());
         return;
     }
-    // The nearest existing ancestor must be a folder we can create folders in.
-    fs::path up = p.parent_path();
-    while (!up.empty() && !fs::exists(fs::status(up, ec))) up = up.parent_path();
-    if (up.empty()) up = p.is_absolute() ? fs::path("/") : fs::path(".");
-    if (!fs::is_directory(fs::status(up, ec)))
-        usage_error(named + ": '" + up.string() + "' is a file, so the folder cannot be created");
-    if (::access(up.c_str(), W_OK | X_OK) != 0)
-        usage_error(named + ": no permission to create it in '" + up.string() + "'");
     // access() grants root everything (and /proc refuses root too): create the first missing
     // folder to see, then remove it again.
-    fs::path first = p;
+    const fs::path up = existing_ancestor(p);
+    fs::path first    = p;
     while (first.has_parent_path() && first.parent_path() != up)
         first = first.parent_path();
     if (::mkdir(first.c_str(), 0777) != 0) {

@@ -68,10 +68,17 @@ std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char**
 /// folder", "--out 'X': 'P' is a file, so the folder cannot be created", "--out 'X': no permission
 /// to create it in 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot create the
 /// folder 'F' (reason)".
-/// Leaves nothing behind: to see what writing will do (access() grants root everything, and /proc
-/// refuses root too) it creates the first missing folder, or a probe file in an existing one, and
-/// removes it again.
-void check_out_folder(const std::string& flag, const std::string& path);
+/// With `write_test` it then runs test_out_folder_write; qkv train leaves that test to the moment
+/// its run is accepted (train::RunOptions::on_accepted), so that a refused run leaves the folder as
+/// it was, its modification time included.
+void check_out_folder(const std::string& flag, const std::string& path, bool write_test = true);
+
+/// check_out_folder's write test: to see what writing will do (access() grants root everything, and
+/// /proc refuses root too) it creates the first missing folder, or a probe file in an existing one,
+/// and removes it again (nothing is left but the modification time of the folder it was made in).
+/// A usage error as check_out_folder's ("--out 'X': the folder is not writable (reason)",
+/// "--out 'X': cannot create the folder 'F' (reason)").
+void test_out_folder_write(const std::string& flag, const std::string& path);
 
 /// For a command that shows attention weights (`command` names it: "heatmap"), which only the math
 /// backend gives: a usage error when the flash backend is forced by --attention flash or, without

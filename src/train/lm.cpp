@@ -335,6 +335,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
             throw Error(detail::str("the text '", cfg.path, "' recorded in ", cfg_file, " (data.path) does not exist; "
                                     "pass it with --data PATH (its fingerprint is checked)"));
     }
+    if (opt.on_accepted) opt.on_accepted();
     data::Vocab saved;
     if (opt.resume) saved = data::Vocab::load((dir / "vocab.txt").string());
     const LmData d = load_lm_data(cfg, opt.resume ? &saved : nullptr);

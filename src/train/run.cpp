@@ -371,6 +371,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
                              done.c_str(), (long long)p.step);
         }
     }
+    if (opt.on_accepted) opt.on_accepted();
     if (opt.log)
         std::fprintf(opt.log, "qkv train: preset %s, %d thread%s%s%s\n", cfg.preset.empty() ? "-" : cfg.preset.c_str(),
                      get_num_threads(), get_num_threads() == 1 ? "" : "s",

@@ -5,7 +5,8 @@
 #     subword models, whose vocabularies come from spm.model and so cannot tell); the same data
 #     passes; an older config.json without the fingerprint is not checked (a note says so);
 #  2. a bad configuration (heads that do not divide the width, --tie-weights without
-#     --shared-vocab) is a usage error (exit 2) before the data is read or anything in --out changes;
+#     --shared-vocab) is a usage error (exit 2) before the data is read or anything in --out changes
+#     (its modification time included);
 #  3. --resume with flags that differ from config.json: model-changing ones are refused (exit 2),
 #     the others named in a warning as ignored;
 #  4. --resume when the checkpoint has already trained the asked epochs/steps: "nothing to do",
@@ -91,6 +92,7 @@ grep -q '"lr": 0.002' "$T/w/config.json" || fail "config.json lr changed by an i
 
 # ---- 2. a bad configuration into an existing model folder: exit 2, nothing read or changed
 sums "$T/w" > "$T/before"
+touch -d "2020-01-01 00:00:00" "$T/w"
 run_rc 2 train --preset demo --data "$T/fra.txt" --num-hiddens 32 --num-heads 3 --out "$T/w" --no-progress
 err_has "qkv: error: the number of attention heads (--num-heads, 3) must divide the model width (--num-hiddens, 32)"
 ! grep -q "^data:" "$T/err" || fail "the data was read before the configuration was checked"
@@ -100,6 +102,8 @@ err_has "must divide the model width (--num-hiddens, 16)"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --subword bpe --vocab-size 40 --tie-weights --out "$T/w"
 err_has "qkv: error: --tie-weights needs one vocabulary for both languages: add --shared-vocab"
 sums "$T/w" | diff - "$T/before" > /dev/null || fail "a refused configuration changed the model folder"
+[ "$(stat -c %Y "$T/w")" = "$(date -d "2020-01-01 00:00:00" +%s)" ] ||
+  fail "a refused configuration changed the model folder's modification time (the --out write test ran)"
 run_rc 0 translate --model "$T/w" "go ."
 
 # ---- 5. --out naming a file (or a path under one): a usage error before the data is read

@@ -4,8 +4,9 @@
 #     and both ways on; the folder's files stay byte for byte; --overwrite with --resume refused;
 #     a folder with files of the run files' names but no model (a user's spm.model, vocabularies,
 #     metrics.jsonl, loss.png) is refused too, naming them, also through --out DIR/new/.. and for
-#     lm; --overwrite replaces them, and a replacement that fails gives them back (kept
-#     checkpoints too, section 6);
+#     lm; the refused folder keeps its modification time (the write test of --out, a file made and
+#     removed, comes only once a run is accepted); --overwrite replaces them, and a replacement
+#     that fails gives them back (kept checkpoints too, section 6);
 #  2. --overwrite replaces the model and leaves nothing aside; a replacement that fails before its
 #     first checkpoint (a stale temporary it cannot remove: a folder) gets the earlier files back,
 #     byte for byte; a left-over OUT/.qkv-replaced (a killed --overwrite) is refused;
@@ -28,15 +29,20 @@ small=("${base[@]}" --num-hiddens 16 --ffn-num-hiddens 16)
 wide=("${base[@]}" --num-hiddens 32 --ffn-num-hiddens 32)
 files=(config.json src_vocab.txt tgt_vocab.txt model.safetensors checkpoint.safetensors metrics.jsonl)
 sums() { (cd "$1" && md5sum "${files[@]}"); }
+# old_mtime DIR: sets DIR's modification time to 2020; mtime_kept DIR WHAT: fails unless it still is.
+old_mtime() { touch -d "2020-01-01 00:00:00" "$1"; }
+mtime_kept() { [ "$(stat -c %Y "$1")" = "$(date -d "2020-01-01 00:00:00" +%s)" ] || fail "$2 changed the modification time of $1"; }
 
 # ---- 1. a second fresh run into a model folder is refused; the model stays
 run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run"
 sums "$T/run" > "$T/before"
+old_mtime "$T/run"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run"
 err_has "qkv: error: --out '$T/run' already holds a qkv model (model.safetensors, checkpoint.safetensors, config.json)" \
         "continue its training with --resume" "replace it with --overwrite"
 ! grep -q "^data:" "$T/err" || fail "train read the data before refusing a model folder"
 sums "$T/run" | cmp -s - "$T/before" || fail "a refused train changed the model folder"
+mtime_kept "$T/run" "a refused train"
 # config.json alone (a run stopped before its first checkpoint) is a model folder too
 mkdir "$T/cfg" && cp "$T/run/config.json" "$T/cfg/"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/cfg"
@@ -61,10 +67,12 @@ for out in "$T/mine" "$T/mine/" "$T/mine/new/.."; do
   ! grep -q "^data:" "$T/err" || fail "train read the data before refusing --out $out"
   mine_sums | cmp -s - "$T/mine.before" || fail "a refused train into --out $out changed the user's files"
 done
+old_mtime "$T/mine"
 run_rc 2 train --model lm --data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --max-steps 1 --no-progress \
   --out "$T/mine"
 err_has "qkv: error: --out '$T/mine' holds files that qkv train writes (src_vocab.txt, tgt_vocab.txt, spm.model, metrics.jsonl, loss.png) but no model"
 mine_sums | cmp -s - "$T/mine.before" || fail "a refused lm train changed the user's files"
+mtime_kept "$T/mine" "a refused lm train"
 
 # ---- 2. --overwrite: a failed replacement restores the earlier files; a good one replaces them
 mkdir -p "$T/run/model.safetensors.tmp.1/x"   # fit cannot remove this "stale temporary"

@@ -128,6 +128,11 @@ struct RunOptions {
     std::vector<std::shared_ptr<TrainHook>> hooks;  // Trainer::add_hook, in order
     std::function<void(const LoggedStep&)> on_logged_step;          // at each metrics.jsonl step record
     std::function<void(int64_t step, double val_loss)> on_validated;  // after each validation
+    /// Called once the run is accepted and before the data is read or anything is written: after
+    /// every refusal (the ConfigErrors of run and run_lm) and, on resume, once there are steps to
+    /// train. qkv train tests there that it can write --out (a file made and removed), so that a
+    /// refused run leaves the folder as it was. An exception it throws ends the run, nothing written.
+    std::function<void()> on_accepted;
     /// Data-parallel training (`mpirun -np N qkv train`: dist::world()): with size > 1 this
     /// process is one rank; --batch-size stays the global batch (TrainRuntime::comm). Every rank
     /// reads the data and builds the model; the ranks must agree on the configuration, the data
