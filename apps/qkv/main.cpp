@@ -93,7 +93,12 @@ int main(int argc, char** argv) {
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
     app.set_version_flag("--version", [] {
-        std::string paths = qkv::kernel_paths();
+        std::string paths;
+        try {
+            paths = qkv::kernel_paths();
+        } catch (const qkv::Error& e) {  // a bad QKV_MAX_ISA (main warns): the version all the same
+            paths = std::string("kernel paths: not known: ") + e.what() + "\n";
+        }
         paths.pop_back();  // CLI11 ends the text with its own newline
         return "qkv 0.1.0\n" + paths;
     });
@@ -156,17 +161,17 @@ int main(int argc, char** argv) {
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
     qkv::cli::refuse_empty_values(app);
-    // The environment checks below stop a command, not a request for help: `--help` still prints
-    // (after the same message as a warning).
-    bool help = false;
+    // The environment checks below stop a command, not a request for help or the version:
+    // `--help` and `--version` still print (after the same message as a warning).
+    bool help_or_version = false;
     for (int i = 1; i < argc; ++i)
-        help = help || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0 ||
-               std::strcmp(argv[i], "--help-all") == 0;
+        help_or_version = help_or_version || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0 ||
+                          std::strcmp(argv[i], "--help-all") == 0 || std::strcmp(argv[i], "--version") == 0;
     // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
-    // With --help the same message is a warning and help follows (exit 0).
-    auto env_error = [help](const std::string& msg) {
-        std::fprintf(stderr, "qkv: %s: %s\n", help ? "warning" : "error", msg.c_str());
-        return !help;
+    // With --help (--version) the same message is a warning and help (the version) follows (exit 0).
+    auto env_error = [help_or_version](const std::string& msg) {
+        std::fprintf(stderr, "qkv: %s: %s\n", help_or_version ? "warning" : "error", msg.c_str());
+        return !help_or_version;
     };
     if (const char* k = std::getenv("QKV_KERNELS"); k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0)
         if (env_error(std::string("QKV_KERNELS must be 'fast' or 'ref', got '") + k + "'")) return 2;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # QKV_MAX_ISA (src/kernels/cpu/isa.h): every cap runs and prints the same 4-decimal attention table;
 # the cap reaches oneDNN; an unknown word is a clear error naming the variable and the words it
-# accepts.
+# accepts (a warning before --help or --version, which still print).
 source "$(dirname "$0")/lib.sh" "$1"
 for isa in scalar avx2 avx512; do
   QKV_MAX_ISA=$isa run_rc 0 attention --out "$T/$isa"
@@ -28,6 +28,11 @@ QKV_MAX_ISA=avx9 run_rc 0 --help
 out_has "translate"; err_has "qkv: warning: QKV_MAX_ISA" "avx9"
 QKV_KERNELS=bogus QKV_MAX_ISA=avx9 run_rc 0 train --help
 out_has "--out"
+# So is the version: printed (the kernel paths not known, naming the bad value), exit 0.
+QKV_MAX_ISA=avx9 run_rc 0 --version
+out_has "qkv 0.1.0" "kernel paths: not known: QKV_MAX_ISA" "avx9"; err_has "qkv: warning: QKV_MAX_ISA" "avx9"
+QKV_ATTENTION=bogus run_rc 0 --version
+out_has "qkv 0.1.0"; err_has "qkv: warning: QKV_ATTENTION" "bogus"
 # The benchmarks read the cap too: a bad word stops them at once with the same message (exit 2),
 # not an abort inside a benchmark. (Where the build has benchmarks: qkv is BUILD/bin/qkv.)
 BENCH="$(dirname "$QKV")/../bench/bench_attention"
