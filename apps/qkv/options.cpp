@@ -16,6 +16,7 @@
 #include "qkv/core/error.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/ops/attention.h"
+#include "qkv/train/out_folder.h"
 #include "qkv/train/run_config.h"
 #include "qkv/util/atomic_file.h"
 
@@ -178,12 +179,10 @@ std::string shell_quote(const std::string& s) {
 
 namespace {
 
-/// The folder of an output-folder flag, as check_out_folder reads it.
-std::filesystem::path out_folder_path(const std::string& path) {
-    std::filesystem::path p = std::filesystem::path(path).lexically_normal();
-    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "runs/x/" -> "runs/x"
-    return p;
-}
+/// The folder of an output-folder flag as the OS will find it (train::OutFolder, as train::run
+/// resolves --out): "L/../x" with L a link to a folder elsewhere is x beside that folder, not
+/// beside L.
+std::filesystem::path out_folder_path(const std::string& path) { return train::OutFolder(path).dir; }
 
 /// The nearest existing ancestor of the missing folder `p` ("/" or "." when none exists).
 std::filesystem::path existing_ancestor(const std::filesystem::path& p) {

@@ -62,12 +62,13 @@ std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char**
 [[noreturn]] void usage_error(const std::string& msg);
 
 /// Checks an output-folder flag before any work is done (`qkv train --out`, `qkv nw --out`):
-/// `path` must be an existing folder, or a path whose nearest existing ancestor is a folder we may
-/// write in (the missing folders are created later). Otherwise a usage error (exit 2) naming the
-/// flag, the path and the reason: "--out: empty path", "--out 'X' is an existing file, not a
-/// folder", "--out 'X': 'P' is a file, so the folder cannot be created", "--out 'X': no permission
-/// to create it in 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot create the
-/// folder 'F' (reason)".
+/// `path`, resolved as the OS will (train::OutFolder: links followed, then ".."), must be an
+/// existing folder, or a path whose nearest existing ancestor is a folder we may write in (the
+/// missing folders are created later). Otherwise a usage error (exit 2) naming the flag, the path
+/// as given, the reason and the resolved folders: "--out: empty path", "--out 'X' is an existing
+/// file, not a folder", "--out 'X': 'P' is a file, so the folder cannot be created", "--out 'X': no
+/// permission to create it in 'P'" / "--out 'X': the folder is not writable" / "--out 'X': cannot
+/// create the folder 'F' (reason)".
 /// With `write_test` it then runs test_out_folder_write; qkv train leaves that test to the moment
 /// its run is accepted (train::RunOptions::on_accepted), so that a refused run leaves the folder as
 /// it was, its modification time included.

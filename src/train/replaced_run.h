@@ -1,8 +1,8 @@
 #pragma once
-// Private to src/train (train::run and train::run_lm): the --out folder as the OS will find it
-// (OutFolder), the refusal of a fresh run into a folder that holds run files (check_fresh_out), an
-// overwritten run's files waiting aside until the new run has a model (ReplacedRun), and undoing a
-// failed fresh run (FreshRunStart).
+// Private to src/train (train::run and train::run_lm): the refusal of a fresh run into a folder
+// that holds run files (check_fresh_out), an overwritten run's files waiting aside until the new
+// run has a model (ReplacedRun), and undoing a failed fresh run (FreshRunStart). The --out folder
+// as the OS will find it is OutFolder (train/out_folder.h).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -13,53 +13,12 @@
 #include "qkv/core/error.h"
 #include "qkv/train/average.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/train/out_folder.h"
 #include "qkv/train/run_config.h"
 
 namespace qkv::train {
 
 namespace fs = std::filesystem;
-
-/// A run's --out folder as the OS will find it once fs::create_directories has made it, worked out
-/// before anything is created: each existing component with its symbolic links followed, ".." the
-/// parent of the folder reached so far ("new/.." is the folder new is made in; "L/.." for a link L
-/// to a folder elsewhere is that folder's parent, not the link's), "." and empty components
-/// skipped. Taken from the path as given, so undoing a failed run finds the folders it made even
-/// when the path goes through one and back out ("new/../other" makes new and other).
-struct OutFolder {
-    fs::path              dir;      // absolute, without symbolic links, "." or ".."
-    std::vector<fs::path> created;  // the folders making `dir` creates, in that order (resolved likewise)
-    explicit OutFolder(const fs::path& given) {
-        std::error_code ec;
-        const fs::path abs = fs::absolute(given, ec);
-        fs::path cur = abs.root_path();
-        for (const fs::path& part : abs.relative_path()) {
-            if (part.empty() || part == ".") continue;
-            if (part == "..") {  // `cur` has no links left: its parent is the one the OS goes to
-                cur = cur.parent_path();
-                continue;
-            }
-            cur /= part;
-            if (std::find(created.begin(), created.end(), cur) != created.end()) continue;  // made on the way
-            if (!fs::exists(fs::symlink_status(cur, ec))) {
-                created.push_back(cur);
-                continue;
-            }
-            fs::path real = fs::canonical(cur, ec);
-            if (ec) {  // a dangling link or a folder it may not search: the run cannot make the folder
-                dir = abs.lexically_normal();
-                return;
-            }
-            cur = std::move(real);
-        }
-        dir = cur;
-    }
-    /// Removes the folders the run created that are empty, innermost first.
-    void remove_created_folders() const {
-        std::error_code ec;
-        for (auto it = created.rbegin(); it != created.rend(); ++it)
-            if (fs::is_directory(fs::symlink_status(*it, ec)) && fs::is_empty(*it, ec)) fs::remove(*it, ec);
-    }
-};
 
 inline constexpr const char* kAside = ".qkv-replaced";
 

@@ -28,6 +28,17 @@ err_has "need at least 2 data rows"
 [ ! -e "$T/new" ] || fail "the --out check left '$T/new' behind"
 run_rc 1 nw --data "$T/bad.csv" --out "$T"
 [ -z "$(ls -A "$T" | grep qkv-write-test)" ] || fail "the --out check left its probe file in '$T'"
+# --out is read as the OS will (links followed, then ".."): with L a link to a folder elsewhere,
+# L/../x is x beside that folder, not beside L.
+mkdir -p "$T/far/target" "$T/here"
+ln -s "$T/far/target" "$T/here/L"
+touch "$T/far/x"
+(cd "$T/here" && run_rc 2 attention --out L/../x)
+err_has "qkv: error: --out 'L/../x' is an existing file, not a folder"
+rm "$T/far/x"
+touch "$T/here/x"  # a file where a lexical reading looks
+(cd "$T/here" && run_rc 0 attention --out L/../x)
+[ -d "$T/far/x" ] || fail "attention --out L/../x did not write beside the link's folder"
 
 # ---- attention weights with the flash backend forced: refused before the model is loaded ----
 mkdir "$T/empty"
