@@ -211,7 +211,7 @@ BENCHMARK(BM_attention_bf16_few_queries_fwd)
     ->ArgNames({"Tq", "Tk", "path"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
-    ->MinTime(0.1);
+    ->Apply(bench_default_min_time<100>);
 void self_attention_shapes(benchmark::internal::Benchmark* b) {
     for (int64_t t : {10, 16, 24, 32, 64, 128})
         for (int64_t mode : {1, 2, 3}) b->Args({t, t, mode});
@@ -221,7 +221,7 @@ BENCHMARK(BM_attention_bf16_few_queries_fwdbwd)
     ->ArgNames({"Tq", "Tk", "path"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
-    ->MinTime(0.1);
+    ->Apply(bench_default_min_time<100>);
 
 void BM_attention_flash_precision_fwd(benchmark::State& st) { run_precision(st, false); }
 void BM_attention_flash_precision_fwdbwd(benchmark::State& st) { run_precision(st, true); }
@@ -229,7 +229,8 @@ void precision_shapes(benchmark::internal::Benchmark* b) {
     for (int64_t d : {64, 128})
         for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384})
             for (int64_t bf : {0, 1, 2, 3, 4}) b->Args({n, d, bf});
-    b->ArgNames({"N", "d", "bf16"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    b->ArgNames({"N", "d", "bf16"})->Unit(benchmark::kMillisecond)->UseRealTime();
+    bench_default_min_time<1000>(b);
 }
 BENCHMARK(BM_attention_flash_precision_fwd)->Apply(precision_shapes);
 BENCHMARK(BM_attention_flash_precision_fwdbwd)->Apply(precision_shapes);

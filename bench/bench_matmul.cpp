@@ -301,9 +301,9 @@ void int8_shapes(benchmark::internal::Benchmark* b) {
         for (auto ok : {std::pair<int64_t, int64_t>{256, 256}, {1024, 256}, {256, 1024}, {17496, 256}})
             b->Args({m, ok.first, ok.second});
 }
-BENCHMARK(BM_linear_fp32)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
-BENCHMARK(BM_linear_int8_gemm_api)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
-BENCHMARK(BM_linear_int8_matmul_prepacked)->Apply(int8_shapes)->UseRealTime()->MinTime(0.2);
+BENCHMARK(BM_linear_fp32)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);
+BENCHMARK(BM_linear_int8_gemm_api)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);
+BENCHMARK(BM_linear_int8_matmul_prepacked)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);
 
 // ---- training's output layer and loss, forward + backward: cross_entropy(linear(...)) vs the fused
 // linear_cross_entropy. args {N target rows, V vocabulary}, C = 256; 1,060 rows is the anchor

@@ -114,7 +114,8 @@ void BM_train_step(benchmark::State& st) {
     st.counters["positions/s"] = benchmark::Counter(double(kBatch * kSteps), benchmark::Counter::kIsIterationInvariantRate);
     st.counters["tokens/s"] = benchmark::Counter(double(tokens), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_train_step)->Args({194, 214})->Args({10000, 10000})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_train_step)->Args({194, 214})->Args({10000, 10000})->Unit(benchmark::kMillisecond)->UseRealTime()
+    ->Apply(bench_default_min_time<5000>);
 
 /// Phase timers over 40 steps (after 10 warm-up steps).
 void profile(int64_t sv, int64_t tv) {

@@ -1,12 +1,15 @@
 #pragma once
 // Shared by the benchmark mains: a bad QKV_MAX_ISA or --threads value is a usage error (message,
 // exit 2) as in the qkv CLI, not an abort inside a benchmark or a silent default; bench_run hands
-// the rest to Google Benchmark.
+// the rest to Google Benchmark, with the benchmarks' own minimum times unless the user gives one.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/ops/kernel_mode.h"
@@ -65,9 +68,28 @@ inline int bench_take_threads(int& argc, char** argv, int fallback) {
     return threads;
 }
 
+/// The benchmarks' default minimum times (bench_default_min_time), for bench_run.
+inline std::vector<std::pair<benchmark::internal::Benchmark*, double>>& bench_default_min_times() {
+    static std::vector<std::pair<benchmark::internal::Benchmark*, double>> v;
+    return v;
+}
+
+/// `->Apply(bench_default_min_time<Ms>)` where `->MinTime(Ms / 1000.0)` would go: Ms milliseconds
+/// per benchmark unless the user gives --benchmark_min_time (or BENCHMARK_MIN_TIME). Google
+/// Benchmark lets a benchmark's MinTime win over the flag, so bench_run sets it only then.
+template <int Ms>
+void bench_default_min_time(benchmark::internal::Benchmark* b) {
+    bench_default_min_times().emplace_back(b, Ms / 1000.0);
+}
+
 /// Google Benchmark on the remaining arguments: runs the selected benchmarks and returns 0, or
 /// returns 2 (a usage error) when an argument is not one of its flags (it says which).
 inline int bench_run(int argc, char** argv) {
+    bool min_time_given = std::getenv("BENCHMARK_MIN_TIME") != nullptr;
+    for (int i = 1; i < argc; ++i)
+        min_time_given = min_time_given || std::strncmp(argv[i], "--benchmark_min_time=", 21) == 0;
+    if (!min_time_given)
+        for (const auto& [b, seconds] : bench_default_min_times()) b->MinTime(seconds);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     benchmark::RunSpecifiedBenchmarks();

@@ -63,5 +63,20 @@ if [ -x "$BENCH" ]; then
     [ "$rc" = 2 ] || fail "$b --bogus: exit $rc, want 2 (an unknown flag)"
     err_has "bogus"
   done
+  # A benchmark's own minimum time gives way to the user's --benchmark_min_time (or
+  # BENCHMARK_MIN_TIME): Google Benchmark lets MinTime win over the flag. Listed, not run.
+  for case in "bench_attention|precision_fwd/N:512/d:64/bf16:0/|1.000" "bench_attention|few_queries_fwd/Tq:1/Tk:10/path:1/|0.100" \
+              "bench_matmul|BM_linear_fp32/1/256/256/|0.200" "bench_train_step|BM_train_step/194/214/|5.000"; do
+    IFS='|' read -r b filter secs <<< "$case"
+    "$BDIR/$b" --benchmark_list_tests --benchmark_filter="$filter" > "$T/out" 2> "$T/err" || fail "$b --benchmark_list_tests"
+    out_has "/min_time:$secs/"
+    "$BDIR/$b" --benchmark_list_tests --benchmark_filter="$filter" --benchmark_min_time=0.01 > "$T/out" 2> "$T/err" ||
+      fail "$b --benchmark_min_time=0.01 --benchmark_list_tests"
+    grep -q "^BM_" "$T/out" || fail "$b: nothing listed for $filter"
+    ! grep -q "min_time" "$T/out" || fail "$b: --benchmark_min_time=0.01 is overridden by the benchmark's own $secs s"
+    BENCHMARK_MIN_TIME=0.01 "$BDIR/$b" --benchmark_list_tests --benchmark_filter="$filter" > "$T/out" 2> "$T/err" ||
+      fail "$b under BENCHMARK_MIN_TIME"
+    ! grep -q "min_time" "$T/out" || fail "$b: BENCHMARK_MIN_TIME=0.01 is overridden by the benchmark's own $secs s"
+  done
 fi
 echo "ok"
