@@ -63,7 +63,7 @@ void run(const EvalArgs& a) {
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
     train::ModelDir m = train::load_model_dir(a.model);
-    if (int8) nn::quantize_linears_int8(*m.model);
+    if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -93,7 +93,8 @@ void run(const EvalArgs& a) {
     to.progress       = !a.no_progress;
     apply_decode_flags(a.decode, to);
     util::Timer timer;
-    auto hyp = train::translate_tokens(m, src, to);
+    std::vector<std::vector<std::string>> hyp;
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_tokens(m, src, to); });
     const double secs = timer.seconds();
     decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
     double sent = 0;
@@ -128,7 +129,8 @@ void run(const EvalArgs& a) {
     if (en_fr)
         for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
     to.progress = false;
-    auto bhyp = en_fr ? train::translate_tokens(m, bsrc, to) : std::vector<std::vector<std::string>>{};
+    std::vector<std::vector<std::string>> bhyp;
+    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = train::translate_tokens(m, bsrc, to); });
     double mean = 0;
     nlohmann::json jbook = nlohmann::json::array();
     if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");

@@ -64,7 +64,7 @@ void run(const TranslateArgs& a) {
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after
     train::ModelDir m = train::load_model_dir(a.model);
-    if (int8) nn::quantize_linears_int8(*m.model);
+    if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
     if (a.pe_quirk) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
@@ -167,7 +167,7 @@ void run(const TranslateArgs& a) {
         done_rows[size_t(row)] = &nb;
         flush_ready();
     };
-    hyp = train::translate_nbest(m, src, to);
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_nbest(m, src, to); });
     for (size_t r = 0; r < hyp.size(); ++r) done_rows[r] = &hyp[r];  // the returned copies
     flush_ready();
     if (!a.attention_json.empty()) {

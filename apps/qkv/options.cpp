@@ -379,4 +379,13 @@ void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
     to.replace_unknowns     = f.replace_unknowns;
 }
 
+void name_model_in_int8_errors(const std::string& model, bool int8, const std::function<void()>& f) {
+    if (!int8) return f();
+    try {
+        f();
+    } catch (const Error& e) {
+        throw Error(detail::str("model '", model, "' (--compute-type int8): ", e.what()));
+    }
+}
+
 }  // namespace qkv::cli

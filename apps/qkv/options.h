@@ -4,6 +4,7 @@
 // 100000" (CLI11 puts the flag in front, main.cpp the prefix; usage errors exit 2). CLI11's own PositiveNumber/Range print
 // the double maximum in 309 digits.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -132,5 +133,12 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.
 void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to);
+
+/// Runs `f`, a step of translate/eval with the model in the folder `model` (quantizing its Linear
+/// layers, decoding); under --compute-type int8 (`int8`) a qkv::Error from it is rethrown naming
+/// the model: "model 'DIR' (--compute-type int8): linear_int8: row 0 of the input holds a
+/// non-finite value". The int8 layers refuse a non-finite weight or activation (ops/quantize.h)
+/// but cannot say which model they run.
+void name_model_in_int8_errors(const std::string& model, bool int8, const std::function<void()>& f);
 
 }  // namespace qkv::cli

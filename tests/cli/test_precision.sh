@@ -3,7 +3,8 @@
 # cap changes it); qkv train --precision bf16 says so in its header, records train.precision in
 # config.json, keeps the checkpoint fp32 and follows the fp32 loss curve closely on the same seed;
 # --precision is refused with another word; --resume warns that a different --precision is ignored;
-# qkv average --dtype bf16 writes a bf16 model folder that translate, eval and info read.
+# qkv average --dtype bf16 writes a bf16 model folder that translate, eval and info read; an int8
+# layer's refusal of a non-finite activation names the model folder.
 # Usage: test_precision.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -73,6 +74,28 @@ run_rc 0 eval --model "$T/fp32" --sampling --seed 1 --no-progress
 out_has "sampled decoding"
 run_rc 0 translate --model "$T/fp32" --compute-type int8 --beam 2 "i lost ." "go ."
 [ "$(wc -l < "$T/out")" = 2 ] || fail "translate --compute-type int8"
+# An int8 layer's refusal of a non-finite activation names the model: here every encoder embedding
+# is 3e38, finite (the folder loads) but infinite once scaled by sqrt(num_hiddens). The file is
+# rewritten without its checksum, which loading then does not ask for.
+cp -r "$T/fp32" "$T/huge"
+python3 - "$T/huge/model.safetensors" <<'PY' || fail "rewriting the model file"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    data = bytearray(f.read())
+header["__metadata__"].pop("qkv.checksum")
+a, b = header["encoder.embedding.weight"]["data_offsets"]
+data[a:b] = struct.pack("<f", 3e38) * ((b - a) // 4)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + data)
+PY
+run_rc 1 translate --model "$T/huge" --compute-type int8 "go ."
+err_has "qkv: error: model '$T/huge' (--compute-type int8): linear_int8" "non-finite value"
+run_rc 1 eval --model "$T/huge" --compute-type int8 --no-progress
+err_has "qkv: error: model '$T/huge' (--compute-type int8): linear_int8" "non-finite value"
 run_rc 2 translate --model "$T/fp32" --compute-type fp16 "go ."
 err_has "--compute-type"
 
