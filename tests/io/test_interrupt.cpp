@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -104,19 +105,27 @@ TEST(InterruptGuard, TheSecondSignalKills) {
 }
 
 TEST(InterruptGuard, TheSecondSignalCarriesOutTheArmedKillNote) {
-    // A kill during a write: the note's line on stderr, the half-written file removed. (The name
-    // holds no pid: the death test's process makes the same file, by the same name. The temporary
-    // folder, not the build tree, so the binary also runs where its build tree is absent.)
+    // A kill during a write: the note's line on stderr, the half-written file removed. The file is
+    // this process's (its pid in the name: two runs at once do not share it); the death test's
+    // process runs this test again from the start and makes the same file, so it takes the name
+    // from the environment, where this process leaves it. (The temporary folder, not the build
+    // tree, so the binary also runs where its build tree is absent.)
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("qkv_killnote_test_" + std::to_string(getuid()) + ".safetensors.tmp.1"))
-            .string();
+    constexpr const char* kFileVar = "QKV_TEST_KILLNOTE_FILE";
+    if (!std::getenv(kFileVar)) {
+        const std::string own = (std::filesystem::temp_directory_path() /
+                                 ("qkv_killnote_test_" + std::to_string(getpid()) + ".safetensors.tmp.1"))
+                                    .string();
+        ASSERT_EQ(setenv(kFileVar, own.c_str(), 1), 0);
+    }
+    const std::string path = std::getenv(kFileVar);
     std::ofstream(path) << "half a checkpoint";
     ASSERT_TRUE(std::filesystem::exists(path));
     EXPECT_EXIT(second_signal_kills(SIGINT, SIGINT, "qkv: interrupted while writing; x still holds step 7", path),
                 testing::KilledBySignal(SIGINT), "qkv: interrupted while writing; x still holds step 7");
     EXPECT_FALSE(std::filesystem::exists(path));
     std::filesystem::remove(path);
+    unsetenv(kFileVar);
 }
 
 TEST(KillNote, OneAtATimeAndNoEffectWithoutASecondSignal) {
