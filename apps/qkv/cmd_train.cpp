@@ -484,12 +484,14 @@ void run(TrainArgs& a, CLI::App* c) {
     ro.overwrite     = a.overwrite;
     ro.progress      = !a.no_progress;
     ro.catch_signals = true;
-    ro.on_accepted   = [&a] { test_out_folder_write("--out", a.out); };
     // Under `mpirun -np N` this process is one of N ranks (data-parallel; a build without MPI
     // refuses here rather than train N separate copies into one folder).
     ro.comm = dist::world();
     ro.reduce.overlap = a.grad_reduce == "overlap";
     const bool rank0 = ro.comm->rank() == 0;
+    // Rank 0 alone writes the folder, so it alone tests it (another rank's probe folder, made and
+    // removed, could remove the folder rank 0 has just made).
+    if (rank0) ro.on_accepted = [&a] { test_out_folder_write("--out", a.out); };
     ro.hooks.push_back(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
     train::RunResult r;
     try {

@@ -16,6 +16,7 @@
 #include "qkv/ops/kernel_mode.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
+#include "qkv/dist/communicator.h"
 #include "qkv/ops/attention.h"
 
 namespace qkv::cli {
@@ -208,19 +209,25 @@ int main(int argc, char** argv) {
     std::vector<std::string> args = qkv::cli::split_empty_assignments(app, argc, argv);
     std::vector<char*> args_c{argv[0]};
     for (std::string& a : args) args_c.push_back(a.data());
+    int rc = 0;
     try {
         app.parse(int(args_c.size()), args_c.data());
     } catch (const CLI::ParseError& e) {
-        const int rc = app.exit(e);
-        return rc == 0 ? 0 : 2;
+        rc = app.exit(e) == 0 ? 0 : 2;
     } catch (const qkv::cli::ExitStatus& e) {
-        return e.code;
+        return e.code;  // complete output, and every rank of a job stops the same way (a signal)
     } catch (const qkv::Error& e) {
         std::fprintf(stderr, "qkv: error: %s\n", e.what());
-        return 1;
+        rc = 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "qkv: error: %s\n", e.what());
-        return 1;
+        rc = 1;
     }
-    return 0;
+    // One rank of an `mpirun -np N` job failing on its own (its --out, its data) must end the job:
+    // exiting normally would finalize MPI, which waits for the other ranks, themselves waiting in a
+    // collective for this one, until the collective watchdog's QKV_DIST_TIMEOUT.
+    if (rc != 0)
+        if (auto w = qkv::dist::world_if_started(); w && w->size() > 1)
+            w->abort(qkv::detail::str("stopped with an error (exit ", rc, "), stopping the job"), rc);
+    return rc;
 }

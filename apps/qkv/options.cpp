@@ -238,10 +238,11 @@ void test_out_folder_write(const std::string& flag, const std::string& path) {
     while (first.has_parent_path() && first.parent_path() != up)
         first = first.parent_path();
     if (::mkdir(first.c_str(), 0777) != 0) {
-        // Created meanwhile by another process probing the same path (the other ranks of an
-        // `mpirun -np N qkv train` check the same --out at the same moment): it can be created.
-        if (errno == EEXIST && fs::is_directory(fs::status(first, ec))) return;
-        usage_error(named + ": cannot create the folder '" + first.string() + "' (" + std::strerror(errno) + ")");
+        const int err = errno;
+        // Made meanwhile by another process (and maybe removed again if it was a probe like this
+        // one): the folder can be made.
+        if (err == EEXIST) return;
+        usage_error(named + ": cannot create the folder '" + first.string() + "' (" + std::strerror(err) + ")");
     }
     ::rmdir(first.c_str());
 }

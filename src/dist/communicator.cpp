@@ -56,10 +56,18 @@ bool launched_by_mpirun() {
     return false;
 }
 
+namespace {
+std::mutex world_mu;
+std::shared_ptr<Communicator> the_world;
+}  // namespace
+
+std::shared_ptr<Communicator> world_if_started() {
+    std::lock_guard<std::mutex> lock(world_mu);
+    return the_world;
+}
+
 std::shared_ptr<Communicator> world(bool force_mpi) {
-    static std::mutex mu;
-    static std::shared_ptr<Communicator> the_world;
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(world_mu);
     if (the_world) return the_world;
     const double timeout = timeout_from_env();
     if (force_mpi || launched_by_mpirun()) {

@@ -336,6 +336,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         quiet.hooks.clear();
         quiet.on_logged_step = nullptr;
         quiet.on_validated = nullptr;
+        quiet.on_accepted = nullptr;  // ranks > 0 write nothing into --out
     }
     const RunOptions& opt = dp && given_opt.comm->rank() != 0 ? quiet : given_opt;
     if (opt.resume && opt.overwrite)

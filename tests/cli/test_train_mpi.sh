@@ -19,6 +19,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # behind in stacks LeakSanitizer cannot attribute to a library (frames in "<unknown module>"), so
 # no suppression can match them. ASan's memory-error checks stay on; qkv's own leaks are checked
 # by the single-process tests of the same code (test_dist, test_data_parallel, cli.test_train).
+# A collective that never completes fails the test with the watchdog's message long before ctest's timeout.
+export QKV_DIST_TIMEOUT="${QKV_DIST_TIMEOUT:-120}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 six_pairs > "$T/fra.txt"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6
@@ -79,6 +81,22 @@ set -e
 grep -q 'the ranks disagree on the data file (--data): rank 1 has .60 pairs, fingerprint' "$T/mf.err" \
   || { cat "$T/mf.err"; fail "a data file that differs in content is not named"; }
 [ ! -e "$T/mf/model.safetensors" ] || fail "a refused run wrote a model"
+
+# One rank failing on its own (its --data has too few pairs) ends the job at once with its message:
+# it must not finalize MPI and wait, with the other rank waiting in a collective for it, until the
+# collective watchdog (QKV_DIST_TIMEOUT) stops the job.
+printf 'Go.\tVa !\n' > "$T/b/few.txt"; cp "$T/fra.txt" "$T/a/few.txt"
+set +e
+(cd "$T" && QKV_DIST_TIMEOUT=60 timeout 50 mpirun -np 1 --wdir "$T/a" "$QKV" --threads 1 train "${small[@]}" --data few.txt --max-steps 5 --out "$T/one_fails" : \
+       -np 1 --wdir "$T/b" "$QKV" --threads 1 train "${small[@]}" --data few.txt --max-steps 5 --out "$T/one_fails") > /dev/null 2> "$T/of.err"
+rc=$?
+set -e
+[ $rc != 124 ] || { cat "$T/of.err"; fail "one rank's error left the job hanging"; }
+[ $rc != 0 ] || fail "a job with a failing rank exited 0"
+grep -q "only 1 pair in few.txt" "$T/of.err" || { cat "$T/of.err"; fail "the failing rank's error is not shown"; }
+grep -q "qkv: rank 1: stopped with an error (exit 1), stopping the job" "$T/of.err" || { cat "$T/of.err"; fail "the failing rank did not stop the job"; }
+grep -q "did not complete within" "$T/of.err" && { cat "$T/of.err"; fail "the job was stopped by the watchdog, not by the failing rank"; }
+[ ! -e "$T/one_fails/model.safetensors" ] || fail "a failed run wrote a model"
 
 # 3. SIGTERM to mpirun, then resume with 1 process
 mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --time-budget none --epochs 100000 --out "$T/sig" \

@@ -74,6 +74,10 @@ bool launched_by_mpirun();
 /// a malformed value throws naming the variable.
 std::shared_ptr<Communicator> world(bool force_mpi = false);
 
+/// The communicator world() made, or nullptr when nothing has called world() yet (it starts
+/// nothing). The qkv program's error exit uses it to stop the other ranks of a job.
+std::shared_ptr<Communicator> world_if_started();
+
 /// Stable 64-bit FNV-1a hash of bytes, for comparing data and configuration across ranks.
 uint64_t fingerprint(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);
 
