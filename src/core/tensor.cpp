@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ostream>
 
+#include "core/parallel_for.h"
 #include "core/strided.h"
 #include "qkv/core/allocator.h"
 #include "qkv/core/generator.h"
@@ -129,10 +130,7 @@ Tensor full(const Shape& shape, double value, DType dtype) {
     const int64_t n = t.numel();
     // Threads split large fills: a backward's zeros (index_select's) were a serial ~1.7 % of a
     // 2-thread training step.
-    auto fill = [n](auto* p, auto v) {
-#pragma omp parallel for if (n > (int64_t(1) << 15)) schedule(static)
-        for (int64_t i = 0; i < n; ++i) p[i] = v;
-    };
+    auto fill = [n](auto* p, auto v) { detail::parallel_for(n, n > (int64_t(1) << 15), [&](int64_t i) { p[i] = v; }); };
     switch (dtype) {
         case DType::f32: fill(t.data<float>(), float(value)); break;
         case DType::f64: fill(t.data<double>(), value); break;
@@ -192,8 +190,7 @@ template <class T, class F>
 void fill_random(Tensor& t, F&& f) {
     T* p = t.data<T>();
     const int64_t n = t.numel();
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] = T(f(i));
+    detail::parallel_for(n, n > 65536, [&](int64_t i) { p[i] = T(f(i)); });
 }
 }  // namespace
 

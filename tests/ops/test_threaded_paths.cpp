@@ -1,13 +1,17 @@
 // The threaded paths of the data-movement and reduction ops a training step runs between its
 // GEMMs (strided copies, leading-dim sums, row gathers and scatters, fills, the gradient norm and
 // scale over a parameter list). Each case is large enough to take the threaded branch, is checked
-// exactly against a plain loop written here, and gives the same bits on 1 and on 2 threads.
+// exactly against a plain loop written here, and gives the same bits on 1 and on 2 threads. Also
+// the loop helper detail::parallel_for (no OpenMP team for small or nested work).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
+#include "core/parallel_for.h"
 #include "qkv/core/bf16.h"
 #include "qkv/core/generator.h"
 #include "qkv/core/parallel.h"
@@ -299,4 +303,60 @@ TEST(ThreadedPaths, ClipGradNormScalesEveryGradientOfAManyTensorList) {
         for (int64_t i = 0; i < 3000; ++i)
             wrong += params[k].grad().data<float>()[i] != before[k].data<float>()[i] * factor;
     EXPECT_EQ(wrong, 0);
+}
+
+// detail::parallel_for (core/parallel_for.h): work below the caller's threshold, or nested in a
+// parallel region, runs on the calling thread without an OpenMP team (`#pragma omp parallel if
+// (false)` would still start a team of one: omp_get_level() 1 inside, and a futex wake per call).
+TEST(ThreadedPaths, ParallelForVisitsEveryIndexOnceOnTwoThreads) {
+    RestoreThreads restore;
+    set_num_threads(2);
+    const int64_t n = 100003;
+    std::vector<int> seen(size_t(n), 0);
+    std::vector<int> team(size_t(n), 0);
+    detail::parallel_for(n, true, [&](int64_t i) {
+        ++seen[size_t(i)];
+        team[size_t(i)] = omp_get_num_threads();
+    });
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(seen[size_t(i)], 1) << "index " << i;
+        ASSERT_EQ(team[size_t(i)], 2) << "index " << i;
+    }
+}
+
+TEST(ThreadedPaths, ParallelForStartsNoTeamForSmallWorkOrOneThread) {
+    RestoreThreads restore;
+    for (const auto& [threads, worth] : std::vector<std::pair<int, bool>>{{2, false}, {1, true}, {1, false}}) {
+        set_num_threads(threads);
+        std::vector<int> level(64, -1), seen(64, 0);
+        detail::parallel_for(64, worth, [&](int64_t i) {
+            ++seen[size_t(i)];
+            level[size_t(i)] = omp_get_level();
+        });
+        for (int i = 0; i < 64; ++i) {
+            EXPECT_EQ(seen[size_t(i)], 1) << threads << " threads, worth " << worth << ", index " << i;
+            EXPECT_EQ(level[size_t(i)], 0) << threads << " threads, worth " << worth << ": a team was started";
+        }
+    }
+}
+
+TEST(ThreadedPaths, ParallelForNestedInARegionRunsOnTheCallingThread) {
+    RestoreThreads restore;
+    set_num_threads(2);
+    const int64_t n = 50000;
+    std::vector<std::vector<int>> seen(2, std::vector<int>(size_t(n), 0));
+    std::vector<int> bad(2, 0);
+#pragma omp parallel num_threads(2)
+    {
+        const int t = omp_get_thread_num();
+        detail::parallel_for(n, true, [&](int64_t i) {
+            ++seen[size_t(t)][size_t(i)];
+            if (omp_get_level() != 1 || omp_get_thread_num() != t) bad[size_t(t)] = 1;
+        });
+    }
+    for (int t = 0; t < 2; ++t) {
+        if (seen[size_t(t)][0] == 0) continue;  // the runtime gave the region one thread
+        EXPECT_EQ(bad[size_t(t)], 0) << "thread " << t << " ran its loop in a nested team";
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[size_t(t)][size_t(i)], 1) << "thread " << t << ", index " << i;
+    }
 }

@@ -2,6 +2,7 @@
 // Fused Adam body, one template over the ISA, instantiated per ISA by variants.inc.
 #include <cstdint>
 
+#include "core/parallel_for.h"
 #include "kernels/cpu/simd.h"
 
 namespace qkv::kernels::cpu::detail {
@@ -50,8 +51,7 @@ void adam_step(
     using V = Vec<I>;
     using R              = typename V::R;
     const int64_t blocks = (n + V::W - 1) / V::W;
-#pragma omp parallel for schedule(static) if (n >= detail::kAdamMinParallel)
-    for (int64_t b = 0; b < blocks; ++b) {
+    ::qkv::detail::parallel_for(blocks, n >= detail::kAdamMinParallel, [&](int64_t b) {
         const int64_t i = b * V::W;
         if (i + V::W <= n) {
             R p = V::load(param + i), vm = V::load(m + i), vv = V::load(v + i);
@@ -65,7 +65,7 @@ void adam_step(
             V::store_tail(param + i, p, t), V::store_tail(m + i, vm, t),
                 V::store_tail(v + i, vv, t);
         }
-    }
+    });
 }
 
 }  // namespace qkv::kernels::cpu::simd

@@ -3,6 +3,7 @@
 // (the params are in kernels/params.h).
 #include <cstdint>
 
+#include "core/parallel_for.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/params.h"
 
@@ -25,8 +26,7 @@ void cross_entropy_forward(const CrossEntropyParams<float>& params) {
     const auto label_smoothing = params.label_smoothing;
     const float eps = float(label_smoothing);
     using V = Vec<I>;
-#pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
-    for (int64_t i = 0; i < N; ++i) {
+    ::qkv::detail::parallel_for(N, N * Vn >= detail::kCrossEntropyMinParallel, [&](int64_t i) {
         const float* x = logits + i * Vn;
         // Running (max m, Σ exp(x − m)) over blocks: s ← s·exp(m − m') + Σ_block exp(x − m').
         float m = kNegInf, s = 0.f, sum_x = 0.f;
@@ -47,12 +47,12 @@ void cross_entropy_forward(const CrossEntropyParams<float>& params) {
         const int64_t t = target[i];
         if (t == ignore_index) {
             loss[i] = 0.f;
-            continue;
+            return;
         }
         float li = (1.f - eps) * (l - x[t]);
         if (eps != 0.f) li += eps * (l - sum_x / float(Vn));
         loss[i] = (weight ? weight[i] : 1.f) * li;
-    }
+    });
 }
 
 
@@ -67,8 +67,7 @@ void cross_entropy_backward(const CrossEntropyParams<float>& params, const Cross
     const float eps = float(label_smoothing);
     using V = Vec<I>;
     using R = typename V::R;
-#pragma omp parallel for schedule(static) if (N * Vn >= detail::kCrossEntropyMinParallel)
-    for (int64_t i = 0; i < N; ++i) {
+    ::qkv::detail::parallel_for(N, N * Vn >= detail::kCrossEntropyMinParallel, [&](int64_t i) {
         const float* x  = logits + i * Vn;
         float* dx       = dlogits + i * Vn;
         const int64_t t = target[i];
@@ -77,7 +76,7 @@ void cross_entropy_backward(const CrossEntropyParams<float>& params, const Cross
             int64_t j = 0;
             for (; j + V::W <= Vn; j += V::W) V::store(dx + j, zero);
             if (j < Vn) V::store_tail(dx + j, zero, Vn - j);
-            continue;
+            return;
         }
         const float c   = dloss[i * dloss_stride] * (weight ? weight[i] : 1.f);
         const float l   = lse[i];
@@ -92,7 +91,7 @@ void cross_entropy_backward(const CrossEntropyParams<float>& params, const Cross
             V::store_tail(dx + j, V::mul(vc, V::sub(p, vq)), Vn - j);
         }
         dx[t] = c * (__builtin_expf(x_t - l) - ((1.f - eps) + q0));
-    }
+    });
 }
 
 }  // namespace qkv::kernels::cpu::simd

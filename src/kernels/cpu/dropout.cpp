@@ -1,6 +1,7 @@
 // Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of 8 Philox
 // blocks run through the AVX2 body (dropout_avx2.cpp); the unaligned head, the tail, and CPUs
 // without AVX2 use scalar Philox.
+#include "core/parallel_for.h"
 #include "kernels/cpu/dropout.h"
 
 #include <algorithm>
@@ -77,8 +78,10 @@ void dropout_backward(const float* dy,
     const int64_t done =
         simd_isa() == Isa::scalar ? 0 : (n / 32) * 32;
     if (done > 0) detail::dropout_backward_mask_avx2(dy, dx, mask_or_null, done / 32, scale);
-#pragma omp parallel for schedule(static) if (n - done >= 32 * detail::kDropoutMinParallelGroups)
-    for (int64_t i = done; i < n; ++i) dx[i] = mask_or_null[i] ? dy[i] * scale : 0.0f;
+    ::qkv::detail::parallel_for(n - done, n - done >= 32 * detail::kDropoutMinParallelGroups, [&](int64_t j) {
+        const int64_t i = done + j;
+        dx[i] = mask_or_null[i] ? dy[i] * scale : 0.0f;
+    });
 }
 
 }  // namespace qkv::kernels::cpu

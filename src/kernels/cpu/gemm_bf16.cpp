@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/parallel_for.h"
 #include "kernels/cpu/bf16_simd.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
@@ -87,14 +88,13 @@ void pack(const float* src, int64_t batch, int64_t rows, int64_t cols, int64_t l
     if (dst.size() < n) dst.resize(n);
     D* out = dst.data();
     const int64_t total = batch * rows;
-#pragma omp parallel for if (total * cols > (1 << 15)) schedule(static)
-    for (int64_t r = 0; r < total; ++r) {
+    ::qkv::detail::parallel_for(total, total * cols > (1 << 15), [&](int64_t r) {
         const int64_t b = r / rows, i = r % rows;
         const float* s = src + b * stride + i * ld;
         D* d = out + r * cols;
         if constexpr (std::is_same_v<D, uint16_t>) convert_bf16(s, d, nullptr, cols);
         else convert_bf16(s, nullptr, d, cols);
-    }
+    });
 }
 
 }  // namespace
