@@ -33,24 +33,15 @@ struct EvalArgs {
 };
 
 /// --hyp-out and --json must not name one file (the second write would replace the first) nor a
-/// file of the model folder itself (the model would be overwritten by text).
+/// file of the model folder itself (check_not_model_file).
 void check_outputs_apart(const EvalArgs& a) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
     if (!a.hyp_out.empty() && !a.json_out.empty() && canon(a.hyp_out) == canon(a.json_out))
         usage_error("--hyp-out and --json name the same file '" + a.json_out + "': give two names");
-    const fs::path dir = canon(a.model);
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--hyp-out", &a.hyp_out},
-                                     {"--json", &a.json_out}}) {
-        if (path->empty()) continue;
-        const fs::path p = canon(*path);
-        if (p.parent_path() != dir) continue;
-        for (const char* f : train::kModelDirFiles)
-            if (p.filename() == f)
-                usage_error(std::string(flag) + " '" + *path + "' is the model folder's own " + f +
-                            ": give a file name outside the model's files");
-    }
+    check_not_model_file("--hyp-out", a.hyp_out, a.model);
+    check_not_model_file("--json", a.json_out, a.model);
 }
 
 void run(const EvalArgs& a) {

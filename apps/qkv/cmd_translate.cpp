@@ -63,6 +63,7 @@ void run(const TranslateArgs& a) {
         QKV_CHECK(std::filesystem::exists(a.file, ec), "translate: --file '", a.file, "' does not exist");
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after
+    check_not_model_file("--attention-json", a.attention_json, a.model);
     train::ModelDir m = train::load_model_dir(a.model);
     if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
     if (a.pe_quirk) {
@@ -171,8 +172,8 @@ void run(const TranslateArgs& a) {
     for (size_t r = 0; r < hyp.size(); ++r) done_rows[r] = &hyp[r];  // the returned copies
     flush_ready();
     if (!a.attention_json.empty()) {
-        // One object per input line: source units (+ <eos>), output units, weights (rows: output
-        // units + <eos> when finished; columns: source units + <eos>, then padding at 0).
+        // One object per input line: source units, output units, weights (rows: output units +
+        // <eos> when finished; columns: the source units the model read, then <eos>).
         nlohmann::json j = nlohmann::json::array();
         const auto units = train::source_units(m, src);
         for (size_t i = 0; i < lines.size(); ++i) {

@@ -16,6 +16,7 @@
 #include "qkv/core/error.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/ops/attention.h"
+#include "qkv/train/model_dir.h"
 #include "qkv/train/out_folder.h"
 #include "qkv/train/run_config.h"
 #include "qkv/util/atomic_file.h"
@@ -317,6 +318,19 @@ void check_output_file(const std::string& flag, const std::string& path) {
     } catch (const Error& e) {
         usage_error(flag + ": " + e.what());
     }
+}
+
+void check_not_model_file(const std::string& flag, const std::string& path, const std::string& model) {
+    if (path.empty()) return;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
+    const fs::path p = canon(path);
+    if (p.parent_path() != canon(model)) return;
+    for (const char* f : train::kModelDirFiles)
+        if (p.filename() == f)
+            usage_error(flag + " '" + path + "' is the model folder's own " + f +
+                        ": give a file name outside the model's files");
 }
 
 void check_writable(const std::string& flag, const std::string& path) {

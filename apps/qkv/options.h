@@ -113,6 +113,11 @@ std::string shell_quote(const std::string& s);
 /// naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
 
+/// Refuses (usage error, exit 2) an output file `path` given by `flag` that is one of the files of
+/// the model folder `model` (train::kModelDirFiles: config.json, model.safetensors, ...), links and
+/// ".." resolved: writing it would destroy the model being used. "" (not asked for) passes.
+void check_not_model_file(const std::string& flag, const std::string& path, const std::string& model);
+
 /// Checks before slow work that the file `path` (given by `flag`) can be written where it goes
 /// (util::check_can_write: its temporary file is created and removed). Otherwise a usage error
 /// (exit 2) with the message the write itself would give, after the flag: "--hyp-out: cannot write

@@ -527,6 +527,11 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
                     if (opt.attention) {
                         t.units     = u;
                         t.attention = h.attention;
+                        // Columns: the source positions read (units, then <eos>), not the padding
+                        // of the batch (weight 0) after them.
+                        const size_t cols = size_t(std::min<int64_t>(int64_t(src_units.size()) + 1, num_steps));
+                        for (auto& w : t.attention)
+                            if (w.size() > cols) w.resize(cols);
                         t.alignment = decode::alignment_pairs(h.attention, src_len);
                     }
                     o.push_back(std::move(t));

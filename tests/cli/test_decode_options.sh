@@ -32,7 +32,13 @@ assert e["line"] == 1 and e["source"] == ["go", "."], e
 assert len(e["attention"]) in (len(e["translation"]), len(e["translation"]) + 1), e
 for row in e["attention"]:
     assert abs(sum(row) - 1) < 1e-4, row
+    assert len(row) == len(e["source"]) + 1, ("columns: the source units then <eos>, no padding", row)
 PY
+# an output file that is one of the model's own files is refused before anything is written
+cp "${M[1]}/config.json" "$T/config.before"
+run_rc 2 translate "${M[@]}" --attention-json "${M[1]}/config.json" "go ."
+err_has "--attention-json" "is the model folder's own config.json"
+cmp -s "${M[1]}/config.json" "$T/config.before" || fail "--attention-json wrote over the model's config.json"
 
 # prefix: forced first words
 run_rc 0 translate "${M[@]}" --prefix "nous avons" "go ." "i lost ."
