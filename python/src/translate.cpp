@@ -2,6 +2,7 @@
 // `qkv translate`: train::translate_tokens) and qkv.train (train::run, the code path of
 // `qkv train`), with the GIL released while they compute.
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -142,6 +143,16 @@ std::vector<TranslationResult> translate_batch(Translator& tr, const std::vector
                                                int64_t beam_size, double length_penalty, int64_t max_len,
                                                int64_t num_hypotheses, bool return_scores, bool return_attention,
                                                int64_t batch_size, bool no_unk) {
+    // The ranges of `qkv translate`'s flags (and the server's fields): a beam of 10^12 would only
+    // fail allocating, a NaN length penalty would rank hypotheses at random.
+    if (beam_size > 100)
+        throw pyb::value_error(detail::str("beam_size: ", beam_size, " is above 100 (<= 0: config.json's)"));
+    if (std::isnan(length_penalty) || length_penalty > 10)
+        throw pyb::value_error(detail::str("length_penalty: ", length_penalty, " is not in [0, 10] (< 0: config.json's)"));
+    if (max_len > 1000)
+        throw pyb::value_error(detail::str("max_len: ", max_len, " is above 1000 (<= 0: config.json's)"));
+    if (batch_size < 1 || batch_size > 100000)
+        throw pyb::value_error(detail::str("batch_size: ", batch_size, " is not in [1, 100000]"));
     auto words = tokenize_all(sentences, "sentences");
     std::vector<TranslationResult> res(sentences.size());
     std::vector<std::vector<float>> att_data;

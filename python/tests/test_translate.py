@@ -168,3 +168,15 @@ def test_two_threads_faster_than_serial(model_dir):
     if cpu < 0.8 and not os.environ.get("QKV_TIMING_TESTS"):
         pytest.skip(f"the serial run got {cpu:.2f} of a core: the machine is busy, timings would be noise")
     assert p < 0.85 * s, f"two threads {p:.3f} s, serial {s:.3f} s"
+
+
+def test_decode_settings_out_of_range_are_value_errors(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    for kw, msg in [({"beam_size": 10**12}, "beam_size: 1000000000000 is above 100"),
+                    ({"length_penalty": float("nan")}, "length_penalty: nan is not in"),
+                    ({"length_penalty": 11.0}, "length_penalty: 11 is not in"),
+                    ({"max_len": 5000}, "max_len: 5000 is above 1000"),
+                    ({"batch_size": 0}, "batch_size: 0 is not in")]:
+        with pytest.raises(ValueError, match=msg):
+            tr.translate_batch(["go ."], **kw)
+    assert tr.translate_batch(["go ."], beam_size=100)[0].translation is not None
