@@ -40,6 +40,7 @@ Registration reg([](CLI::App& app) {
         if (a->last > 0 && a->models.size() != 1)
             throw CLI::ValidationError(detail::str("--last ", a->last, " averages one folder's kept checkpoints; got ",
                                                    a->models.size(), " folders"));
+        check_out_folder("--out", a->out);  // a usage error naming --out, before any model is read
         const DType storage = a->dtype == "bf16" ? DType::bf16 : DType::f32;
         const train::AverageResult r = a->last > 0
                                            ? train::average_last_checkpoints(a->models[0], a->last, a->out, storage)

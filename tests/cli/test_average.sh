@@ -48,6 +48,10 @@ run_rc 1 average --out "$T/avg" "$T/s1" "$T/s2"
 err_has "'$T/avg' exists and is not empty"
 run_rc 1 average --out "$T/bad" "$T/s1" "$T/nope"
 err_has "$T/nope"
+# an --out that cannot be made is a usage error naming --out (not a library message about a
+# temporary folder)
+run_rc 2 average --out "$T/a.txt/avg" "$T/s1" "$T/s2"
+err_has "--out '$T/a.txt/avg'" "is a file, so the folder cannot be created"
 run_rc 2 average "$T/s1" "$T/s2"
 err_has "--out"
 ls "$T" | grep -q '\.tmp\.' && fail "a temporary folder was left"
