@@ -1,6 +1,6 @@
-// Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of 8 Philox
-// blocks run through the AVX2 body (dropout_avx2.cpp); the unaligned head, the tail, and CPUs
-// without AVX2 use scalar Philox.
+// Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of 16 (8) Philox
+// blocks run through the AVX-512 (AVX2) body (dropout_avx512.cpp, dropout_avx2.cpp); the
+// unaligned head, the tail, and CPUs without AVX2 use scalar Philox.
 #include "core/parallel_for.h"
 #include "kernels/cpu/dropout.h"
 
@@ -41,14 +41,22 @@ void apply(
     if (n <= 0) return;
     const float scale = 1.0f / (1.0f - p);
     if (simd_isa() == Isa::scalar) return apply_scalar(x, y, mask, 0, n, p, scale, seed, offset);
-    // Head up to the first counter that is a multiple of 4, then whole 32-element groups.
-    const int64_t head   = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
-    const int64_t groups = (n - head) / 32;
-    apply_scalar(x, y, mask, 0, head, p, scale, seed, offset);
+    // Head up to the first counter that is a multiple of 4, then whole 64-element groups
+    // (AVX-512) and 32-element groups (AVX2), then the scalar tail.
+    int64_t i = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
+    apply_scalar(x, y, mask, 0, i, p, scale, seed, offset);
+    if (simd_isa() >= Isa::avx512) {
+        const int64_t groups = (n - i) / 64;
+        if (groups > 0)
+            detail::dropout_apply_avx512({x + i, y + i, mask ? mask + i : nullptr, groups, p, scale, seed,
+                                          (offset + uint64_t(i)) >> 2});
+        i += groups * 64;
+    }
+    const int64_t groups = (n - i) / 32;
     if (groups > 0)
-        detail::dropout_apply_avx2({x + head, y + head, mask ? mask + head : nullptr, groups, p,
-                                    scale, seed, (offset + uint64_t(head)) >> 2});
-    apply_scalar(x, y, mask, head + groups * 32, n, p, scale, seed, offset);
+        detail::dropout_apply_avx2({x + i, y + i, mask ? mask + i : nullptr, groups, p, scale, seed,
+                                    (offset + uint64_t(i)) >> 2});
+    apply_scalar(x, y, mask, i + groups * 32, n, p, scale, seed, offset);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// Entry point of the AVX2 dropout body (dropout_avx2.cpp), called by dropout.cpp.
+// Entry points of the AVX2 and AVX-512 dropout bodies (dropout_avx2.cpp, dropout_avx512.cpp),
+// called by dropout.cpp.
 #include <cstdint>
 
 namespace qkv::kernels::cpu::detail {
@@ -20,6 +21,10 @@ struct DropoutGroups {
 
 /// keep_i = uniform01(bits_i) >= p; y[i] = keep_i ? x[i]·scale : 0; mask[i] = keep_i.
 void dropout_apply_avx2(const DropoutGroups& a);
+
+/// The same for groups of 64 elements (16 Philox blocks; element i < 64·groups has counter
+/// 4·block0 + i), on AVX-512F/BW (dropout_avx512.cpp).
+void dropout_apply_avx512(const DropoutGroups& a);
 
 /// For i < 32·groups: dx[i] = mask[i] ? dy[i]·scale : +0 (the masked backward of dropout).
 void dropout_backward_mask_avx2(
