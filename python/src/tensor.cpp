@@ -301,8 +301,10 @@ Tensor to_tensor(const pyb::handle& obj, const char* arg, bool allow_none) {
     if (kind == 'f') a = np.attr("asarray")(a, "float32");
     else if (kind == 'i' || kind == 'u') a = np.attr("asarray")(a, "int64");
     else if (kind != 'b')
-        throw pyb::type_error(detail::str(arg, ": expected a qkv.Tensor, numpy array, number or list, got ",
-                                          std::string(pyb::str(obj.get_type()))));
+        throw pyb::type_error(detail::str(arg, ": expected a qkv.Tensor, a numpy array, a number or (nested) lists of ",
+                                          "numbers or bools, got a ", std::string(pyb::str(obj.get_type())),
+                                          " whose values numpy reads as ", std::string(pyb::str(a.dtype())),
+                                          " (dtype kind '", kind, "')"));
     return tensor_from_numpy(np.attr("array")(a), arg);  // a fresh array: never aliases the argument
 }
 

@@ -111,6 +111,9 @@ def test_dtype_errors_name_the_argument():
     q = np.ones((1, 1, 2, 4), dtype=np.int32)
     with pytest.raises(TypeError, match=r"^q: dtype int32"):
         qkv.scaled_dot_product_attention(q, q, q)
+    # a list of strings: the message says what numpy made of it, not just "got list"
+    with pytest.raises(TypeError, match=r"lists of numbers or bools, got a <class 'list'> whose values numpy reads as <U1"):
+        qkv.tensor(["a"])
 
 
 def test_numpy_of_tensor_requiring_grad_refused():
