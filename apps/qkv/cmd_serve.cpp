@@ -72,6 +72,10 @@ void run(const ServeArgs& a) {
     if (a.max_queue < a.max_sentences)
         usage_error("serve: --max-queue (" + std::to_string(a.max_queue) + ") must be at least --max-sentences (" +
                     std::to_string(a.max_sentences) + ")");
+    // Before the model loads and before listening: a port file that cannot be written would end the
+    // server once it listens, and one of the model's files would be overwritten.
+    check_not_model_file("--port-file", a.port_file, a.model);
+    check_output_file("--port-file", a.port_file);
 
     QKV_CHECK(pipe(g_signal_pipe) == 0, "serve: cannot create a pipe for signals");
     struct sigaction sa {};
@@ -139,7 +143,15 @@ void run(const ServeArgs& a) {
     while (!svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::fprintf(stderr, "qkv serve: listening on http://%s:%d (model '%s' loading)\n", a.host.c_str(), port,
                  a.model.c_str());
-    if (!a.port_file.empty()) util::write_file_atomic(a.port_file, std::to_string(port) + "\n");
+    if (!a.port_file.empty()) {
+        try {
+            util::write_file_atomic(a.port_file, std::to_string(port) + "\n");
+        } catch (...) {  // e.g. its folder removed since the check: stop listening, then report
+            svr.stop();
+            listener.join();
+            throw;
+        }
+    }
 
     std::atomic<bool> stopping{false};
     auto wake = [](char c) { [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1); };

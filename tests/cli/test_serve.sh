@@ -12,5 +12,16 @@ small=(--preset demo --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hidde
   || { cat "$T/train.log"; fail "qkv train a"; }
 "$QKV" train --data "$T/fra.txt" --max-steps 3 --seed 7 --out "$T/b" "${small[@]}" > "$T/train.log" 2>&1 \
   || { cat "$T/train.log"; fail "qkv train b"; }
+# --port-file that cannot be written, or one of the model's files: a usage error before the model
+# loads and before listening (was: "terminate called without an active exception", exit 134, or
+# the model overwritten by the port number).
+run_rc 2 serve --model "$T/a" --port 0 --port-file "$T/nonexist/p" --threads 1
+err_has "--port-file" "the folder '$T/nonexist' does not exist"
+run_rc 2 serve --model "$T/a" --port 0 --port-file "$T" --threads 1
+err_has "--port-file" "is a folder"
+cp "$T/a/model.safetensors" "$T/model.before"
+run_rc 2 serve --model "$T/a" --port 0 --port-file "$T/a/model.safetensors" --threads 1
+err_has "--port-file" "is the model folder's own model.safetensors"
+cmp -s "$T/model.before" "$T/a/model.safetensors" || fail "--port-file overwrote the model"
 /usr/bin/python3 "$(dirname "$0")/serve_check.py" "$QKV" "$T" || fail "serve_check.py"
 echo "test_serve: ok"
