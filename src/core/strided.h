@@ -8,6 +8,7 @@
 
 #include <omp.h>
 
+#include "core/parallel_for.h"
 #include "qkv/core/shape.h"
 
 namespace qkv::detail {
@@ -61,7 +62,7 @@ void for_each_strided(const Shape& shape, const std::array<const Shape*, N>& str
 }
 
 /// for_each_strided with the rows split into contiguous ranges, one per OpenMP thread, when the
-/// index space holds more than `grain` elements. Only for `inner`s whose rows write disjoint
+/// index space holds more than `grain` elements (and start_team allows a team). Only for `inner`s whose rows write disjoint
 /// memory (e.g. a contiguous destination); each row is still visited once, in row-major order
 /// within a thread, so per-element results equal the serial walk's.
 template <size_t N, class F>
@@ -69,7 +70,7 @@ void parallel_for_each_strided(const Shape& shape, const std::array<const Shape*
                                const std::array<int64_t, N>& base, int64_t grain, F&& inner) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    if (shape.size() < 2 || numel <= grain) {
+    if (shape.size() < 2 || !start_team(numel > grain)) {  // no team of one (core/parallel_for.h)
         for_each_strided<N>(shape, strides, base, inner);
         return;
     }
