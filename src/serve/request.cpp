@@ -5,6 +5,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -86,16 +87,22 @@ std::optional<ApiError> read_q(const json& q, TranslateRequest& r, const Limits&
     return std::nullopt;
 }
 
-/// LibreTranslate's language fields: English to French is the only pair a qkv model knows.
-std::optional<ApiError> check_languages(TranslateRequest& r, const std::string& source, const std::string& target,
-                                        const std::string& format) {
-    if (source != "en" && source != "auto")
-        return bad("\"source\" must be \"en\" (or \"auto\"), got \"" + source + "\": this model translates English to French");
-    if (target != "fr")
-        return bad("\"target\" must be \"fr\", got \"" + target + "\": this model translates English to French");
-    if (format != "text") return bad("\"format\" must be \"text\", got \"" + format + "\" (HTML is not supported)");
-    r.source = source;
+/// A client's value inside a message: quoted, at most 40 bytes of it (a long value is cut).
+std::string quoted(const std::string& v) {
+    return "\"" + (v.size() <= 40 ? v : v.substr(0, 40) + "...") + "\"";
+}
+
+std::optional<ApiError> check_format(TranslateRequest& r, std::string source, std::string target,
+                                     const std::string& format) {
+    if (format != "text") return bad("\"format\" must be \"text\", got " + quoted(format) + " (HTML is not supported)");
+    r.source = std::move(source);
+    r.target = std::move(target);
     return std::nullopt;
+}
+
+std::string lower_ascii(std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
 }
 
 std::optional<ApiError> read_string_field(const json& j, const char* name, std::string& out) {
@@ -144,10 +151,10 @@ ParseResult parse_json_body(Endpoint endpoint, std::string_view body, const Limi
     auto q = j.find("q");
     if (q == j.end()) return bad("\"q\" is missing: give the text to translate");
     if (auto e = read_q(*q, r, limits)) return *e;
-    std::string source = "en", target = "fr", format = "text";
+    std::string source, target, format = "text";
     for (auto [name, out] : {std::pair{"source", &source}, {"target", &target}, {"format", &format}})
         if (auto e = read_string_field(j, name, *out)) return *e;
-    if (auto e = check_languages(r, source, target, format)) return *e;
+    if (auto e = check_format(r, source, target, format)) return *e;
     if (endpoint == Endpoint::libretranslate) {
         if (auto e = read_string_field(j, "api_key", r.api_key)) return *e;
         return r;
@@ -182,7 +189,7 @@ ParseResult parse_json_body(Endpoint endpoint, std::string_view body, const Limi
 
 ParseResult parse_form_body(std::string_view body, const Limits& limits) {
     TranslateRequest r;
-    std::string source = "en", target = "fr", format = "text";
+    std::string source, target, format = "text";
     bool have_q = false;
     size_t pos = 0;
     while (pos <= body.size()) {
@@ -210,7 +217,7 @@ ParseResult parse_form_body(std::string_view body, const Limits& limits) {
         }
     }
     if (!have_q) return bad("\"q\" is missing: give the text to translate");
-    if (auto e = check_languages(r, source, target, format)) return *e;
+    if (auto e = check_format(r, source, target, format)) return *e;
     return r;
 }
 
@@ -269,6 +276,45 @@ ParseResult parse_translate_request(Endpoint endpoint, std::string_view body, st
         // nlohmann's accessors are type-checked above; this is the last line against a crash.
         return bad("the request could not be read", "bad_request");
     }
+}
+
+std::optional<ApiError> check_languages(const TranslateRequest& r, const LanguagePair& model) {
+    auto pair_text = [&] {
+        const std::string s = language_name(model.source), t = language_name(model.target);
+        return "this model translates " + (s.empty() ? std::string("an unrecorded language") : s) + " to " +
+               (t.empty() ? std::string("an unrecorded language") : t);
+    };
+    if (!r.source.empty() && r.source != "auto" && !model.source.empty() &&
+        lower_ascii(r.source) != lower_ascii(model.source))
+        return bad("\"source\" must be \"" + model.source + "\" (or \"auto\"), got " + quoted(r.source) + ": " +
+                   pair_text());
+    if (r.target == "auto") return bad("\"target\" cannot be \"auto\": " + pair_text());
+    if (!r.target.empty() && !model.target.empty() && lower_ascii(r.target) != lower_ascii(model.target))
+        return bad("\"target\" must be \"" + model.target + "\", got " + quoted(r.target) + ": " + pair_text());
+    return std::nullopt;
+}
+
+std::string language_name(const std::string& code) {
+    // ISO 639-1 codes of the languages Tatoeba's manythings.org pairs (fra-eng's source) and
+    // other common ones; a region or script subtag is kept in brackets.
+    static const std::pair<const char*, const char*> kNames[] = {
+        {"ar", "Arabic"},     {"bg", "Bulgarian"},  {"bn", "Bengali"},   {"ca", "Catalan"},    {"cs", "Czech"},
+        {"cy", "Welsh"},      {"da", "Danish"},     {"de", "German"},    {"el", "Greek"},      {"en", "English"},
+        {"eo", "Esperanto"},  {"es", "Spanish"},    {"et", "Estonian"},  {"eu", "Basque"},     {"fa", "Persian"},
+        {"fi", "Finnish"},    {"fr", "French"},     {"ga", "Irish"},     {"gl", "Galician"},   {"he", "Hebrew"},
+        {"hi", "Hindi"},      {"hr", "Croatian"},   {"hu", "Hungarian"}, {"hy", "Armenian"},   {"id", "Indonesian"},
+        {"is", "Icelandic"},  {"it", "Italian"},    {"ja", "Japanese"},  {"ka", "Georgian"},   {"ko", "Korean"},
+        {"la", "Latin"},      {"lt", "Lithuanian"}, {"lv", "Latvian"},   {"mk", "Macedonian"}, {"ms", "Malay"},
+        {"nb", "Norwegian Bokm\u00e5l"}, {"nl", "Dutch"}, {"no", "Norwegian"}, {"pl", "Polish"}, {"pt", "Portuguese"},
+        {"ro", "Romanian"},   {"ru", "Russian"},    {"sk", "Slovak"},    {"sl", "Slovenian"},  {"sq", "Albanian"},
+        {"sr", "Serbian"},    {"sv", "Swedish"},    {"sw", "Swahili"},   {"th", "Thai"},       {"tl", "Tagalog"},
+        {"tr", "Turkish"},    {"uk", "Ukrainian"},  {"ur", "Urdu"},      {"vi", "Vietnamese"}, {"zh", "Chinese"}};
+    if (code.empty()) return "";
+    const size_t dash = code.find('-');
+    const std::string primary = lower_ascii(code.substr(0, dash));
+    for (const auto& [c, name] : kNames)
+        if (primary == c) return dash == std::string::npos ? std::string(name) : std::string(name) + " (" + code + ")";
+    return code;
 }
 
 std::string error_json(const ApiError& e) {

@@ -11,6 +11,7 @@
 
 #include "qkv/data/tokenizer.h"
 #include "qkv/serve/web_page.h"
+#include "qkv/train/translation_data.h"
 
 namespace qkv::serve {
 namespace {
@@ -46,6 +47,15 @@ constexpr Route kRoutes[] = {{"/", "GET, HEAD"},           {"/index.html", "GET,
                              {"/health", "GET, HEAD"},     {"/metrics", "GET, HEAD"},
                              {"/languages", "GET, HEAD"},  {"/translate", "POST"},
                              {"/v1/translate", "POST"}};
+
+/// The languages a model records (LanguagePair: "" for a side it does not).
+LanguagePair languages_of(const train::ModelDir& m) {
+    return {train::source_language(m.config.data), train::target_language(m.config.data)};
+}
+
+/// A code for LibreTranslate's fields: "und" (ISO 639-2 "undetermined") for a side the model
+/// does not record.
+std::string code_or_und(const std::string& code) { return code.empty() ? "und" : code; }
 
 std::string prom_escape(const std::string& s) {
     std::string o;
@@ -223,7 +233,8 @@ HttpResponse Service::handle(const HttpRequest& req) {
                 res.headers.push_back({"Allow", route->allow});
             } else if (req.path == "/" || req.path == "/index.html") {
                 res.content_type = "text/html; charset=utf-8";
-                res.body         = std::string(index_html());
+                auto m = model_->get();
+                res.body = index_html(m ? languages_of(*m) : LanguagePair{});
             } else if (req.path == "/health") {
                 auto m = model_->get();
                 if (m)
@@ -231,6 +242,8 @@ HttpResponse Service::handle(const HttpRequest& req) {
                                               {"model", {{"architecture", train::model_kind_name(m->config.architecture)},
                                                          {"generation", model_->generation()},
                                                          {"compute_type", model_->compute_type()},
+                                                         {"source_language", languages_of(*m).source},
+                                                         {"target_language", languages_of(*m).target},
                                                          {"beam_size", m->config.decode.beam},
                                                          {"max_length", m->config.decode.max_len}}}});
                 else
@@ -243,7 +256,17 @@ HttpResponse Service::handle(const HttpRequest& req) {
                     res.body         = metrics_.text(batcher_->queued_sentences(), model_->get() != nullptr);
                 }
             } else if (req.path == "/languages") {
-                res = json_response(200, json::array({{{"code", "en"}, {"name", "English"}, {"targets", {"fr"}}}}));
+                // LibreTranslate's list, from the served model (a reload may change it).
+                if (auto m = model_->get()) {
+                    const LanguagePair p = languages_of(*m);
+                    const std::string name = language_name(p.source);
+                    res = json_response(200, json::array({{{"code", code_or_und(p.source)},
+                                                           {"name", name.empty() ? "unrecorded" : name},
+                                                           {"targets", {code_or_und(p.target)}}}}));
+                } else {
+                    res = error_response({503, "loading", "the model is still loading; retry later", ""});
+                    res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
+                }
             } else {
                 res = translate(req, req.path == "/translate" ? Endpoint::libretranslate : Endpoint::v1);
             }
@@ -280,6 +303,8 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
         res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
         return res;
     }
+    const LanguagePair languages = languages_of(*m);
+    if (auto e = check_languages(r, languages)) return error_response(*e);
     ResolvedSettings rs;
     try {
         rs = resolve_settings(*m, r.settings, endpoint == Endpoint::v1);
@@ -314,7 +339,8 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
             j["translatedText"] = out.results.front().translation;
         }
         if (r.source == "auto") {
-            const json detected = {{"confidence", 100.0}, {"language", "en"}};
+            // No detection: the model has one source language, so that is the answer.
+            const json detected = {{"confidence", 100.0}, {"language", code_or_und(languages.source)}};
             j["detectedLanguage"] = r.q_is_list ? json(std::vector<json>(out.results.size(), detected)) : detected;
         }
         return json_response(200, j);

@@ -1,6 +1,8 @@
 // The page of qkv serve (serve/web_page.h): one HTML file, inline CSS and JavaScript.
 #include "qkv/serve/web_page.h"
 
+#include <utility>
+
 namespace qkv::serve {
 namespace {
 
@@ -9,7 +11,7 @@ constexpr const char kPage[] = R"QKVPAGE(<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>qkv: English to French, with attention</title>
+<title>qkv: {{PAIR}}, with attention</title>
 <style>
   body { font: 15px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
   header { background: #1d2330; color: #fff; padding: 10px 20px; }
@@ -44,11 +46,11 @@ constexpr const char kPage[] = R"QKVPAGE(<!doctype html>
 </style>
 </head>
 <body data-state="idle">
-<header><h1>qkv <span>English &rarr; French with a Transformer trained by qkv &middot; hover a French word to see where it looked</span></h1></header>
+<header><h1>qkv <span>{{SOURCE}} &rarr; {{TARGET}} with a Transformer trained by qkv &middot; hover a word of the translation to see where it looked</span></h1></header>
 <main>
   <section>
-    <h2>English</h2>
-    <textarea id="src" placeholder="Type an English sentence, e.g. I'm home." autofocus></textarea>
+    <h2 id="srclang">{{SOURCE}}</h2>
+    <textarea id="src" placeholder="{{PLACEHOLDER}}" autofocus></textarea>
     <div class="controls">
       <label>beam <select id="beam"><option>1</option><option>2</option><option selected>4</option><option>8</option></select></label>
       <label>n-best <select id="nbestn"><option>1</option><option>2</option><option selected>4</option></select></label>
@@ -58,7 +60,7 @@ constexpr const char kPage[] = R"QKVPAGE(<!doctype html>
     <div id="status"></div>
   </section>
   <section>
-    <h2>French</h2>
+    <h2 id="tgtlang">{{TARGET}}</h2>
     <div id="out"></div>
     <div class="note">Hover or click a word: its cross-attention over the source is shown below.</div>
   </section>
@@ -207,8 +209,40 @@ if (q) {
 </html>
 )QKVPAGE";
 
+std::string html_escape(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+        switch (c) {
+            case '&': o += "&amp;"; break;
+            case '<': o += "&lt;"; break;
+            case '>': o += "&gt;"; break;
+            case '"': o += "&quot;"; break;
+            case '\'': o += "&#39;"; break;
+            default: o.push_back(c);
+        }
+    }
+    return o;
+}
+
 }  // namespace
 
-std::string_view index_html() { return {kPage, sizeof(kPage) - 1}; }
+std::string index_html(const LanguagePair& languages) {
+    const std::string src = language_name(languages.source), tgt = language_name(languages.target);
+    const std::string placeholder = languages.source == "en" ? "Type an English sentence, e.g. I'm home."
+                                    : src.empty()            ? "Type a sentence"
+                                                             : "Type a sentence in " + src;
+    const std::pair<std::string, std::string> fields[] = {
+        {"{{PAIR}}", src.empty() || tgt.empty() ? std::string("translation") : src + " to " + tgt},
+        {"{{SOURCE}}", src.empty() ? std::string("Source") : src},
+        {"{{TARGET}}", tgt.empty() ? std::string("Translation") : tgt},
+        {"{{PLACEHOLDER}}", placeholder}};
+    std::string page(kPage, sizeof(kPage) - 1);
+    for (const auto& [key, value] : fields) {
+        const std::string v = html_escape(value);
+        for (size_t at = page.find(key); at != std::string::npos; at = page.find(key, at + v.size()))
+            page.replace(at, key.size(), v);
+    }
+    return page;
+}
 
 }  // namespace qkv::serve

@@ -149,7 +149,9 @@ check(matched >= 3, "only %d greedy hypotheses found among the beam's to compare
 j, _ = srv.post("/translate", "q=i+lost+.&source=en&target=fr", {"Content-Type": "application/x-www-form-urlencoded"})
 check(j["translatedText"] == want_a[1], "form-encoded: %r" % j)
 st, _, data = srv.req("GET", "/languages")
-check(st == 200 and json.loads(data)[0]["targets"] == ["fr"], "languages: %s" % data)
+check(st == 200 and json.loads(data) == [{"code": "en", "name": "English", "targets": ["fr"]}], "languages: %s" % data)
+st, _, data = srv.req("GET", "/")
+check(st == 200 and b"<title>qkv: English to French, with attention</title>" in data, "page title: %s" % data[:400])
 
 # --- concurrent requests are batched together and each gets its own answer
 results = {}
@@ -177,6 +179,8 @@ expect_error(srv, 400, "/v1/translate", {"q": "go .", "beam_size": "4"}, says="m
 expect_error(srv, 400, "/v1/translate", {"q": "go .", "beam": 4}, says="unknown field")
 expect_error(srv, 400, "/v1/translate", {"q": "go .", "n_best": 2}, says="must not exceed the beam size")
 expect_error(srv, 400, "/translate", {"q": "go .", "target": "de"}, says="\"target\" must be \"fr\"")
+expect_error(srv, 400, "/translate", {"q": "go .", "source": "de"},
+             says="\"source\" must be \"en\" (or \"auto\"), got \"de\": this model translates English to French")
 expect_error(srv, 400, "/translate", {"q": ["go ."] * 17}, says="max_sentences")
 expect_error(srv, 400, "/translate", {"q": "a" * 41}, says="max_chars")
 expect_error(srv, 413, "/translate", {"q": ["a" * 30] * 200}, says="max_body_bytes")
@@ -279,6 +283,37 @@ for ct in ("int8", "bf16"):
     j, _ = srv.post("/v1/translate", {"q": SENTENCES})
     check([t["translation"] for t in j["translations"]] == want, "%s: /v1 != qkv translate --compute-type" % ct)
     srv.stop()
+# --- the languages are the model's: c records French→English, u records none
+c, u = os.path.join(T, "c"), os.path.join(T, "u")
+want_c = translate_cli(c)
+srv = Server("langs", "--model", c)
+st, _, data = srv.req("GET", "/languages")
+check(st == 200 and json.loads(data) == [{"code": "fr", "name": "French", "targets": ["en"]}], "fr→en languages: %s" % data)
+st, _, data = srv.req("GET", "/health")
+m = json.loads(data)["model"]
+check(m["source_language"] == "fr" and m["target_language"] == "en", "fr→en health: %s" % data)
+j, _ = srv.post("/translate", {"q": SENTENCES, "source": "fr", "target": "en"})
+check(j["translatedText"] == want_c, "fr→en LibreTranslate %r != qkv translate %r" % (j["translatedText"], want_c))
+j, _ = srv.post("/translate", {"q": SENTENCES[0], "source": "auto"})
+check(j["translatedText"] == want_c[0] and j["detectedLanguage"]["language"] == "fr", "fr→en auto: %r" % j)
+j, _ = srv.post("/translate", "q=go+.&source=FR&target=EN", {"Content-Type": "application/x-www-form-urlencoded"})
+check(j["translatedText"] == want_c[0], "fr→en form with upper-case codes: %r" % j)
+expect_error(srv, 400, "/translate", {"q": "go .", "source": "en", "target": "fr"},
+             says="\"source\" must be \"fr\" (or \"auto\"), got \"en\": this model translates French to English")
+expect_error(srv, 400, "/v1/translate", {"q": "go .", "target": "fr"},
+             says="\"target\" must be \"en\", got \"fr\": this model translates French to English")
+st, _, data = srv.req("GET", "/")
+check(st == 200 and b"<title>qkv: French to English, with attention</title>" in data and
+      b'<h2 id="srclang">French</h2>' in data and b'<h2 id="tgtlang">English</h2>' in data, "fr→en page: %s" % data[:600])
+srv.stop()
+srv = Server("unrecorded", "--model", u)
+st, _, data = srv.req("GET", "/languages")
+check(st == 200 and json.loads(data) == [{"code": "und", "name": "unrecorded", "targets": ["und"]}],
+      "unrecorded languages: %s" % data)
+j, _ = srv.post("/translate", {"q": "go .", "source": "xx", "target": "yy"})
+check(isinstance(j["translatedText"], str), "unrecorded languages accept any code: %r" % j)
+expect_error(srv, 400, "/translate", {"q": "go .", "target": "auto"}, says="\"target\" cannot be \"auto\"")
+srv.stop()
 p = subprocess.run([QKV, "serve", "--model", a, "--compute-type", "fp16", "--port", "0"], capture_output=True, text=True)
 check(p.returncode == 2 and "--compute-type" in p.stderr, "serve --compute-type fp16: %d %s" % (p.returncode, p.stderr))
 print("serve_check: ok")

@@ -2,7 +2,8 @@
 # CLI test (run by ctest with the qkv binary as $1): qkv serve on a free loopback port (--port 0)
 # with a tiny model trained here. The HTTP checks are in serve_check.py (Debian's python3,
 # standard library only): translations equal to qkv translate's (LibreTranslate and /v1 shapes,
-# greedy and beam, requests batched together), every error status, the API key, queue-full and
+# greedy and beam, requests batched together), the model's own languages (a fr→en model and one
+# recording none: /languages, the checks, the page), every error status, the API key, queue-full and
 # deadline 503s, SIGHUP reload (a damaged folder refused), SIGTERM with requests in flight.
 source "$(dirname "$0")/lib.sh" "$1"
 six_pairs > "$T/fra.txt"
@@ -12,6 +13,13 @@ small=(--preset demo --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hidde
   || { cat "$T/train.log"; fail "qkv train a"; }
 "$QKV" train --data "$T/fra.txt" --max-steps 3 --seed 7 --out "$T/b" "${small[@]}" > "$T/train.log" 2>&1 \
   || { cat "$T/train.log"; fail "qkv train b"; }
+# c: French→English (fra-eng's columns swapped, languages recorded) and u: the same corpus with no
+# languages recorded; the server must take both pairs from config.json, not assume en→fr.
+six_pairs | awk -F'\t' '{ print $2 "\t" $1 }' > "$T/fr-en.tsv"
+"$QKV" train --data "$T/fr-en.tsv" --src-lang fr --tgt-lang en --subword none --max-steps 3 --out "$T/c" "${small[@]}" \
+  > "$T/train.log" 2>&1 || { cat "$T/train.log"; fail "qkv train c"; }
+"$QKV" train --data "$T/fr-en.tsv" --subword none --max-steps 3 --out "$T/u" "${small[@]}" \
+  > "$T/train.log" 2>&1 || { cat "$T/train.log"; fail "qkv train u"; }
 # --port-file that cannot be written, or one of the model's files: a usage error before the model
 # loads and before listening (was: "terminate called without an active exception", exit 134, or
 # the model overwritten by the port number).

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "qkv/serve/request.h"
 
@@ -35,9 +36,66 @@ TEST(ServeRequest, LibreTranslateStringAndList) {
     EXPECT_TRUE(r.q_is_list);
     EXPECT_EQ(r.source, "auto");
     EXPECT_EQ(r.api_key, "k");
-    // Defaults: source en, target fr; charset parameter and case in the content type.
+    EXPECT_EQ(r.target, "fr");
+    // Absent languages are the model's (""); charset parameter and case in the content type.
     r = ok(Endpoint::libretranslate, R"({"q":"x"})", "Application/JSON; charset=utf-8");
-    EXPECT_EQ(r.source, "en");
+    EXPECT_EQ(r.source, "");
+    EXPECT_EQ(r.target, "");
+    // Any code parses: the served model decides (check_languages).
+    r = ok(Endpoint::libretranslate, R"({"q":"x","source":"de","target":"en"})");
+    EXPECT_EQ(r.source, "de");
+    EXPECT_EQ(r.target, "en");
+}
+
+TranslateRequest with_languages(std::string source, std::string target) {
+    TranslateRequest r;
+    r.q      = {"x"};
+    r.source = std::move(source);
+    r.target = std::move(target);
+    return r;
+}
+
+TEST(ServeRequest, LanguagesAreTheModels) {
+    const LanguagePair en_fr{"en", "fr"}, de_en{"de", "en"}, unrecorded{"", ""};
+    for (const auto& [s, t] : {std::pair{"en", "fr"}, {"", ""}, {"auto", "fr"}, {"EN", "Fr"}, {"", "fr"}})
+        EXPECT_FALSE(check_languages(with_languages(s, t), en_fr)) << s << " " << t;
+    EXPECT_FALSE(check_languages(with_languages("de", "en"), de_en));
+    EXPECT_FALSE(check_languages(with_languages("auto", ""), de_en));
+    struct Case {
+        const char *source, *target;
+        LanguagePair model;
+        const char* says;
+    };
+    const Case cases[] = {
+        {"de", "fr", en_fr, "\"source\" must be \"en\" (or \"auto\"), got \"de\": this model translates English to French"},
+        {"en", "de", en_fr, "\"target\" must be \"fr\", got \"de\": this model translates English to French"},
+        {"en", "fr", de_en, "\"source\" must be \"de\" (or \"auto\"), got \"en\": this model translates German to English"},
+        {"", "fr", de_en, "\"target\" must be \"en\", got \"fr\": this model translates German to English"},
+        {"en", "auto", en_fr, "\"target\" cannot be \"auto\""},
+        {"", "auto", unrecorded, "\"target\" cannot be \"auto\": this model translates an unrecorded language to an "
+                                 "unrecorded language"},
+        {"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "", en_fr,
+         "got \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\""},
+    };
+    for (const Case& c : cases) {
+        const auto e = check_languages(with_languages(c.source, c.target), c.model);
+        ASSERT_TRUE(e) << c.source << " " << c.target;
+        EXPECT_EQ(e->status, 400);
+        EXPECT_EQ(e->kind, "bad_request");
+        EXPECT_NE(e->message.find(c.says), std::string::npos) << e->message;
+    }
+    // A side the model does not record accepts any code.
+    EXPECT_FALSE(check_languages(with_languages("xx", "yy"), unrecorded));
+    EXPECT_FALSE(check_languages(with_languages("xx", "fr"), LanguagePair{"", "fr"}));
+    EXPECT_TRUE(check_languages(with_languages("xx", "yy"), LanguagePair{"", "fr"}));
+}
+
+TEST(ServeRequest, LanguageNames) {
+    EXPECT_EQ(language_name("en"), "English");
+    EXPECT_EQ(language_name("DE"), "German");
+    EXPECT_EQ(language_name("pt-BR"), "Portuguese (pt-BR)");
+    EXPECT_EQ(language_name("tok"), "tok");
+    EXPECT_EQ(language_name(""), "");
 }
 
 TEST(ServeRequest, FormEncoded) {
@@ -75,8 +133,7 @@ TEST(ServeRequest, WrongTypesAndValues) {
         {Endpoint::libretranslate, R"({"q":["a",null]})", "\"q\"[1] must be a string, got null"},
         {Endpoint::libretranslate, R"({"q":[]})", "empty list"},
         {Endpoint::libretranslate, R"({"source":"en"})", "\"q\" is missing"},
-        {Endpoint::libretranslate, R"({"q":"x","target":"de"})", "\"target\" must be \"fr\""},
-        {Endpoint::libretranslate, R"({"q":"x","source":"de"})", "\"source\" must be \"en\""},
+        {Endpoint::libretranslate, R"({"q":"x","target":1})", "\"target\" must be a string, got an integer"},
         {Endpoint::libretranslate, R"({"q":"x","format":"html"})", "\"format\" must be \"text\""},
         {Endpoint::libretranslate, R"({"q":"x","source":1})", "\"source\" must be a string"},
         {Endpoint::libretranslate, R"(["q"])", "must be a JSON object, got a list"},

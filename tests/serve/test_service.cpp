@@ -51,10 +51,11 @@ TEST(ServeService, RoutesAndMethods) {
     r = f.call("GET", "/");
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
-    EXPECT_EQ(r.body, std::string(index_html()));
+    // No model yet: the page names no languages, and the language list is not known.
+    EXPECT_EQ(r.body, index_html({}));
     r = f.call("GET", "/languages");
-    EXPECT_EQ(r.status, 200);
-    EXPECT_NE(r.body.find("\"targets\":[\"fr\"]"), std::string::npos);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_NE(r.body.find("\"kind\":\"loading\""), std::string::npos);
 }
 
 TEST(ServeService, NotReadyUntilLoadedAndRefusedLoadIsCounted) {
@@ -106,8 +107,26 @@ TEST(ServeService, ApiKey) {
     EXPECT_EQ(f.call("GET", "/health").status, 503);
 }
 
+TEST(ServeService, PageNamesTheModelsLanguages) {
+    const std::string en_fr = index_html({"en", "fr"}), de_en = index_html({"de", "en"}), none = index_html({});
+    EXPECT_NE(en_fr.find("<title>qkv: English to French, with attention</title>"), std::string::npos);
+    EXPECT_NE(en_fr.find("<h2 id=\"srclang\">English</h2>"), std::string::npos);
+    EXPECT_NE(en_fr.find("<h2 id=\"tgtlang\">French</h2>"), std::string::npos);
+    EXPECT_NE(en_fr.find("placeholder=\"Type an English sentence, e.g. I&#39;m home.\""), std::string::npos);
+    EXPECT_NE(de_en.find("<title>qkv: German to English, with attention</title>"), std::string::npos);
+    EXPECT_NE(de_en.find("<h2 id=\"srclang\">German</h2>"), std::string::npos);
+    EXPECT_NE(de_en.find("<h2 id=\"tgtlang\">English</h2>"), std::string::npos);
+    EXPECT_NE(de_en.find("placeholder=\"Type a sentence in German\""), std::string::npos);
+    EXPECT_EQ(de_en.find("French"), std::string::npos);
+    EXPECT_NE(none.find("<h2 id=\"srclang\">Source</h2>"), std::string::npos);
+    EXPECT_NE(none.find("<h2 id=\"tgtlang\">Translation</h2>"), std::string::npos);
+    for (const std::string* p : {&en_fr, &de_en, &none}) EXPECT_EQ(p->find("{{"), std::string::npos);
+    // A code outside the table is shown as it is, escaped.
+    EXPECT_NE(index_html({"x<y", ""}).find("<h2 id=\"srclang\">x&lt;y</h2>"), std::string::npos);
+}
+
 TEST(ServeService, PageIsSelfContained) {
-    const std::string page(index_html());
+    const std::string page = index_html({"en", "fr"});
     EXPECT_NE(page.find("/v1/translate"), std::string::npos);
     // No external resources (no CDN): no http(s) URLs in src/href attributes or fetches.
     EXPECT_EQ(page.find("src=\"http"), std::string::npos);

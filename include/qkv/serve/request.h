@@ -12,6 +12,7 @@
 //                       "max_length": int, "n_best": int, "attention": bool, "no_unk": bool};
 //                       an unknown field is an error (a misspelt option must not be ignored).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -54,7 +55,9 @@ struct TranslateRequest {
     Endpoint endpoint = Endpoint::libretranslate;
     std::vector<std::string> q;   // the sentences, at least one
     bool q_is_list = false;       // the answer mirrors the shape of q
-    std::string source = "en";    // "en" or "auto" (answered with detectedLanguage)
+    std::string source;           // as given: a language code, "auto" (answered with
+                                  // detectedLanguage) or "" (absent: the model's)
+    std::string target;           // as given: a language code or "" (absent: the model's)
     std::string api_key;          // LibreTranslate's api_key field ("" when absent)
     DecodeSettings settings;
 };
@@ -65,11 +68,28 @@ using ParseResult = std::variant<TranslateRequest, ApiError>;
 /// as "; charset=utf-8" allowed): application/json for both endpoints, or
 /// application/x-www-form-urlencoded for /translate; anything else gives 415. A body over
 /// limits.max_body_bytes gives 413; invalid JSON, a wrong type, a missing or empty "q", a value
-/// out of range, invalid UTF-8 or a NUL byte in a sentence, an unsupported language pair or
-/// format give 400; more sentences or characters than the limits give 400 naming the limit.
-/// Never throws.
+/// out of range, invalid UTF-8 or a NUL byte in a sentence, or a format other than "text" give
+/// 400; more sentences or characters than the limits give 400 naming the limit. The languages
+/// are checked against the served model later (check_languages). Never throws.
 ParseResult parse_translate_request(Endpoint endpoint, std::string_view body, std::string_view content_type,
                                     const Limits& limits);
+
+/// The languages a model translates between: the codes its config.json records (data.src_lang,
+/// data.tgt_lang; train::source_language), "" where it records none (a corpus trained without
+/// --src-lang / --tgt-lang).
+struct LanguagePair {
+    std::string source, target;
+};
+
+/// Checks a request's "source" and "target" against the served model's pair: each must be
+/// absent or equal the model's code (compared case-insensitively, as BCP 47 codes are), "source"
+/// may be "auto"; a side the model does not record accepts any code. Returns a 400 that names
+/// the field, the value and the model's pair ("this model translates German to English").
+std::optional<ApiError> check_languages(const TranslateRequest& r, const LanguagePair& model);
+
+/// The English name of a language code for people ("de" -> "German", "pt-BR" -> "Portuguese
+/// (pt-BR)"); the code itself when it is not in qkv's table; "" for "".
+std::string language_name(const std::string& code);
 
 /// {"error": message, "kind": kind[, "limit": limit]} (LibreTranslate's clients read "error").
 std::string error_json(const ApiError& e);

@@ -6,7 +6,7 @@
 //   GET  /                 the web page (serve/web_page.h)
 //   GET  /health           200 {"status":"ok",...} once a model is loaded, else 503
 //   GET  /metrics          Prometheus text format 0.0.4
-//   GET  /languages        LibreTranslate's language list (en -> fr)
+//   GET  /languages        LibreTranslate's language list: the served model's pair (config.json)
 //   POST /translate        LibreTranslate's request and answer (serve/request.h)
 //   POST /v1/translate     qkv's options; n-best hypotheses with scores, attention weights
 // Errors are JSON {"error", "kind"[, "limit"]} with 400, 401, 404, 405, 413, 415, 500 or 503
