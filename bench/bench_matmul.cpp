@@ -301,6 +301,28 @@ void int8_shapes(benchmark::internal::Benchmark* b) {
         for (auto ok : {std::pair<int64_t, int64_t>{256, 256}, {1024, 256}, {256, 1024}, {17496, 256}})
             b->Args({m, ok.first, ok.second});
 }
+// The int8 products dequantized: one whole-width product (the int32 sums go to memory and come
+// back) against gemm_int8_nt_dequant's automatic column blocks (sums kept in cache). args {M, O,
+// K, blocked}; the path is the automatic one (matmul on AMX, GEMM API elsewhere).
+void BM_int8_dequant(benchmark::State& st) {
+    namespace cpu = qkv::kernels::cpu;
+    const int64_t M = st.range(0), O = st.range(1), K = st.range(2);
+    std::vector<int8_t> x(size_t(M * K)), q(size_t(O * K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = int8_t(int(i * 37 % 201) - 100);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = int8_t(int(i * 53 % 255) - 127);
+    const std::vector<float> sx(size_t(M), 0.01f), sw(size_t(O), 0.02f), b(size_t(O), 0.5f);
+    std::vector<float> y(size_t(M * O));
+    const auto packed = cpu::make_int8_packed_weight(q.data(), O, K);
+    st.SetLabel(cpu::int8_gemm_path());
+    for (auto _ : st) {
+        cpu::gemm_int8_nt_dequant(x.data(), M, K, O, *packed, sx.data(), sw.data(), b.data(), y.data(),
+                                  st.range(3) ? 0 : O);
+        benchmark::DoNotOptimize(y.data());
+    }
+    set_flops(st, 2.0 * double(M) * double(O) * double(K));
+}
+BENCHMARK(BM_int8_dequant)->ArgsProduct({{20, 100, 500}, {17496}, {256}, {0, 1}})->UseRealTime()
+    ->Apply(bench_default_min_time<200>);
 BENCHMARK(BM_linear_fp32)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);
 BENCHMARK(BM_linear_int8_gemm_api)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);
 BENCHMARK(BM_linear_int8_matmul_prepacked)->Apply(int8_shapes)->UseRealTime()->Apply(bench_default_min_time<200>);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/quantize.h"
@@ -56,15 +58,18 @@ Int8Weight quantize_int8(const Tensor& weight) {
 
 namespace {
 
-/// The int32 products of x's rows (quantized per row) with the weight: acc (N, O) and the row
-/// scales sx (N), in per-thread buffers reused across calls.
-struct Int8Products {
+/// x's rows quantized (each with its own scale) for the int8 products: xq (N, K) and the row
+/// scales sx (N), in per-thread buffers reused across calls, and the packed weight to multiply
+/// them with (w's own, or for a weight built by hand a copy made for this call).
+struct Int8Input {
     int64_t N = 0;
-    const int32_t* acc = nullptr;
+    const int8_t* xq = nullptr;
     const float* sx = nullptr;
+    std::shared_ptr<const kernels::cpu::Int8PackedWeight> own_packed;
+    const kernels::cpu::Int8PackedWeight* packed = nullptr;
 };
 
-Int8Products int8_products(const Tensor& x, const Int8Weight& w, const Tensor& bias, const char* op) {
+Int8Input quantize_input(const Tensor& x, const Int8Weight& w, const Tensor& bias, const char* op) {
     QKV_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1, op, ": x must be a float32 tensor (..., K)");
     const int64_t K = w.in_features, O = w.out_features;
     QKV_CHECK(x.shape().back() == K, op, ": input of shape ", x.shape(), " does not match the int8 weight (", O, ", ",
@@ -74,32 +79,27 @@ Int8Products int8_products(const Tensor& x, const Int8Weight& w, const Tensor& b
     QKV_CHECK(!(grad_enabled() && x.requires_grad()), op, ": int8 layers are for inference: no gradient flows "
               "through them (run under NoGradGuard)");
     QKV_CHECK(K <= kMaxInt8K, op, ": in_features ", K, " exceeds ", kMaxInt8K, " (int32 accumulation)");
-    Int8Products r;
-    r.N = x.numel() / std::max<int64_t>(K, 1);
+    Int8Input r;
+    r.N = 1;  // the rows: every dimension but the last (x.numel() / K fails for K = 0)
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) r.N *= x.size(d);
     const int64_t N = r.N;
     thread_local std::vector<int8_t> xq;
     thread_local std::vector<float> sx;
-    thread_local std::vector<int32_t> acc;
-    xq.resize(size_t(N * K)), sx.resize(size_t(N)), acc.resize(size_t(N * O));
-    r.acc = acc.data(), r.sx = sx.data();
+    xq.resize(size_t(N * K)), sx.resize(size_t(N));
+    r.xq = xq.data(), r.sx = sx.data();
     if (N == 0 || O == 0) return r;
     const Tensor x2 = x.detach().contiguous();
-    const float* px = ptr<float>(x2);
-    int8_t* pxq = xq.data();
-    float* psx = sx.data();
-    kernels::cpu::quantize_rows_int8(pxq, psx, px, N, K, float(kernels::cpu::int8_activation_max()));
+    kernels::cpu::quantize_rows_int8(xq.data(), sx.data(), ptr<float>(x2), N, K,
+                                     float(kernels::cpu::int8_activation_max()));
     // A non-finite activation would quantize silently to ±127 (or NaN scale): refuse it instead.
     for (int64_t n = 0; n < N; ++n)
-        QKV_CHECK(std::isfinite(psx[n]), op, ": row ", n, " of the input holds a non-finite value");
+        QKV_CHECK(std::isfinite(sx[size_t(n)]), op, ": row ", n, " of the input holds a non-finite value");
     QKV_CHECK(int64_t(w.q.size()) == O * K && int64_t(w.scale.size()) == O, op, ": the int8 weight holds ",
               w.q.size(), " values and ", w.scale.size(), " scales for (", O, ", ", K, ")");
     if (K > 0) {
         // A weight built by hand (no cache) gets one for this call only (a copy and a reorder).
-        const std::shared_ptr<const kernels::cpu::Int8PackedWeight> plain =
-            w.packed ? nullptr : kernels::cpu::make_int8_packed_weight(w.q.data(), O, K);
-        kernels::cpu::gemm_int8_nt(pxq, N, K, O, w.packed ? *w.packed : *plain, acc.data());
-    } else {
-        std::fill(acc.begin(), acc.end(), 0);
+        if (!w.packed) r.own_packed = kernels::cpu::make_int8_packed_weight(w.q.data(), O, K);
+        r.packed = w.packed ? w.packed.get() : r.own_packed.get();
     }
     return r;
 }
@@ -107,8 +107,8 @@ Int8Products int8_products(const Tensor& x, const Int8Weight& w, const Tensor& b
 }  // namespace
 
 Tensor linear_int8(const Tensor& x, const Int8Weight& w, const Tensor& bias) {
-    const Int8Products p = int8_products(x, w, bias, "linear_int8");
-    const int64_t N = p.N, O = w.out_features;
+    const Int8Input in = quantize_input(x, w, bias, "linear_int8");
+    const int64_t N = in.N, O = w.out_features, K = w.in_features;
     Shape out_shape = x.shape();
     out_shape.back() = O;
     Tensor y = Tensor::empty(out_shape, DType::f32);
@@ -116,12 +116,12 @@ Tensor linear_int8(const Tensor& x, const Int8Weight& w, const Tensor& bias) {
     float* py = ptr<float>(y);
     const Tensor keep_bias = bias.defined() ? bias.contiguous() : Tensor();
     const float* pb = bias.defined() ? ptr<float>(keep_bias) : nullptr;
-    const float* pws = w.scale.data();
-    const int32_t* pacc = p.acc;
-    const float* psx = p.sx;
-#pragma omp parallel for if (N * O > (1 << 15)) schedule(static)
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t o = 0; o < O; ++o) py[n * O + o] = float(pacc[n * O + o]) * psx[n] * pws[o] + (pb ? pb[o] : 0.0f);
+    if (K == 0) {  // no products: the bias alone
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < O; ++o) py[n * O + o] = pb ? pb[o] : 0.0f;
+        return y;
+    }
+    kernels::cpu::gemm_int8_nt_dequant(in.xq, N, K, O, *in.packed, in.sx, w.scale.data(), pb, py);
     return y;
 }
 
@@ -130,25 +130,48 @@ Tensor linear_int8_argmax(const Tensor& x, const Int8Weight& w, const Tensor& bi
     QKV_CHECK(O > 0, "linear_int8_argmax: the weight has no output rows");
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == O, "linear_int8_argmax: banned has ", banned.size(),
               " flags for ", O, " outputs");
-    const Int8Products p = int8_products(x, w, bias, "linear_int8_argmax");
-    const int64_t N = p.N;
+    const Int8Input in = quantize_input(x, w, bias, "linear_int8_argmax");
+    const int64_t N = in.N, K = w.in_features;
     Tensor out = Tensor::empty(Shape(x.shape().begin(), x.shape().end() - 1), DType::i64);
+    if (N == 0) return out;
     int64_t* po = ptr<int64_t>(out);
     const Tensor keep_bias = bias.defined() ? bias.contiguous() : Tensor();
     const float* pb = bias.defined() ? ptr<float>(keep_bias) : nullptr;
     const float* pws = w.scale.data();
     const char* pban = banned.empty() ? nullptr : banned.data();
-    const int32_t* pacc = p.acc;
-    const float* psx = p.sx;
-#pragma omp parallel for if (N * O > (1 << 15)) schedule(static)
+    const float* psx = in.sx;
+    // Each column block's best per row (argmax_better merges blocks in any order), then the rows'.
+    const int64_t ob = K > 0 ? kernels::cpu::int8_block_columns(N, O) : O, nb = (O + ob - 1) / ob;
+    thread_local std::vector<float> block_best;
+    thread_local std::vector<int64_t> block_index;
+    block_best.assign(size_t(nb * N), 0.0f), block_index.assign(size_t(nb * N), -1);
+    float* pbest = block_best.data();
+    int64_t* pindex = block_index.data();
+    auto epilogue = [&](int64_t o0, int64_t width, int64_t n0, int64_t n1, const int32_t* acc) {
+        const int64_t b = o0 / ob;
+        for (int64_t n = n0; n < n1; ++n) {
+            float best = 0;
+            int64_t bi = -1;
+            for (int64_t j = 0; j < width; ++j) {
+                const int64_t o = o0 + j;
+                if (pban && pban[o]) continue;
+                // the value linear_int8 would write, in the same order of operations
+                const float v = float(acc ? acc[n * width + j] : 0) * psx[n] * pws[o] + (pb ? pb[o] : 0.0f);
+                if (detail::argmax_better(v, o, best, bi)) best = v, bi = o;
+            }
+            pbest[b * N + n] = best, pindex[b * N + n] = bi;
+        }
+    };
+    if (K > 0)
+        kernels::cpu::gemm_int8_nt_blocks(in.xq, N, K, O, *in.packed, 0, epilogue);
+    else
+        epilogue(0, O, 0, N, nullptr);  // no products: the bias alone
     for (int64_t n = 0; n < N; ++n) {
         float best = 0;
         int64_t bi = -1;
-        for (int64_t o = 0; o < O; ++o) {
-            if (pban && pban[o]) continue;
-            // the value linear_int8 would write, in the same order of operations
-            const float v = float(pacc[n * O + o]) * psx[n] * pws[o] + (pb ? pb[o] : 0.0f);
-            if (detail::argmax_better(v, o, best, bi)) best = v, bi = o;
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i = pindex[b * N + n];
+            if (i >= 0 && detail::argmax_better(pbest[b * N + n], i, best, bi)) best = pbest[b * N + n], bi = i;
         }
         po[n] = bi;
     }

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/cpu/gemm_int8.h"
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/core/parallel.h"
 #include "qkv/nn/layers.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/quantize.h"
@@ -70,7 +73,71 @@ TEST(Quantize, LinearInt8IsTheExactIntegerProductDequantized) {
         check_exact(600, 64, 80);  // N·K and N·O above the threading threshold: the parallel loops
         check_exact(1, 300, 1000);  // one row (greedy decoding of one sentence), K not a multiple of 4
         check_exact(5, 256, 3);
+        check_exact(40, 32, 7000);  // N·O int32 sums over 1 MB: column blocks (1,600 + a partial one)
     }
+}
+
+TEST(Quantize, DequantizedBlocksEqualTheWholeProduct) {
+    // gemm_int8_nt_dequant's column blocks (made and dequantized per thread) give the same bits as
+    // one whole-width product, for any block width (full, partial last block, one column), with
+    // and without bias, on 1 and 2 threads; and the whole-width result is float(acc)·sx·sw + b
+    // with acc from gemm_int8_nt.
+    const int64_t N = 13, K = 40, O = 150;
+    std::vector<int8_t> x(size_t(N * K)), q(size_t(O * K));
+    const int A = cpu::int8_activation_max();
+    for (size_t i = 0; i < x.size(); ++i) x[i] = int8_t(int(i * 37 % (2 * A + 1)) - A);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = int8_t(int(i * 53 % 255) - 127);
+    const std::vector<float> sx = random_floats(N, 5, 0.001f, 0.1f), sw = random_floats(O, 6, 0.001f, 0.1f),
+                             bias = random_floats(O, 7);
+    const auto packed = cpu::make_int8_packed_weight(q.data(), O, K);
+    const int saved = get_num_threads();
+    for (const cpu::Int8GemmPath p : int8_paths()) {
+        Int8PathGuard g(p);
+        std::vector<int32_t> acc(size_t(N * O));
+        cpu::gemm_int8_nt(x.data(), N, K, O, *packed, acc.data());
+        for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
+            std::vector<float> want(size_t(N * O));
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t o = 0; o < O; ++o)
+                    want[size_t(n * O + o)] = float(acc[size_t(n * O + o)]) * sx[size_t(n)] * sw[size_t(o)] + (b ? b[o] : 0.0f);
+            for (int threads : {1, 2}) {
+                set_num_threads(threads);
+                for (int64_t block : {int64_t(0), O, int64_t(64), int64_t(7), int64_t(1)}) {
+                    std::vector<float> y(size_t(N * O), std::nanf(""));
+                    cpu::gemm_int8_nt_dequant(x.data(), N, K, O, *packed, sx.data(), sw.data(), b, y.data(), block);
+                    EXPECT_EQ(y, want) << cpu::int8_gemm_path() << " block " << block << " threads " << threads
+                                       << (b ? " bias" : " no bias");
+                }
+            }
+        }
+    }
+    set_num_threads(saved);
+    std::vector<float> y(size_t(N * O));
+    EXPECT_THROW(cpu::gemm_int8_nt_dequant(x.data(), N, K, O + 1, *packed, sx.data(), sw.data(), nullptr, y.data()), Error);
+    EXPECT_THROW(cpu::gemm_int8_nt_dequant(x.data(), N, K, O, *packed, sx.data(), sw.data(), nullptr, y.data(), -1), Error);
+    // An epilogue's exception comes out of the (parallel) blocks as it was thrown, once.
+    set_num_threads(2);
+    try {
+        cpu::gemm_int8_nt_blocks(x.data(), N, K, O, *packed, 16, [](int64_t o0, int64_t, int64_t, int64_t, const int32_t*) {
+            if (o0 >= 64) throw Error("block at column " + std::to_string(o0));
+        });
+        ADD_FAILURE() << "the epilogue's exception was lost";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("block at column ", 0), 0u) << e.what();
+    }
+    set_num_threads(saved);
+}
+
+TEST(Quantize, BlockWidthsKeepTheSumsInCache) {
+    EXPECT_EQ(cpu::int8_block_columns(100, 17496), 640);    // 100 × 640 int32 sums: 250 KB
+    EXPECT_EQ(cpu::int8_block_columns(20, 17496), 3264);
+    EXPECT_EQ(cpu::int8_block_columns(256, 17496), 256);
+    EXPECT_EQ(cpu::int8_block_columns(257, 17496), 17496);  // more rows: one product
+    EXPECT_EQ(cpu::int8_block_columns(1, 17496), 17496);    // 70 KB of sums: one product
+    EXPECT_EQ(cpu::int8_block_columns(100, 2000), 2000);
+    EXPECT_EQ(cpu::int8_block_columns(100, 17496, 7), 7);
+    EXPECT_EQ(cpu::int8_block_columns(100, 17496, 1 << 20), 17496);
+    EXPECT_THROW(cpu::int8_block_columns(100, 17496, -1), Error);
 }
 
 TEST(Quantize, ExtremeProductsStayExactOnEveryPath) {
@@ -200,8 +267,9 @@ TEST(Quantize, PathNamesTheKernel) {
 
 TEST(Quantize, ArgmaxEqualsTheArgmaxOfTheOutput) {
     NoGradGuard ng;
-    for (int64_t N : {7, 700}) {
-        const int64_t K = 48, O = 90;
+    // (200 × 1,400: linear_int8 takes column blocks, the argmax one product)
+    for (const auto& [N, O] : {std::pair<int64_t, int64_t>{7, 90}, {700, 90}, {200, 1400}}) {
+        const int64_t K = 48;
         const Tensor x = from_vector(random_floats(N * K, 11), {N, K});
         const Tensor w = from_vector(random_floats(O * K, 12), {O, K});
         const Tensor b = from_vector(random_floats(O, 13), {O});

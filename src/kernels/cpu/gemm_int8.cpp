@@ -4,7 +4,9 @@
 
 #include <dnnl.h>
 
+#include <algorithm>
 #include <array>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -12,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/parallel_for.h"
 #include "qkv/core/error.h"
 
 namespace qkv::kernels::cpu {
@@ -91,18 +94,20 @@ public:
     int64_t out_features() const { return O_; }
     int64_t in_features() const { return K_; }
 
-    /// The weight in `layout`, reordered on first request (compensation terms included where the
-    /// layout carries them). A handle (reference-counted): valid whatever other threads add later.
-    dnnl::memory in_layout(const dnnl::memory::desc& layout, dnnl::stream& stream) const {
+    /// Output columns [o0, o0 + layout's width) of the weight in `layout`, reordered on first
+    /// request (compensation terms included where the layout carries them). A handle
+    /// (reference-counted): valid whatever other threads add later.
+    dnnl::memory in_layout(const dnnl::memory::desc& layout, int64_t o0, dnnl::stream& stream) const {
         const std::lock_guard<std::mutex> lock(mutex_);
-        for (const auto& [d, m] : packed_)
-            if (d == layout) return m;
+        for (const auto& p : packed_)
+            if (p.o0 == o0 && p.layout == layout) return p.memory;
         const dnnl::engine& e = onednn().engine;
-        dnnl::memory plain(dnnl::memory::desc({K_, O_}, dt::s8, tag::ba), e, const_cast<int8_t*>(q_.data()));
+        const int64_t width = layout.dims()[1];
+        dnnl::memory plain(dnnl::memory::desc({K_, width}, dt::s8, tag::ba), e, const_cast<int8_t*>(q_.data() + o0 * K_));
         dnnl::memory m(layout, e);
         dnnl::reorder(plain, m).execute(stream, plain, m);
         stream.wait();
-        packed_.emplace_back(layout, m);
+        packed_.push_back({layout, o0, m});
         return m;
     }
 
@@ -110,8 +115,14 @@ private:
     std::vector<int8_t> q_;  // (O, K) row-major, own copy
     int64_t O_, K_;
     mutable std::mutex mutex_;
-    // A handful at most: one per layout oneDNN picks over the row counts seen.
-    mutable std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed_;
+    // One per layout oneDNN picks over the row counts seen, and per column block of
+    // gemm_int8_nt_dequant (the blocks of one width partition the weight: one more copy in all).
+    struct Packed {
+        dnnl::memory::desc layout;
+        int64_t o0;
+        dnnl::memory memory;
+    };
+    mutable std::vector<Packed> packed_;
 };
 
 std::shared_ptr<Int8PackedWeight> make_int8_packed_weight(const int8_t* q, int64_t O, int64_t K) {
@@ -120,48 +131,150 @@ std::shared_ptr<Int8PackedWeight> make_int8_packed_weight(const int8_t* q, int64
 
 int int8_activation_max() { return onednn().matmul ? 127 : 63; }
 
-void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w, int32_t* acc) {
-    QKV_CHECK(N >= 1 && K >= 1 && O >= 1 && K == w.in_features() && O == w.out_features(),
-              "gemm_int8_nt: bad sizes (N ", N, ", O ", O, ", K ", K, "; the packed weight is (", w.out_features(),
-              ", ", w.in_features(), "))");
+namespace {
+
+/// The u8 copy of x (values + 64, for dnnl_gemm_u8s8s32 on 7-bit activations) in this thread's
+/// buffer, or nullptr where oneDNN's s8 kernels take x as it is.
+const uint8_t* u8_activations(const int8_t* x, int64_t n) {
+    if (onednn().matmul) return nullptr;
+    std::vector<uint8_t>& u = u8_buffer();
+    if (u.size() < size_t(n)) u.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) u[size_t(i)] = uint8_t(int(x[i]) + 64);
+    return u.data();
+}
+
+/// acc (N, ob), dense = x · (columns [o0, o0 + ob) of the weight)ᵀ: one oneDNN product with the
+/// calling thread's primitives and stream. xu: u8_activations(x) (nullptr where not needed).
+void gemm_columns(const int8_t* x, const uint8_t* xu, int64_t N, int64_t K, int64_t o0, int64_t ob,
+                  const Int8PackedWeight& w, int32_t* acc) {
     if (!use_matmul()) {
         const int32_t co = 0;
+        const int8_t* q = w.q() + o0 * K;
         dnnl_status_t st;
         const char* fn;
-        if (onednn().matmul) {  // VNNI: s8 activations, exact
+        if (!xu) {  // VNNI: s8 activations, exact
             fn = "dnnl_gemm_s8s8s32";
-            st = dnnl_gemm_s8s8s32('N', 'T', 'F', N, O, K, 1.0f, x, K, 0, w.q(), K, 0, 0.0f, acc, O, &co);
+            st = dnnl_gemm_s8s8s32('N', 'T', 'F', N, ob, K, 1.0f, x, K, 0, q, K, 0, 0.0f, acc, ob, &co);
         } else {  // 7-bit activations as u8 in [1, 127], offset 64: no int16 pair sum saturates
             fn = "dnnl_gemm_u8s8s32";
-            std::vector<uint8_t>& u = u8_buffer();
-            if (u.size() < size_t(N * K)) u.resize(size_t(N * K));
-            for (int64_t i = 0; i < N * K; ++i) u[size_t(i)] = uint8_t(int(x[i]) + 64);
-            st = dnnl_gemm_u8s8s32('N', 'T', 'F', N, O, K, 1.0f, u.data(), K, 64, w.q(), K, 0, 0.0f, acc, O, &co);
+            st = dnnl_gemm_u8s8s32('N', 'T', 'F', N, ob, K, 1.0f, xu, K, 64, q, K, 0, 0.0f, acc, ob, &co);
         }
-        QKV_CHECK(st == dnnl_success, "gemm_int8_nt: ", fn, " failed with status ", int(st), " (N=", N, ", O=", O,
-                  ", K=", K, ")");
+        QKV_CHECK(st == dnnl_success, "gemm_int8_nt: ", fn, " failed with status ", int(st), " (N=", N, ", O=",
+                  w.out_features(), ", K=", K, ")");
         return;
     }
     const Onednn& o = onednn();
     try {
         PrimitiveCache& cache = primitive_cache();
         if (!cache.stream) cache.stream = std::make_unique<dnnl::stream>(o.engine);
-        const std::array<int64_t, 3> key{N, K, O};
+        const std::array<int64_t, 3> key{N, K, ob};
         auto it = cache.map.find(key);
         if (it == cache.map.end()) {
             if (cache.map.size() >= 512) cache.map.clear();
-            const dnnl::matmul::primitive_desc pd(matmul_desc(N, K, O, tag::any), o.engine);
+            const dnnl::matmul::primitive_desc pd(matmul_desc(N, K, ob, tag::any), o.engine);
             it = cache.map.emplace(key, Primitive{dnnl::matmul(pd), pd.weights_desc()}).first;
         }
-        const dnnl::memory wm = w.in_layout(it->second.weights, *cache.stream);
+        const dnnl::memory wm = w.in_layout(it->second.weights, o0, *cache.stream);
         dnnl::memory xm(dnnl::memory::desc({N, K}, dt::s8, tag::ab), o.engine, const_cast<int8_t*>(x));
-        dnnl::memory ym(dnnl::memory::desc({N, O}, dt::s32, tag::ab), o.engine, acc);
+        dnnl::memory ym(dnnl::memory::desc({N, ob}, dt::s32, tag::ab), o.engine, acc);
         it->second.matmul.execute(*cache.stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
         cache.stream->wait();
     } catch (const dnnl::error& e) {
-        throw Error(qkv::detail::str("gemm_int8_nt: oneDNN s8 matmul failed: ", e.what(), " (N ", N, ", O ", O,
-                                     ", K ", K, ")"));
+        throw Error(qkv::detail::str("gemm_int8_nt: oneDNN s8 matmul failed: ", e.what(), " (N ", N, ", O ",
+                                     w.out_features(), ", K ", K, ")"));
     }
+}
+
+void check_sizes(int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w) {
+    QKV_CHECK(N >= 1 && K >= 1 && O >= 1 && K == w.in_features() && O == w.out_features(),
+              "gemm_int8_nt: bad sizes (N ", N, ", O ", O, ", K ", K, "; the packed weight is (", w.out_features(),
+              ", ", w.in_features(), "))");
+}
+
+/// y[n, o0 + j] = float(acc[n, j]) · sx[n] · sw[o0 + j] + bias[o0 + j] for j < ob; y has O columns.
+void dequantize_block(const int32_t* acc, int64_t n0, int64_t n1, int64_t ob, int64_t o0, int64_t O, const float* sx,
+                      const float* sw, const float* bias, float* y) {
+    for (int64_t n = n0; n < n1; ++n) {
+        const int32_t* a = acc + n * ob;
+        float* yr = y + n * O + o0;
+        const float s = sx[n];
+        const float* ws = sw + o0;
+        if (bias) {
+            const float* b = bias + o0;
+            for (int64_t j = 0; j < ob; ++j) yr[j] = float(a[j]) * s * ws[j] + b[j];
+        } else {
+            for (int64_t j = 0; j < ob; ++j) yr[j] = float(a[j]) * s * ws[j] + 0.0f;
+        }
+    }
+}
+
+/// The int32 sums of one call or block, per thread, reused across calls.
+std::vector<int32_t>& acc_buffer() {
+    thread_local std::vector<int32_t> b;
+    return b;
+}
+
+}  // namespace
+
+void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w, int32_t* acc) {
+    check_sizes(N, K, O, w);
+    gemm_columns(x, u8_activations(x, N * K), N, K, 0, O, w, acc);
+}
+
+int64_t int8_block_columns(int64_t N, int64_t O, int64_t block_columns) {
+    QKV_CHECK(block_columns >= 0, "gemm_int8_nt_blocks: block_columns must be >= 0, got ", block_columns);
+    if (block_columns > 0) return std::min(block_columns, O);
+    // Sums of up to 1 MB stay in a core's L2 (1 MB on Zen 5, 2 MB on Sapphire/Emerald Rapids);
+    // larger ones go in blocks of about 256 KB, a multiple of 64 columns (oneDNN's blocking), up
+    // to 256 rows (at least 256 columns a block); beyond that, narrower blocks measured no faster
+    // than one product (bench/RESULTS.md, BM_int8_dequant).
+    if (N * O <= (int64_t(1) << 18) || N > 256) return O;
+    return std::min(O, ((int64_t(1) << 16) / N) / 64 * 64);
+}
+
+void gemm_int8_nt_blocks(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w,
+                         int64_t block_columns, const Int8BlockEpilogue& epilogue) {
+    check_sizes(N, K, O, w);
+    const int64_t ob = int8_block_columns(N, O, block_columns);
+    const uint8_t* xu = u8_activations(x, N * K);
+    std::exception_ptr failed;  // an exception must not leave a parallel region
+    std::mutex failed_mu;
+    auto guarded = [&](auto&& f) {
+        try {
+            f();
+        } catch (...) {
+            const std::lock_guard<std::mutex> lock(failed_mu);
+            if (!failed) failed = std::current_exception();
+        }
+    };
+    if (ob == O) {  // one product (oneDNN's own threads), then the rows split over the threads
+        std::vector<int32_t>& acc = acc_buffer();
+        if (acc.size() < size_t(N * O)) acc.resize(size_t(N * O));
+        gemm_columns(x, xu, N, K, 0, O, w, acc.data());
+        const int32_t* a = acc.data();
+        qkv::detail::parallel_for(N, N * O > (1 << 15), [&](int64_t n) { guarded([&] { epilogue(0, O, n, n + 1, a); }); });
+    } else {
+        // Blocks split over the threads, each making its block's products on one thread and
+        // handing them on while they are in its cache.
+        qkv::detail::parallel_for((O + ob - 1) / ob, true, [&](int64_t b) {
+            guarded([&] {
+                const int64_t o0 = b * ob, width = std::min(ob, O - o0);
+                std::vector<int32_t>& acc = acc_buffer();
+                if (acc.size() < size_t(N * width)) acc.resize(size_t(N * width));
+                gemm_columns(x, xu, N, K, o0, width, w, acc.data());
+                epilogue(o0, width, 0, N, acc.data());
+            });
+        });
+    }
+    if (failed) std::rethrow_exception(failed);
+}
+
+void gemm_int8_nt_dequant(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w,
+                          const float* sx, const float* sw, const float* bias, float* y, int64_t block_columns) {
+    gemm_int8_nt_blocks(x, N, K, O, w, block_columns,
+                        [&](int64_t o0, int64_t width, int64_t n0, int64_t n1, const int32_t* acc) {
+                            dequantize_block(acc, n0, n1, width, o0, O, sx, sw, bias, y);
+                        });
 }
 
 Int8GemmPath set_int8_gemm_path(Int8GemmPath p) {

@@ -4,6 +4,7 @@
 // or its GEMM API on the plain weight.
 // Dim legend: N rows of x, K in_features, O out_features.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace qkv::kernels::cpu {
@@ -30,6 +31,32 @@ int int8_activation_max();
 /// acc are row-major and dense. N, O, K >= 1. Throws qkv::Error (naming N, O, K) for sizes that do
 /// not match the packed weight's or when oneDNN fails.
 void gemm_int8_nt(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed, int32_t* acc);
+
+/// Receives the int32 sums of output columns [o0, o0 + width) for rows [n0, n1): acc is (N,
+/// width), dense, and only its rows n0..n1-1 are this call's. Called from several threads at once
+/// (distinct blocks or rows); the sums are valid during the call only.
+using Int8BlockEpilogue =
+    std::function<void(int64_t o0, int64_t width, int64_t n0, int64_t n1, const int32_t* acc)>;
+
+/// The column width gemm_int8_nt_blocks uses: block_columns (clamped to O) if > 0, else O when the
+/// (N, O) int32 sums fit in 1 MB or N > 256, else about 256 KB of sums per block (a multiple of
+/// 64 columns, at least 256). Throws qkv::Error for block_columns < 0.
+int64_t int8_block_columns(int64_t N, int64_t O, int64_t block_columns = 0);
+
+/// x · qᵀ as gemm_int8_nt computes it, handed to `epilogue` in blocks of int8_block_columns
+/// output columns while the block's sums are in the core's cache, instead of an (N, O) int32 array
+/// written to memory and read back (7 MB at 100 × 17,496). The blocks are split over the OpenMP
+/// threads, each making its products with oneDNN on one thread; at full width oneDNN's threads
+/// make the one product and the rows are split over the threads for the epilogue. Same sizes and
+/// throws as gemm_int8_nt; an exception thrown by epilogue is rethrown here (the first one).
+void gemm_int8_nt_blocks(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed,
+                         int64_t block_columns, const Int8BlockEpilogue& epilogue);
+
+/// y (N, O) = float(acc[n, o]) · sx[n] · sw[o] + bias[o] (in that order; bias may be null) with
+/// acc = x · qᵀ, through gemm_int8_nt_blocks (block_columns as there); bit-identical for every
+/// block width. y is row-major and dense.
+void gemm_int8_nt_dequant(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed,
+                          const float* sx, const float* sw, const float* bias, float* y, int64_t block_columns = 0);
 
 enum class Int8GemmPath { automatic, matmul_prepacked, gemm_api };
 /// The paths: matmul_prepacked (oneDNN's s8 matmul on prepacked weights; needs VNNI or AMX-INT8
