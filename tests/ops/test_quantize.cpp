@@ -351,6 +351,11 @@ TEST(Quantize, RefusalsAndZeroRows) {
         NoGradGuard ng;
         const auto y = linear_int8(zeros({2, 3}), q, Tensor()).to_vector<float>();
         EXPECT_EQ(y, std::vector<float>(8, 0.0f));  // an all-zero row: scale 0, output 0
+        // in_features 0: no products, each of the 2 rows is the bias (was: rows never written)
+        const Int8Weight empty = quantize_int8(zeros({3, 0}));
+        const Tensor b3 = from_vector(std::vector<float>{1, -2, 3}, {3});
+        EXPECT_EQ(linear_int8(zeros({2, 0}), empty, b3).to_vector<float>(), (std::vector<float>{1, -2, 3, 1, -2, 3}));
+        EXPECT_EQ(linear_int8_argmax(zeros({2, 0}), empty, b3, {}).to_vector<int64_t>(), (std::vector<int64_t>{2, 2}));
         EXPECT_THROW(linear_int8(zeros({2, 5}), q, Tensor()), Error);
         std::vector<float> inf = {1, std::numeric_limits<float>::infinity(), 0};
         EXPECT_THROW(linear_int8(from_vector(inf, {1, 3}), q, Tensor()), Error);
