@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -184,6 +185,50 @@ expect_error(srv, 400, "/translate", {"q": "go .", "source": "de"},
 expect_error(srv, 400, "/translate", {"q": ["go ."] * 17}, says="max_sentences")
 expect_error(srv, 400, "/translate", {"q": "a" * 41}, says="max_chars")
 expect_error(srv, 413, "/translate", {"q": ["a" * 30] * 200}, says="max_body_bytes")
+
+
+def chunked_flood(port, path, total):
+    """POSTs a chunked body of `total` bytes (1 KiB chunks) until the server answers or closes;
+    returns (bytes sent, the answer's first bytes)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n" % path).encode())
+    chunk, sent = b"400\r\n" + b" " * 1024 + b"\r\n", 0
+    s.setblocking(False)
+    answer = b""
+    while sent < total:
+        try:
+            answer += s.recv(4096)
+            if answer:
+                break
+        except BlockingIOError:
+            pass
+        except OSError:
+            break
+        try:
+            sent += s.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.001)
+        except OSError:  # reset: the server stopped reading and closed
+            break
+    s.setblocking(True)
+    try:
+        while b"\r\n\r\n" not in answer:
+            d = s.recv(4096)
+            if not d:
+                break
+            answer += d
+    except OSError:
+        pass
+    s.close()
+    return sent, answer
+
+
+# A chunked body over --max-body-bytes: 413 while it is still arriving, not after buffering it all
+# (was: a 300 MiB chunked body was read whole, then refused).
+sent, answer = chunked_flood(srv.port, "/v1/translate", 64 << 20)
+check(answer.startswith(b"HTTP/1.1 413"), "chunked body over the limit: %r after %d bytes" % (answer[:200], sent))
+check(sent < 16 << 20, "the server read %d bytes of a chunked body before refusing it (limit 4000)" % sent)
 expect_error(srv, 415, "/translate", json.dumps({"q": "go ."}), {"Content-Type": "text/plain"})
 expect_error(srv, 404, "/nothing/here", {"q": "go ."})
 expect_error(srv, 404, "/../../etc/passwd", None, {}, method="GET")
@@ -192,7 +237,7 @@ check(hdrs.get("allow") == "POST", "405 without Allow: %r" % hdrs)
 expect_error(srv, 405, "/health", {"q": 1}, method="DELETE")
 st, hdrs, data = srv.req("GET", "/metrics")
 m = data.decode()
-for s in ["qkv_requests_total{endpoint=\"/translate\",code=\"400\"}", "qkv_errors_total{kind=\"limit\"} 3",
+for s in ["qkv_requests_total{endpoint=\"/translate\",code=\"400\"}", "qkv_errors_total{kind=\"limit\"} 4",
           "qkv_errors_total{kind=\"content_type\"} 1", "qkv_batch_sentences_bucket", "qkv_queue_sentences 0",
           "qkv_request_duration_seconds_bucket{le=\"+Inf\"}", "qkv_model_ready 1"]:
     check(s in m, "metrics lack %s:\n%s" % (s, m))
