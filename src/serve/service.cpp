@@ -316,10 +316,19 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
     job.settings  = rs;
     job.tokens    = 0;
     for (const auto& s : r.q) job.tokens += int64_t(data::tokenize_nmt(s).size()) + 1;
-    job.deadline = Clock::now() + opt_.timeout;
+    const auto deadline = Clock::now() + opt_.timeout;
+    job.deadline = deadline;
     auto fut = batcher_->submit(std::move(job));
     if (!fut) {
         auto res = error_response({503, "overloaded", "the server is busy (its queue is full) or shutting down; retry later", ""});
+        res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
+        return res;
+    }
+    // The answer comes by the deadline whatever the batcher is doing (a long decode of other
+    // requests, or waiting for batch-mates): past it the client gets 503 at once, and the job, if
+    // still queued, is dropped undecoded when the batcher reaches it.
+    if (fut->wait_until(deadline) != std::future_status::ready) {
+        auto res = error_response({503, "deadline", "the request was not decoded within its deadline (--timeout-ms); retry later", ""});
         res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
         return res;
     }

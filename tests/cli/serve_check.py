@@ -279,7 +279,14 @@ srv.stop()
 srv = Server("queue", "--model", a, "--max-queue", "1", "--max-sentences", "1", "--max-wait-ms", "3000",
              "--timeout-ms", "300")
 first = {}
-t = threading.Thread(target=lambda: first.update(r=srv.req("POST", "/translate", {"q": "go ."}, JSON)))
+
+
+def timed_first():
+    t0 = time.time()
+    first.update(r=srv.req("POST", "/translate", {"q": "go ."}, JSON), seconds=time.time() - t0)
+
+
+t = threading.Thread(target=timed_first)
 t.start()
 for _ in range(1000):
     if "qkv_queue_sentences 1" in srv.req("GET", "/metrics")[2].decode():
@@ -290,6 +297,9 @@ check(hdrs.get("retry-after") == "1" and j["kind"] == "overloaded", "queue full:
 t.join()
 st, hdrs, data = first["r"]
 check(st == 503 and json.loads(data)["kind"] == "deadline" and "retry-after" in hdrs, "deadline: %d %s" % (st, data))
+# at its 300 ms deadline, not when the batcher next looks (after --max-wait-ms 3000; was 3 s, and
+# 25 s behind another request's long decode)
+check(first["seconds"] < 2.0, "the deadline 503 came after %.2f s (--timeout-ms 300)" % first["seconds"])
 srv.stop()
 
 # --- SIGTERM with requests in flight: every one is answered, then exit 0

@@ -31,7 +31,7 @@ namespace qkv::serve {
 struct ServiceOptions {
     Limits limits;
     BatcherOptions batcher;
-    std::chrono::milliseconds timeout{30000};  // per-request deadline (queue wait)
+    std::chrono::milliseconds timeout{30000};  // per-request deadline: 503 when not answered by then
     std::string api_key;                       // "" = no authentication
     int retry_after_s = 1;                     // Retry-After of a 503 (queue full)
 };
