@@ -234,7 +234,7 @@ HttpResponse Service::handle(const HttpRequest& req) {
             } else if (req.path == "/" || req.path == "/index.html") {
                 res.content_type = "text/html; charset=utf-8";
                 auto m = model_->get();
-                res.body = index_html(m ? languages_of(*m) : LanguagePair{});
+                res.body = index_html(m ? languages_of(*m) : LanguagePair{}, !m || m->transformer() != nullptr);
             } else if (req.path == "/health") {
                 auto m = model_->get();
                 if (m)

@@ -166,7 +166,7 @@ async function translate() {
   document.body.dataset.state = "busy";
   setStatus("translating\u2026");
   const beam = Number($("beam").value);
-  const body = { q: text, beam_size: beam, n_best: Math.min(beam, Number($("nbestn").value)), attention: true };
+  const body = { q: text, beam_size: beam, n_best: Math.min(beam, Number($("nbestn").value)), attention: {{ATTENTION}} };
   const headers = { "Content-Type": "application/json" };
   if (apiKey) headers["X-API-Key"] = apiKey;
   const t0 = performance.now();
@@ -226,7 +226,7 @@ std::string html_escape(const std::string& s) {
 
 }  // namespace
 
-std::string index_html(const LanguagePair& languages) {
+std::string index_html(const LanguagePair& languages, bool attention) {
     const std::string src = language_name(languages.source), tgt = language_name(languages.target);
     const std::string placeholder = languages.source == "en" ? "Type an English sentence, e.g. I'm home."
                                     : src.empty()            ? "Type a sentence"
@@ -235,7 +235,8 @@ std::string index_html(const LanguagePair& languages) {
         {"{{PAIR}}", src.empty() || tgt.empty() ? std::string("translation") : src + " to " + tgt},
         {"{{SOURCE}}", src.empty() ? std::string("Source") : src},
         {"{{TARGET}}", tgt.empty() ? std::string("Translation") : tgt},
-        {"{{PLACEHOLDER}}", placeholder}};
+        {"{{PLACEHOLDER}}", placeholder},
+        {"{{ATTENTION}}", attention ? "true" : "false"}};
     std::string page(kPage, sizeof(kPage) - 1);
     for (const auto& [key, value] : fields) {
         const std::string v = html_escape(value);

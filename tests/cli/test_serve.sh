@@ -20,6 +20,10 @@ six_pairs | awk -F'\t' '{ print $2 "\t" $1 }' > "$T/fr-en.tsv"
   > "$T/train.log" 2>&1 || { cat "$T/train.log"; fail "qkv train c"; }
 "$QKV" train --data "$T/fr-en.tsv" --subword none --max-steps 3 --out "$T/u" "${small[@]}" \
   > "$T/train.log" 2>&1 || { cat "$T/train.log"; fail "qkv train u"; }
+# g: a Bahdanau (GRU) model, whose page must not ask for attention weights
+"$QKV" train --data "$T/fra.txt" --model bahdanau --max-steps 3 --out "$T/g" --preset demo --num-hiddens 16 \
+  --batch-size 8 --num-steps 6 --no-progress --threads 1 > "$T/train.log" 2>&1 \
+  || { cat "$T/train.log"; fail "qkv train g"; }
 # --port-file that cannot be written, or one of the model's files: a usage error before the model
 # loads and before listening (was: "terminate called without an active exception", exit 134, or
 # the model overwritten by the port number).

@@ -121,6 +121,9 @@ TEST(ServeService, PageNamesTheModelsLanguages) {
     EXPECT_NE(none.find("<h2 id=\"srclang\">Source</h2>"), std::string::npos);
     EXPECT_NE(none.find("<h2 id=\"tgtlang\">Translation</h2>"), std::string::npos);
     for (const std::string* p : {&en_fr, &de_en, &none}) EXPECT_EQ(p->find("{{"), std::string::npos);
+    // Attention weights are asked for only where the model has them (Transformer models).
+    EXPECT_NE(en_fr.find("attention: true }"), std::string::npos);
+    EXPECT_NE(index_html({"en", "fr"}, false).find("attention: false }"), std::string::npos);
     // A code outside the table is shown as it is, escaped.
     EXPECT_NE(index_html({"x<y", ""}).find("<h2 id=\"srclang\">x&lt;y</h2>"), std::string::npos);
 }

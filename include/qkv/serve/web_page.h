@@ -14,7 +14,8 @@
 namespace qkv::serve {
 
 /// The page's HTML (UTF-8), its title and headings naming the languages (language_name; a side
-/// the model does not record reads "Source" / "Translation").
-std::string index_html(const LanguagePair& languages);
+/// the model does not record reads "Source" / "Translation"). attention: whether the page asks
+/// for cross-attention weights (Transformer models; a GRU/Bahdanau model refuses the request).
+std::string index_html(const LanguagePair& languages, bool attention = true);
 
 }  // namespace qkv::serve
