@@ -4,6 +4,7 @@
 
 #include "qkv/dist/communicator.h"
 
+#include <cctype>
 #include <filesystem>
 #include <tuple>
 #include <utility>
@@ -44,6 +45,18 @@ void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.src_lang, d.src_lang);
     set_if(o.tgt_lang, d.tgt_lang);
     if (is_fra_eng_data(d)) {
+        // fra-eng's pairs are read English -> French: other codes would be recorded wrongly (and
+        // a server would then refuse the model's own source language).
+        auto primary = [](const std::string& code) {
+            std::string p = code.substr(0, code.find('-'));
+            for (char& c : p) c = char(std::tolower(static_cast<unsigned char>(c)));
+            return p;
+        };
+        QKV_CHECK((d.src_lang.empty() || primary(d.src_lang) == "en") && (d.tgt_lang.empty() || primary(d.tgt_lang) == "fr"),
+                  "data: the fra-eng data is read English -> French, so --src-lang must be en and --tgt-lang fr (got ",
+                  d.src_lang.empty() ? std::string("en") : d.src_lang, " -> ",
+                  d.tgt_lang.empty() ? std::string("fr") : d.tgt_lang,
+                  "); for French -> English, swap its columns into a TSV (scripts/fra_eng_swapped.sh) and train on that");
         if (d.src_lang.empty()) d.src_lang = "en";
         if (d.tgt_lang.empty()) d.tgt_lang = "fr";
     }

@@ -105,4 +105,9 @@ err_has "key 'data.src_lang' is \"french!\", expected a language code such as en
 run_rc 2 train --data "$T/fr-en.tsv.gz" --src-lang fr --tgt-lang "e" --preset demo --max-steps 1 --out "$T/badlang" "${small[@]}"
 err_has "key 'data.tgt_lang' is \"e\""
 [ -e "$T/badlang" ] && fail "a refused language code left a folder"
+# fra-eng data is read en→fr: other codes would be recorded wrongly (a server then refused "en")
+six_pairs > "$T/fra.txt"
+run_rc 1 train --data "$T/fra.txt" --src-lang fr --tgt-lang en --preset demo --max-steps 1 --out "$T/badlang" "${small[@]}"
+err_has "the fra-eng data is read English -> French, so --src-lang must be en and --tgt-lang fr (got fr -> en)"
+[ -e "$T/badlang" ] && fail "a refused language pair left a folder"
 echo "cli corpus: ok"
