@@ -1,6 +1,7 @@
 // qkv.Translator (translate_batch / score_batch over a model folder, the code path of
 // `qkv translate`: train::translate_tokens) and qkv.train (train::run, the code path of
 // `qkv train`), with the GIL released while they compute.
+#include <filesystem>
 #include <array>
 #include <cmath>
 #include <atomic>
@@ -308,6 +309,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
             "max_pairs", "max_src_tokens", "max_steps", "max_tgt_tokens", "min_freq", "n_test", "n_valid",
             "num_blks", "num_heads", "num_hiddens", "num_layers", "num_steps", "pe_quirk", "precision",
             "schedule", "seed", "shared_vocab", "strict", "subword", "test_pairs", "tie_weights",
+            "src_lang", "tgt_lang", "src_file", "tgt_file", "keep_checkpoints",
             "time_budget", "time_budget_s", "trim", "val_every", "val_every_s", "valid_pairs", "vocab_size",
             "warmup", "warmup_steps"};
         if (!known.count(k))
@@ -320,6 +322,11 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "time_budget" || k == "time_budget_s") o.time_budget_s = v.cast<double>();
         else if (k == "log_every") o.log_every = v.cast<int64_t>();
         else if (k == "data" || k == "data_path") o.data_path = v.cast<std::string>();
+        else if (k == "src_file") o.src_file = v.cast<std::string>();
+        else if (k == "tgt_file") o.tgt_file = v.cast<std::string>();
+        else if (k == "src_lang") o.src_lang = v.cast<std::string>();
+        else if (k == "tgt_lang") o.tgt_lang = v.cast<std::string>();
+        else if (k == "keep_checkpoints") o.keep_checkpoints = v.cast<int64_t>();
         else if (k == "num_steps") o.num_steps = v.cast<int64_t>();
         else if (k == "max_pairs") o.max_pairs = v.cast<int64_t>();
         else if (k == "max_src_tokens") o.max_src_tokens = v.cast<int64_t>();
@@ -374,6 +381,11 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
 pyb::dict train_py(const std::string& out_dir, const std::string& preset, const std::string& model, bool resume,
                    bool overwrite, bool progress, bool quiet, const pyb::object& on_step, const pyb::object& on_validation,
                    const pyb::dict& settings) {
+    // The CLI's up-front --out checks, in Python's terms (else a library message, or a folder
+    // made under a name that is already a file's).
+    if (out_dir.empty()) throw pyb::value_error("train: out is empty: name the folder to write the model to");
+    if (std::filesystem::exists(out_dir) && !std::filesystem::is_directory(out_dir))
+        throw pyb::value_error(detail::str("train: out '", out_dir, "' is an existing file, not a folder"));
     const train::RunOverrides o = overrides_from(settings);
     train::RunConfig cfg;
     if (resume) {

@@ -78,3 +78,31 @@ def test_precision_bf16_is_recorded(tmp_path, fra_txt):
     assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["precision"] == "bf16"
     with pytest.raises(qkv.Error, match="num_heads|num-heads|divide"):
         qkv.train(tmp_path / "m", data=str(fra_txt), num_hiddens=10, num_heads=4, quiet=True)
+
+
+def test_own_corpus_settings_and_out_errors(tmp_path, fra_txt):
+    # qkv train's corpus settings by name: a TSV with its languages, a file pair, kept checkpoints
+    tsv = tmp_path / "fr-en.tsv"
+    lines = fra_txt.read_text(encoding="utf-8").splitlines()
+    tsv.write_text("".join("%s\t%s\n" % tuple(reversed(l.split("\t"))) for l in lines), encoding="utf-8")
+    qkv.train(tmp_path / "m", data=str(tsv), src_lang="fr", tgt_lang="en", subword="none", keep_checkpoints=1,
+              max_steps=2, quiet=True, **SMALL_KW)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert (cfg["data"]["src_lang"], cfg["data"]["tgt_lang"], cfg["train"]["keep_checkpoints"]) == ("fr", "en", 1)
+    (tmp_path / "a.fr").write_text("".join(l.split("\t")[1] + "\n" for l in lines), encoding="utf-8")
+    (tmp_path / "a.en").write_text("".join(l.split("\t")[0] + "\n" for l in lines), encoding="utf-8")
+    qkv.train(tmp_path / "p", src_file=str(tmp_path / "a.fr"), tgt_file=str(tmp_path / "a.en"), subword="none",
+              max_steps=1, quiet=True, **SMALL_KW)
+    assert json.loads((tmp_path / "p" / "config.json").read_text())["data"]["src_file"].endswith("a.fr")
+    with pytest.raises(qkv.Error, match="expected a language code"):
+        qkv.train(tmp_path / "bad", data=str(tsv), src_lang="french!", max_steps=1, quiet=True, **SMALL_KW)
+    # out: an existing file, empty, or a folder that cannot be made (was: a C++ filesystem error)
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="is an existing file, not a folder"):
+        qkv.train(f, data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
+    assert f.read_text() == "x"
+    with pytest.raises(ValueError, match="out is empty"):
+        qkv.train("", data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
+    with pytest.raises(OSError):
+        qkv.train(str(f / "sub"), data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
