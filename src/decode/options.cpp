@@ -92,6 +92,10 @@ void process_row(const float* logits, int64_t V, const std::vector<int64_t>& his
         for (int64_t v = 0; v < V; ++v)
             if (banned[size_t(v)]) out[size_t(v)] = kNegInf;
     const auto t = int64_t(history.size());
+    // A forced prefix token keeps its log-probability through the length and n-gram rules: the
+    // user asked for it (a prefix that repeats an n-gram gave a -inf row, so no output at all).
+    const bool forcing = t < int64_t(opt.prefix.size());
+    const double forced = forcing ? out[size_t(opt.prefix[size_t(t)])] : 0.0;
     if (t < opt.min_len) out[size_t(opt.eos)] = kNegInf;
     const int64_t n = opt.no_repeat_ngram_size;
     if (n == 1) {
@@ -102,11 +106,9 @@ void process_row(const float* logits, int64_t V, const std::vector<int64_t>& his
             if (std::equal(history.begin() + s, history.begin() + s + n - 1, history.end() - (n - 1)))
                 out[size_t(history[size_t(s + n - 1)])] = kNegInf;
     }
-    if (t < int64_t(opt.prefix.size())) {
-        const int64_t keep = opt.prefix[size_t(t)];
-        const double x     = out[size_t(keep)];
+    if (forcing) {
         std::fill(out.begin(), out.end(), kNegInf);
-        out[size_t(keep)] = x;
+        out[size_t(opt.prefix[size_t(t)])] = forced;
     }
 }
 

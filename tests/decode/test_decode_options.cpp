@@ -318,6 +318,17 @@ TEST(DecodeOptions, ProcessRowRulesOnAHandMadeRow) {
     EXPECT_NEAR(out[3], -1 - z, 1e-12);
     decode::process_row(l.data(), 6, {4, 3}, d, {}, out);  // past the prefix: free
     EXPECT_NEAR(out[5], 3 - z, 1e-12);
+    // A prefix that repeats a token under no_repeat_ngram_size 1 is still forced, with its
+    // log-probability (was -inf: the whole row -inf, so no hypothesis at all).
+    d.prefix = {4, 4, 3};
+    d.no_repeat_ngram_size = 1;
+    decode::process_row(l.data(), 6, {4}, d, {}, out);
+    EXPECT_NEAR(out[4], 0.5 - z, 1e-12);
+    for (int v : {0, 1, 2, 3, 5}) EXPECT_EQ(out[size_t(v)], kNegInf) << v;
+    decode::process_row(l.data(), 6, {4, 4, 3}, d, {}, out);  // after it the rule holds again
+    EXPECT_EQ(out[4], kNegInf);
+    EXPECT_EQ(out[3], kNegInf);
+    EXPECT_NEAR(out[5], 3 - z, 1e-12);
 }
 
 TEST(DecodeOptions, RejectsBadOptionsNamingTheField) {

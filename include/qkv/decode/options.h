@@ -105,7 +105,9 @@ double coverage_penalty(const std::vector<std::vector<float>>& attention, int64_
 /// logits (V) f32 of the next token after `history` (the hypothesis so far, without <bos>) ->
 /// out (V) f64: log_softmax of the logits after the repetition penalty, then −inf for banned ids,
 /// for <eos> while history.size() < min_len, for the tokens that would repeat an n-gram, and for
-/// every id but prefix[t] while t = history.size() < prefix.size(). `banned` is empty or V flags.
+/// every id but prefix[t] while t = history.size() < prefix.size() (prefix[t] keeps its value
+/// after the banned ids: the length and n-gram rules do not apply to a forced token). `banned` is
+/// empty or V flags.
 void process_row(const float* logits, int64_t V, const std::vector<int64_t>& history,
                  const DecodeOptions& opt, const std::vector<char>& banned, std::vector<double>& out);
 
