@@ -121,6 +121,10 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
         if (!o.num_steps) d.num_steps = 12;
         cfg.decode.max_len = 20;
     }
+    // Pieces asked for without a size (--subword bpe|unigram on one's own corpus): the default
+    // is an upper bound, as for the implicit unigram above, so a small corpus still trains.
+    if (o.subword && *o.subword != data::SubwordKind::none && !preset_subword && !o.vocab_size)
+        d.subword_vocab_soft = true;
     set_if(o.vocab_size, d.subword_vocab_size);
     if (o.shared_vocab) d.shared_vocab = true;
     if (o.tie_weights) m.tie_weights = true;

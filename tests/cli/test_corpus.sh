@@ -27,6 +27,10 @@ run_rc 0 translate --model "$T/fren" "je suis chez moi ." "merci ."
 run_rc 0 eval --model "$T/fren"
 out_has "held-out set (fr→en)"
 grep -q "book sentences" "$T/out" && fail "eval printed D2L's en→fr book sentences for a fr→en model"
+# --subword bpe without --vocab-size: the default is an upper bound on a small corpus too (was:
+# SentencePiece's "Vocabulary size too high (8000)", exit 1)
+run_rc 0 train --data "$T/fr-en.tsv.gz" --subword bpe --preset demo --max-steps 1 --out "$T/bpe" "${small[@]}"
+err_has "per-side bpe vocabulary of"
 # words on request
 run_rc 0 train --data "$T/fr-en.tsv.gz" --subword none --preset demo --max-steps 1 --out "$T/words" "${small[@]}"
 grep -q '"subword": "none"' "$T/words/config.json" || fail "--subword none on a TSV"
