@@ -72,7 +72,14 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     out_dir = merged.pop("out", merged.pop("out_dir", out_dir))
     preset = merged.pop("preset", preset)
     model = merged.pop("model", model)
-    resume = bool(merged.pop("resume", resume))
-    overwrite = bool(merged.pop("overwrite", overwrite))
+    resume = merged.pop("resume", resume)
+    overwrite = merged.pop("overwrite", overwrite)
+    # The switches are True or False (resume="no" would be true); callbacks are callables.
+    for name, value in (("resume", resume), ("overwrite", overwrite), ("progress", progress), ("quiet", quiet)):
+        if not isinstance(value, bool):
+            raise TypeError(f"train: {name} must be True or False, got {type(value).__name__} {value!r}")
+    for name, f in (("on_step", on_step), ("on_validation", on_validation)):
+        if f is not None and not callable(f):
+            raise TypeError(f"train: {name} must be a callable or None, got {type(f).__name__}")
     return _qkv._train(str(out_dir), preset, model, resume, overwrite, progress, quiet, on_step,
                        on_validation, merged)

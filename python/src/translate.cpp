@@ -316,6 +316,12 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
             throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
                                               "' (the names of qkv train's flags, with _ or -)"));
         if (v.is_none()) continue;
+        // True is an int to Python: a number setting must not take it (max_steps=True ran 1 step).
+        static const std::set<std::string> switches = {"bidirectional", "loss_on_padding", "pe_quirk", "shared_vocab",
+                                                        "strict", "tie_weights", "trim"};
+        if (pyb::isinstance<pyb::bool_>(v) && !switches.count(k))
+            throw pyb::type_error(detail::str("train: setting '", kv.first.cast<std::string>(),
+                                              "' has the wrong type (bool)"));
         try {
         if (k == "epochs") o.epochs = v.cast<int64_t>();
         else if (k == "max_steps") o.max_steps = v.cast<int64_t>();

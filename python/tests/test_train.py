@@ -106,3 +106,13 @@ def test_own_corpus_settings_and_out_errors(tmp_path, fra_txt):
         qkv.train("", data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
     with pytest.raises(OSError):
         qkv.train(str(f / "sub"), data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
+
+
+def test_switches_and_callbacks_have_their_types(tmp_path, fra_txt):
+    # resume="no" was true, on_step=5 was accepted, max_steps=True ran one step
+    for kw, says in (({"resume": "no"}, "resume must be True or False"), ({"quiet": 1}, "quiet must be True or False"),
+                     ({"on_step": 5}, "on_step must be a callable or None"),
+                     ({"max_steps": True}, "setting 'max_steps' has the wrong type \\(bool\\)")):
+        with pytest.raises(TypeError, match=says):
+            qkv.train(tmp_path / "m", data=str(fra_txt), **{"max_steps": 1, "quiet": True, **kw})
+    assert not (tmp_path / "m").exists()
