@@ -451,6 +451,12 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
             QKV_CHECK(m.tgt_vocab.contains(u), "translate: target prefix word '", u,
                       "' is not in the target vocabulary");
             const int64_t id = m.tgt_vocab.token_to_idx(u);
+            // Reserved tokens are not words a translation can start with (<eos> would end it;
+            // <pad>, <bos> would be printed as text); a banned one (<unk> under --no-unk) is refused.
+            QKV_CHECK(id != m.tgt_vocab.eos() && id != m.tgt_vocab.pad() && id != m.tgt_vocab.bos(),
+                      "translate: target prefix word '", u, "' is a reserved token, not a word");
+            QKV_CHECK(!(opt.no_unk && id == m.tgt_vocab.unk()), "translate: target prefix word '", u,
+                      "' is <unk>, which --no-unk bans");
             d.prefix.push_back(id);
         }
     }

@@ -45,6 +45,16 @@ run_rc 0 translate "${M[@]}" --prefix "nous avons" "go ." "i lost ."
 [ "$(grep -c '^nous avons' "$T/out")" = 2 ] || { cat "$T/out"; fail "--prefix"; }
 run_rc 1 translate "${M[@]}" --prefix "zzzq" "go ."
 err_has "'zzzq'"
+# reserved tokens are refused by name (<pad> and <bos> were printed as words)
+for tok in "<pad>" "<bos>" "<eos>"; do
+  run_rc 1 translate "${M[@]}" --prefix "$tok" "go ."
+  err_has "target prefix word '$tok' is a reserved token, not a word"
+done
+run_rc 1 translate "${M[@]}" --no-unk --prefix "<unk>" "go ."
+err_has "target prefix word '<unk>' is <unk>, which --no-unk bans"
+# a forced prefix is exempt from --no-repeat-ngram-size (was: empty lines, and none with --scores)
+run_rc 0 translate "${M[@]}" --no-repeat-ngram-size 1 --prefix "nous nous" --scores "go ." "i lost ."
+[ "$(grep -c '||| nous nous' "$T/out")" = 2 ] || { cat "$T/out"; fail "--prefix with --no-repeat-ngram-size 1"; }
 
 # sampling: the same seed gives the same lines
 "$QKV" translate "${M[@]}" --sampling --seed 5 --max-len 8 "go ." "i lost ." "we won ." > "$T/s1"
