@@ -1,15 +1,17 @@
 // qkv.Translator (translate_batch / score_batch over a model folder, the code path of
 // `qkv translate`: train::translate_tokens) and qkv.train (train::run, the code path of
 // `qkv train`), with the GIL released while they compute.
-#include <filesystem>
+#include <pybind11/stl/filesystem.h>
+
 #include <array>
-#include <cmath>
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -517,9 +519,9 @@ overlap), and the GIL is released while decoding, so threads translate in parall
 compute_type as `qkv translate --compute-type`: "fp32" (default), "bf16" (bf16 matrix products and
 attention, fp32 accumulation) or "int8" (Linear weights quantized per output channel, activations
 per row at run time; CTranslate2's name for the same setting). ValueError for another value.)")
-        .def(pyb::init([](const std::string& dir, const std::string& compute_type) {
-                 pyb::gil_scoped_release nogil;
-                 return std::make_shared<Translator>(dir, compute_type);
+        .def(pyb::init([](const std::filesystem::path& dir, const std::string& compute_type) {
+                 pyb::gil_scoped_release nogil;  // a str or any os.PathLike (pathlib.Path)
+                 return std::make_shared<Translator>(dir.string(), compute_type);
              }),
              arg("model_dir"), arg("compute_type") = "fp32")
         .def_property_readonly("model_dir", &Translator::dir)

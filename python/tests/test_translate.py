@@ -27,7 +27,7 @@ def cli_translate(model_dir, sentences, *flags):
                                           (("--beam", "2", "--length-penalty", "0", "--max-len", "4"),
                                            dict(beam_size=2, length_penalty=0.0, max_len=4))])
 def test_translate_batch_equals_cli(model_dir, flags, kwargs):
-    tr = qkv.Translator(str(model_dir))
+    tr = qkv.Translator(model_dir)  # a pathlib.Path (os.PathLike) or a str
     got = [r.translation for r in tr.translate_batch(SENTENCES, **kwargs)]
     assert got == cli_translate(model_dir, SENTENCES, *flags)
     assert any(got)  # 30 steps of training give words, not only empty lines
