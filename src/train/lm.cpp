@@ -489,8 +489,9 @@ std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOpt
     }
     QKV_CHECK(unknown.empty(), "generate: the prompt holds characters the model never saw: '",
               std::string(unknown.begin(), unknown.end()), "'");
-    QKV_CHECK(!(ids.empty() && !prompt.empty()), "generate: --prompt '", prompt, "' has no letter: the model's text is "
-              "letters and spaces (D2L's preprocessing), so it would start from nothing; give a prompt with words");
+    QKV_CHECK(!(ids.empty() && !prompt.empty()), "generate: --prompt '", prompt, "' has no ASCII letter: D2L's preprocessing "
+              "keeps only a-z and spaces (other letters, digits and punctuation become spaces), so it would start "
+              "from nothing; give a prompt with English words");
     if (!m.config.model.rope) {
         QKV_CHECK(int64_t(ids.size()) <= m.config.model.max_len, "generate: the prompt is ", ids.size(), " characters "
                   "after preprocessing, but this model's sinusoidal positions stop at ", m.config.model.max_len,

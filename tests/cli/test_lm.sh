@@ -115,7 +115,7 @@ err_has "'$T/nul.txt' is not text: a NUL byte on line 3"
 
 # generate: an all-punctuation prompt and a sinusoidal model's position limit, up front
 run_rc 1 generate --model "$T/lm" --prompt "123 ..."
-err_has "--prompt '123 ...' has no letter"
+err_has "--prompt '123 ...' has no ASCII letter: D2L's preprocessing keeps only a-z and spaces"
 run_rc 0 train "${tiny[@]}" --positions sinusoidal --max-steps 2 --out "$T/lmsin"
 run_rc 1 generate --model "$T/lmsin" --prompt "the" --max-new-tokens 5000
 err_has "plus --max-new-tokens 5000 is 5003 positions, but this model's sinusoidal positions stop at 4096" "lower --max-new-tokens to 4093"
