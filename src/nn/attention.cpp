@@ -115,9 +115,10 @@ Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, con
 // ---- MultiHeadAttention ----
 
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& c) : cfg(c) {
-    QKV_CHECK(cfg.num_hiddens > 0 && cfg.num_heads > 0 && cfg.num_hiddens % cfg.num_heads == 0,
-              "MultiHeadAttention: num_heads (", cfg.num_heads, ") must divide num_hiddens (",
-              cfg.num_hiddens, ")");
+    QKV_CHECK(cfg.num_hiddens > 0 && cfg.num_heads > 0, "MultiHeadAttention: num_hiddens and num_heads must be "
+              ">= 1, got num_hiddens ", cfg.num_hiddens, " and num_heads ", cfg.num_heads);
+    QKV_CHECK(cfg.num_hiddens % cfg.num_heads == 0, "MultiHeadAttention: num_heads (", cfg.num_heads,
+              ") must divide num_hiddens (", cfg.num_hiddens, ")");
     check_dropout("MultiHeadAttention", cfg.dropout);
     if (cfg.query_size == 0) cfg.query_size = cfg.num_hiddens;
     if (cfg.key_size == 0) cfg.key_size = cfg.num_hiddens;

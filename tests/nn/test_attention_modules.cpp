@@ -299,6 +299,10 @@ TEST(AttentionModules, ErrorsNameTheProblem) {
     MultiHeadAttentionConfig bad{10, 3};
     EXPECT_NE(error_of([&] { MultiHeadAttention m(bad); }).find("num_heads (3) must divide num_hiddens (10)"),
               std::string::npos);
+    // a negative size is named as such (was: "num_heads (2) must divide num_hiddens (-8)")
+    MultiHeadAttentionConfig negative{-8, 2};
+    EXPECT_NE(error_of([&] { MultiHeadAttention m(negative); }).find("must be >= 1, got num_hiddens -8 and num_heads 2"),
+              std::string::npos);
     MultiHeadAttention mha({8, 2, 0.0, false, 6, 0, 0});
     EXPECT_NE(error_of([&] { mha.forward(zeros({1, 2, 8}), zeros({1, 3, 8}), zeros({1, 3, 8})); })
                   .find("query/key/value sizes 6/8/8"),
