@@ -112,20 +112,19 @@ void run(const ServeArgs& a) {
     auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
         apply(service.handle(to_request(req)), res);
     };
-    auto too_large = [&a, &service](httplib::Response& res) {
-        apply(serve::error_response({413, "limit",
-                                     "the body is larger than " + std::to_string(a.max_body_bytes) + " bytes (max_body_bytes)",
-                                     "max_body_bytes"}),
-              res);
-        res.set_header("Connection", "close");  // the rest of the body is never read
-        service.metrics().error("limit");
-        service.metrics().request("http", 413, 0);
+    // A body qkv refuses before the service sees it: the JSON error, counted as the service
+    // counts its own; the connection closes, as the rest of the body is never read.
+    auto refuse = [&service](httplib::Response& res, const serve::ApiError& e) {
+        apply(serve::error_response(e), res);
+        res.set_header("Connection", "close");
+        service.metrics().error(e.kind);
+        service.metrics().request("http", e.status, 0);
     };
     // Bodies are read here, not by httplib: its --max-body-bytes check (set_payload_max_length)
     // covers Content-Length bodies only, and a chunked body would be buffered whole, however
     // large, before any check. Reading stops at the first byte over the limit.
-    auto body_handler = [&a, &service, &too_large](const httplib::Request& req, httplib::Response& res,
-                                                   const httplib::ContentReader& read) {
+    auto body_handler = [&a, &service, &refuse](const httplib::Request& req, httplib::Response& res,
+                                                const httplib::ContentReader& read) {
         std::string body;
         bool over = false;
         const bool complete = read([&](const char* data, size_t n) {
@@ -134,15 +133,13 @@ void run(const ServeArgs& a) {
             return true;
         });
         // httplib refuses a Content-Length over the limit before reading (complete is false).
-        if (over || (!complete && std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > uint64_t(a.max_body_bytes)))
-            return too_large(res);
-        if (!complete) {  // a malformed chunk, or the client went away
-            apply(serve::error_response({400, "http", "the body could not be read (malformed chunked encoding?)", ""}), res);
-            res.set_header("Connection", "close");
-            service.metrics().error("http");
-            service.metrics().request("http", 400, 0);
-            return;
-        }
+        if (over || (!complete && std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
+                                      uint64_t(a.max_body_bytes)))
+            return refuse(res, {413, "limit",
+                                "the body is larger than " + std::to_string(a.max_body_bytes) + " bytes (max_body_bytes)",
+                                "max_body_bytes"});
+        if (!complete)  // a malformed chunk, or the client went away
+            return refuse(res, {400, "http", "the body could not be read (malformed chunked encoding?)", ""});
         serve::HttpRequest q = to_request(req);
         q.body = std::move(body);
         apply(service.handle(q), res);

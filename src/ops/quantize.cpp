@@ -163,7 +163,7 @@ Tensor linear_int8_argmax(const Tensor& x, const Int8Weight& w, const Tensor& bi
         }
     };
     if (K > 0)
-        kernels::cpu::gemm_int8_nt_blocks(in.xq, N, K, O, *in.packed, 0, epilogue);
+        kernels::cpu::gemm_int8_nt_blocks(in.xq, N, K, O, *in.packed, ob, epilogue);  // the widths above
     else
         epilogue(0, O, 0, N, nullptr);  // no products: the bias alone
     for (int64_t n = 0; n < N; ++n) {

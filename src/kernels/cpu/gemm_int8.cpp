@@ -116,7 +116,7 @@ private:
     int64_t O_, K_;
     mutable std::mutex mutex_;
     // One per layout oneDNN picks over the row counts seen, and per column block of
-    // gemm_int8_nt_dequant (the blocks of one width partition the weight: one more copy in all).
+    // gemm_int8_nt_blocks (the blocks of one width partition the weight: one more copy in all).
     struct Packed {
         dnnl::memory::desc layout;
         int64_t o0;
