@@ -20,14 +20,18 @@ ApiError bad(std::string message, std::string kind = "bad_request") {
     return ApiError{400, std::move(kind), std::move(message), ""};
 }
 
+std::string lower_ascii(std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
 std::string lower_media_type(std::string_view content_type) {
     std::string t(content_type.substr(0, content_type.find(';')));
     while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
     size_t i = 0;
     while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
     t.erase(0, i);
-    for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return t;
+    return lower_ascii(std::move(t));
 }
 
 const char* type_name(const json& v) {
@@ -98,11 +102,6 @@ std::optional<ApiError> check_format(TranslateRequest& r, std::string source, st
     r.source = std::move(source);
     r.target = std::move(target);
     return std::nullopt;
-}
-
-std::string lower_ascii(std::string s) {
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
 }
 
 std::optional<ApiError> read_string_field(const json& j, const char* name, std::string& out) {

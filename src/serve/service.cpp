@@ -93,6 +93,20 @@ HttpResponse error_response(const ApiError& e) {
     return r;
 }
 
+namespace {
+
+/// error_response, with Retry-After on a 503 (loading, queue full, deadline): the client may try
+/// again after retry_after_s.
+HttpResponse error_response(const ApiError& e, int retry_after_s) {
+    HttpResponse r = error_response(e);
+    if (e.status == 503) r.headers.push_back({"Retry-After", std::to_string(retry_after_s)});
+    return r;
+}
+
+const ApiError kLoading{503, "loading", "the model is still loading; retry later", ""};
+
+}  // namespace
+
 // ---- metrics ----------------------------------------------------------------------------------
 
 void Metrics::request(const std::string& endpoint, int status, double seconds) {
@@ -242,8 +256,8 @@ HttpResponse Service::handle(const HttpRequest& req) {
                                               {"model", {{"architecture", train::model_kind_name(m->config.architecture)},
                                                          {"generation", model_->generation()},
                                                          {"compute_type", model_->compute_type()},
-                                                         {"source_language", languages_of(*m).source},
-                                                         {"target_language", languages_of(*m).target},
+                                                         {"source_language", train::source_language(m->config.data)},
+                                                         {"target_language", train::target_language(m->config.data)},
                                                          {"beam_size", m->config.decode.beam},
                                                          {"max_length", m->config.decode.max_len}}}});
                 else
@@ -264,8 +278,7 @@ HttpResponse Service::handle(const HttpRequest& req) {
                                                            {"name", name.empty() ? "unrecorded" : name},
                                                            {"targets", {code_or_und(p.target)}}}}));
                 } else {
-                    res = error_response({503, "loading", "the model is still loading; retry later", ""});
-                    res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
+                    res = error_response(kLoading, opt_.retry_after_s);
                 }
             } else {
                 res = translate(req, req.path == "/translate" ? Endpoint::libretranslate : Endpoint::v1);
@@ -298,11 +311,7 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
         return error_response({401, "unauthorized",
                                "an API key is required (header X-API-Key, Authorization: Bearer, or \"api_key\")", ""});
     auto m = model_->get();
-    if (!m) {
-        auto res = error_response({503, "loading", "the model is still loading; retry later", ""});
-        res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
-        return res;
-    }
+    if (!m) return error_response(kLoading, opt_.retry_after_s);
     const LanguagePair languages = languages_of(*m);
     if (auto e = check_languages(r, languages)) return error_response(*e);
     ResolvedSettings rs;
@@ -319,25 +328,17 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
     const auto deadline = Clock::now() + opt_.timeout;
     job.deadline = deadline;
     auto fut = batcher_->submit(std::move(job));
-    if (!fut) {
-        auto res = error_response({503, "overloaded", "the server is busy (its queue is full) or shutting down; retry later", ""});
-        res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
-        return res;
-    }
+    if (!fut)
+        return error_response({503, "overloaded", "the server is busy (its queue is full) or shutting down; retry later", ""},
+                              opt_.retry_after_s);
     // The answer comes by the deadline whatever the batcher is doing (a long decode of other
     // requests, or waiting for batch-mates): past it the client gets 503 at once, and the job, if
     // still queued, is dropped undecoded when the batcher reaches it.
-    if (fut->wait_until(deadline) != std::future_status::ready) {
-        auto res = error_response({503, "deadline", "the request was not decoded within its deadline (--timeout-ms); retry later", ""});
-        res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
-        return res;
-    }
+    if (fut->wait_until(deadline) != std::future_status::ready)
+        return error_response({503, "deadline", "the request was not decoded within its deadline (--timeout-ms); retry later", ""},
+                              opt_.retry_after_s);
     JobOutcome out = fut->get();
-    if (out.error) {
-        auto res = error_response(*out.error);
-        if (out.error->status == 503) res.headers.push_back({"Retry-After", std::to_string(opt_.retry_after_s)});
-        return res;
-    }
+    if (out.error) return error_response(*out.error, opt_.retry_after_s);
     metrics_.sentences(int64_t(out.results.size()));
     json j;
     if (endpoint == Endpoint::libretranslate) {

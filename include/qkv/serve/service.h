@@ -50,7 +50,7 @@ struct HttpResponse {
     std::vector<std::pair<std::string, std::string>> headers;
 };
 
-/// A response for an error (its JSON body, Retry-After for 503 queue-full).
+/// A response for an error: its JSON body (the service adds Retry-After to its 503s).
 HttpResponse error_response(const ApiError& e);
 
 /// Counters and histograms behind GET /metrics (thread-safe).
