@@ -20,8 +20,15 @@ SENTENCES = ["go .", "i lost .", "he's calm .", "i'm home .", "we won .", "thank
 JSON = {"Content-Type": "application/json"}
 
 
+STARTED = []  # every qkv serve started here: a failed check must not leave one running
+
+
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
+    for p in STARTED:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     sys.exit(1)
 
 
@@ -36,6 +43,7 @@ class Server:
         port_file = os.path.join(T, name + ".port")
         self.proc = subprocess.Popen([QKV, "serve", "--port", "0", "--port-file", port_file, "--threads", "1",
                                       *args], stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        STARTED.append(self.proc)
         deadline = time.time() + 120  # generous: the sanitizer build (make test-asan) is slower
         while not os.path.exists(port_file):
             check(self.proc.poll() is None, "qkv serve exited: " + self.text())
