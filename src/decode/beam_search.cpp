@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/decode/deadline.h"
 #include "qkv/ops/softmax.h"
 
 namespace qkv::decode {
@@ -133,6 +134,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
     std::vector<int64_t> act(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) act[size_t(b)] = b;
     for (int64_t t = 0; t < opt.max_len; ++t) {
+        detail::check_decode_deadline("generate", t);
         const int64_t A = int64_t(act.size());
         // Read in place: a (A·K, V) copy per step would be fresh memory every time (page faults).
         const Tensor logits_t = model.decode_step(from_vector(last, {A * K}), *state).contiguous();

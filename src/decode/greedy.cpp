@@ -3,6 +3,7 @@
 #include "qkv/decode/greedy.h"
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/decode/deadline.h"
 
 namespace qkv::decode {
 
@@ -44,6 +45,7 @@ std::vector<std::vector<int64_t>> greedy_decode(models::EncoderDecoder& model, c
         state->trace = opt.trace;
     }
     for (int64_t t = 0; t < opt.max_len; ++t) {
+        detail::check_decode_deadline("greedy_decode", t);
         const int64_t Bn = int64_t(rows.size());
         Tensor hidden;  // (Bn, C): the decoder's top states; greedy_next applies the output layer
         if (opt.use_cache) {

@@ -1,10 +1,12 @@
 // Dynamic batching for qkv serve (serve/batcher.h).
 #include "qkv/serve/batcher.h"
 
+#include <algorithm>
 #include <exception>
 #include <cstdio>
 
 #include "qkv/core/error.h"
+#include "qkv/decode/deadline.h"
 
 namespace qkv::serve {
 
@@ -96,12 +98,19 @@ void Batcher::run() {
             sentences.insert(sentences.end(), e.job.sentences.begin(), e.job.sentences.end());
         }
         if (live.empty()) continue;
+        // The decoder stops once every job of the batch is past its deadline (their clients have
+        // had their 503 from the service), so one long request cannot hold it after that.
+        Clock::time_point last_deadline = Clock::time_point::min();
+        for (const Entry* e : live) last_deadline = std::max(last_deadline, e->job.deadline);
         std::vector<SentenceResult> results;
         std::optional<ApiError> error;
         try {
+            const decode::DecodeDeadline deadline(last_deadline);
             results = decode_(sentences, live.front()->job.settings);
             QKV_CHECK(results.size() == sentences.size(), "batcher: the decoder returned ", results.size(),
                       " results for ", sentences.size(), " sentences");
+        } catch (const decode::DeadlineExceeded&) {
+            error = ApiError{503, "deadline", "the request was not decoded within its deadline (--timeout-ms); retry later", ""};
         } catch (const std::exception& ex) {
             // The message may name files: it goes to the log, the client gets a plain 500.
             std::fprintf(stderr, "qkv serve: decoding a batch of %zu sentences failed: %s\n", sentences.size(),

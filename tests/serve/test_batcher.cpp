@@ -2,11 +2,13 @@
 // draining on stop, and failures reaching every job of a batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <mutex>
 #include <stdexcept>
 
+#include "qkv/decode/deadline.h"
 #include "qkv/serve/batcher.h"
 
 namespace qkv::serve {
@@ -172,6 +174,60 @@ TEST(ServeBatcher, DeadlinePassedInTheQueueIsAnsweredWithoutDecoding) {
     EXPECT_FALSE(g.get().error);
     for (const auto& batch : d.batches)
         for (const auto& s : batch) EXPECT_NE(s, "late");
+}
+
+/// A decoder that works on "long" sentences step by step until the decoding deadline stops it
+/// (as greedy_decode and beam_search check it), for at most `cap`; other batches return at once.
+DecodeFn stepping_decoder(std::atomic<int>& steps, std::chrono::milliseconds cap) {
+    return [&steps, cap](const std::vector<std::string>& s, const ResolvedSettings&) {
+        const auto give_up = Clock::now() + cap;
+        if (std::find(s.begin(), s.end(), "long") != s.end())
+            for (int64_t t = 0; Clock::now() < give_up; ++t) {
+                decode::detail::check_decode_deadline("fake", t);
+                ++steps;
+                std::this_thread::sleep_for(1ms);
+            }
+        std::vector<SentenceResult> out(s.size());
+        for (size_t i = 0; i < s.size(); ++i) out[i].translation = "T(" + s[i] + ")";
+        return out;
+    };
+}
+
+TEST(ServeBatcher, DecodingStopsAtTheDeadlineAndTheNextJobIsServed) {
+    std::atomic<int> steps{0};
+    Batcher b({/*max_batch_tokens=*/1, 0ms, 100}, stepping_decoder(steps, 20s));
+    Job heavy = job({"long"});
+    heavy.deadline = Clock::now() + 50ms;
+    const auto t0 = Clock::now();
+    auto f = *b.submit(std::move(heavy));
+    auto g = *b.submit(job({"next"}));
+    const JobOutcome o = f.get();
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->status, 503);
+    EXPECT_EQ(o.error->kind, "deadline");
+    EXPECT_GT(steps.load(), 0);  // it was decoding, not refused in the queue
+    const JobOutcome n = g.get();
+    ASSERT_FALSE(n.error);
+    EXPECT_EQ(n.results[0].translation, "T(next)");
+    // Freed long before the decoder's own 20 s: the next job did not wait for it.
+    EXPECT_LT(Clock::now() - t0, 10s);
+}
+
+TEST(ServeBatcher, ABatchIsNotCutWhileOneOfItsJobsIsWithinItsDeadline) {
+    std::atomic<int> steps{0};
+    // Both jobs are queued within max_wait, so they share a batch, which decodes from ~50 ms to
+    // ~350 ms: the first job's deadline passes while it runs.
+    Batcher b({/*max_batch_tokens=*/100, /*max_wait=*/50ms, 100}, stepping_decoder(steps, 300ms));
+    Job hurried = job({"long"});
+    hurried.deadline = Clock::now() + 150ms;
+    auto f = *b.submit(std::move(hurried));
+    auto g = *b.submit(job({"patient"}));      // no deadline: the batch runs to its end
+    const JobOutcome o1 = f.get(), o2 = g.get();
+    ASSERT_FALSE(o1.error);
+    ASSERT_FALSE(o2.error);
+    EXPECT_EQ(o1.results[0].translation, "T(long)");
+    EXPECT_EQ(o2.results[0].translation, "T(patient)");
+    EXPECT_EQ(o1.batch_sentences, 2);
 }
 
 TEST(ServeBatcher, StopDrainsTheQueueThenRefuses) {

@@ -4,7 +4,8 @@
 // settings, are decoded together, up to max_batch_tokens source tokens; the decoder sorts their
 // sentences by length (train::translate_tokens). A bounded queue (max_queue sentences) turns
 // excess load into an immediate refusal (HTTP 503 + Retry-After) instead of a growing backlog;
-// a job still waiting at its deadline is answered with an error, never decoded late.
+// a job still waiting at its deadline is answered with an error, never decoded late, and a batch
+// whose every job is past its deadline stops decoding at the next step (decode/deadline.h).
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -44,12 +45,14 @@ struct Job {
 
 struct JobOutcome {
     std::vector<SentenceResult> results;   // one per sentence, when error is empty
-    std::optional<ApiError> error;         // deadline passed (503), decoder failure (500)
+    std::optional<ApiError> error;         // deadline passed before or during decoding (503), decoder failure (500)
     int64_t batch_sentences = 0;           // sentences in the decoder batch this job went in
 };
 
 /// Decodes the sentences of one batch with one settings value (the service passes
-/// translate_sentences on the current model). Throws on failure.
+/// translate_sentences on the current model). Throws on failure; runs under a
+/// decode::DecodeDeadline (the batch's last job deadline), so greedy_decode / beam_search inside
+/// it throw decode::DeadlineExceeded once that has passed (answered 503 "deadline").
 using DecodeFn = std::function<std::vector<SentenceResult>(const std::vector<std::string>&, const ResolvedSettings&)>;
 
 class Batcher {
