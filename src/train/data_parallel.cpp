@@ -80,6 +80,12 @@ struct GradientReducer::Thread {
     std::thread worker;
 };
 
+void check_same_reduction_on_all_ranks(dist::Communicator& comm, const GradientReducerOptions& opt) {
+    dist::check_same_on_all_ranks(comm, "the gradient reduction (--grad-reduce, bucket sizes)",
+                                  detail::str(opt.overlap ? "overlap" : "after-backward", ", first bucket ",
+                                              opt.first_bucket_bytes, " bytes, buckets ", opt.bucket_bytes, " bytes"));
+}
+
 GradientReducer::GradientReducer(std::shared_ptr<dist::Communicator> comm, std::vector<Tensor> params,
                            GradientReducerOptions opt)
     : comm_(std::move(comm)), params_(std::move(params)), opt_(opt) {
@@ -111,6 +117,11 @@ GradientReducer::GradientReducer(std::shared_ptr<dist::Communicator> comm, std::
         b.offset = offset_of_[order_[pos - 1]];
         buckets_.push_back(b);
     }
+    // The ranks' collectives must match one for one: a rank reducing per bucket beside one
+    // reducing once after backward would pair allreduces of different lengths (heap corruption
+    // in MPI, then a stall). Refused on every rank before the first step.
+    if (comm_->size() > 1)
+        check_same_reduction_on_all_ranks(*comm_, opt_);
     if (opt_.overlap && comm_->size() > 1) {
         thread_ = std::make_unique<Thread>();
         thread_->worker = std::thread([this] { comm_loop(); });

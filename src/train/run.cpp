@@ -366,6 +366,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
         dist::check_same_on_all_ranks(*opt.comm, "the configuration (flags and config.json)",
                                       detail::str(to_json(cfg).dump(), " out ", opt.out_dir, " resume ", opt.resume,
                                                   " overwrite ", opt.overwrite));
+    if (dp) check_same_reduction_on_all_ranks(*opt.comm, opt.reduce);  // before anything is written
     // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
     const OutFolder out(opt.out_dir);
     const std::vector<std::string> held =

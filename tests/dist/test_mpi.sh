@@ -73,6 +73,8 @@ done
 out=$(mpirun -np 1 "$probe" train "$T/mm" 20 0 1 0 : -np 1 "$probe" train "$T/mm" 21 0 1 0 2>&1); rc=$?
 check "mismatched options refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the training options: rank 1 has .epochs 100, max_steps 21" <<<"$out"'
 check "nothing written for a refused run" '[ ! -e "$T/mm" ]'
+out=$(mpirun -np 1 "$probe" train "$T/mr" 20 0 1 0 : -np 1 "$probe" train "$T/mr" 20 0 0 0 2>&1); rc=$?
+check "mismatched --grad-reduce refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the gradient reduction (--grad-reduce, bucket sizes): rank 1 has .after-backward" <<<"$out"'
 # A rank killed mid-run: the job ends by itself (mpirun's own report names the rank) and the last
 # checkpoint loads and resumes.
 mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &

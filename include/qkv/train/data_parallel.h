@@ -43,6 +43,11 @@ struct GradientReducerOptions {
     size_t bucket_bytes = size_t{4} << 20;
 };
 
+/// Throws qkv::Error on every rank ("the ranks disagree on the gradient reduction (--grad-reduce,
+/// bucket sizes): rank 1 has 'after-backward, ...' where rank 0 has 'overlap, ...'") unless all
+/// ranks have the same options: their collectives must pair one for one. A collective.
+void check_same_reduction_on_all_ranks(dist::Communicator& comm, const GradientReducerOptions& opt);
+
 /// Gradient and scalar synchronisation over a communicator, between backward and the optimizer
 /// step. Holds one flat fp32 buffer of all parameters' sizes, reused every step. Buckets are
 /// reduced strictly in bucket order on every rank (the collectives must match), whatever order
