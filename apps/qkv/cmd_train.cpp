@@ -463,7 +463,14 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
 }
 
 void run(TrainArgs& a, CLI::App* c) {
-    if (a.model == "lm") return run_lm(a, c);
+    if (a.model == "lm") {
+        // Each rank would train its own copy into the one --out folder.
+        if (const int64_t ranks = dist::launched_world_size(); ranks > 1)
+            usage_error(detail::str("--model lm trains in one process, but mpirun started ", ranks,
+                                    " of it: data-parallel training is for the Transformer and Bahdanau models; run "
+                                    "qkv train --model lm without mpirun"));
+        return run_lm(a, c);
+    }
     for (const char* lm_only : {"--num-kv-heads", "--positions", "--window"})
         if (c->get_option(lm_only)->count() > 0)
             usage_error(detail::str(lm_only, " applies to --model lm only"));

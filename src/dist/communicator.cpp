@@ -56,6 +56,16 @@ bool launched_by_mpirun() {
     return false;
 }
 
+int64_t launched_world_size() {
+    for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+        if (const char* v = std::getenv(k)) {
+            char* end = nullptr;
+            const long long n = std::strtoll(v, &end, 10);
+            if (end != v && *end == '\0' && n >= 1) return int64_t(n);
+        }
+    return launched_by_mpirun() ? 0 : 1;
+}
+
 namespace {
 std::mutex world_mu;
 std::shared_ptr<Communicator> the_world;

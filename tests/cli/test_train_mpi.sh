@@ -4,8 +4,9 @@
 #  1. 2 ranks give the 1-process run's per-step losses (1e-5 relative) and parameters (1e-4) after
 #     20 steps, with the gradients reduced during backward and after it (bitwise equal); the header
 #     names the ranks and config.json records world_size.
-#  2. ranks given different flags (MPMD: --lr) or different --data files are refused before
-#     anything is written, naming what differs.
+#  2. ranks given different flags (MPMD: --lr, --grad-reduce) or different --data files are
+#     refused before anything is written, naming what differs; --model lm and other commands
+#     than train are refused under mpirun -np 2.
 #  3. SIGTERM to mpirun stops both ranks at the same step with a checkpoint; --resume with 1
 #     process continues it and records world_size 1.
 # (The collectives, a stuck rank and a killed rank: tests/dist/test_mpi.sh.)
@@ -81,6 +82,35 @@ set -e
 grep -q 'the ranks disagree on the data file (--data): rank 1 has .60 pairs, fingerprint' "$T/mf.err" \
   || { cat "$T/mf.err"; fail "a data file that differs in content is not named"; }
 [ ! -e "$T/mf/model.safetensors" ] || fail "a refused run wrote a model"
+
+# Ranks that would reduce gradients differently (per bucket during backward vs once after it) would
+# pair allreduces of different lengths: refused before anything is written.
+set +e
+mpirun -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --out "$T/mg" : \
+       -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --grad-reduce after-backward --out "$T/mg" > /dev/null 2> "$T/mg.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "ranks with different --grad-reduce were not refused"
+grep -q "the ranks disagree on the gradient reduction (--grad-reduce, bucket sizes): rank 1 has 'after-backward" "$T/mg.err" \
+  || { cat "$T/mg.err"; fail "different --grad-reduce not named"; }
+[ ! -e "$T/mg" ] || fail "a run refused for --grad-reduce wrote $T/mg"
+# Only qkv train (Transformer, Bahdanau) is data-parallel: N copies of the language model or of
+# another command would each do the whole job into the same files.
+printf 'the time traveller was one of those\n%.0s' $(seq 1 50) > "$T/lm.txt"
+set +e
+mpirun -np 2 "$QKV" --threads 1 train --model lm --preset lm-tiny --data "$T/lm.txt" --max-steps 2 --no-progress --out "$T/lm" > /dev/null 2> "$T/lm.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "mpirun -np 2 qkv train --model lm was not refused"
+grep -q "qkv: error: --model lm trains in one process, but mpirun started 2 of it" "$T/lm.err" || { cat "$T/lm.err"; fail "the LM refusal is not explained"; }
+[ ! -e "$T/lm" ] || fail "a refused LM run wrote $T/lm"
+set +e
+mpirun -np 2 "$QKV" info "$T/one" --no-params > /dev/null 2> "$T/info.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "mpirun -np 2 qkv info was not refused"
+grep -q "qkv: error: qkv info runs in one process, but mpirun started 2 of it: only qkv train is data-parallel" "$T/info.err" \
+  || { cat "$T/info.err"; fail "the refusal of another command under mpirun is not explained"; }
 
 # One rank failing on its own (its --data has too few pairs) ends the job at once with its message:
 # it must not finalize MPI and wait, with the other rank waiting in a collective for it, until the

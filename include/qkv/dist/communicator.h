@@ -66,6 +66,10 @@ bool built_with_mpi();
 /// environment variables), whatever the build.
 bool launched_by_mpirun();
 
+/// The number of processes the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE, ...), without
+/// initialising MPI: 1 when not launched by mpirun, 0 when launched but the size is not given.
+int64_t launched_world_size();
+
 /// The communicator for this process: MPI when launched by mpirun with world size > 1 or when
 /// `force_mpi`, else the single process. Initialises MPI once (MPI_THREAD_MULTIPLE, for the collective watchdog thread);
 /// MPI_Finalize runs at exit. Throws qkv::Error when launched by mpirun but the build has no MPI
