@@ -89,6 +89,10 @@ std::unique_ptr<optim::Adam> make_adam(const std::vector<Tensor>& params, const 
 
 namespace {
 
+/// Philox counters each data-parallel step may draw, as a power of two (data_parallel_step):
+/// 2^38 (~2.7e11 numbers, far above a step's dropout masks) leaves 2^26 (~67 million) steps.
+constexpr int kStepCounterBits = 38;
+
 /// Trainer's std::function callbacks as the first hook.
 class CallbackHook : public TrainHook {
 public:
@@ -377,6 +381,15 @@ double StepLoop::data_parallel_step(const data::Batch& global, Seq2SeqLoss& l) {
     else
         for (int64_t y : global.label) global_positions += y != lo_.pad;
     const data::Batch share = shard_batch(global, rank_, world_, opt_.loss_on_padding);
+    // Each rank's dropout stream (its own seed, rank_seed) is positioned by the step alone, a fixed
+    // span of Philox counters per step, not by the draws of its earlier shares (which differ
+    // between ranks): the step a checkpoint records then resumes every rank exactly, though the
+    // checkpoint holds one offset.
+    Generator& gen = default_generator();
+    QKV_CHECK(step_ < (int64_t(1) << (64 - kStepCounterBits)) - 1, "train: data-parallel runs are limited to ",
+              (int64_t(1) << (64 - kStepCounterBits)) - 1, " steps");
+    const uint64_t first_counter = uint64_t(step_ + 1) << kStepCounterBits;
+    gen.set_offset(first_counter);
     optimizer_->zero_grad();
     if (share.size > 0) {
         BatchTensors t = to_tensors(share);
@@ -388,6 +401,9 @@ double StepLoop::data_parallel_step(const data::Batch& global, Seq2SeqLoss& l) {
     QKV_CHECK(sums[2] == double(global_positions), "train: the ranks' shares cover ", sums[2], " of the batch's ",
               global_positions, " loss positions (ranks disagree on the batch: different data?)");
     l.tokens = static_cast<int64_t>(sums[1]);
+    QKV_CHECK(gen.offset() - first_counter <= (uint64_t(1) << kStepCounterBits),
+              "train: one data-parallel step drew ", gen.offset() - first_counter,
+              " random numbers, more than the 2^", kStepCounterBits, " it has");
     return sums[0];
 }
 

@@ -69,6 +69,13 @@ for r in r21 r12; do
   check "$r equals the uninterrupted run within 1e-4" 'awk -v d="$d" "BEGIN {exit !(d != \"\" && d <= 1e-4)}"'
   check "$r step-20 loss within 1e-5 relative" '[ "$(grep "^loss 20 " "$T/$r.txt" | awk "{print \$3}")" != "" ] && awk -v a="$(grep "^loss 20 " "$T/$r.txt" | cut -d" " -f3)" -v b="$(grep "^loss 20 " "$T/one.txt" | cut -d" " -f3)" "BEGIN {d=a-b; if (d<0) d=-d; exit !(d <= 1e-5*b)}"'
 done
+# With dropout each rank draws its own masks; a resume at the same N continues them exactly (each
+# rank's stream is positioned by the step, not by its earlier draws, which differ between ranks).
+check "2 ranks with dropout, 20 steps" 'train 2 drop 20 0 1 0.1'
+check "2 ranks with dropout to step 10" 'train 2 dropr 10 0 1 0.1'
+check "resumed with 2 ranks to step 20" 'train 2 dropr 20 1 1 0.1'
+check "the resumed steps' losses equal the uninterrupted run's bitwise" '[ "$(grep -c "^loss" "$T/dropr.txt")" = 10 ] && cmp -s <(grep -E "^loss (1[1-9]|20) " "$T/drop.txt") "$T/dropr.txt"'
+check "the resumed parameters equal the uninterrupted run's bitwise" '[ "$(st_diff "$T/drop/model.safetensors" "$T/dropr/model.safetensors")" = 0 ]'
 # Ranks that would train different things are refused before anything is written.
 out=$(mpirun -np 1 "$probe" train "$T/mm" 20 0 1 0 : -np 1 "$probe" train "$T/mm" 21 0 1 0 2>&1); rc=$?
 check "mismatched options refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the training options: rank 1 has .epochs 100, max_steps 21" <<<"$out"'
