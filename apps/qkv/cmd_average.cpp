@@ -46,7 +46,9 @@ Registration reg([](CLI::App& app) {
                                            ? train::average_last_checkpoints(a->models[0], a->last, a->out, storage)
                                            : train::average_models(a->models, a->out, storage);
         std::fprintf(stderr, "averaged %lld %s (%lld tensors, %lld parameters) into %s%s\n", (long long)r.models,
-                     a->last > 0 ? "checkpoints" : "model folders", (long long)r.tensors, (long long)r.parameters,
+                     a->last > 0 ? (r.models == 1 ? "checkpoint" : "checkpoints")
+                                 : (r.models == 1 ? "model folder" : "model folders"),
+                     (long long)r.tensors, (long long)r.parameters,
                      a->out.c_str(), storage == DType::bf16 ? " (stored as bf16)" : "");
     });
 });

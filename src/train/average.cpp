@@ -131,12 +131,14 @@ private:
 void write_folder(const std::string& first, const ModelDir& base, const std::vector<std::string>& inputs,
                   const fs::path& out_path, DType storage) {
     std::error_code ec;
-    // Folders of averages into the same name that were killed (out_dir.tmp.<digits>) go first.
+    // Folders of averages into the same name that were killed (out_dir.tmp.<digits>, no such
+    // process now) go first; a live process's is left to it.
     const std::string prefix = out_path.filename().string() + ".tmp.";
     for (fs::directory_iterator it(out_path.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-            name.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+            name.find_first_not_of("0123456789", prefix.size()) == std::string::npos &&
+            !util::temp_suffix_is_live_process(name, prefix.size()))
             fs::remove_all(it->path());
     }
     const std::string tmp = out_path.string() + ".tmp." + std::to_string(::getpid());
@@ -151,7 +153,11 @@ void write_folder(const std::string& first, const ModelDir& base, const std::vec
         meta.erase("qkv.checksum");
         meta["qkv.averaged_from"] = nlohmann::json(inputs).dump();
         save_model(in_dir(tmp, "model.safetensors"), *base.model, meta, storage);
-        if (fs::exists(out_path)) fs::remove(out_path);  // empty (checked before)
+        if (fs::exists(out_path)) {  // empty when checked before; another process may have filled it since
+            QKV_CHECK(fs::is_directory(out_path) && fs::is_empty(out_path), "the output folder '", out_path.string(),
+                      "' was filled by another process while this one averaged; nothing was written");
+            fs::remove(out_path);
+        }
         fs::rename(tmp, out_path);
     } catch (...) {
         fs::remove_all(tmp, ec);

@@ -3,10 +3,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -57,6 +59,13 @@ void sync_parent_dir(const std::string& path) {
 
 std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
+bool temp_suffix_is_live_process(const std::string& name, size_t digits_at) {
+    if (name.size() <= digits_at || name.size() - digits_at > 9) return false;  // pids are < 2^22
+    const long pid = std::strtol(name.c_str() + digits_at, nullptr, 10);
+    if (pid <= 0 || pid == long(::getpid())) return false;  // ours: a leftover of an earlier process with our pid
+    return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
+
 std::vector<std::string> remove_stale_temp_files(const std::string& path) {
     namespace fs = std::filesystem;
     const fs::path target(path);
@@ -69,7 +78,8 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
         const std::string name = it->path().filename().string();
         if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
             std::all_of(name.begin() + std::ptrdiff_t(prefix.size()), name.end(),
-                        [](char c) { return c >= '0' && c <= '9'; }))
+                        [](char c) { return c >= '0' && c <= '9'; }) &&
+            !temp_suffix_is_live_process(name, prefix.size()))
             stale.push_back((dir / name).string());
     }
     std::sort(stale.begin(), stale.end());

@@ -37,6 +37,8 @@ run_rc 0 average --out "$T/same" "$T/s1" "$T/s1copy"
 "$QKV" translate --model "$T/s1" --beam 2 "i lost ." "he's calm ." "we won ." > "$T/a.txt" || fail "translate s1"
 "$QKV" translate --model "$T/same" --beam 2 "i lost ." "he's calm ." "we won ." > "$T/b.txt" || fail "translate same"
 cmp -s "$T/a.txt" "$T/b.txt" || fail "self-average translates differently"
+run_rc 0 average --out "$T/single" "$T/s1"
+err_has "averaged 1 model folder (" "into $T/single"
 
 # Refusals, before anything is written.
 "$QKV" train --data "$T/fra.txt" --preset demo --max-steps 1 --out "$T/wide" --num-hiddens 24 "${small[@]}" > /dev/null 2>&1 \

@@ -1,5 +1,7 @@
 // util: atomic file writes, whole-file reads, the progress bar (with a fake clock) and the timer.
 #include <gtest/gtest.h>
+#include <algorithm>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,18 +60,34 @@ TEST(AtomicFile, FailingCallbackLeavesOldFileAndNoTemporary) {
     EXPECT_EQ(count_files(dir.path()), 1);
 }
 
+/// The pid of a process that has ended (a child that exited and was reaped).
+pid_t ended_pid() {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return pid;
+}
+
 TEST(AtomicFile, RemovesTheStaleTemporariesOfAPath) {
-    // A process killed while it wrote leaves path.tmp.<pid>; only those of `path` go.
+    // A process killed while it wrote leaves path.tmp.<pid>; only those of `path` whose process is
+    // gone (or is this one) go: a live process is still writing its own.
     TempDir dir;
     const std::string p = dir / "checkpoint.safetensors";
     EXPECT_EQ(atomic_temp_path(p), p + ".tmp." + std::to_string(::getpid()));
     write_file_atomic(p, "whole");
-    for (const char* name : {"checkpoint.safetensors.tmp.12", "checkpoint.safetensors.tmp.7", "model.safetensors.tmp.3",
-                             "checkpoint.safetensors.tmp.", "checkpoint.safetensors.tmp.x1", "notes.txt"})
+    const std::string dead1 = std::to_string(ended_pid()), dead2 = std::to_string(ended_pid());
+    const std::string live = std::to_string(::getppid()), self = std::to_string(::getpid());
+    for (const std::string& name :
+         {"checkpoint.safetensors.tmp." + dead1, "checkpoint.safetensors.tmp." + dead2,
+          "checkpoint.safetensors.tmp." + live, "checkpoint.safetensors.tmp." + self, std::string("model.safetensors.tmp.3"),
+          std::string("checkpoint.safetensors.tmp."), std::string("checkpoint.safetensors.tmp.x1"), std::string("notes.txt")})
         write_file_atomic(dir / name, "x");
-    const std::vector<std::string> removed = remove_stale_temp_files(p);
-    EXPECT_EQ(removed, (std::vector<std::string>{p + ".tmp.12", p + ".tmp.7"}));
-    EXPECT_EQ(count_files(dir.path()), 5);
+    std::vector<std::string> expected{p + ".tmp." + dead1, p + ".tmp." + dead2, p + ".tmp." + self};
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(remove_stale_temp_files(p), expected);
+    EXPECT_EQ(count_files(dir.path()), 6);
+    EXPECT_TRUE(std::filesystem::exists(p + ".tmp." + live));  // its process is alive
     EXPECT_EQ(read_file(p), "whole");
     EXPECT_TRUE(remove_stale_temp_files(p).empty());
     EXPECT_TRUE(remove_stale_temp_files(dir / "absent/f").empty());  // no folder: nothing to remove

@@ -1,5 +1,6 @@
 // Checkpoint averaging (train/average.h): the mean of the parameters, the checks before writing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -55,8 +56,12 @@ TEST(Average, IsTheMeanRoundedOnceAndLoads) {
     const std::string a = train_folder(dir, "a", 1), b = train_folder(dir, "b", 2), c = train_folder(dir, "c", 3);
     fs::create_directories(dir / "avg.tmp.999999");  // left by an average that was killed
     std::ofstream(dir / "avg.tmp.999999/model.safetensors") << "half";
+    // Another average into the same name, still running (its process is alive), keeps its own.
+    const std::string live = "avg.tmp." + std::to_string(::getppid());
+    fs::create_directories(dir / live);
     const train::AverageResult r = train::average_models({a, b, c}, dir / "avg");
     EXPECT_FALSE(fs::exists(dir / "avg.tmp.999999"));
+    EXPECT_TRUE(fs::exists(dir / live));
     EXPECT_EQ(r.models, 3);
     const auto pa = params_of(a), pb = params_of(b), pc = params_of(c), pm = params_of(dir / "avg");
     ASSERT_EQ(pm.size(), pa.size());

@@ -38,9 +38,13 @@ void check_can_write(const std::string& path);
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
 std::string atomic_temp_path(const std::string& path);
 
+/// Whether the digits of `name` from `digits_at` on (a ".tmp.<pid>" suffix) are the pid of a live
+/// process other than this one: its temporary is still being written and must be left alone.
+bool temp_suffix_is_live_process(const std::string& name, size_t digits_at);
+
 /// Removes the temporary files of atomic writes of `path` that never finished (named
-/// path + ".tmp.<digits>": a process killed while it wrote) and returns their paths, in name order.
-/// Throws qkv::Error naming the file when one cannot be removed.
+/// path + ".tmp.<digits>" where no live process has that pid: one killed while it wrote) and
+/// returns their paths, in name order. Throws qkv::Error naming the file when one cannot be removed.
 std::vector<std::string> remove_stale_temp_files(const std::string& path);
 
 /// Same, with the whole content given as bytes.
