@@ -10,11 +10,13 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
+#include "qkv/dist/communicator.h"
 #include "qkv/nn/module.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/translation_data.h"
@@ -340,6 +342,21 @@ ModelDir load_model_dir(const std::string& dir) {
     if (arch.state == Consistency::State::no_record)
         std::fprintf(stderr, "note: %s stores no training configuration (a folder of an older qkv): config.json "
                              "is not checked against it\n", weights.c_str());
+    // The vocabularies against those the weights were trained with: an edited or damaged line
+    // still loads, but maps ids to other words (garbage translations, no error).
+    {
+        const auto meta = read_checkpoint_metadata(weights, "model file");
+        for (const auto& [key, file, vocab] : {std::tuple{kSrcVocabKey, "src_vocab.txt", &m.src_vocab},
+                                               std::tuple{kTgtVocabKey, "tgt_vocab.txt", &m.tgt_vocab}}) {
+            const auto it = meta.find(key);
+            if (it == meta.end()) continue;  // a folder of an older qkv
+            const std::string now = vocab_fingerprint(*vocab);
+            QKV_CHECK(now == it->second, in_dir(dir, file), " is not the vocabulary ", weights,
+                      " was trained with (its tokens' fingerprint is ", now, ", the model records ", it->second,
+                      "): a line was edited, reordered or damaged, or the file comes from another run; restore the "
+                      "trained file");
+        }
+    }
     load_model(weights, *m.model);
     m.model->eval();
     return m;
@@ -675,6 +692,14 @@ std::vector<std::string> architecture_differences(const RunConfig& a, const RunC
         }
     }
     return out;
+}
+
+std::string vocab_fingerprint(const data::Vocab& v) {
+    uint64_t h = dist::fingerprint("");
+    for (const auto& t : v.tokens()) h = dist::fingerprint(t + "\n", h);
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
 }
 
 Consistency check_architecture(const std::string& weights, const RunConfig& cfg) {

@@ -227,6 +227,8 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     rt.comm      = opt.comm;
     rt.reduce    = opt.reduce;
     rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();
+    rt.checkpoint_metadata[kSrcVocabKey] = vocab_fingerprint(d.src_vocab);
+    rt.checkpoint_metadata[kTgtVocabKey] = vocab_fingerprint(d.tgt_vocab);
     const bool writer = !opt.comm || opt.comm->rank() == 0;
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;

@@ -114,6 +114,20 @@ sed -i "6s/.*/$tok5/" "$T/dup/tgt_vocab.txt"
 run_rc 1 eval --model "$T/dup" --no-progress
 err_has "qkv: error: $T/dup/tgt_vocab.txt:6: the token \"$tok5\" is also on line 5" "the vocabulary file is damaged"
 no_internal_names
+# a vocabulary file with two lines swapped, or a line replaced: it loads, but would map ids to other
+# words (garbage translations, exit 0); model.safetensors records the vocabularies it was trained
+# with, so translate, eval and info refuse, naming the file
+cp -r "$T/run" "$T/swap"
+sed -i '5{h;d};6G' "$T/swap/tgt_vocab.txt"
+cmp -s "$T/run/tgt_vocab.txt" "$T/swap/tgt_vocab.txt" && fail "the swap changed nothing"
+for cmd in "translate --model $T/swap go ." "eval --model $T/swap --no-progress" "info $T/swap --no-params"; do
+  run_rc 1 $cmd
+  err_has "qkv: error: $T/swap/tgt_vocab.txt is not the vocabulary $T/swap/model.safetensors was trained with"
+done
+cp -r "$T/run" "$T/bytes"
+sed -i "7s/.*/$(printf '\xff\xfe')/" "$T/bytes/src_vocab.txt"
+run_rc 1 translate --model "$T/bytes" "go ."
+err_has "qkv: error: $T/bytes/src_vocab.txt is not the vocabulary"
 # an output file whose folder exists but cannot be written in (root too cannot create files in /proc):
 # refused before decoding (it was found only after it), in the words of the write, after the flag
 hyp="/proc/qkv-hyp-$$.txt"

@@ -75,13 +75,16 @@ mine_sums | cmp -s - "$T/mine.before" || fail "a refused lm train changed the us
 mtime_kept "$T/mine" "a refused lm train"
 
 # ---- 2. --overwrite: a failed replacement restores the earlier files; a good one replaces them
-mkdir -p "$T/run/model.safetensors.tmp.1/x"   # fit cannot remove this "stale temporary"
+# A temporary counts as stale (a killed write) when no live process has its pid: this shell's child
+# that has exited.
+dead=$(sh -c 'echo $$')
+mkdir -p "$T/run/model.safetensors.tmp.$dead/x"   # fit cannot remove this "stale temporary"
 run_rc 1 train --preset demo --data "$T/fra.txt" "${wide[@]}" --max-steps 2 --out "$T/run" --overwrite
-err_has "cannot remove '$T/run/model.safetensors.tmp.1'" \
+err_has "cannot remove '$T/run/model.safetensors.tmp.$dead'" \
         "the new run failed before its first checkpoint; the earlier model in $T/run is restored"
 sums "$T/run" | cmp -s - "$T/before" || fail "a failed --overwrite did not restore the earlier files"
 [ ! -e "$T/run/.qkv-replaced" ] || fail "a failed --overwrite left .qkv-replaced"
-rm -r "$T/run/model.safetensors.tmp.1"
+rm -r "$T/run/model.safetensors.tmp.$dead"
 mkdir "$T/run/.qkv-replaced"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run" --overwrite
 err_has "qkv: error: --overwrite: '$T/run/.qkv-replaced' holds the model an earlier qkv train --overwrite"
@@ -109,13 +112,13 @@ run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --o
 [ "$(cat "$T/notes/notes.txt")" = mine ] || fail "train touched an unrelated file in --out"
 # a killed run's temporaries (a write cut short) are not the user's: trained into, and removed
 mkdir "$T/stale" "$T/lmstale"
-touch "$T/stale/config.json.tmp.123" "$T/stale/src_vocab.txt.tmp.45" "$T/stale/metrics.jsonl.tmp.6"
+touch "$T/stale/config.json.tmp.$dead" "$T/stale/src_vocab.txt.tmp.$dead" "$T/stale/metrics.jsonl.tmp.$dead"
 mkdir "$T/stale/checkpoints"  # a kept checkpoint's temporary is ours; another program's is not
-touch "$T/stale/checkpoints/model-step-000000002.safetensors.tmp.7" "$T/stale/checkpoints/resnet50.safetensors.tmp.1"
+touch "$T/stale/checkpoints/model-step-000000002.safetensors.tmp.$dead" "$T/stale/checkpoints/resnet50.safetensors.tmp.$dead"
 run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/stale"
-[ "$(cd "$T/stale" && find . -name '*.tmp.*')" = "./checkpoints/resnet50.safetensors.tmp.1" ] ||
+[ "$(cd "$T/stale" && find . -name '*.tmp.*')" = "./checkpoints/resnet50.safetensors.tmp.$dead" ] ||
   fail "train left a killed run's temporaries or removed another program's: $(cd "$T/stale" && find . -name '*.tmp.*')"
-touch "$T/lmstale/config.json.tmp.123" "$T/lmstale/vocab.txt.tmp.45" "$T/lmstale/checkpoint.safetensors.tmp.6"
+touch "$T/lmstale/config.json.tmp.$dead" "$T/lmstale/vocab.txt.tmp.$dead" "$T/lmstale/checkpoint.safetensors.tmp.$dead"
 printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
 run_rc 0 train --model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 \
   --max-steps 1 --no-progress --out "$T/lmstale"

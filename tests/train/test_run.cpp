@@ -3,6 +3,7 @@
 // every step / logged step / validation, the metrics.jsonl reader on resume, and train::run end to
 // end on a tiny data file.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <functional>
@@ -249,9 +250,14 @@ TEST(RunRecorder, FailedMetricsAppendThrowsNamingTheFile) {
 TEST(LossPlot, RemovesTheTemporaryOfAKilledWrite) {
     TempDir dir("plot");
     std::ofstream(dir / "metrics.jsonl") << "{\"kind\":\"epoch\",\"epoch_pos\":1,\"train_loss\":2.5,\"val_loss\":null}\n";
-    std::ofstream(dir / "loss.png.tmp.12345") << "half a png";
+    // The pid of a process that has ended: a child that exited and was reaped.
+    const pid_t dead = ::fork();
+    if (dead == 0) ::_exit(0);
+    ::waitpid(dead, nullptr, 0);
+    const std::string tmp = "loss.png.tmp." + std::to_string(dead);
+    std::ofstream(dir / tmp) << "half a png";
     train::plot_losses(dir / "metrics.jsonl", dir / "loss.png");
-    EXPECT_FALSE(fs::exists(dir / "loss.png.tmp.12345"));
+    EXPECT_FALSE(fs::exists(dir / tmp));
     EXPECT_TRUE(fs::exists(dir / "loss.png"));
 }
 

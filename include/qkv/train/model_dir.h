@@ -92,6 +92,17 @@ struct Consistency {
 /// without "qkv.config" (an older folder, or a file written elsewhere) gives no_record; one whose
 /// "qkv.config" is not a configuration throws qkv::Error naming the file.
 Consistency check_architecture(const std::string& weights, const RunConfig& cfg);
+
+/// The metadata keys of model.safetensors that record the vocabularies it was trained with
+/// (vocab_fingerprint of src_vocab.txt and tgt_vocab.txt; written by qkv train since this
+/// version, kept by qkv average).
+inline constexpr const char* kSrcVocabKey = "qkv.src_vocab_fnv1a64";
+inline constexpr const char* kTgtVocabKey = "qkv.tgt_vocab_fnv1a64";
+
+/// FNV-1a 64 of the vocabulary's tokens in id order, each followed by '\n', as 16 hex digits: an
+/// edited, reordered or damaged vocabulary file (which loads, but maps ids to other words) gives
+/// another value.
+std::string vocab_fingerprint(const data::Vocab& v);
 /// One line for logs: architecture, parameter count and sizes.
 std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model);
 
