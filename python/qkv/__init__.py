@@ -57,7 +57,9 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
 
     ``config`` (a dict) and keyword arguments take ``qkv train``'s flags by name, ``-`` or ``_``:
     ``data``, ``max_steps``, ``epochs``, ``num_hiddens``, ``batch_size``, ``lr``, ``schedule``,
-    ``subword``, ... (keywords win over ``config``); ``preset``, ``model`` ("transformer" or
+    ``subword``, ... (keywords win over ``config``); durations (``time_budget``, ``val_every``) in
+    seconds or as the flags write them ("20m", "90s", "none"; 0 is no limit, None the preset's);
+    ``preset``, ``model`` ("transformer" or
     "bahdanau"), ``out``/``out_dir``, ``resume`` and ``overwrite`` may also be given in ``config``.
     ``on_step(d)`` is called at each logged step (``d``: step, epoch, loss, lr, tokens_per_s,
     train_seconds; every ``log_every`` steps) and ``on_validation(d)`` after each validation
@@ -67,6 +69,8 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     continues from it. Returns a dict: trained, steps, stop_reason, train_seconds, tokens_per_s,
     epochs (per-epoch train/val loss), out_dir.
     """
+    if config is not None and not isinstance(config, dict):
+        raise TypeError(f"train: config must be a dict of qkv train's settings by name, got {type(config).__name__}")
     merged = dict(config or {})
     merged.update(settings)
     out_dir = merged.pop("out", merged.pop("out_dir", out_dir))
@@ -74,6 +78,11 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     model = merged.pop("model", model)
     resume = merged.pop("resume", resume)
     overwrite = merged.pop("overwrite", overwrite)
+    # preset and model are names: a nested dict ({"model": {"num_heads": 4}}) is not a setting.
+    for name, value in (("preset", preset), ("model", model)):
+        if not isinstance(value, str):
+            raise TypeError(f"train: {name} must be a name (str) such as 'demo' / 'transformer', got "
+                            f"{type(value).__name__} {value!r}; settings are given flat, e.g. num_heads=4")
     # The switches are True or False (resume="no" would be true); callbacks are callables.
     for name, value in (("resume", resume), ("overwrite", overwrite), ("progress", progress), ("quiet", quiet)):
         if not isinstance(value, bool):

@@ -28,6 +28,10 @@ Tensor tensor_from_numpy(const pyb::array& a, const char* arg, bool allow_copy =
 /// become float32 unless `dtype` says otherwise). None gives an undefined Tensor when allow_none.
 Tensor to_tensor(const pyb::handle& obj, const char* arg, bool allow_none = false);
 
+/// Lengths (valid_lens): as to_tensor, None allowed, and numpy integer arrays of any width
+/// (int32, uint8, ...) taken as int64 (copied), as PyTorch takes any integer lengths.
+Tensor to_lengths(const pyb::handle& obj, const char* arg);
+
 /// A numpy array viewing t's memory (no copy); the array keeps the storage alive.
 pyb::array tensor_to_numpy(const Tensor& t);
 

@@ -69,11 +69,15 @@ void bind_functional(pyb::module_& m) {
                 }
             }
             AttentionMask am;
-            am.valid_lens = to_tensor(valid_lens, "valid_lens", true);
+            am.valid_lens = to_lengths(valid_lens, "valid_lens");
             am.mask       = to_tensor(mask, "mask", true);
             am.causal     = parse_causal(causal);
             AttentionOptions opt;
             if (!scale.is_none()) {
+                if (pyb::isinstance<pyb::bool_>(scale) || !(pyb::isinstance<pyb::int_>(scale) || pyb::isinstance<pyb::float_>(scale) ||
+                                                              pyb::hasattr(scale, "__float__")))
+                    throw pyb::type_error(detail::str("scale: expected a number or None, got ",
+                                                      std::string(pyb::str(pyb::type::of(scale)))));
                 opt.scale = scale.cast<double>();
                 if (opt.scale == 0.0)
                     throw pyb::value_error("scale: 0 is not supported (qkv reads 0 as 'default'); pass None for 1/sqrt(D)");
@@ -99,14 +103,14 @@ q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) -> (B, H, Tq, Dv); or all
 Arrays laid out (B, T, H, D) (PyTorch's nn.MultiheadAttention internals, FlashAttention's API) must
 say layout='BTHD' (read through transposed views, no copy; the output is (B, Tq, H, Dv) then):
 the default reads dim 1 as heads, and mismatching dims raise ValueError naming the layout.
-valid_lens: None, (B) or (B, Tq), int64 or float (keys j >= len masked). mask: bool (True = attend)
+valid_lens: None, (B) or (B, Tq), integers (any width) or float (keys j >= len masked). mask: bool (True = attend)
 or float (added to the logits), broadcastable to (B, H, Tq, Tk). causal: None/False, True
 ('top_left', PyTorch's is_causal) or 'bottom_right'. scale: None = 1/sqrt(D). dropout acts when
 training=True. backend: 'auto', 'math' or 'flash'. return_weights=True returns (out, weights) with
 weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
 
     m.def("masked_softmax", [](const pyb::object& X, const pyb::object& valid_lens) {
-        Tensor x = to_tensor(X, "X"), vl = to_tensor(valid_lens, "valid_lens", true);
+        Tensor x = to_tensor(X, "X"), vl = to_lengths(valid_lens, "valid_lens");
         pyb::gil_scoped_release nogil;
         return masked_softmax(x, vl);
     }, arg("X"), arg("valid_lens") = pyb::none(),

@@ -81,7 +81,7 @@ void bind_nn(pyb::module_& m) {
         .def("__call__", [](nn::DotProductAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
                             const pyb::object& vl) {
             Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values"),
-                   lt = to_tensor(vl, "valid_lens", true);
+                   lt = to_lengths(vl, "valid_lens");
             pyb::gil_scoped_release nogil;
             return a.forward(qt, kt, vt, lt);
         }, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = pyb::none())
@@ -93,7 +93,7 @@ void bind_nn(pyb::module_& m) {
         .def("__call__", [](nn::AdditiveAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
                             const pyb::object& vl) {
             Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values"),
-                   lt = to_tensor(vl, "valid_lens", true);
+                   lt = to_lengths(vl, "valid_lens");
             pyb::gil_scoped_release nogil;
             return a.forward(qt, kt, vt, lt);
         }, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = pyb::none())
@@ -118,7 +118,7 @@ void bind_nn(pyb::module_& m) {
         .def("__call__", [](nn::MultiHeadAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
                             const pyb::object& vl, bool causal) {
             Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values"),
-                   lt = to_tensor(vl, "valid_lens", true);
+                   lt = to_lengths(vl, "valid_lens");
             pyb::gil_scoped_release nogil;
             return a.forward(qt, kt, vt, lt, causal);
         }, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = pyb::none(), arg("causal") = false)
@@ -152,7 +152,7 @@ void bind_nn(pyb::module_& m) {
              arg("vocab_size"), arg("num_hiddens") = 256, arg("num_blks") = 2, arg("num_heads") = 4,
              arg("ffn_num_hiddens") = 64, arg("dropout") = 0.2, arg("max_len") = 1000)
         .def("__call__", [](models::TransformerEncoder& e, const pyb::object& src, const pyb::object& vl) {
-            return e.forward(to_tensor(src, "src"), to_tensor(vl, "valid_lens", true));
+            return e.forward(to_tensor(src, "src"), to_lengths(vl, "valid_lens"));
         }, arg("src"), arg("valid_lens") = pyb::none());
     Cls<models::TransformerDecoder>(m, "TransformerDecoder", "D2L 11.7.6 (teacher forcing).")
         .def(pyb::init([](int64_t vocab_size, int64_t num_hiddens, int64_t num_blks, int64_t num_heads,
@@ -164,14 +164,14 @@ void bind_nn(pyb::module_& m) {
              arg("ffn_num_hiddens") = 64, arg("dropout") = 0.2, arg("max_len") = 1000)
         .def("__call__", [](models::TransformerDecoder& d, const pyb::object& tgt, const pyb::object& enc,
                             const pyb::object& vl) {
-            Tensor t = to_tensor(tgt, "tgt"), e = to_tensor(enc, "enc_outputs"), l = to_tensor(vl, "enc_valid_lens", true);
+            Tensor t = to_tensor(tgt, "tgt"), e = to_tensor(enc, "enc_outputs"), l = to_lengths(vl, "enc_valid_lens");
             pyb::gil_scoped_release nogil;
             return d.dense->forward(d.forward_hidden(t, e, l));
         }, arg("tgt"), arg("enc_outputs"), arg("enc_valid_lens") = pyb::none(),
             "tgt (B, Tt) int64, enc_outputs (B, Ts, C), enc_valid_lens (B) -> logits (B, Tt, V).")
         .def("forward_hidden", [](models::TransformerDecoder& d, const pyb::object& tgt, const pyb::object& enc,
                                   const pyb::object& vl) {
-            return d.forward_hidden(to_tensor(tgt, "tgt"), to_tensor(enc, "enc_outputs"), to_tensor(vl, "enc_valid_lens", true));
+            return d.forward_hidden(to_tensor(tgt, "tgt"), to_tensor(enc, "enc_outputs"), to_lengths(vl, "enc_valid_lens"));
         }, arg("tgt"), arg("enc_outputs"), arg("enc_valid_lens") = pyb::none());
 
     pyb::class_<models::Transformer, models::EncoderDecoder, std::shared_ptr<models::Transformer>>(

@@ -308,6 +308,16 @@ Tensor to_tensor(const pyb::handle& obj, const char* arg, bool allow_none) {
     return tensor_from_numpy(np.attr("array")(a), arg);  // a fresh array: never aliases the argument
 }
 
+Tensor to_lengths(const pyb::handle& obj, const char* arg) {
+    if (pyb::isinstance<pyb::array>(obj)) {
+        const auto a = pyb::reinterpret_borrow<pyb::array>(obj);
+        const char kind = a.dtype().kind();
+        if ((kind == 'i' || kind == 'u') && !a.dtype().is(pyb::dtype::of<int64_t>()))
+            return tensor_from_numpy(pyb::module_::import("numpy").attr("array")(a, "int64"), arg);
+    }
+    return to_tensor(obj, arg, /*allow_none=*/true);
+}
+
 pyb::array tensor_to_numpy(const Tensor& t) {
     auto* keep = new std::shared_ptr<Storage>(t.impl().storage);
     pyb::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });

@@ -297,6 +297,20 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
 
 // ---- qkv.train ----
 
+/// A duration setting as qkv train's flag takes it: seconds as a number, or a string "90", "90s",
+/// "20m", "1.5h", or "none"/"off" (no limit: 0).
+double duration_seconds(pyb::handle v, const std::string& name) {
+    if (!pyb::isinstance<pyb::str>(v)) return v.cast<double>();
+    const std::string t = v.cast<std::string>();
+    if (t == "none" || t == "off") return 0.0;
+    try {
+        return train::parse_duration(t);
+    } catch (const Error& e) {
+        throw pyb::value_error(detail::str("train: ", name, " must be seconds (a number), a duration such as '90s', "
+                                           "'20m' or '1.5h', or 'none'; got '", t, "' (", e.what(), ")"));
+    }
+}
+
 train::RunOverrides overrides_from(const pyb::dict& kw) {
     train::RunOverrides o;
     for (auto kv : kw) {
@@ -327,7 +341,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         try {
         if (k == "epochs") o.epochs = v.cast<int64_t>();
         else if (k == "max_steps") o.max_steps = v.cast<int64_t>();
-        else if (k == "time_budget" || k == "time_budget_s") o.time_budget_s = v.cast<double>();
+        else if (k == "time_budget" || k == "time_budget_s") o.time_budget_s = duration_seconds(v, k);
         else if (k == "log_every") o.log_every = v.cast<int64_t>();
         else if (k == "data" || k == "data_path") o.data_path = v.cast<std::string>();
         else if (k == "src_file") o.src_file = v.cast<std::string>();
@@ -362,7 +376,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "lr") o.lr = v.cast<double>();
         else if (k == "label_smoothing") o.label_smoothing = v.cast<double>();
         else if (k == "clip" || k == "clip_norm") o.clip_norm = v.cast<double>();
-        else if (k == "val_every" || k == "val_every_s") o.val_every_s = v.cast<double>();
+        else if (k == "val_every" || k == "val_every_s") o.val_every_s = duration_seconds(v, k);
         else if (k == "seed") o.seed = v.cast<uint64_t>();
         else if (k == "loss_on_padding") o.loss_on_padding = v.cast<bool>();
         else if (k == "schedule") o.schedule = train::parse_schedule(v.cast<std::string>());

@@ -163,3 +163,24 @@ def test_dtype_none_and_bfloat16_of_a_tensor_requiring_grad_are_refused():
     with pytest.raises(qkv.Error, match=r"to\(bfloat16\): the tensor requires grad"):
         x.to("bfloat16")
     assert x.detach().to("bfloat16").dtype == "bfloat16"
+
+
+def test_attention_argument_types():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 1, 3, 4)).astype(np.float32)
+    # Lengths of any integer width are taken as int64 (numpy's int32, uint8 ...), as PyTorch does.
+    want = qkv.scaled_dot_product_attention(q, q, q, valid_lens=np.array([1, 2], np.int64)).numpy()
+    for dt in (np.int32, np.uint8, np.int16):
+        got = qkv.scaled_dot_product_attention(q, q, q, valid_lens=np.array([1, 2], dt)).numpy()
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(qkv.masked_softmax(q, np.array([1, 2], np.int32)).numpy(),
+                                  qkv.masked_softmax(q, np.array([1, 2])).numpy())
+    with pytest.raises(TypeError, match=r"^scale: expected a number or None, got <class 'str'>"):
+        qkv.scaled_dot_product_attention(q, q, q, scale="x")
+    with pytest.raises(TypeError, match=r"^scale: expected a number or None"):
+        qkv.scaled_dot_product_attention(q, q, q, scale=True)
+    np.testing.assert_allclose(qkv.scaled_dot_product_attention(q, q, q, scale=np.float32(0.5)).numpy(),
+                               qkv.scaled_dot_product_attention(q, q, q, scale=0.5).numpy())
+    i = np.ones((1, 1, 2, 4), np.int64)
+    with pytest.raises(qkv.Error, match=r"must share a float dtype \(float32, float64 or bfloat16\), got q int64, k int64, v int64"):
+        qkv.scaled_dot_product_attention(i, i, i)

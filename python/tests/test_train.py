@@ -116,3 +116,26 @@ def test_switches_and_callbacks_have_their_types(tmp_path, fra_txt):
         with pytest.raises(TypeError, match=says):
             qkv.train(tmp_path / "m", data=str(fra_txt), **{"max_steps": 1, "quiet": True, **kw})
     assert not (tmp_path / "m").exists()
+
+
+def test_durations_as_the_flags_write_them(tmp_path, fra_txt):
+    # time_budget / val_every take "20m", "90s", "none" as --time-budget does, or seconds.
+    for i, (budget, seconds) in enumerate((("20m", 1200.0), ("1.5h", 5400.0), ("none", 0.0), (90, 90.0))):
+        qkv.train(tmp_path / f"d{i}", data=str(fra_txt), max_steps=1, quiet=True, time_budget=budget,
+                  val_every="off", **SMALL_KW)
+        cfg = json.loads((tmp_path / f"d{i}" / "config.json").read_text())
+        assert cfg["train"]["time_budget_s"] == seconds
+        assert cfg["train"]["val_every_s"] == 0.0
+    with pytest.raises(ValueError, match=r"time_budget must be seconds .* or 'none'; got '20 minutes'"):
+        qkv.train(tmp_path / "bad", data=str(fra_txt), max_steps=1, quiet=True, time_budget="20 minutes", **SMALL_KW)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_preset_model_and_config_types(tmp_path, fra_txt):
+    with pytest.raises(TypeError, match=r"^train: model must be a name \(str\).*settings are given flat"):
+        qkv.train(tmp_path / "m", {"model": {"num_heads": 3}}, data=str(fra_txt))
+    with pytest.raises(TypeError, match=r"^train: preset must be a name"):
+        qkv.train(tmp_path / "m", preset=3, data=str(fra_txt))
+    with pytest.raises(TypeError, match=r"^train: config must be a dict"):
+        qkv.train(tmp_path / "m", [("max_steps", 1)], data=str(fra_txt))
+    assert not (tmp_path / "m").exists()

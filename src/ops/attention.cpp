@@ -50,7 +50,8 @@ Call normalise(const Tensor& q, const Tensor& k, const Tensor& v) {
               "scaled_dot_product_attention: q, k, v must all be (B, H, T, D) or (B, T, D), got q ",
               q.shape(), ", k ", k.shape(), ", v ", v.shape());
     QKV_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()),
-              "scaled_dot_product_attention: q, k, v must share a float dtype");
+              "scaled_dot_product_attention: q, k, v must share a float dtype (float32, float64 or bfloat16), got q ",
+              dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()));
     Call c;
     c.rank3 = q.dim() == 3;
     c.q = c.rank3 ? q.unsqueeze(1) : q;
