@@ -508,7 +508,7 @@ void run(TrainArgs& a, CLI::App* c) {
         usage_error(e.what());
     }
     if (!r.nothing_to_do.empty()) {
-        std::printf("qkv train: nothing to do: %s\n", r.nothing_to_do.c_str());
+        if (rank0) std::printf("qkv train: nothing to do: %s\n", r.nothing_to_do.c_str());  // once per job
         return;  // exit 0; config.json and the checkpoint stay as they are
     }
     if (r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};

@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
     app.failure_message([](const CLI::App* a, const CLI::Error& e) {
         // (ExtrasError carries the command name as its name: test the type.)
         if (dynamic_cast<const CLI::ExtrasError*>(&e)) return "qkv: error: " + extras_message(a) + "\n";
+        // A flag given twice: CLI11 says "--max-steps: At Most 1 required but received 2".
+        if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
+            const std::string m = e.what();
+            const size_t at = m.find(": At Most 1 required but received ");
+            if (at != std::string::npos) return "qkv: error: " + m.substr(0, at) + " is given more than once: give it once\n";
+        }
         return "qkv: error: " + CLI::FailureMessage::simple(a, e);
     });
     // The global options: accepted before the subcommand or after it, with the same values and

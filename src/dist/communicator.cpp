@@ -42,7 +42,7 @@ double timeout_from_env() {
     errno = 0;
     double s = std::strtod(v, &end);
     QKV_CHECK(errno == 0 && end != v && *end == '\0' && s > 0 && s < 1e9,
-              "QKV_DIST_TIMEOUT: expected seconds > 0, got '", v, "'");
+              "QKV_DIST_TIMEOUT: expected seconds, more than 0 and less than 1e9 (about 31 years), got '", v, "'");
     return s;
 }
 

@@ -53,6 +53,11 @@ awk -v d="$d" 'BEGIN {exit !(d != "" && d <= 1e-4)}' || fail "2-rank parameters 
 cmp -s "$T/l2" "$T/l3" || fail "reducing after backward gave other losses than during backward"
 [ "$(st_diff "$T/two/model.safetensors" "$T/after/model.safetensors")" = 0 ] || fail "after-backward parameters differ"
 
+# a finished run resumed under mpirun: "nothing to do", said once for the job
+mpirun -np 2 "$QKV" --threads 1 train --resume --max-steps 20 --no-progress --out "$T/two" > "$T/nothing.out" 2> "$T/nothing.err" \
+  || { cat "$T/nothing.err"; fail "resuming a finished 2-rank run failed"; }
+[ "$(grep -c 'qkv train: nothing to do' "$T/nothing.out")" = 1 ] || { cat "$T/nothing.out"; fail "'nothing to do' not said exactly once"; }
+
 # 2. mismatched ranks
 set +e
 mpirun -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 5 --out "$T/mm" : \

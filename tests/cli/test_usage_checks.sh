@@ -125,3 +125,10 @@ run_rc 0 nw --epochs 1 --denormals flush --out "$T/nwd_flush"
 # Nadaraya-Watson on this data has no subnormal values: both give the same printed result.
 diff <(grep -v "wrote\|$T" "$T/out_keep") <(grep -v "wrote\|$T" "$T/out") >/dev/null \
   || fail "--denormals keep and flush disagree on qkv nw: $(diff "$T/out_keep" "$T/out")"
+
+# ---- a flag given twice: said in qkv's words, naming the flag (CLI11's "At Most 1 required") ----
+run_rc 2 train --max-steps 1 --max-steps 2 --out "$T/twice"
+err_has "qkv: error: --max-steps is given more than once: give it once"
+[ ! -e "$T/twice" ] || fail "a refused train wrote $T/twice"
+run_rc 2 translate --beam 2 --beam 3 --model "$T/none" "go ."
+err_has "qkv: error: --beam is given more than once: give it once"
