@@ -20,6 +20,7 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/ops/softmax.h"
 #include "qkv/train/checkpoint.h"
+#include "qkv/train/model_dir.h"
 #include "qkv/train/run_recorder.h"
 #include "qkv/train/translation_data.h"
 #include "qkv/train/trainer.h"
@@ -367,6 +368,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     rt.log       = opt.log;
     rt.log_every = cfg.log_every;
     rt.interrupt = opt.interrupt;
+    rt.checkpoint_metadata[kLmVocabKey] = vocab_fingerprint(d.vocab);
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;
     if (opt.catch_signals) {
@@ -467,6 +469,16 @@ LmDir load_lm_dir(const std::string& dir) {
     std::string model_file = (fs::path(dir) / "model.safetensors").string();
     if (!fs::exists(model_file, ec)) model_file = (fs::path(dir) / "checkpoint.safetensors").string();
     QKV_CHECK(fs::exists(model_file, ec), "'", dir, "' holds no model.safetensors or checkpoint.safetensors (train first)");
+    // The vocabulary against the one the weights were trained with (an edited or reordered line
+    // would map ids to other characters without an error).
+    const auto meta = read_checkpoint_metadata(model_file, "model file");
+    if (const auto it = meta.find(kLmVocabKey); it != meta.end()) {
+        const std::string now = vocab_fingerprint(m.vocab);
+        QKV_CHECK(now == it->second, (fs::path(dir) / "vocab.txt").string(), " is not the vocabulary ", model_file,
+                  " was trained with (its tokens' fingerprint is ", now, ", the model records ", it->second,
+                  "): a line was edited, reordered or damaged, or the file comes from another run; restore the "
+                  "trained file");
+    }
     if (model_file.ends_with("checkpoint.safetensors")) load_checkpoint(model_file, *m.model, nullptr);
     else load_model(model_file, *m.model);
     m.model->eval();

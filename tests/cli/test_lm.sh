@@ -38,6 +38,13 @@ run_rc 0 generate --model "$T/lm" --prompt "the" --temperature 1 --seed 5 --max-
 cmp -s "$T/out" "$T/s5" || fail "seeded sampling is not reproducible"
 run_rc 0 generate --model "$T/lm" --prompt "the" --temperature 1 --seed 6 --max-new-tokens 40
 cmp -s "$T/out" "$T/s5" && fail "seeds 5 and 6 gave the same 40 characters"
+# vocab.txt with two lines swapped loads, but would map ids to other characters: the model records
+# its vocabulary, so generate refuses, naming the file
+cp -r "$T/lm" "$T/lm_swap"
+sed -i '6{h;d};7G' "$T/lm_swap/vocab.txt"
+run_rc 1 generate --model "$T/lm_swap" --prompt "the" --max-new-tokens 5
+err_has "qkv: error: $T/lm_swap/vocab.txt is not the vocabulary $T/lm_swap/model.safetensors was trained with"
+rm -r "$T/lm_swap"
 run_rc 0 generate --model "$T/lm" --prompt "the" --max-new-tokens 20 --no-cache
 cp "$T/out" "$T/nc"
 run_rc 0 generate --model "$T/lm" --prompt "the" --max-new-tokens 20

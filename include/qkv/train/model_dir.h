@@ -98,6 +98,8 @@ Consistency check_architecture(const std::string& weights, const RunConfig& cfg)
 /// version, kept by qkv average).
 inline constexpr const char* kSrcVocabKey = "qkv.src_vocab_fnv1a64";
 inline constexpr const char* kTgtVocabKey = "qkv.tgt_vocab_fnv1a64";
+/// The same for the language model's vocab.txt (qkv train --model lm).
+inline constexpr const char* kLmVocabKey = "qkv.vocab_fnv1a64";
 
 /// FNV-1a 64 of the vocabulary's tokens in id order, each followed by '\n', as 16 hex digits: an
 /// edited, reordered or damaged vocabulary file (which loads, but maps ids to other words) gives
