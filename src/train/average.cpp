@@ -131,16 +131,9 @@ private:
 void write_folder(const std::string& first, const ModelDir& base, const std::vector<std::string>& inputs,
                   const fs::path& out_path, DType storage) {
     std::error_code ec;
-    // Folders of averages into the same name that were killed (out_dir.tmp.<digits>, no such
-    // process now) go first; a live process's is left to it.
-    const std::string prefix = out_path.filename().string() + ".tmp.";
-    for (fs::directory_iterator it(out_path.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-            name.find_first_not_of("0123456789", prefix.size()) == std::string::npos &&
-            !util::temp_suffix_is_live_process(name, prefix.size()))
-            fs::remove_all(it->path());
-    }
+    // Folders of averages into the same name that were killed (out_dir.tmp.<pid>, no such process
+    // now) go first; a live process's is left to it.
+    for (const auto& stale : util::stale_temp_paths(out_path.string())) fs::remove_all(stale);
     const std::string tmp = out_path.string() + ".tmp." + std::to_string(::getpid());
     fs::remove_all(tmp);
     fs::create_directories(tmp);

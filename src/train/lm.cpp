@@ -471,14 +471,8 @@ LmDir load_lm_dir(const std::string& dir) {
     QKV_CHECK(fs::exists(model_file, ec), "'", dir, "' holds no model.safetensors or checkpoint.safetensors (train first)");
     // The vocabulary against the one the weights were trained with (an edited or reordered line
     // would map ids to other characters without an error).
-    const auto meta = read_checkpoint_metadata(model_file, "model file");
-    if (const auto it = meta.find(kLmVocabKey); it != meta.end()) {
-        const std::string now = vocab_fingerprint(m.vocab);
-        QKV_CHECK(now == it->second, (fs::path(dir) / "vocab.txt").string(), " is not the vocabulary ", model_file,
-                  " was trained with (its tokens' fingerprint is ", now, ", the model records ", it->second,
-                  "): a line was edited, reordered or damaged, or the file comes from another run; restore the "
-                  "trained file");
-    }
+    check_vocab_fingerprint(read_checkpoint_metadata(model_file, "model file"), kLmVocabKey, m.vocab,
+                            (fs::path(dir) / "vocab.txt").string(), model_file);
     if (model_file.ends_with("checkpoint.safetensors")) load_checkpoint(model_file, *m.model, nullptr);
     else load_model(model_file, *m.model);
     m.model->eval();

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -331,7 +330,8 @@ ModelDir load_model_dir(const std::string& dir) {
     // message says more when files come from different runs): an edit that changes no tensor
     // shape (model.num_heads, pe_position_zero_at_inference, data.num_steps) would load and
     // translate differently without a word.
-    const Consistency arch = check_architecture(weights, m.config);
+    const auto meta         = read_checkpoint_metadata(weights, "model file");
+    const Consistency arch = check_architecture(weights, meta, m.config);
     if (arch.state == Consistency::State::inconsistent) {
         std::string diffs;
         for (const auto& d : arch.differences) diffs += (diffs.empty() ? "" : "; ") + d;
@@ -344,19 +344,8 @@ ModelDir load_model_dir(const std::string& dir) {
                              "is not checked against it\n", weights.c_str());
     // The vocabularies against those the weights were trained with: an edited or damaged line
     // still loads, but maps ids to other words (garbage translations, no error).
-    {
-        const auto meta = read_checkpoint_metadata(weights, "model file");
-        for (const auto& [key, file, vocab] : {std::tuple{kSrcVocabKey, "src_vocab.txt", &m.src_vocab},
-                                               std::tuple{kTgtVocabKey, "tgt_vocab.txt", &m.tgt_vocab}}) {
-            const auto it = meta.find(key);
-            if (it == meta.end()) continue;  // a folder of an older qkv
-            const std::string now = vocab_fingerprint(*vocab);
-            QKV_CHECK(now == it->second, in_dir(dir, file), " is not the vocabulary ", weights,
-                      " was trained with (its tokens' fingerprint is ", now, ", the model records ", it->second,
-                      "): a line was edited, reordered or damaged, or the file comes from another run; restore the "
-                      "trained file");
-        }
-    }
+    check_vocab_fingerprint(meta, kSrcVocabKey, m.src_vocab, in_dir(dir, "src_vocab.txt"), weights);
+    check_vocab_fingerprint(meta, kTgtVocabKey, m.tgt_vocab, in_dir(dir, "tgt_vocab.txt"), weights);
     load_model(weights, *m.model);
     m.model->eval();
     return m;
@@ -702,9 +691,24 @@ std::string vocab_fingerprint(const data::Vocab& v) {
     return buf;
 }
 
+void check_vocab_fingerprint(const std::map<std::string, std::string>& meta, const char* key,
+                             const data::Vocab& vocab, const std::string& vocab_file, const std::string& weights) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) return;
+    const std::string now = vocab_fingerprint(vocab);
+    QKV_CHECK(now == it->second, vocab_file, " is not the vocabulary ", weights,
+              " was trained with (its tokens' fingerprint is ", now, ", the model records ", it->second,
+              "): a line was edited, reordered or damaged, or the file comes from another run; restore the "
+              "trained file");
+}
+
 Consistency check_architecture(const std::string& weights, const RunConfig& cfg) {
+    return check_architecture(weights, read_checkpoint_metadata(weights, "model file"), cfg);
+}
+
+Consistency check_architecture(const std::string& weights, const std::map<std::string, std::string>& meta,
+                               const RunConfig& cfg) {
     Consistency c;
-    const auto meta = read_checkpoint_metadata(weights, "model file");
     const auto it = meta.find("qkv.config");
     if (it == meta.end()) return c;
     RunConfig stored;

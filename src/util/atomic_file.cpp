@@ -59,14 +59,18 @@ void sync_parent_dir(const std::string& path) {
 
 std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
-bool temp_suffix_is_live_process(const std::string& name, size_t digits_at) {
-    if (name.size() <= digits_at || name.size() - digits_at > 9) return false;  // pids are < 2^22
+namespace {
+/// Whether the digits of `name` from `digits_at` on (a ".tmp.<pid>" suffix) are the pid of a live
+/// process other than this one: its temporary is still being written and must be left alone.
+bool is_live_process_suffix(const std::string& name, size_t digits_at) {
+    if (name.size() - digits_at > 9) return false;  // pids are < 2^22
     const long pid = std::strtol(name.c_str() + digits_at, nullptr, 10);
     if (pid <= 0 || pid == long(::getpid())) return false;  // ours: a leftover of an earlier process with our pid
     return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
 }
+}  // namespace
 
-std::vector<std::string> remove_stale_temp_files(const std::string& path) {
+std::vector<std::string> stale_temp_paths(const std::string& path) {
     namespace fs = std::filesystem;
     const fs::path target(path);
     fs::path dir = target.parent_path();
@@ -79,10 +83,15 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
         if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
             std::all_of(name.begin() + std::ptrdiff_t(prefix.size()), name.end(),
                         [](char c) { return c >= '0' && c <= '9'; }) &&
-            !temp_suffix_is_live_process(name, prefix.size()))
+            !is_live_process_suffix(name, prefix.size()))
             stale.push_back((dir / name).string());
     }
     std::sort(stale.begin(), stale.end());
+    return stale;
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& path) {
+    const std::vector<std::string> stale = stale_temp_paths(path);
     for (const auto& f : stale)
         QKV_CHECK(::unlink(f.c_str()) == 0 || errno == ENOENT, "cannot remove '", f, "': ", errno_text(errno));
     return stale;

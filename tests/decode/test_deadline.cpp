@@ -3,6 +3,7 @@
 // the guard restores the outer deadline when it ends.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "qkv/core/generator.h"
@@ -23,6 +24,7 @@ struct DeadlineFixture {
     Tensor src, vl;
     decode::GreedyOptions greedy;
     decode::BeamOptions beam;
+    std::unique_ptr<models::Transformer> model;  // untrained, eval mode (seed 0)
     DeadlineFixture() {
         src = from_vector(c.arrays.src, {c.arrays.n, c.arrays.num_steps});
         vl  = from_vector(c.arrays.src_valid_len, {c.arrays.n});
@@ -30,6 +32,9 @@ struct DeadlineFixture {
         greedy.eos = beam.eos = c.tgt_vocab.eos();
         greedy.max_len = beam.max_len = 12;
         beam.beam_size = 3;
+        manual_seed(0);
+        model = std::make_unique<models::Transformer>(tiny_config(c));
+        model->eval();
     }
 };
 
@@ -46,9 +51,7 @@ std::string deadline_message(F&& f) {
 
 TEST(DecodeDeadline, PassedDeadlineStopsGreedyAndBeamSearchNamingThem) {
     DeadlineFixture f;
-    manual_seed(0);
-    models::Transformer m(tiny_config(f.c));
-    m.eval();
+    models::Transformer& m = *f.model;
     const decode::DecodeDeadline d(Steady::now() - 1ms);
     EXPECT_EQ(deadline_message([&] { decode::greedy_decode(m, f.src, f.vl, f.greedy); }),
               "greedy_decode: the decoding deadline passed before step 0");
@@ -60,9 +63,7 @@ TEST(DecodeDeadline, PassedDeadlineStopsGreedyAndBeamSearchNamingThem) {
 
 TEST(DecodeDeadline, FutureDeadlineChangesNothingAndTheGuardRestoresTheOuterOne) {
     DeadlineFixture f;
-    manual_seed(0);
-    models::Transformer m(tiny_config(f.c));
-    m.eval();
+    models::Transformer& m = *f.model;
     const auto greedy_plain = decode::greedy_decode(m, f.src, f.vl, f.greedy);
     const auto beam_plain   = decode::beam_decode(m, f.src, f.vl, f.beam);
     {
@@ -82,9 +83,7 @@ TEST(DecodeDeadline, FutureDeadlineChangesNothingAndTheGuardRestoresTheOuterOne)
 
 TEST(DecodeDeadline, ADeadlineOnOneThreadDoesNotReachAnother) {
     DeadlineFixture f;
-    manual_seed(0);
-    models::Transformer m(tiny_config(f.c));
-    m.eval();
+    models::Transformer& m = *f.model;
     const auto expected = decode::greedy_decode(m, f.src, f.vl, f.greedy);
     const decode::DecodeDeadline d(Steady::now() - 1ms);
     std::vector<std::vector<int64_t>> other;

@@ -10,6 +10,7 @@
 // plus translating raw sentences with it.
 #include <functional>
 #include <memory>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +93,9 @@ struct Consistency {
 /// without "qkv.config" (an older folder, or a file written elsewhere) gives no_record; one whose
 /// "qkv.config" is not a configuration throws qkv::Error naming the file.
 Consistency check_architecture(const std::string& weights, const RunConfig& cfg);
+/// The same with the weights file's metadata already read (read_checkpoint_metadata).
+Consistency check_architecture(const std::string& weights, const std::map<std::string, std::string>& meta,
+                               const RunConfig& cfg);
 
 /// The metadata keys of model.safetensors that record the vocabularies it was trained with
 /// (vocab_fingerprint of src_vocab.txt and tgt_vocab.txt; written by qkv train since this
@@ -105,6 +109,12 @@ inline constexpr const char* kLmVocabKey = "qkv.vocab_fnv1a64";
 /// edited, reordered or damaged vocabulary file (which loads, but maps ids to other words) gives
 /// another value.
 std::string vocab_fingerprint(const data::Vocab& v);
+
+/// Throws qkv::Error ("VOCAB_FILE is not the vocabulary WEIGHTS was trained with ...") when the
+/// weights file's metadata `meta` records a fingerprint under `key` that `vocab` (read from
+/// `vocab_file`) does not have; nothing when it records none (a folder of an older qkv).
+void check_vocab_fingerprint(const std::map<std::string, std::string>& meta, const char* key,
+                             const data::Vocab& vocab, const std::string& vocab_file, const std::string& weights);
 /// One line for logs: architecture, parameter count and sizes.
 std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model);
 

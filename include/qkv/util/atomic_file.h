@@ -38,9 +38,10 @@ void check_can_write(const std::string& path);
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
 std::string atomic_temp_path(const std::string& path);
 
-/// Whether the digits of `name` from `digits_at` on (a ".tmp.<pid>" suffix) are the pid of a live
-/// process other than this one: its temporary is still being written and must be left alone.
-bool temp_suffix_is_live_process(const std::string& name, size_t digits_at);
+/// The temporaries of atomic writes of `path` that never finished, in name order: path +
+/// ".tmp.<digits>" where no live process other than this one has that pid (a live one is still
+/// writing its own). Lists only; no folder: none.
+std::vector<std::string> stale_temp_paths(const std::string& path);
 
 /// Removes the temporary files of atomic writes of `path` that never finished (named
 /// path + ".tmp.<digits>" where no live process has that pid: one killed while it wrote) and
