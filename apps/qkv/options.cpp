@@ -299,7 +299,7 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
 void check_output_file(const std::string& flag, const std::string& path) {
     if (path.empty()) return;
     if (path == "-")  // not stdout: the report is there, and the file would be named "-"
-        throw CLI::ValidationError(flag + " '-': writing to standard output is not supported; give a file name");
+        throw CLI::ValidationError(flag + " '-': '-' is not standard output here; give a file name, or /dev/stdout");
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(path, ec))

@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <iostream>
 
 #include "qkv/core/error.h"
 
@@ -21,15 +23,16 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 class FdSink final : public FileSink {
 public:
-    FdSink(int fd, const std::string& path, const std::string& tmp) : fd_(fd), path_(path), tmp_(tmp) {}
+    /// `what_failed` completes "cannot write 'PATH': <what_failed> failed: <errno text>".
+    FdSink(int fd, const std::string& path, std::string what_failed)
+        : fd_(fd), path_(path), what_failed_(std::move(what_failed)) {}
     void write(const void* data, size_t n) override {
         const char* p = static_cast<const char*>(data);
         while (n > 0) {
             const ssize_t w = ::write(fd_, p, n);
             if (w < 0) {
                 if (errno == EINTR) continue;
-                throw Error(detail::str("cannot write '", path_, "': writing its temporary file '", tmp_,
-                                        "' failed: ", errno_text(errno)));
+                throw Error(detail::str("cannot write '", path_, "': ", what_failed_, " failed: ", errno_text(errno)));
             }
             p += w;
             n -= size_t(w);
@@ -41,7 +44,7 @@ public:
 private:
     int fd_;
     const std::string& path_;
-    const std::string& tmp_;
+    std::string what_failed_;
     size_t written_ = 0;
 };
 
@@ -60,6 +63,55 @@ void sync_parent_dir(const std::string& path) {
 std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
 namespace {
+
+/// Where a write of `path` goes. A regular file (or none yet) is replaced atomically; a symlink is
+/// followed so the link stays and its target gets the new content; a character device, FIFO or
+/// socket (/dev/null, a named pipe) and the already-open descriptors named /dev/stdout, /dev/stderr,
+/// /dev/fd/N and /proc/self/fd/N are written in place: renaming over them would replace the device
+/// or the link instead of writing through it.
+struct OutputTarget {
+    enum Kind { kReplace, kInPlace, kDescriptor } kind = kReplace;
+    std::string path;  // kReplace: the file to replace (symlinks resolved); kInPlace: the path to open
+    int fd = -1;       // kDescriptor: the open descriptor
+};
+
+/// The descriptor a /dev/stdout-like name stands for, or -1.
+int descriptor_of(const std::string& path) {
+    if (path == "/dev/stdout") return 1;
+    if (path == "/dev/stderr") return 2;
+    for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+        const size_t n = std::strlen(prefix);
+        if (path.size() > n && path.size() <= n + 6 && path.compare(0, n, prefix) == 0 &&
+            std::all_of(path.begin() + std::ptrdiff_t(n), path.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            return std::atoi(path.c_str() + n);
+    }
+    return -1;
+}
+
+OutputTarget output_target(const std::string& path) {
+    QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
+    if (const int fd = descriptor_of(path); fd >= 0) return {OutputTarget::kDescriptor, path, fd};
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return {OutputTarget::kInPlace, path, -1};
+    // Follow symlinks one hop at a time (a dangling one names the file to create), so the link
+    // itself is kept and its target gets the content.
+    std::string p = path;
+    for (int hops = 0;; ++hops) {
+        struct stat lst {};
+        if (::lstat(p.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
+        QKV_CHECK(hops < 40, "cannot write '", path, "': too many levels of symbolic links");
+        std::error_code ec;
+        const std::filesystem::path to = std::filesystem::read_symlink(p, ec);
+        QKV_CHECK(!ec, "cannot write '", path, "': cannot read the symbolic link '", p, "': ", ec.message());
+        p = to.is_absolute() ? to.string() : (std::filesystem::path(p).parent_path() / to).string();
+    }
+    return {OutputTarget::kReplace, p, -1};
+}
+
+}  // namespace
+
+namespace {
 /// Whether the digits of `name` from `digits_at` on (a ".tmp.<pid>" suffix) are the pid of a live
 /// process other than this one: its temporary is still being written and must be left alone.
 bool is_live_process_suffix(const std::string& name, size_t digits_at) {
@@ -72,7 +124,9 @@ bool is_live_process_suffix(const std::string& name, size_t digits_at) {
 
 std::vector<std::string> stale_temp_paths(const std::string& path) {
     namespace fs = std::filesystem;
-    const fs::path target(path);
+    const OutputTarget out = output_target(path);
+    if (out.kind != OutputTarget::kReplace) return {};  // written in place: no temporaries
+    const fs::path target(out.path);
     fs::path dir = target.parent_path();
     if (dir.empty()) dir = ".";
     const std::string prefix = target.filename().string() + ".tmp.";
@@ -98,27 +152,75 @@ std::vector<std::string> remove_stale_temp_files(const std::string& path) {
 }
 
 namespace {
-/// Opens write_file_atomic's temporary file for `path`, or throws in the user's terms.
+/// Opens write_file_atomic's temporary file `tmp` for `path`, or throws in the user's terms.
 int open_temp(const std::string& path, const std::string& tmp) {
-    QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     QKV_CHECK(fd >= 0, "cannot write '", path, "': cannot create its temporary file '", tmp, "': ",
               errno_text(errno));
     return fd;
 }
+
+/// Whether descriptor `fd` is open for writing.
+bool writable_descriptor(int fd) {
+    const int fl = ::fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_ACCMODE) != O_RDONLY;
+}
+
+/// A device or FIFO: opened for writing as it is (no O_CREAT; a FIFO waits for its reader, as a
+/// shell redirection does). No fsync: pipes and terminals refuse it and have no disk to flush.
+void write_in_place(const std::string& path, const std::function<void(FileSink&)>& fill) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    QKV_CHECK(fd >= 0, "cannot write '", path, "': ", errno_text(errno));
+    try {
+        FdSink sink(fd, path, "writing it");
+        fill(sink);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    QKV_CHECK(::close(fd) == 0, "cannot write '", path, "': closing it failed: ", errno_text(errno));
+}
+
+/// An already-open descriptor (/dev/stdout): the C and C++ streams are flushed first so the bytes
+/// come after what the program printed there; the descriptor stays open.
+void write_to_descriptor(int fd, const std::string& path, const std::function<void(FileSink&)>& fill) {
+    QKV_CHECK(writable_descriptor(fd), "cannot write '", path, "': descriptor ", fd, " is not open for writing");
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    FdSink sink(fd, path, "writing it");
+    fill(sink);
+}
 }  // namespace
 
 void check_can_write(const std::string& path) {
-    const std::string tmp = atomic_temp_path(path);
-    ::close(open_temp(path, tmp));
-    ::unlink(tmp.c_str());
+    const OutputTarget out = output_target(path);
+    switch (out.kind) {
+    case OutputTarget::kDescriptor:
+        QKV_CHECK(writable_descriptor(out.fd), "cannot write '", path, "': descriptor ", out.fd,
+                  " is not open for writing");
+        return;
+    case OutputTarget::kInPlace:  // opening a FIFO here would wait for its reader
+        QKV_CHECK(::access(path.c_str(), W_OK) == 0, "cannot write '", path, "': ", errno_text(errno));
+        return;
+    case OutputTarget::kReplace: {
+        const std::string tmp = atomic_temp_path(out.path);
+        ::close(open_temp(path, tmp));
+        ::unlink(tmp.c_str());
+        return;
+    }
+    }
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
-    const std::string tmp = atomic_temp_path(path);
-    const int fd          = open_temp(path, tmp);
+    const OutputTarget out = output_target(path);
+    if (out.kind == OutputTarget::kDescriptor) return write_to_descriptor(out.fd, path, fill);
+    if (out.kind == OutputTarget::kInPlace) return write_in_place(path, fill);
+    const std::string& target = out.path;  // `path`, or the file its symlinks lead to
+    const std::string tmp     = atomic_temp_path(target);
+    const int fd              = open_temp(path, tmp);
     try {
-        FdSink sink(fd, path, tmp);
+        FdSink sink(fd, path, "writing its temporary file '" + tmp + "'");
         fill(sink);
         QKV_CHECK(::fsync(fd) == 0, "cannot write '", path, "': flushing its temporary file '", tmp,
                   "' to disk failed: ", errno_text(errno));
@@ -130,13 +232,13 @@ void write_file_atomic(const std::string& path, const std::function<void(FileSin
         ::unlink(tmp.c_str());
         throw;
     }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
         const int err = errno;
         ::unlink(tmp.c_str());
         throw Error(detail::str("cannot write '", path, "': cannot rename its temporary file '", tmp,
                                 "' to it: ", errno_text(err)));
     }
-    sync_parent_dir(path);
+    sync_parent_dir(target);
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -110,7 +110,7 @@ run_rc 1 translate --model fra.txt "go .";         err_has "'fra.txt' is a file,
 run_rc 2 eval --model run --no-progress --hyp-out nodir/h.txt;  err_has "--hyp-out 'nodir/h.txt': the folder 'nodir' does not exist"
 run_rc 2 eval --model run --no-progress --json adir;            err_has "--json 'adir' is a folder"
 for f in --json --hyp-out; do  # "-" is not stdout: it wrote a file named "-" in the working folder
-  run_rc 2 eval --model run --no-progress $f -;                 err_has "qkv: error: $f '-': writing to standard output is not supported"
+  run_rc 2 eval --model run --no-progress $f -;                 err_has "qkv: error: $f '-': '-' is not standard output here; give a file name, or /dev/stdout"
   [ ! -e ./- ] || fail "eval $f - wrote a file named '-'"
 done
 [ ! -e nodir ] || fail "eval created nodir"

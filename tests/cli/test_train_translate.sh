@@ -32,6 +32,29 @@ grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
 grep -q "i'm home . =>" "$T/eval.out" || fail "eval book sentences"
 grep -q '"bleu4"' "$T/eval.json" || fail "eval json"
 
+# eval's outputs are written through what the path names, never renamed over it: a symlink stays a
+# link (its file gets the report), a FIFO stays a FIFO (its reader gets the report), a device node
+# stays a device (as root, --json /dev/null once made /dev/null a regular file), /dev/stdout goes
+# to standard output after the report.
+mkdir "$T/real" && ln -s real/eval.json "$T/link.json"
+"$QKV" eval --model "$T/run" --no-progress --json "$T/link.json" > /dev/null || fail "eval --json to a symlink"
+[ -L "$T/link.json" ] || fail "--json replaced the symlink"
+grep -q '"bleu4"' "$T/real/eval.json" || fail "--json did not write the symlink's file"
+mkfifo "$T/fifo"
+cat "$T/fifo" > "$T/from_fifo" &
+"$QKV" eval --model "$T/run" --no-progress --json "$T/fifo" > /dev/null || fail "eval --json to a FIFO"
+wait $!
+[ -p "$T/fifo" ] || fail "--json replaced the FIFO"
+grep -q '"bleu4"' "$T/from_fifo" || fail "the FIFO's reader did not get the report"
+if mknod "$T/null" c 1 3 2> /dev/null; then
+  "$QKV" eval --model "$T/run" --no-progress --json "$T/null" --hyp-out "$T/null" > /dev/null || fail "eval to a device"
+  [ -c "$T/null" ] || fail "--json/--hyp-out replaced the device node"
+  [ -z "$(find "$T" -maxdepth 1 -name 'null.tmp.*')" ] || fail "temporary files beside the device node"
+fi
+"$QKV" eval --model "$T/run" --no-progress --json /dev/stdout > "$T/stdout.txt" || fail "eval --json /dev/stdout"
+grep -q "corpus BLEU-4" "$T/stdout.txt" && grep -q '"bleu4"' "$T/stdout.txt" || fail "--json /dev/stdout"
+[ "$(tail -c 2 "$T/stdout.txt" | head -c 1)" = "}" ] || fail "the JSON is not after the report on stdout"
+
 "$QKV" info "$T/run" | grep -q "decoder.dense.weight" || fail "qkv info"
 "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > /dev/null || fail "qkv heatmap"
 for f in att-encoder.png att-decoder-self.png att-cross.png; do [ -s "$T/$f" ] || fail "missing $f"; done

@@ -1,11 +1,15 @@
 // util: atomic file writes, whole-file reads, the progress bar (with a fake clock) and the timer.
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <fcntl.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -118,6 +122,120 @@ TEST(AtomicFile, MissingFolderAndMissingFileNameThePath) {
         EXPECT_EQ(std::string(e.what()).find("read_file"), std::string::npos) << e.what();
     }
     EXPECT_THROW(read_file(dir.path().string()), Error);  // a folder
+}
+
+bool is_symlink(const std::string& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+TEST(AtomicFile, ASymlinkIsFollowedAndKept) {
+    // `--json out.json` where out.json links elsewhere: the link stays, the file it names changes.
+    TempDir dir;
+    std::filesystem::create_directory(dir / "real");
+    const std::string target = dir / "real/report.json", link = dir / "report.json";
+    write_file_atomic(target, "old");
+    std::filesystem::create_symlink("real/report.json", link);  // relative, as `ln -s` makes them
+    write_file_atomic(link, "new");
+    EXPECT_TRUE(is_symlink(link));
+    EXPECT_EQ(read_file(target), "new");
+    EXPECT_EQ(count_files(dir / "real"), 1);  // no temporary left beside the target
+    EXPECT_EQ(count_files(dir.path()), 2);    // the folder and the link
+    // A dangling link names the file to create; a chain of links is followed to its end.
+    const std::string chain = dir / "chain";
+    std::filesystem::create_symlink(link, chain);
+    std::filesystem::create_symlink(dir / "real/created.txt", dir / "dangling");
+    write_file_atomic(dir / "dangling", "made");
+    EXPECT_TRUE(is_symlink(dir / "dangling"));
+    EXPECT_EQ(read_file(dir / "real/created.txt"), "made");
+    write_file_atomic(chain, "via chain");
+    EXPECT_TRUE(is_symlink(chain) && is_symlink(link));
+    EXPECT_EQ(read_file(target), "via chain");
+    // The temporaries of a linked file are listed where the file is.
+    write_file_atomic(target + ".tmp.999999999", "x");  // no pid has 9 digits of that size
+    EXPECT_EQ(stale_temp_paths(link), std::vector<std::string>{target + ".tmp.999999999"});
+    // A loop is an error naming the path, not a hang.
+    std::filesystem::create_symlink(dir / "loop-b", dir / "loop-a");
+    std::filesystem::create_symlink(dir / "loop-a", dir / "loop-b");
+    try {
+        write_file_atomic(dir / "loop-a", "x");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("too many levels of symbolic links"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("loop-a"), std::string::npos) << e.what();
+    }
+}
+
+TEST(AtomicFile, AFifoIsWrittenThroughNotReplaced) {
+    TempDir dir;
+    const std::string fifo = dir / "pipe";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    check_can_write(fifo);  // must not open it: that would wait for a reader
+    // The read end is opened first (without waiting for a writer), so the write does not wait and a
+    // regression (the FIFO replaced by a file) shows as nothing read, not as a hang.
+    const int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    ASSERT_GE(rfd, 0);
+    write_file_atomic(fifo, "through the pipe\n");
+    char buf[64] = {};
+    const ssize_t n = ::read(rfd, buf, sizeof buf - 1);
+    ::close(rfd);
+    EXPECT_EQ(std::string(buf, size_t(std::max<ssize_t>(n, 0))), "through the pipe\n");
+    struct stat st {};
+    ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));  // still a FIFO, not a regular file renamed over it
+    EXPECT_EQ(count_files(dir.path()), 1);
+    EXPECT_TRUE(stale_temp_paths(fifo).empty());
+}
+
+TEST(AtomicFile, ACharacterDeviceIsWrittenThroughNotReplaced) {
+    // `qkv eval --json /dev/null` as root replaced /dev/null with a regular file. The check uses a
+    // node made in a temporary folder (a null device, 1:3), so a regression cannot harm /dev/null.
+    TempDir dir;
+    const std::string dev = dir / "null";
+    if (::mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0)
+        GTEST_SKIP() << "cannot make a device node here (needs CAP_MKNOD): " << std::strerror(errno);
+    check_can_write(dev);
+    EXPECT_EQ(count_files(dir.path()), 1);  // the check made no temporary beside the device
+    write_file_atomic(dev, "discarded");
+    struct stat st {};
+    ASSERT_EQ(::stat(dev.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(count_files(dir.path()), 1);
+    // A link to the device is written through as well.
+    std::filesystem::create_symlink(dev, dir / "to-null");
+    write_file_atomic(dir / "to-null", "discarded");
+    ASSERT_EQ(::stat(dev.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_TRUE(is_symlink(dir / "to-null"));
+}
+
+TEST(AtomicFile, DevFdNamesWriteToTheOpenDescriptor) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const std::string name = "/dev/fd/" + std::to_string(fds[1]);
+    check_can_write(name);
+    write_file_atomic(name, "abc");
+    write_file_atomic("/proc/self/fd/" + std::to_string(fds[1]), "def");
+    EXPECT_NE(::fcntl(fds[1], F_GETFD), -1);  // still open: the caller's, not ours to close
+    ::close(fds[1]);
+    char buf[16] = {};
+    EXPECT_EQ(::read(fds[0], buf, sizeof buf), 6);
+    EXPECT_EQ(std::string(buf), "abcdef");
+    // A descriptor that is closed, or open only for reading, is an error naming the path.
+    for (const int fd : {fds[1], fds[0]}) {
+        const std::string p = "/dev/fd/" + std::to_string(fd);
+        try {
+            write_file_atomic(p, "x");
+            FAIL() << p;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("cannot write '" + p + "': descriptor " + std::to_string(fd) +
+                                                 " is not open for writing"),
+                      std::string::npos)
+                << e.what();
+        }
+        EXPECT_THROW(check_can_write(p), Error);
+    }
+    ::close(fds[0]);
 }
 
 // Captures what a ProgressBar prints (tmpfile: fileno works, isatty is false).

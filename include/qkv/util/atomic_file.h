@@ -27,12 +27,22 @@ public:
 /// `path` is left as it was, and the error propagates. OS failures throw qkv::Error in the user's
 /// terms: "cannot write 'PATH': cannot create its temporary file 'PATH.tmp.<pid>': Permission
 /// denied" (likewise for writing, flushing, closing and renaming it), with errno's text.
+///
+/// Targets that are not regular files are written through, never replaced: a symlink is followed
+/// (the link stays; the file it leads to, existing or not, is replaced atomically as above); a
+/// character device, FIFO or socket (/dev/null, a named pipe: a FIFO waits for its reader) is
+/// opened and written in place; /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N write to
+/// that open descriptor after flushing std::cout, std::cerr and C stdio. Those writes cannot be
+/// atomic. Throws qkv::Error for an empty path, a symlink loop (40 hops) or a descriptor that is
+/// not open for writing.
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill);
 
 /// Checks, before slow work whose result goes to `path`, that write_file_atomic(path, ...) will be
 /// able to create its temporary file: creates it and removes it again (the target itself is not
 /// touched). Throws the qkv::Error write_file_atomic would ("cannot write 'PATH': cannot create its
-/// temporary file 'PATH.tmp.<pid>': Permission denied").
+/// temporary file 'PATH.tmp.<pid>': Permission denied"). For targets written in place (see
+/// write_file_atomic) it checks write permission instead (a FIFO is not opened: that would wait
+/// for its reader), or that the descriptor is open for writing.
 void check_can_write(const std::string& path);
 
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
@@ -40,7 +50,8 @@ std::string atomic_temp_path(const std::string& path);
 
 /// The temporaries of atomic writes of `path` that never finished, in name order: path +
 /// ".tmp.<digits>" where no live process other than this one has that pid (a live one is still
-/// writing its own). Lists only; no folder: none.
+/// writing its own). A symlinked `path` lists those of the file it leads to; a device, FIFO or
+/// descriptor has none. Lists only; no folder: none.
 std::vector<std::string> stale_temp_paths(const std::string& path);
 
 /// Removes the temporary files of atomic writes of `path` that never finished (named
