@@ -146,12 +146,10 @@ void write_folder(const std::string& first, const ModelDir& base, const std::vec
         meta.erase("qkv.checksum");
         meta["qkv.averaged_from"] = nlohmann::json(inputs).dump();
         save_model(in_dir(tmp, "model.safetensors"), *base.model, meta, storage);
-        if (fs::exists(out_path)) {  // empty when checked before; another process may have filled it since
-            QKV_CHECK(fs::is_directory(out_path) && fs::is_empty(out_path), "the output folder '", out_path.string(),
-                      "' was filled by another process while this one averaged; nothing was written");
-            fs::remove(out_path);
-        }
-        fs::rename(tmp, out_path);
+        // Empty when checked before; another process may have filled it since (a second average
+        // into the same --out): rename(2) replaces only an empty folder, so the check is the rename.
+        QKV_CHECK(util::rename_folder_into_place(tmp, out_path.string()), "the output folder '", out_path.string(),
+                  "' was filled by another process while this one averaged; nothing was written");
     } catch (...) {
         fs::remove_all(tmp, ec);
         throw;

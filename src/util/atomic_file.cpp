@@ -241,6 +241,16 @@ void write_file_atomic(const std::string& path, const std::function<void(FileSin
     sync_parent_dir(target);
 }
 
+bool rename_folder_into_place(const std::string& tmp, const std::string& out) {
+    if (::rename(tmp.c_str(), out.c_str()) == 0) {
+        sync_parent_dir(out);
+        return true;
+    }
+    const int err = errno;
+    if (err == ENOTEMPTY || err == EEXIST) return false;
+    throw Error(detail::str("cannot write the folder '", out, "': cannot rename '", tmp, "' to it: ", errno_text(err)));
+}
+
 void write_file_atomic(const std::string& path, std::string_view contents) {
     write_file_atomic(path, [&](FileSink& s) { s.write(contents); });
 }

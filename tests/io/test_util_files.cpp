@@ -238,6 +238,33 @@ TEST(AtomicFile, DevFdNamesWriteToTheOpenDescriptor) {
     ::close(fds[0]);
 }
 
+TEST(AtomicFile, AFolderIsRenamedOnlyIntoAnAbsentOrEmptyOne) {
+    // Two `qkv average` runs into one empty --out: the second rename must report the folder as
+    // filled (false), not throw the file system's "Directory not empty", and lose nothing.
+    TempDir dir;
+    const auto filled = [&](const std::string& name, const std::string& content) {
+        std::filesystem::create_directory(dir / name);
+        write_file_atomic(dir / (name + "/model.safetensors"), content);
+        return dir / name;
+    };
+    EXPECT_TRUE(rename_folder_into_place(filled("a.tmp.1", "first"), dir / "out"));  // absent
+    EXPECT_EQ(read_file(dir / "out/model.safetensors"), "first");
+    EXPECT_FALSE(rename_folder_into_place(filled("b.tmp.2", "second"), dir / "out"));  // filled meanwhile
+    EXPECT_EQ(read_file(dir / "out/model.safetensors"), "first");
+    EXPECT_EQ(read_file(dir / "b.tmp.2/model.safetensors"), "second");  // left for the caller to remove
+    std::filesystem::create_directory(dir / "empty");
+    EXPECT_TRUE(rename_folder_into_place(dir / "b.tmp.2", dir / "empty"));  // an empty folder is replaced
+    EXPECT_EQ(read_file(dir / "empty/model.safetensors"), "second");
+    write_file_atomic(dir / "file", "x");
+    try {
+        rename_folder_into_place(filled("c.tmp.3", "third"), dir / "file");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot write the folder '" + (dir / "file") + "'"), std::string::npos)
+            << e.what();
+    }
+}
+
 // Captures what a ProgressBar prints (tmpfile: fileno works, isatty is false).
 struct Capture {
     std::FILE* f = std::tmpfile();

@@ -59,6 +59,13 @@ std::vector<std::string> stale_temp_paths(const std::string& path);
 /// returns their paths, in name order. Throws qkv::Error naming the file when one cannot be removed.
 std::vector<std::string> remove_stale_temp_files(const std::string& path);
 
+/// Publishes the folder `tmp` (filled, on the file system of `out`) as `out` with one rename(2):
+/// `out` must be absent or an empty folder, which the rename replaces atomically. Returns false,
+/// leaving both as they are, when `out` is a folder that is not empty (filled by another process
+/// since it was checked: the rename is the only check free of that race). Throws qkv::Error naming
+/// `out` for any other failure (not a folder, permission denied).
+bool rename_folder_into_place(const std::string& tmp, const std::string& out);
+
 /// Same, with the whole content given as bytes.
 void write_file_atomic(const std::string& path, std::string_view contents);
 
