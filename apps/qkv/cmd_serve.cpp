@@ -187,6 +187,14 @@ void run(const ServeArgs& a) {
         }
     }
 
+    // Shutdown stops accept() without httplib's stop(): stop() marks the server socket invalid,
+    // and httplib then closes every accepted connection still waiting for a worker thread (more
+    // clients than --http-threads) without reading its request. A listening socket shut down makes
+    // accept() fail (EINVAL); httplib's loop ends and its thread pool finishes every queued
+    // connection, each answered. Connections not yet accepted are refused by the kernel.
+    auto stop_accepting = [&svr, &listen_fd] {
+        if (listen_fd < 0 || ::shutdown(listen_fd, SHUT_RDWR) != 0) svr.stop();
+    };
     std::atomic<bool> stopping{false};
     auto wake = [](char c) { [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1); };
     std::thread signals([&] {
@@ -205,7 +213,10 @@ void run(const ServeArgs& a) {
                              sig == SIGTERM ? "SIGTERM" : "SIGINT");
             stopping = true;
             service.drain();
-            svr.stop();
+            if (sig != 0)
+                stop_accepting();
+            else
+                svr.stop();  // the listener has ended already (its socket may be closed): a no-op
             return;
         }
     });
@@ -217,7 +228,7 @@ void run(const ServeArgs& a) {
         throw Error("serve: could not load the model folder '" + a.model + "' (see above)");
     }
     std::fprintf(stderr, "qkv serve: ready (%s compute)\n", a.compute_type.c_str());
-    listener.join();  // returns after stop(), once every accepted connection's request is answered
+    listener.join();  // returns once accepting has stopped and every accepted connection is answered
     service.stop();
     if (!stopping) wake(0);
     signals.join();

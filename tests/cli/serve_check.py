@@ -336,6 +336,29 @@ try:
     fail("the server still answers after SIGTERM")
 except OSError:
     pass
+# --- SIGTERM with more clients than --http-threads: the connections waiting for a worker thread
+# are answered too (httplib's stop() closed them unanswered: 4 of 12 answered)
+srv = Server("drain_threads", "--model", a, "--max-wait-ms", "5000", "--http-threads", "3")
+results.clear()
+threads = [threading.Thread(target=one, args=(i, "/translate")) for i in range(2)]
+for t in threads:
+    t.start()
+for _ in range(1000):  # the third worker answers /metrics while two wait in the batcher
+    if "qkv_queue_sentences 2" in srv.req("GET", "/metrics")[2].decode():
+        break
+    time.sleep(0.01)
+else:
+    fail("the 2 requests never queued")
+more = [threading.Thread(target=one, args=(i, "/translate")) for i in range(2, 10)]
+for t in more:
+    t.start()
+time.sleep(0.5)  # connected and accepted: 1 on the third worker, 7 waiting for a worker thread
+srv.stop()
+for t in threads + more:
+    t.join()
+check(len(results) == 10, "SIGTERM with 10 clients and 3 HTTP threads: %d answered" % len(results))
+for i, (st2, d, k) in results.items():
+    check(st2 == 200 and d["translatedText"] == want_a[k], "waiting for a worker at SIGTERM %d: %d %r" % (i, st2, d))
 # --- --compute-type: int8 and bf16 serve what qkv translate --compute-type gives; /health says which
 for ct in ("int8", "bf16"):
     want = translate_cli(a, "--compute-type", ct)
