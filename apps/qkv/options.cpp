@@ -82,15 +82,7 @@ CLI::Validator real_range(double lo, double hi, bool lo_open) {
         std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]");
 }
 
-double parse_duration_or_off(const std::string& s) {
-    if (is_off(s)) return 0;
-    const double v = train::parse_duration(s);
-    QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') to switch it off");
-    // 1e-9s would validate and write a checkpoint after every step: what 0 is refused for.
-    QKV_CHECK(v >= kMinDurationSeconds, "a duration under ", kMinDurationSeconds, " s is not allowed, got '", s,
-              "' (", v, " s); write 'none' (or 'off') to switch it off");
-    return v;
-}
+double parse_duration_or_off(const std::string& s) { return train::parse_duration_or_off(s); }
 
 CLI::Validator duration_or_off() {
     return CLI::Validator(

@@ -31,11 +31,11 @@ CLI::Validator real_range(double lo, double hi, bool lo_open = false);
 /// A duration: "90" or "90s", "20m", "1.5h" (train::parse_duration), or "none"/"off" for no
 /// limit. An explicit zero is refused with a message naming "none"/"off" (0 is the internal
 /// "no limit", so "--time-budget 0" would otherwise silently mean the opposite of what it says),
-/// and so is one under kMinDurationSeconds ("--val-every 1e-9s" would validate after every step).
+/// and so is one under train::kMinDurationSeconds ("--val-every 1e-9s" would validate after every step).
 CLI::Validator duration_or_off();
-constexpr double kMinDurationSeconds = 1;
 
-/// The seconds duration_or_off() accepted: 0 for "none"/"off". Throws qkv::Error otherwise.
+/// The seconds duration_or_off() accepted: 0 for "none"/"off" (train::parse_duration_or_off).
+/// Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
 
 /// For every option that names a file or folder (--data, --out, --model, --file, --hyp-out, --json):

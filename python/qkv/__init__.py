@@ -58,7 +58,8 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     ``config`` (a dict) and keyword arguments take ``qkv train``'s flags by name, ``-`` or ``_``:
     ``data``, ``max_steps``, ``epochs``, ``num_hiddens``, ``batch_size``, ``lr``, ``schedule``,
     ``subword``, ... (keywords win over ``config``); durations (``time_budget``, ``val_every``) in
-    seconds or as the flags write them ("20m", "90s", "none"; 0 is no limit, None the preset's);
+    seconds or as the flags write them ("20m", "90s", "none"; 0 is no limit, None the preset's,
+    others at least 1 s; a negative, inf or nan value is a ValueError naming the setting);
     ``preset``, ``model`` ("transformer" or
     "bahdanau"), ``out``/``out_dir``, ``resume`` and ``overwrite`` may also be given in ``config``.
     ``on_step(d)`` is called at each logged step (``d``: step, epoch, loss, lr, tokens_per_s,

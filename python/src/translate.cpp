@@ -297,17 +297,30 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
 
 // ---- qkv.train ----
 
-/// A duration setting as qkv train's flag takes it: seconds as a number, or a string "90", "90s",
-/// "20m", "1.5h", or "none"/"off" (no limit: 0).
+/// A duration setting as qkv train's flag takes it: seconds as a number (0: no limit), or a string
+/// "90", "90s", "20m", "1.5h", or "none"/"off" (no limit); train::parse_duration_or_off's rules
+/// (no "0" string, nothing under train::kMinDurationSeconds, no inf/nan/negative), named by `name`.
 double duration_seconds(pyb::handle v, const std::string& name) {
-    if (!pyb::isinstance<pyb::str>(v)) return v.cast<double>();
+    const std::string expected = "seconds (a number), a duration such as '90s', '20m' or '1.5h', or 'none'";
+    if (!pyb::isinstance<pyb::str>(v)) {
+        double seconds = 0;
+        try {
+            seconds = v.cast<double>();  // int, float, numpy scalars
+        } catch (const pyb::cast_error&) {
+            throw pyb::type_error(detail::str("train: ", name, " must be ", expected, "; got ",
+                                              std::string(pyb::str(v.get_type().attr("__name__")))));
+        }
+        try {
+            return train::check_duration_seconds(seconds, "train: " + name);
+        } catch (const Error& e) {
+            throw pyb::value_error(e.what());
+        }
+    }
     const std::string t = v.cast<std::string>();
-    if (t == "none" || t == "off") return 0.0;
     try {
-        return train::parse_duration(t);
+        return train::parse_duration_or_off(t);
     } catch (const Error& e) {
-        throw pyb::value_error(detail::str("train: ", name, " must be seconds (a number), a duration such as '90s', "
-                                           "'20m' or '1.5h', or 'none'; got '", t, "' (", e.what(), ")"));
+        throw pyb::value_error(detail::str("train: ", name, " must be ", expected, "; got '", t, "' (", e.what(), ")"));
     }
 }
 

@@ -5,6 +5,7 @@ import re
 import os
 import signal
 
+import numpy as np
 import pytest
 
 import qkv
@@ -129,6 +130,27 @@ def test_durations_as_the_flags_write_them(tmp_path, fra_txt):
     with pytest.raises(ValueError, match=r"time_budget must be seconds .* or 'none'; got '20 minutes'"):
         qkv.train(tmp_path / "bad", data=str(fra_txt), max_steps=1, quiet=True, time_budget="20 minutes", **SMALL_KW)
     assert not (tmp_path / "bad").exists()
+    # The CLI's rules, named by the Python key: nothing under 1 s (a validation after every step),
+    # no "0" string (0 is "no limit"), no inf, nan or negative (inf was written to config.json as null).
+    for key, value, error, says in (
+            ("time_budget", 0.5, ValueError, r"^train: time_budget under 1 s is not allowed, got 0.5 s"),
+            ("val_every", 1e-9, ValueError, r"^train: val_every under 1 s is not allowed"),
+            ("val_every", "0", ValueError, r"val_every must be .*got '0' \(a duration of 0 is not allowed"),
+            ("time_budget", "0.5s", ValueError, r"time_budget must be .*a duration under 1 s is not allowed"),
+            ("time_budget", float("inf"), ValueError, r"^train: time_budget must be a number of seconds >= 0"),
+            ("time_budget", float("nan"), ValueError, r"^train: time_budget must be a number of seconds >= 0"),
+            ("time_budget", -5, ValueError, r"^train: time_budget must be a number of seconds >= 0 \(0: no limit\), "
+                                            r"got -5"),
+            ("time_budget", "0x10", ValueError, r"cannot read duration '0x10'"),
+            ("val_every", [5], TypeError, r"^train: val_every must be seconds .*; got list")):
+        with pytest.raises(error, match=says):
+            qkv.train(tmp_path / "bad", data=str(fra_txt), max_steps=1, quiet=True, **{key: value}, **SMALL_KW)
+        assert not (tmp_path / "bad").exists()
+    # A number 0 is no limit, as documented; numpy numbers are numbers.
+    qkv.train(tmp_path / "z", data=str(fra_txt), max_steps=1, quiet=True, time_budget=0, val_every=np.int64(60),
+              **SMALL_KW)
+    cfg = json.loads((tmp_path / "z" / "config.json").read_text())
+    assert cfg["train"]["time_budget_s"] == 0.0 and cfg["train"]["val_every_s"] == 60.0
 
 
 def test_preset_model_and_config_types(tmp_path, fra_txt):

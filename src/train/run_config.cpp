@@ -1,6 +1,8 @@
 // Presets and the config.json form of RunConfig.
 #include "qkv/train/run_config.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -548,11 +550,31 @@ double parse_duration(const std::string& s) {
         mult = u == 's' ? 1 : u == 'm' ? 60 : 3600;
         num.pop_back();
     }
+    // strtod alone also reads "0x10" (16), " 5", "inf" and "nan".
+    const bool decimal = !num.empty() && (std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.') &&
+                         num.find_first_not_of("0123456789.eE+-") == std::string::npos;
     char* end = nullptr;
-    const double v = std::strtod(num.c_str(), &end);
-    QKV_CHECK(!num.empty() && end == num.c_str() + num.size() && std::isfinite(v) && v >= 0,
+    const double v = decimal ? std::strtod(num.c_str(), &end) : 0.0;
+    QKV_CHECK(decimal && end == num.c_str() + num.size() && std::isfinite(v * mult) && v >= 0,
               "cannot read duration '", s, "' (use e.g. 90s, 20m, 1.5h)");
     return v * mult;
+}
+
+double parse_duration_or_off(const std::string& s) {
+    if (s == "none" || s == "off") return 0;
+    const double v = parse_duration(s);
+    QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') to switch it off");
+    QKV_CHECK(v >= kMinDurationSeconds, "a duration under ", kMinDurationSeconds, " s is not allowed, got '", s,
+              "' (", v, " s); write 'none' (or 'off') to switch it off");
+    return v;
+}
+
+double check_duration_seconds(double seconds, const std::string& name) {
+    QKV_CHECK(std::isfinite(seconds) && seconds >= 0, name, " must be a number of seconds >= 0 (0: no limit), got ",
+              seconds);
+    QKV_CHECK(seconds == 0 || seconds >= kMinDurationSeconds, name, " under ", kMinDurationSeconds,
+              " s is not allowed, got ", seconds, " s; give 0 or 'none' to switch it off");
+    return seconds;
 }
 
 }  // namespace qkv::train

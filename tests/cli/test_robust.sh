@@ -34,6 +34,10 @@ run_rc 2 train --epochs abc;           [ "$(head -c 12 "$T/err")" = "qkv: error:
 run_rc 2 train --val-every 5x;    err_has "--val-every" "'5x'"
 run_rc 2 train --time-budget abc; err_has "--time-budget" "'abc'"
 run_rc 2 train --time-budget 0;   err_has "--time-budget" "none"
+# strtod alone read "0x10" as 16 s and " 5" as 5 s; a duration is decimal (1e2s is 100 s)
+for v in 0x10 " 5" inf nan 1e999 "5 m"; do
+  run_rc 2 train --time-budget "$v"; err_has "--time-budget" "cannot read duration '$v'"
+done
 run_rc 2 train --val-every 0s;    err_has "--val-every" "off"
 run_rc 0 train --help
 grep -qF "'none' (or 'off'): no time" "$T/out" || fail "--help does not document --time-budget none"

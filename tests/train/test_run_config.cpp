@@ -1,6 +1,9 @@
 // Presets, config.json round trip, durations, and the data setup on small files (split sizes,
 // disjointness, malformed lines, --strict, the missing-file message).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 #include <unistd.h>
 
 #include <filesystem>
@@ -355,7 +358,19 @@ TEST(RunConfig, ParsesDurations) {
     EXPECT_DOUBLE_EQ(train::parse_duration("90s"), 90);
     EXPECT_DOUBLE_EQ(train::parse_duration("20m"), 1200);
     EXPECT_DOUBLE_EQ(train::parse_duration("1.5h"), 5400);
-    for (const char* s : {"", "m", "20 m", "-3s", "abc", "5d"}) EXPECT_THROW(train::parse_duration(s), Error) << s;
+    EXPECT_DOUBLE_EQ(train::parse_duration("1e2s"), 100);
+    EXPECT_DOUBLE_EQ(train::parse_duration(".5m"), 30);
+    for (const char* s : {"", "m", "20 m", "-3s", "abc", "5d", "0x10", " 5", "inf", "nan", "1e999", "+5", "5e"})
+        EXPECT_THROW(train::parse_duration(s), Error) << s;
+    // The flags' and qkv.train's rules: "none"/"off" is 0 (no limit); "0" and under a second refused.
+    EXPECT_EQ(train::parse_duration_or_off("none"), 0);
+    EXPECT_EQ(train::parse_duration_or_off("off"), 0);
+    EXPECT_DOUBLE_EQ(train::parse_duration_or_off("1s"), 1);
+    for (const char* s : {"0", "0.5s", "0m"}) EXPECT_THROW(train::parse_duration_or_off(s), Error) << s;
+    EXPECT_EQ(train::check_duration_seconds(0, "time_budget"), 0);
+    EXPECT_EQ(train::check_duration_seconds(90, "time_budget"), 90);
+    for (const double v : {-1.0, 0.5, std::numeric_limits<double>::infinity(), std::nan("")})
+        EXPECT_THROW(train::check_duration_seconds(v, "time_budget"), Error) << v;
 }
 
 struct DataFile {

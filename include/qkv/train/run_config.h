@@ -102,7 +102,22 @@ const char* schedule_name(optim::LrSchedule s);
 /// Inverse of schedule_name; throws qkv::Error naming the accepted names.
 optim::LrSchedule parse_schedule(const std::string& s);
 
-/// Parses a duration: "90" or "90s" (seconds), "20m", "1.5h"; throws qkv::Error otherwise.
+/// Parses a duration: "90" or "90s" (seconds), "20m", "1.5h" (a decimal number, optionally with
+/// an exponent, then s/m/h); throws qkv::Error otherwise (hexadecimal "0x10", "inf", spaces).
 double parse_duration(const std::string& s);
+
+/// The shortest time budget or validation interval accepted, in seconds: "--val-every 1e-9s"
+/// would validate and write a checkpoint after every step.
+constexpr double kMinDurationSeconds = 1;
+
+/// A time limit or interval as `qkv train` and qkv.train take it: parse_duration's forms, or
+/// "none"/"off" for no limit (returns 0). An explicit 0 is refused with a message naming
+/// "none"/"off" (0 is the internal "no limit", so "0" would mean the opposite of what it says), and
+/// so is a duration under kMinDurationSeconds. Throws qkv::Error.
+double parse_duration_or_off(const std::string& s);
+
+/// The same rules for a number of seconds (qkv.train's time_budget=90): 0 is no limit; a negative,
+/// non-finite or under-kMinDurationSeconds value throws qkv::Error naming `name`.
+double check_duration_seconds(double seconds, const std::string& name);
 
 }  // namespace qkv::train
