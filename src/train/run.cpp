@@ -4,6 +4,7 @@
 
 #include "qkv/dist/communicator.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/core/tensor.h"
 #include "qkv/ops/attention.h"
+#include "qkv/ops/kernel_mode.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/util/progress.h"
@@ -326,6 +328,25 @@ RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
     return cfg;
 }
 
+/// The process-wide numeric settings of this rank: kernel mode, attention backend, denormal
+/// flushing and the kernel paths the CPU and QKV_MAX_ISA give (kernel_paths() without its line of
+/// raw CPU features, which may differ harmlessly). Ranks that differ compute different roundings in
+/// the optimizer and the kernels, so their parameters, meant to be identical, drift apart.
+std::string rank_kernel_settings() {
+    const AttentionBackend att = default_attention_backend();
+    std::string paths;
+    const std::string all = kernel_paths();
+    for (size_t at = 0; at < all.size();) {
+        const size_t end = std::min(all.find('\n', at), all.size());
+        const std::string line = all.substr(at, end - at);
+        if (line.rfind("cpu features:", 0) != 0) paths += line + "; ";
+        at = end + 1;
+    }
+    return detail::str("--kernels ", kernel_mode() == KernelMode::reference ? "ref" : "fast", ", --attention ",
+                       att == AttentionBackend::math ? "math" : att == AttentionBackend::flash ? "flash" : "auto",
+                       ", --denormals ", flush_denormal() ? "flush" : "keep", "; ", paths);
+}
+
 std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p, const RunOverrides& given) {
     const auto& t = cfg.train;
     if (p.epoch >= t.epochs)
@@ -369,6 +390,11 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
                                       detail::str(to_json(cfg).dump(), " out ", opt.out_dir, " resume ", opt.resume,
                                                   " overwrite ", opt.overwrite));
     if (dp) check_same_reduction_on_all_ranks(*opt.comm, opt.reduce);  // before anything is written
+    if (dp)
+        dist::check_same_on_all_ranks(*opt.comm,
+                                      "the kernel settings (--kernels, --attention, --denormals, QKV_KERNELS, "
+                                      "QKV_ATTENTION, QKV_MAX_ISA and the CPU's kernel paths)",
+                                      rank_kernel_settings());
     // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
     const OutFolder out(opt.out_dir);
     const std::vector<std::string> held =

@@ -99,6 +99,25 @@ set -e
 grep -q "the ranks disagree on the gradient reduction (--grad-reduce, bucket sizes): rank 1 has 'after-backward" "$T/mg.err" \
   || { cat "$T/mg.err"; fail "different --grad-reduce not named"; }
 [ ! -e "$T/mg" ] || fail "a run refused for --grad-reduce wrote $T/mg"
+# Ranks with different kernel settings round differently in the kernels and the optimizer: their
+# parameters, meant to be identical, would drift apart. Each global option, and its environment
+# variable, is refused before anything is written.
+k=0
+for diff in "--kernels ref" "--attention math" "--denormals keep" "env QKV_KERNELS=ref" "env QKV_ATTENTION=math" \
+            "env QKV_MAX_ISA=scalar"; do
+  k=$((k + 1))
+  case "$diff" in env*) pre=(env "${diff#env }"); opt=() ;; *) pre=(); read -r -a opt <<< "$diff" ;; esac
+  set +e
+  mpirun -np 1 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --max-steps 2 --out "$T/mk$k" : \
+         -np 1 "${pre[@]}" "$QKV" --threads 1 "${opt[@]}" train "${small[@]}" "${data[@]}" --max-steps 2 --out "$T/mk$k" \
+         > /dev/null 2> "$T/mk.err"
+  rc=$?
+  set -e
+  [ $rc != 0 ] || fail "ranks with different kernel settings ($diff) were not refused"
+  grep -q "the ranks disagree on the kernel settings (--kernels, --attention, --denormals, QKV_KERNELS, QKV_ATTENTION, QKV_MAX_ISA and the CPU's kernel paths): rank 1 has" "$T/mk.err" \
+    || { cat "$T/mk.err"; fail "different kernel settings ($diff) not named"; }
+  [ ! -e "$T/mk$k" ] || fail "a run refused for its kernel settings ($diff) wrote $T/mk$k"
+done
 # Only qkv train (Transformer, Bahdanau) is data-parallel: N copies of the language model or of
 # another command would each do the whole job into the same files.
 printf 'the time traveller was one of those\n%.0s' $(seq 1 50) > "$T/lm.txt"
