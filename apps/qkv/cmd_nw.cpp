@@ -24,6 +24,10 @@ namespace {
 /// Leave-one-out training holds several (n, n − 1) tensors (and their gradients): 5000 points
 /// take about 1 GB; more is refused with a message rather than exhausting memory.
 constexpr int64_t kMaxTrainPoints = 5000;
+/// The most generated points (--n-train) the attention heatmap can draw: a 5 px column each, within
+/// util::kMaxCanvasPx (3970 points make 20000 px with the margins). A --data file of more rows is
+/// refused by the same canvas check, naming the file.
+constexpr int64_t kMaxDrawnPoints = 3900;
 
 struct NwArgs {
     std::string preset = "seed";
@@ -221,7 +225,7 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     auto* n = sc->add_option("--n-train", a->n_train, "number of generated training points "
                                                       "(default: 150, or 50 with --preset zh)")
-                  ->transform(int_range(2, kMaxTrainPoints));
+                  ->transform(int_range(2, kMaxDrawnPoints));
     // 0 epochs would only plot the initial w, with no loss curve or history: that untrained kernel
     // is --kernel-width 1/w (the seed's w0 = 1: sigma 1), so 0 is a usage error.
     auto* ep = sc->add_option("--epochs", a->epochs, "SGD epochs (default: 20, or 5 with --preset zh; "

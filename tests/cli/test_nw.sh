@@ -82,11 +82,13 @@ for f in loss.png loss.svg history.csv; do [ ! -e "$T/gen/$f" ] || fail "a --ker
 # ---- too many points to draw: refused before training, nothing written (it trained, wrote fit.png,
 # then failed on attention.png) ----
 set +e
-"$QKV" nw --n-train 5000 --epochs 1 --out "$T/big" > /dev/null 2> "$T/err.txt"; rc=$?
+"$QKV" nw --n-train 3901 --epochs 1 --out "$T/big" > /dev/null 2> "$T/err.txt"; rc=$?
 set -e
-[ $rc = 2 ] && grep -qF "qkv: error: --n-train 5000: the attention heatmap would be " "$T/err.txt" ||
-    fail "--n-train 5000: exit $rc, $(cat "$T/err.txt")"
-[ -z "$(ls -A "$T/big" 2>/dev/null)" ] || fail "--n-train 5000 wrote $(ls "$T/big")"
+# the help's range is what can be drawn (it said [2, 5000] and refused 5000 after the parse)
+[ $rc = 2 ] && grep -qF "qkv: error: --n-train: 3901 is out of range: expected an integer from 2 to 3900" "$T/err.txt" ||
+    fail "--n-train 3901: exit $rc, $(cat "$T/err.txt")"
+"$QKV" nw --help | grep -qF -- "--n-train INT:[2, 3900]" || fail "nw --help: $("$QKV" nw --help | grep -- --n-train)"
+[ -z "$(ls -A "$T/big" 2>/dev/null)" ] || fail "--n-train 3901 wrote $(ls "$T/big")"
 seq 1 5000 | awk '{ print $1 / 1000 "," $1 % 7 }' > "$T/big.csv"
 set +e
 "$QKV" nw --data "$T/big.csv" --epochs 1 --out "$T/big" > /dev/null 2> "$T/err.txt"; rc=$?
