@@ -50,7 +50,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 /// CLI11 2.1 lists unexpected arguments in reverse ("3 --epoch" for "--epoch 3"). This names
 /// them in command-line order, each unknown option with the closest one of its command (edit
 /// distance <= 2): "train: unexpected arguments '--epoch 3' (unknown option --epoch: did you
-/// mean --epochs?)".
+/// mean --epochs?); qkv train --help lists the options".
 std::string extras_message(const CLI::App* app) {
     const CLI::App* where = app;
     std::vector<std::string> args = app->remaining(false);
@@ -74,9 +74,10 @@ std::string extras_message(const CLI::App* app) {
                  (best.empty() ? "" : ": did you mean --" + best + "?");
     }
     if (!notes.empty()) notes += ")";
-    const std::string who = where == app ? std::string("qkv") : where->get_name();
-    return who + ": unexpected argument" + (args.size() > 1 ? "s '" : " '") + joined + "'" + notes + "; " + who +
-           " --help lists the options";
+    // Under the main program the "qkv: error: " prefix already names it: no second "qkv: ".
+    const std::string who = where == app ? std::string() : where->get_name() + ": ";
+    return who + "unexpected argument" + (args.size() > 1 ? "s '" : " '") + joined + "'" + notes + "; qkv " +
+           (where == app ? "" : where->get_name() + " ") + "--help lists the options";
 }
 
 }  // namespace
@@ -149,6 +150,25 @@ int main(int argc, char** argv) {
                 throw CLI::ValidationError(std::string(name) + " is given both before and after '" + sub->get_name() +
                                            "' (" + before->results().back() + ", then " + after->results().back() +
                                            "): give it once");
+            }
+        // A switch given twice, or with its opposite (--bidirectional --no-bidirectional): CLI11
+        // lets the last one win without a word.
+        std::vector<CLI::App*> parsed{&app};
+        for (CLI::App* sub : app.get_subcommands()) parsed.push_back(sub);
+        for (CLI::App* a : parsed)
+            for (const CLI::Option* o : a->get_options()) {
+                if (o->get_items_expected_max() != 0 || o->count() < 2) continue;
+                const std::vector<std::string>& r = o->results();
+                const bool contradict =
+                    std::any_of(r.begin(), r.end(), [&](const std::string& v) { return v != r.front(); });
+                std::string names;  // "--bidirectional/--no-bidirectional" (CLI11 writes "...,--no-x{false}")
+                int depth = 0;
+                for (const char c : o->get_name(false, true)) {
+                    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+                    if (depth == 0 && c != '}') names += c == ',' ? '/' : c;
+                }
+                throw CLI::ValidationError(contradict ? names + ": the switch and its opposite are both given: give one"
+                                                      : names + " is given more than once: give it once");
             }
         // Only `qkv train` is data-parallel: N copies of another command would each do the whole
         // job (eval N times, N servers on one port, N writers of one --out).

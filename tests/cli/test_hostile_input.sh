@@ -28,7 +28,10 @@ err_has "--attention is given both before and after 'train' (math, then flash)"
 run_rc 2 train --epoch 3 --out "$T/x"
 err_has "train: unexpected arguments '--epoch 3' (unknown option --epoch: did you mean --epochs?)"
 run_rc 2 info "$T/x" --no-param
-err_has "info: unexpected argument '--no-param' (unknown option --no-param: did you mean --no-params?)"
+err_has "info: unexpected argument '--no-param' (unknown option --no-param: did you mean --no-params?); qkv info --help lists the options"
+# an unknown option before the command: named once ("qkv: error: qkv: unexpected ..." before)
+run_rc 2 --bogus train
+err_has "qkv: error: unexpected argument '--bogus' (unknown option --bogus); qkv --help lists the options"
 # ---- 4
 run_rc 0 train "${small[@]}" --max-steps 2 --out "$T/m"
 run_rc 0 info "$T/m" --no-params
