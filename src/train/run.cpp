@@ -191,6 +191,19 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
                                   "file is checked against the vocabularies only (the fingerprint is recorded now)\n",
                          opt.out_dir.c_str());
         auto saved = load_model_dir_vocabs(opt.out_dir);
+        // The folder's own vocabulary files against those its weights were trained with first: an
+        // edited line is the file's fault, not the data's, and the message should say which file.
+        for (const char* f : {"checkpoint.safetensors", "model.safetensors"}) {
+            const std::string weights = (fs::path(opt.out_dir) / f).string();
+            if (!fs::exists(weights)) continue;
+            const auto meta = read_checkpoint_metadata(weights, f == std::string("model.safetensors") ? "model file"
+                                                                                                     : "checkpoint");
+            check_vocab_fingerprint(meta, kSrcVocabKey, saved.first, (fs::path(opt.out_dir) / "src_vocab.txt").string(),
+                                    weights);
+            check_vocab_fingerprint(meta, kTgtVocabKey, saved.second, (fs::path(opt.out_dir) / "tgt_vocab.txt").string(),
+                                    weights);
+            break;
+        }
         QKV_CHECK(saved.first == d->src_vocab && saved.second == d->tgt_vocab,
                   "--resume: the data gives other vocabularies than the ones saved in '", opt.out_dir,
                   "' (different data file or filters)");

@@ -124,6 +124,12 @@ for cmd in "translate --model $T/swap go ." "eval --model $T/swap --no-progress"
   run_rc 1 $cmd
   err_has "qkv: error: $T/swap/tgt_vocab.txt is not the vocabulary $T/swap/model.safetensors was trained with"
 done
+# --resume of such a folder names the file too (it blamed the data: "the data gives other
+# vocabularies"), and trains nothing
+sums=$(md5sum "$T/swap/checkpoint.safetensors" "$T/swap/model.safetensors")
+run_rc 1 train --resume --out "$T/swap" --data "$T/fra.txt" --max-steps 3 --no-progress
+err_has "qkv: error: $T/swap/tgt_vocab.txt is not the vocabulary $T/swap/checkpoint.safetensors was trained with"
+[ "$sums" = "$(md5sum "$T/swap/checkpoint.safetensors" "$T/swap/model.safetensors")" ] || fail "a refused --resume changed the weights"
 cp -r "$T/run" "$T/bytes"
 sed -i "7s/.*/$(printf '\xff\xfe')/" "$T/bytes/src_vocab.txt"
 run_rc 1 translate --model "$T/bytes" "go ."
