@@ -151,24 +151,23 @@ int main(int argc, char** argv) {
                                            "' (" + before->results().back() + ", then " + after->results().back() +
                                            "): give it once");
             }
-        // A switch given twice, or with its opposite (--bidirectional --no-bidirectional): CLI11
-        // lets the last one win without a word.
+        // A switch given with its opposite (--bidirectional --no-bidirectional): CLI11 lets the
+        // last one win without a word. The same switch twice means what it says once (scripts
+        // that add flags to a list repeat them): accepted.
         std::vector<CLI::App*> parsed{&app};
         for (CLI::App* sub : app.get_subcommands()) parsed.push_back(sub);
         for (CLI::App* a : parsed)
             for (const CLI::Option* o : a->get_options()) {
                 if (o->get_items_expected_max() != 0 || o->count() < 2) continue;
                 const std::vector<std::string>& r = o->results();
-                const bool contradict =
-                    std::any_of(r.begin(), r.end(), [&](const std::string& v) { return v != r.front(); });
+                if (std::all_of(r.begin(), r.end(), [&](const std::string& v) { return v == r.front(); })) continue;
                 std::string names;  // "--bidirectional/--no-bidirectional" (CLI11 writes "...,--no-x{false}")
                 int depth = 0;
                 for (const char c : o->get_name(false, true)) {
                     depth += c == '{' ? 1 : c == '}' ? -1 : 0;
                     if (depth == 0 && c != '}') names += c == ',' ? '/' : c;
                 }
-                throw CLI::ValidationError(contradict ? names + ": the switch and its opposite are both given: give one"
-                                                      : names + " is given more than once: give it once");
+                throw CLI::ValidationError(names + ": the switch and its opposite are both given: give one");
             }
         // Only `qkv train` is data-parallel: N copies of another command would each do the whole
         // job (eval N times, N servers on one port, N writers of one --out).

@@ -132,11 +132,12 @@ err_has "qkv: error: --max-steps is given more than once: give it once"
 [ ! -e "$T/twice" ] || fail "a refused train wrote $T/twice"
 run_rc 2 translate --beam 2 --beam 3 --model "$T/none" "go ."
 err_has "qkv: error: --beam is given more than once: give it once"
-# a switch twice, or with its opposite (CLI11 let the last one win without a word)
+# a switch with its opposite (CLI11 let the last one win without a word); the same switch twice
+# means what it says once
 run_rc 2 train --model bahdanau --bidirectional --no-bidirectional --out "$T/twice"
 err_has "qkv: error: --bidirectional/--no-bidirectional: the switch and its opposite are both given: give one"
-run_rc 2 train --overwrite --overwrite --out "$T/twice"
-err_has "qkv: error: --overwrite is given more than once: give it once"
-run_rc 2 info "$T/none" --no-params --no-params
-err_has "qkv: error: --no-params is given more than once: give it once"
+run_rc 2 train --model bahdanau --no-bidirectional --bidirectional --no-bidirectional --out "$T/twice"
+err_has "qkv: error: --bidirectional/--no-bidirectional: the switch and its opposite are both given: give one"
 [ ! -e "$T/twice" ] || fail "a refused train wrote $T/twice"
+run_rc 1 info "$T/none" --no-params --no-params
+err_has "model folder '$T/none' does not exist"
