@@ -75,12 +75,16 @@ struct OutputTarget {
     int fd = -1;       // kDescriptor: the open descriptor
 };
 
-/// The descriptor a /dev/stdout-like name stands for, or -1.
+/// The descriptor a /dev/stdout-like name stands for, or -1: /dev/stdout, /dev/stderr, /dev/stdin,
+/// /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N and /proc/<this pid>/fd/N.
 int descriptor_of(const std::string& path) {
+    if (path == "/dev/stdin") return 0;
     if (path == "/dev/stdout") return 1;
     if (path == "/dev/stderr") return 2;
-    for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
-        const size_t n = std::strlen(prefix);
+    const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+    for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
+                                      std::string("/proc/thread-self/fd/"), own}) {
+        const size_t n = prefix.size();
         if (path.size() > n && path.size() <= n + 6 && path.compare(0, n, prefix) == 0 &&
             std::all_of(path.begin() + std::ptrdiff_t(n), path.end(), [](char c) { return c >= '0' && c <= '9'; }))
             return std::atoi(path.c_str() + n);
@@ -88,16 +92,25 @@ int descriptor_of(const std::string& path) {
     return -1;
 }
 
+/// /proc/<pid>/fd/N (or /proc/<pid>/task/<tid>/fd/N) of any process: a descriptor, not a file.
+bool is_proc_descriptor(const std::string& path) {
+    if (path.rfind("/proc/", 0) != 0) return false;
+    const size_t fd_at = path.rfind("/fd/");
+    return fd_at != std::string::npos && fd_at + 4 < path.size() &&
+           std::all_of(path.begin() + std::ptrdiff_t(fd_at + 4), path.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 OutputTarget output_target(const std::string& path) {
     QKV_CHECK(!path.empty(), "cannot write a file with an empty path");
-    if (const int fd = descriptor_of(path); fd >= 0) return {OutputTarget::kDescriptor, path, fd};
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-        return {OutputTarget::kInPlace, path, -1};
     // Follow symlinks one hop at a time (a dangling one names the file to create), so the link
-    // itself is kept and its target gets the content.
+    // itself is kept and its target gets the content. Each hop is checked for an open descriptor
+    // by any spelling (/dev//stdout, a link to /dev/stdout): renaming over what it leads to would
+    // replace the file the shell redirected stdout to.
     std::string p = path;
     for (int hops = 0;; ++hops) {
+        const std::string norm = std::filesystem::path(p).lexically_normal().string();
+        if (const int fd = descriptor_of(norm); fd >= 0) return {OutputTarget::kDescriptor, path, fd};
+        if (is_proc_descriptor(norm)) return {OutputTarget::kInPlace, path, -1};  // another process's: never renamed over
         struct stat lst {};
         if (::lstat(p.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
         QKV_CHECK(hops < 40, "cannot write '", path, "': too many levels of symbolic links");
@@ -105,6 +118,11 @@ OutputTarget output_target(const std::string& path) {
         const std::filesystem::path to = std::filesystem::read_symlink(p, ec);
         QKV_CHECK(!ec, "cannot write '", path, "': cannot read the symbolic link '", p, "': ", ec.message());
         p = to.is_absolute() ? to.string() : (std::filesystem::path(p).parent_path() / to).string();
+    }
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) {
+        QKV_CHECK(!S_ISSOCK(st.st_mode), "cannot write '", path, "': it is a socket, not a file");
+        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return {OutputTarget::kInPlace, path, -1};
     }
     return {OutputTarget::kReplace, p, -1};
 }
@@ -160,6 +178,25 @@ int open_temp(const std::string& path, const std::string& tmp) {
     return fd;
 }
 
+/// A file the user may not write (chmod a-w, or another user's) is refused as `cat > file`
+/// would refuse it, though the rename would replace it (it needs only the folder's permission).
+void check_replaceable(const std::string& path, const std::string& target) {
+    struct stat st {};
+    if (::stat(target.c_str(), &st) != 0) return;  // a new file
+    QKV_CHECK(::access(target.c_str(), W_OK) == 0, "cannot write '", path, "': ", errno_text(errno));
+}
+
+/// The new file gets the replaced one's permission bits (a chmod 600 file stays private) and,
+/// where allowed (root), its owner and group.
+void keep_mode_and_owner(int fd, const std::string& target) {
+    struct stat st {};
+    if (::stat(target.c_str(), &st) != 0) return;
+    ::fchmod(fd, st.st_mode & 07777);
+    if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) && ::fchown(fd, st.st_uid, st.st_gid) != 0) {
+        // EPERM unless root: the new file stays ours, as a copy would
+    }
+}
+
 /// Whether descriptor `fd` is open for writing.
 bool writable_descriptor(int fd) {
     const int fl = ::fcntl(fd, F_GETFL);
@@ -169,7 +206,14 @@ bool writable_descriptor(int fd) {
 /// A device or FIFO: opened for writing as it is (no O_CREAT; a FIFO waits for its reader, as a
 /// shell redirection does). No fsync: pipes and terminals refuse it and have no disk to flush.
 void write_in_place(const std::string& path, const std::function<void(FileSink&)>& fill) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    // A /proc path may lead to a regular file another process writes (its redirected output):
+    // appended to, never truncated. Devices and FIFOs ignore both flags.
+    struct stat st {};
+    const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     QKV_CHECK(fd >= 0, "cannot write '", path, "': ", errno_text(errno));
     try {
         FdSink sink(fd, path, "writing it");
@@ -204,6 +248,7 @@ void check_can_write(const std::string& path) {
         QKV_CHECK(::access(path.c_str(), W_OK) == 0, "cannot write '", path, "': ", errno_text(errno));
         return;
     case OutputTarget::kReplace: {
+        check_replaceable(path, out.path);
         const std::string tmp = atomic_temp_path(out.path);
         ::close(open_temp(path, tmp));
         ::unlink(tmp.c_str());
@@ -217,9 +262,11 @@ void write_file_atomic(const std::string& path, const std::function<void(FileSin
     if (out.kind == OutputTarget::kDescriptor) return write_to_descriptor(out.fd, path, fill);
     if (out.kind == OutputTarget::kInPlace) return write_in_place(path, fill);
     const std::string& target = out.path;  // `path`, or the file its symlinks lead to
-    const std::string tmp     = atomic_temp_path(target);
-    const int fd              = open_temp(path, tmp);
+    check_replaceable(path, target);
+    const std::string tmp = atomic_temp_path(target);
+    const int fd          = open_temp(path, tmp);
     try {
+        keep_mode_and_owner(fd, target);
         FdSink sink(fd, path, "writing its temporary file '" + tmp + "'");
         fill(sink);
         QKV_CHECK(::fsync(fd) == 0, "cannot write '", path, "': flushing its temporary file '", tmp,

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -236,6 +238,91 @@ TEST(AtomicFile, DevFdNamesWriteToTheOpenDescriptor) {
         EXPECT_THROW(check_can_write(p), Error);
     }
     ::close(fds[0]);
+}
+
+TEST(AtomicFile, EverySpellingOfAnOpenDescriptorWritesThroughIt) {
+    // `--json mystdout >> log.txt` with mystdout -> /dev/stdout replaced log.txt (the rename went
+    // to the file the descriptor leads to); so did /dev//stdout and /proc/<pid>/fd/1.
+    TempDir dir;
+    const std::string log = dir / "log.txt";
+    write_file_atomic(log, "important log\n");
+    const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);  // as a shell's >> opens it
+    ASSERT_GE(fd, 0);
+    struct stat before {};
+    ASSERT_EQ(::stat(log.c_str(), &before), 0);
+    const std::string n = std::to_string(fd), pid = std::to_string(::getpid());
+    std::filesystem::create_symlink("/dev/fd/" + n, dir / "mystdout");
+    std::filesystem::create_symlink(dir / "mystdout", dir / "chain");
+    for (const std::string& spelling : {dir / "mystdout", dir / "chain", "/dev//fd/" + n, "/dev/fd/./" + n,
+                                        "/proc/" + pid + "/fd/" + n, "/proc/thread-self/fd/" + n})
+        write_file_atomic(spelling, "[" + spelling + "]\n");
+    ::close(fd);
+    struct stat after {};
+    ASSERT_EQ(::stat(log.c_str(), &after), 0);
+    EXPECT_EQ(before.st_ino, after.st_ino);  // the same file, written through, not replaced
+    const std::string text = read_file(log);
+    EXPECT_EQ(text.rfind("important log\n[", 0), 0u) << text;
+    EXPECT_NE(text.find("/proc/thread-self/fd/" + n + "]"), std::string::npos) << text;
+    EXPECT_EQ(count_files(dir.path()), 3);  // no temporaries
+}
+
+TEST(AtomicFile, AReplacedFileKeepsItsPermissionsAndAReadOnlyOneIsRefused) {
+    TempDir dir;
+    const std::string priv = dir / "private.json";
+    write_file_atomic(priv, "old");
+    ASSERT_EQ(::chmod(priv.c_str(), 0600), 0);
+    write_file_atomic(priv, "new");
+    struct stat st {};
+    ASSERT_EQ(::stat(priv.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);  // was 0644: readable by everyone after the rename
+    EXPECT_EQ(read_file(priv), "new");
+    // A file the user may not write is refused (the rename needs only the folder's permission).
+    // Root may write anything, so that half runs as user nobody in a child process.
+    const std::string ro = dir / "read-only.json";
+    write_file_atomic(ro, "keep");
+    ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
+    ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+        int code = 0;
+        try {
+            check_can_write(ro);
+            code = 1;
+        } catch (const Error& e) {
+            if (std::string(e.what()) != "cannot write '" + ro + "': Permission denied") code = 2;
+        }
+        try {
+            write_file_atomic(ro, "lost");
+            code = 1;
+        } catch (const Error&) {
+        }
+        ::_exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: a read-only file was written; 2: another message; 3: setuid failed";
+    EXPECT_EQ(read_file(ro), "keep");
+}
+
+TEST(AtomicFile, ASocketIsRefusedBeforeAnyWork) {
+    TempDir dir;
+    const std::string sock = dir / "s";
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    ASSERT_LT(sock.size(), sizeof addr.sun_path);
+    std::strcpy(addr.sun_path, sock.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    try {
+        check_can_write(sock);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), "cannot write '" + sock + "': it is a socket, not a file");
+    }
+    ::close(fd);
 }
 
 TEST(AtomicFile, AFolderIsRenamedOnlyIntoAnAbsentOrEmptyOne) {
