@@ -3,7 +3,9 @@
 // handles the signals: SIGTERM / SIGINT stop accepting connections, finish the requests in
 // flight and exit 0; SIGHUP reloads the model folder (a damaged folder is refused, the old model
 // keeps serving).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -78,6 +81,17 @@ void run(const ServeArgs& a) {
     // server once it listens, and one of the model's files would be overwritten.
     check_not_model_file("--port-file", a.port_file, a.model);
     check_output_file("--port-file", a.port_file);
+    // A FIFO waits in open() for its reader, and SIGTERM (SA_RESTART) would not end that wait:
+    // opened now without waiting, refused when no process reads it, and kept open for the port.
+    int port_fifo = -1;
+    if (struct stat st {}; !a.port_file.empty() && ::stat(a.port_file.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+        port_fifo = ::open(a.port_file.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (port_fifo < 0)
+            usage_error("--port-file '" + a.port_file + "' is a FIFO " +
+                        (errno == ENXIO ? std::string("that no process reads: start its reader first")
+                                        : std::string("that cannot be opened: ") + std::strerror(errno)));
+        ::fcntl(port_fifo, F_SETFL, ::fcntl(port_fifo, F_GETFL) & ~O_NONBLOCK);
+    }
 
     QKV_CHECK(pipe(g_signal_pipe) == 0, "serve: cannot create a pipe for signals");
     struct sigaction sa {};
@@ -179,7 +193,15 @@ void run(const ServeArgs& a) {
                  a.model.c_str());
     if (!a.port_file.empty()) {
         try {
-            util::write_file_atomic(a.port_file, std::to_string(port) + "\n");
+            const std::string line = std::to_string(port) + "\n";
+            if (port_fifo >= 0) {
+                const bool ok = ::write(port_fifo, line.data(), line.size()) == ssize_t(line.size());
+                const int err = errno;
+                ::close(port_fifo);
+                QKV_CHECK(ok, "cannot write '", a.port_file, "': ", std::strerror(err));
+            } else {
+                util::write_file_atomic(a.port_file, line);
+            }
         } catch (...) {  // e.g. its folder removed since the check: stop listening, then report
             svr.stop();
             listener.join();

@@ -35,5 +35,19 @@ cp "$T/a/model.safetensors" "$T/model.before"
 run_rc 2 serve --model "$T/a" --port 0 --port-file "$T/a/model.safetensors" --threads 1
 err_has "--port-file" "is the model folder's own model.safetensors"
 cmp -s "$T/model.before" "$T/a/model.safetensors" || fail "--port-file overwrote the model"
+# a FIFO: with no reader it would wait in open() where SIGTERM cannot end it: refused; with a reader
+# it gets the port
+mkfifo "$T/port.fifo"
+run_rc 2 serve --model "$T/a" --port 0 --port-file "$T/port.fifo" --threads 1
+err_has "qkv: error: --port-file '$T/port.fifo' is a FIFO that no process reads: start its reader first"
+exec 7<> "$T/port.fifo"  # a reader (read-write, so opening does not wait)
+"$QKV" serve --model "$T/a" --port 0 --port-file "$T/port.fifo" --threads 1 2> "$T/fifo.err" &
+pid=$!
+read -r -t 60 port <&7 || { cat "$T/fifo.err"; fail "no port from the FIFO"; }
+exec 7<&-
+[ -p "$T/port.fifo" ] || fail "--port-file replaced the FIFO"
+for _ in $(seq 1 600); do grep -q "qkv serve: ready" "$T/fifo.err" && break; sleep 0.1; done
+kill -TERM $pid && wait $pid || fail "serve with a FIFO --port-file: exit $?"
+grep -q "listening on http://127.0.0.1:$port " "$T/fifo.err" || { cat "$T/fifo.err"; fail "the FIFO's port $port is not the one listened on"; }
 /usr/bin/python3 "$(dirname "$0")/serve_check.py" "$QKV" "$T" || fail "serve_check.py"
 echo "test_serve: ok"
