@@ -51,6 +51,14 @@ fs::path check_out_dir(const std::string& out_dir, const std::vector<std::string
     fs::path out_path = fs::absolute(fs::path(out_dir)).lexically_normal();  // "runs/avg/" -> .../runs/avg
     if (out_path.filename().empty()) out_path = out_path.parent_path();
     std::error_code ec;
+    // A link to a folder: the folder it names is filled (the rename would replace the link with a
+    // folder only if it were one); a link to nothing, or to a file, is refused before any work.
+    if (fs::is_symlink(out_path, ec)) {
+        QKV_CHECK(fs::is_directory(out_path, ec), "average: the output folder '", out_dir,
+                  "' is a symbolic link to '", fs::read_symlink(out_path, ec).string(),
+                  "', which is not a folder; give a new folder, or link to an existing one");
+        out_path = fs::canonical(out_path, ec);
+    }
     for (const auto& d : inputs)
         QKV_CHECK(!fs::equivalent(d, out_dir, ec), "average: the output folder '", out_dir, "' is one of the inputs ('",
                   d, "'); give a new folder");

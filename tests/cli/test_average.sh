@@ -25,6 +25,17 @@ cmp -s "$T/s1/model.safetensors" "$T/avg/model.safetensors" && fail "the average
 run_rc 0 average --out "$T/slash/" "$T/s1" "$T/s2"
 cmp -s "$T/avg/model.safetensors" "$T/slash/model.safetensors" || fail "--out DIR/ gave another model"
 
+# An --out that links to an empty folder fills that folder (the link stays); a link to nothing is
+# refused before any work (it failed after averaging with "cannot rename ...: Not a directory").
+mkdir "$T/linked" && ln -s linked "$T/linkout"
+run_rc 0 average --out "$T/linkout" "$T/s1" "$T/s2"
+[ -L "$T/linkout" ] && cmp -s "$T/avg/model.safetensors" "$T/linked/model.safetensors" || fail "--out through a link"
+ln -s "$T/nowhere" "$T/dangling"
+run_rc 1 average --out "$T/dangling" "$T/s1" "$T/s2"
+err_has "average: the output folder '$T/dangling' is a symbolic link to '$T/nowhere', which is not a folder"
+[ -L "$T/dangling" ] && [ ! -e "$T/nowhere" ] || fail "a refused average changed the dangling link"
+[ -z "$(find "$T" -maxdepth 1 -name '*.tmp.*')" ] || fail "temporaries left: $(find "$T" -maxdepth 1 -name '*.tmp.*')"
+
 # The average of a folder with its copy translates exactly as the folder does; the folder given
 # twice, or an output inside an input, is refused.
 run_rc 1 average --out "$T/twice" "$T/s1" "$T/s2" "$T/../$(basename "$T")/s1"
