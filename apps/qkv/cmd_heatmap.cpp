@@ -95,6 +95,14 @@ std::string output_prefix(const std::string& out) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const bool as_dir = out.back() == '/' || fs::is_directory(out, ec);
+    // "-o /dev/stdout" would make /dev/stdout-encoder.png: heatmap writes several files, so a
+    // device, FIFO or socket as the prefix (or the device folders) is refused.
+    const fs::file_status st = fs::status(out, ec);
+    const std::string canon = fs::weakly_canonical(fs::absolute(out, ec), ec).string();
+    if ((fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)) || canon.rfind("/dev/", 0) == 0 ||
+        canon.rfind("/proc/", 0) == 0 || out.rfind("/dev/", 0) == 0 || out.rfind("/proc/", 0) == 0)
+        usage_error("heatmap: --out '" + out + "' is a device or system path, but --out is a file prefix: heatmap "
+                    "writes several files (PREFIX-encoder.png, ...); give a folder or a prefix in one");
     const fs::path prefix = as_dir ? fs::path(out) / "attention" : fs::path(out);
     const fs::path folder = prefix.parent_path();
     if (!folder.empty() && !fs::is_directory(folder, ec))

@@ -145,7 +145,16 @@ run_rc 2 eval --model "$T/run" --no-progress --json "$hyp"
 err_has "qkv: error: --json: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
 [ ! -s "$T/out" ] || { cat "$T/out"; fail "eval decoded before refusing --json"; }
 run_rc 2 heatmap --model "$T/run" --out /proc/qkv-hm-$$ "go ."
-err_has "qkv: error: --out: cannot write '/proc/qkv-hm-$$-encoder.png': cannot create its temporary file"
+err_has "qkv: error: heatmap: --out '/proc/qkv-hm-$$' is a device or system path, but --out is a file prefix"
+# "-o /dev/stdout" made /dev/stdout-encoder.png (as root): a device, FIFO or /dev path is no prefix
+mkfifo "$T/prefix.fifo"
+for o in /dev/stdout "$T/prefix.fifo"; do
+  run_rc 2 heatmap --model "$T/run" --out "$o" "go ."
+  err_has "qkv: error: heatmap: --out '$o' is a device or system path, but --out is a file prefix: heatmap writes several files"
+done
+[ -z "$(ls /dev | grep -- '-encoder\.png$')" ] || fail "heatmap wrote into /dev"
+run_rc 2 heatmap --model "$T/run" --out "$T/nofolder/x" "go ."
+err_has "the folder '$T/nofolder' does not exist"
 [ ! -s "$T/out" ] || { cat "$T/out"; fail "heatmap decoded before refusing --out"; }
 run_rc 0 heatmap --model "$T/run" --out "$T/hm" --format svg "go ."  # a writable prefix: the probe leaves nothing
 [ "$(ls "$T" | grep '^hm')" = "$(printf 'hm-cross.svg\nhm-decoder-self.svg\nhm-encoder.svg')" ] ||
