@@ -123,6 +123,12 @@ void run(const ServeArgs& a) {
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
         if (listen_fd < 0) listen_fd = sock;
     });
+    // After SIGTERM every answer closes its connection: a keep-alive client would otherwise hold
+    // its worker thread for the keep-alive timeout while connections queued behind it wait.
+    std::atomic<bool> closing{false};
+    svr.set_post_routing_handler([&closing](const httplib::Request&, httplib::Response& res) {
+        if (closing) res.set_header("Connection", "close");
+    });
     auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
         apply(service.handle(to_request(req)), res);
     };
@@ -234,6 +240,7 @@ void run(const ServeArgs& a) {
                 std::fprintf(stderr, "qkv serve: %s: finishing the requests in flight, then exiting\n",
                              sig == SIGTERM ? "SIGTERM" : "SIGINT");
             stopping = true;
+            closing  = true;
             service.drain();
             if (sig != 0)
                 stop_accepting();

@@ -359,6 +359,32 @@ for t in threads + more:
 check(len(results) == 10, "SIGTERM with 10 clients and 3 HTTP threads: %d answered" % len(results))
 for i, (st2, d, k) in results.items():
     check(st2 == 200 and d["translatedText"] == want_a[k], "waiting for a worker at SIGTERM %d: %d %r" % (i, st2, d))
+# --- SIGTERM with idle keep-alive clients holding the HTTP threads: answers after SIGTERM close
+# their connection, so the clients queued behind them are answered at once (each idle keep-alive
+# connection held a thread for its 2 s timeout: 20 clients on 2 threads took 18 s)
+srv = Server("drain_keepalive", "--model", a, "--http-threads", "2")
+kept, after = [], {}
+def keep_alive_client(i):
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    c.request("POST", "/translate", body=json.dumps({"q": SENTENCES[i % len(SENTENCES)]}), headers=JSON)
+    r = c.getresponse()
+    r.read()
+    after[i] = (r.status, r.getheader("Connection"), time.time())
+    kept.append(c)  # left open
+threads = [threading.Thread(target=keep_alive_client, args=(i,)) for i in range(12)]
+for t in threads:
+    t.start()
+time.sleep(1.0)  # two answered and idle on the two threads, the others queued
+t0 = time.time()
+srv.stop()
+for t in threads:
+    t.join()
+check(len(after) == 12 and all(st2 == 200 for st2, _, _ in after.values()), "keep-alive clients at SIGTERM: %r" % after)
+late = [conn for st2, conn, at in after.values() if at > t0 + 0.1]
+check(late and all(conn == "close" for conn in late), "answers after SIGTERM keep their connection: %r" % late)
+check(time.time() - t0 < 8, "SIGTERM with 12 keep-alive clients on 2 threads took %.1f s" % (time.time() - t0))
+for c in kept:
+    c.close()
 # --- --compute-type: int8 and bf16 serve what qkv translate --compute-type gives; /health says which
 for ct in ("int8", "bf16"):
     want = translate_cli(a, "--compute-type", ct)
