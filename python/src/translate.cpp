@@ -303,6 +303,13 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
 double duration_seconds(pyb::handle v, const std::string& name) {
     const std::string expected = "seconds (a number), a duration such as '90s', '20m' or '1.5h', or 'none'";
     if (!pyb::isinstance<pyb::str>(v)) {
+        // numpy's bool_ and arrays cast to double too; Python's bool and lists are refused.
+        const bool array_like = pyb::hasattr(v, "dtype") &&
+                                ((pyb::hasattr(v, "ndim") && v.attr("ndim").cast<int>() != 0) ||
+                                 v.attr("dtype").attr("kind").cast<std::string>() == "b");
+        if (array_like)
+            throw pyb::type_error(detail::str("train: ", name, " must be ", expected, "; got ",
+                                              std::string(pyb::str(v.get_type().attr("__name__")))));
         double seconds = 0;
         try {
             seconds = v.cast<double>();  // int, float, numpy scalars

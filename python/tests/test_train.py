@@ -142,15 +142,20 @@ def test_durations_as_the_flags_write_them(tmp_path, fra_txt):
             ("time_budget", -5, ValueError, r"^train: time_budget must be a number of seconds >= 0 \(0: no limit\), "
                                             r"got -5"),
             ("time_budget", "0x10", ValueError, r"cannot read duration '0x10'"),
-            ("val_every", [5], TypeError, r"^train: val_every must be seconds .*; got list")):
+            ("val_every", [5], TypeError, r"^train: val_every must be seconds .*; got list"),
+            ("val_every", np.array([5]), TypeError, r"^train: val_every must be seconds .*; got ndarray"),
+            ("val_every", np.bool_(True), TypeError, r"^train: val_every must be seconds .*; got bool_"),
+            ("time_budget", 1e20, ValueError, r"^train: time_budget over 1e\+08 s \(3 years\) is not allowed"),
+            ("time_budget", "1e20s", ValueError, r"a duration over 1e\+08 s \(3 years\) is not allowed")):
         with pytest.raises(error, match=says):
             qkv.train(tmp_path / "bad", data=str(fra_txt), max_steps=1, quiet=True, **{key: value}, **SMALL_KW)
         assert not (tmp_path / "bad").exists()
     # A number 0 is no limit, as documented; numpy numbers are numbers.
-    qkv.train(tmp_path / "z", data=str(fra_txt), max_steps=1, quiet=True, time_budget=0, val_every=np.int64(60),
+    qkv.train(tmp_path / "z", data=str(fra_txt), max_steps=1, quiet=True, time_budget=-0.0, val_every=np.int64(60),
               **SMALL_KW)
     cfg = json.loads((tmp_path / "z" / "config.json").read_text())
     assert cfg["train"]["time_budget_s"] == 0.0 and cfg["train"]["val_every_s"] == 60.0
+    assert '"time_budget_s": -0.0' not in (tmp_path / "z" / "config.json").read_text()
 
 
 def test_preset_model_and_config_types(tmp_path, fra_txt):

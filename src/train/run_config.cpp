@@ -291,7 +291,7 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
     const auto& tr = c.train;
     check_int(t, "epochs", tr.epochs, 1, 1000000);
     check_int(t, "max_steps", tr.max_steps, 0);
-    check_real(t, "time_budget_s", tr.time_budget_s, 0, kInf);
+    check_real(t, "time_budget_s", tr.time_budget_s, 0, kMaxDurationSeconds);
     check_int(t, "batch_size", tr.batch_size, 1, 100000);
     check_real(t, "lr", tr.lr, 0, 10, /*lo_open=*/true);
     check_real(t, "adam_beta1", tr.adam_beta1, 0, 1, false, /*hi_open=*/true);
@@ -306,7 +306,7 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
               schedule_name(tr.schedule), "' (it warms up over that many steps)");
     check_int(t, "val_batch_size", tr.val_batch_size, 1);
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
-    check_real(t, "val_every_s", tr.val_every_s, 0, kInf);
+    check_real(t, "val_every_s", tr.val_every_s, 0, kMaxDurationSeconds);
     check_int(t, "log_every", c.log_every, 0, 1000000000);
     check_int(t, "keep_checkpoints", c.keep_checkpoints, 0, 1000000);
     check_int(Section{none, ""}, "world_size", c.world_size, 1, 1000000);
@@ -566,6 +566,8 @@ double parse_duration_or_off(const std::string& s) {
     QKV_CHECK(v > 0, "a duration of 0 is not allowed; write 'none' (or 'off') to switch it off");
     QKV_CHECK(v >= kMinDurationSeconds, "a duration under ", kMinDurationSeconds, " s is not allowed, got '", s,
               "' (", v, " s); write 'none' (or 'off') to switch it off");
+    QKV_CHECK(v <= kMaxDurationSeconds, "a duration over ", kMaxDurationSeconds, " s (3 years) is not allowed, got '",
+              s, "'; write 'none' (or 'off') for no limit");
     return v;
 }
 
@@ -574,7 +576,9 @@ double check_duration_seconds(double seconds, const std::string& name) {
               seconds);
     QKV_CHECK(seconds == 0 || seconds >= kMinDurationSeconds, name, " under ", kMinDurationSeconds,
               " s is not allowed, got ", seconds, " s; give 0 or 'none' to switch it off");
-    return seconds;
+    QKV_CHECK(seconds <= kMaxDurationSeconds, name, " over ", kMaxDurationSeconds, " s (3 years) is not allowed, got ",
+              seconds, " s; give 0 or 'none' for no limit");
+    return seconds == 0 ? 0.0 : seconds;  // -0.0 would be written to config.json as -0.0
 }
 
 }  // namespace qkv::train

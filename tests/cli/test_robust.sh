@@ -38,6 +38,7 @@ run_rc 2 train --time-budget 0;   err_has "--time-budget" "none"
 for v in 0x10 " 5" inf nan 1e999 "5 m"; do
   run_rc 2 train --time-budget "$v"; err_has "--time-budget" "cannot read duration '$v'"
 done
+run_rc 2 train --time-budget 1e20; err_has "--time-budget: a duration over 1e+08 s (3 years) is not allowed"
 run_rc 2 train --val-every 0s;    err_has "--val-every" "off"
 run_rc 0 train --help
 grep -qF "'none' (or 'off'): no time" "$T/out" || fail "--help does not document --time-budget none"

@@ -193,7 +193,8 @@ TEST(RunConfig, RangeErrorsNameTheKeyTheValueAndTheRange) {
         {"train", "lr", 0, "a number > 0 and <= 10"},
         {"train", "label_smoothing", 1, "a number >= 0 and < 1"},
         {"train", "adam_eps", 0, "a number > 0"},
-        {"train", "time_budget_s", -1, "a number >= 0"},
+        {"train", "time_budget_s", -1, "a number from 0 to 1e+08"},
+        {"train", "val_every_s", -0.5, "a number from 0 to 1e+08"},
         {"train", "log_every", -1, "an integer from 0 to 1000000000"},
         {"decode", "beam", 0, "an integer from 1 to 100"},
         {"decode", "max_len", 0, "an integer from 1 to 1000"},
@@ -369,7 +370,9 @@ TEST(RunConfig, ParsesDurations) {
     for (const char* s : {"0", "0.5s", "0m"}) EXPECT_THROW(train::parse_duration_or_off(s), Error) << s;
     EXPECT_EQ(train::check_duration_seconds(0, "time_budget"), 0);
     EXPECT_EQ(train::check_duration_seconds(90, "time_budget"), 90);
-    for (const double v : {-1.0, 0.5, std::numeric_limits<double>::infinity(), std::nan("")})
+    EXPECT_EQ(std::signbit(train::check_duration_seconds(-0.0, "time_budget")), false);
+    EXPECT_THROW(train::parse_duration_or_off("1e20s"), Error);
+    for (const double v : {-1.0, 0.5, 2e8, std::numeric_limits<double>::infinity(), std::nan("")})
         EXPECT_THROW(train::check_duration_seconds(v, "time_budget"), Error) << v;
 }
 

@@ -109,15 +109,19 @@ double parse_duration(const std::string& s);
 /// The shortest time budget or validation interval accepted, in seconds: "--val-every 1e-9s"
 /// would validate and write a checkpoint after every step.
 constexpr double kMinDurationSeconds = 1;
+/// The longest one, in seconds (about 3 years): beyond it "none" says what is meant, and 1e20 s
+/// would not print as a time.
+constexpr double kMaxDurationSeconds = 1e8;
 
 /// A time limit or interval as `qkv train` and qkv.train take it: parse_duration's forms, or
 /// "none"/"off" for no limit (returns 0). An explicit 0 is refused with a message naming
 /// "none"/"off" (0 is the internal "no limit", so "0" would mean the opposite of what it says), and
-/// so is a duration under kMinDurationSeconds. Throws qkv::Error.
+/// so is a duration under kMinDurationSeconds or over kMaxDurationSeconds. Throws qkv::Error.
 double parse_duration_or_off(const std::string& s);
 
 /// The same rules for a number of seconds (qkv.train's time_budget=90): 0 is no limit; a negative,
-/// non-finite or under-kMinDurationSeconds value throws qkv::Error naming `name`.
+/// non-finite, under-kMinDurationSeconds or over-kMaxDurationSeconds value throws qkv::Error
+/// naming `name`. -0 is 0.
 double check_duration_seconds(double seconds, const std::string& name);
 
 }  // namespace qkv::train
