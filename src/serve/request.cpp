@@ -118,10 +118,10 @@ std::optional<ApiError> read_int(const json& j, const char* name, int64_t lo, in
     auto it = j.find(name);
     if (it == j.end() || it->is_null()) return std::nullopt;
     // An integer beyond 64 bits reaches here as a float (nlohmann's parser): say it is out of
-    // range, not that an integer was "a decimal number".
+    // range, not that an integer was "a decimal number" (1.5e30 is out of range either way).
     if (it->is_number_float() && std::abs(it->get<double>()) >= 9223372036854775808.0)
         return bad(std::string("\"") + name + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                   "], got a number beyond 64-bit integers");
+                   "], got " + it->dump());  // the shortest text that reads back as the value
     if (!it->is_number_integer())
         return bad(std::string("\"") + name + "\" must be an integer, got " + type_name(*it));
     // Compare in the JSON's own type: a huge unsigned value must not wrap into range.
