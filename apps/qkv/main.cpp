@@ -114,6 +114,15 @@ int main(int argc, char** argv) {
             const size_t at = m.find(": At Most 1 required but received ");
             if (at != std::string::npos) return "qkv: error: " + m.substr(0, at) + " is given more than once: give it once\n";
         }
+        // "qkv --bogus": CLI11 reports only the missing command; the unknown option comes first.
+        if (dynamic_cast<const CLI::RequiredError*>(&e) && a->get_subcommands().empty() && !a->remaining(false).empty())
+        {
+            std::string m = extras_message(a);
+            const std::string tail = "; qkv --help lists the options";
+            if (m.size() > tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0)
+                m.resize(m.size() - tail.size());
+            return "qkv: error: " + m + ", and no command is given; qkv --help lists the options and the commands\n";
+        }
         return "qkv: error: " + CLI::FailureMessage::simple(a, e);
     });
     // The global options: accepted before the subcommand or after it, with the same values and

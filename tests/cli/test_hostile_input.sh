@@ -32,6 +32,8 @@ err_has "info: unexpected argument '--no-param' (unknown option --no-param: did 
 # an unknown option before the command: named once ("qkv: error: qkv: unexpected ..." before)
 run_rc 2 --bogus train
 err_has "qkv: error: unexpected argument '--bogus' (unknown option --bogus); qkv --help lists the options"
+run_rc 2 --bogus
+err_has "qkv: error: unexpected argument '--bogus' (unknown option --bogus), and no command is given; qkv --help lists the options and the commands"
 # ---- 4
 run_rc 0 train "${small[@]}" --max-steps 2 --out "$T/m"
 run_rc 0 info "$T/m" --no-params
