@@ -33,14 +33,19 @@ struct EvalArgs {
 };
 
 /// --hyp-out and --json must not name one file (the second write would replace the first) nor a
-/// file of the model folder itself (check_not_model_file). One character device (/dev/null, a
-/// terminal) may take both: it is written through, not replaced.
+/// file of the model folder itself (check_not_model_file). Standard output or a character device
+/// (/dev/null, a terminal) may take both: it is written through, not replaced.
 void check_outputs_apart(const EvalArgs& a) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
-    if (!a.hyp_out.empty() && !a.json_out.empty() && canon(a.hyp_out) == canon(a.json_out) &&
-        !fs::is_character_file(a.json_out, ec))
+    bool streams = false;  // both to standard output, or one terminal or /dev/null: appended, not replaced
+    try {
+        streams = !a.hyp_out.empty() && !a.json_out.empty() && util::is_stream_output(a.hyp_out) &&
+                  util::is_stream_output(a.json_out);
+    } catch (const Error&) {  // reported with the flag's name by check_output_file
+    }
+    if (!a.hyp_out.empty() && !a.json_out.empty() && canon(a.hyp_out) == canon(a.json_out) && !streams)
         usage_error("--hyp-out and --json name the same file '" + a.json_out + "': give two names");
     check_not_model_file("--hyp-out", a.hyp_out, a.model);
     check_not_model_file("--json", a.json_out, a.model);

@@ -140,6 +140,13 @@ bool is_live_process_suffix(const std::string& name, size_t digits_at) {
 }
 }  // namespace
 
+bool is_stream_output(const std::string& path) {
+    const OutputTarget out = output_target(path);
+    if (out.kind == OutputTarget::kDescriptor) return true;
+    struct stat st {};
+    return out.kind == OutputTarget::kInPlace && ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
 std::vector<std::string> stale_temp_paths(const std::string& path) {
     namespace fs = std::filesystem;
     const OutputTarget out = output_target(path);

@@ -54,6 +54,10 @@ fi
 "$QKV" eval --model "$T/run" --no-progress --json /dev/stdout > "$T/stdout.txt" || fail "eval --json /dev/stdout"
 grep -q "corpus BLEU-4" "$T/stdout.txt" && grep -q '"bleu4"' "$T/stdout.txt" || fail "--json /dev/stdout"
 [ "$(tail -c 2 "$T/stdout.txt" | head -c 1)" = "}" ] || fail "the JSON is not after the report on stdout"
+# both outputs to standard output (a file here): appended one after the other, not "the same file"
+"$QKV" eval --model "$T/run" --no-progress --hyp-out /dev/stdout --json /dev/stdout > "$T/both.txt" \
+  || fail "eval --hyp-out /dev/stdout --json /dev/stdout"
+grep -q '"bleu4"' "$T/both.txt" && grep -q "corpus BLEU-4" "$T/both.txt" || fail "--hyp-out and --json to stdout"
 
 "$QKV" info "$T/run" | grep -q "decoder.dense.weight" || fail "qkv info"
 "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > /dev/null || fail "qkv heatmap"

@@ -264,6 +264,10 @@ TEST(AtomicFile, EverySpellingOfAnOpenDescriptorWritesThroughIt) {
     EXPECT_EQ(text.rfind("important log\n[", 0), 0u) << text;
     EXPECT_NE(text.find("/proc/thread-self/fd/" + n + "]"), std::string::npos) << text;
     EXPECT_EQ(count_files(dir.path()), 3);  // no temporaries
+    // Streams may take two outputs; files and FIFOs may not.
+    EXPECT_TRUE(is_stream_output(dir / "chain") && is_stream_output("/dev/stdout") && is_stream_output("/dev/null"));
+    ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+    EXPECT_FALSE(is_stream_output(log) || is_stream_output(dir / "fifo") || is_stream_output(dir / "new.json"));
 }
 
 TEST(AtomicFile, AReplacedFileKeepsItsPermissionsAndAReadOnlyOneIsRefused) {

@@ -45,6 +45,13 @@ void write_file_atomic(const std::string& path, const std::function<void(FileSin
 /// for its reader), or that the descriptor is open for writing.
 void check_can_write(const std::string& path);
 
+/// Whether write_file_atomic(path, ...) appends to a stream rather than writing a file: an open
+/// descriptor by any spelling (/dev/stdout, a link to it) or a character device (/dev/null, a
+/// terminal). Two outputs may share such a target; writing one file twice would lose the first.
+/// A FIFO is not one (each write waits for its own reader). Throws as write_file_atomic would for
+/// an empty path or a symlink loop.
+bool is_stream_output(const std::string& path);
+
 /// The temporary file write_file_atomic(path, ...) fills before the rename: path + ".tmp.<pid>".
 std::string atomic_temp_path(const std::string& path);
 
