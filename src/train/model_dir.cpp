@@ -252,6 +252,18 @@ void check_lists_pieces(const std::string& dir, const char* file, const std::str
                   pieces.idx_to_token(i), "' (the vocabulary must list the SentencePiece model's pieces)");
 }
 
+}  // namespace
+
+void check_vocabs_list_pieces(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
+                              const data::Vocab& tgt_vocab, const SubwordModels& subwords) {
+    if (!subwords.active()) return;
+    const auto [f_src, f_tgt] = subword_files(cfg.data);
+    check_lists_pieces(dir, "src_vocab.txt", f_src, src_vocab, *subwords.src);
+    check_lists_pieces(dir, "tgt_vocab.txt", f_tgt, tgt_vocab, *subwords.tgt);
+}
+
+namespace {
+
 /// The tensor shapes of a safetensors file from its header alone; empty when the header cannot
 /// be read (load_model then reports the damage).
 std::map<std::string, Shape> safetensors_shapes(const std::string& path) {
@@ -294,11 +306,8 @@ ModelDir load_model_dir(const std::string& dir) {
     QKV_CHECK(m.tgt_vocab.size() == mc.tgt_vocab_size, in_dir(dir, "tgt_vocab.txt"), " has ", m.tgt_vocab.size(),
               " tokens, but ", cfg_file, " says model.tgt_vocab_size ", mc.tgt_vocab_size);
     m.subwords = load_model_dir_subwords(dir, m.config);  // config.json against the spm files present
-    if (m.subwords.active()) {
-        const auto [f_src, f_tgt] = subword_files(m.config.data);
-        check_lists_pieces(dir, "src_vocab.txt", f_src, m.src_vocab, *m.subwords.src);
-        check_lists_pieces(dir, "tgt_vocab.txt", f_tgt, m.tgt_vocab, *m.subwords.tgt);
-    } else {
+    check_vocabs_list_pieces(dir, m.config, m.src_vocab, m.tgt_vocab, m.subwords);
+    if (!m.subwords.active()) {
         check_not_pieces(dir, "src_vocab.txt", m.src_vocab);
         check_not_pieces(dir, "tgt_vocab.txt", m.tgt_vocab);
         const bool d2l_en = m.config.data.pipeline == DataPipeline::d2l_en;

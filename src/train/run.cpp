@@ -169,7 +169,25 @@ private:
 /// Reads the data (resume: checks it against the folder) and fills the configuration from it.
 std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt) {
     SubwordModels saved_subwords;
-    if (opt.resume) saved_subwords = load_model_dir_subwords(opt.out_dir, cfg);
+    std::pair<data::Vocab, data::Vocab> saved;
+    if (opt.resume) {
+        // The folder's own files must agree before the data is compared with them: an edited
+        // vocabulary or a replaced SentencePiece model is named, not blamed on the data.
+        saved_subwords = load_model_dir_subwords(opt.out_dir, cfg);
+        saved          = load_model_dir_vocabs(opt.out_dir);
+        for (const char* f : {"checkpoint.safetensors", "model.safetensors"}) {  // the vocabularies vs the weights
+            const std::string weights = (fs::path(opt.out_dir) / f).string();
+            if (!fs::exists(weights)) continue;
+            const auto meta =
+                read_checkpoint_metadata(weights, f == std::string("model.safetensors") ? "model file" : "checkpoint");
+            check_vocab_fingerprint(meta, kSrcVocabKey, saved.first, (fs::path(opt.out_dir) / "src_vocab.txt").string(),
+                                    weights);
+            check_vocab_fingerprint(meta, kTgtVocabKey, saved.second, (fs::path(opt.out_dir) / "tgt_vocab.txt").string(),
+                                    weights);
+            break;
+        }
+        check_vocabs_list_pieces(opt.out_dir, cfg, saved.first, saved.second, saved_subwords);  // vs the spm files
+    }
     auto d = std::make_shared<TranslationData>(load_translation_data(cfg.data, saved_subwords));
     // Absolute paths: eval may run in another folder.
     if (cfg.data.src_file.empty()) {
@@ -190,20 +208,6 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
             std::fprintf(opt.log, "note: %s/config.json records no data fingerprint (an older qkv); the data "
                                   "file is checked against the vocabularies only (the fingerprint is recorded now)\n",
                          opt.out_dir.c_str());
-        auto saved = load_model_dir_vocabs(opt.out_dir);
-        // The folder's own vocabulary files against those its weights were trained with first: an
-        // edited line is the file's fault, not the data's, and the message should say which file.
-        for (const char* f : {"checkpoint.safetensors", "model.safetensors"}) {
-            const std::string weights = (fs::path(opt.out_dir) / f).string();
-            if (!fs::exists(weights)) continue;
-            const auto meta = read_checkpoint_metadata(weights, f == std::string("model.safetensors") ? "model file"
-                                                                                                     : "checkpoint");
-            check_vocab_fingerprint(meta, kSrcVocabKey, saved.first, (fs::path(opt.out_dir) / "src_vocab.txt").string(),
-                                    weights);
-            check_vocab_fingerprint(meta, kTgtVocabKey, saved.second, (fs::path(opt.out_dir) / "tgt_vocab.txt").string(),
-                                    weights);
-            break;
-        }
         QKV_CHECK(saved.first == d->src_vocab && saved.second == d->tgt_vocab,
                   "--resume: the data gives other vocabularies than the ones saved in '", opt.out_dir,
                   "' (different data file or filters)");

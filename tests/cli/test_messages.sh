@@ -130,6 +130,12 @@ sums=$(md5sum "$T/swap/checkpoint.safetensors" "$T/swap/model.safetensors")
 run_rc 1 train --resume --out "$T/swap" --data "$T/fra.txt" --max-steps 3 --no-progress
 err_has "qkv: error: $T/swap/tgt_vocab.txt is not the vocabulary $T/swap/checkpoint.safetensors was trained with"
 [ "$sums" = "$(md5sum "$T/swap/checkpoint.safetensors" "$T/swap/model.safetensors")" ] || fail "a refused --resume changed the weights"
+# a SentencePiece model replaced by another run's (here: the target one as the source one) is named too
+run_rc 0 train --data "$T/fra.txt" --preset demo --max-steps 2 --out "$T/spm" --subword bpe --vocab-size 40 "${small[@]}"
+[ -f "$T/spm/spm_src.model" ] && [ -f "$T/spm/spm_tgt.model" ] || fail "a --subword bpe run has no spm_src/tgt.model"
+cp "$T/spm/spm_tgt.model" "$T/spm/spm_src.model"
+run_rc 1 train --resume --out "$T/spm" --data "$T/fra.txt" --max-steps 3 --no-progress
+err_has "qkv: error: $T/spm/src_vocab.txt" "$T/spm/spm_src.model" "(the vocabulary must list the SentencePiece model's pieces)"
 cp -r "$T/run" "$T/bytes"
 sed -i "7s/.*/$(printf '\xff\xfe')/" "$T/bytes/src_vocab.txt"
 run_rc 1 translate --model "$T/bytes" "go ."

@@ -46,6 +46,12 @@ std::pair<std::string, std::string> subword_files(const DataConfig& d);
 /// missing), or a file is corrupt or truncated ("DIR/spm.model is corrupt or truncated
 /// (SentencePiece: ...)", data::SubwordModel::load).
 SubwordModels load_model_dir_subwords(const std::string& dir, const RunConfig& cfg);
+/// A subword folder's vocabulary files against its SentencePiece model(s) (the same pieces in the
+/// same order); nothing for a word model (`subwords` inactive). Throws qkv::Error naming both files
+/// and the first token that differs ("DIR/src_vocab.txt: token 9 is 'x', but piece 9 of
+/// DIR/spm_src.model is 'y'"): a model file or vocabulary replaced or edited.
+void check_vocabs_list_pieces(const std::string& dir, const RunConfig& cfg, const data::Vocab& src_vocab,
+                              const data::Vocab& tgt_vocab, const SubwordModels& subwords);
 
 /// "" unless `dir` holds DIR/.qkv-replaced, where `qkv train --overwrite` keeps the earlier run's
 /// files until its first checkpoint: then a sentence for error messages saying that the earlier
