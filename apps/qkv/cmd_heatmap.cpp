@@ -16,6 +16,7 @@
 #include "qkv/decode/greedy.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/translation_data.h"
+#include "qkv/util/atomic_file.h"
 #include "qkv/util/plot.h"
 
 namespace qkv::cli {
@@ -96,13 +97,16 @@ std::string output_prefix(const std::string& out) {
     std::error_code ec;
     const bool as_dir = out.back() == '/' || fs::is_directory(out, ec);
     // "-o /dev/stdout" would make /dev/stdout-encoder.png: heatmap writes several files, so a
-    // device, FIFO or socket as the prefix (or the device folders) is refused.
+    // device, FIFO, socket or open descriptor as the prefix is refused.
     const fs::file_status st = fs::status(out, ec);
-    const std::string canon = fs::weakly_canonical(fs::absolute(out, ec), ec).string();
-    if ((fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)) || canon.rfind("/dev/", 0) == 0 ||
-        canon.rfind("/proc/", 0) == 0 || out.rfind("/dev/", 0) == 0 || out.rfind("/proc/", 0) == 0)
-        usage_error("heatmap: --out '" + out + "' is a device or system path, but --out is a file prefix: heatmap "
-                    "writes several files (PREFIX-encoder.png, ...); give a folder or a prefix in one");
+    bool stream = false;
+    try {
+        stream = util::is_stream_output(out);
+    } catch (const Error&) {  // a symlink loop: reported by the write check below
+    }
+    if (stream || (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)))
+        usage_error("heatmap: --out '" + out + "' is a device, FIFO or standard output, but --out is a file prefix: "
+                    "heatmap writes several files (PREFIX-encoder.png, ...); give a folder or a prefix in one");
     const fs::path prefix = as_dir ? fs::path(out) / "attention" : fs::path(out);
     const fs::path folder = prefix.parent_path();
     if (!folder.empty() && !fs::is_directory(folder, ec))

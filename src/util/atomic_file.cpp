@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include "qkv/core/error.h"
 
@@ -82,6 +83,15 @@ int descriptor_of(const std::string& path) {
     if (path == "/dev/stdout") return 1;
     if (path == "/dev/stderr") return 2;
     const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+    // /proc/<this pid>/task/<tid>/fd/N (what /proc/thread-self/fd/N resolves to): one table per process.
+    const std::string task = "/proc/" + std::to_string(::getpid()) + "/task/";
+    if (path.compare(0, task.size(), task) == 0) {
+        const size_t fd_at = path.find("/fd/", task.size());
+        if (fd_at != std::string::npos &&
+            std::all_of(path.begin() + std::ptrdiff_t(task.size()), path.begin() + std::ptrdiff_t(fd_at),
+                        [](char c) { return c >= '0' && c <= '9'; }))
+            return descriptor_of("/proc/self" + path.substr(fd_at));
+    }
     for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
                                       std::string("/proc/thread-self/fd/"), own}) {
         const size_t n = prefix.size();
@@ -92,12 +102,31 @@ int descriptor_of(const std::string& path) {
     return -1;
 }
 
-/// /proc/<pid>/fd/N (or /proc/<pid>/task/<tid>/fd/N) of any process: a descriptor, not a file.
+/// /proc/<pid>/fd/N or /proc/<pid>/task/<tid>/fd/N of any process (pid also "self",
+/// "thread-self"): a descriptor, not a file.
 bool is_proc_descriptor(const std::string& path) {
-    if (path.rfind("/proc/", 0) != 0) return false;
-    const size_t fd_at = path.rfind("/fd/");
-    return fd_at != std::string::npos && fd_at + 4 < path.size() &&
-           std::all_of(path.begin() + std::ptrdiff_t(fd_at + 4), path.end(), [](char c) { return c >= '0' && c <= '9'; });
+    std::vector<std::string> parts;
+    for (const auto& c : std::filesystem::path(path)) parts.push_back(c.string());
+    const auto digits = [](const std::string& t) {
+        return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    const auto pid = [&](const std::string& t) { return digits(t) || t == "self" || t == "thread-self"; };
+    if (parts.size() == 5 && parts[0] == "/" && parts[1] == "proc" && pid(parts[2]) && parts[3] == "fd")
+        return digits(parts[4]);
+    return parts.size() == 7 && parts[0] == "/" && parts[1] == "proc" && pid(parts[2]) && parts[3] == "task" &&
+           digits(parts[4]) && parts[5] == "fd" && digits(parts[6]);
+}
+
+/// `p` with its folder made absolute and its symlinks resolved (the last component kept):
+/// "1" run from /proc/self/fd, "lnk/1" with lnk -> /proc/self/fd and "/dev/fd/1" all become
+/// /proc/<pid>/fd/1.
+std::string resolved_folder(const std::string& p) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path abs = fs::absolute(fs::path(p), ec).lexically_normal();
+    if (ec || !abs.has_filename()) return abs.string();
+    const fs::path dir = fs::weakly_canonical(abs.parent_path(), ec);
+    return ec ? abs.string() : (dir / abs.filename()).string();
 }
 
 OutputTarget output_target(const std::string& path) {
@@ -108,8 +137,10 @@ OutputTarget output_target(const std::string& path) {
     // replace the file the shell redirected stdout to.
     std::string p = path;
     for (int hops = 0;; ++hops) {
-        const std::string norm = std::filesystem::path(p).lexically_normal().string();
+        const std::string norm = resolved_folder(p);
         if (const int fd = descriptor_of(norm); fd >= 0) return {OutputTarget::kDescriptor, path, fd};
+        if (const int fd = descriptor_of(std::filesystem::path(p).lexically_normal().string()); fd >= 0)
+            return {OutputTarget::kDescriptor, path, fd};  // /dev/stdout itself (a link to /proc/self/fd/1)
         if (is_proc_descriptor(norm)) return {OutputTarget::kInPlace, path, -1};  // another process's: never renamed over
         struct stat lst {};
         if (::lstat(p.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
@@ -198,10 +229,11 @@ void check_replaceable(const std::string& path, const std::string& target) {
 void keep_mode_and_owner(int fd, const std::string& target) {
     struct stat st {};
     if (::stat(target.c_str(), &st) != 0) return;
-    ::fchmod(fd, st.st_mode & 07777);
+    // Owner first: fchown clears the set-user-ID bit that fchmod then restores.
     if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) && ::fchown(fd, st.st_uid, st.st_gid) != 0) {
         // EPERM unless root: the new file stays ours, as a copy would
     }
+    ::fchmod(fd, st.st_mode & 07777);
 }
 
 /// Whether descriptor `fd` is open for writing.

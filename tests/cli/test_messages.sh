@@ -151,12 +151,12 @@ run_rc 2 eval --model "$T/run" --no-progress --json "$hyp"
 err_has "qkv: error: --json: cannot write '$hyp': cannot create its temporary file '$hyp.tmp."
 [ ! -s "$T/out" ] || { cat "$T/out"; fail "eval decoded before refusing --json"; }
 run_rc 2 heatmap --model "$T/run" --out /proc/qkv-hm-$$ "go ."
-err_has "qkv: error: heatmap: --out '/proc/qkv-hm-$$' is a device or system path, but --out is a file prefix"
-# "-o /dev/stdout" made /dev/stdout-encoder.png (as root): a device, FIFO or /dev path is no prefix
+err_has "qkv: error: --out: cannot write '/proc/qkv-hm-$$-encoder.png': cannot create its temporary file"
+# "-o /dev/stdout" made /dev/stdout-encoder.png (as root): a device, FIFO or descriptor is no prefix
 mkfifo "$T/prefix.fifo"
-for o in /dev/stdout "$T/prefix.fifo"; do
+for o in /dev/stdout /dev/fd/1 "$T/prefix.fifo"; do
   run_rc 2 heatmap --model "$T/run" --out "$o" "go ."
-  err_has "qkv: error: heatmap: --out '$o' is a device or system path, but --out is a file prefix: heatmap writes several files"
+  err_has "qkv: error: heatmap: --out '$o' is a device, FIFO or standard output, but --out is a file prefix: heatmap writes several files"
 done
 [ -z "$(ls /dev | grep -- '-encoder\.png$')" ] || fail "heatmap wrote into /dev"
 run_rc 2 heatmap --model "$T/run" --out "$T/nofolder/x" "go ."

@@ -253,9 +253,15 @@ TEST(AtomicFile, EverySpellingOfAnOpenDescriptorWritesThroughIt) {
     const std::string n = std::to_string(fd), pid = std::to_string(::getpid());
     std::filesystem::create_symlink("/dev/fd/" + n, dir / "mystdout");
     std::filesystem::create_symlink(dir / "mystdout", dir / "chain");
+    // A link to the folder of descriptors, and a path relative to it (cd /proc/self/fd; --json 1).
+    std::filesystem::create_symlink("/proc/self/fd", dir / "fds");
     for (const std::string& spelling : {dir / "mystdout", dir / "chain", "/dev//fd/" + n, "/dev/fd/./" + n,
-                                        "/proc/" + pid + "/fd/" + n, "/proc/thread-self/fd/" + n})
+                                        "/proc/" + pid + "/fd/" + n, "/proc/thread-self/fd/" + n, dir / ("fds/" + n)})
         write_file_atomic(spelling, "[" + spelling + "]\n");
+    const std::filesystem::path cwd = std::filesystem::current_path();
+    std::filesystem::current_path("/proc/self/fd");
+    write_file_atomic(n, "[relative]\n");
+    std::filesystem::current_path(cwd);
     ::close(fd);
     struct stat after {};
     ASSERT_EQ(::stat(log.c_str(), &after), 0);
@@ -263,7 +269,13 @@ TEST(AtomicFile, EverySpellingOfAnOpenDescriptorWritesThroughIt) {
     const std::string text = read_file(log);
     EXPECT_EQ(text.rfind("important log\n[", 0), 0u) << text;
     EXPECT_NE(text.find("/proc/thread-self/fd/" + n + "]"), std::string::npos) << text;
-    EXPECT_EQ(count_files(dir.path()), 3);  // no temporaries
+    EXPECT_NE(text.find("[relative]"), std::string::npos) << text;
+    EXPECT_EQ(count_files(dir.path()), 4);  // no temporaries
+    // A regular file whose path only looks like a descriptor's is replaced, not appended to.
+    std::filesystem::create_directory(dir / "fd");
+    write_file_atomic(dir / "fd/3", "OLD\n");
+    write_file_atomic("/proc/self/root" + (dir / "fd/3"), "NEW\n");
+    EXPECT_EQ(read_file(dir / "fd/3"), "NEW\n");
     // Streams may take two outputs; files and FIFOs may not.
     EXPECT_TRUE(is_stream_output(dir / "chain") && is_stream_output("/dev/stdout") && is_stream_output("/dev/null"));
     ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
