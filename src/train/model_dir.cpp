@@ -353,8 +353,7 @@ ModelDir load_model_dir(const std::string& dir) {
                              "is not checked against it\n", weights.c_str());
     // The vocabularies against those the weights were trained with: an edited or damaged line
     // still loads, but maps ids to other words (garbage translations, no error).
-    check_vocab_fingerprint(meta, kSrcVocabKey, m.src_vocab, in_dir(dir, "src_vocab.txt"), weights);
-    check_vocab_fingerprint(meta, kTgtVocabKey, m.tgt_vocab, in_dir(dir, "tgt_vocab.txt"), weights);
+    check_vocab_fingerprints(meta, dir, m.src_vocab, m.tgt_vocab, weights);
     load_model(weights, *m.model);
     m.model->eval();
     return m;
@@ -698,6 +697,12 @@ std::string vocab_fingerprint(const data::Vocab& v) {
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
     return buf;
+}
+
+void check_vocab_fingerprints(const std::map<std::string, std::string>& meta, const std::string& dir,
+                              const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const std::string& weights) {
+    check_vocab_fingerprint(meta, kSrcVocabKey, src_vocab, in_dir(dir, "src_vocab.txt"), weights);
+    check_vocab_fingerprint(meta, kTgtVocabKey, tgt_vocab, in_dir(dir, "tgt_vocab.txt"), weights);
 }
 
 void check_vocab_fingerprint(const std::map<std::string, std::string>& meta, const char* key,

@@ -180,10 +180,7 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
             if (!fs::exists(weights)) continue;
             const auto meta =
                 read_checkpoint_metadata(weights, f == std::string("model.safetensors") ? "model file" : "checkpoint");
-            check_vocab_fingerprint(meta, kSrcVocabKey, saved.first, (fs::path(opt.out_dir) / "src_vocab.txt").string(),
-                                    weights);
-            check_vocab_fingerprint(meta, kTgtVocabKey, saved.second, (fs::path(opt.out_dir) / "tgt_vocab.txt").string(),
-                                    weights);
+            check_vocab_fingerprints(meta, opt.out_dir, saved.first, saved.second, weights);
             break;
         }
         check_vocabs_list_pieces(opt.out_dir, cfg, saved.first, saved.second, saved_subwords);  // vs the spm files

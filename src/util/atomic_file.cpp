@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 #include <vector>
 
 #include "qkv/core/error.h"
@@ -65,6 +66,10 @@ std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + 
 
 namespace {
 
+bool all_digits(std::string_view t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 /// Where a write of `path` goes. A regular file (or none yet) is replaced atomically; a symlink is
 /// followed so the link stays and its target gets the new content; a character device, FIFO or
 /// socket (/dev/null, a named pipe) and the already-open descriptors named /dev/stdout, /dev/stderr,
@@ -87,16 +92,13 @@ int descriptor_of(const std::string& path) {
     const std::string task = "/proc/" + std::to_string(::getpid()) + "/task/";
     if (path.compare(0, task.size(), task) == 0) {
         const size_t fd_at = path.find("/fd/", task.size());
-        if (fd_at != std::string::npos &&
-            std::all_of(path.begin() + std::ptrdiff_t(task.size()), path.begin() + std::ptrdiff_t(fd_at),
-                        [](char c) { return c >= '0' && c <= '9'; }))
+        if (fd_at != std::string::npos && all_digits(std::string_view(path).substr(task.size(), fd_at - task.size())))
             return descriptor_of("/proc/self" + path.substr(fd_at));
     }
     for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
                                       std::string("/proc/thread-self/fd/"), own}) {
         const size_t n = prefix.size();
-        if (path.size() > n && path.size() <= n + 6 && path.compare(0, n, prefix) == 0 &&
-            std::all_of(path.begin() + std::ptrdiff_t(n), path.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        if (path.size() <= n + 6 && path.compare(0, n, prefix) == 0 && all_digits(std::string_view(path).substr(n)))
             return std::atoi(path.c_str() + n);
     }
     return -1;
@@ -107,14 +109,11 @@ int descriptor_of(const std::string& path) {
 bool is_proc_descriptor(const std::string& path) {
     std::vector<std::string> parts;
     for (const auto& c : std::filesystem::path(path)) parts.push_back(c.string());
-    const auto digits = [](const std::string& t) {
-        return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    const auto pid = [&](const std::string& t) { return digits(t) || t == "self" || t == "thread-self"; };
+    const auto pid = [](const std::string& t) { return all_digits(t) || t == "self" || t == "thread-self"; };
     if (parts.size() == 5 && parts[0] == "/" && parts[1] == "proc" && pid(parts[2]) && parts[3] == "fd")
-        return digits(parts[4]);
+        return all_digits(parts[4]);
     return parts.size() == 7 && parts[0] == "/" && parts[1] == "proc" && pid(parts[2]) && parts[3] == "task" &&
-           digits(parts[4]) && parts[5] == "fd" && digits(parts[6]);
+           all_digits(parts[4]) && parts[5] == "fd" && all_digits(parts[6]);
 }
 
 /// `p` with its folder made absolute and its symlinks resolved (the last component kept):
@@ -139,8 +138,6 @@ OutputTarget output_target(const std::string& path) {
     for (int hops = 0;; ++hops) {
         const std::string norm = resolved_folder(p);
         if (const int fd = descriptor_of(norm); fd >= 0) return {OutputTarget::kDescriptor, path, fd};
-        if (const int fd = descriptor_of(std::filesystem::path(p).lexically_normal().string()); fd >= 0)
-            return {OutputTarget::kDescriptor, path, fd};  // /dev/stdout itself (a link to /proc/self/fd/1)
         if (is_proc_descriptor(norm)) return {OutputTarget::kInPlace, path, -1};  // another process's: never renamed over
         struct stat lst {};
         if (::lstat(p.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
@@ -158,9 +155,6 @@ OutputTarget output_target(const std::string& path) {
     return {OutputTarget::kReplace, p, -1};
 }
 
-}  // namespace
-
-namespace {
 /// Whether the digits of `name` from `digits_at` on (a ".tmp.<pid>" suffix) are the pid of a live
 /// process other than this one: its temporary is still being written and must be left alone.
 bool is_live_process_suffix(const std::string& name, size_t digits_at) {
@@ -169,6 +163,7 @@ bool is_live_process_suffix(const std::string& name, size_t digits_at) {
     if (pid <= 0 || pid == long(::getpid())) return false;  // ours: a leftover of an earlier process with our pid
     return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
 }
+
 }  // namespace
 
 bool is_stream_output(const std::string& path) {
@@ -190,9 +185,7 @@ std::vector<std::string> stale_temp_paths(const std::string& path) {
     std::error_code ec;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-            std::all_of(name.begin() + std::ptrdiff_t(prefix.size()), name.end(),
-                        [](char c) { return c >= '0' && c <= '9'; }) &&
+        if (name.compare(0, prefix.size(), prefix) == 0 && all_digits(std::string_view(name).substr(prefix.size())) &&
             !is_live_process_suffix(name, prefix.size()))
             stale.push_back((dir / name).string());
     }
@@ -236,10 +229,18 @@ void keep_mode_and_owner(int fd, const std::string& target) {
     ::fchmod(fd, st.st_mode & 07777);
 }
 
-/// Whether descriptor `fd` is open for writing.
-bool writable_descriptor(int fd) {
+/// Throws unless descriptor `fd` is open for writing.
+void check_writable_descriptor(int fd, const std::string& path) {
     const int fl = ::fcntl(fd, F_GETFL);
-    return fl >= 0 && (fl & O_ACCMODE) != O_RDONLY;
+    QKV_CHECK(fl >= 0 && (fl & O_ACCMODE) != O_RDONLY, "cannot write '", path, "': descriptor ", fd,
+              " is not open for writing");
+}
+
+/// What the program printed so far goes first when a write shares its stream (stdout, a terminal).
+void flush_program_streams() {
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
 }
 
 /// A device or FIFO: opened for writing as it is (no O_CREAT; a FIFO waits for its reader, as a
@@ -249,9 +250,7 @@ void write_in_place(const std::string& path, const std::function<void(FileSink&)
     // appended to, never truncated. Devices and FIFOs ignore both flags.
     struct stat st {};
     const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
+    flush_program_streams();
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     QKV_CHECK(fd >= 0, "cannot write '", path, "': ", errno_text(errno));
     try {
@@ -267,10 +266,8 @@ void write_in_place(const std::string& path, const std::function<void(FileSink&)
 /// An already-open descriptor (/dev/stdout): the C and C++ streams are flushed first so the bytes
 /// come after what the program printed there; the descriptor stays open.
 void write_to_descriptor(int fd, const std::string& path, const std::function<void(FileSink&)>& fill) {
-    QKV_CHECK(writable_descriptor(fd), "cannot write '", path, "': descriptor ", fd, " is not open for writing");
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
+    check_writable_descriptor(fd, path);
+    flush_program_streams();
     FdSink sink(fd, path, "writing it");
     fill(sink);
 }
@@ -280,8 +277,7 @@ void check_can_write(const std::string& path) {
     const OutputTarget out = output_target(path);
     switch (out.kind) {
     case OutputTarget::kDescriptor:
-        QKV_CHECK(writable_descriptor(out.fd), "cannot write '", path, "': descriptor ", out.fd,
-                  " is not open for writing");
+        check_writable_descriptor(out.fd, path);
         return;
     case OutputTarget::kInPlace:  // opening a FIFO here would wait for its reader
         QKV_CHECK(::access(path.c_str(), W_OK) == 0, "cannot write '", path, "': ", errno_text(errno));

@@ -121,6 +121,9 @@ std::string vocab_fingerprint(const data::Vocab& v);
 /// `vocab_file`) does not have; nothing when it records none (a folder of an older qkv).
 void check_vocab_fingerprint(const std::map<std::string, std::string>& meta, const char* key,
                              const data::Vocab& vocab, const std::string& vocab_file, const std::string& weights);
+/// The same for a translation folder's two files, DIR/src_vocab.txt and DIR/tgt_vocab.txt.
+void check_vocab_fingerprints(const std::map<std::string, std::string>& meta, const std::string& dir,
+                              const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const std::string& weights);
 /// One line for logs: architecture, parameter count and sizes.
 std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& model);
 
