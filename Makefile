@@ -73,7 +73,7 @@ demo: build
 bench: build
 	@ls $(BUILD)/bench
 
-# Python package (README "Python"): builds the module _qkv and installs `qkv` into the site directory of
+# Python package (docs/python.md): builds the module _qkv and installs `qkv` into the site directory of
 # /usr/bin/python3 (/usr/local/lib/python3.11/dist-packages on Debian 12), so `python3 -c "import qkv"` works.
 .PHONY: python
 python: configure

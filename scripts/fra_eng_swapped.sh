@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes French<TAB>English (fra-eng's columns swapped, gzip) to OUT, for training French→English
-# from a TSV corpus (README "Training on your own corpus", bench/RESULTS.md). The data: Tatoeba
+# from a TSV corpus (docs/training.md "Training on your own corpus", bench/RESULTS.md). The data: Tatoeba
 # sentence pairs from www.manythings.org/anki (tatoeba.org), CC BY 2.0; never commit the output.
 # Usage: scripts/fra_eng_swapped.sh OUT.tsv.gz [fra-eng.zip]   (default: $QKV_DATA, then ../shared/data/fra-eng.zip)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpirun -np N qkv train` (data-parallel training, README "Training on several processes"), on the
+# `mpirun -np N qkv train` (data-parallel training, docs/distributed.md), on the
 # six-pair corpus written here, 2 ranks oversubscribed on this machine:
 #  1. 2 ranks give the 1-process run's per-step losses (1e-5 relative) and parameters (1e-4) after
 #     20 steps, with the gradients reduced during backward and after it (bitwise equal); the header

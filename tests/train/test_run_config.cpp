@@ -66,7 +66,7 @@ TEST(RunConfig, PresetsMatchTheirSpecification) {
     EXPECT_EQ(anchor.data.subword, data::SubwordKind::none);
     EXPECT_FALSE(anchor.model.tie_weights);
     EXPECT_FALSE(train::preset_config("full", train::ModelKind::bahdanau).model.tie_weights);
-    // demo: the small, fast configuration tuned for the 210 s budget on 2 cores (README presets table)
+    // demo: the small, fast configuration tuned for the 210 s budget on 2 cores (docs/training.md, presets)
     const auto demo = train::preset_config("demo");
     EXPECT_DOUBLE_EQ(demo.train.time_budget_s, 210);
     EXPECT_EQ(demo.model.num_hiddens, 128);
