@@ -19,7 +19,7 @@ namespace qkv::kernels::cpu::QKV_FLASH_NS {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Backward. Per (b, h) a HeadCtx packs Q^T and dO^T of every query block, the per-lane lse
+// Backward. Per (b, h) prepare_head packs Q^T and dO^T of every query block, the per-lane lse
 // (-inf -> +inf so fully masked rows give P = 0), D = rowsum(dO o O) and the key limits; then each
 // key block runs over the query blocks that see it (docs: the five GEMMs).
 
