@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/flash_attention.h"
-#include "kernels/cpu/flash_attention_impl.h"
+#include "kernels/cpu/flash_kernels.h"
 #include "kernels/params.h"
 #include "qkv/core/error.h"
 #include "isa_cap.h"
@@ -159,8 +159,8 @@ void run_precision(benchmark::State& st, bool bwd) {
                                                               : cpu::Bf16AttentionPath::rounded_fp32);
     for (auto _ : st) {
         if (mode == 4) {
-            cpu::detail::flash_forward_amx_untimed_tiles(pr.p);
-            if (bwd) cpu::detail::flash_backward_amx_untimed_tiles(pr.p, pr.g);
+            cpu::detail::flash_kernels().forward_amx_untimed_tiles(pr.p);
+            if (bwd) cpu::detail::flash_kernels().backward_amx_untimed_tiles(pr.p, pr.g);
         } else {
             cpu::flash_attention_forward(pr.p);
             if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
@@ -290,7 +290,7 @@ int tile_probe() {
             return 2.0 * double(s.M * s.N * s.K) / best / 1e9;
         };
         const double mk = time_it([&] {
-            cpu::detail::flash_tile_gemm(s.M, s.N, s.K, A.data(), s.K, Bm.data(), s.N, C.data(), s.N);
+            cpu::detail::flash_tile_gemm({s.M, s.N, s.K, A.data(), s.K, Bm.data(), s.N, C.data(), s.N});
         });
         const double dn = time_it([&] {
             dnnl_sgemm('N', 'N', s.M, s.N, s.K, 1.0f, A.data(), s.K, Bm.data(), s.N, 0.0f, C.data(), s.N);

@@ -315,8 +315,8 @@ void BM_int8_dequant(benchmark::State& st) {
     const auto packed = cpu::make_int8_packed_weight(q.data(), O, K);
     st.SetLabel(cpu::int8_gemm_path());
     for (auto _ : st) {
-        cpu::gemm_int8_nt_dequant(x.data(), M, K, O, *packed, sx.data(), sw.data(), b.data(), y.data(),
-                                  st.range(3) ? 0 : O);
+        cpu::gemm_int8_nt_dequant({x.data(), M, K, O, packed.get(), sx.data(), sw.data(), b.data(), y.data(),
+                                   st.range(3) ? 0 : O});
         benchmark::DoNotOptimize(y.data());
     }
     set_flops(st, 2.0 * double(M) * double(O) * double(K));

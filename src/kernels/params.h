@@ -161,6 +161,87 @@ struct CrossEntropyGradParams {
     int64_t  dloss_stride = 1;
 };
 
+/// Additive-attention scores (Bahdanau et al. 2015, eq. 6; D2L 11.3.3):
+/// scores[b, i, j] = Σ_h w[h] · tanh(q[b, i, h] + k[b, j, h]) with q (B, Tq, H) = W_q·queries,
+/// k (B, Tk, H) = W_k·keys, w (H) = w_v; scores (B, Tq, Tk), written by the forward. Row-major and
+/// contiguous. Semantics: ref/additive_attention.h.
+template <class T>
+struct AdditiveScoresParams {
+    T*       scores = nullptr;
+    const T* q      = nullptr;
+    const T* k      = nullptr;
+    const T* w      = nullptr;
+    int64_t  B = 0, Tq = 0, Tk = 0, H = 0;
+};
+
+/// Gradients for AdditiveScoresParams from dscores (B, Tq, Tk): dq, dk, dw with q's, k's and w's
+/// shapes, each nullable and overwritten.
+template <class T>
+struct AdditiveScoresGradParams {
+    T*       dq      = nullptr;
+    T*       dk      = nullptr;
+    T*       dw      = nullptr;
+    const T* dscores = nullptr;
+};
+
+/// One GRU step (Cho et al. 2014; PyTorch nn.GRU, gate order r, z, n): from gi = x·W_ihᵀ + b_ih and
+/// gh = h·W_hhᵀ + b_hh, both (B, 3H) laid out [r | z | n] per row, and the previous state h (B, H),
+/// the forward writes h_new (B, H; may alias h) and ws (B, 4H) = [r | z | n | gh_n] per row for the
+/// backward (nullable). Row-major, contiguous. Semantics: ref/gru.h.
+template <class T>
+struct GruCellParams {
+    T*       h_new = nullptr;
+    T*       ws    = nullptr;
+    const T* gi    = nullptr;
+    const T* gh    = nullptr;
+    const T* h     = nullptr;
+    int64_t  B = 0, H = 0;
+};
+
+/// The backward of a GRU step: from dh_new (B, H), the forward's ws and h, writes dgi, dgh (B, 3H)
+/// and dh (B, H; nullable), overwritten.
+template <class T>
+struct GruCellGradParams {
+    T*       dgi    = nullptr;
+    T*       dgh    = nullptr;
+    T*       dh     = nullptr;
+    const T* dh_new = nullptr;
+    const T* ws     = nullptr;
+    const T* h      = nullptr;
+    int64_t  B = 0, H = 0;
+};
+
+/// A GRU layer's recurrence over Tn steps: gi (Tn, B, 3H) every step's input projection, h0 (B, H)
+/// or nullptr (zeros), w_hh (3H, H), b_hh (3H) or nullptr; the forward writes out (Tn, B, H) and
+/// ws (Tn, B, 4H) (nullable), as GruCellParams per step. Semantics: ref/gru.h.
+template <class T>
+struct GruSequenceParams {
+    T*       out  = nullptr;
+    T*       ws   = nullptr;
+    const T* gi   = nullptr;
+    const T* h0   = nullptr;
+    const T* w_hh = nullptr;
+    const T* b_hh = nullptr;
+    int64_t  Tn = 0, B = 0, H = 0;
+};
+
+/// Backpropagation through time for GruSequenceParams: from dout (Tn, B, H) and the forward's ws,
+/// out, h0 and w_hh, writes dgi (Tn, B, 3H) and, each nullable, dh0 (B, H), dw_hh (3H, H),
+/// db_hh (3H); all overwritten.
+template <class T>
+struct GruSequenceGradParams {
+    T*       dgi   = nullptr;
+    T*       dh0   = nullptr;
+    T*       dw_hh = nullptr;
+    T*       db_hh = nullptr;
+    const T* dout  = nullptr;
+    const T* ws    = nullptr;
+    const T* out   = nullptr;
+    const T* h0    = nullptr;
+    const T* w_hh  = nullptr;
+    int64_t  Tn = 0, B = 0, H = 0;
+};
+
 /// Layer normalisation over the last dim of x (rows, N), contiguous: per row μ = mean(x),
 /// σ² = mean((x − μ)²) (biased), r = 1/sqrt(σ² + eps), y = (x − μ)·r·γ + β. gamma, beta: (N) or
 /// nullptr (γ = 1, β = 0). The forward writes y (may alias x) and mean, rstd (rows; nullable);

@@ -29,13 +29,13 @@ Tensor additive_attention_scores(const Tensor& q, const Tensor& k, const Tensor&
     QKV_DISPATCH_FLOAT(dt, "additive_attention_scores", {
         if constexpr (std::is_same_v<scalar_t, float>) {
             if (fast) {
-                kernels::cpu::additive_scores_forward(ptr<float>(out), ptr<float>(qc), ptr<float>(kc),
-                                                      ptr<float>(wc), B, Tq, Tk, H);
+                kernels::cpu::additive_scores_forward(
+                    {ptr<float>(out), ptr<float>(qc), ptr<float>(kc), ptr<float>(wc), B, Tq, Tk, H});
                 break;
             }
         }
-        kernels::ref::additive_scores_forward<scalar_t>(ptr<scalar_t>(out), ptr<scalar_t>(qc), ptr<scalar_t>(kc),
-                                                        ptr<scalar_t>(wc), B, Tq, Tk, H);
+        kernels::ref::additive_scores_forward<scalar_t>(
+            {ptr<scalar_t>(out), ptr<scalar_t>(qc), ptr<scalar_t>(kc), ptr<scalar_t>(wc), B, Tq, Tk, H});
     });
     record(out, "AdditiveScoresBackward", {q, k, w_v}, [qc, kc, wc, B, Tq, Tk, H, fast](const Tensor& g) {
         const Tensor gc = g.contiguous();
@@ -44,15 +44,15 @@ Tensor additive_attention_scores(const Tensor& q, const Tensor& k, const Tensor&
         QKV_DISPATCH_FLOAT(d, "additive_attention_scores_backward", {
             if constexpr (std::is_same_v<scalar_t, float>) {
                 if (fast) {
-                    kernels::cpu::additive_scores_backward(ptr<float>(dq), ptr<float>(dk), ptr<float>(dw),
-                                                           ptr<float>(gc), ptr<float>(qc), ptr<float>(kc),
-                                                           ptr<float>(wc), B, Tq, Tk, H);
+                    kernels::cpu::additive_scores_backward(
+                        {nullptr, ptr<float>(qc), ptr<float>(kc), ptr<float>(wc), B, Tq, Tk, H},
+                        {ptr<float>(dq), ptr<float>(dk), ptr<float>(dw), ptr<float>(gc)});
                     break;
                 }
             }
-            kernels::ref::additive_scores_backward<scalar_t>(ptr<scalar_t>(dq), ptr<scalar_t>(dk), ptr<scalar_t>(dw),
-                                                             ptr<scalar_t>(gc), ptr<scalar_t>(qc), ptr<scalar_t>(kc),
-                                                             ptr<scalar_t>(wc), B, Tq, Tk, H);
+            kernels::ref::additive_scores_backward<scalar_t>(
+                {nullptr, ptr<scalar_t>(qc), ptr<scalar_t>(kc), ptr<scalar_t>(wc), B, Tq, Tk, H},
+                {ptr<scalar_t>(dq), ptr<scalar_t>(dk), ptr<scalar_t>(dw), ptr<scalar_t>(gc)});
         });
         return std::vector<Tensor>{dq, dk, dw};
     });

@@ -48,15 +48,15 @@ Tensor gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h) {
     QKV_DISPATCH_FLOAT(h.dtype(), "gru_cell", {
         if constexpr (std::is_same_v<scalar_t, float>) {
             if (fast(h.dtype())) {
-                kernels::cpu::gru_cell_forward(ptr<float>(out), need_grad ? ptr<float>(ws) : nullptr,
-                                               ptr<float>(gic), ptr<float>(ghc), ptr<float>(hc), B, H);
+                kernels::cpu::gru_cell_forward({ptr<float>(out), need_grad ? ptr<float>(ws) : nullptr,
+                                               ptr<float>(gic), ptr<float>(ghc), ptr<float>(hc), B, H});
                 break;
             }
         }
-        kernels::ref::gru_cell_forward<scalar_t>(ptr<scalar_t>(out),
+        kernels::ref::gru_cell_forward<scalar_t>({ptr<scalar_t>(out),
                                                  need_grad ? ptr<scalar_t>(ws) : nullptr,
                                                  ptr<scalar_t>(gic), ptr<scalar_t>(ghc),
-                                                 ptr<scalar_t>(hc), B, H);
+                                                 ptr<scalar_t>(hc), B, H});
     });
     if (!need_grad) return out;
     record(out, "GruCellBackward", {gi, gh, h}, [ws, hc, B, H](const Tensor& g) {
@@ -66,14 +66,14 @@ Tensor gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h) {
         QKV_DISPATCH_FLOAT(hc.dtype(), "gru_cell_backward", {
             if constexpr (std::is_same_v<scalar_t, float>) {
                 if (fast(hc.dtype())) {
-                    kernels::cpu::gru_cell_backward(ptr<float>(dgi), ptr<float>(dgh), ptr<float>(dh),
-                                                    ptr<float>(gc), ptr<float>(ws), ptr<float>(hc), B, H);
+                    kernels::cpu::gru_cell_backward({ptr<float>(dgi), ptr<float>(dgh), ptr<float>(dh),
+                                                    ptr<float>(gc), ptr<float>(ws), ptr<float>(hc), B, H});
                     break;
                 }
             }
-            kernels::ref::gru_cell_backward<scalar_t>(ptr<scalar_t>(dgi), ptr<scalar_t>(dgh),
+            kernels::ref::gru_cell_backward<scalar_t>({ptr<scalar_t>(dgi), ptr<scalar_t>(dgh),
                                                       ptr<scalar_t>(dh), ptr<scalar_t>(gc),
-                                                      ptr<scalar_t>(ws), ptr<scalar_t>(hc), B, H);
+                                                      ptr<scalar_t>(ws), ptr<scalar_t>(hc), B, H});
         });
         return std::vector<Tensor>{dgi, dgh, dh};
     });
@@ -108,16 +108,16 @@ Tensor gru_sequence(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, cons
     QKV_DISPATCH_FLOAT(dt, "gru_sequence", {
         if constexpr (std::is_same_v<scalar_t, float>) {
             if (fast(dt)) {
-                kernels::cpu::gru_sequence_forward(ptr<float>(out), need_grad ? ptr<float>(ws) : nullptr,
+                kernels::cpu::gru_sequence_forward({ptr<float>(out), need_grad ? ptr<float>(ws) : nullptr,
                                                    ptr<float>(gic), opt_ptr<float>(hc), ptr<float>(wc),
-                                                   opt_ptr<float>(bc), Tn, B, H);
+                                                   opt_ptr<float>(bc), Tn, B, H});
                 break;
             }
         }
-        kernels::ref::gru_sequence_forward<scalar_t>(ptr<scalar_t>(out),
+        kernels::ref::gru_sequence_forward<scalar_t>({ptr<scalar_t>(out),
                                                      need_grad ? ptr<scalar_t>(ws) : nullptr,
                                                      ptr<scalar_t>(gic), opt_ptr<scalar_t>(hc),
-                                                     ptr<scalar_t>(wc), opt_ptr<scalar_t>(bc), Tn, B, H);
+                                                     ptr<scalar_t>(wc), opt_ptr<scalar_t>(bc), Tn, B, H});
     });
     if (!need_grad) return out;
     std::vector<Tensor> inputs{gi, h0, w_hh, b_hh};
@@ -138,17 +138,17 @@ Tensor gru_sequence(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, cons
                    auto* pdb = want_db ? ptr<scalar_t>(db) : nullptr;
                    if constexpr (std::is_same_v<scalar_t, float>) {
                        if (fast(d)) {
-                           kernels::cpu::gru_sequence_backward(
+                           kernels::cpu::gru_sequence_backward({
                                ptr<float>(dgi), want_dh0 ? ptr<float>(dh0) : nullptr,
                                want_dw ? ptr<float>(dw) : nullptr, want_db ? ptr<float>(db) : nullptr,
                                ptr<float>(gc), ptr<float>(ws),
-                               ptr<float>(saved_out), opt_ptr<float>(hc), ptr<float>(wc), Tn, B, H);
+                               ptr<float>(saved_out), opt_ptr<float>(hc), ptr<float>(wc), Tn, B, H});
                            break;
                        }
                    }
-                   kernels::ref::gru_sequence_backward<scalar_t>(
+                   kernels::ref::gru_sequence_backward<scalar_t>({
                        ptr<scalar_t>(dgi), pdh0, pdw, pdb, ptr<scalar_t>(gc), ptr<scalar_t>(ws),
-                       ptr<scalar_t>(saved_out), opt_ptr<scalar_t>(hc), ptr<scalar_t>(wc), Tn, B, H);
+                       ptr<scalar_t>(saved_out), opt_ptr<scalar_t>(hc), ptr<scalar_t>(wc), Tn, B, H});
                });
                return std::vector<Tensor>{dgi, dh0, dw, db};
            });

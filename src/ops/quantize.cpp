@@ -121,7 +121,7 @@ Tensor linear_int8(const Tensor& x, const Int8Weight& w, const Tensor& bias) {
             for (int64_t o = 0; o < O; ++o) py[n * O + o] = pb ? pb[o] : 0.0f;
         return y;
     }
-    kernels::cpu::gemm_int8_nt_dequant(in.xq, N, K, O, *in.packed, in.sx, w.scale.data(), pb, py);
+    kernels::cpu::gemm_int8_nt_dequant({in.xq, N, K, O, in.packed, in.sx, w.scale.data(), pb, py});
     return y;
 }
 

@@ -1,10 +1,12 @@
 // Dropout kernels against the Philox formula itself (keep_i iff uniform01(bits(seed, 0,
-// offset + i)) >= p), exactly, for odd sizes and unaligned offsets on every SIMD path; thread-count
-// independence; regenerated vs stored masks in the backward; the keep rate.
+// offset + i)) >= p), exactly, for odd sizes and unaligned offsets on every SIMD path; the same
+// mask and output on every path for one (seed, offset); thread-count independence; regenerated vs
+// stored masks in the backward; the keep rate.
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/dropout.h"
@@ -51,6 +53,40 @@ TEST(DropoutKernels, MatchesPhiloxSpec_OddSizesAndOffsets) {
                     ASSERT_EQ(y_nomask, want_y);
                 }
     }
+}
+
+TEST(DropoutKernels, SameMaskOnEveryIsaPath) {
+    // Sizes that end in each part of a call: the scalar head (unaligned offsets), the 64-element
+    // groups of the AVX-512 body (16 Philox blocks), the 32-element groups (8 blocks) after them,
+    // and the scalar tail; one size above the parallel threshold. Every path must give the scalar
+    // path's bytes, forward and backward (stored and regenerated masks).
+    const auto isas = available_isas();
+    for (int64_t n : {3, 32, 64, 95, 96, 97, 161, 8192 + 37, 300001})
+        for (uint64_t off : {uint64_t(0), uint64_t(2), uint64_t(7), (uint64_t(1) << 32) * 4 - 40})
+            for (float p : {0.25f, 0.9f}) {
+                const auto x = random_floats(n, uint64_t(n) + off);
+                const uint64_t seed = 0xFEEDFACE12345ull ^ off;
+                std::vector<float> y0, dx0, dr0;
+                std::vector<uint8_t> m0;
+                for (Isa isa : isas) {
+                    IsaGuard guard(isa);
+                    std::vector<float> y(n), dx(n), dr(n);
+                    std::vector<uint8_t> m(n, 9);
+                    cpu::dropout_forward(x.data(), y.data(), m.data(), n, p, seed, off);
+                    cpu::dropout_backward(x.data(), dx.data(), m.data(), n, p, seed, off);
+                    cpu::dropout_backward(x.data(), dr.data(), nullptr, n, p, seed, off);
+                    if (isa == isas.front()) {
+                        y0 = y, m0 = m, dx0 = dx, dr0 = dr;
+                        continue;
+                    }
+                    const std::string at = std::string(cpu::isa_name(isa)) + " n=" + std::to_string(n) +
+                                           " off=" + std::to_string(off) + " p=" + std::to_string(p);
+                    ASSERT_EQ(m, m0) << at;
+                    ASSERT_EQ(std::memcmp(y.data(), y0.data(), sizeof(float) * size_t(n)), 0) << at;
+                    ASSERT_EQ(std::memcmp(dx.data(), dx0.data(), sizeof(float) * size_t(n)), 0) << at;
+                    ASSERT_EQ(std::memcmp(dr.data(), dr0.data(), sizeof(float) * size_t(n)), 0) << at;
+                }
+            }
 }
 
 TEST(DropoutKernels, ZeroProbabilityIsIdentity) {

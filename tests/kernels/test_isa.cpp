@@ -1,11 +1,13 @@
-// The one ISA layer (kernels/cpu/isa.h): names, parsing, the cap and what it selects. That every
-// kernel honours the cap is shown by each kernel test, which runs its fast kernel under
-// IsaGuard for every tier in available_isas() against the reference.
+// The one ISA layer (kernels/cpu/isa.h): names, parsing, the cap and what it selects, and flash
+// attention's table of entry points per tier (kernels/cpu/flash_kernels.h). That every kernel
+// honours the cap is shown by each kernel test, which runs its fast kernel under IsaGuard for
+// every tier in available_isas() against the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
+#include "kernels/cpu/flash_kernels.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/kernel_test_util.h"
 #include "qkv/core/error.h"
@@ -53,6 +55,44 @@ TEST(Isa, CapSelectsTheTierAndTheVariant) {
     ASSERT_FALSE(isas.empty());
     EXPECT_EQ(isas.front(), Isa::scalar);
     EXPECT_EQ(isas.back(), std::min(cpu::cpu_isa(), Isa::avx512));
+}
+
+TEST(FlashKernelTable, EachTierHasItsBuildsAndTheTierBelowsForTheRest) {
+    using cpu::detail::FlashKernels;
+    const Isa tiers[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx};
+    FlashKernels row[5];
+    for (Isa t : tiers) {
+        if (t > cpu::cpu_isa()) break;
+        IsaGuard guard(t);
+        const FlashKernels& k = cpu::detail::flash_kernels();
+        row[int(t)]           = k;
+        const char* name      = cpu::isa_name(t);
+        EXPECT_TRUE(k.forward && k.backward && k.tile_gemm) << name;
+        const bool bf16 = t >= Isa::avx512_bf16;
+        EXPECT_EQ(k.forward_dot != nullptr, bf16) << name;
+        EXPECT_EQ(k.backward_dot != nullptr, bf16) << name;
+        EXPECT_EQ(k.forward_amx_emulated != nullptr, bf16) << name;
+        EXPECT_EQ(k.backward_amx_emulated != nullptr, bf16) << name;
+        EXPECT_EQ(k.forward_amx_untimed_tiles != nullptr, bf16) << name;
+        EXPECT_EQ(k.forward_amx != nullptr, t == Isa::amx) << name;
+        EXPECT_EQ(k.backward_amx != nullptr, t == Isa::amx) << name;
+    }
+    // The fp32 builds differ per tier up to avx512; the bf16 tiers run avx512's, amx runs
+    // avx512_bf16's dot build.
+    if (cpu::cpu_isa() >= Isa::avx2) {
+        EXPECT_NE(row[1].forward, row[0].forward);
+    }
+    if (cpu::cpu_isa() >= Isa::avx512) {
+        EXPECT_NE(row[2].backward, row[1].backward);
+    }
+    if (cpu::cpu_isa() >= Isa::avx512_bf16) {
+        EXPECT_EQ(row[3].forward, row[2].forward);
+        EXPECT_EQ(row[3].backward, row[2].backward);
+        EXPECT_EQ(row[3].tile_gemm, row[2].tile_gemm);
+    }
+    if (cpu::cpu_isa() == Isa::amx) {
+        EXPECT_EQ(row[4].forward_dot, row[3].forward_dot);
+    }
 }
 
 }  // namespace

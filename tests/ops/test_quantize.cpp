@@ -104,7 +104,7 @@ TEST(Quantize, DequantizedBlocksEqualTheWholeProduct) {
                 set_num_threads(threads);
                 for (int64_t block : {int64_t(0), O, int64_t(64), int64_t(7), int64_t(1)}) {
                     std::vector<float> y(size_t(N * O), std::nanf(""));
-                    cpu::gemm_int8_nt_dequant(x.data(), N, K, O, *packed, sx.data(), sw.data(), b, y.data(), block);
+                    cpu::gemm_int8_nt_dequant({x.data(), N, K, O, packed.get(), sx.data(), sw.data(), b, y.data(), block});
                     EXPECT_EQ(y, want) << cpu::int8_gemm_path() << " block " << block << " threads " << threads
                                        << (b ? " bias" : " no bias");
                 }
@@ -113,8 +113,8 @@ TEST(Quantize, DequantizedBlocksEqualTheWholeProduct) {
     }
     set_num_threads(saved);
     std::vector<float> y(size_t(N * O));
-    EXPECT_THROW(cpu::gemm_int8_nt_dequant(x.data(), N, K, O + 1, *packed, sx.data(), sw.data(), nullptr, y.data()), Error);
-    EXPECT_THROW(cpu::gemm_int8_nt_dequant(x.data(), N, K, O, *packed, sx.data(), sw.data(), nullptr, y.data(), -1), Error);
+    EXPECT_THROW(cpu::gemm_int8_nt_dequant({x.data(), N, K, O + 1, packed.get(), sx.data(), sw.data(), nullptr, y.data()}), Error);
+    EXPECT_THROW(cpu::gemm_int8_nt_dequant({x.data(), N, K, O, packed.get(), sx.data(), sw.data(), nullptr, y.data(), -1}), Error);
     // An epilogue's exception comes out of the (parallel) blocks as it was thrown, once.
     set_num_threads(2);
     try {

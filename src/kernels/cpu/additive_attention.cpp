@@ -10,25 +10,22 @@
 
 namespace qkv::kernels::cpu {
 
-void additive_scores_forward(float* scores, const float* q, const float* k, const float* w,
-                             int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
-    QKV_ISA_DISPATCH(simd::additive_scores_forward,
-                     ref::additive_scores_forward<float>(scores, q, k, w, B, Tq, Tk, H), scores, q, k,
-                     w, B, Tq, Tk, H);
+void additive_scores_forward(const AdditiveScoresParams<float>& p) {
+    QKV_ISA_DISPATCH(simd::additive_scores_forward, ref::additive_scores_forward<float>(p), p);
 }
 
-void additive_scores_backward(float* dq, float* dk, float* dw, const float* dscores, const float* q,
-                              const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk,
-                              int64_t H) {
-    if (fp32_variant_isa() == Isa::scalar || !dq || !dk || !dw) {
-        ref::additive_scores_backward<float>(dq, dk, dw, dscores, q, k, w, B, Tq, Tk, H);
+void additive_scores_backward(const AdditiveScoresParams<float>& p, const AdditiveScoresGradParams<float>& g) {
+    if (fp32_variant_isa() == Isa::scalar || !g.dq || !g.dk || !g.dw) {
+        ref::additive_scores_backward<float>(p, g);
         return;
     }
+    const int64_t      B = p.B, H = p.H;
+    float* const       dw = g.dw;
     std::vector<float> part(std::size_t(B * H));
-    [&] {
-        QKV_ISA_DISPATCH(simd::additive_scores_backward, (void)0, dq, dk, part.data(), dscores, q,
-                         k, w, B, Tq, Tk, H);
-    }();
+    // The vector body writes per-batch-row partial sums of dw, reduced below in b order.
+    AdditiveScoresGradParams<float> gp = g;
+    gp.dw                              = part.data();
+    [&] { QKV_ISA_DISPATCH(simd::additive_scores_backward, (void)0, p, gp); }();
     for (int64_t h = 0; h < H; ++h) dw[h] = 0.f;
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) dw[h] += part[std::size_t(b * H + h)];

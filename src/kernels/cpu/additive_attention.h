@@ -4,14 +4,13 @@
 // does not depend on the thread count. Same semantics as ref/additive_attention.h.
 #include <cstdint>
 
+#include "kernels/params.h"
+
 namespace qkv::kernels::cpu {
 
-/// scores[b, i, j] = Σ_h w[h] · tanh(q[b, i, h] + k[b, j, h]); q (B, Tq, H), k (B, Tk, H), w (H).
-void additive_scores_forward(float* scores, const float* q, const float* k, const float* w,
-                             int64_t B, int64_t Tq, int64_t Tk, int64_t H);
+/// scores[b, i, j] = Σ_h w[h] · tanh(q[b, i, h] + k[b, j, h]) (params.h: AdditiveScoresParams).
+void additive_scores_forward(const AdditiveScoresParams<float>& p);
 /// ref::additive_scores_backward for fp32 (outputs nullable, overwritten).
-void additive_scores_backward(float* dq, float* dk, float* dw, const float* dscores, const float* q,
-                              const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk,
-                              int64_t H);
+void additive_scores_backward(const AdditiveScoresParams<float>& p, const AdditiveScoresGradParams<float>& g);
 
 }  // namespace qkv::kernels::cpu

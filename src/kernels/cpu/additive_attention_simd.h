@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/activation_simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -17,9 +18,11 @@ constexpr int64_t kAdditiveMinParallel = 1 << 15;
 namespace qkv::kernels::cpu::simd {
 
 template <Isa I>
-void additive_scores_forward(float* scores, const float* q, const float* k, const float* w,
-                               int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
+void additive_scores_forward(const AdditiveScoresParams<float>& p) {
     using V = Vec<I>;
+    float* const  scores = p.scores;
+    const float * q = p.q, *k = p.k, *w = p.w;
+    const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
 #pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < Tq; ++i) {
@@ -41,12 +44,15 @@ void additive_scores_forward(float* scores, const float* q, const float* k, cons
         }
 }
 
-// dw_part: (B, H) partial sums of e·f per batch row (reduced by the caller in b order).
+// g.dw: (B, H) partial sums of e·f per batch row (reduced by the caller in b order); every output
+// non-null.
 template <Isa I>
-void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores,
-                                const float* q, const float* k, const float* w, int64_t B,
-                                int64_t Tq, int64_t Tk, int64_t H) {
+void additive_scores_backward(const AdditiveScoresParams<float>& p, const AdditiveScoresGradParams<float>& g) {
     using V = Vec<I>;
+    float *const  dq = g.dq, *const dk = g.dk, *const dw_part = g.dw;
+    const float*  dscores = g.dscores;
+    const float * q = p.q, *k = p.k, *w = p.w;
+    const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
     const auto one = V::set1(1.0f);
 #pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b) {
@@ -66,9 +72,9 @@ void additive_scores_backward(float* dq, float* dk, float* dw_part, const float*
                 int64_t h       = 0;
                 auto step       = [&](int64_t at, int64_t n) {
                     const bool tail = n < V::W;
-                    auto ld = [&](const float* p) { return tail ? V::load_tail(p + at, n, 0.f) : V::load(p + at); };
-                    auto st = [&](float* p, typename V::R a) {
-                        if (tail) V::store_tail(p + at, a, n); else V::store(p + at, a);
+                    auto ld = [&](const float* x) { return tail ? V::load_tail(x + at, n, 0.f) : V::load(x + at); };
+                    auto st = [&](float* y, typename V::R a) {
+                        if (tail) V::store_tail(y + at, a, n); else V::store(y + at, a);
                     };
                     const auto f = tanh<V>(V::add(ld(qi), ld(kj)));
                     const auto t = V::mul(V::mul(e, ld(w)), V::fnmadd(f, f, one));  // e·w·(1 − f²)

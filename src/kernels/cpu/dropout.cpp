@@ -1,13 +1,12 @@
-// Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of 16 (8) Philox
-// blocks run through the AVX-512 (AVX2) body (dropout_avx512.cpp, dropout_avx2.cpp); the
-// unaligned head, the tail, and CPUs without AVX2 use scalar Philox.
-#include "core/parallel_for.h"
+// Dropout kernels (see cpu/dropout.h). Elements whose counters fill whole groups of Philox blocks
+// run through the ISA's vector body (cpu/dropout_simd.h, through QKV_ISA_DISPATCH); the unaligned
+// head, the tail, and CPUs without AVX2 use the scalar Philox of core/philox.h.
 #include "kernels/cpu/dropout.h"
 
 #include <algorithm>
 
-#include "kernels/cpu/dropout_simd.h"
-#include "kernels/cpu/isa.h"
+#include "core/parallel_for.h"
+#include "kernels/cpu/variants.h"
 #include "qkv/core/philox.h"
 
 namespace qkv::kernels::cpu {
@@ -36,27 +35,26 @@ void apply_scalar(const float* x,
     }
 }
 
+/// The vector body's share of a span (0 on the scalar tier).
+int64_t forward_groups(const detail::DropoutSpan& a) {
+    QKV_ISA_DISPATCH(simd::dropout_forward_groups, int64_t(0), a);
+}
+
 void apply(
     const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     if (n <= 0) return;
     const float scale = 1.0f / (1.0f - p);
-    if (simd_isa() == Isa::scalar) return apply_scalar(x, y, mask, 0, n, p, scale, seed, offset);
-    // Head up to the first counter that is a multiple of 4, then whole 64-element groups
-    // (AVX-512) and 32-element groups (AVX2), then the scalar tail.
-    int64_t i = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
-    apply_scalar(x, y, mask, 0, i, p, scale, seed, offset);
-    if (simd_isa() >= Isa::avx512) {
-        const int64_t groups = (n - i) / 64;
-        if (groups > 0)
-            detail::dropout_apply_avx512({x + i, y + i, mask ? mask + i : nullptr, groups, p, scale, seed,
-                                          (offset + uint64_t(i)) >> 2});
-        i += groups * 64;
-    }
-    const int64_t groups = (n - i) / 32;
-    if (groups > 0)
-        detail::dropout_apply_avx2({x + i, y + i, mask ? mask + i : nullptr, groups, p, scale, seed,
-                                    (offset + uint64_t(i)) >> 2});
-    apply_scalar(x, y, mask, i + groups * 32, n, p, scale, seed, offset);
+    // Head up to the first counter that is a multiple of 4, then whole groups through the ISA's
+    // body, then the scalar tail.
+    const int64_t head = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
+    apply_scalar(x, y, mask, 0, head, p, scale, seed, offset);
+    const int64_t done = forward_groups({x + head, y + head, mask ? mask + head : nullptr, n - head, p, scale, seed,
+                                         (offset + uint64_t(head)) >> 2});
+    apply_scalar(x, y, mask, head + done, n, p, scale, seed, offset);
+}
+
+void backward_masked(float* dx, const float* dy, const uint8_t* mask, int64_t groups, float scale) {
+    QKV_ISA_DISPATCH(simd::dropout_backward_masked, void(), dx, dy, mask, groups, scale);
 }
 
 }  // namespace
@@ -80,12 +78,10 @@ void dropout_backward(const float* dy,
                       uint64_t offset) {
     if (!mask_or_null) return apply(dy, dx, nullptr, n, p, seed, offset);
     const float scale = 1.0f / (1.0f - p);
-    // The AVX2 body takes whole 32-element groups: the scalar loop, compiled for the baseline
-    // ISA, is a branch per element (a mispredict for most dropped ones); 1.0 % of an anchor
-    // training step's samples before.
-    const int64_t done =
-        simd_isa() == Isa::scalar ? 0 : (n / 32) * 32;
-    if (done > 0) detail::dropout_backward_mask_avx2(dy, dx, mask_or_null, done / 32, scale);
+    // The vector body takes whole 32-element groups: the scalar loop, compiled for the baseline
+    // ISA, is a branch per element (a mispredict for most dropped ones).
+    const int64_t done = fp32_variant_isa() == Isa::scalar ? 0 : (n / 32) * 32;
+    if (done > 0) backward_masked(dx, dy, mask_or_null, done / 32, scale);
     ::qkv::detail::parallel_for(n - done, n - done >= 32 * detail::kDropoutMinParallelGroups, [&](int64_t j) {
         const int64_t i = done + j;
         dx[i] = mask_or_null[i] ? dy[i] * scale : 0.0f;

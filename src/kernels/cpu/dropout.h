@@ -30,4 +30,21 @@ void dropout_backward(const float* dy,
                       uint64_t seed,
                       uint64_t offset);
 
+namespace detail {
+/// Groups of 32 elements (8 Philox blocks) at and above this count use OpenMP.
+constexpr int64_t kDropoutMinParallelGroups = 256;
+
+/// n elements of a dropout forward for the per-ISA body (cpu/dropout_simd.h): element i has
+/// Philox counter 4·block0 + i; mask may be null; scale = 1/(1−p).
+struct DropoutSpan {
+    const float* x     = nullptr;
+    float*       y     = nullptr;
+    uint8_t*     mask  = nullptr;
+    int64_t      n     = 0;
+    float        p     = 0.f;
+    float        scale = 1.f;
+    uint64_t     seed = 0, block0 = 0;
+};
+}  // namespace detail
+
 }  // namespace qkv::kernels::cpu

@@ -1,11 +1,13 @@
-// Flash attention: run-time ISA dispatch, the portable scalar build of flash_attention_impl.h, and
-// the per-thread workspace every ISA path shares. Compiled for plain x86-64 so nothing here needs
-// a newer instruction set.
+// Flash attention: the entry table of the capped tier (flash_kernels.h), the portable build of
+// flash_attention_impl.h (its scalar row), the per-thread workspace every build shares, and the
+// public entry points, which choose among the table's entries. Compiled for plain x86-64 so
+// nothing here needs a newer instruction set.
 #define QKV_FLASH_NS flash_scalar
 #include "kernels/cpu/flash_attention.h"
 
 #include <sys/mman.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 
@@ -45,23 +47,51 @@ void* flash_call_buffer(int64_t bytes) {
     return arena.get(size_t(bytes));
 }
 
-void flash_forward_scalar(const AttentionParams<float>& p) {
-    flash_scalar::forward<flash_scalar::SimdScalar>(p);
-}
-void flash_backward_scalar(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-    flash_scalar::backward<flash_scalar::SimdScalar>(p, g);
+template <>
+FlashKernels flash_build<Isa::scalar>() {
+    using namespace flash_scalar;
+    FlashKernels k;
+    k.forward   = [](const AttentionParams<float>& p) { forward<SimdScalar>(p); };
+    k.backward  = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) { backward<SimdScalar>(p, g); };
+    k.tile_gemm = [](const TileGemmParams& t) {
+        gemm<SimdScalar, kStore, false, false>(t.M, t.N, t.K, t.A, t.lda, t.B, t.ldb, t.C, t.ldc);
+    };
+    return k;
 }
 
-void flash_tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc) {
-    switch (fp32_variant_isa()) {
-        case Isa::avx512: return flash_tile_gemm_avx512(M, N, K, A, lda, B, ldb, C, ldc);
-        case Isa::avx2: return flash_tile_gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
-        default:
-            return flash_scalar::gemm<flash_scalar::SimdScalar, flash_scalar::kStore, false, false>(
-                M, N, K, A, lda, B, ldb, C, ldc);
-    }
+const FlashKernels& flash_kernels() {
+    // Row t: flash_build<t> where the CPU has tier t (a build's own code may use its instructions,
+    // so higher tiers' builds are not called), each null entry from row t - 1.
+    static const std::array<FlashKernels, 5> rows = [] {
+        FlashKernels (*const builds[])() = {&flash_build<Isa::scalar>, &flash_build<Isa::avx2>,
+                                            &flash_build<Isa::avx512>, &flash_build<Isa::avx512_bf16>,
+                                            &flash_build<Isa::amx>};
+        std::array<FlashKernels, 5> r{};
+        for (size_t t = 0; t < r.size(); ++t) {
+            if (Isa(t) <= cpu_isa()) r[t] = builds[t]();
+            if (t == 0) continue;
+            const FlashKernels& lo      = r[t - 1];
+            auto                inherit = [](auto& entry, auto below) {
+                if (!entry) entry = below;
+            };
+            inherit(r[t].forward, lo.forward);
+            inherit(r[t].backward, lo.backward);
+            inherit(r[t].tile_gemm, lo.tile_gemm);
+            inherit(r[t].forward_dot, lo.forward_dot);
+            inherit(r[t].backward_dot, lo.backward_dot);
+            inherit(r[t].forward_amx, lo.forward_amx);
+            inherit(r[t].backward_amx, lo.backward_amx);
+            inherit(r[t].forward_amx_emulated, lo.forward_amx_emulated);
+            inherit(r[t].backward_amx_emulated, lo.backward_amx_emulated);
+            inherit(r[t].forward_amx_untimed_tiles, lo.forward_amx_untimed_tiles);
+            inherit(r[t].backward_amx_untimed_tiles, lo.backward_amx_untimed_tiles);
+        }
+        return r;
+    }();
+    return rows[size_t(simd_isa())];
 }
+
+void flash_tile_gemm(const TileGemmParams& t) { flash_kernels().tile_gemm(t); }
 
 }  // namespace detail
 
@@ -95,17 +125,14 @@ Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk) {
 
 void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
-    if (p.bf16) switch (bf16_attention_tiles(p.Tq, p.Tk)) {
-            case Bf16AttentionTiles::amx: return detail::flash_forward_amx(p);
-            case Bf16AttentionTiles::emulated: return detail::flash_forward_amx_emulated(p);
-            case Bf16AttentionTiles::none: break;
-        }
-    if (p.bf16 && bf16_attention_uses_dot()) return detail::flash_forward_avx512bf16(p);
-    switch (fp32_variant_isa()) {
-        case Isa::avx512: return detail::flash_forward_avx512(p);
-        case Isa::avx2: return detail::flash_forward_avx2(p);
-        default: return detail::flash_forward_scalar(p);
+    const detail::FlashKernels& k = detail::flash_kernels();
+    if (p.bf16) {
+        const Bf16AttentionTiles tiles = bf16_attention_tiles(p.Tq, p.Tk);
+        if (tiles == Bf16AttentionTiles::amx) return k.forward_amx(p);
+        if (tiles == Bf16AttentionTiles::emulated) return k.forward_amx_emulated(p);
+        if (bf16_attention_uses_dot()) return k.forward_dot(p);
     }
+    k.forward(p);
 }
 
 void flash_attention_backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g0) {
@@ -122,17 +149,14 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
         zero(g.dv, p.B, p.Hkv, p.Tk, p.Dv, g.dv_stride_b, g.dv_stride_h, g.dv_stride_t);
         return;
     }
-    if (p.bf16) switch (bf16_attention_tiles(p.Tq, p.Tk)) {
-            case Bf16AttentionTiles::amx: return detail::flash_backward_amx(p, g);
-            case Bf16AttentionTiles::emulated: return detail::flash_backward_amx_emulated(p, g);
-            case Bf16AttentionTiles::none: break;
-        }
-    if (p.bf16 && bf16_attention_uses_dot()) return detail::flash_backward_avx512bf16(p, g);
-    switch (fp32_variant_isa()) {
-        case Isa::avx512: return detail::flash_backward_avx512(p, g);
-        case Isa::avx2: return detail::flash_backward_avx2(p, g);
-        default: return detail::flash_backward_scalar(p, g);
+    const detail::FlashKernels& k = detail::flash_kernels();
+    if (p.bf16) {
+        const Bf16AttentionTiles tiles = bf16_attention_tiles(p.Tq, p.Tk);
+        if (tiles == Bf16AttentionTiles::amx) return k.backward_amx(p, g);
+        if (tiles == Bf16AttentionTiles::emulated) return k.backward_amx_emulated(p, g);
+        if (bf16_attention_uses_dot()) return k.backward_dot(p, g);
     }
+    k.backward(p, g);
 }
 
 }  // namespace qkv::kernels::cpu

@@ -68,7 +68,7 @@ enum class Bf16AttentionTiles { none, amx, emulated };
 Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk);
 
 /// For tests: with `on`, Bf16AttentionPath::amx runs the AMX kernels with every tile operation
-/// emulated in plain code (amx_tiles.h: TilesEmu, exact tdpbf16ps semantics, slow) wherever the
+/// emulated in plain code (simd_amx.h: TilesEmu, exact tdpbf16ps semantics, slow) wherever the
 /// tier is avx512_bf16 or above, so the tile kernel is tested on machines without AMX. Returns the
 /// previous setting. Not thread-safe, as set_bf16_attention_path.
 bool set_amx_tile_emulation(bool on);

@@ -1,6 +1,7 @@
-// AVX-512 build of the flash attention kernels (flash_attention_impl.h); called only after
-// __builtin_cpu_supports checks in flash_attention.cpp.
-// GCC 12 reports its own _mm512_undefined_ps() inside avx512fintrin.h as maybe-uninitialized.
+// AVX-512 build of the flash attention kernels (flash_attention_impl.h): the avx512 row of the
+// entry table (flash_kernels.h; the avx512_bf16 and amx tiers run its fp32 kernels too), called
+// only when the capped CPU allows it.
+// GCC 12 reports its own AVX-512 intrinsics' undefined-vector starts as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define QKV_FLASH_NS flash_avx512
@@ -8,16 +9,19 @@
 
 namespace qkv::kernels::cpu::detail {
 
-void flash_forward_avx512(const AttentionParams<float>& p) { flash_avx512::forward<flash_avx512::SimdAvx512>(p); }
-void flash_backward_avx512(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-    if (p.Tq <= flash_avx512::SimdAvx512ShortQ::kBwdBlockQ) return flash_avx512::backward<flash_avx512::SimdAvx512ShortQ>(p, g);
-    flash_avx512::backward<flash_avx512::SimdAvx512>(p, g);
-}
-
-void flash_tile_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                            const float* B, int64_t ldb, float* C, int64_t ldc) {
-    flash_avx512::gemm<flash_avx512::SimdAvx512, flash_avx512::kStore, false, false>(
-        M, N, K, A, lda, B, ldb, C, ldc);
+template <>
+FlashKernels flash_build<Isa::avx512>() {
+    using namespace flash_avx512;
+    FlashKernels k;
+    k.forward  = [](const AttentionParams<float>& p) { forward<SimdAvx512>(p); };
+    k.backward = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+        if (p.Tq <= SimdAvx512ShortQ::kBwdBlockQ) return backward<SimdAvx512ShortQ>(p, g);
+        backward<SimdAvx512>(p, g);
+    };
+    k.tile_gemm = [](const TileGemmParams& t) {
+        gemm<SimdAvx512, kStore, false, false>(t.M, t.N, t.K, t.A, t.lda, t.B, t.ldb, t.C, t.ldc);
+    };
+    return k;
 }
 
 }  // namespace qkv::kernels::cpu::detail

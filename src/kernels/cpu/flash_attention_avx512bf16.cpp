@@ -1,7 +1,8 @@
 // AVX-512-BF16 build of the flash attention kernels (flash_attention_impl.h with SimdAvx512Dot):
-// under AttentionParams::bf16 every product of the forward and the backward runs as vdpbf16ps on
-// bf16 word operands. Also the AMX forward and backward with their tiles emulated in plain code (tests only). Called only after the CPU checks in flash_attention.cpp (cpu/isa.h:
-// avx512_bf16 tier).
+// the avx512_bf16 row of the entry table (flash_kernels.h). Under AttentionParams::bf16 every
+// product of the forward and the backward runs as vdpbf16ps on bf16 word operands. Also the AMX
+// forward and backward with their tiles emulated in plain code (tests only) or doing nothing
+// (bench_attention only). Called only when the capped CPU has the avx512_bf16 tier.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define QKV_FLASH_NS flash_avx512bf16
@@ -31,44 +32,38 @@ bool bf16_nonfinite(const float* x, int64_t B, int64_t Hkv, int64_t Tk, int64_t 
 
 }  // namespace
 
-void flash_forward_avx512bf16(const AttentionParams<float>& p) {
-    QKV_ASSERT(p.bf16);
-    flash_avx512bf16::forward<flash_avx512bf16::SimdAvx512Dot>(p);
-}
-
-void flash_forward_amx_emulated(const AttentionParams<float>& p) {
-    QKV_ASSERT(p.bf16);
+template <>
+FlashKernels flash_build<Isa::avx512_bf16>() {
     using namespace flash_avx512bf16;
-    if (!forward_amx<SimdAvx512Dot, TilesEmu>(p)) forward<SimdAvx512Dot>(p);
-}
-
-void flash_backward_amx_emulated(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-    QKV_ASSERT(p.bf16);
-    using namespace flash_avx512bf16;
-    if (!backward_amx<SimdAvx512Dot, TilesEmu>(p, g)) backward<SimdAvx512>(p, g);
-}
-
-void flash_forward_amx_untimed_tiles(const AttentionParams<float>& p) {
-    using namespace flash_avx512bf16;
-    forward_amx<SimdAvx512Dot, TilesNull>(p);
-}
-
-void flash_backward_amx_untimed_tiles(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-    using namespace flash_avx512bf16;
-    backward_amx<SimdAvx512Dot, TilesNull>(p, g);
-}
-
-void flash_backward_avx512bf16(const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-    QKV_ASSERT(p.bf16);
-    // Hidden keys (P = 0) must not turn a non-finite K or V value into NaN (0 · inf): the fp32
-    // tiles skip such rows, the word GEMMs cannot, so such inputs take the fp32 tiles.
-    if (bf16_nonfinite(p.k, p.B, p.Hkv, p.Tk, p.D, p.k_stride_b, p.k_stride_h, p.k_stride_t) ||
-        bf16_nonfinite(p.v, p.B, p.Hkv, p.Tk, p.Dv, p.v_stride_b, p.v_stride_h, p.v_stride_t))
-        return flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512>(p, g);
-    // Few queries: one-vector query blocks (flash_attention_simd.h, SimdAvx512DotShortQ).
-    if (p.Tq <= flash_avx512bf16::SimdAvx512DotShortQ::kBwdBlockQ)
-        return flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512DotShortQ>(p, g);
-    flash_avx512bf16::backward<flash_avx512bf16::SimdAvx512Dot>(p, g);
+    FlashKernels k;
+    k.forward_dot = [](const AttentionParams<float>& p) {
+        QKV_ASSERT(p.bf16);
+        forward<SimdAvx512Dot>(p);
+    };
+    k.backward_dot = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+        QKV_ASSERT(p.bf16);
+        // Hidden keys (P = 0) must not turn a non-finite K or V value into NaN (0 · inf): the fp32
+        // tiles skip such rows, the word GEMMs cannot, so such inputs take the fp32 tiles.
+        if (bf16_nonfinite(p.k, p.B, p.Hkv, p.Tk, p.D, p.k_stride_b, p.k_stride_h, p.k_stride_t) ||
+            bf16_nonfinite(p.v, p.B, p.Hkv, p.Tk, p.Dv, p.v_stride_b, p.v_stride_h, p.v_stride_t))
+            return backward<SimdAvx512>(p, g);
+        // Few queries: one-vector query blocks (flash_traits.h, SimdAvx512DotShortQ).
+        if (p.Tq <= SimdAvx512DotShortQ::kBwdBlockQ) return backward<SimdAvx512DotShortQ>(p, g);
+        backward<SimdAvx512Dot>(p, g);
+    };
+    k.forward_amx_emulated = [](const AttentionParams<float>& p) {
+        QKV_ASSERT(p.bf16);
+        if (!forward_amx<SimdAvx512Dot, TilesEmu>(p)) forward<SimdAvx512Dot>(p);
+    };
+    k.backward_amx_emulated = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+        QKV_ASSERT(p.bf16);
+        if (!backward_amx<SimdAvx512Dot, TilesEmu>(p, g)) backward<SimdAvx512>(p, g);
+    };
+    k.forward_amx_untimed_tiles  = [](const AttentionParams<float>& p) { forward_amx<SimdAvx512Dot, TilesNull>(p); };
+    k.backward_amx_untimed_tiles = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+        backward_amx<SimdAvx512Dot, TilesNull>(p, g);
+    };
+    return k;
 }
 
 }  // namespace qkv::kernels::cpu::detail

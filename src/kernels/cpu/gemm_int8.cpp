@@ -269,11 +269,10 @@ void gemm_int8_nt_blocks(const int8_t* x, int64_t N, int64_t K, int64_t O, const
     if (failed) std::rethrow_exception(failed);
 }
 
-void gemm_int8_nt_dequant(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& w,
-                          const float* sx, const float* sw, const float* bias, float* y, int64_t block_columns) {
-    gemm_int8_nt_blocks(x, N, K, O, w, block_columns,
+void gemm_int8_nt_dequant(const Int8DequantParams& p) {
+    gemm_int8_nt_blocks(p.x, p.N, p.K, p.O, *p.packed, p.block_columns,
                         [&](int64_t o0, int64_t width, int64_t n0, int64_t n1, const int32_t* acc) {
-                            dequantize_block(acc, n0, n1, width, o0, O, sx, sw, bias, y);
+                            dequantize_block(acc, n0, n1, width, o0, p.O, p.sx, p.sw, p.bias, p.y);
                         });
 }
 

@@ -52,11 +52,24 @@ int64_t int8_block_columns(int64_t N, int64_t O, int64_t block_columns = 0);
 void gemm_int8_nt_blocks(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed,
                          int64_t block_columns, const Int8BlockEpilogue& epilogue);
 
+/// The operands of gemm_int8_nt_dequant: x (N, K) int8 activations, the packed weight (O, K), the
+/// scales sx (N) and sw (O), bias (O) or null, y (N, O) row-major and dense; block_columns as
+/// gemm_int8_nt_blocks's.
+struct Int8DequantParams {
+    const int8_t*           x = nullptr;
+    int64_t                 N = 0, K = 0, O = 0;
+    const Int8PackedWeight* packed        = nullptr;
+    const float*            sx            = nullptr;
+    const float*            sw            = nullptr;
+    const float*            bias          = nullptr;
+    float*                  y             = nullptr;
+    int64_t                 block_columns = 0;
+};
+
 /// y (N, O) = float(acc[n, o]) · sx[n] · sw[o] + bias[o] (in that order; bias may be null) with
-/// acc = x · qᵀ, through gemm_int8_nt_blocks (block_columns as there); bit-identical for every
-/// block width. y is row-major and dense.
-void gemm_int8_nt_dequant(const int8_t* x, int64_t N, int64_t K, int64_t O, const Int8PackedWeight& packed,
-                          const float* sx, const float* sw, const float* bias, float* y, int64_t block_columns = 0);
+/// acc = x · qᵀ, through gemm_int8_nt_blocks; bit-identical for every block width. Throws as
+/// gemm_int8_nt_blocks.
+void gemm_int8_nt_dequant(const Int8DequantParams& p);
 
 enum class Int8GemmPath { automatic, matmul_prepacked, gemm_api };
 /// The paths: matmul_prepacked (oneDNN's s8 matmul on prepacked weights; needs VNNI or AMX-INT8

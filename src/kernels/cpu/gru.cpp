@@ -11,23 +11,20 @@
 
 namespace qkv::kernels::cpu {
 
-void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
-                      int64_t B, int64_t H) {
-    if (B == 0 || H == 0) return;
-    QKV_ISA_DISPATCH(simd::gru_cell_forward, ref::gru_cell_forward<float>(h_new, ws, gi, gh, h, B, H),
-                     h_new, ws, gi, gh, h, B, H);
+void gru_cell_forward(const GruCellParams<float>& p) {
+    if (p.B == 0 || p.H == 0) return;
+    QKV_ISA_DISPATCH(simd::gru_cell_forward, ref::gru_cell_forward<float>(p), p);
 }
 
-void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
-                       const float* h, int64_t B, int64_t H) {
-    if (B == 0 || H == 0) return;
-    QKV_ISA_DISPATCH(simd::gru_cell_backward,
-                     ref::gru_cell_backward<float>(dgi, dgh, dh, dh_new, ws, h, B, H), dgi, dgh, dh,
-                     dh_new, ws, h, B, H);
+void gru_cell_backward(const GruCellGradParams<float>& g) {
+    if (g.B == 0 || g.H == 0) return;
+    QKV_ISA_DISPATCH(simd::gru_cell_backward, ref::gru_cell_backward<float>(g), g);
 }
 
-void gru_sequence_forward(float* out, float* ws, const float* gi, const float* h0,
-                          const float* w_hh, const float* b_hh, int64_t Tn, int64_t B, int64_t H) {
+void gru_sequence_forward(const GruSequenceParams<float>& p) {
+    float *const  out = p.out, *const ws = p.ws;
+    const float * gi = p.gi, *h0 = p.h0, *w_hh = p.w_hh, *b_hh = p.b_hh;
+    const int64_t Tn = p.Tn, B = p.B, H = p.H;
     const int64_t G = 3 * H;
     if (Tn == 0 || B == 0 || H == 0) return;
     std::vector<float> gh(size_t(B * G)), zero(h0 ? 0 : size_t(B * H), 0.f);
@@ -39,14 +36,15 @@ void gru_sequence_forward(float* out, float* ws, const float* gi, const float* h
         }
         gemm(false, true, B, G, H, 1.f, h, H, w_hh, H, 1.f, gh.data(), G);
         float* ht = out + t * B * H;
-        gru_cell_forward(ht, ws ? ws + t * B * 4 * H : nullptr, gi + t * B * G, gh.data(), h, B, H);
+        gru_cell_forward({ht, ws ? ws + t * B * 4 * H : nullptr, gi + t * B * G, gh.data(), h, B, H});
         h = ht;
     }
 }
 
-void gru_sequence_backward(float* dgi, float* dh0, float* dw_hh, float* db_hh, const float* dout,
-                           const float* ws, const float* out, const float* h0, const float* w_hh,
-                           int64_t Tn, int64_t B, int64_t H) {
+void gru_sequence_backward(const GruSequenceGradParams<float>& g) {
+    float *const  dgi = g.dgi, *const dh0 = g.dh0, *const dw_hh = g.dw_hh, *const db_hh = g.db_hh;
+    const float * dout = g.dout, *ws = g.ws, *out = g.out, *h0 = g.h0, *w_hh = g.w_hh;
+    const int64_t Tn = g.Tn, B = g.B, H = g.H;
     const int64_t G = 3 * H, BH = B * H;
     if (Tn == 0 || B == 0 || H == 0) {
         if (dh0) std::memset(dh0, 0, static_cast<size_t>(BH) * sizeof(float));
@@ -62,8 +60,7 @@ void gru_sequence_backward(float* dgi, float* dh0, float* dw_hh, float* db_hh, c
         for (int64_t i = 0; i < BH; ++i) delta[size_t(i)] = dt[i] + carry[size_t(i)];
         float* dght = dgh.data() + t * B * G;
         // carry = dh_direct + dgh_t · W_hh
-        gru_cell_backward(dgi + t * B * G, dght, carry.data(), delta.data(), ws + t * B * 4 * H, hp,
-                          B, H);
+        gru_cell_backward({dgi + t * B * G, dght, carry.data(), delta.data(), ws + t * B * 4 * H, hp, B, H});
         gemm(false, false, B, H, G, 1.f, dght, G, w_hh, H, 1.f, carry.data(), H);
     }
     if (dh0) std::memcpy(dh0, carry.data(), static_cast<size_t>(BH) * sizeof(float));

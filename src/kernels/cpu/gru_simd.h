@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/activation_simd.h"
+#include "kernels/params.h"
 
 namespace qkv::kernels::cpu::detail {
 
@@ -44,9 +45,11 @@ inline void gru_cell_lanes(float* hn_out, float* w, const float* gi, const float
 }  // namespace
 
 template <Isa I>
-void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h,
-                        int64_t B, int64_t H) {
+void gru_cell_forward(const GruCellParams<float>& p) {
     using V = Vec<I>;
+    float *const  h_new = p.h_new, *const ws = p.ws;
+    const float * gi = p.gi, *gh = p.gh, *h = p.h;
+    const int64_t B = p.B, H = p.H;
 #pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* gib = gi + b * 3 * H;
@@ -88,9 +91,11 @@ inline void gru_cell_backward_lanes(float* di, float* dg, float* dhb, const floa
 }  // namespace
 
 template <Isa I>
-void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws,
-                         const float* h, int64_t B, int64_t H) {
+void gru_cell_backward(const GruCellGradParams<float>& gp) {
     using V = Vec<I>;
+    float *const  dgi = gp.dgi, *const dgh = gp.dgh, *const dh = gp.dh;
+    const float * dh_new = gp.dh_new, *ws = gp.ws, *h = gp.h;
+    const int64_t B = gp.B, H = gp.H;
 #pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* w  = ws + b * 4 * H;

@@ -2,7 +2,7 @@
 // The one place for CPU features: which instruction sets this CPU has, the cap that limits what
 // the fast kernels may use (QKV_MAX_ISA or set_max_isa), and the one dispatch point every fast
 // kernel goes through (QKV_ISA_DISPATCH). Per-ISA kernel bodies are compiled from one source
-// (cpu/variants.inc) once per ISA; docs/architecture.md ("Kernels") says where new ones go.
+// (cpu/variants.inc) once per ISA; docs/kernels/recipe.md says where new ones go.
 #include <cstdint>
 #include <string_view>
 
@@ -17,7 +17,8 @@ namespace qkv::kernels::cpu {
 ///                vdpbf16ps build (cpu/flash_attention.h: Bf16AttentionPath); the fp32 kernels run
 ///                their avx512 variant.
 ///   amx:         avx512_bf16 + AMX-TILE/AMX-BF16. Detected from CPUID only (using the tiles also
-///                needs the Linux permission request); no kernel has such a variant yet.
+///                needs the Linux permission request, amx_permitted); the bf16 flash attention
+///                has an AMX build (cpu/flash_kernels.h), every other kernel runs its avx512 one.
 enum class Isa : uint8_t { scalar, avx2, avx512, avx512_bf16, amx };
 
 /// What the CPU reports (CPUID through __builtin_cpu_supports), read once.

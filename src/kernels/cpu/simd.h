@@ -1,10 +1,16 @@
 #pragma once
-// The one SIMD layer of the fast fp32 kernels. In translation units compiled with an ISA's flags
-// (cpu/variants_avx2.cpp, cpu/variants_avx512.cpp, cpu/flash_attention_avx*.cpp) it gives the
-// vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F, 16 lanes), Vec<Isa> to name them from
-// an Isa, the one polynomial exp every kernel uses (flash included), and row reductions (max, Σ,
-// Σ exp). Kernel bodies are written once as templates over the Isa (cpu/*_simd.h) and instantiated
-// per ISA by cpu/variants.inc. Elsewhere the header only declares exp_simd and Vec.
+// The SIMD layer of the fast fp32 kernels: the one place (with its siblings simd_philox.h,
+// simd_bf16.h and simd_amx.h) where intrinsics are written. In translation units compiled with an
+// ISA's flags (cpu/variants_avx2.cpp, cpu/variants_avx512.cpp, cpu/flash_attention_<isa>.cpp) it
+// gives the vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F/BW, 16 lanes), Vec<Isa> to
+// name them from an Isa, the one polynomial exp every kernel uses (flash included), row reductions
+// (max, Σ, Σ exp), and the lane masks, selects and bit-level operations the kernels need (tails,
+// -inf handling, bf16 rounding and bit patterns, int8 saturation, dropout's mask bytes, the 8 x 8
+// transpose). Kernel bodies are written once as templates over the Isa (cpu/*_simd.h) or over a
+// traits struct derived from V8 / V16 (flash attention, cpu/flash_traits.h) and call only these.
+// Siblings: simd_philox.h (Philox4x32-10 per vector width), simd_bf16.h (bf16 word operands and
+// vdpbf16ps), simd_amx.h (the AMX tiles, their emulation). Elsewhere the header only declares
+// exp_simd and Vec. docs/kernels/recipe.md says where a new operation goes.
 //
 // simd::exp<V>(x), the one exp (Cephes expf polynomial; written down here and in
 // docs/kernels/flash_attention.md):
@@ -143,6 +149,110 @@ struct V8 {
         return _mm256_andnot_ps(under, y);
     }
 
+
+    // ---- lane masks, selects and bit-level ops (flash attention, dropout, quantize, bf16) ----
+    /// A lane mask: all ones or zero per 32-bit lane (compare results; loadm/storem's mask).
+    using M = __m256i;
+    /// Lanes [0, n) set (n >= W: all).
+    static M tail(int n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    /// Lanes of m from p, 0 elsewhere; never touches memory outside m's lanes.
+    static R loadm(const float* p, M m) { return _mm256_maskload_ps(p, m); }
+    static void storem(float* p, R v, M m) { _mm256_maskstore_ps(p, m, v); }
+    /// a >= b per lane (false for NaN).
+    static M ge(R a, R b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
+    /// a where k, else b.
+    static R select(M k, R a, R b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(k)); }
+    /// a·b where k, else +0.
+    static R maskz_mul(M k, R a, R b) { return _mm256_and_ps(_mm256_castsi256_ps(k), _mm256_mul_ps(a, b)); }
+    static R abs(R a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+    /// Bit l set when lane l is NaN.
+    static unsigned nan_bits(R a) { return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q))); }
+    /// s where j <= lim, -inf where j > lim (lane-wise).
+    static R mask_gt(R s, R j, R lim) {
+        return _mm256_blendv_ps(s, _mm256_set1_ps(-__builtin_inff()), _mm256_cmp_ps(j, lim, _CMP_GT_OQ));
+    }
+    /// x with -inf lanes replaced by 0 / +inf / the lanes of y.
+    static R neginf_to_zero(R x) {
+        return _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ));
+    }
+    static R neginf_to_posinf(R x) {
+        return _mm256_blendv_ps(x, _mm256_set1_ps(__builtin_inff()),
+                                _mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ));
+    }
+    static R neginf_to(R x, R y) {
+        return _mm256_blendv_ps(x, y, _mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ));
+    }
+    /// True when every lane has a <= b (false for NaN lanes).
+    static bool all_le(R a, R b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LE_OQ)) == 0xFF; }
+    /// x rounded to bf16 (round to nearest even on the bits, as core/bf16.h), as floats; NaN lanes
+    /// are kept as they are (the carry of the rounding bias could change a NaN's class).
+    static R round_bf16(R x) {
+        const __m256i u   = _mm256_castps_si256(x);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i r   = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                                             _mm256_set1_epi32(int(0xffff0000u)));
+        return _mm256_blendv_ps(_mm256_castsi256_ps(r), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
+    /// core/bf16.h's bf16_bits of each lane in the high half (u + 0x7fff + lsb; a NaN made quiet,
+    /// its sign kept); the low halves are not 0.
+    static __m256i bf16_bits_high(R x) {
+        const __m256i u   = _mm256_castps_si256(x);
+        const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        const __m256i r   = _mm256_add_epi32(
+            u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+        return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+    }
+    /// The 8 high halves of r as consecutive uint16 (pack within lanes, then the two 64-bit halves).
+    static void store_high16(uint16_t* p, __m256i r) {
+        const __m256i s = _mm256_srli_epi32(r, 16);
+        const __m256i q = _mm256_permute4x64_epi64(_mm256_packus_epi32(s, s), 0x08);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(q));
+    }
+    /// r with the low halves cleared, as floats (the bf16 values of bf16_bits_high in fp32).
+    static void store_high_bits(float* p, __m256i r) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_and_si256(r, _mm256_set1_epi32(int(0xffff0000u))));
+    }
+    /// The int8 of each lane truncated to int32 and saturated, W bytes to p.
+    static void store_i8_sat(int8_t* p, R t) {
+        const __m256i i32 = _mm256_cvttps_epi32(t);
+        const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(i16, i16));
+    }
+    /// 4W bytes: byte i is 1 where lane i % W of k[i / W] is set, else 0.
+    static void store_bytes01(uint8_t* p, const M k[4]) {
+        const __m256i k0 = _mm256_srli_epi32(k[0], 31), k1 = _mm256_srli_epi32(k[1], 31);
+        const __m256i k2 = _mm256_srli_epi32(k[2], 31), k3 = _mm256_srli_epi32(k[3], 31);
+        const __m256i b  = _mm256_packs_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
+        const __m256i o  = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), o);
+    }
+    /// Lanes whose byte of p[0, W) is not 0.
+    static M bytes_nonzero(const uint8_t* p) {
+        const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_cmpgt_epi32(w, _mm256_setzero_si256());
+    }
+    /// dst[c * ds + r] = scale * src[r * ss + c] for an 8 x 8 block (unpack/shuffle/permute).
+    static void transpose8_scaled(const float* src, int64_t ss, float* dst, int64_t ds, float scale) {
+        const __m256 k = _mm256_set1_ps(scale);
+        __m256 r[8], t[8], u[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+        for (int i = 0; i < 8; i += 2) {
+            t[i]     = _mm256_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 8; i += 4) {
+            u[i]     = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        for (int c = 0; c < 4; ++c) {
+            _mm256_storeu_ps(dst + c * ds, _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20)));
+            _mm256_storeu_ps(dst + (c + 4) * ds, _mm256_mul_ps(k, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31)));
+        }
+    }
 private:
     static __m256i tail_mask(int64_t n) {
         alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
@@ -214,6 +324,77 @@ struct V16 {
         y          = _mm512_fmadd_ps(y, f, set1(kExp2Q5));
         y          = _mm512_fmadd_ps(y, f, set1(1.0f));
         return _mm512_maskz_scalef_ps(__mmask16(~under), y, n);
+    }
+
+
+    // ---- lane masks, selects and bit-level ops (flash attention, dropout, quantize, bf16) ----
+    /// A lane mask: one bit per lane (compare results; loadm/storem's mask).
+    using M = __mmask16;
+    /// Lanes [0, n) set (n >= W: all).
+    static M tail(int n) { return n >= W ? M(0xFFFF) : M((1u << n) - 1u); }
+    /// Lanes of m from p, 0 elsewhere; never touches memory outside m's lanes.
+    static R loadm(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
+    static void storem(float* p, R v, M m) { _mm512_mask_storeu_ps(p, m, v); }
+    /// a >= b per lane (false for NaN).
+    static M ge(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+    /// a where k, else b.
+    static R select(M k, R a, R b) { return _mm512_mask_blend_ps(k, b, a); }
+    /// a·b where k, else +0.
+    static R maskz_mul(M k, R a, R b) { return _mm512_maskz_mul_ps(k, a, b); }
+    static R abs(R a) { return _mm512_abs_ps(a); }
+    /// Bit l set when lane l is NaN.
+    static unsigned nan_bits(R a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+    /// s where j <= lim, -inf where j > lim (lane-wise).
+    static R mask_gt(R s, R j, R lim) {
+        return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(j, lim, _CMP_GT_OQ), _mm512_set1_ps(-__builtin_inff()));
+    }
+    /// x with -inf lanes replaced by 0 / +inf / the lanes of y.
+    static R neginf_to_zero(R x) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ),
+                                  _mm512_setzero_ps());
+    }
+    static R neginf_to_posinf(R x) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ),
+                                  _mm512_set1_ps(__builtin_inff()));
+    }
+    static R neginf_to(R x, R y) {
+        return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), y);
+    }
+    /// True when every lane has a <= b (false for NaN lanes).
+    static bool all_le(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ) == 0xFFFF; }
+    /// x rounded to bf16 (round to nearest even on the bits, as core/bf16.h), as floats; NaN lanes
+    /// are kept as they are (the carry of the rounding bias could change a NaN's class).
+    static R round_bf16(R x) {
+        const __m512i u   = _mm512_castps_si512(x);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        const __m512i r   = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                             _mm512_set1_epi32(int(0xffff0000u)));
+        return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+    }
+    /// core/bf16.h's bf16_bits of each lane in the high half (u + 0x7fff + lsb; a NaN made quiet,
+    /// its sign kept); the low halves are not 0.
+    static __m512i bf16_bits_high(R x) {
+        const __m512i   u   = _mm512_castps_si512(x);
+        const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        const __m512i   r   = _mm512_add_epi32(
+            u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+        return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    }
+    /// The 16 high halves of r as consecutive uint16.
+    static void store_high16(uint16_t* p, __m512i r) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+    /// r with the low halves cleared, as floats (the bf16 values of bf16_bits_high in fp32).
+    static void store_high_bits(float* p, __m512i r) {
+        _mm512_storeu_si512(p, _mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+    }
+    /// The int8 of each lane truncated to int32 and saturated, W bytes to p.
+    static void store_i8_sat(int8_t* p, R t) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(t)));
+    }
+    /// 4W bytes: byte i is 1 where lane i % W of k[i / W] is set, else 0.
+    static void store_bytes01(uint8_t* p, const M k[4]) {
+        for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16 * j), _mm_maskz_set1_epi8(k[j], 1));
     }
 
 private:

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/adam_simd.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/params.h"
 
@@ -22,14 +23,17 @@ template <Isa I> void cross_entropy_backward(const CrossEntropyParams<float>& p,
 template <Isa I> void layer_norm_forward(const LayerNormParams<float>& p);
 /// partial: 2·nblocks·N floats of scratch (dγ partials, then dβ partials).
 template <Isa I> void layer_norm_backward(const LayerNormParams<float>& p, const LayerNormGradParams<float>& g, float* partial);
-template <Isa I> void gru_cell_forward(float* h_new, float* ws, const float* gi, const float* gh, const float* h, int64_t B, int64_t H);
-template <Isa I> void gru_cell_backward(float* dgi, float* dgh, float* dh, const float* dh_new, const float* ws, const float* h, int64_t B, int64_t H);
-template <Isa I> void additive_scores_forward(float* scores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
-/// dw_part: (B, H) partial sums of dw per batch row (reduced by the caller in b order).
-template <Isa I> void additive_scores_backward(float* dq, float* dk, float* dw_part, const float* dscores, const float* q, const float* k, const float* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H);
+template <Isa I> void gru_cell_forward(const GruCellParams<float>& p);
+template <Isa I> void gru_cell_backward(const GruCellGradParams<float>& g);
+template <Isa I> void additive_scores_forward(const AdditiveScoresParams<float>& p);
+/// g.dw: (B, H) partial sums of dw per batch row (reduced by the caller in b order).
+template <Isa I> void additive_scores_backward(const AdditiveScoresParams<float>& p, const AdditiveScoresGradParams<float>& g);
 template <Isa I> void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const detail::AdamScalars& s);
 template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols, float qmax);
 template <Isa I> void convert_bf16(uint16_t* dst, float* dst32, const float* src, int64_t n);
+/// Returns how many of a.n elements it did (whole groups); dropout.cpp does the rest.
+template <Isa I> int64_t dropout_forward_groups(const detail::DropoutSpan& a);
+template <Isa I> void dropout_backward_masked(float* dx, const float* dy, const uint8_t* mask, int64_t groups, float scale);
 
 /// The list instantiated per tier by cpu/variants.inc.
 #define QKV_FP32_VARIANTS(X)                                                                      \
@@ -37,7 +41,7 @@ template <Isa I> void convert_bf16(uint16_t* dst, float* dst32, const float* src
     X(log_softmax_backward) X(cross_entropy_forward) X(cross_entropy_backward)                    \
     X(layer_norm_forward) X(layer_norm_backward) X(gru_cell_forward) X(gru_cell_backward)         \
     X(additive_scores_forward) X(additive_scores_backward) X(adam_step) X(quantize_rows_int8)      \
-    X(convert_bf16)
+    X(convert_bf16) X(dropout_forward_groups) X(dropout_backward_masked)
 
 // The AVX2 and AVX-512 instances exist only in variants_<tier>.cpp (explicit instantiations under
 // that tier's flags). A dispatcher that includes a *_simd.h body (for its scalar build) must not

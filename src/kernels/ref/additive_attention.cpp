@@ -8,8 +8,10 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void additive_scores_forward(T* scores, const T* q, const T* k, const T* w, int64_t B, int64_t Tq,
-                             int64_t Tk, int64_t H) {
+void additive_scores_forward(const AdditiveScoresParams<T>& p) {
+    T* const      scores = p.scores;
+    const T *     q = p.q, *k = p.k, *w = p.w;
+    const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
     for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < Tq; ++i)
             for (int64_t j = 0; j < Tk; ++j) {
@@ -22,8 +24,11 @@ void additive_scores_forward(T* scores, const T* q, const T* k, const T* w, int6
 }
 
 template <class T>
-void additive_scores_backward(T* dq, T* dk, T* dw, const T* dscores, const T* q, const T* k,
-                              const T* w, int64_t B, int64_t Tq, int64_t Tk, int64_t H) {
+void additive_scores_backward(const AdditiveScoresParams<T>& p, const AdditiveScoresGradParams<T>& g) {
+    T *const      dq = g.dq, *const dk = g.dk, *const dw = g.dw;
+    const T*      dscores = g.dscores;
+    const T *     q = p.q, *k = p.k, *w = p.w;
+    const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
     if (dq)
         for (int64_t n = 0; n < B * Tq * H; ++n) dq[n] = T(0);
     if (dk)

@@ -28,8 +28,10 @@ T sigmoid(T x) {
 }  // namespace
 
 template <class T>
-void gru_cell_forward(T* h_new, T* ws, const T* gi, const T* gh, const T* h, int64_t B,
-                      int64_t H) {
+void gru_cell_forward(const GruCellParams<T>& p) {
+    T *const      h_new = p.h_new, *const ws = p.ws;
+    const T *     gi = p.gi, *gh = p.gh, *h = p.h;
+    const int64_t B = p.B, H = p.H;
     for (int64_t b = 0; b < B; ++b) {
         const T* gib = gi + b * 3 * H;
         const T* ghb = gh + b * 3 * H;
@@ -52,8 +54,10 @@ void gru_cell_forward(T* h_new, T* ws, const T* gi, const T* gh, const T* h, int
 }
 
 template <class T>
-void gru_cell_backward(T* dgi, T* dgh, T* dh, const T* dh_new, const T* ws, const T* h,
-                       int64_t B, int64_t H) {
+void gru_cell_backward(const GruCellGradParams<T>& gp) {
+    T *const      dgi = gp.dgi, *const dgh = gp.dgh, *const dh = gp.dh;
+    const T *     dh_new = gp.dh_new, *ws = gp.ws, *h = gp.h;
+    const int64_t B = gp.B, H = gp.H;
     for (int64_t b = 0; b < B; ++b) {
         const T* w = ws + b * 4 * H;
         T* dgib    = dgi + b * 3 * H;
@@ -74,8 +78,10 @@ void gru_cell_backward(T* dgi, T* dgh, T* dh, const T* dh_new, const T* ws, cons
 }
 
 template <class T>
-void gru_sequence_forward(T* out, T* ws, const T* gi, const T* h0, const T* w_hh, const T* b_hh,
-                          int64_t Tn, int64_t B, int64_t H) {
+void gru_sequence_forward(const GruSequenceParams<T>& p) {
+    T *const      out = p.out, *const ws = p.ws;
+    const T *     gi = p.gi, *h0 = p.h0, *w_hh = p.w_hh, *b_hh = p.b_hh;
+    const int64_t Tn = p.Tn, B = p.B, H = p.H;
     std::vector<T> gh(size_t(B * 3 * H)), zero(h0 ? 0 : size_t(B * H), T(0));
     const T* h = h0 ? h0 : zero.data();
     for (int64_t t = 0; t < Tn; ++t) {
@@ -83,16 +89,16 @@ void gru_sequence_forward(T* out, T* ws, const T* gi, const T* h0, const T* w_hh
             for (int64_t k = 0; k < 3 * H; ++k) gh[size_t(b * 3 * H + k)] = b_hh ? b_hh[k] : T(0);
         gemm<T>(false, true, B, 3 * H, H, T(1), h, H, w_hh, H, T(1), gh.data(), 3 * H);
         T* ht = out + t * B * H;
-        gru_cell_forward<T>(ht, ws ? ws + t * B * 4 * H : nullptr, gi + t * B * 3 * H, gh.data(), h,
-                            B, H);
+        gru_cell_forward<T>({ht, ws ? ws + t * B * 4 * H : nullptr, gi + t * B * 3 * H, gh.data(), h, B, H});
         h = ht;
     }
 }
 
 template <class T>
-void gru_sequence_backward(T* dgi, T* dh0, T* dw_hh, T* db_hh, const T* dout, const T* ws,
-                           const T* out, const T* h0, const T* w_hh, int64_t Tn, int64_t B,
-                           int64_t H) {
+void gru_sequence_backward(const GruSequenceGradParams<T>& g) {
+    T *const      dgi = g.dgi, *const dh0 = g.dh0, *const dw_hh = g.dw_hh, *const db_hh = g.db_hh;
+    const T *     dout = g.dout, *ws = g.ws, *out = g.out, *h0 = g.h0, *w_hh = g.w_hh;
+    const int64_t Tn = g.Tn, B = g.B, H = g.H;
     const int64_t G = 3 * H;
     std::vector<T> dgh(size_t(Tn * B * G)), carry(size_t(B * H), T(0)), delta(size_t(B * H)),
         dh(size_t(B * H)), zero(size_t(B * H), T(0)), hprev(size_t(Tn * B * H));
@@ -103,8 +109,7 @@ void gru_sequence_backward(T* dgi, T* dh0, T* dw_hh, T* db_hh, const T* dout, co
             hprev[size_t(t * B * H + i)]       = hp[i];
         }
         T* dght = dgh.data() + t * B * G;
-        gru_cell_backward<T>(dgi + t * B * G, dght, dh.data(), delta.data(), ws + t * B * 4 * H, hp,
-                             B, H);
+        gru_cell_backward<T>({dgi + t * B * G, dght, dh.data(), delta.data(), ws + t * B * 4 * H, hp, B, H});
         // carry = dh + dgh_t · W_hh  ((B, 3H) × (3H, H))
         carry = dh;
         gemm<T>(false, false, B, H, G, T(1), dght, G, w_hh, H, T(1), carry.data(), H);
@@ -119,14 +124,11 @@ void gru_sequence_backward(T* dgi, T* dh0, T* dw_hh, T* db_hh, const T* dout, co
     }
 }
 
-#define QKV_GRU_INSTANTIATE(T)                                                                   \
-    template void gru_cell_forward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t);   \
-    template void gru_cell_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t,        \
-                                       int64_t);                                                 \
-    template void gru_sequence_forward<T>(T*, T*, const T*, const T*, const T*, const T*,        \
-                                          int64_t, int64_t, int64_t);                            \
-    template void gru_sequence_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,         \
-                                           const T*, const T*, int64_t, int64_t, int64_t);
+#define QKV_GRU_INSTANTIATE(T)                                               \
+    template void gru_cell_forward<T>(const GruCellParams<T>&);              \
+    template void gru_cell_backward<T>(const GruCellGradParams<T>&);         \
+    template void gru_sequence_forward<T>(const GruSequenceParams<T>&);      \
+    template void gru_sequence_backward<T>(const GruSequenceGradParams<T>&);
 QKV_GRU_INSTANTIATE(float)
 QKV_GRU_INSTANTIATE(double)
 #undef QKV_GRU_INSTANTIATE

@@ -1,15 +1,18 @@
 #pragma once
-// Tile backends of the AMX flash attention forward (flash_attention_impl.h: tile_gemm):
+// The AMX tile backends, part of the SIMD layer (cpu/simd.h), used by the AMX flash attention
+// kernels (flash_amx_forward.h, flash_amx_backward.h: tile_gemm):
 //   TilesHw:  the AMX instructions (flash_attention_amx.cpp, compiled with -mamx-tile -mamx-bf16);
 //   TilesEmu: the same eight tile registers and operations in plain code, following the Intel SDM's
 //             definition of TDPBF16PS (flash_attention_avx512bf16.cpp), so that the tile kernel's
 //             packing, zero padding and blocking run in the tests of every machine with
-//             AVX-512-BF16, not only on AMX machines.
+//             AVX-512-BF16, not only on AMX machines;
+//   TilesNull: tiles that do nothing (bench_attention only).
 // Geometry (palette 1, every tile configured to the maximum): 8 registers of 16 rows x 64 bytes.
 // An fp32 C tile is 16 x 16; a bf16 A tile is 16 rows x 32 values (16 words along the
 // reduction); a B tile is 16 word rows x 16 words, a word holding two bf16 values consecutive
 // along the reduction (the VNNI layout). tdpbf16ps: C[m][n] += A[m].lo(k) B[k].lo(n) +
 // A[m].hi(k) B[k].hi(n) over the 16 words k. Strides are in bytes.
+// ODR: an unnamed namespace, as simd.h.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,11 +22,7 @@
 #include <immintrin.h>
 #endif
 
-#ifndef QKV_FLASH_NS
-#error "define QKV_FLASH_NS (the per-ISA namespace) before including amx_tiles.h"
-#endif
-
-namespace qkv::kernels::cpu::QKV_FLASH_NS {
+namespace qkv::kernels::cpu::simd {
 namespace {
 
 #if defined(QKV_HAVE_AMX_TILES)
@@ -165,4 +164,4 @@ struct TilesNull {
 };
 
 }  // namespace
-}  // namespace qkv::kernels::cpu::QKV_FLASH_NS
+}  // namespace qkv::kernels::cpu::simd
