@@ -273,8 +273,9 @@ srv.stop()
 
 # --- API key
 srv = Server("key", "--model", a, "--api-key", "k3y")
-expect_error(srv, 401, "/translate", {"q": "go ."})
-expect_error(srv, 401, "/translate", {"q": "go ."}, {"Content-Type": "application/json", "X-API-Key": "nope"})
+expect_error(srv, 401, "/translate", {"q": "go ."}, says="an API key is required")
+expect_error(srv, 403, "/translate", {"q": "go ."}, {"Content-Type": "application/json", "X-API-Key": "nope"},
+             says="the API key is not valid")
 expect_error(srv, 401, "/v1/translate", {"q": "go ."})
 expect_error(srv, 401, "/metrics", None, {}, method="GET")
 j, _ = srv.post("/translate", {"q": "go .", "api_key": "k3y"})
