@@ -774,14 +774,13 @@ TEST(Trainer, TimeBudgetStopsAtAStepBoundary) {
     manual_seed(0);
     models::Transformer m(tiny_config(c));
     train::TrainOptions o;
-    o.epochs = 1000;
+    o.epochs = 1'000'000'000;  // more than any machine trains in the budget: only the budget stops it
     o.batch_size = 4;
     o.time_budget_s = 0.2;
     train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
     const auto r = t.fit();
     EXPECT_EQ(r.stop_reason, "time_budget");
-    EXPECT_GE(r.train_seconds, 0.2);
-    EXPECT_LT(r.steps, 2000);
+    EXPECT_GE(r.train_seconds, 0.2);  // the rule (it stops once the budget is spent), not a speed
 }
 
 TEST(Trainer, ValidatesEveryValEverySecondsOfTraining) {
