@@ -27,10 +27,12 @@ class CMakeBuild(build_ext):
             cfg += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
         subprocess.run(cfg, check=True)
         jobs = os.environ.get("JOBS", str(os.cpu_count() or 1))
-        subprocess.run(["cmake", "--build", str(tmp), "--target", "_qkv", "-j", jobs], check=True)
-        built = next((tmp / "python" / "qkv").glob("_qkv*.so"))
+        name = ext.name.split(".")[-1]  # _qkv, or _openmp (python/CMakeLists.txt)
+        subprocess.run(["cmake", "--build", str(tmp), "--target", name, "-j", jobs], check=True)
+        built = next((tmp / "python" / "qkv").glob(name + "*.so"))
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, out)
 
 
-setup(ext_modules=[Extension("qkv._qkv", sources=[])], cmdclass={"build_ext": CMakeBuild})
+setup(ext_modules=[Extension("qkv._openmp", sources=[]), Extension("qkv._qkv", sources=[])],
+      cmdclass={"build_ext": CMakeBuild})

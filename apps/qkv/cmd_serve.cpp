@@ -279,7 +279,7 @@ Registration reg([](CLI::App& app) {
                   "most source tokens decoded in one batch (default 4096; 1 = one request at a time)")
         ->transform(int_range(1, 1000000));
     c->add_option("--max-wait-ms", a->max_wait_ms, "how long a request may wait for batch-mates (default 5)")
-        ->transform(int_range(0, 10000));
+        ->transform(int_range(0, 3600000));  // as --timeout-ms (a request's deadline bounds its wait anyway)
     c->add_option("--max-queue", a->max_queue, "most sentences waiting; beyond it 503 + Retry-After (default 256)")
         ->transform(int_range(1, 1000000));
     c->add_option("--timeout-ms", a->timeout_ms, "per-request deadline for waiting in the queue (default 30000)")

@@ -83,15 +83,12 @@ std::string extras_message(const CLI::App* app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // OpenMP threads that spin at barriers starve each other when the cores are shared (another
-    // process, ctest -j): a training step measured 2.8 s instead of 0.6 s. libgomp reads its
-    // settings before main runs, so when the user has chosen neither a policy nor a spin count we
-    // set a passive policy and re-execute ourselves once. On a quiet machine a short spin is faster
-    // (GOMP_SPINCOUNT=10000: Bahdanau step 75-87 ms instead of 113-139 ms, bench/RESULTS_avx512.md).
-    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
+    // Passive OpenMP waiting unless the user chose otherwise (core/parallel.h says why; the
+    // Python package does the same). libgomp read its settings before main ran, so once the
+    // variable is set we re-execute ourselves. On a quiet machine a short spin is faster
+    // (GOMP_SPINCOUNT=10000, bench/RESULTS_avx512.md).
+    if (qkv::default_to_passive_omp_wait())
         execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
-    }
     CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
     app.require_subcommand(1);
     app.set_version_flag("--version", [] {

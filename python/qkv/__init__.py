@@ -19,8 +19,23 @@ Threads: heavy calls (attention, matmul, backward, module forwards, translation,
 release the GIL. A ``Translator`` may be shared by threads (each concurrent call borrows its own
 copy of the model). Tensors, modules and optimizers are not locked: do not change one from two
 threads at once. The default random generator (``qkv.manual_seed``) is process-wide.
+
+OpenMP: as the ``qkv`` program, importing qkv sets ``OMP_WAIT_POLICY=passive`` unless
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set (threads that spin while waiting slow
+everything down on a shared machine). It takes effect only when qkv is the first module to load
+the OpenMP runtime (libgomp); otherwise set the variable before starting Python.
 """
-from ._qkv import (  # noqa: F401
+import os as _os
+
+from . import _openmp
+
+# Passive OpenMP waiting, as the qkv program has it (idle threads that spin starve the working ones
+# on a shared machine), unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: before _qkv loads libgomp,
+# which reads it once. os.environ (Python's copy of the C environment) is kept in step.
+if _openmp.default_to_passive_wait():
+    _os.environ["OMP_WAIT_POLICY"] = "passive"
+
+from ._qkv import (  # noqa: E402, F401
     AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error,
     MultiHeadAttention, Module, NWKernelRegression, Optimizer, PositionalEncoding, SGD,
     ScoreResult, Tensor, Transformer, TransformerDecoder, TransformerEncoder, TranslationResult,

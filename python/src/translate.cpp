@@ -107,6 +107,21 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         return free_.size();
     }
+    /// Calls computing now, each on its own copy of the model with the GIL released: counted only
+    /// inside the GIL-free part, so a Python thread that reads a non-zero value ran while another
+    /// thread was translating (the property python/tests/test_translate.py checks).
+    int active_calls() const { return active_.load(); }
+    /// Counts a call as active for its lifetime; made and destroyed without the GIL.
+    class Active {
+    public:
+        explicit Active(Translator& t) : t_(t) { ++t_.active_; }
+        ~Active() { --t_.active_; }
+        Active(const Active&)            = delete;
+        Active& operator=(const Active&) = delete;
+
+    private:
+        Translator& t_;
+    };
 
 private:
     std::unique_ptr<train::ModelDir> load() const {
@@ -119,6 +134,7 @@ private:
     train::RunConfig config_;
     std::mutex mu_;
     std::vector<std::unique_ptr<train::ModelDir>> free_;
+    std::atomic<int> active_{0};
 };
 
 /// Word tokens of each sentence as `qkv translate` makes them; throws ValueError naming the index
@@ -165,6 +181,7 @@ std::vector<TranslationResult> translate_batch(Translator& tr, const std::vector
         FlushDenormals flush;
         const MatmulPrecisionGuard precision(tr.precision());
         auto lease            = tr.borrow();
+        const Translator::Active active(tr);
         train::ModelDir& m    = *lease.m;
         train::TranslateOptions to;  // the defaults of `qkv translate` (config.json's decode section)
         to.max_len        = max_len > 0 ? max_len : m.config.decode.max_len;
@@ -268,6 +285,7 @@ std::vector<ScoreResult> score_batch(Translator& tr, const std::vector<std::stri
     FlushDenormals flush;
     const MatmulPrecisionGuard precision(tr.precision());
     auto lease         = tr.borrow();
+    const Translator::Active active(tr);
     train::ModelDir& m = *lease.m;
     m.model->eval();
     NoGradGuard ng;
@@ -560,6 +578,9 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
              arg("model_dir"), arg("compute_type") = "fp32")
         .def_property_readonly("model_dir", &Translator::dir)
         .def_property_readonly("compute_type", &Translator::compute_type)
+        .def_property_readonly("active_calls", &Translator::active_calls,
+                               "Number of translate_batch / score_batch calls computing now, each on its own copy of "
+                               "the model with the GIL released (0 when none; for monitoring).")
         .def_property_readonly("architecture", [](const Translator& t) { return std::string(train::model_kind_name(t.config().architecture)); })
         .def("translate_batch", &translate_batch, arg("sentences"), pyb::kw_only(), arg("beam_size") = 0,
              arg("length_penalty") = -1.0, arg("max_len") = 0, arg("num_hypotheses") = 1, arg("return_scores") = false,

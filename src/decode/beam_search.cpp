@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include "qkv/autograd/grad_mode.h"
@@ -165,6 +166,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
         // With rules: the processed log-probability of each row's top tokens (the ranking's terms).
         std::vector<double> top_proc(rules ? tops.size() : 0, kDead);
         const float* logits = logits_t.data<float>();
+        std::exception_ptr sampling_error;
 #pragma omp parallel
         {
             std::vector<int64_t> ids;
@@ -182,7 +184,13 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                         ids.clear();
                         bool any = false;
                         for (double x : proc) any = any || x != kDead;
-                        if (any) ids.push_back(sample_from(sampling_distribution(proc, opt.sampling), gens[size_t(b)]));
+                        // A throw must not leave the parallel region (std::terminate): kept for after it.
+                        try {
+                            if (any) ids.push_back(sample_from(sampling_distribution(proc, opt.sampling), gens[size_t(b)]));
+                        } catch (...) {
+#pragma omp critical(qkv_beam_sampling_error)
+                            if (!sampling_error) sampling_error = std::current_exception();
+                        }
                     } else {
                         row_top_processed(proc, n_top_row, ids);
                     }
@@ -191,6 +199,7 @@ std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoder& model, con
                 std::copy(ids.begin(), ids.end(), tops.begin() + r * n_top_row);
             }
         }
+        if (sampling_error) std::rethrow_exception(sampling_error);
         std::vector<int64_t> parent(static_cast<size_t>(A * K));
         for (int64_t i = 0; i < A * K; ++i) parent[size_t(i)] = i;
         std::vector<int64_t> next_last = last;

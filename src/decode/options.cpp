@@ -12,6 +12,7 @@ namespace qkv::decode {
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr double kSumTolerance = 1e-6;  // sample_from: |sum(p) - 1| allowed
 }  // namespace
 
 void DecodeOptions::validate(int64_t V) const {
@@ -113,10 +114,21 @@ void process_row(const float* logits, int64_t V, const std::vector<int64_t>& his
 }
 
 std::vector<double> sampling_distribution(const std::vector<double>& logp, const SamplingOptions& opt) {
+    // DecodeOptions::validate's checks, for callers that come here directly: temperature 0 divided
+    // every log-probability into -inf or NaN, and the draw then took the last id.
+    QKV_CHECK(std::isfinite(opt.temperature) && opt.temperature > 0,
+              "sampling_distribution: temperature must be a finite number > 0, got ", opt.temperature);
+    QKV_CHECK(opt.top_k >= 0, "sampling_distribution: top_k must be >= 0 (0: all), got ", opt.top_k);
+    QKV_CHECK(opt.top_p > 0 && opt.top_p <= 1, "sampling_distribution: top_p must be in (0, 1], got ", opt.top_p);
+    QKV_CHECK(!logp.empty(), "sampling_distribution: logp is empty (one log-probability per target id is needed)");
     const auto V = int64_t(logp.size());
     std::vector<int64_t> ids;
-    for (int64_t v = 0; v < V; ++v)
-        if (logp[size_t(v)] != kNegInf) ids.push_back(v);
+    for (int64_t v = 0; v < V; ++v) {
+        const double l = logp[size_t(v)];
+        QKV_CHECK(!std::isnan(l) && l != -kNegInf, "sampling_distribution: logp[", v, "] is ", l,
+                  " (log-probabilities are finite or -inf)");
+        if (l != kNegInf) ids.push_back(v);
+    }
     QKV_CHECK(!ids.empty(), "sampling: every token of the row is excluded (all log-probabilities are -inf)");
     // Most probable first, ties to the smaller id.
     std::stable_sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) { return logp[size_t(a)] > logp[size_t(b)]; });
@@ -144,6 +156,17 @@ std::vector<double> sampling_distribution(const std::vector<double>& logp, const
 }
 
 int64_t sample_from(const std::vector<double>& p, Generator& gen) {
+    QKV_CHECK(!p.empty(), "sample_from: p is empty (one probability per target id is needed)");
+    double total = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+        QKV_CHECK(std::isfinite(p[i]) && p[i] >= 0, "sample_from: p[", i, "] is ", p[i],
+                  " (probabilities are finite and >= 0)");
+        total += p[i];
+    }
+    // Rounding leaves sampling_distribution's sums within ~1e-15 of 1; anything further is not a
+    // distribution (the draw would favour the last id, or never reach it).
+    QKV_CHECK(std::abs(total - 1) <= kSumTolerance, "sample_from: p sums to ", total,
+              ", not 1: not a probability distribution");
     const double u = gen.uniform();
     double cum = 0;
     int64_t last = -1;
@@ -153,8 +176,7 @@ int64_t sample_from(const std::vector<double>& p, Generator& gen) {
         cum += p[i];
         if (cum > u) return int64_t(i);
     }
-    QKV_CHECK(last >= 0, "sampling: the distribution has no token of probability > 0");
-    return last;  // u above the rounded total
+    return last;  // u above the rounded total (some p[i] > 0: the sum is ~1)
 }
 
 std::string alignment_pairs(const std::vector<std::vector<float>>& attention, int64_t src_len) {

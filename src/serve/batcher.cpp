@@ -10,7 +10,8 @@
 
 namespace qkv::serve {
 
-Batcher::Batcher(BatcherOptions opt, DecodeFn decode) : opt_(opt), decode_(std::move(decode)) {
+Batcher::Batcher(BatcherOptions opt, DecodeFn decode, std::shared_ptr<BatcherClock> clock)
+    : opt_(opt), decode_(std::move(decode)), clock_(clock ? std::move(clock) : std::make_shared<SteadyClock>()) {
     QKV_CHECK(opt_.max_batch_tokens >= 1, "batcher: max_batch_tokens must be >= 1, got ", opt_.max_batch_tokens);
     QKV_CHECK(opt_.max_queue >= 1, "batcher: max_queue must be >= 1, got ", opt_.max_queue);
     QKV_CHECK(opt_.max_wait.count() >= 0, "batcher: max_wait must be >= 0 ms, got ", opt_.max_wait.count());
@@ -23,7 +24,7 @@ std::optional<std::future<JobOutcome>> Batcher::submit(Job job) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t n = int64_t(job.sentences.size());
     if (stopping_ || (!queue_.empty() && queued_sentences_ + n > opt_.max_queue)) return std::nullopt;
-    Entry e{std::move(job), Clock::now(), {}};
+    Entry e{std::move(job), clock_->now(), {}};
     auto fut = e.done.get_future();
     queue_.push_back(std::move(e));
     queued_sentences_ += n;
@@ -51,6 +52,11 @@ int64_t Batcher::queued_sentences() const {
     return queued_sentences_;
 }
 
+bool Batcher::accepting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !stopping_;
+}
+
 void Batcher::run() {
     for (;;) {
         std::vector<Entry> batch;
@@ -66,8 +72,8 @@ void Batcher::run() {
                 for (const Entry& e : queue_)
                     if (e.job.settings == key) tokens += e.job.tokens;
                 const auto until = queue_.front().arrived + opt_.max_wait;
-                if (stopping_ || draining_ || tokens >= opt_.max_batch_tokens || Clock::now() >= until) break;
-                cv_.wait_until(lock, until);
+                if (stopping_ || draining_ || tokens >= opt_.max_batch_tokens || clock_->now() >= until) break;
+                clock_->wait_until(cv_, lock, until);
             }
             const ResolvedSettings key = queue_.front().job.settings;
             int64_t tokens = 0;
@@ -84,7 +90,7 @@ void Batcher::run() {
             }
         }
         // Jobs past their deadline are answered without decoding.
-        const auto now = Clock::now();
+        const auto now = clock_->now();
         std::vector<std::string> sentences;
         std::vector<Entry*> live;
         for (Entry& e : batch) {
@@ -105,7 +111,7 @@ void Batcher::run() {
         std::vector<SentenceResult> results;
         std::optional<ApiError> error;
         try {
-            const decode::DecodeDeadline deadline(last_deadline);
+            const decode::DecodeDeadline deadline(last_deadline, [c = clock_.get()] { return c->now(); });
             results = decode_(sentences, live.front()->job.settings);
             QKV_CHECK(results.size() == sentences.size(), "batcher: the decoder returned ", results.size(),
                       " results for ", sentences.size(), " sentences");

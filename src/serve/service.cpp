@@ -104,6 +104,8 @@ HttpResponse error_response(const ApiError& e, int retry_after_s) {
 }
 
 const ApiError kLoading{503, "loading", "the model is still loading; retry later", ""};
+// Where a translation request may carry the API key (the 401's message).
+constexpr const char* kKeyPlaces = "header X-API-Key, Authorization: Bearer, or \"api_key\"";
 
 }  // namespace
 
@@ -218,13 +220,17 @@ bool Service::reload() {
     return err.empty();
 }
 
-bool Service::authorised(const HttpRequest& req, const std::string& body_key) const {
-    if (opt_.api_key.empty()) return true;
+std::optional<ApiError> Service::key_error(const HttpRequest& req, const std::string& body_key,
+                                           const char* accepted) const {
+    if (opt_.api_key.empty()) return std::nullopt;
     std::string key = req.header("X-API-Key");
     const std::string auth = req.header("Authorization");
     if (key.empty() && lower(auth.substr(0, 7)) == "bearer ") key = auth.substr(7);
     if (key.empty()) key = body_key;
-    return !key.empty() && same_key(key, opt_.api_key);
+    if (key.empty()) return ApiError{401, "unauthorized", std::string("an API key is required (") + accepted + ")", ""};
+    if (!same_key(key, opt_.api_key))
+        return ApiError{403, "forbidden", "the API key is not valid (check it with the server's operator)", ""};
+    return std::nullopt;
 }
 
 HttpResponse Service::handle(const HttpRequest& req) {
@@ -248,7 +254,8 @@ HttpResponse Service::handle(const HttpRequest& req) {
             } else if (req.path == "/" || req.path == "/index.html") {
                 res.content_type = "text/html; charset=utf-8";
                 auto m = model_->get();
-                res.body = index_html(m ? languages_of(*m) : LanguagePair{}, !m || m->transformer() != nullptr);
+                res.body = index_html(m ? languages_of(*m) : LanguagePair{}, !m || m->transformer() != nullptr,
+                                      !opt_.api_key.empty());
             } else if (req.path == "/health") {
                 auto m = model_->get();
                 if (m)
@@ -263,8 +270,8 @@ HttpResponse Service::handle(const HttpRequest& req) {
                 else
                     res = json_response(503, {{"status", "loading"}});
             } else if (req.path == "/metrics") {
-                if (!authorised(req, "")) {
-                    res = error_response({401, "unauthorized", "an API key is required (header X-API-Key or Authorization: Bearer)", ""});
+                if (auto e = key_error(req, "", "header X-API-Key or Authorization: Bearer")) {
+                    res = error_response(*e);
                 } else {
                     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
                     res.body         = metrics_.text(batcher_->queued_sentences(), model_->get() != nullptr);
@@ -303,13 +310,11 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
     ParseResult parsed = parse_translate_request(endpoint, req.body, req.header("Content-Type"), opt_.limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) {
         // Without a key in the headers, an unauthenticated client learns nothing from the body.
-        if (!authorised(req, "")) return error_response({401, "unauthorized", "an API key is required", ""});
+        if (auto k = key_error(req, "", kKeyPlaces)) return error_response(*k);
         return error_response(*e);
     }
     TranslateRequest& r = std::get<TranslateRequest>(parsed);
-    if (!authorised(req, r.api_key))
-        return error_response({401, "unauthorized",
-                               "an API key is required (header X-API-Key, Authorization: Bearer, or \"api_key\")", ""});
+    if (auto k = key_error(req, r.api_key, kKeyPlaces)) return error_response(*k);
     auto m = model_->get();
     if (!m) return error_response(kLoading, opt_.retry_after_s);
     const LanguagePair languages = languages_of(*m);

@@ -56,6 +56,7 @@ constexpr const char kPage[] = R"QKVPAGE(<!doctype html>
       <label>n-best <select id="nbestn"><option>1</option><option>2</option><option selected>4</option></select></label>
       <label>layer <select id="layer"></select></label>
       <label>head <select id="head"></select></label>
+      <label id="keyfield"{{KEY_HIDDEN}}>API key <input id="key" type="password" autocomplete="off" size="14"></label>
     </div>
     <div id="status"></div>
   </section>
@@ -78,10 +79,35 @@ constexpr const char kPage[] = R"QKVPAGE(<!doctype html>
 "use strict";
 const $ = id => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const apiKey = params.get("key");
-const st = { data: null, word: Number(params.get("word") || 0), layer: Number(params.get("layer") || 0),
-             head: params.get("head") || "mean", seq: 0 };
+// ?word=, ?layer= and ?head= count from 1, as the labels do (head may also be "mean"). A value
+// that is not such a number, or beyond what the model has, is shown as an error, not clamped.
+function urlIndex(name, fallback) {
+  const v = params.get(name);
+  if (v === null || v === "" || (name === "head" && v === "mean")) return { value: fallback };
+  if (!/^[1-9][0-9]{0,8}$/.test(v))
+    return { value: fallback, error: name + "=" + v + " in the address: expected a number from 1" +
+                                     (name === "head" ? ", or mean" : "") };
+  return { value: Number(v) - 1, asked: Number(v) };
+}
+const asked = { word: urlIndex("word", 0), layer: urlIndex("layer", 0), head: urlIndex("head", "mean") };
+const st = { data: null, word: asked.word.value, layer: asked.layer.value, head: String(asked.head.value), seq: 0 };
+// The key (qkv serve --api-key) stays in its field, and goes in the X-API-Key header.
+if (params.get("key")) $("key").value = params.get("key");
 if (params.get("beam")) $("beam").value = params.get("beam");
+
+// What is wrong with the address's word/layer/head for this translation ("" when nothing).
+function addressErrors(att, words) {
+  const have = { word: [words, "words"], layer: [att ? att.layers : 1, "layers"], head: [att ? att.heads : 1, "heads"] };
+  const out = [];
+  for (const name of ["word", "layer", "head"]) {
+    const a = asked[name], [n, what] = have[name];
+    if (a.error) out.push(a.error);
+    else if (a.asked !== undefined && a.asked > n)
+      out.push(name + "=" + a.asked + " in the address: this " + (name === "word" ? "translation" : "model") + " has " +
+               n + " " + (n === 1 ? what.slice(0, -1) : what) + " (1 to " + n + ")");
+  }
+  return out.join("; ");
+}
 
 function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 function esc(s) { return s.replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;" })[c]); }
@@ -125,12 +151,16 @@ function render() {
   fillSelect($("head"), att ? att.heads : 1, true, st.head);
   st.layer = Number($("layer").value); st.head = $("head").value;
   const target = att ? att.target : d.translation.split(" ");
+  st.addressError = addressErrors(att, target.length);
+  if (st.addressError) setStatus(st.addressError, true);
+  else if (st.shownAddressError) setStatus("");
+  st.shownAddressError = st.addressError !== "";
   st.word = Math.max(0, Math.min(st.word, target.length - 1));
   $("out").innerHTML = target.map((t, i) =>
     "<span class=\"tok" + (special(t) ? " special" : "") + (i === st.word ? " sel" : "") + "\" data-i=\"" + i + "\">" +
     esc(t) + "</span>").join(" ");
   for (const el of $("out").querySelectorAll(".tok")) {
-    const pick = () => { st.word = Number(el.dataset.i); render(); };
+    const pick = () => { st.word = Number(el.dataset.i); asked.word = { value: st.word }; render(); };
     el.addEventListener("mouseenter", pick);
     el.addEventListener("click", pick);
   }
@@ -150,7 +180,7 @@ function render() {
     });
     $("heatmap").innerHTML = html;
     for (const tr of $("heatmap").querySelectorAll("tr[data-i]"))
-      tr.addEventListener("click", () => { st.word = Number(tr.dataset.i); render(); });
+      tr.addEventListener("click", () => { st.word = Number(tr.dataset.i); asked.word = { value: st.word }; render(); });
   }
   $("nbest").innerHTML = d.hypotheses.map(h =>
     "<li><span class=\"hyp\">" + esc(h.text) + "</span><span class=\"score\">" + h.score.toFixed(3) +
@@ -168,16 +198,22 @@ async function translate() {
   const beam = Number($("beam").value);
   const body = { q: text, beam_size: beam, n_best: Math.min(beam, Number($("nbestn").value)), attention: {{ATTENTION}} };
   const headers = { "Content-Type": "application/json" };
-  if (apiKey) headers["X-API-Key"] = apiKey;
+  const key = $("key").value;
+  if (key) headers["X-API-Key"] = key;
   const t0 = performance.now();
   try {
     const r = await fetch("/v1/translate", { method: "POST", headers, body: JSON.stringify(body) });
     const j = await r.json();
     if (my !== st.seq) return;  // a newer request is on its way
-    if (!r.ok) { document.body.dataset.state = "error"; setStatus(r.status + ": " + j.error, true); return; }
+    if (!r.ok) {
+      document.body.dataset.state = "error";
+      setStatus(r.status + ": " + j.error, true);
+      if (r.status === 401 || r.status === 403) { $("keyfield").hidden = false; $("key").focus(); }
+      return;
+    }
     st.data = j.translations[0];
     render();
-    setStatus("translated in " + Math.round(performance.now() - t0) + " ms (beam " + j.settings.beam_size + ")");
+    if (!st.addressError) setStatus("translated in " + Math.round(performance.now() - t0) + " ms (beam " + j.settings.beam_size + ")");
   } catch (e) {
     if (my !== st.seq) return;
     document.body.dataset.state = "error";
@@ -187,9 +223,12 @@ async function translate() {
 
 const later = debounce(translate, 250);
 $("src").addEventListener("input", later);
-for (const id of ["beam", "nbestn"]) $(id).addEventListener("change", translate);
-$("layer").addEventListener("change", () => { st.layer = Number($("layer").value); render(); });
-$("head").addEventListener("change", () => { st.head = $("head").value; render(); });
+for (const id of ["beam", "nbestn", "key"]) $(id).addEventListener("change", translate);
+// A choice made on the page replaces the address's (and its error).
+$("layer").addEventListener("change", () => { st.layer = Number($("layer").value); asked.layer = { value: st.layer }; render(); });
+$("head").addEventListener("change", () => { st.head = $("head").value; asked.head = { value: st.head }; render(); });
+for (const name of ["word", "layer", "head"])
+  if (asked[name].error) { document.body.dataset.state = "error"; setStatus(asked[name].error, true); }
 
 // ?q=TEXT types TEXT into the box one character at a time (as a person would: the debounce
 // sends one request at the end), so a headless browser can drive the page.
@@ -226,7 +265,7 @@ std::string html_escape(const std::string& s) {
 
 }  // namespace
 
-std::string index_html(const LanguagePair& languages, bool attention) {
+std::string index_html(const LanguagePair& languages, bool attention, bool key_field) {
     const std::string src = language_name(languages.source), tgt = language_name(languages.target);
     const std::string placeholder = languages.source == "en" ? "Type an English sentence, e.g. I'm home."
                                     : src.empty()            ? "Type a sentence"
@@ -236,7 +275,8 @@ std::string index_html(const LanguagePair& languages, bool attention) {
         {"{{SOURCE}}", src.empty() ? std::string("Source") : src},
         {"{{TARGET}}", tgt.empty() ? std::string("Translation") : tgt},
         {"{{PLACEHOLDER}}", placeholder},
-        {"{{ATTENTION}}", attention ? "true" : "false"}};
+        {"{{ATTENTION}}", attention ? "true" : "false"},
+        {"{{KEY_HIDDEN}}", key_field ? "" : " hidden"}};
     std::string page(kPage, sizeof(kPage) - 1);
     for (const auto& [key, value] : fields) {
         const std::string v = html_escape(value);

@@ -33,8 +33,9 @@ six_pairs() {
   done
 }
 
-# second_sigint PID PAUSE: sends PID a second SIGINT once the first is taken (two pending ones
-# are one), PAUSE seconds after that.
+# second_sigint PID: sends PID a second SIGINT once the first is taken (two pending ones are
+# one): polls the process's pending set (60 s bound, a failure's only). A second one arriving while
+# the first one's handler runs waits (SIGINT is blocked in its own handler) and is then the second.
 second_sigint() {
   local p
   for _ in $(seq 1 1200); do
@@ -42,7 +43,6 @@ second_sigint() {
     [ $((0x${p:-0} & 2)) = 0 ] && break
     sleep 0.05
   done
-  sleep "$2"
   kill -INT "$1"
 }
 

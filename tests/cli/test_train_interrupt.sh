@@ -158,7 +158,7 @@ for _ in $(seq 1 1200); do  # until the write waits on the FIFO
   sleep 0.25
 done
 kill -INT "$pid"
-second_sigint "$pid" 0.2
+second_sigint "$pid"
 set +e; wait "$pid"; rc=$?; set -e
 pid=""
 set +m

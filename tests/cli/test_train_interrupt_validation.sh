@@ -30,7 +30,7 @@ for _ in $(seq 1 2400); do
 done
 [ -s "$run/model.safetensors" ] || { cat "$T/train.err"; fail "no checkpoint within 2 minutes"; }
 kill -INT "$pid"
-second_sigint "$pid" 0.1
+second_sigint "$pid"
 set +e; wait "$pid"; rc=$?; set -e
 pid=""
 set +m

@@ -156,11 +156,12 @@ grep -q "did not complete within" "$T/of.err" && { cat "$T/of.err"; fail "the jo
 mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --time-budget none --epochs 100000 --out "$T/sig" \
   > "$T/sig.out" 2> "$T/sig.err" &
 mp=$!
-for _ in $(seq 1 600); do
+for _ in $(seq 1 2400); do  # polls; 120 s is a failure's bound only
   n=$(grep -c '"kind":"step"' "$T/sig/metrics.jsonl" 2> /dev/null) || true
   [ "${n:-0}" -gt 30 ] && break
   sleep 0.05
 done
+[ "${n:-0}" -gt 30 ] || { cat "$T/sig.err"; fail "the 2-process run logged no 30 steps within 120 s"; }
 kill -TERM "$mp"
 set +e; wait "$mp"; set -e
 mp=""

@@ -81,6 +81,20 @@ TEST(DecodeDeadline, FutureDeadlineChangesNothingAndTheGuardRestoresTheOuterOne)
     EXPECT_EQ(decode::greedy_decode(m, f.src, f.vl, f.greedy), greedy_plain);
 }
 
+TEST(DecodeDeadline, ReadsTheTimeFromTheClockItIsGiven) {
+    // qkv serve's batcher passes its clock (tests advance it by hand): steady_clock is not read.
+    DeadlineFixture f;
+    models::Transformer& m = *f.model;
+    const auto expected = decode::greedy_decode(m, f.src, f.vl, f.greedy);
+    const Steady::time_point origin{};  // far in the past for steady_clock
+    Steady::time_point now = origin;
+    const decode::DecodeDeadline d(origin + 1s, [&] { return now; });
+    EXPECT_EQ(decode::greedy_decode(m, f.src, f.vl, f.greedy), expected);  // steady_clock is past it
+    now = origin + 2s;
+    EXPECT_EQ(deadline_message([&] { decode::greedy_decode(m, f.src, f.vl, f.greedy); }),
+              "greedy_decode: the decoding deadline passed before step 0");
+}
+
 TEST(DecodeDeadline, ADeadlineOnOneThreadDoesNotReachAnother) {
     DeadlineFixture f;
     models::Transformer& m = *f.model;

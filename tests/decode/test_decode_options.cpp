@@ -391,6 +391,57 @@ TEST(Sampling, DistributionOnAHandMadeRow) {
     EXPECT_THROW(decode::sampling_distribution({kNegInf, kNegInf}, s), Error);
 }
 
+/// The message of the qkv::Error that f throws ("" when none).
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Sampling, PublicHelpersRefuseWhatIsNotTheirInputNamingTheArgument) {
+    // Called directly (not through DecodeOptions::validate): temperature 0 gave a NaN row and
+    // sample_from then drew the last id.
+    const std::vector<double> lp = {std::log(0.5), std::log(0.2), std::log(0.3)};
+    const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+    auto dist = [&](auto change, const std::vector<double>& row) {
+        decode::SamplingOptions s;
+        change(s);
+        return error_of([&] { decode::sampling_distribution(row, s); });
+    };
+    const auto same = [](decode::SamplingOptions&) {};
+    for (double t : {0.0, -1.0, nan, inf})
+        EXPECT_NE(dist([t](decode::SamplingOptions& s) { s.temperature = t; }, lp)
+                      .find("sampling_distribution: temperature must be a finite number > 0, got "),
+                  std::string::npos) << t;
+    EXPECT_EQ(dist([](decode::SamplingOptions& s) { s.top_k = -1; }, lp),
+              "sampling_distribution: top_k must be >= 0 (0: all), got -1");
+    for (double p : {0.0, 1.5, nan})
+        EXPECT_NE(dist([p](decode::SamplingOptions& s) { s.top_p = p; }, lp).find("sampling_distribution: top_p must be in (0, 1]"),
+                  std::string::npos) << p;
+    EXPECT_EQ(dist(same, {}), "sampling_distribution: logp is empty (one log-probability per target id is needed)");
+    EXPECT_EQ(dist(same, {0.0, nan}), "sampling_distribution: logp[1] is nan (log-probabilities are finite or -inf)");
+    EXPECT_EQ(dist(same, {inf, 0.0}), "sampling_distribution: logp[0] is inf (log-probabilities are finite or -inf)");
+    // What the options allow still works: a very low temperature is (nearly) the argmax.
+    decode::SamplingOptions cold;
+    cold.temperature = 1e-3;
+    EXPECT_NEAR(decode::sampling_distribution(lp, cold)[0], 1.0, 1e-12);
+
+    Generator g(7);
+    auto draw = [&](const std::vector<double>& p) { return error_of([&] { decode::sample_from(p, g); }); };
+    EXPECT_EQ(draw({}), "sample_from: p is empty (one probability per target id is needed)");
+    EXPECT_EQ(draw({0.5, nan, 0.5}), "sample_from: p[1] is nan (probabilities are finite and >= 0)");
+    EXPECT_EQ(draw({1.5, -0.5}), "sample_from: p[1] is -0.5 (probabilities are finite and >= 0)");
+    EXPECT_EQ(draw({0.0, 0.0}), "sample_from: p sums to 0, not 1: not a probability distribution");
+    EXPECT_EQ(draw({0.2, 0.2}), "sample_from: p sums to 0.4, not 1: not a probability distribution");
+    EXPECT_EQ(draw({0.0, 1.0}), "");
+    // A sum off by rounding only is a distribution.
+    EXPECT_EQ(draw({0.1, 0.2, 0.7 - 1e-12}), "");
+}
+
 TEST(Sampling, DrawFrequenciesMatchTheDistribution) {
     const std::vector<double> p = {0.5, 0.0, 0.2, 0.3};
     Generator g(123);
@@ -400,6 +451,18 @@ TEST(Sampling, DrawFrequenciesMatchTheDistribution) {
     EXPECT_EQ(count[1], 0);
     // Binomial standard deviation sqrt(N p (1-p)) <= 71 at N = 20000; 5 sigma.
     for (size_t i : {0u, 2u, 3u}) EXPECT_NEAR(double(count[i]), double(N) * p[i], 5 * 71.0) << i;
+}
+
+TEST(Sampling, ANaNModelIsAnErrorNotACrash) {
+    // sampling_distribution refuses a NaN row; the search calls it inside its parallel region,
+    // which must carry the error out (a throw leaving an OpenMP region ends the program).
+    Fixture f(11);
+    for (auto& [name, p] : f.m->named_parameters())
+        if (p.dtype() == DType::f32) p.data<float>()[0] = std::nanf("");
+    auto d = f.options();
+    d.max_len = 4, d.sampling.enabled = true;
+    const std::string m = error_of([&] { decode::generate(*f.m, f.src, f.vl, d); });
+    EXPECT_NE(m.find("sampling_distribution: logp["), std::string::npos) << m;
 }
 
 TEST(Sampling, SeededIsReproducibleAndIndependentOfBatchMates) {

@@ -1,9 +1,11 @@
 // serve/batcher.h with a fake decoder: which jobs share a batch, the queue bound, deadlines,
-// draining on stop, and failures reaching every job of a batch.
+// draining on stop, and failures reaching every job of a batch. Time is a ManualClock advanced by
+// hand, and threads are ordered by handshakes (the decoder says it has entered a batch or taken a
+// step; the clock says the batcher is waiting for time to pass): no sleeps, no timing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -16,17 +18,74 @@ namespace {
 
 using namespace std::chrono_literals;
 
+/// Time that moves only when the test advances it. wait_until counts the batcher's waits, so a
+/// test can wait until the batcher is waiting for time to pass (await_waits), then advance.
+class ManualClock final : public BatcherClock {
+public:
+    Clock::time_point now() override {
+        std::lock_guard<std::mutex> lock(mu_);
+        return now_;
+    }
+    void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Clock::time_point until) override {
+        {
+            std::lock_guard<std::mutex> l(mu_);
+            waiter_cv_ = &cv, waiter_mu_ = lock.mutex();
+            ++waits_;
+            waits_cv_.notify_all();
+            // Under mu_: an advance() before this point is seen here; one after it finds this
+            // waiter and takes the batcher's mutex before notifying, so its notification cannot
+            // come before cv.wait has released that mutex (no lost wake-up).
+            if (now_ >= until) return;
+        }
+        cv.wait(lock);
+    }
+    void advance(Clock::duration d) {
+        std::condition_variable* cv = nullptr;
+        std::mutex* m               = nullptr;
+        {
+            std::lock_guard<std::mutex> l(mu_);
+            now_ += d;
+            cv = waiter_cv_, m = waiter_mu_;
+        }
+        if (!cv) return;
+        { std::lock_guard<std::mutex> l(*m); }  // the batcher is now waiting, or will read the new time
+        cv->notify_all();
+    }
+    /// Blocks until the batcher has called wait_until n times in all.
+    void await_waits(int n) {
+        std::unique_lock<std::mutex> l(mu_);
+        waits_cv_.wait(l, [&] { return waits_ >= n; });
+    }
+    int waits() {
+        std::lock_guard<std::mutex> l(mu_);
+        return waits_;
+    }
+
+private:
+    std::mutex mu_;
+    std::condition_variable waits_cv_;
+    Clock::time_point now_{};  // an arbitrary origin: only differences matter
+    int waits_ = 0;
+    std::condition_variable* waiter_cv_ = nullptr;
+    std::mutex* waiter_mu_              = nullptr;
+};
+
 /// Records each batch; answers "T(sentence)". While `gate` is set, the first call blocks until
 /// it is released, so the test can queue jobs behind it deterministically.
 struct FakeDecoder {
     std::mutex mu;
+    std::condition_variable cv;
     std::vector<std::vector<std::string>> batches;
     std::shared_future<void> gate;
-    std::atomic<bool> entered{false};
+    bool entered = false;
     bool fail = false;
     DecodeFn fn() {
         return [this](const std::vector<std::string>& s, const ResolvedSettings&) {
-            entered = true;
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                entered = true;
+                cv.notify_all();
+            }
             if (gate.valid()) gate.wait();
             {
                 std::lock_guard<std::mutex> lock(mu);
@@ -53,7 +112,8 @@ std::promise<void> block_worker(Batcher& b, FakeDecoder& d, std::future<JobOutco
     std::promise<void> release;
     d.gate = release.get_future().share();
     first = *b.submit(job({"first"}));
-    while (!d.entered) std::this_thread::sleep_for(1ms);
+    std::unique_lock<std::mutex> lock(d.mu);
+    d.cv.wait(lock, [&] { return d.entered; });
     return release;
 }
 
@@ -109,29 +169,38 @@ TEST(ServeBatcher, OneRequestAtATimeWithBudgetOne) {
 
 TEST(ServeBatcher, WaitsForBatchMatesUpToMaxWait) {
     FakeDecoder d;
-    Batcher b({100, /*max_wait=*/300ms, 100}, d.fn());
-    const auto t0 = Clock::now();
+    auto clock = std::make_shared<ManualClock>();
+    Batcher b({100, /*max_wait=*/300ms, 100}, d.fn(), clock);
     auto f1 = *b.submit(job({"a"}));
-    std::this_thread::sleep_for(20ms);
+    clock->await_waits(1);  // the batcher holds "a" back, waiting for batch-mates
+    clock->advance(20ms);
     auto f2 = *b.submit(job({"b"}));
+    clock->advance(279ms);  // 299 ms after "a" arrived: still waiting
+    const int waits = clock->waits();
+    clock->advance(0ms);
+    clock->await_waits(waits + 1);  // it woke, looked at the time, and waits again
+    EXPECT_EQ(f1.wait_for(0s), std::future_status::timeout);
+    {
+        std::lock_guard<std::mutex> lock(d.mu);
+        EXPECT_TRUE(d.batches.empty());
+    }
+    clock->advance(1ms);  // 300 ms: max_wait is over
     f1.get(), f2.get();
-    EXPECT_GE(Clock::now() - t0, 300ms);
     ASSERT_EQ(d.batches.size(), 1u);
     EXPECT_EQ(d.batches[0], (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(ServeBatcher, DrainDecodesWithoutWaitingAndStillAccepts) {
     FakeDecoder d;
-    Batcher b({100, /*max_wait=*/std::chrono::milliseconds(60000), 100}, d.fn());
+    auto clock = std::make_shared<ManualClock>();
+    Batcher b({100, /*max_wait=*/60s, 100}, d.fn(), clock);
     auto f1 = *b.submit(job({"a"}));
-    std::this_thread::sleep_for(20ms);
-    const auto t0 = Clock::now();
+    clock->await_waits(1);  // waiting for batch-mates; the clock never moves in this test
     b.drain();
     EXPECT_EQ(f1.get().results.at(0).translation, "T(a)");
     auto f2 = b.submit(job({"b"}));
     ASSERT_TRUE(f2);
     EXPECT_EQ(f2->get().results.at(0).translation, "T(b)");
-    EXPECT_LT(Clock::now() - t0, 30s);
 }
 
 TEST(ServeBatcher, FullQueueRefusesAndNothingIsLost) {
@@ -158,14 +227,15 @@ TEST(ServeBatcher, FullQueueRefusesAndNothingIsLost) {
 
 TEST(ServeBatcher, DeadlinePassedInTheQueueIsAnsweredWithoutDecoding) {
     FakeDecoder d;
-    Batcher b({100, 0ms, 100}, d.fn());
+    auto clock = std::make_shared<ManualClock>();
+    Batcher b({100, 0ms, 100}, d.fn(), clock);
     std::future<JobOutcome> first;
     auto release = block_worker(b, d, first);
     Job late = job({"late"});
-    late.deadline = Clock::now() + 5ms;
+    late.deadline = clock->now() + 5ms;
     auto f = *b.submit(std::move(late));
     auto g = *b.submit(job({"on time"}));
-    std::this_thread::sleep_for(20ms);
+    clock->advance(20ms);  // while both wait behind the first batch
     release.set_value();
     const JobOutcome o = f.get();
     ASSERT_TRUE(o.error);
@@ -176,55 +246,87 @@ TEST(ServeBatcher, DeadlinePassedInTheQueueIsAnsweredWithoutDecoding) {
         for (const auto& s : batch) EXPECT_NE(s, "late");
 }
 
-/// A decoder that works on "long" sentences step by step until the decoding deadline stops it
-/// (as greedy_decode and beam_search check it), for at most `cap`; other batches return at once.
-DecodeFn stepping_decoder(std::atomic<int>& steps, std::chrono::milliseconds cap) {
-    return [&steps, cap](const std::vector<std::string>& s, const ResolvedSettings&) {
-        const auto give_up = Clock::now() + cap;
-        if (std::find(s.begin(), s.end(), "long") != s.end())
-            for (int64_t t = 0; Clock::now() < give_up; ++t) {
-                decode::detail::check_decode_deadline("fake", t);
-                ++steps;
-                std::this_thread::sleep_for(1ms);
-            }
-        std::vector<SentenceResult> out(s.size());
-        for (size_t i = 0; i < s.size(); ++i) out[i].translation = "T(" + s[i] + ")";
-        return out;
-    };
-}
+/// A decoder that works on "long" sentences step by step, checking the decoding deadline before
+/// each step as greedy_decode and beam_search do, for at most max_steps; each step waits until
+/// the test allows it (allow), so the test knows how far it got (await_steps). Other batches
+/// return at once.
+struct SteppingDecoder {
+    std::mutex mu;
+    std::condition_variable cv;
+    int steps = 0, allowed = 1;
+    int max_steps;
+    explicit SteppingDecoder(int max) : max_steps(max) {}
+    DecodeFn fn() {
+        return [this](const std::vector<std::string>& s, const ResolvedSettings&) {
+            if (std::find(s.begin(), s.end(), "long") != s.end())
+                for (int64_t t = 0; t < max_steps; ++t) {
+                    std::unique_lock<std::mutex> lock(mu);
+                    cv.wait(lock, [&] { return steps < allowed; });
+                    lock.unlock();
+                    decode::detail::check_decode_deadline("fake", t);
+                    lock.lock();
+                    ++steps;
+                    cv.notify_all();
+                }
+            std::vector<SentenceResult> out(s.size());
+            for (size_t i = 0; i < s.size(); ++i) out[i].translation = "T(" + s[i] + ")";
+            return out;
+        };
+    }
+    void await_steps(int n) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return steps >= n; });
+    }
+    void allow(int n) {
+        std::lock_guard<std::mutex> lock(mu);
+        allowed = n;
+        cv.notify_all();
+    }
+    int taken() {
+        std::lock_guard<std::mutex> lock(mu);
+        return steps;
+    }
+};
 
 TEST(ServeBatcher, DecodingStopsAtTheDeadlineAndTheNextJobIsServed) {
-    std::atomic<int> steps{0};
-    Batcher b({/*max_batch_tokens=*/1, 0ms, 100}, stepping_decoder(steps, 20s));
+    SteppingDecoder d(/*max_steps=*/1000);
+    auto clock = std::make_shared<ManualClock>();
+    Batcher b({/*max_batch_tokens=*/1, 0ms, 100}, d.fn(), clock);
     Job heavy = job({"long"});
-    heavy.deadline = Clock::now() + 50ms;
-    const auto t0 = Clock::now();
+    heavy.deadline = clock->now() + 50ms;
     auto f = *b.submit(std::move(heavy));
     auto g = *b.submit(job({"next"}));
+    d.await_steps(1);       // decoding, within the deadline
+    clock->advance(60ms);   // the deadline passes during step 1
+    d.allow(1000);
     const JobOutcome o = f.get();
     ASSERT_TRUE(o.error);
     EXPECT_EQ(o.error->status, 503);
     EXPECT_EQ(o.error->kind, "deadline");
-    EXPECT_GT(steps.load(), 0);  // it was decoding, not refused in the queue
+    EXPECT_EQ(d.taken(), 1);  // it was decoding, not refused in the queue, and stopped at the next step
     const JobOutcome n = g.get();
     ASSERT_FALSE(n.error);
     EXPECT_EQ(n.results[0].translation, "T(next)");
-    // Freed long before the decoder's own 20 s: the next job did not wait for it.
-    EXPECT_LT(Clock::now() - t0, 10s);
 }
 
 TEST(ServeBatcher, ABatchIsNotCutWhileOneOfItsJobsIsWithinItsDeadline) {
-    std::atomic<int> steps{0};
-    // Both jobs are queued within max_wait, so they share a batch, which decodes from ~50 ms to
-    // ~350 ms: the first job's deadline passes while it runs.
-    Batcher b({/*max_batch_tokens=*/100, /*max_wait=*/50ms, 100}, stepping_decoder(steps, 300ms));
+    SteppingDecoder d(/*max_steps=*/3);
+    auto clock = std::make_shared<ManualClock>();
+    // Both jobs are queued within max_wait (the clock has not moved), so they share a batch; the
+    // first job's deadline passes while it decodes.
+    Batcher b({/*max_batch_tokens=*/100, /*max_wait=*/50ms, 100}, d.fn(), clock);
     Job hurried = job({"long"});
-    hurried.deadline = Clock::now() + 150ms;
+    hurried.deadline = clock->now() + 150ms;
     auto f = *b.submit(std::move(hurried));
     auto g = *b.submit(job({"patient"}));      // no deadline: the batch runs to its end
+    clock->advance(50ms);
+    d.await_steps(1);
+    clock->advance(200ms);  // past the first job's deadline
+    d.allow(3);
     const JobOutcome o1 = f.get(), o2 = g.get();
     ASSERT_FALSE(o1.error);
     ASSERT_FALSE(o2.error);
+    EXPECT_EQ(d.taken(), 3);
     EXPECT_EQ(o1.results[0].translation, "T(long)");
     EXPECT_EQ(o2.results[0].translation, "T(patient)");
     EXPECT_EQ(o1.batch_sentences, 2);
@@ -238,7 +340,8 @@ TEST(ServeBatcher, StopDrainsTheQueueThenRefuses) {
     std::vector<std::future<JobOutcome>> fs;
     for (int i = 0; i < 10; ++i) fs.push_back(*b->submit(job({"s" + std::to_string(i)})));
     std::thread stopper([&] { b->stop(); });
-    std::this_thread::sleep_for(10ms);
+    // stop() has begun (while the worker is held inside the first batch) before it is released.
+    while (b->accepting()) std::this_thread::yield();
     release.set_value();
     stopper.join();
     for (int i = 0; i < 10; ++i) EXPECT_EQ(fs[size_t(i)].get().results.at(0).translation, "T(s" + std::to_string(i) + ")");
@@ -248,14 +351,17 @@ TEST(ServeBatcher, StopDrainsTheQueueThenRefuses) {
 TEST(ServeBatcher, DecoderFailureReachesEveryJobWithoutDetails) {
     FakeDecoder d;
     d.fail = true;
-    Batcher b({100, 50ms, 100}, d.fn());
+    auto clock = std::make_shared<ManualClock>();
+    Batcher b({100, 50ms, 100}, d.fn(), clock);
     auto f1 = *b.submit(job({"a"}));
     auto f2 = *b.submit(job({"b"}));
+    clock->advance(50ms);  // one batch of both
     for (auto* f : {&f1, &f2}) {
         const JobOutcome o = f->get();
         ASSERT_TRUE(o.error);
         EXPECT_EQ(o.error->status, 500);
         EXPECT_EQ(o.error->message.find("/secret"), std::string::npos);
+        EXPECT_EQ(o.batch_sentences, 2);
     }
 }
 

@@ -90,20 +90,32 @@ TEST(ServeService, ApiKey) {
     Fixture f("s3cret");
     const std::string body = R"({"q":"go ."})";
     const std::pair<std::string, std::string> json{"Content-Type", "application/json"};
-    EXPECT_EQ(f.call("POST", "/translate", body).status, 401);
-    EXPECT_EQ(f.call("POST", "/translate", body, {json, {"X-API-Key", "wrong"}}).status, 401);
-    EXPECT_EQ(f.call("POST", "/translate", R"({"q":"go .","api_key":"s3cre"})").status, 401);
-    EXPECT_EQ(f.call("GET", "/metrics", "", {}).status, 401);
-    // A bad body without the key says 401, not what is wrong with the body.
-    EXPECT_EQ(f.call("POST", "/translate", "{").status, 401);
+    // No key: 401 saying where to give one. Another key: 403 saying it is not valid
+    // (LibreTranslate's status for an invalid key), so a user can tell a typo from a missing key.
+    const std::string missing = R"j({"error":"an API key is required (header X-API-Key, Authorization: Bearer, or \"api_key\")","kind":"unauthorized"})j";
+    const std::string wrong = R"j({"error":"the API key is not valid (check it with the server's operator)","kind":"forbidden"})j";
+    auto answer = [](const HttpResponse& r) { return std::to_string(r.status) + " " + r.body; };
+    EXPECT_EQ(answer(f.call("POST", "/translate", body)), "401 " + missing);
+    EXPECT_EQ(answer(f.call("POST", "/translate", body, {json, {"X-API-Key", "wrong"}})), "403 " + wrong);
+    EXPECT_EQ(answer(f.call("POST", "/v1/translate", body, {json, {"Authorization", "Bearer wrong"}})), "403 " + wrong);
+    EXPECT_EQ(answer(f.call("POST", "/translate", R"({"q":"go .","api_key":"s3cre"})")), "403 " + wrong);
+    EXPECT_EQ(answer(f.call("GET", "/metrics", "", {})),
+              R"j(401 {"error":"an API key is required (header X-API-Key or Authorization: Bearer)","kind":"unauthorized"})j");
+    EXPECT_EQ(answer(f.call("GET", "/metrics", "", {{"X-API-Key", "wrong"}})), "403 " + wrong);
+    // A bad body without the key says 401 (403 with a wrong one), not what is wrong with the body.
+    EXPECT_EQ(answer(f.call("POST", "/translate", "{")), "401 " + missing);
+    EXPECT_EQ(answer(f.call("POST", "/translate", "{", {json, {"X-API-Key", "wrong"}})), "403 " + wrong);
     // With the key (header, bearer, LibreTranslate's body field) the request passes (503: no model).
     EXPECT_EQ(f.call("POST", "/translate", body, {json, {"x-api-key", "s3cret"}}).status, 503);
     EXPECT_EQ(f.call("POST", "/v1/translate", body, {json, {"Authorization", "Bearer s3cret"}}).status, 503);
     EXPECT_EQ(f.call("POST", "/translate", R"({"q":"go .","api_key":"s3cret"})").status, 503);
     EXPECT_EQ(f.call("POST", "/translate", "{", {json, {"X-API-Key", "s3cret"}}).status, 400);
     EXPECT_EQ(f.call("GET", "/metrics", "", {{"X-API-Key", "s3cret"}}).status, 200);
-    // The page and the health check stay open.
-    EXPECT_EQ(f.call("GET", "/").status, 200);
+    // The page and the health check stay open; the page shows its API key field.
+    const HttpResponse page = f.call("GET", "/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("<label id=\"keyfield\">API key <input id=\"key\""), std::string::npos);
+    EXPECT_NE(Fixture().call("GET", "/").body.find("<label id=\"keyfield\" hidden>"), std::string::npos);
     EXPECT_EQ(f.call("GET", "/health").status, 503);
 }
 

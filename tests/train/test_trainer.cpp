@@ -1,7 +1,8 @@
 // Training loop: a tiny Transformer memorises eight pairs; resuming from a checkpoint (a stop, an
 // epoch end, a mid-epoch validation point, an interrupt, a kill while validating) gives the same
 // losses (and metrics.jsonl records) as an uninterrupted run; one validation per validation
-// point; the divergence warning; output files; option checks.
+// point; the divergence warning; output files; option checks. Each test's folders live in a
+// TempDir, removed when the test ends, whether its assertions held or not.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -23,6 +23,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/trainer.h"
+#include "support/temp_dir.h"
 #include "support/test_util.h"
 #include "train/tiny_corpus.h"
 
@@ -30,12 +31,6 @@ namespace qkv::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string temp_dir(const std::string& name) {
-    const fs::path p = fs::temp_directory_path() / ("qkv_test_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    return p.string();
-}
 
 /// The resume and validation tests' run: 4 epochs of batches of 3, lr 0.003, label smoothing 0.1.
 train::TrainOptions four_epochs() {
@@ -135,7 +130,8 @@ void check_resume(int64_t stop_at, bool bucketed = false) {
     train::TrainOptions o = four_epochs();
     if (bucketed) o.bucket_pool = 2, o.trim_batches = true;
     const std::string tag = std::to_string(stop_at) + (bucketed ? "b" : "");
-    const std::string ref_dir = temp_dir("resumeref" + tag), dir = temp_dir("resume" + tag);
+    const TempDir tmp;
+    const std::string ref_dir = tmp / ("resumeref" + tag), dir = tmp / ("resume" + tag);
     auto runtime = [](const std::string& d, bool resume) {
         train::TrainRuntime rt = quiet(d, resume);
         rt.log_every = 2;
@@ -181,8 +177,6 @@ void check_resume(int64_t stop_at, bool bucketed = false) {
     // lost, none repeated, the same means), one record per epoch (the stop's partial one gone).
     EXPECT_EQ(count_records(ref_dir, "step"), 6);
     EXPECT_EQ(untimed_records(dir), untimed_records(ref_dir));
-    fs::remove_all(dir);
-    fs::remove_all(ref_dir);
 }
 
 TEST(Trainer, ResumeInsideAnEpochEqualsUninterruptedRun) { check_resume(5); }
@@ -202,7 +196,8 @@ TEST(Trainer, ResumeFromAMidEpochValidationCheckpointEqualsUninterruptedRun) {
     // the uninterrupted run's later losses and weights, and metrics.jsonl no record twice.
     const TinyCorpus c = tiny_corpus();
     const train::TrainOptions o = every_step_validation();
-    const std::string dir = temp_dir("midval");
+    const TempDir tmp;
+    const std::string dir = tmp / "midval";
     const fs::path ckpt = fs::path(dir) / "checkpoint.safetensors", kept = dir + ".step4";
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
@@ -235,8 +230,6 @@ TEST(Trainer, ResumeFromAMidEpochValidationCheckpointEqualsUninterruptedRun) {
     EXPECT_EQ(count_records(dir, "step"), 12);
     EXPECT_EQ(count_records(dir, "val"), 12);
     EXPECT_EQ(count_records(dir, "epoch"), 4);
-    fs::remove_all(dir);
-    fs::remove(kept);
 }
 
 TEST(Trainer, InterruptStopsAtTheNextBatchWithACheckpoint) {
@@ -245,13 +238,14 @@ TEST(Trainer, InterruptStopsAtTheNextBatchWithACheckpoint) {
     // stop reason "interrupted"; resuming continues as the uninterrupted run.
     const TinyCorpus c = tiny_corpus();
     const train::TrainOptions o = every_step_validation();
-    const std::string ref_dir = temp_dir("interruptref");
+    const TempDir tmp;
+    const std::string ref_dir = tmp / "interruptref";
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
     train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(ref_dir));
     const train::TrainResult full = tr.fit();
 
-    const std::string dir = temp_dir("interrupt");
+    const std::string dir = tmp / "interrupt";
     volatile std::sig_atomic_t flag = 0;
     train::TrainRuntime rt = quiet(dir);
     rt.interrupt = &flag;
@@ -281,8 +275,6 @@ TEST(Trainer, InterruptStopsAtTheNextBatchWithACheckpoint) {
     EXPECT_EQ(joined, full.step_losses);
     // metrics.jsonl as the uninterrupted run's (timings aside): epoch 2's partial record is gone.
     EXPECT_EQ(untimed_records(dir), untimed_records(ref_dir));
-    fs::remove_all(dir);
-    fs::remove_all(ref_dir);
 }
 
 TEST(Trainer, WarnsOnceWhenTheLossStaysAboveAUniformGuess) {
@@ -336,7 +328,8 @@ TEST(Trainer, AResumeFromACheckpointWithoutRunningSumsSaysSo) {
     // A checkpoint of an older qkv (no "qkv.running_sums") resumes, with a note that the epoch's
     // train loss covers the resumed steps only (here: steps 6, the rest of epoch 2).
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("oldsums");
+    const TempDir tmp;
+    const std::string dir = tmp / "oldsums";
     const std::string ckpt = (fs::path(dir) / "checkpoint.safetensors").string();
     train::TrainOptions o = four_epochs();
     o.max_steps = 5;
@@ -371,7 +364,6 @@ TEST(Trainer, AResumeFromACheckpointWithoutRunningSumsSaysSo) {
         << log.text();
     ASSERT_EQ(rb.epochs.size(), 1u);
     EXPECT_EQ(rb.epochs[0].train_loss, rb.step_losses[0]);
-    fs::remove_all(dir);
 }
 
 /// `steps` steps of `m` on `arrays` (one batch of the eight pairs per epoch) at a constant `lr`;
@@ -467,7 +459,8 @@ TEST(Trainer, JudgesTheTrailingWindowAfterTheFirst) {
     // 50 healthy steps, then a resumed run at lr 10 to step 80: the window of steps 51-80 is
     // partial, judged at the run's end against kDivergenceMargin.
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("trailing");
+    const TempDir tmp;
+    const std::string dir = tmp / "trailing";
     train::TrainOptions o;
     o.epochs = 80;
     o.batch_size = 8;
@@ -484,7 +477,6 @@ TEST(Trainer, JudgesTheTrailingWindowAfterTheFirst) {
     const train::TrainResult rb = tb.fit();
     EXPECT_EQ(rb.first_step, train::kDivergenceWindow);
     EXPECT_EQ(rb.diverged_at_step, 80);
-    fs::remove_all(dir);
 }
 
 /// (kind, step, train loss, val loss) of each "val" and "epoch" record: what two runs of the same
@@ -508,13 +500,14 @@ TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
     // record gone: the whole epoch's replaces it).
     const TinyCorpus c = tiny_corpus();
     train::TrainOptions o = four_epochs();
-    const std::string ref_dir = temp_dir("killstopref");
+    const TempDir tmp;
+    const std::string ref_dir = tmp / "killstopref";
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
     train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(ref_dir));
     const train::TrainResult full = tr.fit();
 
-    const std::string dir = temp_dir("killstop");
+    const std::string dir = tmp / "killstop";
     train::TrainOptions first = o;
     first.max_steps = 5;
     manual_seed(11);
@@ -567,8 +560,6 @@ TEST(Trainer, AStopWritesItsCheckpointBeforeItValidates) {
     EXPECT_EQ(untimed_records(dir), untimed_records(ref_dir));
     EXPECT_EQ(count_records(dir, "epoch"), 4);
     EXPECT_EQ(count_records(dir, "step"), 12);
-    fs::remove_all(dir);
-    fs::remove_all(ref_dir);
 }
 
 TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
@@ -577,7 +568,8 @@ TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
     // metrics.jsonl has the uninterrupted run's records, same losses.
     const TinyCorpus c = tiny_corpus();
     train::TrainOptions o = four_epochs();
-    const std::string ref_dir = temp_dir("killref"), dir = temp_dir("killend");
+    const TempDir tmp;
+    const std::string ref_dir = tmp / "killref", dir = tmp / "killend";
     manual_seed(11);
     models::Transformer ref(tiny_config(c, 0.2));
     train::Trainer tr(ref, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(ref_dir));
@@ -616,8 +608,6 @@ TEST(Trainer, KilledWhileValidatingAtAnEpochEndResumesWithTheSameRecords) {
     EXPECT_EQ(count_records(dir, "step"), 12);
     EXPECT_FALSE(train::has_missing_records(dir, p));
     EXPECT_FALSE(train::has_missing_records(dir, train::read_checkpoint_progress(ckpt)));
-    fs::remove_all(dir);
-    fs::remove_all(ref_dir);
 }
 
 TEST(Trainer, AValidationPointAtAnEpochEndOrAStopValidatesOnce) {
@@ -627,7 +617,8 @@ TEST(Trainer, AValidationPointAtAnEpochEndOrAStopValidatesOnce) {
     // prints the epoch line only (the "validation at step" line is for points inside an epoch).
     const TinyCorpus c = tiny_corpus();
     for (const int64_t max_steps : {int64_t(0), int64_t(3)}) {
-        const std::string dir = temp_dir("valonce" + std::to_string(max_steps));
+        const TempDir tmp;
+        const std::string dir = tmp / ("valonce" + std::to_string(max_steps));
         manual_seed(0);
         models::Transformer m(tiny_config(c, 0.1));
         train::TrainOptions o;
@@ -663,7 +654,6 @@ TEST(Trainer, AValidationPointAtAnEpochEndOrAStopValidatesOnce) {
         const std::string text = log.text();
         EXPECT_EQ(count_of(text, "validation at step "), max_steps ? 1u : 2u) << text;  // steps 1 (and 3)
         EXPECT_EQ(count_of(text, "epoch "), r.epochs.size()) << text;
-        fs::remove_all(dir);
     }
 }
 
@@ -671,7 +661,8 @@ TEST(Trainer, AStopRightAfterAValidationPointReusesItsLoss) {
     // The interrupt comes while step 4's validation point runs (inside epoch 2): the run stops at
     // the next batch top and its partial epoch record takes that validation's loss, not another.
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("reuse");
+    const TempDir tmp;
+    const std::string dir = tmp / "reuse";
     manual_seed(11);
     models::Transformer m(tiny_config(c, 0.2));
     volatile std::sig_atomic_t flag = 0;
@@ -692,7 +683,6 @@ TEST(Trainer, AStopRightAfterAValidationPointReusesItsLoss) {
     EXPECT_EQ(recs.back()["kind"], "epoch");
     EXPECT_EQ(recs.back()["partial"], true);
     EXPECT_EQ(recs.back()["val_loss"], recs[recs.size() - 2]["val_loss"]);
-    fs::remove_all(dir);
 }
 
 TEST(Trainer, ResumeWithBucketedTrimmedBatchesEqualsUninterruptedRun) { check_resume(5, true); }
@@ -721,7 +711,8 @@ TEST(Trainer, ResumeAtAnEpochBoundaryEqualsUninterruptedRun) { check_resume(6); 
 
 TEST(Trainer, WritesModelFolderFiles) {
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("files");
+    const TempDir tmp;
+    const std::string dir = tmp / "files";
     manual_seed(0);
     models::Transformer m(tiny_config(c));
     train::TrainOptions o;
@@ -742,7 +733,6 @@ TEST(Trainer, WritesModelFolderFiles) {
     const auto meta = train::read_checkpoint_metadata((fs::path(dir) / "checkpoint.safetensors").string());
     EXPECT_EQ(meta.at("qkv.epoch"), "2");
     EXPECT_EQ(meta.at("qkv.step"), "4");
-    fs::remove_all(dir);
 }
 
 TEST(Trainer, FreshRunRemovesAnEarlierRunsFilesFirst) {
@@ -750,7 +740,8 @@ TEST(Trainer, FreshRunRemovesAnEarlierRunsFilesFirst) {
     // checkpoint.safetensors and metrics.jsonl before the first step: a run that fails before its
     // first checkpoint (here: NaN weights, "the loss is nan" at step 1) leaves none of them.
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("fresh");
+    const TempDir tmp;
+    const std::string dir = tmp / "fresh";
     fs::create_directories(dir);
     for (const char* f : {"checkpoint.safetensors", "model.safetensors", "metrics.jsonl"})
         std::ofstream(fs::path(dir) / f) << "an earlier run";
@@ -766,7 +757,6 @@ TEST(Trainer, FreshRunRemovesAnEarlierRunsFilesFirst) {
     EXPECT_THROW(t.fit(), Error);
     for (const char* f : {"checkpoint.safetensors", "model.safetensors"})
         EXPECT_FALSE(fs::exists(fs::path(dir) / f)) << f << " of the earlier run is still there";
-    fs::remove_all(dir);
 }
 
 TEST(Trainer, TimeBudgetStopsAtAStepBoundary) {
@@ -774,21 +764,21 @@ TEST(Trainer, TimeBudgetStopsAtAStepBoundary) {
     manual_seed(0);
     models::Transformer m(tiny_config(c));
     train::TrainOptions o;
-    o.epochs = 1000;
+    o.epochs = 1'000'000'000;  // more than any machine trains in the budget: only the budget stops it
     o.batch_size = 4;
     o.time_budget_s = 0.2;
     train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet());
     const auto r = t.fit();
     EXPECT_EQ(r.stop_reason, "time_budget");
-    EXPECT_GE(r.train_seconds, 0.2);
-    EXPECT_LT(r.steps, 2000);
+    EXPECT_GE(r.train_seconds, 0.2);  // the rule (it stops once the budget is spent), not a speed
 }
 
 TEST(Trainer, ValidatesEveryValEverySecondsOfTraining) {
     // A period shorter than any step: one "val" record per step, each equal to the loss a
     // separate evaluation of the same model state gives (checked for the last one).
     const TinyCorpus c = tiny_corpus();
-    const std::string dir = temp_dir("valevery");
+    const TempDir tmp;
+    const std::string dir = tmp / "valevery";
     manual_seed(0);
     models::Transformer m(tiny_config(c, 0.1));
     train::TrainOptions o;
@@ -809,7 +799,6 @@ TEST(Trainer, ValidatesEveryValEverySecondsOfTraining) {
     }
     ASSERT_EQ(val.size(), 4u);
     EXPECT_NEAR(val.back(), t.evaluate_loss(c.arrays), 1e-12);
-    fs::remove_all(dir);
 }
 
 TEST(Trainer, RejectsBadOptions) {
@@ -827,7 +816,8 @@ TEST(Trainer, RejectsBadOptions) {
     data::NmtArrays empty;
     EXPECT_THROW(train::Trainer(m, empty, c.arrays, c.tgt_vocab.pad(), o, quiet()), Error);
     // Resuming from a folder without a checkpoint names the missing file.
-    const std::string dir = temp_dir("nockpt");
+    const TempDir tmp;
+    const std::string dir = tmp / "nockpt";
     train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, quiet(dir, true));
     try {
         t.fit();
@@ -835,7 +825,6 @@ TEST(Trainer, RejectsBadOptions) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("checkpoint.safetensors"), std::string::npos) << e.what();
     }
-    fs::remove_all(dir);
 }
 
 }  // namespace

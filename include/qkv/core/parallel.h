@@ -13,6 +13,17 @@ inline constexpr int kMaxThreads = 1024;
 /// 1 <= n <= kMaxThreads.
 void set_num_threads(int n);
 
+/// qkv's OpenMP default: passive waiting. Sets OMP_WAIT_POLICY=passive in this process's
+/// environment unless the user has set OMP_WAIT_POLICY or GOMP_SPINCOUNT (their choice is kept);
+/// returns true when it set it. Why: libgomp's default has idle threads spin at every barrier,
+/// and spinning threads starve the working ones when the cores are shared (other processes, two
+/// qkv calls, ctest -j): the same work then takes several times longer.
+/// The OpenMP runtime reads its environment once, when it is loaded, so this must run before that:
+/// the qkv program calls it first and re-executes itself; the Python package calls it from a
+/// module that does not load libgomp (qkv._openmp) before importing the one that does (qkv._qkv).
+/// Calls setenv: not thread-safe. Does not throw.
+bool default_to_passive_omp_wait();
+
 /// Flush-to-zero and denormals-are-zero for float arithmetic on the calling thread and on every
 /// OpenMP worker thread (threads created later inherit it from the thread that creates them).
 /// With `on`, a subnormal result (|x| < 1.18e-38 in float32, < 2.2e-308 in float64) becomes ±0

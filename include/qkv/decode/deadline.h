@@ -3,6 +3,7 @@
 // step and stop with DeadlineExceeded when it has passed, so a server can take its decoder back
 // from a request whose client has already been told it timed out (qkv serve's --timeout-ms).
 #include <chrono>
+#include <functional>
 
 #include "qkv/core/error.h"
 
@@ -15,20 +16,25 @@ public:
     using Error::Error;
 };
 
+/// Where a DecodeDeadline reads the time: steady_clock::now when empty; qkv serve's batcher
+/// passes its own clock (serve/batcher.h), which tests advance by hand.
+using DeadlineClock = std::function<std::chrono::steady_clock::time_point()>;
+
 /// While alive, decoding on the constructing thread stops (DeadlineExceeded) at the first step
-/// that begins after `deadline` (steady_clock). Scoped and nestable: the innermost one applies,
-/// and its destructor restores the one before. Not shared with other threads (OpenMP workers
-/// inside a step are not interrupted: a step always finishes). A step costs milliseconds, so the
-/// decoder is free within about one step of the deadline.
+/// that begins after `deadline` (as `now` tells the time). Scoped and nestable: the innermost one
+/// applies, and its destructor restores the one before. Not shared with other threads (OpenMP
+/// workers inside a step are not interrupted: a step always finishes). A step costs
+/// milliseconds, so the decoder is free within about one step of the deadline.
 class DecodeDeadline {
 public:
-    explicit DecodeDeadline(std::chrono::steady_clock::time_point deadline);
+    explicit DecodeDeadline(std::chrono::steady_clock::time_point deadline, DeadlineClock now = {});
     ~DecodeDeadline();
     DecodeDeadline(const DecodeDeadline&)            = delete;
     DecodeDeadline& operator=(const DecodeDeadline&) = delete;
 
 private:
     std::chrono::steady_clock::time_point previous_;
+    DeadlineClock previous_now_;
 };
 
 namespace detail {

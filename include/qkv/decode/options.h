@@ -114,11 +114,16 @@ void process_row(const float* logits, int64_t V, const std::vector<int64_t>& his
 /// The sampling distribution of a row of processed log-probabilities (V, entries may be −inf):
 /// softmax(logp / temperature) restricted to the top_k most probable ids (ties to the smaller id),
 /// then to the smallest most-probable set whose mass is >= top_p, renormalised -> (V) f64
-/// summing to 1. Throws qkv::Error when every entry is −inf.
+/// summing to 1. `opt.enabled` and `opt.seed` are not read. Temperature 0 is not greedy here:
+/// greedy decoding is sampling off (or top_k = 1).
+/// Throws qkv::Error naming the argument when temperature is not a finite number > 0, top_k < 0,
+/// top_p is not in (0, 1], logp is empty, an entry is NaN or +inf, or every entry is −inf.
 std::vector<double> sampling_distribution(const std::vector<double>& logp, const SamplingOptions& opt);
 
 /// One draw from a distribution p (V) f64 (sums to 1): the smallest i with cumsum(p)[i] > u,
 /// u = gen.uniform(); never an id of probability 0.
+/// Throws qkv::Error when p is empty, an entry is negative, NaN or infinite, or the entries do not
+/// sum to 1 within 1e-6 (all zeros among them).
 int64_t sample_from(const std::vector<double>& p, Generator& gen);
 
 }  // namespace qkv::decode

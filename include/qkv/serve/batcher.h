@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,6 +25,28 @@
 namespace qkv::serve {
 
 using Clock = std::chrono::steady_clock;
+
+/// The batcher's time: a job's arrival, the oldest job's max_wait, deadlines (in the queue and,
+/// through decode::DecodeDeadline, while decoding). SteadyClock in qkv serve; tests pass a clock
+/// they advance by hand, so they order events without sleeping or timing.
+class BatcherClock {
+public:
+    virtual ~BatcherClock() = default;
+    virtual Clock::time_point now() = 0;
+    /// Blocks on `cv`, whose mutex `lock` holds, until it is notified or now() reaches `until`.
+    /// May return earlier (the batcher checks its conditions again and waits again).
+    virtual void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                            Clock::time_point until) = 0;
+};
+
+/// steady_clock, waiting with condition_variable::wait_until.
+class SteadyClock final : public BatcherClock {
+public:
+    Clock::time_point now() override { return Clock::now(); }
+    void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Clock::time_point until) override {
+        cv.wait_until(lock, until);
+    }
+};
 
 struct BatcherOptions {
     /// Most source tokens (words + <eos>) per decoder batch; a single request larger than this is
@@ -58,8 +81,8 @@ using DecodeFn = std::function<std::vector<SentenceResult>(const std::vector<std
 class Batcher {
 public:
     /// Starts the worker thread. Throws qkv::Error on options out of range (max_batch_tokens,
-    /// max_queue < 1; max_wait < 0).
-    Batcher(BatcherOptions opt, DecodeFn decode);
+    /// max_queue < 1; max_wait < 0). `clock`: null for SteadyClock.
+    Batcher(BatcherOptions opt, DecodeFn decode, std::shared_ptr<BatcherClock> clock = nullptr);
     ~Batcher();  // stop()
     Batcher(const Batcher&) = delete;
     Batcher& operator=(const Batcher&) = delete;
@@ -74,6 +97,8 @@ public:
     void stop();
 
     int64_t queued_sentences() const;
+    /// False once stop() has begun: submit refuses from then on.
+    bool accepting() const;
     /// Called by the worker after each decoder batch: sentences and requests in it.
     std::function<void(int64_t sentences, int64_t requests)> on_batch;
 
@@ -87,6 +112,7 @@ private:
 
     BatcherOptions opt_;
     DecodeFn decode_;
+    std::shared_ptr<BatcherClock> clock_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Entry> queue_;

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,7 +101,12 @@ public:
 
 private:
     HttpResponse translate(const HttpRequest& req, Endpoint endpoint);
-    bool authorised(const HttpRequest& req, const std::string& body_key) const;
+    /// nullopt when no key is configured or the request carries the right one (header X-API-Key,
+    /// Authorization: Bearer, then `body_key`); else 401 "unauthorized" when it carries none and
+    /// 403 "forbidden" when it carries another (LibreTranslate's "Invalid API key" status).
+    /// `accepted` names where a key may be given, for the 401's message.
+    std::optional<ApiError> key_error(const HttpRequest& req, const std::string& body_key,
+                                      const char* accepted) const;
 
     ServiceOptions opt_;
     std::shared_ptr<ModelHolder> model_;
