@@ -19,9 +19,13 @@ Threads: heavy calls (attention, matmul, backward, module forwards, translation,
 release the GIL. A ``Translator`` may be shared by threads (each concurrent call borrows its own
 copy of the model). Tensors, modules and optimizers are not locked: do not change one from two
 threads at once. The default random generator (``qkv.manual_seed``) is process-wide.
+
+``qkv.attention_trace(model_dir, sentence)`` gives a model's attention weights as numpy arrays (what
+``qkv heatmap`` draws); ``qkv.allocator_stats()`` the tensor allocator's counters.
 """
 from ._qkv import (  # noqa: F401
-    AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error,
+    AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error, allocator_stats,
+    attention_trace, reset_allocator_stats,
     MultiHeadAttention, Module, NWKernelRegression, Optimizer, PositionalEncoding, SGD,
     ScoreResult, Tensor, Transformer, TransformerDecoder, TransformerEncoder, TranslationResult,
     Translator, as_tensor, clip_grad_norm, from_dlpack, from_numpy, is_grad_enabled,
