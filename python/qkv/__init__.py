@@ -20,7 +20,8 @@ release the GIL. A ``Translator`` may be shared by threads (each concurrent call
 copy of the model). Tensors, modules and optimizers are not locked: do not change one from two
 threads at once. The default random generator (``qkv.manual_seed``) is process-wide.
 
-``qkv.attention_trace(model_dir, sentence)`` gives a model's attention weights as numpy arrays (what
+Notebooks (notebooks/, docs/notebooks.md): ``qkv.d2l`` holds D2L's plotting, data and BLEU helpers
+and a progress bar. ``qkv.attention_trace(model_dir, sentence)`` gives a model's attention weights as numpy arrays (what
 ``qkv heatmap`` draws); ``qkv.allocator_stats()`` the tensor allocator's counters.
 """
 from ._qkv import (  # noqa: F401
@@ -34,6 +35,7 @@ from ._qkv import (  # noqa: F401
     sequence_mask, set_grad_enabled, softmax, zeros,
 )
 from . import _qkv
+from . import d2l  # noqa: F401  (the notebooks' plotting, data and BLEU helpers: D2L's d2l package)
 
 __version__ = "0.1.0"
 
