@@ -3,6 +3,9 @@
 // (apps/qkv/cmd_heatmap.cpp), for D2L's show_heatmaps (11.4.4, 11.7.6), greedy decoding with the
 // weights kept — and qkv.allocator_stats, the tensor allocator's counters (core/allocator.h), for
 // the fused kernel's memory curve.
+#include <pybind11/stl/filesystem.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -24,7 +27,7 @@ pyb::array_t<float> zeros4(int64_t L, int64_t H, int64_t rows, int64_t cols) {
     return a;
 }
 
-pyb::dict attention_trace(const std::string& model_dir, const std::string& sentence, int64_t max_len) {
+pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::string& sentence, int64_t max_len) {
     if (max_len > 1000) throw pyb::value_error(detail::str("max_len: ", max_len, " is above 1000 (<= 0: config.json's)"));
     const size_t bad = data::invalid_utf8_offset(sentence);
     if (bad != std::string::npos || sentence.find('\0') != std::string::npos)
@@ -41,7 +44,7 @@ pyb::dict attention_trace(const std::string& model_dir, const std::string& sente
         pyb::gil_scoped_release nogil;
         const bool prev_flush = flush_denormal();
         set_flush_denormal(true);  // as qkv (apps/qkv/main.cpp) and qkv.Translator
-        train::ModelDir m = train::load_model_dir(model_dir);
+        train::ModelDir m = train::load_model_dir(model_dir.string());
         data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
         Ts = arr.valid_len[0];
         src_labels = m.src_vocab.decode(std::vector<int64_t>(arr.ids.begin(), arr.ids.begin() + Ts));
@@ -134,7 +137,7 @@ void bind_inspect(pyb::module_& m) {
           "Zeroes allocator_stats()'s counters; peak_bytes restarts from the bytes in use now.");
     m.def("attention_trace", &attention_trace, pyb::arg("model_dir"), pyb::arg("sentence"), pyb::kw_only(),
           pyb::arg("max_len") = 0,
-          R"(Translates one sentence greedily with a model folder (qkv train --out DIR) and returns every attention
+          R"(Translates one sentence greedily with a model folder (qkv train --out DIR; a str or os.PathLike) and returns every attention
 weight, as `qkv heatmap` draws them: a dict of translation (str), source_tokens (the source units and
 <eos>), output_tokens (the output units and <eos>), decoder_inputs (<bos> and the outputs but the last),
 and float32 arrays: cross (L, H, steps, source units), the encoder–decoder attention of each decoder

@@ -203,6 +203,7 @@ def test_attention_trace_errors(model_dir, tmp_path):
         qkv.attention_trace(str(model_dir), "   ")
     with pytest.raises(qkv.Error):
         qkv.attention_trace(str(tmp_path), "go .")
+    assert qkv.attention_trace(Path(model_dir), "go .")["source_tokens"][-1] == "<eos>"  # a PathLike
 
 
 def test_allocator_stats_count_tensor_memory():
