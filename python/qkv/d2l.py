@@ -94,7 +94,7 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
     for i in range(rows):
         for j in range(cols):
             ax = axes[i, j]
-            pcm = ax.imshow(m[i, j], cmap=cmap, vmin=lo, vmax=hi, aspect="auto" if q * 4 < k or k * 4 < q else "equal")
+            pcm = ax.imshow(m[i, j], cmap=cmap, vmin=lo, vmax=hi, aspect="auto")  # each panel fills figsize
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
