@@ -84,7 +84,7 @@ python: configure
 # starts Debian's jupyter-notebook on the folder, on 127.0.0.1 without a browser, `qkv` importable from
 # the build (PYTHONPATH); open the URL it prints. `make notebooks-html` executes every notebook (short
 # runs; QKV_NOTEBOOK_FULL=1 for the long ones) and exports it to $(BUILD)/notebooks-html/.
-NB_ENV := PYTHONPATH=$(abspath $(BUILD))/python OMP_WAIT_POLICY=passive
+NB_ENV := PYTHONPATH=$(abspath $(BUILD))/python OMP_WAIT_POLICY=passive PYDEVD_DISABLE_FILE_VALIDATION=1
 .PHONY: notebooks notebooks-html
 notebooks: configure
 	cmake -S . -B $(BUILD) -DQKV_BUILD_PYTHON=ON > /dev/null

@@ -69,11 +69,14 @@ def _figure(figsize):
 
 
 def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cmap="Reds", xticklabels=None,
-                  yticklabels=None, vmin=None, vmax=None):
+                  yticklabels=None, vmin=None, vmax=None, aspect="equal"):
     """D2L's ``show_heatmaps``: ``matrices`` (rows, cols, Q, K) — or (n, Q, K), one row of n panels, or
-    one (Q, K) matrix — drawn as a grid of heatmaps sharing one colour bar. ``titles``: one per column.
+    one (Q, K) matrix — drawn as a grid of heatmaps with a colour bar. ``titles``: one per column.
     ``xticklabels`` / ``yticklabels``: token labels for the K / Q axes. ``figsize`` is per panel.
-    Returns the Figure. Raises ValueError for another rank or a label list of the wrong length."""
+    As in D2L each panel is coloured over its own range and the colour bar is the last panel's;
+    ``vmin`` / ``vmax`` give all panels one scale. ``aspect``: square cells ("equal", D2L's) or cells
+    stretched to fill ``figsize`` ("auto", for long matrices). Returns the Figure. Raises ValueError for another rank
+    or a label list of the wrong length."""
     m = weights_numpy(matrices).astype(np.float64)
     if m.ndim == 2:
         m = m[None, None]
@@ -89,12 +92,10 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
         raise ValueError(f"show_heatmaps: {len(titles)} titles for {cols} columns")
     fig = _figure((figsize[0] * cols + 0.8, figsize[1] * rows))
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
-    lo = float(np.nanmin(m)) if vmin is None else vmin
-    hi = float(np.nanmax(m)) if vmax is None else vmax
     for i in range(rows):
         for j in range(cols):
             ax = axes[i, j]
-            pcm = ax.imshow(m[i, j], cmap=cmap, vmin=lo, vmax=hi, aspect="auto")  # each panel fills figsize
+            pcm = ax.imshow(m[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect)
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:

@@ -56,6 +56,10 @@ def test_show_heatmaps_grid_and_labels():
     assert fig.axes[3].get_xlabel() == "Keys"  # the last row's labels
     assert [t.get_text() for t in fig.axes[3].get_xticklabels()] == list("vwxyz")
     assert len(d2l.show_heatmaps(np.eye(3), "k", "q").axes) == 2  # a single matrix
+    # each panel over its own range (D2L), or one scale with vmin / vmax
+    assert fig.axes[1].images[0].get_clim() == (w[0, 1].min(), w[0, 1].max())
+    one = d2l.show_heatmaps(w, "k", "q", vmin=0, vmax=1)
+    assert all(ax.images[0].get_clim() == (0, 1) for ax in one.axes[:6])
     assert len(d2l.show_heatmaps(qkv.ones(4, 2, 2), "k", "q").axes) == 5  # (n, Q, K), a Tensor
 
 
