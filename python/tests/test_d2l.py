@@ -145,6 +145,10 @@ def test_find_demo_model(tmp_path, monkeypatch):
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path / "notebooks")
     assert d2l.find_demo_model() == Path("../out/translation")
+    monkeypatch.setenv("QKV_MODEL", "none")
+    assert d2l.find_demo_model() is None
+    monkeypatch.setenv("QKV_MODEL", str(m))
+    assert d2l.find_demo_model() == m
 
 
 def test_write_tiny_corpus(tmp_path):
