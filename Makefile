@@ -80,5 +80,24 @@ python: configure
 	cmake -S . -B $(BUILD) -DQKV_BUILD_PYTHON=ON > /dev/null
 	cmake --build $(BUILD) -j $(JOBS) --target python_install
 
+# The chapter as Jupyter notebooks (notebooks/, docs/notebooks.md). `make notebooks` builds the module and
+# starts Debian's jupyter-notebook on the folder, on 127.0.0.1 without a browser, `qkv` importable from
+# the build (PYTHONPATH); open the URL it prints (as root, e.g. in a container, with --allow-root). `make notebooks-html` executes every notebook (short
+# runs; QKV_NOTEBOOK_FULL=1 for the long ones) and exports it to $(BUILD)/notebooks-html/.
+NB_ENV := PYTHONPATH=$(abspath $(BUILD))/python OMP_WAIT_POLICY=passive PYDEVD_DISABLE_FILE_VALIDATION=1
+.PHONY: notebooks notebooks-html
+notebooks: configure
+	cmake -S . -B $(BUILD) -DQKV_BUILD_PYTHON=ON > /dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target _qkv
+	@echo "qkv: starting Jupyter on notebooks/ (qkv from $(BUILD)/python); open the URL below (Ctrl-C stops it)"
+	cd notebooks && $(NB_ENV) jupyter-notebook --ip 127.0.0.1 --no-browser $(if $(filter 0,$(shell id -u)),--allow-root)
+
+notebooks-html: configure
+	cmake -S . -B $(BUILD) -DQKV_BUILD_PYTHON=ON > /dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target _qkv
+	$(NB_ENV) /usr/bin/python3 -m nbconvert --to html --execute --ExecutePreprocessor.timeout=1800 \
+	    --output-dir $(abspath $(BUILD))/notebooks-html notebooks/*.ipynb
+	@echo "qkv: HTML in $(BUILD)/notebooks-html/"
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

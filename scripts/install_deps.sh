@@ -10,6 +10,9 @@ pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-de
 # for examples/python/chapter.py's heatmaps; setuptools/pip/venv for `pip install --no-build-isolation .`.
 pkgs+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools python3-pip python3-venv
        python3-matplotlib)
+# The chapter's notebooks (notebooks/, ctest label notebooks, make notebooks / notebooks-html): nbconvert
+# executes them headless with ipykernel; jupyter-notebook serves them.
+pkgs+=(python3-nbconvert python3-ipykernel jupyter-notebook)
 # qkv serve: cpp-httplib (the HTTP server), curl (tests/cli/test_serve_page.sh), chromium (the
 # page in a headless browser, tests/cli/test_serve_page.sh).
 pkgs+=(libcpp-httplib-dev curl chromium)

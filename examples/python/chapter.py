@@ -4,7 +4,7 @@
 attention heatmaps (matplotlib, Debian's python3-matplotlib; skipped with a note when missing).
 
     make python && python3 examples/python/chapter.py --out runs/chapter
-    python3 examples/python/chapter.py --quick     # seconds: a 60-pair corpus written here
+    python3 examples/python/chapter.py --quick     # seconds: a smoke test on 6 memorised pairs
 
 --data defaults to ../shared/data/fra-eng.zip (or $QKV_DATA); --quick needs no data.
 """
@@ -84,6 +84,11 @@ def self_attention(out):
     heatmap(out / "self-attention.png", w, tokens, tokens, "self-attention weights")
 
 
+# Steps the quick mode trains: enough for the tiny model to reproduce its 6 training pairs (with 30
+# steps and subword pieces it printed "go . => s" for every sentence, issue 44).
+QUICK_STEPS = 300
+
+
 def tiny_corpus(path):
     pairs = ["Go.\tVa !", "I lost.\tJ'ai perdu.", "He's calm.\tIl est calme.", "I'm home.\tJe suis chez moi.",
              "We won.\tNous avons gagné.", "Thank you.\tMerci."]
@@ -91,9 +96,21 @@ def tiny_corpus(path):
     return path
 
 
+# The book's four sentences (D2L 11.7.6) and their references.
+SENTENCES = ["go .", "i lost .", "he's calm .", "i'm home ."]
+REFERENCES = ["va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."]
+
+
 def train_and_translate(out, data, steps, quick):
-    print(f"== 11.7 training the demo Transformer on {data} ({steps} steps)")
-    settings = dict(num_hiddens=16, num_heads=2, num_blks=1, ffn_num_hiddens=16, batch_size=8, num_steps=6) if quick else {}
+    if quick:
+        print(f"== 11.7 quick mode: a tiny Transformer (16 hidden units, 1 block) trained {steps} steps on 6 sentence "
+              "pairs repeated (the book's four among them). It memorises them: the lines below show the code "
+              "path, not translation (run without --quick, with the fra-eng data, to train a translator)")
+    else:
+        print(f"== 11.7 training the demo Transformer on {data} ({steps} steps)")
+    # quick: D2L's word tokens (subword pieces of these 6 pairs overflow num_steps 6 and never fit)
+    settings = dict(num_hiddens=16, num_heads=2, num_blks=1, ffn_num_hiddens=16, batch_size=8, num_steps=6,
+                    subword="none") if quick else {}
 
     def on_step(s):
         print(f"  step {s['step']:5d}  loss {s['loss']:.4f}  {s['tokens_per_s']:.0f} tokens/s")
@@ -102,9 +119,13 @@ def train_and_translate(out, data, steps, quick):
                   overwrite=True, quiet=True, on_step=on_step, **settings)
     print(f"  trained {r['steps']} steps in {r['train_seconds']:.1f} s")
     tr = qkv.Translator(str(out / "model"))
-    sentences = ["go .", "i lost .", "he's calm .", "i'm home ."]
-    for s, res in zip(sentences, tr.translate_batch(sentences, beam_size=2, return_attention=True)):
+    sentences = SENTENCES
+    results = tr.translate_batch(sentences, beam_size=2)
+    for s, res in zip(sentences, results):
         print(f"  {s} => {res.translation}")
+    same = sum(r.translation == ref for r, ref in zip(results, REFERENCES))
+    print(f"  {same} of {len(sentences)} equal the book's references"
+          + (" (sentences the quick model was trained on)" if quick else ""))
     res = tr.translate_batch([sentences[-1]], return_attention=True)[0]
     src = sentences[-1].split() + ["<eos>"]
     tgt = (res.translation.split() + ["<eos>"])[:res.attention.shape[0]]
@@ -117,7 +138,9 @@ def main():
     ap.add_argument("--out", default="runs/chapter", help="folder for the plots and the model")
     ap.add_argument("--data", default=os.environ.get("QKV_DATA", "../shared/data/fra-eng.zip"))
     ap.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
-    ap.add_argument("--quick", action="store_true", help="a 60-pair corpus and a tiny model: seconds")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"seconds: a tiny model trained (at most {QUICK_STEPS} steps) on 6 pairs it memorises; a "
+                         "smoke test of the code path, not a translator")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +150,7 @@ def main():
     data = Path(a.data)
     if a.quick:
         data = tiny_corpus(out / "tiny-fra.txt")
-        steps = min(a.steps, 30)
+        steps = min(a.steps, QUICK_STEPS)
     else:
         steps = a.steps
         if not data.exists():

@@ -20,6 +20,10 @@ release the GIL. A ``Translator`` may be shared by threads (each concurrent call
 copy of the model). Tensors, modules and optimizers are not locked: do not change one from two
 threads at once. The default random generator (``qkv.manual_seed``) is process-wide.
 
+Notebooks (notebooks/, docs/notebooks.md): ``qkv.d2l`` holds D2L's plotting, data and BLEU helpers
+and a progress bar. ``qkv.attention_trace(model_dir, sentence)`` gives a model's attention weights as numpy arrays (what
+``qkv heatmap`` draws); ``qkv.allocator_stats()`` the tensor allocator's counters.
+
 OpenMP: as the ``qkv`` program, importing qkv sets ``OMP_WAIT_POLICY=passive`` unless
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set (threads that spin while waiting slow
 everything down on a shared machine). It takes effect only when qkv is the first module to load
@@ -36,7 +40,8 @@ if _openmp.default_to_passive_wait():
     _os.environ["OMP_WAIT_POLICY"] = "passive"
 
 from ._qkv import (  # noqa: E402, F401
-    AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error,
+    AdditiveAttention, Adam, AdamW, Bahdanau, DotProductAttention, EncoderDecoder, Error, allocator_stats,
+    attention_trace, reset_allocator_stats,
     MultiHeadAttention, Module, NWKernelRegression, Optimizer, PositionalEncoding, SGD,
     ScoreResult, Tensor, Transformer, TransformerDecoder, TransformerEncoder, TranslationResult,
     Translator, as_tensor, clip_grad_norm, from_dlpack, from_numpy, is_grad_enabled,
@@ -45,6 +50,7 @@ from ._qkv import (  # noqa: E402, F401
     sequence_mask, set_grad_enabled, softmax, zeros,
 )
 from . import _qkv
+from . import d2l  # noqa: F401  (the notebooks' plotting, data and BLEU helpers: D2L's d2l package)
 
 __version__ = "0.1.0"
 

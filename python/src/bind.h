@@ -39,5 +39,6 @@ void bind_tensor(pyb::module_& m);
 void bind_functional(pyb::module_& m);
 void bind_nn(pyb::module_& m);
 void bind_translate(pyb::module_& m);
+void bind_inspect(pyb::module_& m);
 
 }  // namespace qkv::py
