@@ -113,6 +113,19 @@ void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions
             rows.push_back(i);
             todo.push_back(src[i]);
         }
+    // Sources longer than the model reads (num_steps - 1 units + <eos>) are cut: one note, not a
+    // warning per line as qkv translate gives.
+    int64_t cut = 0;
+    const int64_t steps = m.config.data.num_steps;
+    if (m.subwords.active() && !todo.empty()) {
+        for (const auto& u : train::source_units(m, todo)) cut += int64_t(u.size()) + 1 > steps;
+    } else {
+        for (const auto& t : todo) cut += int64_t(t.size()) + 1 > steps;
+    }
+    if (cut > 0)
+        std::fprintf(stderr, "qkv eval: note: %lld of %zu source lines have more than the %lld %s the model reads; "
+                             "their ends are not translated\n",
+                     (long long)cut, n, (long long)(steps - 1), m.subwords.active() ? "pieces" : "tokens");
     util::Timer timer;
     std::vector<std::vector<std::string>> out;
     name_model_in_int8_errors(a.model, int8, [&] { out = train::translate_tokens(m, todo, to); });
@@ -136,6 +149,7 @@ void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions
         j["src_file"]       = a.src_file;
         j["ref_file"]       = a.ref_file;
         j["untranslated"]   = n - rows.size();
+        j["cut_sources"]    = cut;
         j["decode_seconds"] = secs;
         j["peak_rss_bytes"] = util::peak_rss_bytes();
         j["beam"]           = to.beam;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # qkv eval's standard metrics (decode/sacrebleu.h): the sacreBLEU BLEU and chrF2 lines with their
 # signatures on the held-out split (beside D2L's BLEU-4) and on any test set with --src-file /
-# --ref-file (JSON fields, --hyp-out, --limit); references equal to the hypotheses score 100; the
-# errors (line counts differ, one flag without the other, --data with --src-file, missing file).
+# --ref-file (JSON fields, --hyp-out, --limit, the note on sources longer than the model reads);
+# references equal to the hypotheses score 100; the errors (line counts differ, one flag without
+# the other, --data with --src-file, missing file).
 # Usage: test_eval_files.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 
@@ -37,7 +38,7 @@ grep -q "corpus BLEU-4" "$T/out" && fail "--src-file printed the D2L BLEU of the
 python3 - "$T/files.json" <<'PY' || fail "--src-file --json fields"
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["pairs"] == 5 and j["untranslated"] == 1, j
+assert j["pairs"] == 5 and j["untranslated"] == 1 and j["cut_sources"] == 0, j
 assert j["src_file"].endswith("test.en") and j["ref_file"].endswith("test.fr"), j
 assert j["sacrebleu"]["ref_len"] == 13, j["sacrebleu"]  # 13a tokens of test.fr (3+2+4+2+2)
 assert len(j["sacrebleu"]["precisions"]) == 4 and j["chrf"]["name"] == "chrF2", j
@@ -55,6 +56,13 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert abs(j["sacrebleu"]["score"] - 100) < 1e-9 and abs(j["chrf"]["score"] - 100) < 1e-9, j
 PY
+# A source longer than the model's 5 tokens + <eos> (--num-steps 6) is cut, and said once.
+printf "I lost. I lost. I lost.\nGo.\n" > "$T/long.en"
+printf "J'ai perdu.\nVa !\n" > "$T/long.fr"
+run_rc 0 eval --model "$T/run" --no-progress --src-file "$T/long.en" --ref-file "$T/long.fr" --json "$T/long.json"
+err_has "1 of 2 source lines have more than the 5 tokens the model reads"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['cut_sources']==1, j" "$T/long.json" \
+  || fail "cut_sources"
 # --limit scores the first N lines of both files
 run_rc 0 eval --model "$T/run" --no-progress --src-file "$T/test.en" --ref-file "$T/test.fr" --limit 2 --json "$T/lim.json"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['pairs']==2 and j['sacrebleu']['ref_len']==5, j" \
