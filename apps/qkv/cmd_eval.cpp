@@ -1,5 +1,7 @@
 // `qkv eval`: corpus BLEU-4 of a trained model on the held-out split its config.json defines
-// (rebuilt from the data file), plus D2L's sentence BLEU (k=2) on the book's four sentences.
+// (rebuilt from the data file), plus D2L's sentence BLEU (k=2) on the book's four sentences, and
+// the standard metrics (sacreBLEU's BLEU and chrF2, decode/sacrebleu.h) against the raw
+// references. With --src-file/--ref-file: the standard metrics on any test set.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,8 +16,10 @@
 #include "options.h"
 #include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
+#include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
+#include "qkv/decode/sacrebleu.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/translation_data.h"
 #include "qkv/util/atomic_file.h"
@@ -25,7 +29,7 @@ namespace qkv::cli {
 namespace {
 
 struct EvalArgs {
-    std::string model = "runs/qkv", data, hyp_out, json_out;
+    std::string model = "runs/qkv", data, hyp_out, json_out, src_file, ref_file;
     int64_t beam = 0, max_len = 0, limit = 0, batch = 500, show = 10;
     double length_penalty = -1;
     bool pe_quirk = false, no_progress = false, no_unk = false;
@@ -51,6 +55,110 @@ void check_outputs_apart(const EvalArgs& a) {
     check_not_model_file("--json", a.json_out, a.model);
 }
 
+/// The standard metrics of hypotheses (one per reference line) against raw references, printed as
+/// sacreBLEU prints them, and their JSON.
+nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
+    const decode::SacreBleuScore b = decode::sacrebleu_corpus_bleu(hyps, refs);
+    const decode::ChrfScore c = decode::sacrebleu_corpus_chrf(hyps, refs);
+    std::printf("%s\n%s\n", decode::format_sacrebleu(b).c_str(), decode::format_chrf(c).c_str());
+    std::printf("  (qkv's implementation of sacreBLEU %s's defaults; hypotheses are the model's words joined by "
+                "spaces, as --hyp-out writes them: for a D2L-token model lower case with punctuation split off, "
+                "not detokenized text)\n", decode::kSacreBleuVersion);
+    if (b.tokenized_period_lines >= 100)  // sacreBLEU's force=False warning
+        std::printf("  note: %lld hypotheses end in a tokenized period (' .'), as sacreBLEU would warn\n",
+                    (long long)b.tokenized_period_lines);
+    const std::string impl = std::string("qkv (sacreBLEU ") + decode::kSacreBleuVersion + " defaults)";
+    return {{"sacrebleu", {{"score", b.score},
+                           {"counts", b.counts},
+                           {"totals", b.totals},
+                           {"precisions", b.precisions},
+                           {"bp", b.bp},
+                           {"sys_len", b.sys_len},
+                           {"ref_len", b.ref_len},
+                           {"signature", b.signature},
+                           {"implementation", impl}}},
+            {"chrf", {{"name", c.name}, {"score", c.score}, {"signature", c.signature}, {"implementation", impl}}}};
+}
+
+/// Sentences of a source file for a word-token model: D2L's tokens (data::tokenize_nmt); a line
+/// that is not valid UTF-8, holds a NUL byte or has no token stays empty (its hypothesis is
+/// empty), reported on stderr.
+std::vector<std::vector<std::string>> tokenize_source_lines(const std::vector<std::string>& lines,
+                                                            const std::string& file) {
+    std::vector<std::vector<std::string>> out(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+        const size_t bad = data::invalid_utf8_offset(lines[i]);
+        if (bad != std::string::npos || lines[i].find('\0') != std::string::npos) {
+            std::fprintf(stderr, "qkv eval: --src-file '%s' line %zu: %s; its hypothesis is empty\n", file.c_str(),
+                         i + 1, bad != std::string::npos ? "invalid UTF-8" : "a NUL byte");
+            continue;
+        }
+        out[i] = data::tokenize_nmt(lines[i]);
+    }
+    return out;
+}
+
+/// qkv eval --src-file F --ref-file R: translates F, scores against R.
+void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions to, bool int8) {
+    data::ParallelLines pl = data::read_parallel_lines(a.src_file, a.ref_file);
+    size_t n = pl.source.size();
+    if (a.limit > 0) n = std::min(n, size_t(a.limit));
+    pl.source.resize(n);
+    pl.reference.resize(n);
+    const auto src = tokenize_source_lines(pl.source, a.src_file);
+    std::vector<size_t> rows;  // lines with something to translate
+    std::vector<std::vector<std::string>> todo;
+    for (size_t i = 0; i < n; ++i)
+        if (!src[i].empty()) {
+            rows.push_back(i);
+            todo.push_back(src[i]);
+        }
+    // Sources longer than the model reads (num_steps - 1 units + <eos>) are cut: one note, not a
+    // warning per line as qkv translate gives.
+    int64_t cut = 0;
+    const int64_t steps = m.config.data.num_steps;
+    if (m.subwords.active() && !todo.empty()) {
+        for (const auto& u : train::source_units(m, todo)) cut += int64_t(u.size()) + 1 > steps;
+    } else {
+        for (const auto& t : todo) cut += int64_t(t.size()) + 1 > steps;
+    }
+    if (cut > 0)
+        std::fprintf(stderr, "qkv eval: note: %lld of %zu source lines have more than the %lld %s the model reads; "
+                             "their ends are not translated\n",
+                     (long long)cut, n, (long long)(steps - 1), m.subwords.active() ? "pieces" : "tokens");
+    util::Timer timer;
+    std::vector<std::vector<std::string>> out;
+    name_model_in_int8_errors(a.model, int8, [&] { out = train::translate_tokens(m, todo, to); });
+    const double secs = timer.seconds();
+    std::vector<std::string> hyps(n);
+    for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = train::join_tokens(out[k]);
+    std::printf("test set --src-file '%s' / --ref-file '%s': %zu pairs, %s decoding (max %lld tokens), %.1f s\n",
+                a.src_file.c_str(), a.ref_file.c_str(), n,
+                to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
+                (long long)to.max_len, secs);
+    nlohmann::json j = print_standard_scores(hyps, pl.reference);
+    for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
+        std::printf("  %s => %s   [ref: %s]\n", pl.source[i].c_str(), hyps[i].c_str(), pl.reference[i].c_str());
+    if (!a.hyp_out.empty()) {
+        std::string s;
+        for (auto& h : hyps) s += h + "\n";
+        util::write_file_atomic(a.hyp_out, s);
+    }
+    if (!a.json_out.empty()) {
+        j["pairs"]          = n;
+        j["src_file"]       = a.src_file;
+        j["ref_file"]       = a.ref_file;
+        j["untranslated"]   = n - rows.size();
+        j["cut_sources"]    = cut;
+        j["decode_seconds"] = secs;
+        j["peak_rss_bytes"] = util::peak_rss_bytes();
+        j["beam"]           = to.beam;
+        j["sampling"]       = to.sampling.enabled;
+        j["compute_type"]   = a.decode.compute_type;
+        util::write_file_atomic(a.json_out, j.dump(2) + "\n");
+    }
+}
+
 void run(const EvalArgs& a) {
     // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
     // products (attention scores) stay fp32.
@@ -66,6 +174,15 @@ void run(const EvalArgs& a) {
         QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
         m.transformer()->set_pe_position_zero_at_inference(true);
     }
+    train::TranslateOptions to;
+    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
+    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
+    to.batch_size     = a.batch;
+    to.no_unk         = a.no_unk;
+    to.progress       = !a.no_progress;
+    apply_decode_flags(a.decode, to);
+    if (!a.src_file.empty()) return run_on_files(a, m, to, int8);
     const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
     train::TranslationData d = train::load_translation_data(dc, m.subwords);
     // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
@@ -82,14 +199,6 @@ void run(const EvalArgs& a) {
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
     std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
     std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
-    train::TranslateOptions to;
-    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
-    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
-    to.batch_size     = a.batch;
-    to.no_unk         = a.no_unk;
-    to.progress       = !a.no_progress;
-    apply_decode_flags(a.decode, to);
     util::Timer timer;
     std::vector<std::vector<std::string>> hyp;
     name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_tokens(m, src, to); });
@@ -114,9 +223,14 @@ void run(const EvalArgs& a) {
     std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", sent,
                 100.0 * double(exact) / std::max<double>(1.0, double(n)),
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
+    std::vector<std::string> hyp_text;  // the --hyp-out lines
+    for (auto& h : hyp) hyp_text.push_back(train::join_tokens(h));
+    // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
+    const nlohmann::json standard = print_standard_scores(
+        hyp_text, std::vector<std::string>(d.test_ref_text.begin(), d.test_ref_text.begin() + std::ptrdiff_t(n)));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
         std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
-                    train::join_tokens(hyp[i]).c_str(), train::join_tokens(ref[i]).c_str());
+                    hyp_text[i].c_str(), train::join_tokens(ref[i]).c_str());
 
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
@@ -143,7 +257,7 @@ void run(const EvalArgs& a) {
 
     if (!a.hyp_out.empty()) {
         std::string s;
-        for (auto& h : hyp) s += train::join_tokens(h) + "\n";
+        for (auto& h : hyp_text) s += h + "\n";
         util::write_file_atomic(a.hyp_out, s);
     }
     if (!a.json_out.empty()) {
@@ -165,17 +279,26 @@ void run(const EvalArgs& a) {
                             {"pe_quirk", a.pe_quirk},
                             {"book", jbook},
                             {"book_mean_bleu", en_fr ? nlohmann::json(mean) : nlohmann::json()}};
+        j.update(standard);
         util::write_file_atomic(a.json_out, j.dump(2) + "\n");
     }
 }
 
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
-    CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4 on the held-out split, and the book's sentences");
+    CLI::App* c = app.add_subcommand("eval", "corpus BLEU-4, sacreBLEU and chrF on the held-out split (or a --src-file/--ref-file test set), and the book's sentences");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
         ->check(non_empty_path());
     c->add_option("--data", a->data, "data file (default: the one recorded in config.json)")
         ->check(non_empty_path());
+    auto* sf = c->add_option("--src-file", a->src_file,
+                             "score this test set instead of the held-out split: source sentences, one per line")
+                   ->check(non_empty_path());
+    auto* rf = c->add_option("--ref-file", a->ref_file, "the references of --src-file, one per line (raw text)")
+                   ->check(non_empty_path());
+    sf->needs(rf);
+    rf->needs(sf);
+    sf->excludes("--data");
     c->add_option("--beam", a->beam, "beam size (1 = greedy)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
@@ -184,7 +307,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
         ->transform(int_range(0, 1000000000));
-    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line")->check(non_empty_path());
+    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line (the model's words joined by spaces)")->check(non_empty_path());
     c->add_option("--json", a->json_out, "write the scores as JSON")->check(non_empty_path());
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");

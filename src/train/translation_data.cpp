@@ -119,6 +119,8 @@ TranslationData load_d2l_en(const DataConfig& cfg, data::ParseOptions po, Transl
     for (int64_t i = cfg.d2l_num_train; i < corpus.size(); ++i) {
         out.test_src.push_back(data::tokenize_nmt(corpus.src[size_t(i)]));
         out.test_ref.push_back(data::tokenize_nmt(corpus.tgt[size_t(i)]));
+        out.test_src_text.push_back(corpus.src[size_t(i)]);
+        out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
     }
     out.pairs   = out.train.n + out.valid.n;
     out.summary = corpus.summary() + "; D2L EN split " + std::to_string(out.train.n) + " train / " +
@@ -292,6 +294,8 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     for (int64_t i : d.split.test) {
         out.test_src.push_back(d.src_tokens[size_t(i)]);
         out.test_ref.push_back(d.tgt_tokens[size_t(i)]);
+        out.test_src_text.push_back(corpus.src[size_t(i)]);
+        out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
     }
     out.pairs   = n;
     out.summary = summary + "; split " + std::to_string(out.train.n) + " train / " +

@@ -106,6 +106,9 @@ struct TranslationData {
     /// Held-out sources and references as full token lists (not truncated, no <unk> mapping, no
     /// <eos>): the anchor's BLEU references. Row i matches test row i.
     data::Sentences test_src, test_ref;
+    /// The same held-out pairs as the file has them (raw text, before D2L's lower-casing and
+    /// token rules): the references of the standard metrics (decode/sacrebleu.h).
+    std::vector<std::string> test_src_text, test_ref_text;
 };
 
 /// Reads the data (fra-eng by data::locate_fra_eng's rules, whose error names the download
