@@ -23,9 +23,10 @@ done
 echo "  training history: out/nw/history.csv"
 
 # ---- 3  translation (appended by the xfmr helper): D2L's Transformer on English-French -------
-# Trains about 4 minutes with the demo preset, then translate / eval / heatmap; output in
-# out/translation. Needs the fra-eng data (qkv says where to get it when it is missing). A second
-# `make demo` keeps the model out/translation holds (--resume); QKV_DEMO_OVERWRITE=1 retrains it.
+# Trains about 4 minutes with the demo preset, then translate / eval / heatmap; the model goes to
+# runs/qkv, the folder the other commands read by default (qkv translate "go ." then works). Needs
+# the fra-eng data (qkv says where to get it when it is missing). A second `make demo` keeps the
+# model runs/qkv holds (--resume); QKV_DEMO_OVERWRITE=1 retrains it.
 echo
 echo "== 3  qkv train --preset demo, translate, eval, heatmap  (the Transformer on English-French)"
-bash "$(dirname "$0")/demo_translation.sh" "$QKV" out/translation
+bash "$(dirname "$0")/demo_translation.sh" "$QKV" runs/qkv

@@ -28,10 +28,10 @@ Registration reg([](CLI::App& app) {
         ->required()
         ->check(non_empty_path());
     c->add_option("--last", a->last, "average the last K checkpoints the one MODEL_DIR kept (qkv train "
-                                     "--keep-checkpoints K)")
+                                     "--keep-checkpoints K; default: none, the folders given)")
         ->transform(int_range(1, 1000000));
     c->add_option("--dtype", a->dtype, "how the new model.safetensors stores the parameters: fp32, or bf16 (each "
-                                       "mean rounded once to bf16: half the file; one MODEL_DIR converts it)")
+                                       "mean rounded once to bf16: half the file; one MODEL_DIR converts it; default fp32)")
         ->check(CLI::IsMember({"fp32", "bf16"}));
     c->add_option("--out", a->out, "the new model folder (must not exist, or be empty)")
         ->required()

@@ -299,20 +299,24 @@ Registration reg([](CLI::App& app) {
     sf->needs(rf);
     rf->needs(sf);
     sf->excludes("--data");
-    c->add_option("--beam", a->beam, "beam size (1 = greedy)")->transform(int_range(1, 100));
-    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha")->check(real_range(0, 10));
-    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
-    c->add_option("--limit", a->limit, "score only the first N held-out pairs")
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam, 1 unless edited)")->transform(int_range(1, 100));
+    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search (default: config.json's decode.length_penalty, 0.6)")->check(real_range(0, 10));
+    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
+    c->add_option("--limit", a->limit, "score only the first N held-out pairs, or lines of --src-file/--ref-file (default: all)")
         ->transform(int_range(1, 1000000000));
     c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_option("--show", a->show, "print the first N translations (default 10)")
         ->transform(int_range(0, 1000000000));
-    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses, one per line (the model's words joined by spaces)")->check(non_empty_path());
-    c->add_option("--json", a->json_out, "write the scores as JSON")->check(non_empty_path());
+    c->add_option("--hyp-out", a->hyp_out, "write the hypotheses to this file, one per line (the model's words joined by spaces; default: none)")->check(non_empty_path());
+    c->add_option("--json", a->json_out, "write the scores as JSON to this file (default: none)")->check(non_empty_path());
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
-    c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_flag("--no-progress", a->no_progress, "no progress bar (default: a bar on a terminal, a line every 10 s otherwise)");
     add_decode_flags(c, a->decode);
+    group_options(c, "Model", {"--model", "--pe-quirk"});
+    group_options(c, "Data", {"--data", "--src-file", "--ref-file", "--limit"});
+    group_options(c, "Decoding", {"--beam", "--length-penalty", "--max-len", "--batch-size", "--no-unk"});
+    group_options(c, "Output", {"--show", "--hyp-out", "--json", "--no-progress"});
     c->callback([a] { run(*a); });
 });
 

@@ -30,10 +30,10 @@ Registration reg([](CLI::App& app) {
         ->transform(int_range(0, 1000000));
     c->add_option("--temperature", a->g.temperature, "0: greedy (default); > 0: sample at this temperature")
         ->check(real_range(0, 100));
-    c->add_option("--top-k", a->g.top_k, "sample among the k most probable tokens (0: all)")->transform(int_range(0, 1000000));
-    c->add_option("--top-p", a->g.top_p, "sample among the most probable tokens of this mass")
+    c->add_option("--top-k", a->g.top_k, "sample among the k most probable tokens (default 0: all)")->transform(int_range(0, 1000000));
+    c->add_option("--top-p", a->g.top_p, "sample among the most probable tokens of this mass (default 1: all)")
         ->check(real_range(0, 1, true));
-    c->add_option("--seed", a->g.seed, "sampling seed (same seed, same text)")->transform(seed_value());
+    c->add_option("--seed", a->g.seed, "sampling seed (same seed, same text; default 0)")->transform(seed_value());
     c->add_flag("--no-cache", a->no_cache, "recompute the whole prefix for every token (slow; for comparison)");
     c->add_flag("--stats", a->stats, "print tokens/s on stderr at the end");
     c->callback([a] {

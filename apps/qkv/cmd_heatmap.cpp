@@ -228,14 +228,14 @@ Registration reg([](CLI::App& app) {
     CLI::App* c = app.add_subcommand("heatmap", "draw a trained model's attention weights for one sentence");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
         ->check(non_empty_path());
-    c->add_option("sentence", a->sentence, "English sentence")->required();
+    c->add_option("sentence", a->sentence, "a sentence in the model's source language")->required();
     c->add_option("--out,-o", a->out,
                   "output file prefix (default 'attention': attention-encoder.png, ...); a folder (an "
                   "existing one, or a value ending in '/') gets the files inside it with that default "
                   "prefix; the folder must exist")
         ->check(non_empty_path());
-    c->add_option("--format", a->format, "png or svg")->check(CLI::IsMember({"png", "svg"}));
-    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
+    c->add_option("--format", a->format, "png or svg (default png)")->check(CLI::IsMember({"png", "svg"}));
+    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });
 });

@@ -50,8 +50,7 @@ void check_safetensors(const std::string& path) {
 }
 
 void run(const InfoArgs& a) {
-    QKV_CHECK(fs::exists(a.path), "model folder '", a.path, "' does not exist (train one with: qkv train --out ",
-              a.path, "; info also reads a .safetensors file)");
+    QKV_CHECK(fs::exists(a.path), train::missing_model_folder_message(a.path), "; info also reads a .safetensors file");
     if (fs::is_directory(a.path) && train::is_lm_dir(a.path)) {
         const train::LmDir m = train::load_lm_dir(a.path);  // config.json, vocab.txt, weights: checked
         std::printf("language model folder %s (qkv generate reads it)\n%s", a.path.c_str(),
@@ -134,7 +133,7 @@ Registration reg([](CLI::App& app) {
     // Two options on one value, so that an empty one is named as given: "PATH: empty path".
     CLI::Option* path = c->add_option("PATH", a->path, "model folder or .safetensors file (default runs/qkv)")
                             ->check(non_empty_path());
-    c->add_option("--model", a->path, "the same as PATH")->check(non_empty_path())->excludes(path);
+    c->add_option("--model", a->path, "the same as PATH (default runs/qkv)")->check(non_empty_path())->excludes(path);
     c->add_flag("!--no-params", a->params, "do not list the tensors");
     c->callback([a] { run(*a); });
 });

@@ -238,7 +238,7 @@ Registration reg([](CLI::App& app) {
         ->transform(seed_value())
         ->capture_default_str();
     sc->add_option("--data", a->data, "CSV of x,y training pairs (header line allowed) instead of "
-                                      "generated data")
+                                      "generated data (default: none, generated)")
         ->check(non_empty_path())
         ->check(CLI::ExistingFile)
         ->excludes(n);
@@ -248,7 +248,7 @@ Registration reg([](CLI::App& app) {
         ->capture_default_str();
     sc->add_option("--kernel-width", a->kernel_width, "non-parametric Gaussian kernel of this "
                                                       "width sigma: exp(-(q-k)^2 / (2 sigma^2)); "
-                                                      "no training")
+                                                      "no training (default: none, the width is learned)")
         ->check(real_range(0, 1e6, /*lo_open=*/true))
         ->excludes(ep)
         ->excludes(lr);

@@ -273,7 +273,7 @@ Registration reg([](CLI::App& app) {
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
     c->add_option("--port", a->port, "TCP port (default 8080; 0 = any free port, see --port-file)")->transform(int_range(0, 65535));
-    c->add_option("--port-file", a->port_file, "write the port listened on to this file once listening")
+    c->add_option("--port-file", a->port_file, "write the port listened on to this file once listening (default: none)")
         ->check(non_empty_path());
     c->add_option("--max-batch-tokens", a->max_batch_tokens,
                   "most source tokens decoded in one batch (default 4096; 1 = one request at a time)")
@@ -284,7 +284,7 @@ Registration reg([](CLI::App& app) {
         ->transform(int_range(1, 1000000));
     c->add_option("--timeout-ms", a->timeout_ms, "per-request deadline for waiting in the queue (default 30000)")
         ->transform(int_range(1, 3600000));
-    c->add_option("--api-key", a->api_key, "require this key (X-API-Key, Authorization: Bearer, or api_key)");
+    c->add_option("--api-key", a->api_key, "require this key (X-API-Key, Authorization: Bearer, or api_key; default: none, no key)");
     c->add_option("--max-body-bytes", a->max_body_bytes, "largest request body (default 1048576; 413 beyond)")
         ->transform(int_range(64, 1 << 30));
     c->add_option("--max-sentences", a->max_sentences, "most sentences per request (default 64)")

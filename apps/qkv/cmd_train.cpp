@@ -290,8 +290,7 @@ train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
 /// stopping rules, --log-every and --data apply; other flags are checked against it).
 train::RunConfig configure(const TrainArgs& a, CLI::App* c, const train::RunOverrides& o) {
     if (!a.resume) return train::configure_run(a.preset, train::parse_model_kind(a.model), o);
-    const std::string ckpt = (fs::path(a.out) / "checkpoint.safetensors").string();
-    QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+    train::check_resume_checkpoint(a.out);
     const train::RunConfig saved = train::load_model_dir_config(a.out);
     train::check_architecture_overrides(o, saved.architecture, a.out);
     check_resume_flags(a, c, saved);
@@ -374,6 +373,11 @@ void run_lm(const TrainArgs& a, CLI::App* c) {
     train::LmConfig cfg;
     const std::string cfg_file = (fs::path(a.out) / "config.json").string();
     if (a.resume) {
+        try {
+            train::check_resume_checkpoint(a.out, /*lm=*/true);
+        } catch (const train::ConfigError& e) {
+            usage_error(e.what());
+        }
         if (!fs::exists(cfg_file)) usage_error(detail::str("--resume: '", cfg_file, "' not found (nothing to resume)"));
         if (!train::is_lm_dir(a.out))
             usage_error(detail::str("--resume --model lm: '", a.out, "' holds a translation model, not a language "
@@ -557,29 +561,24 @@ Registration reg([](CLI::App& app) {
                                        "D2L 11.4), or lm (a decoder-only language model on a text, e.g. "
                                        "../shared/data/timemachine.txt; qkv generate samples it)")
         ->check(CLI::IsMember({"transformer", "bahdanau", "lm"}));
-    c->add_option("--num-kv-heads", a->num_kv_heads, "--model lm: key/value heads (grouped-query attention; divides "
-                                                     "--num-heads)")
-        ->transform(int_range(1, 1024));
-    c->add_option("--positions", a->positions, "--model lm: rope (default) or sinusoidal")
-        ->check(CLI::IsMember({"rope", "sinusoidal"}));
-    c->add_option("--window", a->window, "--model lm: sliding-window attention, each token sees itself and the "
-                                         "N - 1 before it")
-        ->transform(int_range(1, 1000000000));
     c->add_option("--data", a->data, "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then "
                                      "../shared/data/fra-eng.zip), or a TSV corpus: source<TAB>target per line, "
                                      "plain or gzip")
         ->check(non_empty_path());
     auto* o_src = c->add_option("--src-file", a->src_file, "source sentences, one per line (with --tgt-file: a "
-                                                           "line-aligned pair of files instead of --data; gzip or not)")
+                                                           "line-aligned pair of files instead of --data; gzip or not; "
+                                                           "default: none, --data)")
                       ->check(non_empty_path());
-    auto* o_tgt = c->add_option("--tgt-file", a->tgt_file, "target sentences, line i translating line i of --src-file")
+    auto* o_tgt = c->add_option("--tgt-file", a->tgt_file, "target sentences, line i translating line i of --src-file (default: "
+                                                           "none, --data)")
                       ->check(non_empty_path());
     o_src->needs(o_tgt);
     o_tgt->needs(o_src);
     c->get_option("--data")->excludes(o_src);
-    c->add_option("--src-lang", a->src_lang, "source language code, recorded in config.json (fra-eng: en)");
-    c->add_option("--tgt-lang", a->tgt_lang, "target language code, recorded in config.json (fra-eng: fr)");
-    c->add_option("--out", a->out, "output folder (default runs/qkv)")->check(non_empty_path());
+    c->add_option("--src-lang", a->src_lang, "source language code, recorded in config.json (default: en for "
+                                                      "fra-eng, none for other data)");
+    c->add_option("--tgt-lang", a->tgt_lang, "target language code, recorded in config.json (default: fr for "
+                                                      "fra-eng, none for other data)");
     c->add_flag("--resume", a->resume, "continue from OUT/checkpoint.safetensors (written at epoch ends, "
                                        "validation points, stops and Ctrl-C) with OUT/config.json's "
                                        "settings (same losses as an uninterrupted run); only --epochs, "
@@ -600,36 +599,47 @@ Registration reg([](CLI::App& app) {
                   "also validate, and write the checkpoint, every this much training time, e.g. 5m; "
                   "'off': at epoch ends only (default: the preset's, 5m for full and anchor, else off)")
         ->check(duration_or_off());
-    c->add_option("--epochs", a->epochs, "epochs")->transform(int_range(1, 1000000));
-    c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total")
+    c->add_option("--epochs", a->epochs, "epochs (default: the preset's, 100; d2l 30)")->transform(int_range(1, 1000000));
+    c->add_option("--max-steps,--steps", a->max_steps, "stop after this many optimizer steps in total (default: none)")
         ->transform(int_range(1, 1000000000));
-    c->add_option("--num-hiddens", a->num_hiddens, "model width C (bahdanau: GRU and attention width H)")
+    c->add_option("--num-hiddens", a->num_hiddens, "model width C (bahdanau: GRU and attention width H; default: the "
+                                                           "preset's, 128 for demo, 256 for the others and bahdanau)")
         ->transform(int_range(1, 65536));
-    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E")->transform(int_range(1, 65536));
-    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers")->transform(int_range(1, 64));
+    c->add_option("--embed-size", a->embed_size, "bahdanau: embedding size E (default 256)")->transform(int_range(1, 65536));
+    c->add_option("--num-layers", a->num_layers, "bahdanau: GRU layers (default: the preset's, 1 for demo, 2 for the "
+                                                         "others)")->transform(int_range(1, 64));
     a->o_bidir = c->add_flag("--bidirectional,!--no-bidirectional", a->bidirectional,
                              "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; "
                              "D2L's is unidirectional); --num-hiddens must be even (default: on for the demo "
                              "preset, off for the others; --no-bidirectional turns it off)");
-    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder")->transform(int_range(1, 64));
-    c->add_option("--num-heads", a->num_heads, "attention heads")->transform(int_range(1, 1024));
-    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width")->transform(int_range(1, 262144));
-    a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability")->check(real_range(0, 0.99));
-    c->add_option("--batch-size", a->batch_size, "minibatch size")->transform(int_range(1, 100000));
-    c->add_option("--num-steps", a->num_steps, "tokens per sequence (truncate/pad; with --subword pieces, "
-                                               "default the preset's + 2/3)")->transform(int_range(2, 1000));
-    c->add_option("--lr", a->lr, "Adam learning rate")->check(real_range(0, 10, /*lo_open=*/true));
-    a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon")
+    c->add_option("--num-blks", a->num_blks, "blocks in the encoder and in the decoder (default: the preset's, 2)")->transform(int_range(1, 64));
+    c->add_option("--num-heads", a->num_heads, "attention heads (default: the preset's, 4)")->transform(int_range(1, 1024));
+    c->add_option("--ffn-num-hiddens", a->ffn_num_hiddens, "FFN width (default: the preset's, 256 for demo, 64 for d2l, 1024 for full "
+                                                          "and anchor)")->transform(int_range(1, 262144));
+    a->o_dropout = c->add_option("--dropout", a->dropout, "dropout probability (default: the preset's, 0.1; d2l and "
+                                                              "bahdanau 0.2)")->check(real_range(0, 0.99));
+    c->add_option("--batch-size", a->batch_size, "minibatch size in pairs (default: the preset's, 64 for demo, 128 for the "
+                                                         "others and bahdanau)")->transform(int_range(1, 100000));
+    c->add_option("--num-steps", a->num_steps, "positions per sequence, <eos> included (truncate/pad; default: "
+                                               "the preset's, 8 for demo (14 bahdanau), 9 for d2l, 12 for anchor, 20 pieces "
+                                               "for full; subword pieces otherwise: chosen from the train split, 99 % "
+                                               "of its sentences whole, at most 4 x the preset's)")
+        ->transform(int_range(2, 1000));
+    c->add_option("--lr", a->lr, "Adam learning rate (default: the preset's, 2e-3 for demo, 1e-3 for d2l "
+                                                 "and full, 5e-4 for anchor; bahdanau 5e-3 for d2l and demo, else 1e-3)")->check(real_range(0, 10, /*lo_open=*/true));
+    a->o_ls = c->add_option("--label-smoothing", a->label_smoothing, "label smoothing epsilon (default: the preset's, 0.1 for demo and "
+                                                                    "full, else 0; bahdanau 0)")
                   ->check(real_range(0, 0.99));
     a->o_clip = c->add_option("--clip", a->clip, "clip gradients to this global norm (0: off; default 1)")
                     ->check(real_range(0, 1e6));
     c->add_option("--schedule", a->schedule, "learning-rate schedule (default: the preset's)")
         ->check(CLI::IsMember({"constant", "warmup_inv_sqrt", "warmup_linear_decay"}));
-    c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default 400)")
+    c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default: the preset's, 200 for demo, 300 for "
+                                          "full, else 400)")
         ->transform(int_range(1, 1000000000));
     c->add_option("--bucket-pool", a->bucket_pool,
                   "length bucketing: sort pools of N batches by pair length, shuffle the batches "
-                  "(0: off)")
+                  "(0: off; default: the preset's, 50 for full, else off)")
         ->transform(int_range(0, 1000000));
     c->add_option("--precision", a->precision,
                   "fp32 (default) or bf16: mixed-precision training, matrix products with bf16-rounded operands "
@@ -639,49 +649,80 @@ Registration reg([](CLI::App& app) {
                   "loss stay fp32 (qkv --version shows the bf16 path)")
         ->check(CLI::IsMember({"fp32", "bf16"}));
     c->add_option("--trim", a->trim, "on|off: cut each batch to its longest pair (masked loss only; "
-                                     "same loss, less padding computed)")
+                                     "same loss, less padding computed; default: the preset's, on for full and anchor, "
+                                     "else off)")
         ->check(CLI::IsMember({"on", "off"}));
     a->o_lop = c->add_flag("--loss-on-padding", a->loss_on_padding,
                            "average the loss over pad positions too (reproduces D2L EN's curves)");
     a->o_quirk = c->add_flag("--pe-quirk", a->pe_quirk,
                              "decode with D2L's position-0 positional encoding at every step");
-    c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs")
+    c->add_option("--max-pairs", a->max_pairs, "use only the first N (filtered) pairs (default: all)")
         ->transform(int_range(1, 1000000000));
-    c->add_option("--max-src-tokens", a->max_src_tokens, "keep pairs with at most N source tokens")
+    c->add_option("--max-src-tokens", a->max_src_tokens, "keep pairs with at most N source tokens (default: the preset's, "
+                                                                 "5 for demo, 10 for demo bahdanau, else any)")
         ->transform(int_range(1, 1000));
-    c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens")
+    c->add_option("--max-tgt-tokens", a->max_tgt_tokens, "keep pairs with at most N target tokens (default: the preset's, "
+                                                                 "7 for demo, 12 for demo bahdanau, else any)")
         ->transform(int_range(1, 1000));
     c->add_option("--subword", a->subword,
-                  "none (D2L words, default) | bpe | unigram: SentencePiece subword units learned from "
-                  "the train split (BLEU stays on words)")
+                  "none (D2L words) | bpe | unigram: SentencePiece subword units learned from the train split "
+                  "(BLEU stays on words); default: none on fra-eng (bpe for --preset full), unigram on other corpora")
         ->check(CLI::IsMember({"none", "bpe", "unigram"}));
-    c->add_option("--vocab-size", a->vocab_size, "subword vocabulary size, reserved tokens included (default 8000)")
+    c->add_option("--vocab-size", a->vocab_size, "subword vocabulary size, reserved tokens included (default 8000; on data other than "
+                                                     "fra-eng at most 8000: a small corpus gets the pieces it has)")
         ->transform(int_range(8, 1000000));
     c->add_flag("--shared-vocab", a->shared_vocab,
                 "one vocabulary (one SentencePiece model) for English and French");
     c->add_flag("--tie-weights", a->tie_weights,
                 "Transformer: one matrix for source/target embeddings and the output layer "
                 "(needs --shared-vocab)");
-    c->add_option("--min-freq", a->min_freq, "vocabulary: keep words seen at least N times in training")
+    c->add_option("--min-freq", a->min_freq, "word vocabulary: keep words seen at least N times in training "
+                                                    "(default: the preset's, 3 for demo, 2 for full and anchor; not "
+                                                    "for subword pieces)")
         ->transform(int_range(1, 1000000000));
-    c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000)")
+    c->add_option("--test-pairs", a->n_test, "held-out test pairs (default 5000; a corpus of fewer than 4 x "
+                                                  "(valid + test) pairs gets 10 % of its pairs each)")
         ->transform(int_range(1, 100000000));
-    c->add_option("--valid-pairs", a->n_valid, "validation pairs")->transform(int_range(1, 100000000));
+    c->add_option("--valid-pairs", a->n_valid, "validation pairs (default: the preset's, 1000 for demo, 2000 for "
+                                                       "full and anchor; small corpora: as --test-pairs)")->transform(int_range(1, 100000000));
     a->o_strict = c->add_flag("--strict", a->strict, "a malformed data line is an error (default: skipped)");
     a->o_seed = c->add_option("--seed", a->seed, "seed for init, dropout and batch order (default 0; the split keeps seed 0)")
                     ->transform(seed_value());
-    c->add_flag("--no-progress", a->no_progress, "no progress bar");
+    c->add_option("--out", a->out, "model folder to write (default runs/qkv, the folder translate, eval, serve, "
+                                  "heatmap and info read by default)")->check(non_empty_path());
+    c->add_flag("--no-progress", a->no_progress, "no progress bar (default: a bar on a terminal, a line every 10 s otherwise)");
     c->add_option("--grad-reduce", a->grad_reduce,
                   "under mpirun: reduce gradient buckets during backward (overlap, default) or after it "
                   "(after-backward)")
         ->check(CLI::IsMember({"overlap", "after-backward"}));
     c->add_option("--keep-checkpoints", a->keep_checkpoints,
                   "also keep the model of the last K checkpoints in OUT/checkpoints/ (for qkv average --last K; "
-                  "0: none; kept on --resume unless given)")
+                  "default 0: none; kept on --resume unless given)")
         ->transform(int_range(0, 1000000));
     c->add_option("--log-every", a->log_every, "metrics.jsonl: mean train loss every N steps (default 50; 0: none; "
                                                "--resume: config.json's unless given)")
         ->transform(int_range(0, 1000000000));
+    c->add_option("--num-kv-heads", a->num_kv_heads, "--model lm: key/value heads (grouped-query attention; divides "
+                                                     "--num-heads; default: --num-heads, no grouping)")
+        ->transform(int_range(1, 1024));
+    c->add_option("--positions", a->positions, "--model lm: positions, rope or sinusoidal (default rope)")
+        ->check(CLI::IsMember({"rope", "sinusoidal"}));
+    c->add_option("--window", a->window, "--model lm: sliding-window attention, each token sees itself and the "
+                                         "N - 1 before it (default: none, all before it)")
+        ->transform(int_range(1, 1000000000));
+    // --help in sections (the global options keep main.cpp's own).
+    group_options(c, "Model", {"--preset", "--model", "--num-hiddens", "--num-blks", "--num-heads", "--ffn-num-hiddens",
+                               "--dropout", "--embed-size", "--num-layers", "--bidirectional", "--tie-weights"});
+    group_options(c, "Data", {"--data", "--src-file", "--tgt-file", "--src-lang", "--tgt-lang", "--num-steps",
+                              "--max-pairs", "--max-src-tokens", "--max-tgt-tokens", "--subword", "--vocab-size",
+                              "--shared-vocab", "--min-freq", "--test-pairs", "--valid-pairs", "--strict"});
+    group_options(c, "Training", {"--resume", "--overwrite", "--time-budget", "--val-every", "--epochs", "--max-steps",
+                                  "--batch-size", "--lr", "--label-smoothing", "--clip", "--schedule", "--warmup",
+                                  "--bucket-pool", "--precision", "--trim", "--loss-on-padding", "--seed",
+                                  "--grad-reduce"});
+    group_options(c, "Decoding (the held-out samples, and later translate/eval)", {"--pe-quirk"});
+    group_options(c, "LM-only (--model lm)", {"--num-kv-heads", "--positions", "--window"});
+    group_options(c, "Output", {"--out", "--no-progress", "--keep-checkpoints", "--log-every"});
     c->callback([a, c] { run(*a, c); });
 });
 

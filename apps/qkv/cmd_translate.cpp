@@ -197,30 +197,34 @@ void run(const TranslateArgs& a) {
 
 Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TranslateArgs>();
-    CLI::App* c = app.add_subcommand("translate", "translate English sentences with a trained model");
+    CLI::App* c = app.add_subcommand("translate", "translate sentences with a trained model (from the language it was trained on: English for fra-eng)");
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
         ->check(non_empty_path());
     c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin; not with --file)");
     c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin; not with sentences "
-                                        "on the command line)")
+                                        "on the command line; default: the sentences given, else stdin)")
         ->check(non_empty_path());
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default from config.json)")->transform(int_range(1, 100));
-    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search")
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam, 1 unless edited)")->transform(int_range(1, 100));
+    c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search (default: config.json's decode.length_penalty, 0.6)")
         ->check(real_range(0, 10));
-    c->add_option("--max-len", a->max_len, "most output tokens")->transform(int_range(1, 1000));
+    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
     c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_option("--num-hypotheses", a->num_hypotheses, "n-best: print the K best of the beam as "
-                                                          "'line ||| translation ||| log P ||| normalised'")
+                                                          "'line ||| translation ||| log P ||| normalised' (default 1)")
         ->transform(int_range(1, 100));
     c->add_flag("--scores", a->scores, "print scores ('line ||| translation ||| log P ||| normalised')");
     c->add_flag("--alignments", a->alignments, "append ' ||| i-j ...' (source unit i aligned to output unit j: "
                                                "the last decoder block's cross-attention, mean over heads, argmax)");
-    c->add_option("--attention-json", a->attention_json, "write each line's cross-attention weights as JSON")
+    c->add_option("--attention-json", a->attention_json, "write each line's cross-attention weights as JSON to this file (default: none)")
         ->check(non_empty_path());
     add_decode_flags(c, a->decode);
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
+    group_options(c, "Model", {"--model", "--pe-quirk"});
+    group_options(c, "Input", {"sentences", "--file"});
+    group_options(c, "Decoding", {"--beam", "--length-penalty", "--max-len", "--batch-size", "--no-unk"});
+    group_options(c, "Output", {"--show-source", "--num-hypotheses", "--scores", "--alignments", "--attention-json"});
     c->callback([a] { run(*a); });
 });
 

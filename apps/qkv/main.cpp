@@ -134,10 +134,10 @@ int main(int argc, char** argv) {
             ->group(group);
         a->add_option("--attention", attention,
                       "attention backend: auto (fused flash kernel when it can run), math or flash "
-                      "(also QKV_ATTENTION)")
+                      "(also QKV_ATTENTION; default auto)")
             ->check(CLI::IsMember({"auto", "math", "flash"}))
             ->group(group);
-        a->add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref)")
+        a->add_option("--kernels", kernels, "fast (SIMD) or ref (scalar reference kernels; also QKV_KERNELS=ref; default fast)")
             ->check(CLI::IsMember({"fast", "ref"}))
             ->group(group);
         a->add_option("--denormals", denormals,
@@ -201,6 +201,7 @@ int main(int argc, char** argv) {
     for (auto reg : qkv::cli::registry()) reg(app);
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
     qkv::cli::refuse_empty_values(app);
+    qkv::cli::plain_switch_names(app);
     // The environment checks below stop a command, not a request for help or the version:
     // `--help` and `--version` still print (after the same message as a warning).
     bool help_or_version = false;

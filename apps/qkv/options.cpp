@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string_view>
 
 #include "qkv/core/error.h"
@@ -20,6 +21,7 @@
 #include "qkv/train/out_folder.h"
 #include "qkv/train/run_config.h"
 #include "qkv/util/atomic_file.h"
+#include "qkv/util/shell.h"
 
 namespace qkv::cli {
 namespace {
@@ -159,16 +161,34 @@ std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char**
 
 void usage_error(const std::string& msg) { throw CLI::ValidationError(msg); }
 
-std::string shell_quote(const std::string& s) {
-    const auto plain = [](unsigned char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               std::string_view("_./:=@%+,-").find(char(c)) != std::string_view::npos;
-    };
-    if (!s.empty() && std::all_of(s.begin(), s.end(), plain)) return s;
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
+namespace {
+/// CLI11's formatter, but a switch's name without the "{false}" of its opposite's value.
+class PlainSwitchFormatter : public CLI::Formatter {
+public:
+    std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+        std::string name = CLI::Formatter::make_option_name(opt, is_positional), out;
+        int depth = 0;
+        for (const char c : name) {
+            depth += c == '{' ? 1 : 0;
+            if (depth == 0) out += c;
+            depth -= c == '}' && depth > 0 ? 1 : 0;
+        }
+        return out;
+    }
+};
+}  // namespace
+
+void plain_switch_names(CLI::App& app) {
+    const auto f = std::make_shared<PlainSwitchFormatter>();
+    app.formatter(f);
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) sub->formatter(f);
 }
+
+void group_options(CLI::App* c, const std::string& group, std::initializer_list<const char*> names) {
+    for (const char* name : names) c->get_option(name)->group(group);
+}
+
+std::string shell_quote(const std::string& s) { return util::shell_quote(s); }
 
 namespace {
 
@@ -273,19 +293,10 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
                              prefix.c_str(), what.c_str(), (long long)(i + 1), (long long)len, (long long)chars);
             }
     }
-    int64_t n           = pieces ? int64_t(train::source_units(m, {tokens})[0].size()) : words;
+    int64_t n = pieces ? int64_t(train::source_units(m, {tokens})[0].size()) : words;
     if (words > limit) n += words - limit;
-    if (n < steps) return;
-    const char* unit = pieces ? "pieces" : "tokens";
-    const std::string at_least = bound ? "at least " : "";
-    std::string has = at_least + std::to_string(n) + " source " + unit;
-    if (pieces) has += " (" + std::to_string(words) + (words == 1 ? " word)" : " words)");
-    const std::string dropped = n == steps ? "keeps all " + std::to_string(n) + " and drops <eos>"
-                                           : "keeps the first " + std::to_string(steps) + " and drops " + at_least +
-                                                 "the last " + std::to_string(n - steps) + " and <eos>";
-    std::fprintf(stderr, "%s: warning: %s has %s; the model reads %lld positions (%lld %s + <eos>), so it %s\n",
-                 prefix.c_str(), what.c_str(), has.c_str(), (long long)steps, (long long)(steps - 1), unit,
-                 dropped.c_str());
+    const std::string note = train::truncation_note(n, steps, pieces, words, bound);
+    if (!note.empty()) std::fprintf(stderr, "%s: warning: %s %s\n", prefix.c_str(), what.c_str(), note.c_str());
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {
@@ -334,23 +345,23 @@ void check_writable(const std::string& flag, const std::string& path) {
 }
 
 void add_decode_flags(CLI::App* c, DecodeFlags& f) {
-    c->add_option("--min-len", f.min_len, "no <eos> before this many output tokens")->transform(int_range(0, 1000));
-    c->add_option("--no-repeat-ngram-size", f.no_repeat_ngram_size, "no n-gram of this size twice in an output (0: off)")
+    c->add_option("--min-len", f.min_len, "no <eos> before this many output tokens (default 0)")->transform(int_range(0, 1000));
+    c->add_option("--no-repeat-ngram-size", f.no_repeat_ngram_size, "no n-gram of this size twice in an output (default 0: off)")
         ->transform(int_range(0, 1000));
     c->add_option("--repetition-penalty", f.repetition_penalty,
-                  "CTRL penalty on the logits of tokens already output (1: off)")
+                  "CTRL penalty on the logits of tokens already output (default 1: off)")
         ->check(real_range(0, 100, true));
     c->add_option("--coverage-penalty", f.coverage_penalty,
-                  "GNMT coverage penalty beta: ranks down hypotheses that leave source words unattended (0: off)")
+                  "GNMT coverage penalty beta: ranks down hypotheses that leave source words unattended (default 0: off)")
         ->check(real_range(0, 100));
-    c->add_option("--prefix", f.prefix, "target words every translation starts with (forced)");
-    c->add_flag("--sampling", f.sampling, "sample each token instead of searching (greedy/beam)");
-    c->add_option("--temperature", f.temperature, "sampling temperature")->check(real_range(0, 100, true));
-    c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (0: all)")->transform(int_range(0, 1000000));
-    c->add_option("--top-p", f.top_p, "sample among the most probable tokens of this mass")->check(real_range(0, 1, true));
-    c->add_option("--seed", f.seed, "sampling seed (same seed, same output)")->transform(seed_value());
+    c->add_option("--prefix", f.prefix, "target words every translation starts with (forced; default: none)");
+    c->add_flag("--sampling", f.sampling, "sample each token instead of searching (default: greedy or beam search)");
+    c->add_option("--temperature", f.temperature, "sampling temperature (default 1)")->check(real_range(0, 100, true));
+    c->add_option("--top-k", f.top_k, "sample among the k most probable tokens (default 0: all)")->transform(int_range(0, 1000000));
+    c->add_option("--top-p", f.top_p, "sample among the most probable tokens of this mass (default 1: all)")->check(real_range(0, 1, true));
+    c->add_option("--seed", f.seed, "sampling seed (same seed, same output; default 0)")->transform(seed_value());
     c->add_option("--batch-type", f.batch_type, "what --batch-size counts: examples (sentences) or tokens (source "
-                                                "tokens with padding)")
+                                                "tokens with padding; default examples)")
         ->check(CLI::IsMember({"examples", "tokens"}));
     c->add_option("--compute-type", f.compute_type,
                   "fp32 (default); bf16: matrix products with bf16-rounded weights and activations, fp32 "
@@ -362,6 +373,9 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     c->add_flag("--replace-unknowns", f.replace_unknowns,
                 "replace each output <unk> by the source word with the highest cross-attention");
+    group_options(c, "Decoding", {"--min-len", "--no-repeat-ngram-size", "--repetition-penalty", "--coverage-penalty",
+                                  "--prefix", "--sampling", "--temperature", "--top-k", "--top-p", "--seed",
+                                  "--batch-type", "--compute-type", "--replace-unknowns"});
 }
 
 void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {

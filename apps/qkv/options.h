@@ -5,6 +5,7 @@
 // the double maximum in 309 digits.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,17 @@ void refuse_empty_values(CLI::App& app);
 /// whatever follows "--") is left as it is.
 std::vector<std::string> split_empty_assignments(CLI::App& app, int argc, char** argv);
 
+/// Puts the options `names` of `c` under the heading `group` in c's --help (a CLI11 option group;
+/// the groups appear in the order of their first option). Throws CLI::OptionNotFound for a name c
+/// does not have (a renamed flag), which the help test (tests/cli/test_help.sh) then reports.
+void group_options(CLI::App* c, const std::string& group, std::initializer_list<const char*> names);
+
+/// --help of `app` and its subcommands without CLI11's default-value marks on switch names: a
+/// switch with an opposite ("--bidirectional,!--no-bidirectional", "!--no-params") is listed as
+/// "--bidirectional,--no-bidirectional", not "--bidirectional,--no-bidirectional{false}". Call it once
+/// every subcommand is added.
+void plain_switch_names(CLI::App& app);
+
 /// Throws a usage error: main.cpp prints "qkv: error: <msg>" and exits 2 (as for a bad flag).
 [[noreturn]] void usage_error(const std::string& msg);
 
@@ -91,18 +103,17 @@ void check_weights_backend(const std::string& command);
 /// encoder reads num_steps positions: a sentence fits whole with num_steps - 1 units + <eos>; a
 /// longer one keeps its first num_steps units and loses the rest and <eos> (train::encode_sources).
 /// Units are the model's source units: words, or SentencePiece pieces for a subword model. Prints
-/// e.g. "qkv translate: warning: line 3 has 25 source tokens; the model reads 20 positions
-/// (19 tokens + <eos>), so it keeps the first 20 and drops the last 5 and <eos>" (a subword model:
-/// "25 source pieces (12 words) ... (19 pieces + <eos>)"; a sentence longer than
-/// train::source_word_limit words, whose words past the limit are not encoded, "has at least 200060
-/// source pieces (200000 words) ... drops at least the last 200040 and <eos>", counting one piece per
-/// word not encoded). `prefix` is "qkv translate", `what` names the input ("line 3", "the sentence").
+/// "<prefix>: warning: <what> " and train::truncation_note's text, e.g. "qkv translate: warning:
+/// line 3 has 25 source tokens; the model reads 20 positions (19 tokens + <eos>), so its first 20
+/// tokens fill them all and the last 5 and <eos> are dropped". A sentence longer than
+/// train::source_word_limit words, whose words past the limit are not encoded, "has at least
+/// 200060 source pieces (200000 words) ... and at least the last 200047 and <eos> are dropped",
+/// counting one piece per word not encoded. `prefix` is "qkv translate", `what` names the input
+/// ("line 3", "the sentence").
 void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
-/// `s` as one word for a POSIX shell, for commands printed to be copied: unchanged when it is
-/// non-empty and holds only letters, digits and _ . / : = @ % + , -; otherwise inside single quotes,
-/// each ' written as '\'' (e.g. "my run" -> 'my run', "it's" -> 'it'\''s').
+/// util::shell_quote (util/shell.h): `s` as one word for a POSIX shell, in commands printed to be copied.
 std::string shell_quote(const std::string& s);
 
 /// Checks an output file flag before any work: `path` ("": not asked for, nothing to check) must not

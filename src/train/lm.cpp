@@ -319,10 +319,13 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     std::error_code ec;
     // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
     const OutFolder out(dir);
-    const bool replace = !opt.resume && !check_fresh_out(opt.out_dir, out.dir, opt.overwrite).empty();
+    const std::vector<std::string> held =
+        opt.resume ? std::vector<std::string>{} : check_fresh_out(opt.out_dir, out.dir, opt.overwrite);
+    const bool replace = !held.empty();
+    if (!opt.resume && !opt.overwrite && replace) note_stopped_run(opt.out_dir, held, opt.log);
     if (opt.resume) {
         const std::string ckpt = (dir / "checkpoint.safetensors").string();
-        QKV_CHECK(fs::exists(ckpt, ec), "--resume: '", ckpt, "' does not exist (nothing to resume)");
+        check_resume_checkpoint(opt.out_dir, /*lm=*/true);
         RunConfig stop;  // resume_already_done reads only the stopping rules
         stop.train = cfg.train;
         const TrainingProgress p = read_checkpoint_progress(ckpt);

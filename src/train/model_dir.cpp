@@ -21,6 +21,7 @@
 #include "qkv/train/translation_data.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/progress.h"
+#include "qkv/util/shell.h"
 #include "train/json_error.h"
 
 namespace qkv::train {
@@ -112,8 +113,7 @@ RunConfig load_model_dir_config(const std::string& dir) {
     std::error_code ec;
     QKV_CHECK(fs::is_directory(dir, ec) || !fs::exists(dir, ec), "'", dir,
               "' is a file, not a model folder (a folder written by qkv train --out)");
-    QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir,
-              "' does not exist (train one with: qkv train --out ", dir, ")");
+    QKV_CHECK(fs::is_directory(dir, ec), missing_model_folder_message(dir));
     const std::string cfg_path = (fs::path(dir) / "config.json").string();
     QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json", replaced_run_note(dir));
     try {
@@ -604,6 +604,15 @@ std::string gib(double bytes) {
 }
 
 }  // namespace
+
+std::string missing_model_folder_message(const std::string& dir) {
+    // Where it looked (a relative folder is read from the current one) and how to make a model.
+    std::error_code ec;
+    const std::string looked = fs::path(dir).is_absolute() ? dir : (fs::current_path(ec) / dir).string();
+    return detail::str("no model folder '", dir, "' (looked in ", looked, "): train one with: qkv train --out ",
+                       util::shell_quote(dir), " (make demo trains one into runs/qkv, the folder qkv translate, eval, "
+                       "serve, heatmap and info read when --model is not given)");
+}
 
 std::string replaced_run_note(const std::string& dir) {
     const fs::path aside = fs::path(dir) / ".qkv-replaced";

@@ -14,6 +14,7 @@
 #include "qkv/train/average.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/out_folder.h"
+#include "qkv/train/run.h"
 #include "qkv/train/run_config.h"
 
 namespace qkv::train {
@@ -161,7 +162,9 @@ inline std::vector<std::string> run_files_in(const fs::path& dir) {
 /// ConfigError naming the folder and the files, unless `overwrite`: one with a model
 /// (model.safetensors, checkpoint.safetensors, config.json) "already holds a qkv model (...)";
 /// one with other run files only (a user's spm.model, metrics.jsonl, ...) "holds files that qkv
-/// train writes (...) but no model". A folder whose earlier replaced files still wait aside (a
+/// train writes (...) but no model". A folder a run left before its first checkpoint
+/// (holds_stopped_run) is not refused: its files are returned, to be set aside as --overwrite's. A
+/// folder whose earlier replaced files still wait aside (a
 /// killed --overwrite) is refused with or without `overwrite` (check_no_files_aside). Returns the
 /// run files found: those --overwrite moves aside (ReplacedRun).
 inline std::vector<std::string> check_fresh_out(const std::string& out_dir, const fs::path& dir, bool overwrite) {
@@ -175,15 +178,35 @@ inline std::vector<std::string> check_fresh_out(const std::string& out_dir, cons
         if (f == "model.safetensors" || f == "checkpoint.safetensors" || f == "config.json")
             model += (model.empty() ? "" : ", ") + f;
     }
-    if (!model.empty())
+    // A run stopped before its first checkpoint trained nothing: a new run takes its place (its
+    // files wait aside until the new run's first checkpoint, as with --overwrite).
+    if (holds_stopped_run(dir.string())) return found;
+    // --resume is named only where it works: it continues from checkpoint.safetensors.
+    std::error_code ec;
+    if (!model.empty() && fs::exists(dir / "checkpoint.safetensors", ec))
         throw ConfigError(detail::str("--out '", out_dir, "' already holds a qkv model (", model,
                                       "); continue its training with --resume, replace it with --overwrite, or give "
                                       "another --out"));
+    if (!model.empty())
+        throw ConfigError(detail::str("--out '", out_dir, "' already holds a qkv model (", model,
+                                      ") without a checkpoint.safetensors to continue from: replace it with "
+                                      "--overwrite, or give another --out"));
     throw ConfigError(detail::str("--out '", out_dir, "' holds files that qkv train writes (", all,
                                   ") but no model; a new run would write over them: give another --out, or replace "
                                   "them with --overwrite (they wait in '", (fs::path(out_dir) / kAside).string(),
                                   "' until the new run's first checkpoint and come back if it fails or is stopped "
                                   "before it)"));
+}
+
+/// A fresh run without --overwrite that check_fresh_out let into a folder with run files `held` (a
+/// run stopped before its first checkpoint, holds_stopped_run): says on `log` (may be null) that the
+/// new run takes its place.
+inline void note_stopped_run(const std::string& out_dir, const std::vector<std::string>& held, std::FILE* log) {
+    if (!log) return;
+    std::string files;
+    for (const auto& f : held) files += (files.empty() ? "" : ", ") + f;
+    std::fprintf(log, "qkv train: '%s' holds a run stopped before its first checkpoint (%s; no model, no checkpoint): "
+                      "training a new one in its place\n", out_dir.c_str(), files.c_str());
 }
 
 }  // namespace qkv::train

@@ -19,7 +19,9 @@
 #include "qkv/ops/kernel_mode.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/util/atomic_file.h"
 #include "qkv/util/progress.h"
+#include "qkv/util/shell.h"
 #include "train/replaced_run.h"
 
 namespace qkv::train {
@@ -141,13 +143,11 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
         config_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                  "anchor), not --preset ", cfg.preset));
     if (d.subword != data::SubwordKind::none && !preset_subword && !o.num_steps) {
-        // Full data, shared BPE 8000: 1.17 / 1.29 pieces per word (source / target), and the long
-        // tail splits more: at 12 words 0.99% / 1.76% of the train pairs are cut, at 16 pieces
-        // 3.0% / 7.6%. Two thirds more steps (12 -> 20) for about the same pairs whole (the data
-        // line reports the fractions); trimmed batches make the extra length free for the short
-        // pairs. Decoding may run half as long again.
-        d.num_steps += 2 * d.num_steps / 3;
-        cfg.decode.max_len += cfg.decode.max_len / 2;
+        // The preset's num_steps counts words; pieces per word depend on the corpus and the
+        // vocabulary (1.2-1.3 on the full fra-eng data with 8,000 pieces, 2-3 on a few hundred
+        // pairs), so the length comes from the train split once its pieces are known
+        // (load_translation_data; decoding gets half as long again, read_data).
+        d.num_steps_from_data = true;
     }
 }
 
@@ -167,7 +167,7 @@ private:
 };
 
 /// Reads the data (resume: checks it against the folder) and fills the configuration from it.
-std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt) {
+std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt, const RunOverrides& given) {
     SubwordModels saved_subwords;
     std::pair<data::Vocab, data::Vocab> saved;
     if (opt.resume) {
@@ -197,6 +197,23 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
         std::fprintf(opt.log, "data: %s, %s\n", language_pair(cfg.data).c_str(), d->summary.c_str());
         std::fprintf(opt.log, "vocabularies: source %lld, target %lld tokens\n", (long long)d->src_vocab.size(),
                      (long long)d->tgt_vocab.size());
+        const DataRecord& r = d->record;
+        const DataConfig& dc = cfg.data;
+        if (r.known() && r.pairs_kept < r.pairs_read) {
+            // Which limits, and whose: a preset's filters apply to one's own corpus too.
+            std::string limits;
+            const auto limit = [&](const char* flag, int64_t v, bool was_given, int64_t dropped) {
+                if (dropped == 0) return;
+                limits += detail::str(limits.empty() ? "" : ", ", flag, " ", v,
+                                      was_given ? "" : detail::str(" (", cfg.preset.empty() ? "the default" :
+                                                                   "the " + cfg.preset + " preset's", ")"));
+            };
+            limit("--max-src-tokens", dc.max_src_tokens, given.max_src_tokens.has_value(), r.source_too_long);
+            limit("--max-tgt-tokens", dc.max_tgt_tokens, given.max_tgt_tokens.has_value(), r.target_too_long);
+            limit("--max-pairs", dc.max_pairs, given.max_pairs.has_value(), r.beyond_max_pairs);
+            std::fprintf(opt.log, "data: the filters %s (%s; larger values keep more)\n",
+                         r.dropped_text(dc.max_src_tokens, dc.max_tgt_tokens, dc.max_pairs).c_str(), limits.c_str());
+        }
     }
     if (opt.resume) {
         // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
@@ -209,7 +226,22 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
                   "--resume: the data gives other vocabularies than the ones saved in '", opt.out_dir,
                   "' (different data file or filters)");
     }
+    if (cfg.data.num_steps_from_data) {
+        // The length chosen from the pieces (config.json records it); outputs may run half as
+        // long again as most train targets, as the presets' decode.max_len do for words.
+        cfg.data.num_steps           = d->num_steps;
+        cfg.data.num_steps_from_data = false;
+        const int64_t tgt            = std::max(d->target_len_p99, d->num_steps);
+        cfg.decode.max_len           = std::min<int64_t>(1000, tgt + tgt / 2);
+        cfg.model.max_len            = std::max(cfg.model.max_len, std::max(cfg.data.num_steps, cfg.decode.max_len));
+    }
     cfg.data.fingerprint     = d->fingerprint;
+    cfg.data.applied         = d->record;
+    if (cfg.data.pipeline == DataPipeline::anchor) {
+        // The split as made (a small corpus shrinks valid and test; the same sizes give it again).
+        cfg.data.n_valid = d->valid.n;
+        cfg.data.n_test  = d->test.n;
+    }
     cfg.model.src_vocab_size = d->src_vocab.size();
     cfg.model.tgt_vocab_size = d->tgt_vocab.size();
     return d;
@@ -332,9 +364,48 @@ RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOver
     return cfg;
 }
 
+bool holds_stopped_run(const std::string& dir) {
+    std::error_code ec;
+    const fs::path d(dir);
+    for (const char* f : {"model.safetensors", "checkpoint.safetensors"})
+        if (fs::exists(fs::symlink_status(d / f, ec))) return false;
+    if (!kept_checkpoints(dir).empty()) return false;
+    const fs::path cfg = d / "config.json";
+    if (!fs::is_regular_file(cfg, ec)) return false;
+    try {  // a qkv run's config.json, not a user's file of that name
+        const auto j = nlohmann::json::parse(util::read_file(cfg.string()));
+        return j.is_object() && j.contains("data") && j["data"].is_object() && j.contains("model") &&
+               j["model"].is_object() && j.contains("train") && j["train"].is_object();
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+void check_resume_checkpoint(const std::string& out_dir, bool lm) {
+    std::error_code ec;
+    const fs::path d(out_dir);
+    const std::string ckpt = (d / "checkpoint.safetensors").string();
+    if (fs::exists(ckpt, ec)) return;
+    const std::string train = detail::str("qkv train", lm ? " --model lm" : "");
+    const std::string out   = util::shell_quote(out_dir);
+    std::string why;
+    if (holds_stopped_run(out_dir))
+        why = detail::str("the run in '", out_dir, "' was stopped before its first checkpoint, so nothing was trained "
+                          "to continue; train it again without --resume (", train, " --out ", out,
+                          " ...): the new run replaces its files");
+    else if (fs::exists(d / "model.safetensors", ec))
+        why = detail::str("'", out_dir, "' holds a model (model.safetensors) but not the checkpoint its training "
+                          "would continue from; train a new model with --overwrite (replacing it) or into another --out");
+    else if (!fs::is_directory(d, ec))
+        why = detail::str("'", out_dir, "' does not exist, so there is nothing to resume; train a model with: ", train,
+                          " --out ", out);
+    else
+        why = detail::str("'", out_dir, "' holds no qkv run to resume; train a model with: ", train, " --out ", out);
+    throw ConfigError(detail::str("--resume: no checkpoint at '", ckpt, "': ", why));
+}
+
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
-    const std::string ckpt = (fs::path(out_dir) / "checkpoint.safetensors").string();
-    QKV_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+    check_resume_checkpoint(out_dir);
     RunConfig cfg = load_model_dir_config(out_dir);
     cfg.data = model_data_config(out_dir, cfg, o.data_path.value_or(""), o.src_file.value_or(""), o.tgt_file.value_or(""));
     apply_stop_overrides(cfg, o);
@@ -413,6 +484,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     const OutFolder out(opt.out_dir);
     const std::vector<std::string> held =
         opt.resume ? std::vector<std::string>{} : check_fresh_out(opt.out_dir, out.dir, opt.overwrite);
+    if (!opt.resume && !opt.overwrite && !held.empty()) note_stopped_run(opt.out_dir, held, opt.log);
     RunResult res;
     if (opt.resume) {
         const TrainingProgress p =
@@ -443,7 +515,7 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
                                       "; gradients reduced ", opt.reduce.overlap ? "during backward" : "after backward",
                                       "; global batch ", cfg.train.batch_size, ")").c_str()
                         : "");
-    res.data = read_data(cfg, opt);
+    res.data = read_data(cfg, opt, given);
     if (dp) dist::check_same_on_all_ranks(*opt.comm, "the data file (--data)", detail::str(res.data->fingerprint.pairs, " pairs, fingerprint ", fingerprint_hex(res.data->fingerprint.fnv1a64)));
     manual_seed(cfg.train.seed);  // init and dropout draw from the default generator
     res.model = build_model(cfg, kTrainingCopies);

@@ -369,6 +369,17 @@ json to_json(const RunConfig& c) {
     if (d.fingerprint.known())  // the data the run was trained on (translation_data.h)
         j["data"]["fingerprint"] = {{"pairs", d.fingerprint.pairs},
                                     {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
+    if (d.applied.known()) {  // what was done with it (a record: read back, never acted on)
+        const DataRecord& r = d.applied;
+        j["data"]["applied"] = {{"pipeline", r.pipeline},
+                                {"pairs_read", r.pairs_read},
+                                {"malformed_lines", r.malformed},
+                                {"dropped", {{"source_too_long", r.source_too_long},
+                                             {"target_too_long", r.target_too_long},
+                                             {"beyond_max_pairs", r.beyond_max_pairs}}},
+                                {"pairs_kept", r.pairs_kept},
+                                {"split", {{"train", r.train}, {"valid", r.valid}, {"test", r.test}}}};
+    }
     const auto& m = c.model;
     if (c.architecture == ModelKind::bahdanau) {
         const auto& b = c.bahdanau;
@@ -476,6 +487,24 @@ RunConfig run_config_from_json(const json& j) {
                             });
         QKV_CHECK(is_hex, "key 'data.fingerprint.fnv1a64' is \"", hex, "\", expected 16 lowercase hex digits");
         c.data.fingerprint.fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
+    }
+
+    if (d.j.contains("applied") && d.j["applied"].is_object()) {
+        // a record of the training run (to_json); kept as read so that rewriting the file keeps it
+        const json& aj = d.j["applied"];
+        DataRecord& r  = c.data.applied;
+        const auto num = [](const json& o, const char* k) {
+            return o.contains(k) && o[k].is_number_integer() ? o[k].get<int64_t>() : int64_t(0);
+        };
+        if (aj.contains("pipeline") && aj["pipeline"].is_string()) r.pipeline = aj["pipeline"].get<std::string>();
+        r.pairs_read = num(aj, "pairs_read"), r.malformed = num(aj, "malformed_lines"), r.pairs_kept = num(aj, "pairs_kept");
+        if (aj.contains("dropped") && aj["dropped"].is_object()) {
+            const json& dj = aj["dropped"];
+            r.source_too_long = num(dj, "source_too_long"), r.target_too_long = num(dj, "target_too_long");
+            r.beyond_max_pairs = num(dj, "beyond_max_pairs");
+        }
+        if (aj.contains("split") && aj["split"].is_object())
+            r.train = num(aj["split"], "train"), r.valid = num(aj["split"], "valid"), r.test = num(aj["split"], "test");
     }
 
     const Section m = section(j, "model", false);

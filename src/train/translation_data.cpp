@@ -16,6 +16,20 @@ data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& 
     return data::build_array_nmt(tokens, src_vocab, num_steps);
 }
 
+std::string truncation_note(int64_t n, int64_t steps, bool pieces, int64_t words, bool at_least) {
+    if (n < steps) return "";
+    const std::string unit = pieces ? "piece" : "token";
+    const auto count = [&unit](int64_t k) { return std::to_string(k) + " " + unit + (k == 1 ? "" : "s"); };
+    std::string s = detail::str("has ", at_least ? "at least " : "", n, " source ", unit, n == 1 ? "" : "s");
+    if (pieces) s += detail::str(" (", words, words == 1 ? " word)" : " words)");
+    s += detail::str("; the model reads ", steps, " positions (", count(steps - 1), " + <eos>), so its ");
+    if (n == steps && !at_least) return s + count(n) + " fill them all and <eos> is dropped";
+    if (n == steps) return s + "first " + count(n) + " fill them all and <eos>, perhaps more, is dropped";
+    const int64_t lost = n - steps;
+    return s + "first " + count(steps) + " fill them all and " + (at_least ? "at least " : "") +
+           (lost == 1 ? "the last " + unit : "the last " + std::to_string(lost)) + " and <eos> are dropped";
+}
+
 DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt) {
     QKV_CHECK(src.size() == tgt.size(), "fingerprint_pairs: ", src.size(), " sources but ", tgt.size(),
               " targets");
@@ -39,6 +53,15 @@ std::string fingerprint_hex(uint64_t h) {
 }
 
 namespace {
+
+/// The smallest T such that at least 99 % of `lens` (+ 1 for <eos>) are <= T (0 for none).
+int64_t p99_len(std::vector<int64_t> lens) {
+    if (lens.empty()) return 0;
+    std::sort(lens.begin(), lens.end());
+    // ceil(0.99 n) sentences must fit: the one at that rank (1-based) sets T
+    const size_t rank = (lens.size() * 99 + 99) / 100;
+    return lens[std::max<size_t>(rank, 1) - 1] + 1;
+}
 
 /// Fraction of `rows` whose unit count + 1 (<eos>) exceeds num_steps.
 double truncated_fraction(const data::Sentences& units, const std::vector<int64_t>& rows, int64_t num_steps) {
@@ -123,24 +146,43 @@ TranslationData load_d2l_en(const DataConfig& cfg, data::ParseOptions po, Transl
         out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
     }
     out.pairs   = out.train.n + out.valid.n;
+    out.record.pairs_read = out.record.pairs_kept = corpus.size();
+    out.record.malformed  = corpus.malformed;
+    out.record.train = out.train.n, out.record.valid = out.valid.n, out.record.test = out.test.n;
+    out.record.pipeline   = detail::str("d2l_en: the first ", out.train.n, " pairs train, the next ", out.valid.n,
+                                        " validate and are the held-out set; D2L's vocabularies, num_steps ",
+                                        cfg.num_steps);
     out.summary = corpus.summary() + "; D2L EN split " + std::to_string(out.train.n) + " train / " +
                   std::to_string(out.valid.n) + " valid (the valid pairs are the held-out set)";
     return out;
 }
 
-/// The pairs within the length limits, the first max_pairs of them; says so in `summary`.
-data::ParallelCorpus filter_pairs(data::ParallelCorpus corpus, const DataConfig& cfg, std::string& summary) {
+/// The pairs within the length limits, the first max_pairs of them; says so in `summary` and counts
+/// the dropped ones by reason in `rec`.
+data::ParallelCorpus filter_pairs(data::ParallelCorpus corpus, const DataConfig& cfg, std::string& summary,
+                                  DataRecord& rec) {
+    rec.pairs_read = corpus.size();
+    rec.malformed  = corpus.malformed;
     if (cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0 && cfg.max_pairs == 0) return corpus;
     data::ParallelCorpus kept;
     kept.origin     = corpus.origin;
     kept.lines_read = corpus.lines_read;
     kept.malformed  = corpus.malformed;
     for (int64_t i = 0; i < corpus.size(); ++i) {
-        if (cfg.max_pairs > 0 && kept.size() >= cfg.max_pairs) break;
+        if (cfg.max_pairs > 0 && kept.size() >= cfg.max_pairs) {
+            rec.beyond_max_pairs = corpus.size() - i;
+            break;
+        }
         const std::string& s = corpus.src[size_t(i)];
         const std::string& t = corpus.tgt[size_t(i)];
-        if (cfg.max_src_tokens > 0 && int64_t(data::tokenize_nmt(s).size()) > cfg.max_src_tokens) continue;
-        if (cfg.max_tgt_tokens > 0 && int64_t(data::tokenize_nmt(t).size()) > cfg.max_tgt_tokens) continue;
+        if (cfg.max_src_tokens > 0 && int64_t(data::tokenize_nmt(s).size()) > cfg.max_src_tokens) {
+            ++rec.source_too_long;
+            continue;
+        }
+        if (cfg.max_tgt_tokens > 0 && int64_t(data::tokenize_nmt(t).size()) > cfg.max_tgt_tokens) {
+            ++rec.target_too_long;
+            continue;
+        }
         kept.src.push_back(s);
         kept.tgt.push_back(t);
         kept.line.push_back(corpus.line[size_t(i)]);
@@ -174,12 +216,27 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     out.src_vocab = out.subwords.src->vocab();
     out.tgt_vocab = out.subwords.tgt->vocab();
     int64_t nw[2] = {0, 0}, np[2] = {0, 0};
+    std::vector<int64_t> src_lens, tgt_lens;
     for (int64_t r : d.split.train) {
         nw[0] += int64_t(d.src_tokens[size_t(r)].size()), np[0] += int64_t(src_pieces[size_t(r)].size());
         nw[1] += int64_t(d.tgt_tokens[size_t(r)].size()), np[1] += int64_t(tgt_pieces[size_t(r)].size());
+        src_lens.push_back(int64_t(src_pieces[size_t(r)].size()));
+        tgt_lens.push_back(int64_t(tgt_pieces[size_t(r)].size()));
     }
-    const double t_src = truncated_fraction(src_pieces, d.split.train, cfg.num_steps);
-    const double t_tgt = truncated_fraction(tgt_pieces, d.split.train, cfg.num_steps);
+    out.target_len_p99 = p99_len(tgt_lens);
+    std::string chosen;
+    if (cfg.num_steps_from_data) {
+        out.num_steps = pieces_num_steps(src_lens, tgt_lens, 4 * cfg.num_steps);
+        chosen = detail::str(" (num_steps ", out.num_steps, " from the train split: 99 % of its sentences fit",
+                             out.num_steps == 4 * cfg.num_steps ? ", capped at 4 x the preset's " : "",
+                             out.num_steps == 4 * cfg.num_steps ? std::to_string(cfg.num_steps) : "", ")");
+        // the words' fractions at the same length, for comparison
+        out.truncated_src = truncated_fraction(d.src_tokens, d.split.train, out.num_steps);
+        out.truncated_tgt = truncated_fraction(d.tgt_tokens, d.split.train, out.num_steps);
+    }
+    const int64_t steps = out.num_steps;
+    const double t_src  = truncated_fraction(src_pieces, d.split.train, steps);
+    const double t_tgt  = truncated_fraction(tgt_pieces, d.split.train, steps);
     // A soft limit (subword_vocab_soft) may give the two sides different sizes.
     const std::string sizes = out.src_vocab.size() == out.tgt_vocab.size()
                                   ? std::to_string(out.tgt_vocab.size())
@@ -190,16 +247,40 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
                   "truncated to %lld: source %s, target %s of train pairs (words at %lld: %s, %s)",
                   cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
                   sizes.c_str(), nw[0] ? double(np[0]) / double(nw[0]) : 0.0,
-                  nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)cfg.num_steps,
-                  percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)cfg.num_steps,
+                  nw[1] ? double(np[1]) / double(nw[1]) : 0.0, (long long)steps,
+                  percent(t_src).c_str(), percent(t_tgt).c_str(), (long long)steps,
                   percent(out.truncated_src).c_str(),
                   percent(out.truncated_tgt).c_str());
     out.truncated_src = t_src;
     out.truncated_tgt = t_tgt;
-    return buf;
+    // Unigram learns only pieces seen often enough: a few hundred pairs give it ~150 pieces and
+    // 2-3 pieces per word, where BPE keeps most words whole (~1.2).
+    std::string hint;
+    if (!given.active() && cfg.subword == data::SubwordKind::unigram && cfg.subword_vocab_soft &&
+        std::max(nw[0] ? double(np[0]) / double(nw[0]) : 0.0, nw[1] ? double(np[1]) / double(nw[1]) : 0.0) > 2.0)
+        hint = "; over 2 pieces per word: the corpus is small for unigram pieces (--subword bpe keeps more words whole)";
+    return buf + chosen + hint;
 }
 
 }  // namespace
+
+int64_t pieces_num_steps(const std::vector<int64_t>& src_lens, const std::vector<int64_t>& tgt_lens, int64_t cap) {
+    const int64_t t = std::max({int64_t(2), p99_len(src_lens), p99_len(tgt_lens)});
+    return std::min(t, std::max<int64_t>(cap, 2));
+}
+
+std::string DataRecord::dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs) const {
+    if (pairs_kept == pairs_read) return detail::str("kept all ", pairs_read, pairs_read == 1 ? " pair" : " pairs");
+    std::string s = detail::str("kept ", pairs_kept, " of ", pairs_read, " pairs: dropped ");
+    std::string why;
+    const auto add = [&why](int64_t n, const std::string& reason) {
+        if (n > 0) why += detail::str(why.empty() ? "" : ", ", n, " ", reason);
+    };
+    add(source_too_long, detail::str("with more than ", max_src_tokens, " source token", max_src_tokens == 1 ? "" : "s"));
+    add(target_too_long, detail::str("with more than ", max_tgt_tokens, " target token", max_tgt_tokens == 1 ? "" : "s"));
+    add(beyond_max_pairs, detail::str("after the first ", max_pairs));
+    return s + why;
+}
 
 bool is_fra_eng_data(const DataConfig& cfg) {
     return cfg.src_file.empty() && cfg.tgt_file.empty() && data::corpus_format(cfg.path) == data::CorpusFormat::fra_eng;
@@ -230,6 +311,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
               "data: --subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), "
               "not d2l_en");
     TranslationData out;
+    out.num_steps = cfg.num_steps;
     data::ParseOptions po;
     po.strict = cfg.strict;
 
@@ -238,7 +320,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     data::ParallelCorpus corpus = read_pairs(cfg, po, out);
     out.malformed = corpus.malformed;
     std::string summary = corpus.summary();
-    corpus = filter_pairs(std::move(corpus), cfg, summary);
+    corpus = filter_pairs(std::move(corpus), cfg, summary, out.record);
     const int64_t n = corpus.size();
     out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
     QKV_CHECK(n >= 3, "data: only ", n, n == 1 ? " pair" : " pairs", " in ", out.origin,
@@ -285,7 +367,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
             units_note    = "; shared word vocabulary of " + std::to_string(out.src_vocab.size()) + " tokens";
         }
         const data::NmtArrays all =
-            data::build_nmt_arrays(*src_units, *tgt_units, out.src_vocab, out.tgt_vocab, cfg.num_steps);
+            data::build_nmt_arrays(*src_units, *tgt_units, out.src_vocab, out.tgt_vocab, out.num_steps);
         out.train = all.subset(d.split.train);
         out.valid = all.subset(d.split.valid);
         out.test  = all.subset(d.split.test);
@@ -298,6 +380,23 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
         out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
     }
     out.pairs   = n;
+    DataRecord& rec = out.record;
+    rec.pairs_kept  = n;
+    rec.train = out.train.n, rec.valid = out.valid.n, rec.test = out.test.n;
+    rec.pipeline = detail::str("anchor: seeded shuffle split (seed ", cfg.split_seed, ")",
+                               n < 4 * (cfg.n_valid + cfg.n_test) ? ", valid and test shrunk to 10 % each (small corpus)"
+                                                                   : "",
+                               ", ",
+                               cfg.subword != data::SubwordKind::none
+                                   ? detail::str(cfg.shared_vocab ? "one shared " : "per-side ",
+                                                 data::subword_kind_name(cfg.subword), " vocabulary of ",
+                                                 out.src_vocab.size(), cfg.shared_vocab ? "" : " / ",
+                                                 cfg.shared_vocab ? "" : std::to_string(out.tgt_vocab.size()),
+                                                 " pieces learned from the train split")
+                                   : detail::str(cfg.shared_vocab ? "one shared word vocabulary" : "word vocabularies",
+                                                 " from the train split (words seen at least ", cfg.min_freq,
+                                                 " times)"),
+                               ", num_steps ", out.num_steps);
     out.summary = summary + "; split " + std::to_string(out.train.n) + " train / " +
                   std::to_string(out.valid.n) + " valid / " + std::to_string(out.test.n) +
                   " test (seed " + std::to_string(cfg.split_seed) + ")";

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -20,6 +21,20 @@ std::string format_duration(double s) {
                       (long long)sec);
     else
         std::snprintf(buf, sizeof buf, "%02lld:%02lld", (long long)m, (long long)sec);
+    return buf;
+}
+
+std::string format_field(double v) {
+    char buf[48];
+    const double a = std::fabs(v);
+    if (!std::isfinite(v) || a < 9999.5)
+        std::snprintf(buf, sizeof buf, "%.4g", v);
+    else if (a < 999950.0)
+        std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+    else if (a < 999950000.0)
+        std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
+    else
+        std::snprintf(buf, sizeof buf, "%.0fM", v / 1e6);
     return buf;
 }
 
@@ -72,9 +87,7 @@ std::string ProgressBar::render(double elapsed) const {
         std::snprintf(r, sizeof r, ", %.2f s/it", 1.0 / rate);
     os << r;
     for (const auto& [name, value] : fields_) {
-        char v[32];
-        std::snprintf(v, sizeof v, "%.4g", value);
-        os << ", " << name << '=' << v;
+        os << ", " << name << '=' << format_field(value);
     }
     os << ']';
     return os.str();
@@ -108,9 +121,14 @@ void ProgressBar::update(int64_t n, const ProgressFields& fields) {
     if (by_steps || by_time) draw(elapsed, false);
 }
 
+void ProgressBar::print_line() {
+    if (!finished_) draw(now() - start_, false);
+}
+
 void ProgressBar::finish() {
     if (finished_) return;
     finished_ = true;
+    if (!tty_ && !opt_.plain_final_line) return;
     // Plain mode: the last update may have printed this very count already (a timed line at 100 %).
     if (!tty_ && last_draw_cnt_ == count_ && last_draw_ > -1e300) return;
     draw(now() - start_, true);

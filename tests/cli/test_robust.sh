@@ -112,13 +112,13 @@ sed -n 5p "$T/out" | grep -q "^i lost \. => " || fail "line 5 not translated"
 err_has "line 2: invalid UTF-8 (byte offset 0)" "line 3: empty" "line 4: empty" "1 of 5 lines not translated"
 ! grep -q "preprocess_nmt" "$T/err" || fail "an internal function name in the message"
 # Over-long sentences (num_steps 6: 5 tokens + <eos> fit): one warning per long line, exit 0. A line
-# of 6 tokens keeps them all and loses <eos>; 5 tokens fit whole (no warning).
+# of 6 tokens fills all 6 positions and loses <eos>; 5 tokens fit whole (no warning).
 printf 'i lost . i lost . i lost .\ngo .\nhe is calm and i am home .\ni lost . i lost .\ni lost . we won\n' \
   | "$QKV" translate --model run > "$T/out" 2> "$T/err" || { cat "$T/err"; fail "translate long lines"; }
 [ "$(wc -l < "$T/out")" = 5 ] || fail "long lines: output line count"
-err_has "qkv translate: warning: line 1 has 9 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps the first 6 and drops the last 3 and <eos>" \
-        "qkv translate: warning: line 3 has 8 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps the first 6 and drops the last 2 and <eos>" \
-        "qkv translate: warning: line 4 has 6 source tokens; the model reads 6 positions (5 tokens + <eos>), so it keeps all 6 and drops <eos>"
+err_has "qkv translate: warning: line 1 has 9 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last 3 and <eos> are dropped" \
+        "qkv translate: warning: line 3 has 8 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last 2 and <eos> are dropped" \
+        "qkv translate: warning: line 4 has 6 source tokens; the model reads 6 positions (5 tokens + <eos>), so its 6 tokens fill them all and <eos> is dropped"
 [ "$(grep -c "warning:" "$T/err")" = 3 ] || { cat "$T/err"; fail "want exactly 3 truncation warnings"; }
 run_rc 0 translate --model run "i lost . i lost . i lost ."
 err_has "qkv translate: warning: sentence 1 has 9 source tokens"
@@ -134,7 +134,7 @@ err_has "--file '-' and 2 sentences"
 
 # ---- info on a path that does not exist: named as a missing model folder, like translate/eval
 run_rc 1 info --model "$T/no-such-model"
-err_has "qkv: error: model folder '$T/no-such-model' does not exist (train one with: qkv train --out"
+err_has "qkv: error: no model folder '$T/no-such-model' (looked in $T/no-such-model): train one with: qkv train --out"
 
 # ---- heatmap --out: a folder (existing, or ending in '/') gets the default prefix inside it; a
 # missing folder fails before the model is loaded or anything decoded, as a usage error (exit 2)

@@ -13,14 +13,14 @@ six_pairs > "$T/fra.txt"
 small=(--data "$T/fra.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16
        --batch-size 8 --no-progress)
 
-"$QKV" train --preset demo "${small[@]}" --max-steps 2 --out "$T/run" --subword bpe --vocab-size 40 --shared-vocab --tie-weights \
+"$QKV" train --preset demo "${small[@]}" --max-steps 2 --out "$T/run" --subword bpe --vocab-size 40 --shared-vocab --tie-weights --num-steps 13 \
   > "$T/train.out" 2> "$T/train.err" || { cat "$T/train.err"; fail "qkv train --subword bpe"; }
 grep -q "shared bpe vocabulary of 40 pieces" "$T/train.err" || { cat "$T/train.err"; fail "subword summary"; }
 grep -q "vocabularies: source 40, target 40 tokens" "$T/train.err" || fail "vocabulary sizes"
 [ -s "$T/run/spm.model" ] || fail "missing spm.model"
 grep -q '"subword": "bpe"' "$T/run/config.json" || fail "config.json subword"
 grep -q '"tie_weights": true' "$T/run/config.json" || fail "config.json tie_weights"
-grep -q '"num_steps": 13' "$T/run/config.json" || fail "num_steps not the preset's 8 + 2/3"
+grep -q '"num_steps": 13' "$T/run/config.json" || fail "--num-steps 13 not recorded (without it: tests/cli/test_corpus_defaults.sh)"
 # the translations printed by train are words (no piece marker U+2581)
 grep -q "=> " "$T/train.out" || fail "no translations"
 if grep -q $'\xe2\x96\x81' "$T/train.out"; then fail "pieces in the printed translations"; fi
@@ -36,7 +36,7 @@ grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
 # an over-long sentence is counted in pieces (num_steps 13: 12 pieces + <eos> fit)
 long="i lost . he's calm . i'm home . we won . thank you . go . i lost ."
 "$QKV" translate --model "$T/run" "$long" > /dev/null 2> "$T/err" || { cat "$T/err"; fail "translate a long sentence"; }
-re='^qkv translate: warning: sentence 1 has ([0-9]+) source pieces \(20 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so it keeps the first 13 and drops the last ([0-9]+) and <eos>$'
+re='^qkv translate: warning: sentence 1 has ([0-9]+) source pieces \(20 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so its first 13 pieces fill them all and the last ([0-9]+) and <eos> are dropped$'
 line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning"; }
 [[ "$line" =~ $re ]] || fail "truncation warning: $line"
 [ $((BASH_REMATCH[1] - 13)) = "${BASH_REMATCH[2]}" ] || fail "pieces - 13 != dropped: $line"
@@ -45,7 +45,7 @@ line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning"
 # gives a lower bound, and the translation is that of the first 13 words (>= 13 pieces: all it reads)
 awk 'BEGIN { for (i = 0; i < 70000; i++) printf "i lost . "; print "" }' > "$T/long.txt"
 "$QKV" translate --model "$T/run" -f "$T/long.txt" > "$T/long.out" 2> "$T/err" || { cat "$T/err"; fail "translate a huge line"; }
-re='^qkv translate: warning: line 1 has at least ([0-9]+) source pieces \(210000 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so it keeps the first 13 and drops at least the last ([0-9]+) and <eos>$'
+re='^qkv translate: warning: line 1 has at least ([0-9]+) source pieces \(210000 words\); the model reads 13 positions \(12 pieces \+ <eos>\), so its first 13 pieces fill them all and at least the last ([0-9]+) and <eos> are dropped$'
 line=$(grep "warning:" "$T/err") || { cat "$T/err"; fail "no truncation warning for the huge line"; }
 [[ "$line" =~ $re ]] || fail "huge line warning: $line"
 [ $((BASH_REMATCH[1] - 13)) = "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[1]}" -ge 210000 ] || fail "huge line counts: $line"

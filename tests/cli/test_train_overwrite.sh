@@ -6,7 +6,10 @@
 #     metrics.jsonl, loss.png) is refused too, naming them, also through --out DIR/new/.. and for
 #     lm; the refused folder keeps its modification time (the write test of --out, a file made and
 #     removed, comes only once a run is accepted); --overwrite replaces them, and a replacement
-#     that fails gives them back (kept checkpoints too, section 6);
+#     that fails gives them back (kept checkpoints too, section 6); a folder a run left before its
+#     first checkpoint (a qkv config.json, no model, no checkpoint) is trained into without a flag
+#     (also lm, section 3), and --resume there, or into a model without its checkpoint or into
+#     nothing, names the way that works;
 #  2. --overwrite replaces the model and leaves nothing aside; a replacement that fails before its
 #     first checkpoint (a stale temporary it cannot remove: a folder) gets the earlier files back,
 #     byte for byte; a left-over OUT/.qkv-replaced (a killed --overwrite) is refused;
@@ -18,7 +21,7 @@
 #  5. scripts/demo_translation.sh run twice (qkv wrapped to add the tiny data and 2 steps): the
 #     second run continues the model with --resume (nothing to do: the model stays byte for byte)
 #     and still translates, evaluates and draws; QKV_DEMO_OVERWRITE=1 trains a new one; a folder
-#     left before the first checkpoint (config.json only) is replaced;
+#     left before the first checkpoint (config.json, no model) is trained into without a flag;
 #  6. a fresh run that fails before its first checkpoint removes what it wrote and the folders it
 #     made, also for --out spelt with ".." or through a link (translation and lm).
 # Usage: test_train_overwrite.sh /path/to/qkv
@@ -43,10 +46,33 @@ err_has "qkv: error: --out '$T/run' already holds a qkv model (model.safetensors
 ! grep -q "^data:" "$T/err" || fail "train read the data before refusing a model folder"
 sums "$T/run" | cmp -s - "$T/before" || fail "a refused train changed the model folder"
 mtime_kept "$T/run" "a refused train"
-# config.json alone (a run stopped before its first checkpoint) is a model folder too
-mkdir "$T/cfg" && cp "$T/run/config.json" "$T/cfg/"
-run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/cfg"
-err_has "--out '$T/cfg' already holds a qkv model (config.json)"
+# A run stopped before its first checkpoint (killed: config.json and the files written with it, no
+# model, no checkpoint) trained nothing: --resume says so and names the way that works, and a fresh
+# run trains into the folder without a flag, saying so (issue 44, item 4).
+mkdir "$T/cfg" && cp "$T/run/config.json" "$T/run/src_vocab.txt" "$T/run/tgt_vocab.txt" "$T/run/metrics.jsonl" "$T/cfg/"
+run_rc 2 train --resume --out "$T/cfg" --data "$T/fra.txt" --no-progress
+err_has "qkv: error: --resume: no checkpoint at '$T/cfg/checkpoint.safetensors': the run in '$T/cfg' was stopped before its first checkpoint, so nothing was trained to continue; train it again without --resume (qkv train --out $T/cfg ...)"
+run_rc 0 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/cfg"
+err_has "qkv train: '$T/cfg' holds a run stopped before its first checkpoint (config.json, src_vocab.txt, tgt_vocab.txt, metrics.jsonl; no model, no checkpoint): training a new one in its place"
+out_has "trained 2 steps"
+[ -s "$T/cfg/model.safetensors" ] && [ ! -e "$T/cfg/.qkv-replaced" ] || { ls -la "$T/cfg"; fail "the stopped run's folder was not trained into"; }
+[ "$(wc -l < "$T/cfg/metrics.jsonl")" = "$(wc -l < "$T/run/metrics.jsonl")" ] ||
+  fail "the new run kept the stopped run's metrics.jsonl records"
+# a model without its checkpoint: --resume is not offered (it cannot continue), --overwrite is
+mkdir "$T/nockpt" && cp "$T/run/config.json" "$T/run/src_vocab.txt" "$T/run/tgt_vocab.txt" "$T/run/model.safetensors" "$T/nockpt/"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/nockpt"
+err_has "qkv: error: --out '$T/nockpt' already holds a qkv model (model.safetensors, config.json) without a checkpoint.safetensors to continue from: replace it with --overwrite, or give another --out"
+run_rc 2 train --resume --out "$T/nockpt" --data "$T/fra.txt" --no-progress
+err_has "--resume: no checkpoint at '$T/nockpt/checkpoint.safetensors': '$T/nockpt' holds a model (model.safetensors) but not the checkpoint its training would continue from; train a new model with --overwrite"
+# nothing there at all
+run_rc 2 train --resume --out "$T/nothing" --data "$T/fra.txt" --no-progress
+err_has "--resume: no checkpoint at '$T/nothing/checkpoint.safetensors': '$T/nothing' does not exist, so there is nothing to resume; train a model with: qkv train --out $T/nothing"
+[ ! -e "$T/nothing" ] || fail "a refused --resume made its folder"
+# a config.json of someone else's (not a qkv run's) is not taken for a stopped run: refused as before
+mkdir "$T/alien" && echo '{"name": "my project"}' > "$T/alien/config.json"
+run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/alien"
+err_has "--out '$T/alien' already holds a qkv model (config.json)" "replace it with --overwrite"
+[ "$(cat "$T/alien/config.json")" = '{"name": "my project"}' ] || fail "a refused train changed a foreign config.json"
 run_rc 2 train --preset demo --data "$T/fra.txt" "${small[@]}" --max-steps 2 --out "$T/run" --overwrite --resume
 err_has "qkv: error: --resume continues the model in --out and --overwrite replaces it: give one of them"
 sums "$T/run" | cmp -s - "$T/before" || fail "--overwrite --resume changed the model folder"
@@ -123,6 +149,15 @@ printf 'the time machine by h g wells\n%.0s' $(seq 40) > "$T/tm.txt"
 run_rc 0 train --model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 \
   --max-steps 1 --no-progress --out "$T/lmstale"
 [ -z "$(find "$T/lmstale" -name '*.tmp.*')" ] || fail "train --model lm left a killed run's temporaries: $(ls "$T/lmstale")"
+# a language model's run stopped before its first checkpoint: the same rules (--model lm named)
+mkdir "$T/lmstop" && cp "$T/lmstale/config.json" "$T/lmstale/vocab.txt" "$T/lmstop/"
+lmsmall=(--model lm --data "$T/tm.txt" --num-hiddens 16 --num-heads 2 --num-blks 1 --batch-size 4 --num-steps 8 --no-progress)
+run_rc 2 train "${lmsmall[@]}" --resume --out "$T/lmstop"
+err_has "--resume: no checkpoint at '$T/lmstop/checkpoint.safetensors': the run in '$T/lmstop' was stopped before its first checkpoint" \
+        "train it again without --resume (qkv train --model lm --out $T/lmstop ...)"
+run_rc 0 train "${lmsmall[@]}" --max-steps 1 --out "$T/lmstop"
+err_has "qkv train: '$T/lmstop' holds a run stopped before its first checkpoint (config.json, vocab.txt; no model, no checkpoint)"
+[ -s "$T/lmstop/model.safetensors" ] || fail "the lm stopped run's folder was not trained into"
 
 # ---- 4. --resume with the other architecture's flags
 sums "$T/empty" > "$T/before"
@@ -173,7 +208,7 @@ grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$
 out_has "trained 2 steps"
 rm "$T/demo/model.safetensors" "$T/demo/checkpoint.safetensors"
 demo_run "after a run stopped before its first checkpoint"
-grep -q "^train --preset demo --out $T/demo --overwrite$" "$T/calls" || { cat "$T/calls"; fail "config.json-only demo folder"; }
+grep -q "^train --preset demo --out $T/demo$" "$T/calls" || { cat "$T/calls"; fail "config.json-only demo folder"; }
 out_has "trained 2 steps"
 
 # ---- 6. a fresh run that fails before its first checkpoint (files of at most 16 KiB: the

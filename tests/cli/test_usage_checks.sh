@@ -140,4 +140,4 @@ run_rc 2 train --model bahdanau --no-bidirectional --bidirectional --no-bidirect
 err_has "qkv: error: --bidirectional/--no-bidirectional: the switch and its opposite are both given: give one"
 [ ! -e "$T/twice" ] || fail "a refused train wrote $T/twice"
 run_rc 1 info "$T/none" --no-params --no-params
-err_has "model folder '$T/none' does not exist"
+err_has "no model folder '$T/none' (looked in $T/none)"

@@ -75,10 +75,13 @@ TEST(RunConfig, ConfigureRunAppliesThePresetRules) {
     train::RunOverrides o;
     o.subword = data::SubwordKind::bpe;
     train::RunConfig c = train::configure_run("demo", train::ModelKind::transformer, o);
-    EXPECT_EQ(c.data.num_steps, demo.data.num_steps + 2 * demo.data.num_steps / 3);
-    EXPECT_EQ(c.decode.max_len, demo.decode.max_len + demo.decode.max_len / 2);
+    // pieces without --num-steps: the length comes from the train split's pieces (pieces_num_steps)
+    EXPECT_TRUE(c.data.num_steps_from_data);
+    EXPECT_EQ(c.data.num_steps, demo.data.num_steps);  // the cap's base: 4 x the preset's
     o.num_steps = 10;  // given: kept
     EXPECT_EQ(train::configure_run("demo", train::ModelKind::transformer, o).data.num_steps, 10);
+    EXPECT_FALSE(train::configure_run("demo", train::ModelKind::transformer, o).data.num_steps_from_data);
+    EXPECT_FALSE(train::configure_run("demo", train::ModelKind::transformer, {}).data.num_steps_from_data);  // words
 
     train::RunOverrides w;
     w.schedule = optim::LrSchedule::warmup_linear_decay;

@@ -85,11 +85,16 @@ public:
 };
 
 /// The progress bar (util/progress.h): one bar per epoch labelled "epoch e/E", with the training
-/// loss and target tokens/s over about the last second. Trainer::fit installs it when
-/// TrainRuntime::progress is set.
+/// loss and target tokens/s of the steps since the fields were last refreshed: after a second of
+/// step time (StepInfo::seconds) and at every epoch's end, so an epoch's last line shows that
+/// epoch's loss however short its epochs are. On a terminal the bar is redrawn in place; otherwise
+/// (a log, CI) a plain line is printed at most once per opt.plain_interval_s seconds of the clock
+/// (opt.clock: tests inject one; steady_clock when empty), counted over the whole run, so short
+/// epochs do not print a line each (their epoch lines say the rest; <= 0: no plain lines).
+/// Trainer::fit installs it when TrainRuntime::progress is set.
 class ProgressHook : public TrainHook {
 public:
-    explicit ProgressHook(util::ProgressOptions opt = {}) : opt_(opt) {}
+    explicit ProgressHook(util::ProgressOptions opt = {});
     void on_epoch_start(int64_t epoch, int64_t epochs, int64_t first_batch, int64_t batches) override;
     void on_step(const StepInfo& s) override;
     void on_epoch_steps_done(int64_t epoch) override;
@@ -97,12 +102,17 @@ public:
     bool is_tty() const { return bar_ && bar_->is_tty(); }
 
 private:
+    double now() const;
+    /// The shown fields from the window (d_*), which then starts again.
+    void refresh_fields();
+
     util::ProgressOptions opt_;
     std::unique_ptr<util::ProgressBar> bar_;
     double d_loss_ = 0, d_secs_ = 0;  // the window of the shown fields
     int64_t d_steps_ = 0, d_tokens_ = 0;
     double shown_loss_ = 0, shown_tps_ = 0;
     bool shown_ = false;
+    double last_line_ = 0;  // plain lines: the clock at the last one (at the start: construction)
 };
 
 /// Training/validation loss curves from metrics.jsonl (epoch and step records) into `png_path`,

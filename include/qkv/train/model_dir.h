@@ -60,6 +60,10 @@ void check_vocabs_list_pieces(const std::string& dir, const RunConfig& cfg, cons
 /// that --resume continues the new run.
 std::string replaced_run_note(const std::string& dir);
 
+/// The message for a model folder `dir` that does not exist: "no model folder 'DIR' (looked in
+/// /abs/DIR): train one with: qkv train --out DIR (make demo trains one into runs/qkv, ...)".
+std::string missing_model_folder_message(const std::string& dir);
+
 /// The number of parameters build_model(cfg) gives (named_parameters(), a tied matrix once),
 /// computed from the sizes without allocating: Transformer (D2L 11.7) N·(12C² + 10C + 4CF + 2F +
 /// 2C) + C·(V_src + V_tgt) + C·V_tgt + V_tgt (one V·C matrix instead of three when tied);

@@ -102,12 +102,28 @@ void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const s
 /// when the backend is not forced or the kernel can run.
 void check_forced_flash(int64_t head_dim);
 
+/// Whether the folder `dir` holds what a run stopped before its first checkpoint leaves (kill -9,
+/// a power cut): a qkv config.json (a JSON object with "data", "model" and "train" objects, as
+/// train::run and train::run_lm write it) but no model.safetensors, no checkpoint.safetensors and
+/// no kept checkpoint (checkpoints/): nothing trained. A fresh run trains into such a folder without
+/// --overwrite: its files wait aside until the new run's first checkpoint (as with --overwrite).
+bool holds_stopped_run(const std::string& dir);
+
+/// --resume into `out_dir` needs its checkpoint.safetensors: when there is none, throws ConfigError
+/// "--resume: no checkpoint at 'OUT/checkpoint.safetensors': " and what the folder holds, naming the
+/// command that works there: a run stopped before its first checkpoint (holds_stopped_run) is
+/// trained again without --resume; a model without its checkpoint is replaced with --overwrite or
+/// trained into another --out; a missing or empty folder gets a model with qkv train --out OUT.
+/// `lm`: the commands say --model lm.
+void check_resume_checkpoint(const std::string& out_dir, bool lm = false);
+
 /// How train::run runs (nothing here is saved in config.json).
 struct RunOptions {
     std::string out_dir = "runs/qkv";  // the model folder
     /// Continue out_dir's run from its checkpoint (the config must be resume_config's). A folder
     /// that holds a model (model.safetensors, checkpoint.safetensors or config.json) is refused
-    /// without resume or overwrite.
+    /// without resume or overwrite, except one a run left before its first checkpoint
+    /// (holds_stopped_run), which a fresh run replaces.
     bool resume = false;
     /// Replace the model in out_dir: the earlier run's files wait in out_dir/.qkv-replaced until
     /// the new run's first checkpoint after a step, then go; a run that fails or stops before it

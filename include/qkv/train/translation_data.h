@@ -44,6 +44,23 @@ DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std
 /// 16 lowercase hex digits, config.json's form of DataFingerprint::fnv1a64.
 std::string fingerprint_hex(uint64_t h);
 
+/// What a run's data preparation did (config.json "data.applied", written by qkv train; a record,
+/// not a setting: nothing reads it back to decide anything). Unknown (pairs_read 0) for older files.
+struct DataRecord {
+    int64_t pairs_read = 0;           // pairs in the file (malformed lines skipped)
+    int64_t malformed = 0;            // malformed lines skipped
+    int64_t source_too_long = 0;      // dropped: source over max_src_tokens
+    int64_t target_too_long = 0;      // dropped: target over max_tgt_tokens (source within its limit)
+    int64_t beyond_max_pairs = 0;     // dropped: after the first max_pairs kept ones
+    int64_t pairs_kept = 0;           // the pairs used: train + valid + test
+    int64_t train = 0, valid = 0, test = 0;  // the split as made (small corpora shrink valid/test)
+    std::string pipeline;             // in words: "anchor: seeded shuffle split (seed 0), ..."
+    bool known() const { return pairs_read > 0; }
+    /// The filters' drops by reason, e.g. "kept 76 of 200 pairs: dropped 100 with more than 5
+    /// source tokens, 24 with more than 7 target tokens" ("kept all 200 pairs" when none).
+    std::string dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs) const;
+};
+
 struct DataConfig {
     /// fra-eng.zip, fra.txt or a folder ("" = QKV_DATA or the default: data::locate_fra_eng), or
     /// any other file: a TSV corpus, gzip or not (data::corpus_format). Unused with src_file.
@@ -76,12 +93,20 @@ struct DataConfig {
     /// only (the folder's SentencePiece model is what later runs load).
     bool subword_vocab_soft = false;
     bool shared_vocab = false;
+    /// Subword pieces without a num_steps of the user's (the preset's is for words): num_steps is
+    /// then chosen from the train split (pieces_num_steps: 99 % of its sources and of its targets
+    /// fit whole with <eos>, at most 4 x num_steps) and TranslationData::num_steps says which.
+    /// Training only (config.json records the number chosen).
+    bool num_steps_from_data = false;
     // d2l_en pipeline
     int64_t d2l_num_train = 512;
     int64_t d2l_num_val = 128;
     // The data the run was trained on (config.json data.fingerprint); not an input of
     // load_translation_data, which computes TranslationData::fingerprint.
     DataFingerprint fingerprint;
+    // What was done with it (config.json data.applied); not an input either
+    // (TranslationData::record).
+    DataRecord applied;
 };
 
 /// The SentencePiece models of a subword run (both null for words; the same pointer twice when
@@ -97,9 +122,15 @@ struct TranslationData {
     int64_t malformed = 0;            // malformed lines skipped
     int64_t pairs = 0;                // pairs used (after filters), train + valid + test
     DataFingerprint fingerprint;      // of the pairs used (after filters), in file order
+    DataRecord record;                // what the filters dropped, the split made, the pipeline
     data::Vocab src_vocab, tgt_vocab;  // pieces when subwords.active()
     SubwordModels subwords;
     data::NmtArrays train, valid, test;
+    /// The arrays' length T: DataConfig::num_steps, or with num_steps_from_data the one chosen.
+    int64_t num_steps = 0;
+    /// The 99th percentile of the train split's target lengths in units, <eos> included (what
+    /// decoding needs room for).
+    int64_t target_len_p99 = 0;
     /// Train pairs whose source / target (+ <eos>) is longer than num_steps and was cut, as a
     /// fraction of the train split (anchor pipeline; in pieces for a subword run).
     double truncated_src = 0, truncated_tgt = 0;
@@ -122,6 +153,14 @@ struct TranslationData {
 /// SentencePiece refuses the vocabulary size (the message names --vocab-size).
 TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels& given = {});
 
+/// The sequence length for subword pieces chosen from the train split (DataConfig::
+/// num_steps_from_data): the smallest T >= 2 that holds at least 99 % of the train sources and at
+/// least 99 % of the train targets whole with their <eos> (units + 1 <= T), capped at `cap` (4 x
+/// the preset's word num_steps: a corpus of long sentences is cut, as the data line reports, rather
+/// than make every step quadratically slower). `src_lens` / `tgt_lens` are the unit counts of the
+/// train sentences without <eos>.
+int64_t pieces_num_steps(const std::vector<int64_t>& src_lens, const std::vector<int64_t>& tgt_lens, int64_t cap);
+
 /// Whether `cfg` reads the fra-eng data (not a TSV corpus or a file pair).
 bool is_fra_eng_data(const DataConfig& cfg);
 
@@ -131,6 +170,16 @@ std::string source_language(const DataConfig& cfg);
 std::string target_language(const DataConfig& cfg);
 /// "en→fr" from source_language / target_language ("src→tgt" for unknown ones).
 std::string language_pair(const DataConfig& cfg);
+
+/// The truncation warning for one source sentence of `units` units (words; with `pieces`, the
+/// SentencePiece pieces of its `words` words) when the encoder, reading `num_steps` positions, cannot
+/// take it whole with its <eos> (encode_sources keeps the first num_steps units of units + <eos>);
+/// "" when it fits (units < num_steps). `at_least`: `units` is a lower bound (words past the
+/// encoded limit count one piece each). The text follows the sentence's name: "has 9 source tokens;
+/// the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last
+/// 3 and <eos> are dropped"; for units == num_steps "..., so its 6 tokens fill them all and <eos> is
+/// dropped"; a subword model "has 25 source pieces (20 words); ... (12 pieces + <eos>), ...".
+std::string truncation_note(int64_t units, int64_t num_steps, bool pieces, int64_t words, bool at_least);
 
 /// Source arrays for new sentences with a trained vocabulary: tokens (tokenize_nmt output, or
 /// pieces for a subword vocabulary), ids (unknown -> <unk>) + <eos>, truncated/padded to

@@ -22,12 +22,16 @@ struct ProgressOptions {
     double plain_interval_s  = 10.0;    // plain: a line when this much time passed (<= 0: never)
     int64_t plain_every      = 0;       // plain: a line every this many steps (0: never)
     int bar_width            = 30;      // characters inside |...|
+    /// plain: finish() prints a last line (unless the last update printed that state). false: the
+    /// caller decides when lines are printed (print_line; train::ProgressHook bounds them per run).
+    bool plain_final_line    = true;
     /// Seconds since an arbitrary origin; steady_clock when empty (tests inject a fake clock).
     std::function<double()> clock;
 };
 
 /// Progress over `total` steps (total <= 0: unknown; then no bar, percentage or ETA).
-/// Line format: "label  45%|#############                 | 45/100 [00:12<00:15, 3.67 it/s, loss=1.23]".
+/// Line format: "label  45%|#############                 | 45/100 [00:12<00:15, 3.67 it/s, loss=1.23,
+/// tok/s=17.2k]" (fields by format_field).
 /// Not thread-safe: call from the loop's thread.
 class ProgressBar {
 public:
@@ -39,8 +43,11 @@ public:
 
     /// Advances by n steps and replaces the extra fields when `fields` is non-empty; draws if due.
     void update(int64_t n = 1, const ProgressFields& fields = {});
-    /// Draws the final state (TTY: ends the line with '\n'; plain: one last line). Idempotent.
+    /// Draws the final state (TTY: ends the line with '\n'; plain: one last line unless
+    /// plain_final_line is false). Idempotent.
     void finish();
+    /// Draws the current state now: a plain line, or the TTY line redrawn in place.
+    void print_line();
 
     int64_t count() const { return count_; }
     bool is_tty() const { return tty_; }
@@ -65,5 +72,9 @@ private:
 
 /// "MM:SS", or "H:MM:SS" from one hour on (negative or non-finite: "?").
 std::string format_duration(double seconds);
+
+/// A field's value as the bar shows it: 4 significant digits below 10,000 ("1.235", "9876"), then
+/// with a k or M suffix and one decimal ("17.2k", "172.3k", "3.5M"), never in exponent form.
+std::string format_field(double value);
 
 }  // namespace qkv::util
