@@ -249,15 +249,16 @@ def full_run():
 
 
 def find_demo_model(path=None):
-    """The model folder ``make demo`` trains (scripts/demo_translation.sh: out/translation from the
-    repository root): ``path``, else $QKV_MODEL ("none": no model), else out/translation from the
-    working folder or its parent. Returns the folder (a Path) when it holds a trained model
+    """The model folder ``make demo`` trains (scripts/demo_translation.sh: runs/qkv from the
+    repository root, or out/translation when runs/qkv held another preset's model): ``path``, else
+    $QKV_MODEL ("none": no model), else runs/qkv, then out/translation, from the working folder or
+    its parent. Returns the folder (a Path) when it holds a trained model
     (config.json and a checkpoint), else None."""
     env = os.environ.get("QKV_MODEL", "")
     if path is None and env == "none":
         return None
     cands = [Path(path)] if path is not None else [Path(env)] if env else \
-        [Path("out/translation"), Path("../out/translation")]
+        [Path(p) / d for p in (".", "..") for d in ("runs/qkv", "out/translation")]
     for c in cands:
         if (c / "config.json").is_file() and any(c.glob("*.safetensors")):
             return c

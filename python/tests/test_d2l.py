@@ -145,6 +145,11 @@ def test_find_demo_model(tmp_path, monkeypatch):
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path / "notebooks")
     assert d2l.find_demo_model() == Path("../out/translation")
+    r = tmp_path / "runs" / "qkv"  # make demo's folder is preferred to the fallback out/translation
+    r.mkdir(parents=True)
+    (r / "config.json").write_text("{}")
+    (r / "model.safetensors").write_bytes(b"")
+    assert d2l.find_demo_model() == Path("../runs/qkv")
     monkeypatch.setenv("QKV_MODEL", "none")
     assert d2l.find_demo_model() is None
     monkeypatch.setenv("QKV_MODEL", str(m))
