@@ -12,12 +12,11 @@
 
 #include "commands.h"
 #include "options.h"
-#include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
-#include "qkv/train/model_dir.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/translation_data.h"
+#include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/timer.h"
 
@@ -51,26 +50,36 @@ void check_outputs_apart(const EvalArgs& a) {
     check_not_model_file("--json", a.json_out, a.model);
 }
 
+/// The best translation's words of each source (runtime::translate_tokens with the translator).
+std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
+                                                      const std::vector<std::vector<std::string>>& src,
+                                                      const runtime::TranslateOptions& to) {
+    std::vector<std::vector<std::string>> out;
+    for (auto& nbest : tr.translate(src, to)) out.push_back(nbest.empty() ? std::vector<std::string>{} : nbest.front().words);
+    return out;
+}
+
 void run(const EvalArgs& a) {
-    // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
-    // products (attention scores) stay fp32.
-    const bool int8 = a.decode.compute_type == "int8";
-    const MatmulPrecisionGuard precision(int8 ? MatmulPrecision::fp32
-                                              : parse_precision(a.decode.compute_type, "--compute-type"));
+    const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
     check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
-    train::ModelDir m = train::load_model_dir(a.model);
-    if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
-    if (a.pe_quirk) {
-        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
-        m.transformer()->set_pe_position_zero_at_inference(true);
-    }
-    const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
-    train::TranslationData d = train::load_translation_data(dc, m.subwords);
+    runtime::Translator tr(a.model, compute_type, [&](runtime::ModelDir& m) {
+        name_model_in_int8_errors(a.model, int8, [&] { runtime::apply_compute_type(*m.model, compute_type); });
+        if (a.pe_quirk) {
+            QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+            m.transformer()->set_pe_position_zero_at_inference(true);
+        }
+    });
+    tr.load();
+    const runtime::ModelDir& m = *tr.get();
+    const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
+    runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
     // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
     // reordered file, and a subword model's always agree); older folders: the vocabularies only.
-    if (!train::check_data_fingerprint(a.model, m.config, d))
+    if (!runtime::check_data_fingerprint(a.model, m.config, d))
         std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
                              "file is checked against the vocabularies only\n", a.model.c_str());
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
@@ -82,7 +91,7 @@ void run(const EvalArgs& a) {
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
     std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
     std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
-    train::TranslateOptions to;
+    runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
@@ -92,7 +101,7 @@ void run(const EvalArgs& a) {
     apply_decode_flags(a.decode, to);
     util::Timer timer;
     std::vector<std::vector<std::string>> hyp;
-    name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_tokens(m, src, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words(tr, src, to); });
     const double secs = timer.seconds();
     decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
     double sent = 0;
@@ -104,7 +113,7 @@ void run(const EvalArgs& a) {
     sent /= std::max<double>(1.0, double(n));
 
     std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
-                train::language_pair(m.config.data).c_str(), n,
+                runtime::language_pair(m.config.data).c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
                 int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
@@ -115,25 +124,25 @@ void run(const EvalArgs& a) {
                 100.0 * double(exact) / std::max<double>(1.0, double(n)),
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
-        std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
-                    train::join_tokens(hyp[i]).c_str(), train::join_tokens(ref[i]).c_str());
+        std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
+                    runtime::join_tokens(hyp[i]).c_str(), runtime::join_tokens(ref[i]).c_str());
 
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};
     // D2L's four en→fr sentences: only for a model of those languages.
-    const bool en_fr = train::source_language(m.config.data) == "en" && train::target_language(m.config.data) == "fr";
+    const bool en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
     std::vector<std::vector<std::string>> bsrc;
     if (en_fr)
         for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
     to.progress = false;
     std::vector<std::vector<std::string>> bhyp;
-    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = train::translate_tokens(m, bsrc, to); });
+    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
     double mean = 0;
     nlohmann::json jbook = nlohmann::json::array();
     if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
     for (size_t i = 0; i < bsrc.size(); ++i) {
-        const std::string h = train::join_tokens(bhyp[i]);
+        const std::string h = runtime::join_tokens(bhyp[i]);
         const double b = decode::d2l_bleu(h, book[i].second, 2);
         mean += b / double(book.size());
         std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
@@ -143,7 +152,7 @@ void run(const EvalArgs& a) {
 
     if (!a.hyp_out.empty()) {
         std::string s;
-        for (auto& h : hyp) s += train::join_tokens(h) + "\n";
+        for (auto& h : hyp) s += runtime::join_tokens(h) + "\n";
         util::write_file_atomic(a.hyp_out, s);
     }
     if (!a.json_out.empty()) {

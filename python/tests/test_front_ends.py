@@ -82,7 +82,7 @@ class Server:
         self.proc.wait()
 
 
-def test_front_ends_agree(model, tmp_path):
+def test_front_ends_agree(model, fra_txt, tmp_path):
     dump = {}
     # --- qkv translate: greedy, beam, n-best with scores, greedy scores, alignments, attention JSON
     greedy = translate_lines(model, SENTENCES)
@@ -110,7 +110,7 @@ def test_front_ends_agree(model, tmp_path):
     ev = {}
     for name, flags in (("greedy", []), ("beam", ["--beam", "3"])):
         hyp = tmp_path / ("hyp_" + name)
-        out = cli("eval", "--model", model, "--no-progress", "--show", "1000", "--hyp-out", str(hyp),
+        out = cli("eval", "--model", model, "--data", str(fra_txt), "--no-progress", "--show", "1000", "--hyp-out", str(hyp),
                   "--json", str(tmp_path / "eval.json"), *flags)
         j = json.loads((tmp_path / "eval.json").read_text())
         for k in ("decode_seconds", "peak_rss_bytes"):
