@@ -34,6 +34,80 @@ struct TranslateArgs {
     DecodeFlags decode;
 };
 
+/// The sentences to translate: those on the command line, else the lines of --file or stdin (a
+/// trailing CR and a leading UTF-8 byte-order mark dropped).
+std::vector<std::string> read_lines(const TranslateArgs& a) {
+    std::vector<std::string> lines = a.sentences;
+    if (!lines.empty()) return lines;
+    std::ifstream f;
+    std::istream* in = &std::cin;
+    if (!a.file.empty() && a.file != "-") {
+        f.open(a.file);
+        QKV_CHECK(f.good(), "translate: cannot open '", a.file, "'");
+        in = &f;
+    }
+    std::string line;
+    while (std::getline(*in, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        // A UTF-8 byte-order mark (files saved by some Windows editors) is not text.
+        if (lines.empty() && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+        lines.push_back(line);
+    }
+    QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
+    return lines;
+}
+
+/// The input lines as rows to translate. One output line per input line: a line that cannot be
+/// translated (invalid UTF-8, or a NUL byte, which would silently become <unk>) or has nothing to
+/// translate gives an empty output line and a note on stderr.
+struct Rows {
+    std::vector<std::vector<std::string>> src;
+    std::vector<size_t> row_of;  // input line -> row of src, or npos
+    int64_t invalid = 0;
+};
+Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m) {
+    Rows rows;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (const runtime::TextProblem p = runtime::text_problem(lines[i])) {
+            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
+                         i + 1, p.what, p.offset);
+            ++rows.invalid;
+            rows.row_of.push_back(std::string::npos);
+            continue;
+        }
+        auto tokens = std::move(runtime::tokenize_sentences({lines[i]}).front());
+        if (tokens.empty()) {
+            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
+            rows.row_of.push_back(std::string::npos);
+            continue;
+        }
+        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
+        rows.row_of.push_back(rows.src.size());
+        rows.src.push_back(std::move(tokens));
+    }
+    return rows;
+}
+
+/// --attention-json: one object per input line: source units, output units, weights (rows: output
+/// units + <eos> when finished; columns: the source units the model read, then <eos>).
+void write_attention_json(const std::string& path, const runtime::ModelDir& m, const Rows& rows,
+                          const std::vector<std::vector<runtime::Translation>>& hyp) {
+    nlohmann::json j = nlohmann::json::array();
+    const auto units = runtime::source_units(m, rows.src);
+    for (size_t i = 0; i < rows.row_of.size(); ++i) {
+        const size_t r = rows.row_of[i];
+        nlohmann::json e = {{"line", i + 1}};
+        if (r != std::string::npos && !hyp[r].empty()) {
+            e["source"]      = units[r];
+            e["translation"] = hyp[r][0].units;
+            e["alignment"]   = hyp[r][0].alignment;
+            e["attention"]   = hyp[r][0].attention;
+        }
+        j.push_back(std::move(e));
+    }
+    util::write_file_atomic(path, j.dump() + "\n");
+}
+
 void run(const TranslateArgs& a) {
     const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
     const bool int8 = compute_type == runtime::ComputeType::int8;
@@ -63,49 +137,11 @@ void run(const TranslateArgs& a) {
     });
     tr.load();
     const runtime::ModelDir& m = *tr.get();
-    std::vector<std::string> lines = a.sentences;
-    const char* unit = lines.empty() ? "line" : "sentence";  // the input's numbering in messages
-    if (lines.empty()) {
-        std::ifstream f;
-        std::istream* in = &std::cin;
-        if (!a.file.empty() && a.file != "-") {
-            f.open(a.file);
-            QKV_CHECK(f.good(), "translate: cannot open '", a.file, "'");
-            in = &f;
-        }
-        std::string line;
-        while (std::getline(*in, line)) {
-            if (!line.empty() && line.back() == '\r') line.pop_back();
-            // A UTF-8 byte-order mark (files saved by some Windows editors) is not text.
-            if (lines.empty() && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
-            lines.push_back(line);
-        }
-        QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
-    }
-    // One output line per input line: a line that cannot be translated (invalid UTF-8, or a NUL
-    // byte, which would silently become <unk>) or has nothing to translate gives an empty output
-    // line and a note on stderr.
-    std::vector<std::vector<std::string>> src;
-    std::vector<size_t> row_of;  // input line -> row of src, or npos
-    int64_t invalid = 0;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (const runtime::TextProblem p = runtime::text_problem(lines[i])) {
-            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
-                         i + 1, p.what, p.offset);
-            ++invalid;
-            row_of.push_back(std::string::npos);
-            continue;
-        }
-        auto tokens = std::move(runtime::tokenize_sentences({lines[i]}).front());
-        if (tokens.empty()) {
-            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
-            row_of.push_back(std::string::npos);
-            continue;
-        }
-        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
-        row_of.push_back(src.size());
-        src.push_back(std::move(tokens));
-    }
+    const std::vector<std::string> lines = read_lines(a);
+    const char* unit = a.sentences.empty() ? "line" : "sentence";  // the input's numbering in messages
+    const Rows rows = tokenize_lines(lines, unit, m);
+    const auto& src    = rows.src;
+    const auto& row_of = rows.row_of;
     runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
@@ -162,26 +198,9 @@ void run(const TranslateArgs& a) {
     name_model_in_int8_errors(a.model, int8, [&] { hyp = tr.translate(src, to); });
     for (size_t r = 0; r < hyp.size(); ++r) done_rows[r] = &hyp[r];  // the returned copies
     flush_ready();
-    if (!a.attention_json.empty()) {
-        // One object per input line: source units, output units, weights (rows: output units +
-        // <eos> when finished; columns: the source units the model read, then <eos>).
-        nlohmann::json j = nlohmann::json::array();
-        const auto units = runtime::source_units(m, src);
-        for (size_t i = 0; i < lines.size(); ++i) {
-            const size_t r = row_of[i];
-            nlohmann::json e = {{"line", i + 1}};
-            if (r != std::string::npos && !hyp[r].empty()) {
-                e["source"]      = units[r];
-                e["translation"] = hyp[r][0].units;
-                e["alignment"]   = hyp[r][0].alignment;
-                e["attention"]   = hyp[r][0].attention;
-            }
-            j.push_back(std::move(e));
-        }
-        util::write_file_atomic(a.attention_json, j.dump() + "\n");
-    }
+    if (!a.attention_json.empty()) write_attention_json(a.attention_json, m, rows, hyp);
     std::fflush(stdout);
-    QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,
+    QKV_CHECK(rows.invalid == 0, "translate: ", rows.invalid, " of ", lines.size(), " ", unit,
               lines.size() == 1 ? "" : "s",
               " not translated (invalid UTF-8 or a NUL byte; their output lines are empty)");
 }
