@@ -66,14 +66,8 @@ void run(const EvalArgs& a) {
     check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
-    runtime::Translator tr(a.model, compute_type, [&](runtime::ModelDir& m) {
-        name_model_in_int8_errors(a.model, int8, [&] { runtime::apply_compute_type(*m.model, compute_type); });
-        if (a.pe_quirk) {
-            QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
-            m.transformer()->set_pe_position_zero_at_inference(true);
-        }
-    });
-    tr.load();
+    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
+    runtime::Translator& tr = *translator;
     const runtime::ModelDir& m = *tr.get();
     const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
     runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);

@@ -128,14 +128,8 @@ void run(const TranslateArgs& a) {
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after
     check_not_model_file("--attention-json", a.attention_json, a.model);
-    runtime::Translator tr(a.model, compute_type, [&](runtime::ModelDir& m) {
-        name_model_in_int8_errors(a.model, int8, [&] { runtime::apply_compute_type(*m.model, compute_type); });
-        if (a.pe_quirk) {
-            QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
-            m.transformer()->set_pe_position_zero_at_inference(true);
-        }
-    });
-    tr.load();
+    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
+    runtime::Translator& tr = *translator;
     const runtime::ModelDir& m = *tr.get();
     const std::vector<std::string> lines = read_lines(a);
     const char* unit = a.sentences.empty() ? "line" : "sentence";  // the input's numbering in messages

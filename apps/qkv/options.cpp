@@ -395,4 +395,18 @@ void name_model_in_int8_errors(const std::string& model, bool int8, const std::f
     }
 }
 
+std::unique_ptr<runtime::Translator> load_translator(const std::string& model, runtime::ComputeType compute_type,
+                                                     bool pe_quirk) {
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    auto tr = std::make_unique<runtime::Translator>(model, compute_type, [=](runtime::ModelDir& m) {
+        name_model_in_int8_errors(model, int8, [&] { runtime::apply_compute_type(*m.model, compute_type); });
+        if (pe_quirk) {
+            QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+            m.transformer()->set_pe_position_zero_at_inference(true);
+        }
+    });
+    tr->load();
+    return tr;
+}
+
 }  // namespace qkv::cli

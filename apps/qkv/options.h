@@ -5,11 +5,13 @@
 // the double maximum in 309 digits.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "qkv/runtime/translator.h"
 #include "qkv/train/model_dir.h"
 
 namespace qkv::cli {
@@ -145,5 +147,12 @@ void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to);
 /// non-finite value". The int8 layers refuse a non-finite weight or activation (ops/quantize.h)
 /// but cannot say which model they run.
 void name_model_in_int8_errors(const std::string& model, bool int8, const std::function<void()>& f);
+
+/// The translator of `qkv translate` and `qkv eval`: the model folder `model` loaded (Translator::load)
+/// under `compute_type`, each copy with D2L's inference quirk when `pe_quirk` ("--pe-quirk applies to
+/// the Transformer only" otherwise) and the int8 quantization's errors naming the model
+/// (name_model_in_int8_errors). Throws qkv::Error from loading.
+std::unique_ptr<runtime::Translator> load_translator(const std::string& model, runtime::ComputeType compute_type,
+                                                     bool pe_quirk);
 
 }  // namespace qkv::cli
