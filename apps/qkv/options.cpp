@@ -250,7 +250,7 @@ void check_weights_backend(const std::string& command) {
         usage_error("QKV_ATTENTION=flash" + why + " (or unset QKV_ATTENTION)");
 }
 
-void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens) {
     // build_array_nmt keeps the first num_steps units of (units + <eos>): a sentence fits whole
     // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
@@ -259,12 +259,12 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     const auto words    = int64_t(tokens.size());
     // A subword model encodes the first source_word_limit words only (train/model_dir.h): past
     // them each word counts as the one piece it gives at least, so n is then a lower bound.
-    const int64_t limit = pieces ? train::source_word_limit(m) : words;
+    const int64_t limit = pieces ? runtime::source_word_limit(m) : words;
     bool bound          = words > limit;
     if (pieces) {
         // A word longer than source_char_limit characters is encoded from its start only (its
         // later pieces could not reach the model's positions; SentencePiece's cost grows with it).
-        const int64_t chars = train::source_char_limit(m);
+        const int64_t chars = runtime::source_char_limit(m);
         for (int64_t i = 0; i < std::min(words, limit); ++i)
             if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
                 bound = true;  // the piece count below is then a lower bound
@@ -364,7 +364,7 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                 "replace each output <unk> by the source word with the highest cross-attention");
 }
 
-void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to) {
     if (!f.sampling && (f.temperature != 1.0 || f.top_k != 0 || f.top_p != 1.0 || f.seed != 0))
         throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");
     if (f.sampling && to.beam > 1)

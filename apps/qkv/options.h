@@ -99,7 +99,7 @@ void check_weights_backend(const std::string& command);
 /// train::source_word_limit words, whose words past the limit are not encoded, "has at least 200060
 /// source pieces (200000 words) ... drops at least the last 200040 and <eos>", counting one piece per
 /// word not encoded). `prefix` is "qkv translate", `what` names the input ("line 3", "the sentence").
-void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
 /// `s` as one word for a POSIX shell, for commands printed to be copied: unchanged when it is
@@ -139,7 +139,7 @@ struct DecodeFlags {
 void add_decode_flags(CLI::App* c, DecodeFlags& f);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.
-void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to);
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to);
 
 /// Runs `f`, a step of translate/eval with the model in the folder `model` (quantizing its Linear
 /// layers, decoding); under --compute-type int8 (`int8`) a qkv::Error from it is rethrown naming
