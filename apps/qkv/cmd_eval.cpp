@@ -14,14 +14,13 @@
 
 #include "commands.h"
 #include "options.h"
-#include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
 #include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
 #include "qkv/decode/sacrebleu.h"
-#include "qkv/train/model_dir.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/translation_data.h"
+#include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/timer.h"
 
@@ -54,6 +53,16 @@ void check_outputs_apart(const EvalArgs& a) {
     check_not_model_file("--hyp-out", a.hyp_out, a.model);
     check_not_model_file("--json", a.json_out, a.model);
 }
+
+/// The best translation's words of each source (runtime::translate_tokens with the translator).
+std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
+                                                      const std::vector<std::vector<std::string>>& src,
+                                                      const runtime::TranslateOptions& to) {
+    std::vector<std::vector<std::string>> out;
+    for (auto& nbest : tr.translate(src, to)) out.push_back(nbest.empty() ? std::vector<std::string>{} : nbest.front().words);
+    return out;
+}
+
 
 /// The standard metrics of hypotheses (one per reference line) against raw references, printed as
 /// sacreBLEU prints them, and their JSON.
@@ -99,7 +108,8 @@ std::vector<std::vector<std::string>> tokenize_source_lines(const std::vector<st
 }
 
 /// qkv eval --src-file F --ref-file R: translates F, scores against R.
-void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions to, bool int8) {
+void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::TranslateOptions& to, bool int8) {
+    const runtime::ModelDir& m = *tr.get();
     data::ParallelLines pl = data::read_parallel_lines(a.src_file, a.ref_file);
     size_t n = pl.source.size();
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
@@ -118,7 +128,7 @@ void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions
     int64_t cut = 0;
     const int64_t steps = m.config.data.num_steps;
     if (m.subwords.active() && !todo.empty()) {
-        for (const auto& u : train::source_units(m, todo)) cut += int64_t(u.size()) + 1 > steps;
+        for (const auto& u : runtime::source_units(m, todo)) cut += int64_t(u.size()) + 1 > steps;
     } else {
         for (const auto& t : todo) cut += int64_t(t.size()) + 1 > steps;
     }
@@ -128,10 +138,10 @@ void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions
                      (long long)cut, n, (long long)(steps - 1), m.subwords.active() ? "pieces" : "tokens");
     util::Timer timer;
     std::vector<std::vector<std::string>> out;
-    name_model_in_int8_errors(a.model, int8, [&] { out = train::translate_tokens(m, todo, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { out = translate_words(tr, todo, to); });
     const double secs = timer.seconds();
     std::vector<std::string> hyps(n);
-    for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = train::join_tokens(out[k]);
+    for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
     std::printf("test set --src-file '%s' / --ref-file '%s': %zu pairs, %s decoding (max %lld tokens), %.1f s\n",
                 a.src_file.c_str(), a.ref_file.c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
@@ -160,21 +170,16 @@ void run_on_files(const EvalArgs& a, train::ModelDir& m, train::TranslateOptions
 }
 
 void run(const EvalArgs& a) {
-    // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
-    // products (attention scores) stay fp32.
-    const bool int8 = a.decode.compute_type == "int8";
-    const MatmulPrecisionGuard precision(int8 ? MatmulPrecision::fp32
-                                              : parse_precision(a.decode.compute_type, "--compute-type"));
+    const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
     check_outputs_apart(a);
     check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
     check_output_file("--json", a.json_out);
-    train::ModelDir m = train::load_model_dir(a.model);
-    if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
-    if (a.pe_quirk) {
-        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
-        m.transformer()->set_pe_position_zero_at_inference(true);
-    }
-    train::TranslateOptions to;
+    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
+    runtime::Translator& tr = *translator;
+    const runtime::ModelDir& m = *tr.get();
+    runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
@@ -182,12 +187,12 @@ void run(const EvalArgs& a) {
     to.no_unk         = a.no_unk;
     to.progress       = !a.no_progress;
     apply_decode_flags(a.decode, to);
-    if (!a.src_file.empty()) return run_on_files(a, m, to, int8);
-    const train::DataConfig dc = train::model_data_config(a.model, m.config, a.data);
-    train::TranslationData d = train::load_translation_data(dc, m.subwords);
+    if (!a.src_file.empty()) return run_on_files(a, tr, to, int8);
+    const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
+    runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
     // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
     // reordered file, and a subword model's always agree); older folders: the vocabularies only.
-    if (!train::check_data_fingerprint(a.model, m.config, d))
+    if (!runtime::check_data_fingerprint(a.model, m.config, d))
         std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
                              "file is checked against the vocabularies only\n", a.model.c_str());
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
@@ -201,7 +206,7 @@ void run(const EvalArgs& a) {
     std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
     util::Timer timer;
     std::vector<std::vector<std::string>> hyp;
-    name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_tokens(m, src, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words(tr, src, to); });
     const double secs = timer.seconds();
     decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
     double sent = 0;
@@ -213,7 +218,7 @@ void run(const EvalArgs& a) {
     sent /= std::max<double>(1.0, double(n));
 
     std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
-                train::language_pair(m.config.data).c_str(), n,
+                runtime::language_pair(m.config.data).c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
                 int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
@@ -224,30 +229,30 @@ void run(const EvalArgs& a) {
                 100.0 * double(exact) / std::max<double>(1.0, double(n)),
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
     std::vector<std::string> hyp_text;  // the --hyp-out lines
-    for (auto& h : hyp) hyp_text.push_back(train::join_tokens(h));
+    for (auto& h : hyp) hyp_text.push_back(runtime::join_tokens(h));
     // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
     const nlohmann::json standard = print_standard_scores(
         hyp_text, std::vector<std::string>(d.test_ref_text.begin(), d.test_ref_text.begin() + std::ptrdiff_t(n)));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
-        std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
-                    hyp_text[i].c_str(), train::join_tokens(ref[i]).c_str());
+        std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
+                    hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());
 
     const std::vector<std::pair<std::string, std::string>> book = {
         {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
         {"i'm home .", "je suis chez moi ."}};
     // D2L's four en→fr sentences: only for a model of those languages.
-    const bool en_fr = train::source_language(m.config.data) == "en" && train::target_language(m.config.data) == "fr";
+    const bool en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
     std::vector<std::vector<std::string>> bsrc;
     if (en_fr)
         for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
     to.progress = false;
     std::vector<std::vector<std::string>> bhyp;
-    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = train::translate_tokens(m, bsrc, to); });
+    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
     double mean = 0;
     nlohmann::json jbook = nlohmann::json::array();
     if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
     for (size_t i = 0; i < bsrc.size(); ++i) {
-        const std::string h = train::join_tokens(bhyp[i]);
+        const std::string h = runtime::join_tokens(bhyp[i]);
         const double b = decode::d2l_bleu(h, book[i].second, 2);
         mean += b / double(book.size());
         std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);

@@ -100,7 +100,7 @@ void run(const ServeArgs& a) {
     sa.sa_flags = SA_RESTART;
     for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &sa, nullptr);
 
-    auto holder = std::make_shared<serve::ModelHolder>(a.model, a.compute_type);
+    auto holder = std::make_shared<serve::ModelHolder>(a.model, runtime::parse_compute_type(a.compute_type));
     serve::Service service(so, holder);
 
     httplib::Server svr;

@@ -14,10 +14,9 @@
 
 #include "commands.h"
 #include "options.h"
-#include "qkv/nn/layers.h"
 #include "qkv/ops/precision.h"
-#include "qkv/data/tokenizer.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/text.h"
+#include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
 
 namespace qkv::cli {
@@ -35,19 +34,84 @@ struct TranslateArgs {
     DecodeFlags decode;
 };
 
-bool is_blank(const std::vector<std::string>& tokens) {
-    for (const auto& t : tokens)
-        for (unsigned char ch : t)
-            if (!std::isspace(ch)) return false;
-    return true;
+/// The sentences to translate: those on the command line, else the lines of --file or stdin (a
+/// trailing CR and a leading UTF-8 byte-order mark dropped).
+std::vector<std::string> read_lines(const TranslateArgs& a) {
+    std::vector<std::string> lines = a.sentences;
+    if (!lines.empty()) return lines;
+    std::ifstream f;
+    std::istream* in = &std::cin;
+    if (!a.file.empty() && a.file != "-") {
+        f.open(a.file);
+        QKV_CHECK(f.good(), "translate: cannot open '", a.file, "'");
+        in = &f;
+    }
+    std::string line;
+    while (std::getline(*in, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        // A UTF-8 byte-order mark (files saved by some Windows editors) is not text.
+        if (lines.empty() && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+        lines.push_back(line);
+    }
+    QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
+    return lines;
+}
+
+/// The input lines as rows to translate. One output line per input line: a line that cannot be
+/// translated (invalid UTF-8, or a NUL byte, which would silently become <unk>) or has nothing to
+/// translate gives an empty output line and a note on stderr.
+struct Rows {
+    std::vector<std::vector<std::string>> src;
+    std::vector<size_t> row_of;  // input line -> row of src, or npos
+    int64_t invalid = 0;
+};
+Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m) {
+    Rows rows;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (const runtime::TextProblem p = runtime::text_problem(lines[i])) {
+            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
+                         i + 1, p.what, p.offset);
+            ++rows.invalid;
+            rows.row_of.push_back(std::string::npos);
+            continue;
+        }
+        auto tokens = std::move(runtime::tokenize_sentences({lines[i]}).front());
+        if (tokens.empty()) {
+            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
+            rows.row_of.push_back(std::string::npos);
+            continue;
+        }
+        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
+        rows.row_of.push_back(rows.src.size());
+        rows.src.push_back(std::move(tokens));
+    }
+    return rows;
+}
+
+/// --attention-json: one object per input line: source units, output units, weights (rows: output
+/// units + <eos> when finished; columns: the source units the model read, then <eos>).
+void write_attention_json(const std::string& path, const runtime::ModelDir& m, const Rows& rows,
+                          const std::vector<std::vector<runtime::Translation>>& hyp) {
+    nlohmann::json j = nlohmann::json::array();
+    const auto units = runtime::source_units(m, rows.src);
+    for (size_t i = 0; i < rows.row_of.size(); ++i) {
+        const size_t r = rows.row_of[i];
+        nlohmann::json e = {{"line", i + 1}};
+        if (r != std::string::npos && !hyp[r].empty()) {
+            e["source"]      = units[r];
+            e["translation"] = hyp[r][0].units;
+            e["alignment"]   = hyp[r][0].alignment;
+            e["attention"]   = hyp[r][0].attention;
+        }
+        j.push_back(std::move(e));
+    }
+    util::write_file_atomic(path, j.dump() + "\n");
 }
 
 void run(const TranslateArgs& a) {
-    // int8: the Linear layers' weights quantized after loading (nn::quantize_linears_int8); the other
-    // products (attention scores) stay fp32.
-    const bool int8 = a.decode.compute_type == "int8";
-    const MatmulPrecisionGuard precision(int8 ? MatmulPrecision::fp32
-                                              : parse_precision(a.decode.compute_type, "--compute-type"));
+    const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
     // --file and sentences on the command line are alternatives; a usage error (exit 2) before
     // the model is loaded, instead of translating the sentences and ignoring the file.
     if (!a.file.empty() && !a.sentences.empty())
@@ -64,58 +128,15 @@ void run(const TranslateArgs& a) {
     }
     check_output_file("--attention-json", a.attention_json);  // before decoding, not after
     check_not_model_file("--attention-json", a.attention_json, a.model);
-    train::ModelDir m = train::load_model_dir(a.model);
-    if (int8) name_model_in_int8_errors(a.model, int8, [&] { nn::quantize_linears_int8(*m.model); });
-    if (a.pe_quirk) {
-        QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
-        m.transformer()->set_pe_position_zero_at_inference(true);
-    }
-    std::vector<std::string> lines = a.sentences;
-    const char* unit = lines.empty() ? "line" : "sentence";  // the input's numbering in messages
-    if (lines.empty()) {
-        std::ifstream f;
-        std::istream* in = &std::cin;
-        if (!a.file.empty() && a.file != "-") {
-            f.open(a.file);
-            QKV_CHECK(f.good(), "translate: cannot open '", a.file, "'");
-            in = &f;
-        }
-        std::string line;
-        while (std::getline(*in, line)) {
-            if (!line.empty() && line.back() == '\r') line.pop_back();
-            // A UTF-8 byte-order mark (files saved by some Windows editors) is not text.
-            if (lines.empty() && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
-            lines.push_back(line);
-        }
-        QKV_CHECK(!in->bad(), "translate: reading '", a.file.empty() ? std::string("-") : a.file, "' failed");
-    }
-    // One output line per input line: a line that cannot be translated (invalid UTF-8, or a NUL
-    // byte, which would silently become <unk>) or has nothing to translate gives an empty output
-    // line and a note on stderr.
-    std::vector<std::vector<std::string>> src;
-    std::vector<size_t> row_of;  // input line -> row of src, or npos
-    int64_t invalid = 0;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        const size_t bad = data::invalid_utf8_offset(lines[i]);
-        const size_t nul = lines[i].find('\0');
-        if (bad != std::string::npos || nul != std::string::npos) {
-            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
-                         i + 1, bad <= nul ? "invalid UTF-8" : "NUL byte", std::min(bad, nul));
-            ++invalid;
-            row_of.push_back(std::string::npos);
-            continue;
-        }
-        auto tokens = data::tokenize_nmt(lines[i]);
-        if (is_blank(tokens)) {
-            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
-            row_of.push_back(std::string::npos);
-            continue;
-        }
-        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
-        row_of.push_back(src.size());
-        src.push_back(std::move(tokens));
-    }
-    train::TranslateOptions to;
+    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
+    runtime::Translator& tr = *translator;
+    const runtime::ModelDir& m = *tr.get();
+    const std::vector<std::string> lines = read_lines(a);
+    const char* unit = a.sentences.empty() ? "line" : "sentence";  // the input's numbering in messages
+    const Rows rows = tokenize_lines(lines, unit, m);
+    const auto& src    = rows.src;
+    const auto& row_of = rows.row_of;
+    runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
@@ -133,24 +154,24 @@ void run(const TranslateArgs& a) {
     // With --num-hypotheses > 1 or --scores: Moses n-best lines "i ||| translation ||| log P |||
     // log P / lp", i the 0-based input line; otherwise one translation per input line.
     const bool nbest = to.num_hypotheses > 1 || a.scores;
-    std::vector<const std::vector<train::Translation>*> done_rows(src.size(), nullptr);
+    std::vector<const std::vector<runtime::Translation>*> done_rows(src.size(), nullptr);
     size_t next_line = 0;
     auto print_line = [&](size_t i) {
         const size_t r = row_of[i];
         if (nbest) {
             if (r == std::string::npos) return;
             for (const auto& t : *done_rows[r])
-                std::printf("%zu ||| %s ||| %.6f ||| %.6f%s%s\n", i, train::join_tokens(t.words).c_str(), t.log_prob,
+                std::printf("%zu ||| %s ||| %.6f ||| %.6f%s%s\n", i, runtime::join_tokens(t.words).c_str(), t.log_prob,
                             t.score, a.alignments ? " ||| " : "", a.alignments ? t.alignment.c_str() : "");
             return;
         }
         const auto* h = r == std::string::npos ? nullptr : done_rows[r];
-        std::string out = h == nullptr || h->empty() ? "" : train::join_tokens(h->front().words);
+        std::string out = h == nullptr || h->empty() ? "" : runtime::join_tokens(h->front().words);
         if (a.alignments && h != nullptr && !h->empty()) out += " ||| " + h->front().alignment;
         if (r == std::string::npos)
             std::printf("\n");
         else if (a.show_source)
-            std::printf("%s => %s\n", train::join_tokens(src[r]).c_str(), out.c_str());
+            std::printf("%s => %s\n", runtime::join_tokens(src[r]).c_str(), out.c_str());
         else
             std::printf("%s\n", out.c_str());
     };
@@ -163,34 +184,17 @@ void run(const TranslateArgs& a) {
     };
     flush_ready();  // leading lines that need no decoding
     // translate_nbest fills hyp's row before the callback, and hyp outlives the loop.
-    std::vector<std::vector<train::Translation>> hyp;
-    to.on_translated = [&](int64_t row, const std::vector<train::Translation>& nb) {
+    std::vector<std::vector<runtime::Translation>> hyp;
+    to.on_translated = [&](int64_t row, const std::vector<runtime::Translation>& nb) {
         done_rows[size_t(row)] = &nb;
         flush_ready();
     };
-    name_model_in_int8_errors(a.model, int8, [&] { hyp = train::translate_nbest(m, src, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = tr.translate(src, to); });
     for (size_t r = 0; r < hyp.size(); ++r) done_rows[r] = &hyp[r];  // the returned copies
     flush_ready();
-    if (!a.attention_json.empty()) {
-        // One object per input line: source units, output units, weights (rows: output units +
-        // <eos> when finished; columns: the source units the model read, then <eos>).
-        nlohmann::json j = nlohmann::json::array();
-        const auto units = train::source_units(m, src);
-        for (size_t i = 0; i < lines.size(); ++i) {
-            const size_t r = row_of[i];
-            nlohmann::json e = {{"line", i + 1}};
-            if (r != std::string::npos && !hyp[r].empty()) {
-                e["source"]      = units[r];
-                e["translation"] = hyp[r][0].units;
-                e["alignment"]   = hyp[r][0].alignment;
-                e["attention"]   = hyp[r][0].attention;
-            }
-            j.push_back(std::move(e));
-        }
-        util::write_file_atomic(a.attention_json, j.dump() + "\n");
-    }
+    if (!a.attention_json.empty()) write_attention_json(a.attention_json, m, rows, hyp);
     std::fflush(stdout);
-    QKV_CHECK(invalid == 0, "translate: ", invalid, " of ", lines.size(), " ", unit,
+    QKV_CHECK(rows.invalid == 0, "translate: ", rows.invalid, " of ", lines.size(), " ", unit,
               lines.size() == 1 ? "" : "s",
               " not translated (invalid UTF-8 or a NUL byte; their output lines are empty)");
 }

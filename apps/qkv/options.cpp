@@ -270,7 +270,7 @@ void check_weights_backend(const std::string& command) {
         usage_error("QKV_ATTENTION=flash" + why + " (or unset QKV_ATTENTION)");
 }
 
-void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens) {
     // build_array_nmt keeps the first num_steps units of (units + <eos>): a sentence fits whole
     // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
@@ -279,12 +279,12 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     const auto words    = int64_t(tokens.size());
     // A subword model encodes the first source_word_limit words only (train/model_dir.h): past
     // them each word counts as the one piece it gives at least, so n is then a lower bound.
-    const int64_t limit = pieces ? train::source_word_limit(m) : words;
+    const int64_t limit = pieces ? runtime::source_word_limit(m) : words;
     bool bound          = words > limit;
     if (pieces) {
         // A word longer than source_char_limit characters is encoded from its start only (its
         // later pieces could not reach the model's positions; SentencePiece's cost grows with it).
-        const int64_t chars = train::source_char_limit(m);
+        const int64_t chars = runtime::source_char_limit(m);
         for (int64_t i = 0; i < std::min(words, limit); ++i)
             if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
                 bound = true;  // the piece count below is then a lower bound
@@ -378,7 +378,7 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                                   "--batch-type", "--compute-type", "--replace-unknowns"});
 }
 
-void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to) {
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to) {
     if (!f.sampling && (f.temperature != 1.0 || f.top_k != 0 || f.top_p != 1.0 || f.seed != 0))
         throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");
     if (f.sampling && to.beam > 1)
@@ -407,6 +407,20 @@ void name_model_in_int8_errors(const std::string& model, bool int8, const std::f
     } catch (const Error& e) {
         throw Error(detail::str("model '", model, "' (--compute-type int8): ", e.what()));
     }
+}
+
+std::unique_ptr<runtime::Translator> load_translator(const std::string& model, runtime::ComputeType compute_type,
+                                                     bool pe_quirk) {
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    auto tr = std::make_unique<runtime::Translator>(model, compute_type, [=](runtime::ModelDir& m) {
+        name_model_in_int8_errors(model, int8, [&] { runtime::apply_compute_type(*m.model, compute_type); });
+        if (pe_quirk) {
+            QKV_CHECK(m.transformer() != nullptr, "--pe-quirk applies to the Transformer only");
+            m.transformer()->set_pe_position_zero_at_inference(true);
+        }
+    });
+    tr->load();
+    return tr;
 }
 
 }  // namespace qkv::cli

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "qkv/runtime/translator.h"
 #include "qkv/train/model_dir.h"
 
 namespace qkv::cli {
@@ -110,7 +112,7 @@ void check_weights_backend(const std::string& command);
 /// 200060 source pieces (200000 words) ... and at least the last 200047 and <eos> are dropped",
 /// counting one piece per word not encoded. `prefix` is "qkv translate", `what` names the input
 /// ("line 3", "the sentence").
-void warn_if_truncated(const std::string& prefix, const std::string& what, const train::ModelDir& m,
+void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens);
 
 /// util::shell_quote (util/shell.h): `s` as one word for a POSIX shell, in commands printed to be copied.
@@ -148,7 +150,7 @@ struct DecodeFlags {
 void add_decode_flags(CLI::App* c, DecodeFlags& f);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.
-void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to);
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to);
 
 /// Runs `f`, a step of translate/eval with the model in the folder `model` (quantizing its Linear
 /// layers, decoding); under --compute-type int8 (`int8`) a qkv::Error from it is rethrown naming
@@ -156,5 +158,12 @@ void apply_decode_flags(const DecodeFlags& f, train::TranslateOptions& to);
 /// non-finite value". The int8 layers refuse a non-finite weight or activation (ops/quantize.h)
 /// but cannot say which model they run.
 void name_model_in_int8_errors(const std::string& model, bool int8, const std::function<void()>& f);
+
+/// The translator of `qkv translate` and `qkv eval`: the model folder `model` loaded (Translator::load)
+/// under `compute_type`, each copy with D2L's inference quirk when `pe_quirk` ("--pe-quirk applies to
+/// the Transformer only" otherwise) and the int8 quantization's errors naming the model
+/// (name_model_in_int8_errors). Throws qkv::Error from loading.
+std::unique_ptr<runtime::Translator> load_translator(const std::string& model, runtime::ComputeType compute_type,
+                                                     bool pe_quirk);
 
 }  // namespace qkv::cli

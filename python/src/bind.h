@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "qkv/core/parallel.h"
 #include "qkv/core/tensor.h"
 
 namespace qkv::py {
@@ -35,10 +36,25 @@ Tensor to_lengths(const pyb::handle& obj, const char* arg);
 /// A numpy array viewing t's memory (no copy); the array keeps the storage alive.
 pyb::array tensor_to_numpy(const Tensor& t);
 
+/// `qkv` (apps/qkv/main.cpp) flushes subnormals by default (core/parallel.h: speed, and PyTorch's
+/// set_flush_denormal); translating and training do the same here, so results equal the CLI's, and
+/// put the calling thread's setting back afterwards.
+class FlushDenormals {
+public:
+    FlushDenormals() : prev_(flush_denormal()) { set_flush_denormal(true); }
+    ~FlushDenormals() { set_flush_denormal(prev_); }
+    FlushDenormals(const FlushDenormals&)            = delete;
+    FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+private:
+    bool prev_;
+};
+
 void bind_tensor(pyb::module_& m);
 void bind_functional(pyb::module_& m);
 void bind_nn(pyb::module_& m);
 void bind_translate(pyb::module_& m);
 void bind_inspect(pyb::module_& m);
+void bind_train(pyb::module_& m);
 
 }  // namespace qkv::py

@@ -14,8 +14,9 @@
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
-#include "qkv/train/model_dir.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/model_dir.h"
+#include "qkv/runtime/text.h"
+#include "qkv/runtime/translation_data.h"
 
 namespace qkv::py {
 namespace {
@@ -44,8 +45,8 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
         pyb::gil_scoped_release nogil;
         const bool prev_flush = flush_denormal();
         set_flush_denormal(true);  // as qkv (apps/qkv/main.cpp) and qkv.Translator
-        train::ModelDir m = train::load_model_dir(model_dir.string());
-        data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
+        runtime::ModelDir m = runtime::load_model_dir(model_dir.string());
+        data::SeqArray arr = runtime::encode_sources(runtime::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
         Ts = arr.valid_len[0];
         src_labels = m.src_vocab.decode(std::vector<int64_t>(arr.ids.begin(), arr.ids.begin() + Ts));
         decode::GreedyOptions g;
@@ -74,7 +75,7 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
         }
         set_flush_denormal(prev_flush);
         const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
-        hyp_words = train::target_words(m, hyp);
+        hyp_words = runtime::target_words(m, hyp);
         steps      = int64_t(trace.cross.size());
         out_labels = hyp;
         if (int64_t(out_labels.size()) < steps) out_labels.push_back("<eos>");
@@ -82,7 +83,7 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
         for (int64_t i = 0; i + 1 < steps; ++i) in_labels.push_back(out_labels[size_t(i)]);
     }
     pyb::dict d;
-    d["translation"]    = train::join_tokens(hyp_words);
+    d["translation"]    = runtime::join_tokens(hyp_words);
     d["source_tokens"]  = src_labels;
     d["output_tokens"]  = out_labels;
     d["decoder_inputs"] = in_labels;

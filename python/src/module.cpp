@@ -25,4 +25,5 @@ PYBIND11_MODULE(_qkv, m) {
     qkv::py::bind_functional(m);
     qkv::py::bind_translate(m);
     qkv::py::bind_inspect(m);
+    qkv::py::bind_train(m);
 }

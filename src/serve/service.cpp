@@ -11,7 +11,7 @@
 
 #include "qkv/data/tokenizer.h"
 #include "qkv/serve/web_page.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/translation_data.h"
 
 namespace qkv::serve {
 namespace {
@@ -49,8 +49,8 @@ constexpr Route kRoutes[] = {{"/", "GET, HEAD"},           {"/index.html", "GET,
                              {"/v1/translate", "POST"}};
 
 /// The languages a model records (LanguagePair: "" for a side it does not).
-LanguagePair languages_of(const train::ModelDir& m) {
-    return {train::source_language(m.config.data), train::target_language(m.config.data)};
+LanguagePair languages_of(const runtime::ModelDir& m) {
+    return {runtime::source_language(m.config.data), runtime::target_language(m.config.data)};
 }
 
 /// A code for LibreTranslate's fields: "und" (ISO 639-2 "undetermined") for a side the model
@@ -194,10 +194,7 @@ std::string Metrics::text(int64_t queue_sentences, bool model_ready) const {
 
 Service::Service(ServiceOptions opt, std::shared_ptr<ModelHolder> model) : opt_(std::move(opt)), model_(std::move(model)) {
     batcher_ = std::make_unique<Batcher>(opt_.batcher, [this](const std::vector<std::string>& s, const ResolvedSettings& rs) {
-        std::shared_ptr<train::ModelDir> m = model_->get();
-        QKV_CHECK(m != nullptr, "serve: no model loaded");
-        const MatmulPrecisionGuard precision(model_->precision());  // this worker thread's setting
-        return translate_sentences(*m, s, rs);
+        return translate_sentences(*model_, s, rs);  // sets this worker thread's precision
     });
     batcher_->on_batch = [this](int64_t sentences, int64_t requests) { metrics_.batch(sentences, requests); };
 }
@@ -260,11 +257,11 @@ HttpResponse Service::handle(const HttpRequest& req) {
                 auto m = model_->get();
                 if (m)
                     res = json_response(200, {{"status", "ok"},
-                                              {"model", {{"architecture", train::model_kind_name(m->config.architecture)},
+                                              {"model", {{"architecture", runtime::model_kind_name(m->config.architecture)},
                                                          {"generation", model_->generation()},
-                                                         {"compute_type", model_->compute_type()},
-                                                         {"source_language", train::source_language(m->config.data)},
-                                                         {"target_language", train::target_language(m->config.data)},
+                                                         {"compute_type", runtime::compute_type_name(model_->compute_type())},
+                                                         {"source_language", runtime::source_language(m->config.data)},
+                                                         {"target_language", runtime::target_language(m->config.data)},
                                                          {"beam_size", m->config.decode.beam},
                                                          {"max_length", m->config.decode.max_len}}}});
                 else

@@ -3,7 +3,9 @@
 cmake_minimum_required(VERSION 3.20)
 # Each layer lists what it may include (itself included); everything else is refused, so layers
 # of one rank do not include each other either (kernels, autograd and util are independent; nn,
-# io and data too) and optimisation (optim, train) sits above models.
+# io and data too) and optimisation (optim, train) sits above models. runtime (the model folder,
+# its configuration and translating with it) sits between decode and train; serve uses runtime,
+# not train.
 set(allow_core     core)
 set(allow_kernels  kernels core)
 set(allow_autograd autograd core)
@@ -16,8 +18,9 @@ set(allow_data     data core util)
 set(allow_models   models core autograd ops nn)
 set(allow_optim    optim core autograd ops)
 set(allow_decode   decode core autograd util ops nn models)
-set(allow_train    train core autograd util ops nn io data models optim decode dist)
-set(allow_serve    serve core autograd util ops nn io data models optim decode train)
+set(allow_runtime  runtime core autograd util ops nn io data models optim decode dist)
+set(allow_train    train core autograd util ops nn io data models optim decode dist runtime)
+set(allow_serve    serve core autograd util ops nn io data models optim decode runtime)
 # Single files a layer may not include although it may include their layer: kernels see plain
 # data (conventions §3: no Tensor, no autograd).
 set(deny_kernels "core/tensor.h" "core/allocator.h")

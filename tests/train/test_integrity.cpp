@@ -19,7 +19,7 @@
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "support/test_util.h"
-#include "train/json_error.h"
+#include "runtime/json_error.h"
 
 namespace qkv::test {
 namespace {

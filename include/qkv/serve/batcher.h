@@ -2,7 +2,7 @@
 // Dynamic batching for `qkv serve` (as Marian's server and CTranslate2's batch translators do):
 // requests that arrive within max_wait of the oldest waiting one, with the same decoding
 // settings, are decoded together, up to max_batch_tokens source tokens; the decoder sorts their
-// sentences by length (train::translate_tokens). A bounded queue (max_queue sentences) turns
+// sentences by length (runtime::translate_tokens). A bounded queue (max_queue sentences) turns
 // excess load into an immediate refusal (HTTP 503 + Retry-After) instead of a growing backlog;
 // a job still waiting at its deadline is answered with an error, never decoded late, and a batch
 // whose every job is past its deadline stops decoding at the next step (decode/deadline.h).

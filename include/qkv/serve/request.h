@@ -75,7 +75,7 @@ ParseResult parse_translate_request(Endpoint endpoint, std::string_view body, st
                                     const Limits& limits);
 
 /// The languages a model translates between: the codes its config.json records (data.src_lang,
-/// data.tgt_lang; train::source_language), "" where it records none (a corpus trained without
+/// data.tgt_lang; runtime::source_language), "" where it records none (a corpus trained without
 /// --src-lang / --tgt-lang).
 struct LanguagePair {
     std::string source, target;

@@ -1,9 +1,9 @@
 #pragma once
-// Translation of raw sentences for `qkv serve`, on the code path of `qkv translate`: the
-// tokenizer (data::tokenize_nmt), then train::translate_tokens for plain requests, or, when a
-// request asks for n-best hypotheses, scores or attention, the same steps translate_tokens takes
-// (train::source_units, train::encode_sources, decode::greedy_decode or decode::beam_search) with
-// their ids kept. A sentence's translation is the same either way (tests/serve, cli.test_serve).
+// Translation of raw sentences for `qkv serve` with runtime::Translator, on the code path of
+// `qkv translate` (runtime::tokenize_sentences, then runtime::translate_nbest); when a request asks
+// for n-best hypotheses, scores or attention, the hypotheses' ids are kept and a greedy one is
+// scored, and the best one's cross-attention taken, by runtime::teacher_force. A sentence's
+// translation is the same either way (tests/serve, cli.test_serve, python test_front_ends).
 // Dim legend: L decoder blocks, H heads, Tt target positions (<eos> included when emitted),
 // Ts source positions (<eos> included unless cut).
 #include <cstdint>
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "qkv/serve/request.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/translator.h"
 
 namespace qkv::serve {
 
 /// DecodeSettings with the model folder's defaults filled in (config.json "decode").
 struct ResolvedSettings {
-    train::TranslateOptions options;  // beam, max_len, length_penalty, no_unk
+    runtime::TranslateOptions options;  // beam, max_len, length_penalty, no_unk
     int64_t n_best = 1;
     bool attention = false;
     /// Hypotheses with scores are wanted (the /v1 endpoint): the detailed path.
@@ -32,7 +32,7 @@ struct ResolvedSettings {
 /// Fills the unset fields of s from m.config.decode. Throws qkv::Error when n_best exceeds the
 /// resulting beam size, or attention is asked of a model without multi-head cross-attention (a
 /// Bahdanau model).
-ResolvedSettings resolve_settings(const train::ModelDir& m, const DecodeSettings& s, bool detail);
+ResolvedSettings resolve_settings(const runtime::ModelDir& m, const DecodeSettings& s, bool detail);
 
 struct Hypothesis {
     std::string text;                 // words joined by spaces (as qkv translate prints them)
@@ -43,12 +43,7 @@ struct Hypothesis {
 };
 
 /// Cross-attention (decoder over source) of the best hypothesis, from a teacher-forced pass.
-struct CrossAttention {
-    std::vector<std::string> source;  // Ts source units (with <unk> for unknown words, and <eos>)
-    std::vector<std::string> target;  // Tt output units (with <eos> when emitted)
-    int64_t layers = 0, heads = 0;
-    std::vector<float> weights;       // (L, H, Tt, Ts) row-major; each row sums to 1
-};
+using runtime::CrossAttention;
 
 struct SentenceResult {
     std::string translation;                 // "" for an empty or blank sentence
@@ -56,11 +51,11 @@ struct SentenceResult {
     CrossAttention attention;                // when asked
 };
 
-/// Translates raw sentences (valid UTF-8, checked by the caller) with m. Blank sentences give
-/// "" (as qkv translate's empty output lines). Plain settings (detail false): exactly
-/// train::translate_tokens. Runs in the calling thread; m must not be used by another thread
-/// meanwhile. Throws qkv::Error from the decoder.
-std::vector<SentenceResult> translate_sentences(train::ModelDir& m, const std::vector<std::string>& sentences,
+/// Translates raw sentences (valid UTF-8, checked by the caller) with a copy of the translator's
+/// model borrowed for the call, under its precision. Blank sentences give "" (as qkv translate's
+/// empty output lines). Plain settings (detail false): exactly runtime::translate_tokens. Runs in
+/// the calling thread. Throws qkv::Error from the decoder, or when no model is loaded.
+std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const std::vector<std::string>& sentences,
                                                 const ResolvedSettings& s);
 
 }  // namespace qkv::serve

@@ -28,44 +28,12 @@
 #include "qkv/train/data_parallel.h"
 #include "qkv/train/hooks.h"
 #include "qkv/train/run_recorder.h"  // has_missing_records
+#include "qkv/train/run_config.h"  // TrainOptions (runtime/run_config.h)
 
 namespace qkv::train {
 
-/// Hyper-parameters of a run (saved in config.json).
-struct TrainOptions {
-    int64_t epochs = 30;
-    int64_t max_steps = 0;         // stop after this many optimizer steps in total (0: no limit)
-    double time_budget_s = 0;      // stop at the first step boundary past this much training
-                                   // time, validation excluded (0: none; the anchor's clock)
-    int64_t batch_size = 128;
-    double lr = 1e-3;
-    double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
-    double clip_norm = 1.0;        // D2L's θ = 1; 0: no clipping
-    bool loss_on_padding = false;  // D2L EN's unmasked loss (train/loss.h)
-    double label_smoothing = 0.0;
-    optim::LrSchedule schedule = optim::LrSchedule::constant;
-    int64_t warmup_steps = 0;      // for the warmup schedules
-    uint64_t seed = 0;             // batch order (data/batcher.h); the caller seeds the default
-                                   // generator (init, dropout) with it before building the model
-    int64_t val_batch_size = 256;
-    /// Cut each batch to its longest source/target (data::BatcherOptions::trim); ignored with
-    /// loss_on_padding. Same loss, fewer padded positions computed.
-    bool trim_batches = false;
-    /// Length bucketing pool in batches (data::BatcherOptions::bucket_pool; 0: off).
-    int64_t bucket_pool = 0;
-    /// Also validate at the first step boundary past every multiple of this much training time
-    /// (0: only at epoch ends), as the anchor protocol does at 5, 10 and 15 minutes. Writes a
-    /// "val" record to metrics.jsonl and, inside an epoch, a checkpoint first (the batch
-    /// position, as a stop inside an epoch does), so a killed run loses at most this much
-    /// training; uses no random numbers, so resuming stays exact. A point at an epoch's last step
-    /// or where the run stops shares the epoch end's validation (one validation, the "val" record
-    /// before the epoch record, both with its loss).
-    double val_every_s = 0;
-    /// Matrix products in fp32 or, mixed precision, with bf16-rounded operands and fp32
-    /// accumulation (ops/precision.h) during fit() and evaluate_loss(); parameters, gradients,
-    /// Adam state, softmax, layer norm and the loss stay fp32, checkpoints fp32.
-    MatmulPrecision precision = MatmulPrecision::fp32;
-};
+// TrainOptions (the hyper-parameters saved in config.json) is in runtime/run_config.h.
+
 
 /// Where and how a run reports (not saved in config.json).
 struct TrainRuntime {

@@ -1,5 +1,5 @@
 // Model folders: writing the run files, loading a trained model, translating token lists.
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/model_dir.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,18 +13,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/data/tokenizer.h"
-#include "qkv/decode/greedy.h"
 #include "qkv/dist/communicator.h"
 #include "qkv/nn/module.h"
-#include "qkv/train/checkpoint.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/checkpoint.h"
+#include "qkv/runtime/translation_data.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/shell.h"
-#include "train/json_error.h"
+#include "runtime/json_error.h"
 
-namespace qkv::train {
+namespace qkv::runtime {
 
 namespace fs = std::filesystem;
 
@@ -384,204 +382,11 @@ std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& m
                        " blocks, ", m.num_heads, " heads, FFN ", m.ffn_num_hiddens, ", dropout ", m.dropout, ")");
 }
 
-std::string join_tokens(const std::vector<std::string>& tokens) {
-    std::string s;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        if (i) s += ' ';
-        s += tokens[i];
-    }
-    return s;
-}
-
-// Why a prefix of words gives the same first num_steps pieces as the whole sentence, for the
-// models SubwordModel::train makes (SentencePiece's defaults add_dummy_prefix and
-// split_by_whitespace, character_coverage 1): the text SentencePiece sees is the words joined by
-// single spaces, and each word starts with the whitespace mark '▁' (the dummy prefix for the
-// first, its space for the others). '▁' is a character of every training sentence, so it is a
-// known piece and never part of a run of unknown characters merged into one <unk>; no piece holds
-// '▁' after its start, so no piece spans two words, and BPE merges and unigram's Viterbi path
-// segment each word on its own. So the encoding of the first k words is a prefix of the whole
-// sentence's and holds at least k pieces: num_steps words would do. 4 × num_steps costs nothing
-// and leaves a margin for a model trained elsewhere whose pieces may span a few words.
-int64_t source_word_limit(const ModelDir& m) { return 4 * m.config.data.num_steps; }
-
-// Each piece spans at most the longest piece's characters, so the first num_steps pieces of a word
-// lie within its first num_steps × longest characters; 4× that leaves the same margin as the word
-// limit for segmentations that look a few characters ahead. SentencePiece's time and memory grow
-// with the text encoded (a 5,000,000-character word took 9.9 s and 1.35 GB encoded whole).
-int64_t source_char_limit(const ModelDir& m) {
-    int64_t longest = 1;
-    for (const auto& piece : m.src_vocab.tokens()) longest = std::max(longest, data::utf8_length(piece));
-    return 4 * m.config.data.num_steps * longest;
-}
-
-std::string cut_to_chars(const std::string& word, int64_t n) {
-    int64_t seen = 0;
-    for (size_t i = 0; i < word.size(); ++i)
-        if ((uint8_t(word[i]) & 0xC0) != 0x80 && seen++ == n) return word.substr(0, i);
-    return word;
-}
-
-std::vector<std::vector<std::string>> source_units(const ModelDir& m,
-                                                   const std::vector<std::vector<std::string>>& words) {
-    if (!m.subwords.active()) return words;
-    const auto limit    = size_t(source_word_limit(m));
-    const int64_t chars = source_char_limit(m);
-    std::vector<std::vector<std::string>> units;
-    units.reserve(words.size());
-    for (const auto& w : words) {
-        std::vector<std::string> kept(w.begin(), w.begin() + std::ptrdiff_t(std::min(limit, w.size())));
-        for (auto& word : kept)
-            if (int64_t(word.size()) > chars) word = cut_to_chars(word, chars);
-        units.push_back(m.subwords.src->encode(kept));
-    }
-    return units;
-}
-
-std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {
-    return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
-}
-
-std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::vector<std::vector<std::string>>& src,
-                                                      const TranslateOptions& opt) {
-    QKV_CHECK(opt.batch_size >= 1, "translate: batch size must be >= 1");
-    QKV_CHECK(opt.beam >= 1, "translate: beam must be >= 1, got ", opt.beam);
-    decode::DecodeOptions d;
-    d.bos                  = m.tgt_vocab.bos();
-    d.eos                  = m.tgt_vocab.eos();
-    d.max_len              = opt.max_len;
-    d.beam_size            = opt.beam;
-    d.length_penalty       = opt.length_penalty;
-    d.num_hypotheses       = opt.num_hypotheses;
-    d.min_len              = opt.min_len;
-    d.no_repeat_ngram_size = opt.no_repeat_ngram_size;
-    d.repetition_penalty   = opt.repetition_penalty;
-    d.coverage_penalty     = opt.coverage_penalty;
-    d.sampling             = opt.sampling;
-    if (opt.no_unk) d.banned = {m.tgt_vocab.unk()};
-    if (!opt.prefix.empty()) {
-        const auto units = m.subwords.active() ? m.subwords.tgt->encode(opt.prefix) : opt.prefix;
-        for (const auto& u : units) {
-            QKV_CHECK(m.tgt_vocab.contains(u), "translate: target prefix word '", u,
-                      "' is not in the target vocabulary");
-            const int64_t id = m.tgt_vocab.token_to_idx(u);
-            // Reserved tokens are not words a translation can start with (<eos> would end it;
-            // <pad>, <bos> would be printed as text); a banned one (<unk> under --no-unk) is refused.
-            QKV_CHECK(id != m.tgt_vocab.eos() && id != m.tgt_vocab.pad() && id != m.tgt_vocab.bos(),
-                      "translate: target prefix word '", u, "' is a reserved token, not a word");
-            QKV_CHECK(!(opt.no_unk && id == m.tgt_vocab.unk()), "translate: target prefix word '", u,
-                      "' is <unk>, which --no-unk bans");
-            d.prefix.push_back(id);
-        }
-    }
-    d.return_attention = opt.attention || opt.replace_unknowns;
-    d.validate(m.model->tgt_vocab_size());
-    const bool plain_greedy =
-        opt.beam == 1 && !d.needs_logits() && !d.return_attention && !opt.scores && d.coverage_penalty == 0.0;
-    const int64_t n = int64_t(src.size());
-    std::vector<std::vector<Translation>> out(static_cast<size_t>(n));
-    m.model->eval();
-    std::unique_ptr<util::ProgressBar> bar;
-    if (opt.progress) bar = std::make_unique<util::ProgressBar>(n, "decode");
-    // Batches of sources of similar length (a stable sort by unit count): the rows of a batch
-    // then tend to finish together, so decoding keeps full GEMMs for longer and the cached
-    // greedy path drops fewer stragglers one by one. Each row's result does not depend on its
-    // batch-mates (padding is masked); outputs go back to the input order.
-    const data::Sentences units = source_units(m, src);
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-        return units[size_t(a)].size() < units[size_t(b)].size();
-    });
-    const int64_t num_steps = m.config.data.num_steps;
-    auto row_units = [&](int64_t i) { return std::min(num_steps, int64_t(units[size_t(order[size_t(i)])].size()) + 1); };
-    for (int64_t start = 0, end = 0; start < n; start = end) {
-        if (opt.batch_tokens) {
-            // Sorted ascending, so the last row added is the longest: rows × its units.
-            end = start + 1;
-            while (end < n && (end - start + 1) * row_units(end) <= opt.batch_size) ++end;
-        } else {
-            end = std::min(n, start + opt.batch_size);
-        }
-        data::Sentences chunk;
-        chunk.reserve(size_t(end - start));
-        for (int64_t i = start; i < end; ++i) chunk.push_back(units[size_t(order[size_t(i)])]);
-        data::SeqArray a = encode_sources(chunk, m.src_vocab, num_steps);
-        const Tensor s  = from_vector(a.ids, {a.rows, a.num_steps});
-        const Tensor vl = from_vector(a.valid_len, {a.rows});
-        if (plain_greedy) {
-            decode::GreedyOptions g;
-            g.bos     = d.bos;
-            g.eos     = d.eos;
-            g.max_len = d.max_len;
-            g.banned  = d.banned;
-            const auto ids = decode::greedy_decode(*m.model, s, vl, g);
-            for (size_t r = 0; r < ids.size(); ++r)
-            {
-                Translation t;
-                t.words = target_words(m, m.tgt_vocab.decode(ids[r]));
-                out[size_t(order[size_t(start) + r])] = {std::move(t)};
-            }
-        } else {
-            const auto hyps = decode::generate(*m.model, s, vl, d);
-            for (size_t r = 0; r < hyps.size(); ++r) {
-                const int64_t row = order[size_t(start) + r];
-                const auto& src_units = units[size_t(row)];
-                // Source positions the model read: its units (cut to num_steps - 1) then <eos>.
-                const int64_t src_len = std::min<int64_t>(int64_t(src_units.size()), num_steps);
-                auto& o = out[size_t(row)];
-                for (const auto& h : hyps[r]) {
-                    std::vector<std::string> u = m.tgt_vocab.decode(h.tokens);
-                    if (opt.replace_unknowns)
-                        for (size_t j = 0; j < h.tokens.size(); ++j) {
-                            if (h.tokens[j] != m.tgt_vocab.unk()) continue;
-                            const auto& w = h.attention[j];
-                            const auto i  = int64_t(std::max_element(w.begin(), w.end()) - w.begin());
-                            if (i >= src_len) continue;  // attends to <eos> or beyond: keep <unk>
-                            u[j] = src_units[size_t(i)];  // a piece keeps its word-start mark
-                        }
-                    Translation t;
-                    t.words    = target_words(m, u);
-                    t.log_prob = h.log_prob;
-                    t.score    = h.score;
-                    if (opt.attention) {
-                        t.units     = u;
-                        t.attention = h.attention;
-                        // Columns: the source positions read (units, then <eos>), not the padding
-                        // of the batch (weight 0) after them.
-                        const size_t cols = size_t(std::min<int64_t>(int64_t(src_units.size()) + 1, num_steps));
-                        for (auto& w : t.attention)
-                            if (w.size() > cols) w.resize(cols);
-                        t.alignment = decode::alignment_pairs(h.attention, src_len);
-                    }
-                    o.push_back(std::move(t));
-                }
-            }
-        }
-        if (opt.on_translated)
-            for (int64_t i = start; i < end; ++i) opt.on_translated(order[size_t(i)], out[size_t(order[size_t(i)])]);
-        if (bar) bar->update(end - start);
-    }
-    return out;
-}
-
-std::vector<std::vector<std::string>> translate_tokens(ModelDir& m,
-                                                       const std::vector<std::vector<std::string>>& src,
-                                                       const TranslateOptions& opt) {
-    TranslateOptions o = opt;
-    o.num_hypotheses   = 1;
-    auto nbest         = translate_nbest(m, src, o);
-    std::vector<std::vector<std::string>> out;
-    out.reserve(nbest.size());
-    for (auto& t : nbest) out.push_back(t.empty() ? std::vector<std::string>{} : std::move(t.front().words));
-    return out;
-}
-
-}  // namespace qkv::train
+}  // namespace qkv::runtime
 
 // ---- sizes and integrity --------------------------------------------------------------------------
 
-namespace qkv::train {
+namespace qkv::runtime {
 
 namespace {
 
@@ -745,4 +550,4 @@ Consistency check_architecture(const std::string& weights, const std::map<std::s
     return c;
 }
 
-}  // namespace qkv::train
+}  // namespace qkv::runtime

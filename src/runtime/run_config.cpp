@@ -1,5 +1,5 @@
 // Presets and the config.json form of RunConfig.
-#include "qkv/train/run_config.h"
+#include "qkv/runtime/run_config.h"
 
 #include <cctype>
 
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace qkv::train {
+namespace qkv::runtime {
 
 using json = nlohmann::json;
 
@@ -610,4 +610,4 @@ double check_duration_seconds(double seconds, const std::string& name) {
     return seconds == 0 ? 0.0 : seconds;  // -0.0 would be written to config.json as -0.0
 }
 
-}  // namespace qkv::train
+}  // namespace qkv::runtime

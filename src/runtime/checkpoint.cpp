@@ -1,6 +1,6 @@
 // Training checkpoints and model files on top of io/safetensors.h: tensor naming, the metadata
 // contract, a FNV-1a checksum of the data section, and clear errors for damaged files.
-#include "qkv/train/checkpoint.h"
+#include "qkv/runtime/checkpoint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/io/safetensors.h"
-#include "train/json_error.h"
+#include "runtime/json_error.h"
 
-namespace qkv::train {
+namespace qkv::runtime {
 
 namespace fs = std::filesystem;
 
@@ -349,4 +349,4 @@ void load_model(const std::string& path, nn::Module& model) {
     }
 }
 
-}  // namespace qkv::train
+}  // namespace qkv::runtime

@@ -1,5 +1,5 @@
 // DataConfig -> TranslationData: read, filter, split, vocabularies, arrays.
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/translation_data.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "qkv/data/fra_eng.h"
 #include "qkv/data/tokenizer.h"
 
-namespace qkv::train {
+namespace qkv::runtime {
 
 data::SeqArray encode_sources(const data::Sentences& tokens, const data::Vocab& src_vocab,
                               int64_t num_steps) {
@@ -403,4 +403,4 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     return out;
 }
 
-}  // namespace qkv::train
+}  // namespace qkv::runtime

@@ -1,0 +1,95 @@
+// The text pipeline of translation (runtime/text.h).
+#include "qkv/runtime/text.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "qkv/data/subword.h"
+#include "qkv/data/tokenizer.h"
+
+namespace qkv::runtime {
+
+bool is_blank(const std::vector<std::string>& tokens) {
+    for (const auto& t : tokens)
+        for (unsigned char ch : t)
+            if (!std::isspace(ch)) return false;
+    return true;
+}
+
+TextProblem text_problem(const std::string& sentence) {
+    const size_t bad = data::invalid_utf8_offset(sentence);
+    const size_t nul = sentence.find('\0');
+    if (bad == std::string::npos && nul == std::string::npos) return {};
+    return {bad <= nul ? "invalid UTF-8" : "NUL byte", std::min(bad, nul)};
+}
+
+std::vector<std::vector<std::string>> tokenize_sentences(const std::vector<std::string>& sentences) {
+    std::vector<std::vector<std::string>> out;
+    out.reserve(sentences.size());
+    for (const auto& s : sentences) {
+        auto t = data::tokenize_nmt(s);
+        if (is_blank(t)) t.clear();
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::string join_tokens(const std::vector<std::string>& tokens) {
+    std::string s;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (i) s += ' ';
+        s += tokens[i];
+    }
+    return s;
+}
+
+// Why a prefix of words gives the same first num_steps pieces as the whole sentence, for the
+// models SubwordModel::train makes (SentencePiece's defaults add_dummy_prefix and
+// split_by_whitespace, character_coverage 1): the text SentencePiece sees is the words joined by
+// single spaces, and each word starts with the whitespace mark '▁' (the dummy prefix for the
+// first, its space for the others). '▁' is a character of every training sentence, so it is a
+// known piece and never part of a run of unknown characters merged into one <unk>; no piece holds
+// '▁' after its start, so no piece spans two words, and BPE merges and unigram's Viterbi path
+// segment each word on its own. So the encoding of the first k words is a prefix of the whole
+// sentence's and holds at least k pieces: num_steps words would do. 4 × num_steps costs nothing
+// and leaves a margin for a model trained elsewhere whose pieces may span a few words.
+int64_t source_word_limit(const ModelDir& m) { return 4 * m.config.data.num_steps; }
+
+// Each piece spans at most the longest piece's characters, so the first num_steps pieces of a word
+// lie within its first num_steps × longest characters; 4× that leaves the same margin as the word
+// limit for segmentations that look a few characters ahead. SentencePiece's time and memory grow
+// with the text encoded (a 5,000,000-character word took 9.9 s and 1.35 GB encoded whole).
+int64_t source_char_limit(const ModelDir& m) {
+    int64_t longest = 1;
+    for (const auto& piece : m.src_vocab.tokens()) longest = std::max(longest, data::utf8_length(piece));
+    return 4 * m.config.data.num_steps * longest;
+}
+
+std::string cut_to_chars(const std::string& word, int64_t n) {
+    int64_t seen = 0;
+    for (size_t i = 0; i < word.size(); ++i)
+        if ((uint8_t(word[i]) & 0xC0) != 0x80 && seen++ == n) return word.substr(0, i);
+    return word;
+}
+
+std::vector<std::vector<std::string>> source_units(const ModelDir& m,
+                                                   const std::vector<std::vector<std::string>>& words) {
+    if (!m.subwords.active()) return words;
+    const auto limit    = size_t(source_word_limit(m));
+    const int64_t chars = source_char_limit(m);
+    std::vector<std::vector<std::string>> units;
+    units.reserve(words.size());
+    for (const auto& w : words) {
+        std::vector<std::string> kept(w.begin(), w.begin() + std::ptrdiff_t(std::min(limit, w.size())));
+        for (auto& word : kept)
+            if (int64_t(word.size()) > chars) word = cut_to_chars(word, chars);
+        units.push_back(m.subwords.src->encode(kept));
+    }
+    return units;
+}
+
+std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {
+    return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
+}
+
+}  // namespace qkv::runtime
