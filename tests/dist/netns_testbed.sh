@@ -229,12 +229,12 @@ run() {
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do up_args+=("$1"); shift; done
     [ "${1:-}" = "--" ] || die "run: give the command after --"
     shift
-    local state
-    state=$(mktemp -d)
-    trap 'down "$state"; rm -rf "$state"' EXIT
+    # Global: the EXIT trap runs after this function has returned.
+    RUN_STATE=$(mktemp -d)
+    trap 'down "$RUN_STATE"; rm -rf "$RUN_STATE"' EXIT
     trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP
-    up "$state" "${up_args[@]}"
-    QKV_TESTBED="$state" "$@"
+    up "$RUN_STATE" "${up_args[@]}"
+    QKV_TESTBED="$RUN_STATE" "$@"
 }
 
 cmd=${1:-}; shift || true
