@@ -34,6 +34,7 @@ echo "$out" | head -5
 check "a stuck rank stops the job (exit != 0, not the 60 s guard)" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
 check "within the bound ($dt s)" '[ $dt -lt 30 ]'
 check "rank 0 names rank 1" 'grep -q "qkv: rank 0: allreduce #1 (10 elements) did not complete within 2 s (QKV_DIST_TIMEOUT=2): rank(s) 1 never reached it" <<<"$out"'
+check "and says it lost rank 1, once" '[ "$(grep -c "^qkv: rank 1 lost (no answer within QKV_DIST_TIMEOUT=2 s in allreduce #1); no checkpoint was written yet (nothing to resume)$" <<<"$out")" = 1 ]'
 
 # ---- data-parallel training (Trainer with a communicator; mpi_probe train) ----
 st_diff() { /usr/bin/python3 "$(dirname "$0")/st_diff.py" "$@" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
@@ -84,7 +85,10 @@ out=$(mpirun -np 1 "$probe" train "$T/mr" 20 0 1 0 : -np 1 "$probe" train "$T/mr
 check "mismatched --grad-reduce refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the gradient reduction (--grad-reduce, bucket sizes): rank 1 has .after-backward" <<<"$out"'
 # A rank killed mid-run: the job ends by itself (mpirun's own report names the rank) and the last
 # checkpoint loads and resumes.
-mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &
+# The rank left says which rank was lost between mpirun's SIGTERM and its SIGKILL
+# (odls_base_sigkill_timeout, 1 s); 5 s keeps that independent of the machine's load (mpirun
+# sleeps them all before it exits).
+OMPI_MCA_odls_base_sigkill_timeout=5 mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &
 mp=$!
 for _ in $(seq 1 400); do
   n=$(grep -c '"kind":"step"' "$T/kill/metrics.jsonl" 2> /dev/null) || true
@@ -103,6 +107,7 @@ dt=$((SECONDS - t0))
 kill -9 $mp 2> /dev/null; wait $mp; rc=$?
 check "the job ends by itself within 30 s of the kill ($dt s, exit $rc)" '[ $dt -lt 30 ] && [ $rc -ne 0 ]'
 check "mpirun names the killed rank" 'grep -q "rank 1 .*exited on signal 9" "$T/kill.err"'
+check "rank 0 says, once, that rank 1 was lost and where the last checkpoint is" '[ "$(grep -c "^qkv: rank 1 lost (its process on .* ended: killed or crashed); the last checkpoint is $T/kill/checkpoint.safetensors (step [0-9]*)$" "$T/kill.err")" = 1 ]'
 check "the last checkpoint resumes" 'mpirun -np 1 "$probe" train "$T/kill" $(( $(grep -c "\"kind\":\"step\"" "$T/kill/metrics.jsonl") + 4 )) 1 1 0.1 > "$T/kill2.txt" 2>&1'
 echo "$pass passed, $failed failed"
 [ $failed -eq 0 ]
