@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <condition_variable>
@@ -151,6 +152,10 @@ public:
         arrived_.assign(static_cast<size_t>(size_), 0);
         spoke_.assign(static_cast<size_t>(size_), 0);
         gather_whereabouts();
+        // Named by rank 0's process, which no other job has: the ranks of a machine see it at once.
+        spoke_marker_ = (std::filesystem::temp_directory_path() /
+                         ::qkv::detail::str("qkv-mpi-", peers_[0].pid, "-", peers_[0].start, ".spoke"))
+                            .string();
         g_world = this;
         watchdog_ = std::thread([this] { watch(); });
     }
@@ -198,9 +203,10 @@ public:
     void barrier() override { run("barrier", 0, [&] { return MPI_Barrier(MPI_COMM_WORLD); }); }
 
     [[noreturn]] void abort(const std::string& message, int code) override {
-        tell_others_i_spoke();  // the others must not report this rank lost: it says why it stops
+        mark_spoken();  // the others must not report this rank lost: it says why it stops
         std::fprintf(stderr, "qkv: rank %d: %s\n", rank_, message.c_str());
         std::fflush(stderr);
+        tell_others_i_spoke();  // after the message: see say()
         MPI_Abort(MPI_COMM_WORLD, code);
         std::_Exit(code);
     }
@@ -349,7 +355,48 @@ private:
             spoke_[static_cast<size_t>(st.MPI_SOURCE)] = 1;
         }
     }
-    bool someone_spoke() const { return std::find(spoke_.begin(), spoke_.end(), 1) != spoke_.end(); }
+    bool someone_spoke() const {
+        return std::find(spoke_.begin(), spoke_.end(), 1) != spoke_.end() || ::access(spoke_marker_.c_str(), F_OK) == 0;
+    }
+    /// The ranks of this machine learn at once (a file) that the job's end was explained; the
+    /// notes (MPI) reach the others, unless their connection to this rank was never opened.
+    void mark_spoken() const {
+        if (std::FILE* f = std::fopen(spoke_marker_.c_str(), "w")) std::fclose(f);
+    }
+
+public:
+    /// At exit (finalize_at_exit): stops the watchdog and removes the marker of a job that ended
+    /// normally (one whose end was explained keeps it: a rank still in the job may look for it).
+    void at_exit() {
+        stop_watchdog();
+        if (!someone_spoke()) std::remove(spoke_marker_.c_str());
+    }
+
+private:
+    std::string hosts_of(const std::vector<int>& ranks) const {
+        std::vector<std::string> hosts;
+        for (int r : ranks) {
+            const std::string& h = peers_[static_cast<size_t>(r)].host;
+            if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+        }
+        std::string out;
+        for (const std::string& h : hosts) out += (out.empty() ? "" : ", ") + h;
+        return out;
+    }
+
+    /// The ranks of `elsewhere` on the machines of the ranks rank 0 saw miss the current
+    /// collective (a machine's ranks are lost together: its link, its daemon); else all of them.
+    std::vector<int> lost_elsewhere(const std::vector<int>& elsewhere) const {
+        std::vector<int> lost;
+        const std::vector<int> missing = rank_ == 0 ? missing_ranks() : std::vector<int>{};
+        for (int r : elsewhere)
+            for (int m : missing)
+                if (peers_[static_cast<size_t>(m)].machine == peers_[static_cast<size_t>(r)].machine) {
+                    lost.push_back(r);
+                    break;
+                }
+        return lost.empty() ? elsewhere : lost;
+    }
 
     /// Rank 0: the ranks whose arrival note for the current collective is missing.
     std::vector<int> missing_ranks() const {
@@ -360,9 +407,11 @@ private:
     }
 
     void say(const std::string& line) {
-        tell_others_i_spoke();
+        mark_spoken();
         std::fprintf(stderr, "%s\n", line.c_str());
         std::fflush(stderr);
+        // Last: a send towards a lost rank's closed TCP connection may end this process (SIGPIPE).
+        tell_others_i_spoke();
     }
 
     // Watchdog thread, under mu_. See the file's comment.
@@ -408,24 +457,8 @@ private:
         if (rank_ == 0) read_arrivals();
         job_lost_ = true;
         if (someone_spoke() || lowest_live_here != rank_) return;
-        // The ranks of the other machines that rank 0 saw miss this collective (mpirun stops a job
-        // when one of its ranks ends, so a machine's ranks are lost together: its link, its daemon);
-        // else (rank 0 saw all arrive, or this is not rank 0) every rank elsewhere.
-        std::vector<int> lost;
-        const std::vector<int> missing = rank_ == 0 ? missing_ranks() : std::vector<int>{};
-        for (int r : elsewhere)
-            for (int m : missing)
-                if (peers_[static_cast<size_t>(m)].machine == peers_[static_cast<size_t>(r)].machine) {
-                    lost.push_back(r);
-                    break;
-                }
-        if (lost.empty()) lost = elsewhere;
-        std::string hosts;
-        for (int r : lost) {
-            const std::string& h = peers_[static_cast<size_t>(r)].host;
-            if (hosts.find(h) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + h;
-        }
-        say(lost_rank_line(lost, ::qkv::detail::str("on ", hosts, ": mpirun is stopping the job while rank ", rank_,
+        const std::vector<int> lost = lost_elsewhere(elsewhere);
+        say(lost_rank_line(lost, ::qkv::detail::str("on ", hosts_of(lost), ": mpirun is stopping the job while rank ", rank_,
                                                     " waits for ", lost.size() == 1 ? "it" : "them", " in ", current_,
                                                     " #", seq_)));
     }
@@ -449,6 +482,7 @@ private:
     std::deque<std::pair<MPI_Request, std::unique_ptr<int64_t>>> notes_out_;
     std::vector<int64_t> arrived_;
     std::vector<Whereabouts> peers_;  // by rank
+    std::string spoke_marker_;
     // Watchdog thread only.
     std::vector<char> spoke_;         // by rank: explained the job's end (abort(), a lost rank)
     bool job_lost_ = false, term_seen_ = false;
@@ -465,7 +499,7 @@ private:
 };
 
 void finalize_at_exit() {
-    if (g_world) g_world->stop_watchdog();
+    if (g_world) g_world->at_exit();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();

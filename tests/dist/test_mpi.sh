@@ -11,6 +11,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # no suppression can match them. ASan's memory-error checks stay on; qkv's own leaks are checked
 # by the single-process tests of the same code (test_dist, test_data_parallel, cli.test_train).
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# The marker a rank leaves when it explains a lost rank (dist/mpi_communicator.cpp) goes to TMPDIR.
+T0=$(mktemp -d); export TMPDIR="$T0"
 pass=0 failed=0
 check() { if eval "$2"; then pass=$((pass + 1)); else failed=$((failed + 1)); echo "FAIL: $1"; fi; }
 out=$(mpirun -np 2 "$probe" collectives 2>&1); rc=$?
@@ -38,7 +40,7 @@ check "and says it lost rank 1, once" '[ "$(grep -c "^qkv: rank 1 lost (no answe
 
 # ---- data-parallel training (Trainer with a communicator; mpi_probe train) ----
 st_diff() { /usr/bin/python3 "$(dirname "$0")/st_diff.py" "$@" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+T=$(mktemp -d); trap 'rm -rf "$T" "$T0"' EXIT
 train() { local np=$1 dir=$2; shift 2; mpirun -np "$np" "$probe" train "$T/$dir" "$@" > "$T/$dir.txt" 2> "$T/$dir.err" || { cat "$T/$dir.err"; return 1; }; }
 # Tolerances. Loss: the 2-rank loss is the sum of two partial means instead of one mean, and the
 # gradients sums of two shares: fp32 reordering, a few ulp per step; 1e-5 relative is ~100x what
