@@ -19,7 +19,8 @@
 #   netns_testbed.sh shape STATE [--rate RATE] [--delay DELAY]   reshapes every host's link
 #   netns_testbed.sh link STATE HOST up|down       brings a host's link up or down
 #   netns_testbed.sh kill STATE HOST [PATTERN]     SIGKILL to HOST's processes whose command line
-#                                                  matches PATTERN (default: every process there)
+#                                                  matches PATTERN (default: every process there),
+#                                                  all stopped first (a host failing at once)
 #   netns_testbed.sh down STATE                    ends every process in the hosts, removes them
 #   netns_testbed.sh run [--hosts N] [--slots S] [--rate RATE] [--delay DELAY] -- CMD...
 #       up, CMD with $QKV_TESTBED set to the state folder, down (on every exit path)
@@ -195,11 +196,14 @@ link() {  # STATE HOST up|down
 
 kill_in() {  # STATE HOST [PATTERN]
     load_state "$1"
-    local p n=0
+    local p n=0 victims=()
     for p in $(ip netns pids "${PREFIX}h$2"); do
         [ -z "${3:-}" ] || tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -q -- "$3" || continue
-        kill -9 "$p" 2> /dev/null && n=$((n + 1))
+        victims+=("$p")
     done
+    # All at once, as a host that fails: stopped first, so none sees another end before it ends.
+    for p in "${victims[@]}"; do kill -STOP "$p" 2> /dev/null || true; done
+    for p in "${victims[@]}"; do kill -9 "$p" 2> /dev/null && n=$((n + 1)); done
     echo "$n"
 }
 
