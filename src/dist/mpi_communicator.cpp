@@ -13,7 +13,8 @@
 // each tick the lowest live rank of a machine looks whether a rank of its machine has ended
 // (/proc), or, once a SIGTERM came while this rank has been waiting in a collective for
 // kLostGraceS since, names the ranks elsewhere it waits for. A rank that stops the job itself
-// (abort()) or reports a lost rank first tells the others, which then say nothing more.
+// (abort()) or reports a lost rank tells the others (a note, and a marker file for its machine),
+// which then say nothing more.
 #include "dist/mpi_communicator.h"
 
 #include "qkv/core/error.h"
