@@ -17,6 +17,8 @@ pkgs+=(python3-nbconvert python3-ipykernel jupyter-notebook)
 # page in a headless browser, tests/cli/test_serve_page.sh).
 pkgs+=(libcpp-httplib-dev curl chromium)
 pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev)  # make fuzz / fuzz-ci: libFuzzer, OpenMP for clang
+# The multi-host test bed (tests/dist/netns_testbed.sh, ctest dist.netns): ip netns, tc; unshare.
+pkgs+=(iproute2 util-linux)
 [[ "${1:-}" == "--with-torch" ]] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -498,6 +498,8 @@ void run(TrainArgs& a, CLI::App* c) {
     // Under `mpirun -np N` this process is one of N ranks (data-parallel; a build without MPI
     // refuses here rather than train N separate copies into one folder).
     ro.comm = dist::world();
+    // The line a lost rank leaves (dist/communicator.h lost_rank_line): the resume command.
+    ro.comm->set_recovery_hint("qkv train", "qkv train --resume --out " + shell_quote(a.out));
     ro.reduce.overlap = a.grad_reduce == "overlap";
     const bool rank0 = ro.comm->rank() == 0;
     // Rank 0 alone writes the folder, so it alone tests it (another rank's probe folder, made and

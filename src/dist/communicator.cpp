@@ -50,6 +50,55 @@ double timeout_from_env() {
 
 std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
 
+void Communicator::set_recovery_hint(std::string prefix, std::string resume_command) {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    prefix_         = std::move(prefix);
+    resume_command_ = std::move(resume_command);
+}
+
+void Communicator::note_checkpoint(std::string path, int64_t step, bool written) {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    if (written) {
+        ckpt_path_    = std::move(path);
+        ckpt_step_    = step;
+        pending_step_ = -1;
+    } else {
+        pending_path_ = std::move(path);
+        pending_step_ = step;
+    }
+}
+
+void Communicator::confirm_pending_checkpoint() {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    if (pending_step_ < 0) return;
+    ckpt_path_    = std::move(pending_path_);
+    ckpt_step_    = pending_step_;
+    pending_step_ = -1;
+}
+
+void Communicator::watch_interrupt(const volatile std::sig_atomic_t* flag) {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    interrupt_ = flag;
+}
+
+const volatile std::sig_atomic_t* Communicator::interrupt_flag() const {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    return interrupt_;
+}
+
+std::string Communicator::lost_rank_line(const std::vector<int>& lost, const std::string& why) const {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    std::string who;
+    for (size_t i = 0; i < lost.size(); ++i) who += ::qkv::detail::str(i == 0 ? "" : ", ", lost[i]);
+    who = lost.empty() ? "a rank was lost" : ::qkv::detail::str(lost.size() == 1 ? "rank " : "ranks ", who, " lost");
+    const int remaining = std::max(1, size() - static_cast<int>(lost.size()));
+    std::string line = ::qkv::detail::str(prefix_, ": ", who, " (", why, ")");
+    if (ckpt_step_ < 0) return line + "; no checkpoint was written yet (nothing to resume)";
+    line += ::qkv::detail::str("; the last checkpoint is ", ckpt_path_, " (step ", ckpt_step_, ")");
+    if (!resume_command_.empty()) line += ::qkv::detail::str("; resume with: mpirun -np ", remaining, " ", resume_command_);
+    return line;
+}
+
 bool launched_by_mpirun() {
     for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
         if (std::getenv(k) != nullptr) return true;

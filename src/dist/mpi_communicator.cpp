@@ -5,6 +5,16 @@
 // rank 0 on a duplicated communicator before each collective; rank 0's watchdog reads them, and on
 // a timeout names the ranks whose note for k is missing. Ranks > 0 wait a grace period longer,
 // so rank 0's diagnosis normally ends the job first.
+//
+// A lost rank (killed, crashed, its host gone): mpirun stops the job by SIGTERM (then SIGKILL
+// odls_base_sigkill_timeout = 1 s later) to the others, which wait in a collective that cannot
+// complete, so the trainer never sees the stop. The watchdog says it instead (lost_rank_line): at
+// start every rank learns where the others run (host, boot, PID namespace, PID, start time), and
+// each tick the lowest live rank of a machine looks whether a rank of its machine has ended
+// (/proc), or, once a SIGTERM came while this rank has been waiting in a collective for
+// kLostGraceS since, names the ranks elsewhere it waits for. A rank that stops the job itself
+// (abort()) or reports a lost rank tells the others (a note, and a marker file for its machine),
+// which then say nothing more.
 #include "dist/mpi_communicator.h"
 
 #include "qkv/core/error.h"
@@ -15,8 +25,15 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -41,6 +58,14 @@ bool built_with_mpi() { return true; }
 namespace {
 
 constexpr int kArrivalTag = 7;
+/// A rank that stops the job itself (abort()) or reports a lost rank says so to the others first,
+/// so that the job's end is explained once.
+constexpr int kSpokeTag = 8;
+/// Seconds a collective must stay stuck after a SIGTERM before the ranks it waits for are
+/// reported lost: the ranks of a job stopped on purpose reach it sooner (they are at most the
+/// imbalance of one step apart), and mpirun's SIGKILL comes 1 s after its SIGTERM.
+/// Rank 0, which knows who never arrived, goes first; the others after kLostGraceOthersS.
+constexpr double kLostGraceS = 0.5, kLostGraceOthersS = 0.8;
 /// Extra seconds ranks > 0 wait past the timeout, so rank 0 (which knows who is missing)
 /// reports first.
 constexpr double kGraceS = 5.0;
@@ -50,6 +75,64 @@ constexpr auto kWatchTick = std::chrono::milliseconds(100);
 class MpiWorld;
 MpiWorld* g_world = nullptr;
 void finalize_at_exit();
+
+/// Where a process runs and which process it is: same `machine` means /proc shows the other's
+/// process (same host name, boot and PID namespace); `start` (clock ticks after boot) tells a
+/// reused PID from the process.
+struct Whereabouts {
+    std::string machine, host;
+    long pid = 0;
+    unsigned long long start = 0;
+};
+
+std::string read_first_line(const char* path) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    return line;
+}
+
+/// The process's state letter and start time from /proc/PID/stat; false when it is gone.
+bool proc_stat(long pid, char& state, unsigned long long& start) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!std::getline(f, text)) return false;
+    const size_t close = text.rfind(')');  // the command name may hold spaces and parentheses
+    if (close == std::string::npos) return false;
+    std::istringstream rest(text.substr(close + 1));
+    std::string field;
+    // Fields after the name: 3 state ... 22 starttime.
+    for (int i = 3; i <= 22 && rest >> field; ++i) {
+        if (i == 3) state = field.empty() ? '?' : field[0];
+        if (i == 22) {
+            start = std::strtoull(field.c_str(), nullptr, 10);
+            return true;
+        }
+    }
+    return false;
+}
+
+Whereabouts here() {
+    Whereabouts w;
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    w.host = host;
+    struct stat ns {};
+    stat("/proc/self/ns/pid", &ns);
+    w.machine = ::qkv::detail::str(host, "|", read_first_line("/proc/sys/kernel/random/boot_id"), "|", ns.st_ino);
+    w.pid = static_cast<long>(getpid());
+    char state = 0;
+    proc_stat(w.pid, state, w.start);
+    return w;
+}
+
+/// Whether the process `w` (on this machine) still runs: not gone, not a zombie, not a new
+/// process with its PID.
+bool still_runs(const Whereabouts& w) {
+    char state = 0;
+    unsigned long long start = 0;
+    return proc_stat(w.pid, state, start) && start == w.start && state != 'Z' && state != 'X';
+}
 
 class MpiWorld final : public Communicator {
 public:
@@ -68,6 +151,12 @@ public:
         MPI_Comm_size(MPI_COMM_WORLD, &size_);
         MPI_Comm_dup(MPI_COMM_WORLD, &notes_);
         arrived_.assign(static_cast<size_t>(size_), 0);
+        spoke_.assign(static_cast<size_t>(size_), 0);
+        gather_whereabouts();
+        // Named by rank 0's process, which no other job has: the ranks of a machine see it at once.
+        spoke_marker_ = (std::filesystem::temp_directory_path() /
+                         ::qkv::detail::str("qkv-mpi-", peers_[0].pid, "-", peers_[0].start, ".spoke"))
+                            .string();
         g_world = this;
         watchdog_ = std::thread([this] { watch(); });
     }
@@ -115,8 +204,10 @@ public:
     void barrier() override { run("barrier", 0, [&] { return MPI_Barrier(MPI_COMM_WORLD); }); }
 
     [[noreturn]] void abort(const std::string& message, int code) override {
+        mark_spoken();  // the others must not report this rank lost: it says why it stops
         std::fprintf(stderr, "qkv: rank %d: %s\n", rank_, message.c_str());
         std::fflush(stderr);
+        tell_others_i_spoke();  // after the message: see say()
         MPI_Abort(MPI_COMM_WORLD, code);
         std::_Exit(code);
     }
@@ -187,6 +278,7 @@ private:
             std::lock_guard<std::mutex> lock(mu_);
             in_collective_ = false;
         }
+        if (rc == MPI_SUCCESS) confirm_pending_checkpoint();
         if (rc != MPI_SUCCESS) abort(::qkv::detail::str(what, " failed (MPI error ", rc, ")"), 3);
     }
 
@@ -196,13 +288,180 @@ private:
             cv_.wait_for(lock, kWatchTick);
             if (quit_) return;
             if (rank_ == 0) read_arrivals();
+            look_for_lost_ranks();
             if (!in_collective_) continue;
             const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
             if (waited > timeout_s() + (rank_ == 0 ? 0.0 : kGraceS)) {
                 if (rank_ == 0) read_arrivals();
-                abort(timeout_message(waited), 4);
+                const std::string message = timeout_message(waited);
+                read_spoke_notes();
+                if (!someone_spoke()) {
+                    const std::vector<int> lost = rank_ == 0 ? missing_ranks() : std::vector<int>{0};
+                    say(lost_rank_line(lost, ::qkv::detail::str("no answer within QKV_DIST_TIMEOUT=", timeout_s(),
+                                                                " s in ", current_, " #", seq_)));
+                }
+                abort(message, 4);
             }
         }
+    }
+
+    /// Every rank's Whereabouts (before the watchdog starts; raw MPI: no collective is counted).
+    void gather_whereabouts() {
+        const Whereabouts me = here();
+        const std::string mine = ::qkv::detail::str(me.machine, '\n', me.host, '\n', me.pid, '\n', me.start);
+        int n = static_cast<int>(mine.size());
+        std::vector<int> lens(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+        MPI_Allgather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+        int total = 0;
+        for (int r = 0; r < size_; ++r) {
+            displs[static_cast<size_t>(r)] = total;
+            total += lens[static_cast<size_t>(r)];
+        }
+        std::string all(static_cast<size_t>(total), '\0');
+        MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD);
+        for (int r = 0; r < size_; ++r) {
+            std::istringstream in(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                             static_cast<size_t>(lens[static_cast<size_t>(r)])));
+            Whereabouts w;
+            std::string pid, start;
+            std::getline(in, w.machine);
+            std::getline(in, w.host);
+            std::getline(in, pid);
+            std::getline(in, start);
+            w.pid   = std::strtol(pid.c_str(), nullptr, 10);
+            w.start = std::strtoull(start.c_str(), nullptr, 10);
+            peers_.push_back(std::move(w));
+        }
+    }
+
+    void tell_others_i_spoke() {
+        static int64_t note = 1;
+        for (int r = 0; r < size_; ++r)
+            if (r != rank_) {
+                MPI_Request req;
+                MPI_Isend(&note, 1, MPI_INT64_T, r, kSpokeTag, notes_, &req);
+                MPI_Request_free(&req);
+            }
+    }
+
+    /// Watchdog thread (under mu_): the notes of ranks that explained the job's end.
+    void read_spoke_notes() {
+        for (;;) {
+            int flag = 0;
+            MPI_Status st;
+            MPI_Iprobe(MPI_ANY_SOURCE, kSpokeTag, notes_, &flag, &st);
+            if (!flag) return;
+            int64_t k = 0;
+            MPI_Recv(&k, 1, MPI_INT64_T, st.MPI_SOURCE, kSpokeTag, notes_, MPI_STATUS_IGNORE);
+            spoke_[static_cast<size_t>(st.MPI_SOURCE)] = 1;
+        }
+    }
+    bool someone_spoke() const {
+        return std::find(spoke_.begin(), spoke_.end(), 1) != spoke_.end() || ::access(spoke_marker_.c_str(), F_OK) == 0;
+    }
+    /// The ranks of this machine learn at once (a file) that the job's end was explained; the
+    /// notes (MPI) reach the others, unless their connection to this rank was never opened.
+    void mark_spoken() const {
+        if (std::FILE* f = std::fopen(spoke_marker_.c_str(), "w")) std::fclose(f);
+    }
+
+public:
+    /// At exit (finalize_at_exit): stops the watchdog and removes the marker of a job that ended
+    /// normally (one whose end was explained keeps it: a rank still in the job may look for it).
+    void at_exit() {
+        stop_watchdog();
+        if (!someone_spoke()) std::remove(spoke_marker_.c_str());
+    }
+
+private:
+    std::string hosts_of(const std::vector<int>& ranks) const {
+        std::vector<std::string> hosts;
+        for (int r : ranks) {
+            const std::string& h = peers_[static_cast<size_t>(r)].host;
+            if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+        }
+        std::string out;
+        for (const std::string& h : hosts) out += (out.empty() ? "" : ", ") + h;
+        return out;
+    }
+
+    /// The ranks of `elsewhere` on the machines of the ranks rank 0 saw miss the current
+    /// collective (a machine's ranks are lost together: its link, its daemon); else all of them.
+    std::vector<int> lost_elsewhere(const std::vector<int>& elsewhere) const {
+        std::vector<int> lost;
+        const std::vector<int> missing = rank_ == 0 ? missing_ranks() : std::vector<int>{};
+        for (int r : elsewhere)
+            for (int m : missing)
+                if (peers_[static_cast<size_t>(m)].machine == peers_[static_cast<size_t>(r)].machine) {
+                    lost.push_back(r);
+                    break;
+                }
+        return lost.empty() ? elsewhere : lost;
+    }
+
+    /// Rank 0: the ranks whose arrival note for the current collective is missing.
+    std::vector<int> missing_ranks() const {
+        std::vector<int> out;
+        for (int r = 1; r < size_; ++r)
+            if (arrived_[static_cast<size_t>(r)] < seq_) out.push_back(r);
+        return out;
+    }
+
+    void say(const std::string& line) {
+        mark_spoken();
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+        // Last: a send towards a lost rank's closed TCP connection may end this process (SIGPIPE).
+        tell_others_i_spoke();
+    }
+
+    // Watchdog thread, under mu_. See the file's comment.
+    void look_for_lost_ranks() {
+        // Said (or left to another rank) once. The rank does not end itself: the others on its
+        // machine would see a rank end and report it lost; mpirun's SIGKILL ends them all.
+        if (job_lost_) return;
+        const Whereabouts& me = peers_[static_cast<size_t>(rank_)];
+        std::vector<int> ended, elsewhere;
+        int lowest_live_here = rank_;
+        for (int r = 0; r < size_; ++r) {
+            if (r == rank_) continue;
+            const Whereabouts& w = peers_[static_cast<size_t>(r)];
+            if (w.machine != me.machine) {
+                elsewhere.push_back(r);
+            } else if (!still_runs(w)) {
+                ended.push_back(r);
+            } else {
+                lowest_live_here = std::min(lowest_live_here, r);
+            }
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (!ended.empty()) {
+            read_spoke_notes();
+            // A rank that stopped the job itself said why; else the lowest live rank here says it.
+            if (!someone_spoke() && lowest_live_here == rank_)
+                say(lost_rank_line(ended, ::qkv::detail::str(ended.size() == 1 ? "its process" : "their processes", " on ",
+                                                             me.host, " ended: killed or crashed")));
+            job_lost_ = true;
+            return;
+        }
+        const volatile std::sig_atomic_t* flag = interrupt_flag();
+        if (flag == nullptr || *flag != SIGTERM) return;
+        if (!term_seen_) {
+            term_seen_ = true;
+            term_at_   = now;
+        }
+        if (!in_collective_ || elsewhere.empty()) return;
+        const auto stuck_since = std::max(term_at_, since_);
+        if (std::chrono::duration<double>(now - stuck_since).count() < (rank_ == 0 ? kLostGraceS : kLostGraceOthersS))
+            return;
+        read_spoke_notes();
+        if (rank_ == 0) read_arrivals();
+        job_lost_ = true;
+        if (someone_spoke() || lowest_live_here != rank_) return;
+        const std::vector<int> lost = lost_elsewhere(elsewhere);
+        say(lost_rank_line(lost, ::qkv::detail::str("on ", hosts_of(lost), ": mpirun is stopping the job while rank ", rank_,
+                                                    " waits for ", lost.size() == 1 ? "it" : "them", " in ", current_,
+                                                    " #", seq_)));
     }
 
     std::string timeout_message(double waited) const {
@@ -223,6 +482,12 @@ private:
     MPI_Comm notes_ = MPI_COMM_NULL;
     std::deque<std::pair<MPI_Request, std::unique_ptr<int64_t>>> notes_out_;
     std::vector<int64_t> arrived_;
+    std::vector<Whereabouts> peers_;  // by rank
+    std::string spoke_marker_;
+    // Watchdog thread only.
+    std::vector<char> spoke_;         // by rank: explained the job's end (abort(), a lost rank)
+    bool job_lost_ = false, term_seen_ = false;
+    std::chrono::steady_clock::time_point term_at_;
     // Shared with the watchdog (under mu_).
     std::mutex mu_;
     std::condition_variable cv_;
@@ -235,7 +500,7 @@ private:
 };
 
 void finalize_at_exit() {
-    if (g_world) g_world->stop_watchdog();
+    if (g_world) g_world->at_exit();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();

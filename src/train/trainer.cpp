@@ -265,6 +265,12 @@ void StepLoop::start() {
     if (world_ > 1) {
         // Every rank starts from rank 0's parameters (the same seed gives the same ones; the
         // broadcast makes it so whatever happened before) and draws its own dropout masks.
+        // What the job says when a rank is lost: the checkpoint to resume from; and mpirun's SIGTERM
+        // (it stops the others when a rank dies) while this rank waits in a collective.
+        rt_.comm->watch_interrupt(rt_.interrupt);
+        if (rt_.resume && !rt_.out_dir.empty())
+            rt_.comm->note_checkpoint(rec_.checkpoint_path(), prog_.step,
+                                      /*written=*/true);
         reducer_ = std::make_unique<GradientReducer>(rt_.comm, params_, rt_.reduce);
         reducer_->broadcast_parameters();
         Generator& g = default_generator();
@@ -544,6 +550,9 @@ double StepLoop::validate() {
 // (RunRecorder::save), and validate() gives it that point's loss at once.
 void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<MetricsRecord>& pending,
                           const RunningSums& epoch_sums) {
+    // The other ranks know rank 0 is writing this step (the communicator's line for a lost rank).
+    if (world_ > 1 && !rt_.out_dir.empty() && !rec_.active())
+        rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/false);
     if (!rec_.active()) return;
     TrainingProgress p;
     p.epoch                = epoch;
@@ -558,6 +567,7 @@ void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<Metric
     p.window_sums          = w_sums_;
     p.divergence_reference = div_ref_;
     if (rec_.save(p, model_, *optimizer_)) each_hook([&](TrainHook& h) { h.on_checkpoint(p); });
+    if (world_ > 1) rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/true);
 }
 
 // Judges the divergence window ending at this step (see above) and starts the next.

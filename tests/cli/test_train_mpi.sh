@@ -9,6 +9,8 @@
 #     than train are refused under mpirun -np 2.
 #  3. SIGTERM to mpirun stops both ranks at the same step with a checkpoint; --resume with 1
 #     process continues it and records world_size 1.
+#  4. kill -9 of rank 1: the job ends with one qkv line naming rank 1, the folder's last
+#     checkpoint and the resume command, which resumes it.
 # (The collectives, a stuck rank and a killed rank: tests/dist/test_mpi.sh.)
 # Usage: test_train_mpi.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
@@ -23,6 +25,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # A collective that never completes fails the test with the watchdog's message long before ctest's timeout.
 export QKV_DIST_TIMEOUT="${QKV_DIST_TIMEOUT:-120}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# The marker a rank leaves when it explains a lost rank (dist/mpi_communicator.cpp) goes to TMPDIR.
+export TMPDIR="$T"
 six_pairs > "$T/fra.txt"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --num-steps 6
        --no-progress --dropout 0 --log-every 1)
@@ -173,4 +177,38 @@ out_has "step $step"
 run_rc 0 --threads 1 train --resume --out "$T/sig" --max-steps $((step + 3)) --no-progress
 err_has "resuming from" "step $step"
 grep -q '"world_size": 1' "$T/sig/config.json" || fail "the 1-process resume did not record world_size 1"
+
+# 4. kill -9 of one rank (issue 44 item 10): mpirun ends the job; rank 0 says, in one line, which
+# rank was lost, the last checkpoint (the one in the folder) and the command that resumes it.
+# The rank left says it between mpirun's SIGTERM and its SIGKILL (odls_base_sigkill_timeout, 1 s);
+# 5 s keeps that independent of the machine's load (mpirun sleeps them all before it exits).
+OMPI_MCA_odls_base_sigkill_timeout=5 mpirun -np 2 "$QKV" --threads 1 train "${small[@]}" "${data[@]}" --time-budget none \
+  --epochs 100000 --out "$T/k9" > "$T/k9.out" 2> "$T/k9.err" &
+mp=$!
+for _ in $(seq 1 1200); do
+  n=$(grep -c '"kind":"epoch"' "$T/k9/metrics.jsonl" 2> /dev/null) || true
+  [ "${n:-0}" -ge 2 ] && break
+  sleep 0.05
+done
+victim=""
+for p in $(pgrep -f "train .* --out $T/k9"); do
+  tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
+[ -n "$victim" ] || fail "did not find rank 1 of the running job"
+kill -9 "$victim"
+for _ in $(seq 1 1200); do kill -0 "$mp" 2> /dev/null || break; sleep 0.1; done
+kill -0 "$mp" 2> /dev/null && fail "the job still runs 120 s after rank 1 was killed"
+set +e; wait "$mp"; rc=$?; set -e
+mp=""
+[ $rc != 0 ] || fail "a job with a killed rank exited 0"
+[ "$(grep -c '^qkv train: rank 1 lost' "$T/k9.err")" = 1 ] || { cat "$T/k9.err"; fail "no single qkv line for the killed rank"; }
+line=$(grep '^qkv train: rank 1 lost' "$T/k9.err")
+step=$(sed -n 's/.*(step \([0-9]*\)); resume with.*/\1/p' <<< "$line")
+grep -qF "qkv train: rank 1 lost (its process on $(hostname) ended: killed or crashed); the last checkpoint is $T/k9/checkpoint.safetensors (step $step); resume with: mpirun -np 1 qkv train --resume --out $T/k9" <<< "$line" \
+  || fail "the line does not name the rank, the checkpoint and the resume command: $line"
+run_rc 0 info "$T/k9" --no-params
+grep -qE "checkpoint: step $step(,|\$)" "$T/out" || { cat "$T/out"; fail "the folder's checkpoint is not at step $step"; }
+mpirun -np 1 "$QKV" --threads 1 train --resume --out "$T/k9" --max-steps $((step + 2)) --no-progress > /dev/null 2> "$T/k9r.err" \
+  || { cat "$T/k9r.err"; fail "the resume command failed"; }
+grep -q "resuming from .*step $step" "$T/k9r.err" || { cat "$T/k9r.err"; fail "the resume did not start at step $step"; }
 echo "test_train_mpi: ok"

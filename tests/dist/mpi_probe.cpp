@@ -9,7 +9,8 @@
 //   train DIR STEPS RESUME OVERLAP DROPOUT
 //                a tiny Transformer trained data-parallel (Trainer with TrainRuntime::comm) to
 //                STEPS steps into DIR (RESUME 1: from DIR's checkpoint); rank 0 prints
-//                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes
+//                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes;
+//                SIGINT/SIGTERM stop it at a step boundary, as qkv train
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
 //                must stop by itself (MPI_Abort) with a message naming rank 1
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "qkv/train/loss.h"
 #include "qkv/train/trainer.h"
 #include "qkv/core/generator.h"
+#include "qkv/util/interrupt.h"
 #include "train/tiny_corpus.h"
 
 using namespace qkv;
@@ -167,6 +169,10 @@ int main(int argc, char** argv) {
         rt.log = nullptr;
         rt.log_every = 1;
         rt.comm = w;
+        // SIGTERM as qkv train takes it (a flag): mpirun's SIGTERM to the rank left when another
+        // dies must not end it before its watchdog has said which rank was lost.
+        util::InterruptGuard guard;
+        rt.interrupt = guard.flag();
         rt.reduce.overlap = std::string(argv[5]) == "1";
         rt.reduce.first_bucket_bytes = 4096;
         rt.reduce.bucket_bytes = 16384;

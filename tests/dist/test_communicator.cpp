@@ -30,6 +30,57 @@ TEST(SingleProcess, CollectivesAreIdentity) {
     dist::check_same_on_all_ranks(*c, "--data", "anything");  // one rank: nothing to differ
 }
 
+// A communicator of `n` ranks that never communicates: lost_rank_line and the checkpoint notes only.
+class FakeWorld final : public dist::Communicator {
+public:
+    explicit FakeWorld(int n) : n_(n) {}
+    int rank() const override { return 0; }
+    int size() const override { return n_; }
+    std::string backend() const override { return "fake"; }
+    void broadcast(std::span<std::byte>, int) override {}
+    void allreduce_sum(std::span<float>) override {}
+    void allreduce_sum(std::span<double>) override {}
+    void allreduce_sum(std::span<int64_t>) override {}
+    std::vector<std::string> allgather(const std::string& s) override { return std::vector<std::string>(size_t(n_), s); }
+    void barrier() override {}
+    [[noreturn]] void abort(const std::string&, int code) override { std::_Exit(code); }
+    void collective_completed() { confirm_pending_checkpoint(); }
+
+private:
+    int n_;
+};
+
+TEST(LostRankLine, NamesTheRanksTheCheckpointAndTheResumeCommand) {
+    FakeWorld w(4);
+    EXPECT_EQ(w.lost_rank_line({1}, "its process ended"),
+              "qkv: rank 1 lost (its process ended); no checkpoint was written yet (nothing to resume)");
+    w.set_recovery_hint("qkv train", "qkv train --resume --out 'runs/a b'");
+    w.note_checkpoint("runs/a b/checkpoint.safetensors", 16, /*written=*/true);
+    EXPECT_EQ(w.lost_rank_line({1}, "its process ended"),
+              "qkv train: rank 1 lost (its process ended); the last checkpoint is runs/a b/checkpoint.safetensors "
+              "(step 16); resume with: mpirun -np 3 qkv train --resume --out 'runs/a b'");
+    EXPECT_EQ(w.lost_rank_line({2, 3}, "host h1"),
+              "qkv train: ranks 2, 3 lost (host h1); the last checkpoint is runs/a b/checkpoint.safetensors (step 16); "
+              "resume with: mpirun -np 2 qkv train --resume --out 'runs/a b'");
+    EXPECT_EQ(w.lost_rank_line({}, "why"),
+              "qkv train: a rank was lost (why); the last checkpoint is runs/a b/checkpoint.safetensors (step 16); "
+              "resume with: mpirun -np 4 qkv train --resume --out 'runs/a b'");
+    // A rank that does not write the checkpoint counts it once its next collective has completed
+    // (rank 0 reaches that collective only after the write).
+    w.note_checkpoint("runs/a b/checkpoint.safetensors", 24, /*written=*/false);
+    EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 16)"), std::string::npos);
+    w.collective_completed();
+    EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 24)"), std::string::npos);
+    w.collective_completed();
+    EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 24)"), std::string::npos);
+    // Never fewer than one rank to resume on; no resume command without a hint.
+    FakeWorld two(2);
+    two.note_checkpoint("c.safetensors", 3, true);
+    EXPECT_EQ(two.lost_rank_line({0, 1}, "all"), "qkv: ranks 0, 1 lost (all); the last checkpoint is c.safetensors (step 3)");
+    two.set_recovery_hint("qkv train", "qkv train --resume --out d");
+    EXPECT_NE(two.lost_rank_line({0, 1}, "all").find("mpirun -np 1 qkv train"), std::string::npos);
+}
+
 TEST(Fingerprint, IsFnv1a) {
     // FNV-1a 64 of "" is the offset basis, of "a" the published test vector.
     EXPECT_EQ(dist::fingerprint(""), 0xcbf29ce484222325ULL);

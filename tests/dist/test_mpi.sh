@@ -11,6 +11,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # no suppression can match them. ASan's memory-error checks stay on; qkv's own leaks are checked
 # by the single-process tests of the same code (test_dist, test_data_parallel, cli.test_train).
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# The marker a rank leaves when it explains a lost rank (dist/mpi_communicator.cpp) goes to TMPDIR.
+T0=$(mktemp -d); export TMPDIR="$T0"
 pass=0 failed=0
 check() { if eval "$2"; then pass=$((pass + 1)); else failed=$((failed + 1)); echo "FAIL: $1"; fi; }
 out=$(mpirun -np 2 "$probe" collectives 2>&1); rc=$?
@@ -33,10 +35,11 @@ out=$(QKV_DIST_TIMEOUT=2 timeout 60 mpirun -np 2 "$probe" hang 2>&1); rc=$?
 echo "$out" | head -5
 check "a stuck rank stops the job (exit != 0, not the 60 s guard)" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
 check "rank 0 names rank 1" 'grep -q "qkv: rank 0: allreduce #1 (10 elements) did not complete within 2 s (QKV_DIST_TIMEOUT=2): rank(s) 1 never reached it" <<<"$out"'
+check "and says it lost rank 1, once" '[ "$(grep -c "^qkv: rank 1 lost (no answer within QKV_DIST_TIMEOUT=2 s in allreduce #1); no checkpoint was written yet (nothing to resume)$" <<<"$out")" = 1 ]'
 
 # ---- data-parallel training (Trainer with a communicator; mpi_probe train) ----
 st_diff() { /usr/bin/python3 "$(dirname "$0")/st_diff.py" "$@" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+T=$(mktemp -d); trap 'rm -rf "$T" "$T0"' EXIT
 train() { local np=$1 dir=$2; shift 2; mpirun -np "$np" "$probe" train "$T/$dir" "$@" > "$T/$dir.txt" 2> "$T/$dir.err" || { cat "$T/$dir.err"; return 1; }; }
 # Tolerances. Loss: the 2-rank loss is the sum of two partial means instead of one mean, and the
 # gradients sums of two shares: fp32 reordering, a few ulp per step; 1e-5 relative is ~100x what
@@ -83,7 +86,10 @@ out=$(mpirun -np 1 "$probe" train "$T/mr" 20 0 1 0 : -np 1 "$probe" train "$T/mr
 check "mismatched --grad-reduce refused" '[ $rc -ne 0 ] && grep -q "the ranks disagree on the gradient reduction (--grad-reduce, bucket sizes): rank 1 has .after-backward" <<<"$out"'
 # A rank killed mid-run: the job ends by itself (mpirun's own report names the rank) and the last
 # checkpoint loads and resumes.
-mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &
+# The rank left says which rank was lost between mpirun's SIGTERM and its SIGKILL
+# (odls_base_sigkill_timeout, 1 s); 5 s keeps that independent of the machine's load (mpirun
+# sleeps them all before it exits).
+OMPI_MCA_odls_base_sigkill_timeout=5 mpirun -np 2 "$probe" train "$T/kill" 100000 0 1 0.1 > "$T/kill.txt" 2> "$T/kill.err" &
 mp=$!
 for _ in $(seq 1 2400); do  # polls; 120 s is a failure's bound only
   n=$(grep -c '"kind":"step"' "$T/kill/metrics.jsonl" 2> /dev/null) || true
@@ -102,6 +108,7 @@ for _ in $(seq 1 1200); do kill -0 $mp 2> /dev/null || { ended=yes; break; }; sl
 kill -9 $mp 2> /dev/null; wait $mp; rc=$?
 check "the job ends by itself after the kill (exit $rc)" '[ $ended = yes ] && [ $rc -ne 0 ]'
 check "mpirun names the killed rank" 'grep -q "rank 1 .*exited on signal 9" "$T/kill.err"'
+check "rank 0 says, once, that rank 1 was lost and where the last checkpoint is" '[ "$(grep -c "^qkv: rank 1 lost (its process on .* ended: killed or crashed); the last checkpoint is $T/kill/checkpoint.safetensors (step [0-9]*)$" "$T/kill.err")" = 1 ]'
 check "the last checkpoint resumes" 'mpirun -np 1 "$probe" train "$T/kill" $(( $(grep -c "\"kind\":\"step\"" "$T/kill/metrics.jsonl") + 4 )) 1 1 0.1 > "$T/kill2.txt" 2>&1'
 echo "$pass passed, $failed failed"
 [ $failed -eq 0 ]

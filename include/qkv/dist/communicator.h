@@ -13,10 +13,14 @@
 // Faults: a collective that does not complete within timeout_s() (QKV_DIST_TIMEOUT, seconds)
 // stops the whole job (MPI_Abort) with a message naming the ranks that never arrived, as seen
 // by rank 0; a rank that dies is reported by mpirun itself ("process rank R ... exited on
-// signal 9") and the job ends. Neither ever waits forever.
+// signal 9") and the job ends. Neither ever waits forever. In every case one surviving rank also
+// prints lost_rank_line(): which rank was lost, the last checkpoint and the command that resumes
+// it (docs/distributed.md, "Losing a rank or a host").
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,8 +56,40 @@ public:
     double timeout_s() const { return timeout_s_; }
     void set_timeout_s(double s) { timeout_s_ = s; }
 
+    // ---- What the job says when it is lost (the collective watchdog prints it) ----
+    /// `prefix` starts the line ("qkv train"); `resume_command` is the command that continues
+    /// the run, without the launcher ("qkv train --resume --out runs/x"); "" leaves the resume
+    /// part out. Thread-safe (the watchdog thread reads it).
+    void set_recovery_hint(std::string prefix, std::string resume_command);
+    /// Records that the checkpoint `path` holds step `step`. `written` says it is on disk (the
+    /// rank that wrote it, or a resumed run that read it); a rank that only knows rank 0 is
+    /// writing it passes false, and the checkpoint counts once this rank's next collective has
+    /// completed (rank 0 reaches it only after the write). Thread-safe.
+    void note_checkpoint(std::string path, int64_t step, bool written);
+    /// A SIGINT/SIGTERM flag (util::InterruptGuard::flag()) the watchdog reads: mpirun stops a
+    /// job whose rank died by SIGTERM to the others, which then wait in a collective that cannot
+    /// complete. nullptr: none. The flag must outlive the communicator's use of it.
+    void watch_interrupt(const volatile std::sig_atomic_t* flag);
+    /// The one line said when ranks `lost` (0-based; may be empty: not known which) of this
+    /// job are gone, `why` in parentheses: "qkv train: rank 1 lost (its process ended); the last
+    /// checkpoint is runs/x/checkpoint.safetensors (step 40); resume with: mpirun -np 1 qkv train
+    /// --resume --out runs/x" (-np: size() less the lost ranks, at least 1), or "...; no
+    /// checkpoint was written yet (nothing to resume)". No newline.
+    std::string lost_rank_line(const std::vector<int>& lost, const std::string& why) const;
+
 protected:
+    /// For run(): promotes a checkpoint noted with written=false (this rank's collective completed).
+    void confirm_pending_checkpoint();
+    const volatile std::sig_atomic_t* interrupt_flag() const;
+
     double timeout_s_ = 600;
+
+private:
+    mutable std::mutex note_mu_;
+    std::string prefix_ = "qkv", resume_command_;
+    std::string ckpt_path_, pending_path_;
+    int64_t ckpt_step_ = -1, pending_step_ = -1;
+    const volatile std::sig_atomic_t* interrupt_ = nullptr;
 };
 
 /// The process alone (rank 0 of 1): collectives return their input.
