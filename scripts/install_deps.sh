@@ -2,7 +2,7 @@
 # Installs the Debian packages qkv needs to build and test, only those missing (idempotent).
 # Usage: scripts/install_deps.sh [--with-torch]   (python3-torch is only needed by tools/ and bench/)
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libcli11-dev
+pkgs=(build-essential cmake ninja-build ccache pkg-config libdnnl-dev ocl-icd-opencl-dev libcli11-dev
       nlohmann-json3-dev libzip-dev zlib1g-dev libutf8proc-dev libcairo2-dev libgtest-dev
       libbenchmark-dev libsentencepiece-dev python3
       openmpi-bin libopenmpi-dev)
