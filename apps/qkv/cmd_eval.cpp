@@ -297,9 +297,9 @@ Registration reg([](CLI::App& app) {
     c->add_option("--data", a->data, "data file (default: the one recorded in config.json)")
         ->check(non_empty_path());
     auto* sf = c->add_option("--src-file", a->src_file,
-                             "score this test set instead of the held-out split: source sentences, one per line")
+                             "score this test set instead of the held-out split: source sentences, one per line (default: none)")
                    ->check(non_empty_path());
-    auto* rf = c->add_option("--ref-file", a->ref_file, "the references of --src-file, one per line (raw text)")
+    auto* rf = c->add_option("--ref-file", a->ref_file, "the references of --src-file, one per line (raw text; default: none)")
                    ->check(non_empty_path());
     sf->needs(rf);
     rf->needs(sf);
