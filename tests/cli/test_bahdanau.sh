@@ -22,7 +22,10 @@ n=$(printf 'go .\ni lost .\nwe won .\n' | "$QKV" translate --model "$T/run" --be
 [ "$n" = 3 ] || fail "translate --beam 3 gave $n lines"
 "$QKV" eval --model "$T/run" --no-progress > "$T/eval.out" || fail "qkv eval"
 grep -q "corpus BLEU-4" "$T/eval.out" || fail "eval output"
-"$QKV" info "$T/run" | grep -q "decoder.attention.W_k.weight" || fail "qkv info"
+# Captured, then searched: `qkv info | grep -q` under pipefail fails when grep exits at its first
+# match while qkv info is still writing (SIGPIPE), as a slow (sanitizer) build does.
+"$QKV" info "$T/run" > "$T/info.out" || fail "qkv info"
+grep -q "decoder.attention.W_k.weight" "$T/info.out" || fail "qkv info output"
 "$QKV" heatmap --model "$T/run" "i'm home ." --out "$T/att" > "$T/heat.out" || fail "qkv heatmap"
 [ -s "$T/att-cross.png" ] || fail "missing att-cross.png"
 grep -q "attention weights" "$T/heat.out" || fail "heatmap weights not printed"
