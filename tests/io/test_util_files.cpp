@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/capture_file.h"
 #include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/util/atomic_file.h"
@@ -368,18 +369,7 @@ TEST(AtomicFile, AFolderIsRenamedOnlyIntoAnAbsentOrEmptyOne) {
     }
 }
 
-// Captures what a ProgressBar prints (tmpfile: fileno works, isatty is false).
-struct Capture {
-    std::FILE* f = std::tmpfile();
-    ~Capture() { std::fclose(f); }
-    std::string text() const {
-        std::fflush(f);
-        std::string s;
-        std::rewind(f);
-        for (int c; (c = std::fgetc(f)) != EOF;) s += char(c);
-        return s;
-    }
-};
+using test::Capture;  // what a ProgressBar prints
 
 /// Plain-mode options printing to `cap`, on the clock `t`, with a line at most every `interval_s`.
 ProgressOptions plain_options(const Capture& cap, const double& t, double interval_s) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qkv/train/hooks.h"
+#include "support/capture_file.h"
 
 namespace qkv::test {
 namespace {
@@ -17,18 +18,6 @@ using train::ProgressHook;
 using train::StepInfo;
 using util::ProgressOptions;
 
-// What the hook prints (tmpfile: fileno works, isatty is false).
-struct Capture {
-    std::FILE* f = std::tmpfile();
-    ~Capture() { std::fclose(f); }
-    std::string text() const {
-        std::fflush(f);
-        std::string s;
-        std::rewind(f);
-        for (int c; (c = std::fgetc(f)) != EOF;) s += char(c);
-        return s;
-    }
-};
 
 /// Runs `epochs` epochs of `batches` steps on the hook; each step advances the clock `t` by
 /// `step_s` seconds, reports that as its time, and has loss `loss(epoch)` and 100 target tokens.
