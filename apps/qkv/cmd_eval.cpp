@@ -89,10 +89,11 @@ nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const
             {"chrf", {{"name", c.name}, {"score", c.score}, {"signature", c.signature}, {"implementation", impl}}}};
 }
 
-/// Sentences of a source file for a word-token model: D2L's tokens (data::tokenize_nmt); a line
+/// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
+/// or a real-text model's words); a line
 /// that is not valid UTF-8, holds a NUL byte or has no token stays empty (its hypothesis is
 /// empty), reported on stderr.
-std::vector<std::vector<std::string>> tokenize_source_lines(const std::vector<std::string>& lines,
+std::vector<std::vector<std::string>> tokenize_source_lines(const runtime::ModelDir& m, const std::vector<std::string>& lines,
                                                             const std::string& file) {
     std::vector<std::vector<std::string>> out(lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -102,7 +103,7 @@ std::vector<std::vector<std::string>> tokenize_source_lines(const std::vector<st
                          i + 1, bad != std::string::npos ? "invalid UTF-8" : "a NUL byte");
             continue;
         }
-        out[i] = data::tokenize_nmt(lines[i]);
+        out[i] = std::move(runtime::tokenize_sentences(m, {lines[i]}).front());
     }
     return out;
 }
@@ -115,7 +116,7 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
     pl.source.resize(n);
     pl.reference.resize(n);
-    const auto src = tokenize_source_lines(pl.source, a.src_file);
+    const auto src = tokenize_source_lines(m, pl.source, a.src_file);
     std::vector<size_t> rows;  // lines with something to translate
     std::vector<std::vector<std::string>> todo;
     for (size_t i = 0; i < n; ++i)
@@ -237,14 +238,12 @@ void run(const EvalArgs& a) {
         std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
                     hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());
 
-    const std::vector<std::pair<std::string, std::string>> book = {
-        {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
-        {"i'm home .", "je suis chez moi ."}};
+    const auto book = runtime::book_pairs(m);
     // D2L's four en→fr sentences: only for a model of those languages.
     const bool en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
     std::vector<std::vector<std::string>> bsrc;
     if (en_fr)
-        for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
+        for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
     to.progress = false;
     std::vector<std::vector<std::string>> bhyp;
     if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });

@@ -58,7 +58,7 @@ struct TrainArgs {
     int64_t num_hiddens = 0, num_blks = 0, num_heads = 0, ffn_num_hiddens = 0, batch_size = 0,
             num_steps = 0, epochs = 0, max_pairs = 0, max_steps = 0, warmup = 0, max_src_tokens = 0,
             max_tgt_tokens = 0, n_test = 0, n_valid = 0, min_freq = 0, embed_size = 0, num_layers = 0,
-            bucket_pool = -1;
+            bucket_pool = -1, batch_tokens = -1;
     std::string trim, val_every, precision;
     std::string subword;
     int64_t vocab_size = 0;
@@ -82,11 +82,9 @@ void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
                     train::join_tokens(hyp[i]).c_str(), train::join_tokens(d.test_ref[i]).c_str());
     // The book's pairs are en→fr.
     if (train::source_language(m.config.data) != "en" || train::target_language(m.config.data) != "fr") return;
-    const std::vector<std::pair<std::string, std::string>> book = {
-        {"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
-        {"i'm home .", "je suis chez moi ."}};
+    const auto book = runtime::book_pairs(m);
     std::vector<std::vector<std::string>> bsrc;
-    for (auto& [e, f] : book) bsrc.push_back(data::split_tokens(e));
+    for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
     auto bhyp = train::translate_tokens(m, bsrc, to);
     double mean = 0;
     std::printf("book sentences (D2L BLEU, k=2):\n");
@@ -205,6 +203,8 @@ void check_resume_flags(const TrainArgs& a, CLI::App* c, const train::RunConfig&
         std::to_string(t.warmup_steps), false);
     add("--bucket-pool", std::to_string(a.bucket_pool), a.bucket_pool != t.bucket_pool, "train.bucket_pool",
         std::to_string(t.bucket_pool), false);
+    add("--batch-tokens", std::to_string(a.batch_tokens), a.batch_tokens != t.batch_tokens, "train.batch_tokens",
+        std::to_string(t.batch_tokens), false);
     add("--trim", a.trim, (a.trim == "on") != t.trim_batches, "train.trim_batches", t.trim_batches ? "on" : "off",
         false);
     if (given("--precision"))
@@ -280,6 +280,7 @@ train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
     if (!a.schedule.empty()) o.schedule = train::parse_schedule(a.schedule);
     o.warmup_steps = opt(a.warmup);
     if (a.bucket_pool >= 0) o.bucket_pool = a.bucket_pool;
+    if (a.batch_tokens >= 0) o.batch_tokens = a.batch_tokens;
     if (!a.trim.empty()) o.trim_batches = a.trim == "on";
     if (!a.val_every.empty()) o.val_every_s = parse_duration_or_off(a.val_every);
     if (!a.precision.empty()) o.precision = parse_precision(a.precision, "--precision");
@@ -639,6 +640,11 @@ Registration reg([](CLI::App& app) {
     c->add_option("--warmup", a->warmup, "warmup steps for the warmup schedules (default: the preset's, 200 for demo, 300 for "
                                           "full, else 400)")
         ->transform(int_range(1, 1000000000));
+    c->add_option("--batch-tokens", a->batch_tokens,
+                  "batches by tokens: each epoch cut into batches of about N tokens (a pair counts its longer side), "
+                  "so short pairs come in larger batches; --batch-size then does not apply (0: off; default: the "
+                  "preset's, 2000 for real, else off)")
+        ->transform(int_range(0, 100000000));
     c->add_option("--bucket-pool", a->bucket_pool,
                   "length bucketing: sort pools of N batches by pair length, shuffle the batches "
                   "(0: off; default: the preset's, 50 for full, else off)")

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "qkv/data/text.h"
 #include "qkv/ops/precision.h"
 #include "qkv/runtime/text.h"
 #include "qkv/runtime/translator.h"
@@ -29,7 +30,7 @@ struct TranslateArgs {
     int64_t beam = 0, max_len = 0, batch = 500;
     double length_penalty = -1;
     int64_t num_hypotheses = 1;
-    bool show_source = false, pe_quirk = false, no_unk = false, scores = false, alignments = false;
+    bool show_source = false, pe_quirk = false, no_unk = false, scores = false, alignments = false, no_split = false;
     std::string attention_json;
     DecodeFlags decode;
 };
@@ -59,31 +60,48 @@ std::vector<std::string> read_lines(const TranslateArgs& a) {
 
 /// The input lines as rows to translate. One output line per input line: a line that cannot be
 /// translated (invalid UTF-8, or a NUL byte, which would silently become <unk>) or has nothing to
-/// translate gives an empty output line and a note on stderr.
+/// translate gives an empty output line and a note on stderr. With `split`, each line is cut into
+/// sentences (data::split_sentences), one row each, and its output is their translations in the
+/// line's layout; otherwise the line is one row.
 struct Rows {
     std::vector<std::vector<std::string>> src;
-    std::vector<size_t> row_of;  // input line -> row of src, or npos
+    std::vector<std::vector<size_t>> rows_of;  // input line -> its rows of src (none: nothing to translate)
+    std::vector<data::SentenceSplit> layout;   // input line -> its sentences and the spaces between (split)
     int64_t invalid = 0;
+    /// The first row of line i, or npos.
+    size_t first_row(size_t i) const { return rows_of[i].empty() ? std::string::npos : rows_of[i].front(); }
 };
-Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m) {
+Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m, bool split) {
     Rows rows;
+    rows.rows_of.resize(lines.size());
+    rows.layout.resize(lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
         if (const runtime::TextProblem p = runtime::text_problem(lines[i])) {
             std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
                          i + 1, p.what, p.offset);
             ++rows.invalid;
-            rows.row_of.push_back(std::string::npos);
             continue;
         }
-        auto tokens = std::move(runtime::tokenize_sentences({lines[i]}).front());
-        if (tokens.empty()) {
+        std::vector<std::string> sentences{lines[i]};
+        if (split) {
+            rows.layout[i] = data::split_sentences(lines[i]);
+            sentences.clear();
+            for (const auto& s : rows.layout[i].sentences) sentences.push_back(s.text);
+        }
+        auto tokens = runtime::tokenize_sentences(m, sentences);
+        bool any = false;
+        for (const auto& t : tokens) any |= !t.empty();
+        if (!any) {
             std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
-            rows.row_of.push_back(std::string::npos);
             continue;
         }
-        warn_if_truncated("qkv translate", unit + (" " + std::to_string(i + 1)), m, tokens);
-        rows.row_of.push_back(rows.src.size());
-        rows.src.push_back(std::move(tokens));
+        for (size_t k = 0; k < tokens.size(); ++k) {
+            const std::string what = unit + (" " + std::to_string(i + 1)) +
+                                     (tokens.size() > 1 ? " sentence " + std::to_string(k + 1) : std::string());
+            warn_if_truncated("qkv translate", what, m, tokens[k]);
+            rows.rows_of[i].push_back(rows.src.size());
+            rows.src.push_back(std::move(tokens[k]));
+        }
     }
     return rows;
 }
@@ -94,8 +112,8 @@ void write_attention_json(const std::string& path, const runtime::ModelDir& m, c
                           const std::vector<std::vector<runtime::Translation>>& hyp) {
     nlohmann::json j = nlohmann::json::array();
     const auto units = runtime::source_units(m, rows.src);
-    for (size_t i = 0; i < rows.row_of.size(); ++i) {
-        const size_t r = rows.row_of[i];
+    for (size_t i = 0; i < rows.rows_of.size(); ++i) {
+        const size_t r = rows.first_row(i);
         nlohmann::json e = {{"line", i + 1}};
         if (r != std::string::npos && !hyp[r].empty()) {
             e["source"]      = units[r];
@@ -133,9 +151,11 @@ void run(const TranslateArgs& a) {
     const runtime::ModelDir& m = *tr.get();
     const std::vector<std::string> lines = read_lines(a);
     const char* unit = a.sentences.empty() ? "line" : "sentence";  // the input's numbering in messages
-    const Rows rows = tokenize_lines(lines, unit, m);
+    // Each line is cut into sentences and translated sentence by sentence, unless the output is
+    // per hypothesis or per unit (n-best, scores, alignments, attention), which is per line.
+    const bool split = !a.no_split && a.num_hypotheses == 1 && !a.scores && !a.alignments && a.attention_json.empty();
+    const Rows rows = tokenize_lines(lines, unit, m, split);
     const auto& src    = rows.src;
-    const auto& row_of = rows.row_of;
     runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
@@ -156,8 +176,27 @@ void run(const TranslateArgs& a) {
     const bool nbest = to.num_hypotheses > 1 || a.scores;
     std::vector<const std::vector<runtime::Translation>*> done_rows(src.size(), nullptr);
     size_t next_line = 0;
+    auto line_done = [&](size_t i) {
+        for (size_t r : rows.rows_of[i])
+            if (done_rows[r] == nullptr) return false;
+        return true;
+    };
     auto print_line = [&](size_t i) {
-        const size_t r = row_of[i];
+        const size_t r = rows.first_row(i);
+        if (split && r != std::string::npos) {
+            std::vector<std::string> out;
+            for (size_t k : rows.rows_of[i])
+                out.push_back(done_rows[k]->empty() ? "" : runtime::join_tokens(done_rows[k]->front().words));
+            const std::string text = data::join_sentences(rows.layout[i], out);
+            // the line's own leading and trailing whitespace is not part of the translation
+            const size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
+            const std::string t = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+            if (a.show_source)
+                std::printf("%s => %s\n", lines[i].c_str(), t.c_str());
+            else
+                std::printf("%s\n", t.c_str());
+            return;
+        }
         if (nbest) {
             if (r == std::string::npos) return;
             for (const auto& t : *done_rows[r])
@@ -177,8 +216,7 @@ void run(const TranslateArgs& a) {
     };
     auto flush_ready = [&] {
         const size_t before = next_line;
-        while (next_line < lines.size() &&
-               (row_of[next_line] == std::string::npos || done_rows[row_of[next_line]] != nullptr))
+        while (next_line < lines.size() && line_done(next_line))
             print_line(next_line++);
         if (next_line != before) std::fflush(stdout);
     };
@@ -214,6 +252,9 @@ Registration reg([](CLI::App& app) {
     c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
     c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
+    c->add_flag("--no-split", a->no_split, "translate each line as one sentence (default: lines are cut into sentences "
+                                           "at . ? ! followed by a space and a capital, docs/decoding.md, and each is "
+                                           "translated on its own; n-best, scores and alignments are per line)");
     c->add_option("--num-hypotheses", a->num_hypotheses, "n-best: print the K best of the beam as "
                                                           "'line ||| translation ||| log P ||| normalised' (default 1)")
         ->transform(int_range(1, 100));
@@ -226,7 +267,7 @@ Registration reg([](CLI::App& app) {
     c->add_flag("--no-unk", a->no_unk, "never output <unk> (take the best known word instead)");
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     group_options(c, "Model", {"--model", "--pe-quirk"});
-    group_options(c, "Input", {"sentences", "--file"});
+    group_options(c, "Input", {"sentences", "--file", "--no-split"});
     group_options(c, "Decoding", {"--beam", "--length-penalty", "--max-len", "--batch-size", "--no-unk"});
     group_options(c, "Output", {"--show-source", "--num-hypotheses", "--scores", "--alignments", "--attention-json"});
     c->callback([a] { run(*a); });

@@ -62,7 +62,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         const pyb::handle v = kv.second;
         // None means "not set", for known names only (a misspelt name is an error either way).
         static const std::set<std::string> known = {
-            "batch_size", "bidirectional", "bucket_pool", "clip", "clip_norm", "data", "data_path", "dropout",
+            "batch_size", "batch_tokens", "bidirectional", "bucket_pool", "clip", "clip_norm", "data", "data_path", "dropout",
             "embed_size", "epochs", "ffn_num_hiddens", "label_smoothing", "log_every", "loss_on_padding", "lr",
             "max_pairs", "max_src_tokens", "max_steps", "max_tgt_tokens", "min_freq", "n_test", "n_valid",
             "num_blks", "num_heads", "num_hiddens", "num_layers", "num_steps", "pe_quirk", "precision",
@@ -115,6 +115,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "batch_size") o.batch_size = v.cast<int64_t>();
         else if (k == "warmup" || k == "warmup_steps") o.warmup_steps = v.cast<int64_t>();
         else if (k == "bucket_pool") o.bucket_pool = v.cast<int64_t>();
+        else if (k == "batch_tokens") o.batch_tokens = v.cast<int64_t>();
         else if (k == "lr") o.lr = v.cast<double>();
         else if (k == "label_smoothing") o.label_smoothing = v.cast<double>();
         else if (k == "clip" || k == "clip_norm") o.clip_norm = v.cast<double>();

@@ -8,6 +8,7 @@
 
 #include "bind.h"
 #include "qkv/runtime/text.h"
+#include "qkv/data/text.h"
 #include "qkv/runtime/translator.h"
 
 namespace qkv::py {
@@ -33,11 +34,16 @@ runtime::ComputeType parse_compute_type(const std::string& name) {
 
 /// Word tokens of each sentence as `qkv translate` makes them; throws ValueError naming the index
 /// for text the CLI would refuse (invalid UTF-8, a NUL byte). Blank sentences give an empty list.
-std::vector<std::vector<std::string>> tokenize_all(const std::vector<std::string>& sentences, const char* what) {
+void check_text(const std::vector<std::string>& sentences, const char* what) {
     for (size_t i = 0; i < sentences.size(); ++i)
         if (const runtime::TextProblem p = runtime::text_problem(sentences[i]))
             throw pyb::value_error(detail::str(what, "[", i, "]: ", p.what, " at byte offset ", p.offset));
-    return runtime::tokenize_sentences(sentences);
+}
+
+std::vector<std::vector<std::string>> tokenize_all(const runtime::Translator& tr, const std::vector<std::string>& sentences,
+                                                   const char* what) {
+    check_text(sentences, what);
+    return runtime::tokenize_sentences(*tr.get(), sentences);
 }
 
 /// The ranges of `qkv translate`'s flags (and the server's fields): a beam of 10^12 would only
@@ -80,8 +86,22 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
                                                int64_t num_hypotheses, bool return_scores, bool return_attention,
                                                int64_t batch_size, bool no_unk) {
     check_ranges(beam_size, length_penalty, max_len, batch_size);
-    auto words = tokenize_all(sentences, "sentences");
-    std::vector<TranslationResult> res(sentences.size());
+    check_text(sentences, "sentences");
+    // Plain translations: each text cut into sentences and put back together, as `qkv translate`
+    // and `qkv serve` do (data::split_sentences); n-best, scores and attention are per text.
+    const bool split = num_hypotheses == 1 && !return_scores && !return_attention;
+    std::vector<data::SentenceSplit> layout;
+    std::vector<std::string> parts;
+    std::vector<size_t> text_of;
+    if (split) {
+        for (size_t i = 0; i < sentences.size(); ++i) {
+            layout.push_back(data::split_sentences(sentences[i]));
+            for (const auto& x : layout.back().sentences) parts.push_back(x.text), text_of.push_back(i);
+        }
+    }
+    const std::vector<std::string>& todo = split ? parts : sentences;
+    auto words = runtime::tokenize_sentences(*tr.get(), todo);
+    std::vector<TranslationResult> res(todo.size());
     std::vector<runtime::AttentionMap> att;
     {
         pyb::gil_scoped_release nogil;
@@ -111,15 +131,25 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         std::copy(att[i].weights.begin(), att[i].weights.end(), a.mutable_data());
         res[i].attention = a;
     }
-    return res;
+    if (!split) return res;
+    std::vector<std::vector<std::string>> per_text(sentences.size());
+    for (size_t k = 0; k < res.size(); ++k) per_text[text_of[k]].push_back(res[k].translation);
+    std::vector<TranslationResult> joined(sentences.size());
+    for (size_t i = 0; i < sentences.size(); ++i) {
+        if (layout[i].sentences.empty()) continue;
+        const std::string text = data::join_sentences(layout[i], per_text[i]);
+        const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
+        joined[i].translation = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+    }
+    return joined;
 }
 
 std::vector<runtime::TokenScores> score_batch(runtime::Translator& tr, const std::vector<std::string>& sources,
                                               const std::vector<std::string>& targets) {
     if (sources.size() != targets.size())
         throw pyb::value_error(detail::str("score_batch: ", sources.size(), " sources but ", targets.size(), " targets"));
-    auto sw = tokenize_all(sources, "sources");
-    auto tw = tokenize_all(targets, "targets");
+    auto sw = tokenize_all(tr, sources, "sources");
+    auto tw = tokenize_all(tr, targets, "targets");
     pyb::gil_scoped_release nogil;
     FlushDenormals flush;
     return tr.score(sw, tw);

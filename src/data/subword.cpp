@@ -61,11 +61,12 @@ SubwordModel SubwordModel::train(const std::vector<std::string>& lines, const Su
               "subword: vocab_size must be in [5, 16777216] (4 reserved tokens + pieces), got ",
               opt.vocab_size);
     QKV_CHECK(!lines.empty(), "subword: no training sentences");
-    const std::unordered_map<std::string, std::string> kw = {
+    std::unordered_map<std::string, std::string> kw = {
         {"model_type", subword_kind_name(opt.kind)},
         {"vocab_size", std::to_string(opt.vocab_size)},
-        {"character_coverage", "1.0"},
-        {"normalization_rule_name", "identity"},
+        {"character_coverage", opt.raw_text ? "0.9999" : "1.0"},
+        {"normalization_rule_name", opt.raw_text ? "nmt_nfkc" : "identity"},
+        {"byte_fallback", opt.raw_text ? "true" : "false"},
         {"unk_id", "0"}, {"pad_id", "1"}, {"bos_id", "2"}, {"eos_id", "3"},
         {"unk_piece", Vocab::kUnk}, {"pad_piece", Vocab::kPad},
         {"bos_piece", Vocab::kBos}, {"eos_piece", Vocab::kEos},
@@ -280,6 +281,28 @@ std::vector<std::vector<std::string>> SubwordModel::encode(
     out.reserve(sentences.size());
     for (const auto& s : sentences) out.push_back(encode(s));
     return out;
+}
+
+std::vector<std::string> SubwordModel::encode_text(const std::string& text) const {
+    QKV_CHECK(impl_ != nullptr, "subword: encode with an empty model");
+    std::vector<int> ids;
+    const auto st = impl_->sp.Encode(text, &ids);
+    QKV_CHECK(st.ok(), "subword: cannot encode a sentence of ", text.size(), " bytes: ", st.message());
+    std::vector<std::string> pieces;
+    pieces.reserve(ids.size());
+    for (int id : ids) pieces.push_back(impl_->sp.IdToPiece(id));
+    return pieces;
+}
+
+std::string SubwordModel::decode_text(const std::vector<std::string>& pieces) const {
+    QKV_CHECK(impl_ != nullptr, "subword: decode with an empty model");
+    std::vector<int> ids;
+    ids.reserve(pieces.size());
+    for (const auto& p : pieces) ids.push_back(impl_->sp.PieceToId(p));
+    std::string text;
+    const auto st = impl_->sp.Decode(ids, &text);
+    QKV_CHECK(st.ok(), "subword: cannot decode ", pieces.size(), " pieces: ", st.message());
+    return text;
 }
 
 std::vector<std::string> SubwordModel::decode(const std::vector<std::string>& pieces) const {

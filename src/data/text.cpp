@@ -132,6 +132,19 @@ std::string normalize_nmt_nfkc(std::string_view text, bool remove_extra_whitespa
     return out;
 }
 
+std::vector<std::string> raw_words(std::string_view text) {
+    const std::string norm = normalize_nmt_nfkc(text);
+    std::vector<std::string> words;
+    size_t start = 0;
+    while (start < norm.size()) {
+        size_t end = norm.find(' ', start);
+        if (end == std::string::npos) end = norm.size();
+        if (end > start) words.push_back(norm.substr(start, end - start));
+        start = end + 1;
+    }
+    return words;
+}
+
 SentenceSplit split_sentences(std::string_view text) {
     const auto cps = decode(text, "split_sentences");
     SentenceSplit r;

@@ -17,7 +17,7 @@ namespace qkv::runtime {
 
 using json = nlohmann::json;
 
-std::vector<std::string> preset_names() { return {"d2l", "demo", "full", "anchor"}; }
+std::vector<std::string> preset_names() { return {"d2l", "demo", "full", "anchor", "real"}; }
 
 const char* model_kind_name(ModelKind k) { return k == ModelKind::bahdanau ? "bahdanau" : "transformer"; }
 
@@ -120,17 +120,47 @@ RunConfig transformer_preset(const std::string& name) {
         }
         return c;
     }
+    if (name == "real") {
+        // The real-text translator (issue 45; docs/training.md "The real translator"): raw,
+        // cased text on the whole corpus, a source-disjoint test split, one shared SentencePiece
+        // vocabulary with byte fallback, tied embeddings, label smoothing, warmup + inverse
+        // square root, length-bucketed batches. The model size and budget are chosen by
+        // measurement on 2 cores (bench/RESULTS.md "The real translator").
+        d.pipeline = DataPipeline::text;
+        d.num_steps = 64;  // the length cap in pieces, <eos> included
+        d.n_valid = 2000, d.n_test = 5000, d.split_seed = 0;
+        d.subword = data::SubwordKind::bpe, d.subword_vocab_size = 10000, d.shared_vocab = true;
+        m.tie_weights = true;
+        m.num_hiddens = 256, m.num_blks = 3, m.num_heads = 4, m.ffn_num_hiddens = 1024, m.dropout = 0.1;
+        m.max_len = 128;
+        t.epochs = 1000, t.time_budget_s = 7200, t.batch_size = 128, t.batch_tokens = 2000, t.lr = 1e-3;
+        t.adam_beta1 = 0.9, t.adam_beta2 = 0.98, t.adam_eps = 1e-9;
+        t.schedule = optim::LrSchedule::warmup_inv_sqrt, t.warmup_steps = 1000;
+        t.label_smoothing = 0.1;
+        t.bucket_pool = 50, t.trim_batches = true;
+        t.val_every_s = 600;
+        c.decode.max_len = 96, c.decode.beam = 4;
+        return c;
+    }
     std::string names;
     for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     throw Error(detail::str("unknown preset '", name, "' (choose one of ", names, ")"));
 }
 
-const char* pipeline_name(DataPipeline p) { return p == DataPipeline::d2l_en ? "d2l_en" : "anchor"; }
+const char* pipeline_name(DataPipeline p) {
+    switch (p) {
+        case DataPipeline::d2l_en: return "d2l_en";
+        case DataPipeline::anchor: return "anchor";
+        case DataPipeline::text: return "text";
+    }
+    return "anchor";
+}
 
 DataPipeline parse_pipeline(const std::string& s) {
     if (s == "d2l_en") return DataPipeline::d2l_en;
     if (s == "anchor") return DataPipeline::anchor;
-    throw Error(detail::str("data.pipeline '", s, "' is not d2l_en or anchor"));
+    if (s == "text") return DataPipeline::text;
+    throw Error(detail::str("data.pipeline '", s, "' is not d2l_en, anchor or text"));
 }
 
 /// One section of config.json ("data", "model", ...), for error messages that name the key.
@@ -306,6 +336,7 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
               schedule_name(tr.schedule), "' (it warms up over that many steps)");
     check_int(t, "val_batch_size", tr.val_batch_size, 1);
     check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
+    check_int(t, "batch_tokens", tr.batch_tokens, 0, 100000000);
     check_real(t, "val_every_s", tr.val_every_s, 0, kMaxDurationSeconds);
     check_int(t, "log_every", c.log_every, 0, 1000000000);
     check_int(t, "keep_checkpoints", c.keep_checkpoints, 0, 1000000);
@@ -376,7 +407,9 @@ json to_json(const RunConfig& c) {
                                 {"malformed_lines", r.malformed},
                                 {"dropped", {{"source_too_long", r.source_too_long},
                                              {"target_too_long", r.target_too_long},
-                                             {"beyond_max_pairs", r.beyond_max_pairs}}},
+                                             {"beyond_max_pairs", r.beyond_max_pairs},
+                                             {"over_length_cap", r.over_length_cap},
+                                             {"held_out_other_translations", r.held_out_duplicates}}},
                                 {"pairs_kept", r.pairs_kept},
                                 {"split", {{"train", r.train}, {"valid", r.valid}, {"test", r.test}}}};
     }
@@ -425,6 +458,7 @@ json to_json(const RunConfig& c) {
                   {"val_batch_size", t.val_batch_size},
                   {"trim_batches", t.trim_batches},
                   {"bucket_pool", t.bucket_pool},
+                  {"batch_tokens", t.batch_tokens},
                   {"val_every_s", t.val_every_s},
                   {"precision", precision_name(t.precision)},
                   {"log_every", c.log_every},
@@ -502,6 +536,8 @@ RunConfig run_config_from_json(const json& j) {
             const json& dj = aj["dropped"];
             r.source_too_long = num(dj, "source_too_long"), r.target_too_long = num(dj, "target_too_long");
             r.beyond_max_pairs = num(dj, "beyond_max_pairs");
+            r.over_length_cap = num(dj, "over_length_cap");
+            r.held_out_duplicates = num(dj, "held_out_other_translations");
         }
         if (aj.contains("split") && aj["split"].is_object())
             r.train = num(aj["split"], "train"), r.valid = num(aj["split"], "valid"), r.test = num(aj["split"], "test");
@@ -556,6 +592,7 @@ RunConfig run_config_from_json(const json& j) {
     get(t, "val_batch_size", c.train.val_batch_size);
     get(t, "trim_batches", c.train.trim_batches);
     get(t, "bucket_pool", c.train.bucket_pool);
+    get(t, "batch_tokens", c.train.batch_tokens);
     get(t, "val_every_s", c.train.val_every_s);
     if (get(t, "precision", s)) c.train.precision = parse_precision(s, "key 'train.precision'");  // older: fp32
     get(t, "log_every", c.log_every);  // older files: the default

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "qkv/data/subword.h"
+#include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
 
 namespace qkv::runtime {
@@ -32,6 +33,23 @@ std::vector<std::vector<std::string>> tokenize_sentences(const std::vector<std::
         out.push_back(std::move(t));
     }
     return out;
+}
+
+bool reads_raw_text(const ModelDir& m) { return m.config.data.pipeline == DataPipeline::text; }
+
+std::vector<std::vector<std::string>> tokenize_sentences(const ModelDir& m, const std::vector<std::string>& sentences) {
+    if (!reads_raw_text(m)) return tokenize_sentences(sentences);
+    std::vector<std::vector<std::string>> out;
+    out.reserve(sentences.size());
+    for (const auto& s : sentences) out.push_back(data::raw_words(s));
+    return out;
+}
+
+std::vector<std::pair<std::string, std::string>> book_pairs(const ModelDir& m) {
+    if (reads_raw_text(m))
+        return {{"Go.", "Va !"}, {"I lost.", "J'ai perdu."}, {"He's calm.", "Il est calme."}, {"I'm home.", "Je suis chez moi."}};
+    return {{"go .", "va !"}, {"i lost .", "j'ai perdu ."}, {"he's calm .", "il est calme ."},
+            {"i'm home .", "je suis chez moi ."}};
 }
 
 std::string join_tokens(const std::vector<std::string>& tokens) {

@@ -30,7 +30,9 @@ decode::DecodeOptions decode_options(const ModelDir& m, const TranslateOptions& 
     d.repetition_penalty   = opt.repetition_penalty;
     d.coverage_penalty     = opt.coverage_penalty;
     d.sampling             = opt.sampling;
-    if (opt.no_unk) d.banned = {m.tgt_vocab.unk()};
+    // A real-text model spells every character with byte pieces, so it never needs <unk>: it is
+    // banned, and no user of that path sees it (issue 45).
+    if (opt.no_unk || reads_raw_text(m)) d.banned = {m.tgt_vocab.unk()};
     if (!opt.prefix.empty()) {
         const auto units = m.subwords.active() ? m.subwords.tgt->encode(opt.prefix) : opt.prefix;
         for (const auto& u : units) {
@@ -255,7 +257,7 @@ AttentionMap greedy_attention(ModelDir& m, const std::vector<std::string>& units
     g.eos     = m.tgt_vocab.eos();
     g.max_len = max_len;
     g.trace   = &trace;
-    if (no_unk) g.banned = {m.tgt_vocab.unk()};
+    if (no_unk || reads_raw_text(m)) g.banned = {m.tgt_vocab.unk()};
     decode::greedy_decode(*m.model, from_vector(row.ids, {1, num_steps}), from_vector<int64_t>({row.valid_len}, {1}), g);
     AttentionMap a;
     a.steps   = int64_t(trace.cross.size());

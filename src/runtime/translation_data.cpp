@@ -6,6 +6,8 @@
 
 #include "qkv/core/error.h"
 #include "qkv/data/corpus.h"
+#include "qkv/data/dedup_split.h"
+#include "qkv/data/text.h"
 #include "qkv/data/fra_eng.h"
 #include "qkv/data/tokenizer.h"
 
@@ -262,6 +264,125 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     return buf + chosen + hint;
 }
 
+/// The text pipeline (DataPipeline::text) on the pairs read (after max_pairs).
+TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given, const data::ParallelCorpus& corpus,
+                               std::string summary, TranslationData out) {
+    const int64_t n = corpus.size();
+    QKV_CHECK(cfg.subword != data::SubwordKind::none, "data: the text pipeline reads subword pieces (--subword bpe or "
+              "unigram), not words");
+    QKV_CHECK(cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0, "data: --max-src-tokens / --max-tgt-tokens count "
+              "D2L tokens, which the text pipeline (preset real) has none of: its length cap is --num-steps, in pieces");
+    int64_t nv = cfg.n_valid, nt = cfg.n_test;
+    if (n < 4 * (nv + nt)) {  // small corpora shrink the held-out sets, as the anchor pipeline does
+        nv = std::max<int64_t>(1, n / 10), nt = std::max<int64_t>(1, n / 10);
+        summary += "; small corpus: valid and test shrunk to " + std::to_string(nv) + " sources each";
+    }
+    const data::SourceDisjointSplit split = data::source_disjoint_split(corpus.src, nv, nt, cfg.split_seed);
+    if (given.active()) {
+        out.subwords = given;
+    } else {
+        auto train_on = [&](const std::string& which, bool src, bool tgt) {
+            std::vector<std::string> lines;
+            lines.reserve(split.train.size() * 2);
+            for (int64_t r : split.train) {
+                if (src) lines.push_back(corpus.src[size_t(r)]);
+                if (tgt) lines.push_back(corpus.tgt[size_t(r)]);
+            }
+            data::SubwordOptions so;
+            so.kind             = cfg.subword;
+            so.vocab_size       = cfg.subword_vocab_size;
+            so.hard_vocab_limit = !cfg.subword_vocab_soft;
+            so.seed             = cfg.split_seed;
+            so.raw_text         = true;
+            try {
+                return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
+            } catch (const Error& e) {
+                throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
+                                        " does not fit the ", which, " vocabulary of this data: ", e.what()));
+            }
+        };
+        const std::string sl = source_language(cfg), tl = target_language(cfg);
+        if (cfg.shared_vocab) {
+            out.subwords.src = train_on(side_name("shared", sl.empty() || tl.empty() ? "" : sl + " + " + tl), true, true);
+            out.subwords.tgt = out.subwords.src;
+        } else {
+            out.subwords.src = train_on(side_name("source", sl), true, false);
+            out.subwords.tgt = train_on(side_name("target", tl), false, true);
+        }
+    }
+    out.src_vocab = out.subwords.src->vocab();
+    out.tgt_vocab = out.subwords.tgt->vocab();
+    const int64_t T = cfg.num_steps;
+    data::Sentences src_pieces(static_cast<size_t>(n)), tgt_pieces(static_cast<size_t>(n));
+    auto encode_rows = [&](const std::vector<int64_t>& rows) {
+        for (int64_t r : rows) {
+            src_pieces[size_t(r)] = out.subwords.src->encode_text(corpus.src[size_t(r)]);
+            tgt_pieces[size_t(r)] = out.subwords.tgt->encode_text(corpus.tgt[size_t(r)]);
+        }
+    };
+    encode_rows(split.train), encode_rows(split.valid), encode_rows(split.test);
+    std::vector<int64_t> train_rows;
+    std::vector<int64_t> tgt_lens;
+    int64_t words = 0, pieces_src = 0, pieces_tgt = 0, words_tgt = 0, over = 0;
+    for (int64_t r : split.train) {
+        const int64_t ls = int64_t(src_pieces[size_t(r)].size()), lt = int64_t(tgt_pieces[size_t(r)].size());
+        if (ls + 1 > T || lt + 1 > T) {
+            ++over;
+            continue;
+        }
+        train_rows.push_back(r);
+        tgt_lens.push_back(lt);
+        pieces_src += ls, pieces_tgt += lt;
+        words += int64_t(data::raw_words(corpus.src[size_t(r)]).size());
+        words_tgt += int64_t(data::raw_words(corpus.tgt[size_t(r)]).size());
+    }
+    QKV_CHECK(!train_rows.empty(), "data: no train pair fits num_steps ", T, " pieces (with <eos>): raise --num-steps");
+    out.target_len_p99 = p99_len(tgt_lens);
+    const data::NmtArrays all = data::build_nmt_arrays(src_pieces, tgt_pieces, out.src_vocab, out.tgt_vocab, T);
+    out.train = all.subset(train_rows);
+    out.valid = all.subset(split.valid);
+    out.test  = all.subset(split.test);
+    out.truncated_src = out.truncated_tgt = 0;  // train pairs over the cap are skipped, not cut
+    for (int64_t i : split.test) {
+        out.test_src.push_back(data::raw_words(corpus.src[size_t(i)]));
+        out.test_ref.push_back(data::raw_words(corpus.tgt[size_t(i)]));
+        out.test_src_text.push_back(corpus.src[size_t(i)]);
+        out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
+    }
+    for (int64_t r : train_rows) {
+        out.train_src_text.push_back(corpus.src[size_t(r)]);
+        out.train_tgt_text.push_back(corpus.tgt[size_t(r)]);
+    }
+    for (int64_t r : split.valid) {
+        out.valid_src_text.push_back(corpus.src[size_t(r)]);
+        out.valid_tgt_text.push_back(corpus.tgt[size_t(r)]);
+    }
+    out.pairs = out.train.n + out.valid.n + out.test.n;
+    DataRecord& rec = out.record;
+    rec.over_length_cap     = over;
+    rec.held_out_duplicates = split.unused;
+    rec.pairs_kept          = out.pairs;
+    rec.train = out.train.n, rec.valid = out.valid.n, rec.test = out.test.n;
+    rec.pipeline = detail::str("text: raw sentences, a source-disjoint split (seed ", cfg.split_seed, ", ",
+                               split.distinct_sources, " distinct sources), ",
+                               cfg.shared_vocab ? "one shared " : "per-side ", data::subword_kind_name(cfg.subword),
+                               " SentencePiece vocabulary of ", out.src_vocab.size(),
+                               cfg.shared_vocab ? "" : " / " + std::to_string(out.tgt_vocab.size()),
+                               " pieces (nmt_nfkc, byte fallback) learned from the train split, train pairs over ",
+                               T, " pieces with <eos> skipped");
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "; %s %s vocabulary of %lld pieces (raw text, nmt_nfkc, byte fallback), %.3f / %.3f pieces per "
+                  "word (source / target); %lld train pairs over %lld pieces skipped",
+                  cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
+                  (long long)out.tgt_vocab.size(), words ? double(pieces_src) / double(words) : 0.0,
+                  words_tgt ? double(pieces_tgt) / double(words_tgt) : 0.0, (long long)over, (long long)T);
+    out.summary = summary + buf + detail::str("; source-disjoint split ", out.train.n, " train / ", out.valid.n,
+                                              " valid / ", out.test.n, " test (seed ", cfg.split_seed, "; ",
+                                              split.unused, " other translations of held-out sources unused)");
+    return out;
+}
+
 }  // namespace
 
 int64_t pieces_num_steps(const std::vector<int64_t>& src_lens, const std::vector<int64_t>& tgt_lens, int64_t cap) {
@@ -269,7 +390,8 @@ int64_t pieces_num_steps(const std::vector<int64_t>& src_lens, const std::vector
     return std::min(t, std::max<int64_t>(cap, 2));
 }
 
-std::string DataRecord::dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs) const {
+std::string DataRecord::dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs,
+                                     int64_t num_steps) const {
     if (pairs_kept == pairs_read) return detail::str("kept all ", pairs_read, pairs_read == 1 ? " pair" : " pairs");
     std::string s = detail::str("kept ", pairs_kept, " of ", pairs_read, " pairs: dropped ");
     std::string why;
@@ -279,6 +401,10 @@ std::string DataRecord::dropped_text(int64_t max_src_tokens, int64_t max_tgt_tok
     add(source_too_long, detail::str("with more than ", max_src_tokens, " source token", max_src_tokens == 1 ? "" : "s"));
     add(target_too_long, detail::str("with more than ", max_tgt_tokens, " target token", max_tgt_tokens == 1 ? "" : "s"));
     add(beyond_max_pairs, detail::str("after the first ", max_pairs));
+    add(over_length_cap, detail::str("train pair", over_length_cap == 1 ? "" : "s", " over the length cap of ", num_steps,
+                                     " pieces with <eos> (num_steps)"));
+    add(held_out_duplicates, detail::str("other translation", held_out_duplicates == 1 ? "" : "s",
+                                         " of held-out sources (so that no held-out source is trained on)"));
     return s + why;
 }
 
@@ -306,7 +432,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     QKV_CHECK(cfg.n_valid >= 1 && cfg.n_test >= 1, "data: n_valid and n_test must be >= 1");
     QKV_CHECK(cfg.subword == data::SubwordKind::none || cfg.subword_vocab_size >= 5,
               "data: subword vocabulary size (--vocab-size) must be >= 5, got ", cfg.subword_vocab_size);
-    QKV_CHECK(cfg.pipeline == DataPipeline::anchor ||
+    QKV_CHECK(cfg.pipeline != DataPipeline::d2l_en ||
                   (cfg.subword == data::SubwordKind::none && !cfg.shared_vocab),
               "data: --subword and --shared-vocab need the anchor pipeline (presets demo, full, anchor), "
               "not d2l_en");
@@ -325,6 +451,7 @@ TranslationData load_translation_data(const DataConfig& cfg, const SubwordModels
     out.fingerprint = fingerprint_pairs(corpus.src, corpus.tgt);
     QKV_CHECK(n >= 3, "data: only ", n, n == 1 ? " pair" : " pairs", " in ", out.origin,
               " after filtering; need at least 3");
+    if (cfg.pipeline == DataPipeline::text) return load_text_data(cfg, given, corpus, summary, std::move(out));
     data::AnchorConfig ac;
     ac.num_steps = cfg.num_steps;
     ac.min_freq  = cfg.min_freq;

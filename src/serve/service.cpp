@@ -11,6 +11,7 @@
 
 #include "qkv/data/tokenizer.h"
 #include "qkv/serve/web_page.h"
+#include "qkv/runtime/text.h"
 #include "qkv/runtime/translation_data.h"
 
 namespace qkv::serve {
@@ -326,7 +327,7 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
     job.sentences = r.q;
     job.settings  = rs;
     job.tokens    = 0;
-    for (const auto& s : r.q) job.tokens += int64_t(data::tokenize_nmt(s).size()) + 1;
+    for (const auto& w : runtime::tokenize_sentences(*m, r.q)) job.tokens += int64_t(w.size()) + 1;
     const auto deadline = Clock::now() + opt_.timeout;
     job.deadline = deadline;
     auto fut = batcher_->submit(std::move(job));

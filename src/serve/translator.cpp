@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/data/text.h"
 #include "qkv/runtime/text.h"
 
 namespace qkv::serve {
@@ -65,28 +66,53 @@ void add_hypotheses(runtime::ModelDir& m, const std::vector<std::string>& src_un
 std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const std::vector<std::string>& sentences,
                                                 const ResolvedSettings& s) {
     std::vector<SentenceResult> out(sentences.size());
+    const MatmulPrecisionGuard precision(t.precision());
+    runtime::Translator::Lease m = t.borrow();
+    // Plain translations: each text is cut into sentences (data::split_sentences), translated one
+    // by one and put back in its layout. Hypotheses, scores and attention are per text.
+    std::vector<data::SentenceSplit> layout(sentences.size());
+    std::vector<std::string> pieces_of_text;  // the sentences to translate, text by text
+    std::vector<size_t> text_of;              // sentence -> text
+    for (size_t i = 0; i < sentences.size(); ++i) {
+        if (s.detail) {
+            pieces_of_text.push_back(sentences[i]);
+            text_of.push_back(i);
+            continue;
+        }
+        layout[i] = data::split_sentences(sentences[i]);
+        for (const auto& x : layout[i].sentences) {
+            pieces_of_text.push_back(x.text);
+            text_of.push_back(i);
+        }
+    }
     std::vector<std::vector<std::string>> src;
     std::vector<size_t> sentence_of;  // row of src -> sentence
-    auto words = runtime::tokenize_sentences(sentences);
-    for (size_t i = 0; i < sentences.size(); ++i) {
+    auto words = runtime::tokenize_sentences(*m, pieces_of_text);
+    for (size_t i = 0; i < pieces_of_text.size(); ++i) {
         if (words[i].empty()) continue;
         sentence_of.push_back(i);
         src.push_back(std::move(words[i]));
     }
     if (src.empty()) return out;
-    const MatmulPrecisionGuard precision(t.precision());
-    runtime::Translator::Lease m = t.borrow();
     runtime::TranslateOptions o = s.options;
     if (s.detail && o.beam > 1) o.num_hypotheses = s.n_best;
     const auto nbest = runtime::translate_nbest(*m, src, o);
-    const auto units = s.detail ? runtime::source_units(*m, src) : std::vector<std::vector<std::string>>{};
-    for (size_t r = 0; r < src.size(); ++r) {
-        SentenceResult& res = out[sentence_of[r]];
-        if (!s.detail)
-            res.translation = nbest[r].empty() ? "" : runtime::join_tokens(nbest[r].front().words);
-        else
-            add_hypotheses(*m, units[r], nbest[r], s, res);
+    if (!s.detail) {
+        std::vector<std::vector<std::string>> per_text(sentences.size());
+        std::vector<std::string> translated(pieces_of_text.size());
+        for (size_t r = 0; r < src.size(); ++r)
+            translated[sentence_of[r]] = nbest[r].empty() ? "" : runtime::join_tokens(nbest[r].front().words);
+        for (size_t k = 0; k < pieces_of_text.size(); ++k) per_text[text_of[k]].push_back(std::move(translated[k]));
+        for (size_t i = 0; i < sentences.size(); ++i) {
+            if (layout[i].sentences.empty()) continue;
+            const std::string text = data::join_sentences(layout[i], per_text[i]);
+            const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
+            out[i].translation = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+        }
+        return out;
     }
+    const auto units = runtime::source_units(*m, src);
+    for (size_t r = 0; r < src.size(); ++r) add_hypotheses(*m, units[r], nbest[r], s, out[text_of[sentence_of[r]]]);
     return out;
 }
 

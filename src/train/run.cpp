@@ -92,6 +92,7 @@ void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.schedule, t.schedule);
     set_if(o.warmup_steps, t.warmup_steps);
     set_if(o.bucket_pool, t.bucket_pool);
+    set_if(o.batch_tokens, t.batch_tokens);
     set_if(o.trim_batches, t.trim_batches);
     set_if(o.val_every_s, t.val_every_s);
     set_if(o.precision, t.precision);
@@ -118,6 +119,8 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
         d.subword            = data::SubwordKind::unigram;
         d.subword_vocab_soft = !o.vocab_size;  // at most 8000 pieces, fewer for a small corpus
     }
+    if (d.pipeline == DataPipeline::text && d.subword == data::SubwordKind::none)
+        config_error("--subword none: the real-text pipeline (preset real) reads SentencePiece pieces; choose bpe or unigram");
     if (preset_subword && d.subword == data::SubwordKind::none) {
         // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
         // ask for a shared vocabulary / tying), with the anchor's word lengths.
@@ -139,7 +142,7 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     if (m.tie_weights && cfg.architecture != ModelKind::transformer)
         config_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
     check_architecture_overrides(o, cfg.architecture);
-    if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline != DataPipeline::anchor)
+    if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline == DataPipeline::d2l_en)
         config_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                  "anchor), not --preset ", cfg.preset));
     if (d.subword != data::SubwordKind::none && !preset_subword && !o.num_steps) {
@@ -211,8 +214,13 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
             limit("--max-src-tokens", dc.max_src_tokens, given.max_src_tokens.has_value(), r.source_too_long);
             limit("--max-tgt-tokens", dc.max_tgt_tokens, given.max_tgt_tokens.has_value(), r.target_too_long);
             limit("--max-pairs", dc.max_pairs, given.max_pairs.has_value(), r.beyond_max_pairs);
-            std::fprintf(opt.log, "data: the filters %s (%s; larger values keep more)\n",
-                         r.dropped_text(dc.max_src_tokens, dc.max_tgt_tokens, dc.max_pairs).c_str(), limits.c_str());
+            if (limits.empty())
+                std::fprintf(opt.log, "data: %s\n",
+                             r.dropped_text(dc.max_src_tokens, dc.max_tgt_tokens, dc.max_pairs, dc.num_steps).c_str());
+            else
+                std::fprintf(opt.log, "data: the filters %s (%s; larger values keep more)\n",
+                             r.dropped_text(dc.max_src_tokens, dc.max_tgt_tokens, dc.max_pairs, dc.num_steps).c_str(),
+                             limits.c_str());
         }
     }
     if (opt.resume) {
@@ -237,7 +245,7 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
     }
     cfg.data.fingerprint     = d->fingerprint;
     cfg.data.applied         = d->record;
-    if (cfg.data.pipeline == DataPipeline::anchor) {
+    if (cfg.data.pipeline != DataPipeline::d2l_en) {
         // The split as made (a small corpus shrinks valid and test; the same sizes give it again).
         cfg.data.n_valid = d->valid.n;
         cfg.data.n_test  = d->test.n;
@@ -250,8 +258,9 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
 void log_model(const RunConfig& cfg, const models::EncoderDecoder& model, std::FILE* log) {
     if (!log) return;
     std::fprintf(log, "model: %s\n", describe_model(cfg, model).c_str());
-    std::fprintf(log, "training: batch %lld, lr %g, %lld epochs%s%s, loss %s\n", (long long)cfg.train.batch_size,
-                 cfg.train.lr, (long long)cfg.train.epochs,
+    const std::string batch = cfg.train.batch_tokens > 0 ? detail::str("batches of ~", cfg.train.batch_tokens, " tokens")
+                                                         : detail::str("batch ", cfg.train.batch_size);
+    std::fprintf(log, "training: %s, lr %g, %lld epochs%s%s, loss %s\n", batch.c_str(), cfg.train.lr, (long long)cfg.train.epochs,
                  cfg.train.time_budget_s > 0 ? (", budget " + util::format_duration(cfg.train.time_budget_s)).c_str()
                                              : "",
                  cfg.train.max_steps > 0 ? (", max " + std::to_string(cfg.train.max_steps) + " steps").c_str() : "",

@@ -215,6 +215,7 @@ data::BatcherOptions train_batcher_options(const TrainOptions& o) {
     bo.shuffle     = true;
     bo.seed        = o.seed;
     bo.bucket_pool = o.bucket_pool;
+    bo.batch_tokens = o.batch_tokens;
     bo.trim        = o.trim_batches && !o.loss_on_padding;
     return bo;
 }

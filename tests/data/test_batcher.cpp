@@ -187,6 +187,50 @@ TEST(Batcher, BucketingIsAPermutationOfSimilarLengthsWithThePartialBatchLast) {
     EXPECT_NE(b.order(), e0);
 }
 
+// Batches by tokens: every row exactly once per epoch, the same number of batches every epoch,
+// each batch's cost (sum of max(src, tgt) valid lengths) close to the total / batches (a batch is
+// cut at the first row that would pass its share, so it is off by less than one row's cost from
+// the running goal), short pairs in larger batches than long ones, reproducible per (seed, epoch).
+TEST(Batcher, BatchTokensCutsEqualCostBatchesOfEveryRowOnce) {
+    const NmtArrays data = varied(403);
+    auto cost = [&](int64_t r) { return std::max<int64_t>(1, std::max(data.src_valid_len[size_t(r)], data.tgt_valid_len[size_t(r)])); };
+    int64_t total = 0, longest = 0;
+    for (int64_t r = 0; r < data.n; ++r) total += cost(r), longest = std::max(longest, cost(r));
+    const int64_t tokens = 60;
+    BatcherOptions o{.batch_size = 1, .shuffle = true, .seed = 3, .bucket_pool = 4, .batch_tokens = tokens};
+    Batcher b(data, o), again(data, o);
+    const int64_t nb = (total + tokens - 1) / tokens;
+    ASSERT_EQ(b.num_batches(), nb);
+    for (int64_t epoch : {0, 1, 2}) {
+        b.start_epoch(epoch);
+        again.start_epoch(epoch);
+        std::vector<int64_t> seen;
+        int64_t shortest_hi = 1 << 30, shortest_rows = 0, longest_lo = 0, longest_rows = 0;
+        for (int64_t k = 0; k < b.num_batches(); ++k) {
+            const Batch x = b.batch(k);
+            EXPECT_EQ(x.rows, again.batch(k).rows);
+            ASSERT_GE(x.size, 1);
+            int64_t c = 0, lo = 1 << 30, hi = 0;
+            for (int64_t r : x.rows) c += cost(r), lo = std::min(lo, cost(r)), hi = std::max(hi, cost(r));
+            EXPECT_LE(std::abs(double(c) - double(total) / double(nb)), 2.0 * double(longest)) << "batch " << k;
+            seen.insert(seen.end(), x.rows.begin(), x.rows.end());
+            if (hi < shortest_hi) shortest_hi = hi, shortest_rows = x.size;
+            if (lo > longest_lo) longest_lo = lo, longest_rows = x.size;
+        }
+        std::sort(seen.begin(), seen.end());
+        std::vector<int64_t> all(size_t(data.n));
+        std::iota(all.begin(), all.end(), int64_t(0));
+        EXPECT_EQ(seen, all) << "epoch " << epoch;
+        // the batch of the shortest pairs holds over 4/3 the rows of the batch of the longest
+        // (costs here run 1 to 12, a batch ~60: about 9-10 rows of pairs up to 6 against 5-6 of 10-12)
+        ASSERT_LT(shortest_hi, longest_lo);
+        EXPECT_GT(3 * shortest_rows, 4 * longest_rows);
+    }
+    Batcher no_pool(data, {.batch_size = 1, .shuffle = false, .batch_tokens = 1});  // one row per batch at most
+    EXPECT_EQ(no_pool.num_batches(), data.n);
+    EXPECT_THROW(Batcher(data, {.batch_size = 1, .batch_tokens = -1}), Error);
+}
+
 TEST(Batcher, RejectsANegativeBucketPool) {
     const NmtArrays data = varied(5);
     EXPECT_THROW(Batcher(data, {.batch_size = 2, .bucket_pool = -1}), Error);

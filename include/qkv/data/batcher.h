@@ -38,6 +38,14 @@ struct BatcherOptions {
     /// removed, so a loss that ignores padded positions is unchanged (up to dropout draws); do
     /// not use it with a loss over padding (D2L EN's --loss-on-padding).
     bool trim = false;
+    /// Batches by tokens instead of rows (0: off; fairseq's --max-tokens idea, but a fixed count).
+    /// A row costs max(src_valid_len, tgt_valid_len) tokens; an epoch is cut into
+    /// ceil(total cost / batch_tokens) batches (at most one per row, the same number every epoch)
+    /// of nearly equal cost, consecutive in the epoch's order, so a batch of short pairs holds
+    /// more of them. With bucket_pool the order is first sorted by length within pools of
+    /// bucket_pool batches' rows, so batches hold pairs of similar length; the batches are then
+    /// shuffled (seed + 1, the epoch). batch_size and drop_last are not used.
+    int64_t batch_tokens = 0;
 };
 
 /// Epoch e visits the rows in the order shuffled_indices(n, seed, e) (data/split.h: CPython's
@@ -66,11 +74,15 @@ public:
 
 private:
     void bucket();  // BatcherOptions::bucket_pool: reorders order_ in place
+    void cut_by_tokens();  // BatcherOptions::batch_tokens: fills starts_ / ends_
+    int64_t cost(int64_t row) const;
     const NmtArrays* data_;
     BatcherOptions opt_;
     int64_t epoch_ = -1;
     int64_t cursor_ = 0;
     std::vector<int64_t> order_;
+    int64_t token_batches_ = 0;              // batch_tokens: batches per epoch
+    std::vector<int64_t> starts_, ends_;      // batch_tokens: batch b is order_[starts_[b], ends_[b])
 };
 
 }  // namespace qkv::data

@@ -34,6 +34,12 @@ struct SubwordOptions {
     /// false: vocab_size is an upper bound (SentencePiece's hard_vocab_limit=false), so a corpus
     /// too small for it gets fewer pieces instead of an error.
     bool hard_vocab_limit = true;
+    /// Raw text (the real-text pipeline, issue 45): SentencePiece normalizes with nmt_nfkc
+    /// (data/text.h normalize_nmt_nfkc), keeps the characters that cover 99.99 % of the text as
+    /// pieces and spells the rest as UTF-8 byte pieces <0x00>..<0xFF> (byte_fallback), so no
+    /// input character becomes <unk>. false: D2L words, identity normalization, every character
+    /// a piece (character_coverage 1), no byte pieces.
+    bool raw_text = false;
 };
 
 /// A trained SentencePiece model. Copies share the (immutable) model. Not thread-safe to
@@ -75,6 +81,14 @@ public:
     std::vector<std::string> encode(const std::vector<std::string>& words) const;
     /// encode() for each sentence.
     std::vector<std::vector<std::string>> encode(const std::vector<std::vector<std::string>>& sentences) const;
+    /// Pieces of one raw sentence (a model trained with raw_text: SentencePiece normalizes it
+    /// with the model's own rule first). "Elle est là." -> e.g. {"▁Elle", "▁est", "▁là", "."}.
+    std::vector<std::string> encode_text(const std::string& text) const;
+    /// Natural text of a piece sequence: SentencePiece's decoding ("▁" read as a space, the
+    /// leading one dropped; byte pieces joined back into their characters, an incomplete UTF-8
+    /// sequence of them giving U+FFFD); <unk> and unknown piece strings give "<unk>";
+    /// <pad>/<bos>/<eos> give nothing.
+    std::string decode_text(const std::vector<std::string>& pieces) const;
     /// Words of a piece sequence: pieces concatenated, "▁" read as a space, split on spaces.
     /// "<unk>" decodes to the word "<unk>"; <pad>/<bos>/<eos> decode to nothing. decode(encode(w))
     /// == w for words made of characters seen in training.

@@ -28,6 +28,12 @@ namespace qkv::data {
 /// Throws qkv::Error on ill-formed UTF-8, naming the byte offset.
 std::string normalize_nmt_nfkc(std::string_view text, bool remove_extra_whitespaces = true);
 
+/// The words of a raw sentence as the real-text pipeline hands them to SentencePiece:
+/// normalize_nmt_nfkc(text), split on U+0020 (so no word is empty; a blank text has none).
+/// Joined by single spaces they are the normalized text again. Throws qkv::Error on ill-formed
+/// UTF-8, naming the byte offset.
+std::vector<std::string> raw_words(std::string_view text);
+
 /// One sentence of split_sentences and the whitespace that followed it in the input.
 struct Sentence {
     std::string text;         // non-empty, no leading or trailing whitespace

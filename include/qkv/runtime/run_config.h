@@ -36,6 +36,8 @@ struct TrainOptions {
     bool trim_batches = false;
     /// Length bucketing pool in batches (data::BatcherOptions::bucket_pool; 0: off).
     int64_t bucket_pool = 0;
+    /// Batches by tokens (data::BatcherOptions::batch_tokens; 0: batch_size pairs per batch).
+    int64_t batch_tokens = 0;
     /// Also validate at the first step boundary past every multiple of this much training time
     /// (0: only at epoch ends), as the anchor protocol does at 5, 10 and 15 minutes. Writes a
     /// "val" record to metrics.jsonl and, inside an epoch, a checkpoint first (the batch

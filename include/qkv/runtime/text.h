@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/runtime/model_dir.h"
@@ -29,6 +30,21 @@ TextProblem text_problem(const std::string& sentence);
 /// Word tokens of each raw sentence (data::tokenize_nmt); a blank sentence (is_blank) gives an
 /// empty list. The caller checks text_problem first (tokenize_nmt assumes valid UTF-8).
 std::vector<std::vector<std::string>> tokenize_sentences(const std::vector<std::string>& sentences);
+
+/// The words of each raw sentence as model `m` reads them: for a real-text model (data pipeline
+/// text) the nmt_nfkc-normalized text split on spaces (data::raw_words: cased, punctuation
+/// attached), else D2L's tokens (tokenize_sentences above). A blank sentence gives an empty list.
+/// The caller checks text_problem first.
+std::vector<std::vector<std::string>> tokenize_sentences(const ModelDir& m, const std::vector<std::string>& sentences);
+
+/// Whether `m` reads and writes real text (data pipeline text): its output words joined by spaces
+/// are natural text.
+bool reads_raw_text(const ModelDir& m);
+
+/// D2L's four en→fr example pairs (D2L 11.7: "go ." -> "va !", "i lost .", "he's calm .",
+/// "i'm home .") as model `m` reads and writes text: D2L tokens, or cased real text ("Go." ->
+/// "Va !") for a real-text model. Source, reference.
+std::vector<std::pair<std::string, std::string>> book_pairs(const ModelDir& m);
 
 /// How many leading words of a source sentence a subword model encodes: 4 × num_steps. Every word
 /// gives at least one piece, so the num_steps pieces the model reads come from the first num_steps

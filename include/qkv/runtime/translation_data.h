@@ -22,6 +22,14 @@ enum class DataPipeline {
     /// The quality anchor's pipeline: seeded shuffle split (train / valid / test), frequency-
     /// ordered vocabularies (<unk> <pad> <bos> <eos>, min_freq) from the train split only.
     anchor,
+    /// Real text (issue 45; the real preset): sentences as the file has them (cased, punctuation
+    /// attached), split by data::source_disjoint_split (no validation or test source occurs in
+    /// training), SentencePiece pieces learned from the train split's raw text with nmt_nfkc
+    /// normalization and byte fallback (data::SubwordOptions::raw_text), train pairs longer than
+    /// num_steps pieces (+ <eos>) on either side skipped and counted, the held-out pairs kept
+    /// (their arrays cut to num_steps; their references whole). No D2L token rules, no
+    /// lower-casing; max_src_tokens / max_tgt_tokens / min_freq do not apply.
+    text,
 };
 
 /// What a run's data was, recorded in config.json ("data.fingerprint") at training time and
@@ -52,13 +60,20 @@ struct DataRecord {
     int64_t source_too_long = 0;      // dropped: source over max_src_tokens
     int64_t target_too_long = 0;      // dropped: target over max_tgt_tokens (source within its limit)
     int64_t beyond_max_pairs = 0;     // dropped: after the first max_pairs kept ones
+    int64_t over_length_cap = 0;      // text pipeline: train pairs over num_steps pieces (+ <eos>)
+    /// text pipeline: the other translations of the held-out sources (in no split, so that no
+    /// held-out source is trained on; data::SourceDisjointSplit::unused)
+    int64_t held_out_duplicates = 0;
     int64_t pairs_kept = 0;           // the pairs used: train + valid + test
     int64_t train = 0, valid = 0, test = 0;  // the split as made (small corpora shrink valid/test)
     std::string pipeline;             // in words: "anchor: seeded shuffle split (seed 0), ..."
     bool known() const { return pairs_read > 0; }
     /// The filters' drops by reason, e.g. "kept 76 of 200 pairs: dropped 100 with more than 5
     /// source tokens, 24 with more than 7 target tokens" ("kept all 200 pairs" when none).
-    std::string dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs) const;
+    /// The text pipeline's two counts follow: "..., 812 train pairs over the length cap of 64
+    /// pieces (num_steps), 3,022 other translations of held-out sources".
+    std::string dropped_text(int64_t max_src_tokens, int64_t max_tgt_tokens, int64_t max_pairs,
+                             int64_t num_steps = 0) const;
 };
 
 struct DataConfig {
@@ -140,6 +155,10 @@ struct TranslationData {
     /// The same held-out pairs as the file has them (raw text, before D2L's lower-casing and
     /// token rules): the references of the standard metrics (decode/sacrebleu.h).
     std::vector<std::string> test_src_text, test_ref_text;
+    /// Text pipeline: the train and validation pairs as the file has them, rows matching train /
+    /// valid (what `qkv data` writes, so that another toolkit trains on the same split). Empty
+    /// for the other pipelines.
+    std::vector<std::string> train_src_text, train_tgt_text, valid_src_text, valid_tgt_text;
 };
 
 /// Reads the data (fra-eng by data::locate_fra_eng's rules, whose error names the download

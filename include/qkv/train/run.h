@@ -60,7 +60,7 @@ struct RunOverrides {
     std::optional<bool> bidirectional;     // [--bidirectional / --no-bidirectional]
     bool pe_quirk = false, tie_weights = false;
     // optimisation
-    std::optional<int64_t> batch_size, warmup_steps, bucket_pool;  // [--warmup]
+    std::optional<int64_t> batch_size, warmup_steps, bucket_pool, batch_tokens;  // [--warmup]
     std::optional<double> lr, label_smoothing, clip_norm, val_every_s;  // [--clip, --val-every]
     std::optional<uint64_t> seed;
     bool loss_on_padding = false;
