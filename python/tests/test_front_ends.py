@@ -178,3 +178,48 @@ def test_front_ends_agree(model, fra_txt, tmp_path):
     if os.environ.get("QKV_FRONT_ENDS_DUMP"):
         with open(os.environ["QKV_FRONT_ENDS_DUMP"], "w", encoding="utf-8") as f:
             json.dump(dump, f, indent=1, ensure_ascii=False, sort_keys=True)
+
+
+# --- a real-text model (issue 45): raw, cased text in and out on every front end ----------------
+
+REAL_TEXTS = ["Tom has 3 books.  Alice has 12 dogs!", "Tom has 3 books.", "Alice has 12 dogs!", "",
+              "Mary has 🍎 cats ✓."]
+
+
+@pytest.fixture(scope="module")
+def real_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("real_text")
+    objects = [("apples", "pommes"), ("books", "livres"), ("cats", "chats"), ("dogs", "chiens")]
+    lines = [f"{n} has {i} {objects[(i + k) % 4][0]}.\t{n} a {i} {objects[(i + k) % 4][1]}."
+             for i in range(1, 61) for k, n in enumerate(["Tom", "Mary", "John", "Alice"])]
+    (d / "corpus.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = str(d / "model")
+    r = subprocess.run([qkv_bin(), "train", "--preset", "real", "--data", str(d / "corpus.tsv"), "--num-hiddens", "32",
+                        "--num-heads", "2", "--num-blks", "1", "--ffn-num-hiddens", "64", "--batch-tokens", "120",
+                        "--max-steps", "600", "--warmup", "30", "--lr", "3e-3", "--time-budget", "none", "--val-every", "none", "--threads", "1",
+                        "--no-progress", "--out", out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_real_text_front_ends_agree(real_model, tmp_path):
+    cli_lines = translate_lines(real_model, REAL_TEXTS)
+    assert len(cli_lines) == len(REAL_TEXTS) and cli_lines[3] == ""
+    # two sentences in one text: each translated as it would be alone, in the text's layout
+    assert cli_lines[0] == cli_lines[1] + "  " + cli_lines[2], cli_lines
+    for line in cli_lines:
+        assert "\u2581" not in line and "<unk>" not in line, line
+    tr = qkv.Translator(real_model)
+    assert [r.translation for r in tr.translate_batch(REAL_TEXTS)] == cli_lines
+    # n-best is per text (no splitting): its best is `qkv translate --no-split`'s line
+    whole = translate_lines(real_model, REAL_TEXTS[:1], "--no-split", "--beam", "2")
+    nb = tr.translate_batch(REAL_TEXTS[:1], beam_size=2, num_hypotheses=2)
+    assert nb[0].hypotheses[0] == whole[0]
+    sc = tr.score_batch(["Tom has 3 books."], [cli_lines[1]])
+    assert sc[0].tokens[-1] == "<eos>" and all(lp <= 0 for lp in sc[0].log_probs)
+    srv = Server(real_model, tmp_path)
+    try:
+        lt = srv.post("/translate", {"q": REAL_TEXTS, "source": "en", "target": "fr"})
+    finally:
+        srv.stop()
+    assert lt["translatedText"] == cli_lines

@@ -119,6 +119,9 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
         d.subword            = data::SubwordKind::unigram;
         d.subword_vocab_soft = !o.vocab_size;  // at most 8000 pieces, fewer for a small corpus
     }
+    // The real preset's 10,000 pieces are for fra-eng; on one's own corpus they are an upper
+    // bound unless --vocab-size is given (a small corpus has fewer pieces to learn).
+    if (d.pipeline == DataPipeline::text && !o.vocab_size && !is_fra_eng_data(d)) d.subword_vocab_soft = true;
     if (d.pipeline == DataPipeline::text && d.subword == data::SubwordKind::none)
         config_error("--subword none: the real-text pipeline (preset real) reads SentencePiece pieces; choose bpe or unigram");
     if (preset_subword && d.subword == data::SubwordKind::none) {

@@ -101,6 +101,31 @@ TEST(Subword, UnseenCharactersBecomeUnk) {
     EXPECT_EQ(m.decode(framed), (Toks{"il", "est"}));
 }
 
+// Raw text (the real-text pipeline): cased sentences in, the same text out; a character never seen
+// is spelled in byte pieces and decodes back to itself (no <unk>); nmt_nfkc applies (U+00A0 and
+// runs of spaces become one space, "ﬁ" becomes "fi").
+TEST(Subword, RawTextRoundTripsWithByteFallback) {
+    const std::vector<std::string> raw = {"Go.", "Va !", "I lost.", "J'ai perdu.", "He's calm.", "Il est calme.",
+                                          "I'm home.", "Je suis chez moi.", "We won.", "Nous avons gagné.",
+                                          "Run!", "Cours !", "Hello!", "Bonjour !", "Thank you.", "Merci."};
+    SubwordOptions o = opts(SubwordKind::bpe, 330);  // 4 reserved + 256 bytes + characters + merges
+    o.raw_text = true;
+    const SubwordModel m = SubwordModel::train(raw, o);
+    EXPECT_TRUE(m.vocab().contains("<0xC3>"));  // byte pieces exist
+    for (const std::string& s : {std::string("J'ai perdu."), std::string("Il est très calme !"),
+                                 std::string("Øre 🍎 ✓ Ωmega.")}) {
+        const Toks pieces = m.encode_text(s);
+        EXPECT_EQ(std::find(pieces.begin(), pieces.end(), "<unk>"), pieces.end()) << s;
+        EXPECT_EQ(m.decode_text(pieces), s);
+    }
+    EXPECT_EQ(m.decode_text(m.encode_text("  Il\u00a0est   \xef\xac\x81ni. ")), "Il est fini.");
+    // the word interface on raw words: the same pieces as the text
+    EXPECT_EQ(m.encode(Toks{"J'ai", "perdu."}), m.encode_text("J'ai perdu."));
+    // D2L-token models keep identity normalization and no byte pieces
+    const SubwordModel d2l = SubwordModel::train(tiny_lines(), opts(SubwordKind::bpe, 60));
+    EXPECT_FALSE(d2l.vocab().contains("<0x41>"));
+}
+
 TEST(Subword, APrefixOfWordsEncodesToAPrefixOfThePieces) {
     // train::source_units encodes only a long sentence's first words: that is exact because the
     // first k words give the first pieces of the whole sentence, at least one per word, also

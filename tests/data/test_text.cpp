@@ -133,6 +133,14 @@ struct TempDir {
     }
 };
 
+TEST(RawWords, NormalizeThenSplitOnSpaces) {
+    EXPECT_EQ(raw_words("  She is  very tired.\u00a0Where? "),
+              (std::vector<std::string>{"She", "is", "very", "tired.", "Where?"}));
+    EXPECT_EQ(raw_words("Il est là !"), (std::vector<std::string>{"Il", "est", "là", "!"}));
+    EXPECT_TRUE(raw_words(" \t ").empty());
+    EXPECT_THROW(raw_words("bad \xff"), Error);
+}
+
 TEST(ParallelLines, ReadsAndNamesMismatch) {
     TempDir d;
     const std::string src = d.write("a.en", "Hello.\r\nGood night.\n"), ref = d.write("a.fr", "Bonjour.\nBonne nuit.");
