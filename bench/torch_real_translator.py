@@ -4,18 +4,18 @@ and decoding, to compare BLEU / chrF and training tokens/s with `qkv train --pre
 
 Input: the folder `qkv data --preset real --out DIR` writes (train/valid/test.{en,fr}: the source-
 disjoint split, raw text; spm.model: the shared SentencePiece model, ids <unk> 0 <pad> 1 <bos> 2
-<eos> 3). Runs in the PyTorch 2.6 chroot (../shared/bench/torch2/README.md), which needs
-python3-sentencepiece (and python3-sacrebleu for the scores):
-    chroot /opt/trixie apt-get install -y --no-install-recommends python3-sentencepiece python3-sacrebleu
-
-The 20-minute comparison run (2 threads, beam 4), from the project root:
-    ./build/bin/qkv data --preset real --out /tmp/realdata
-    chroot /opt/trixie /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
-        python3 "$PWD/bench/torch_real_translator.py" --data /tmp/realdata --out /tmp/torch_real \
+<eos> 3). Runs in the PyTorch 2.6 chroot (../shared/bench/torch2/setup_chroot.sh), plus
+`chroot /opt/trixie apt-get install -y --no-install-recommends python3-sentencepiece` (trixie has no
+python3-sacrebleu). The chroot sees /work, not the host's /tmp: DIR and OUT must lie under /work.
+The 20-minute comparison (2 threads, beam 4; ~1 min for qkv data), from the project root:
+    ./build/bin/qkv data --preset real --out "$PWD/build/realdata"
+    chroot /opt/trixie /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 python3 \
+        "$PWD/bench/torch_real_translator.py" --data "$PWD/build/realdata" --out "$PWD/build/torch_real" \
         --time-budget 1200 --threads 2
-It prints training tokens/s (non-<pad> target tokens per second of training time, as qkv), writes
-OUT/hyp.test.fr (one detokenized hypothesis per line, test order) and, with sacrebleu importable,
-prints sacreBLEU BLEU and chrF2 against test.fr.
+    ./build/bin/qkv score --hyp-file build/torch_real/hyp.test.fr --ref-file build/realdata/test.fr
+It prints training tokens/s (non-<pad> target tokens per second of training time, as qkv) and writes
+OUT/hyp.test.fr (one detokenized hypothesis per line, test order); qkv score gives sacreBLEU's BLEU
+and chrF2 (qkv's implementation, as qkv eval); with sacrebleu importable the script prints them too.
 
 Matches qkv (models/transformer.cpp, nn/, optim/, data/batcher.cpp, decode/beam_search.cpp): post-norm
 D2L blocks (LayerNorm(dropout(Y) + X)), bias-free attention projections with dropout on the weights,
@@ -325,9 +325,9 @@ def main():
         tot, cnt = 0.0, 0
         for p in range(0, len(valid_src), 256):
             rows = list(range(p, min(p + 256, len(valid_src))))
-            loss, n = loss_fn(model, *make_batch(rows, valid_src, valid_tgt), a.label_smoothing)
+            loss, n = loss_fn(model, *make_batch(rows, valid_src, valid_tgt), 0.0)  # as qkv: no smoothing
             tot, cnt = tot + loss.item() * n, cnt + n
-    print(f"valid loss {tot / max(cnt, 1):.4f} (label-smoothed CE per target token)", flush=True)
+    print(f"valid loss {tot / max(cnt, 1):.4f} (CE per target token, as qkv's val_loss)", flush=True)
     t0 = time.perf_counter()
     hyps = translate(model, sp, test_src, a)
     os.makedirs(a.out, exist_ok=True)
@@ -342,7 +342,8 @@ def main():
         import sacrebleu
         print(sacrebleu.corpus_bleu(hyps, [test_ref]), sacrebleu.corpus_chrf(hyps, [test_ref]), sep="\n")
     except ImportError:
-        print("sacrebleu is not importable: score the hypotheses with qkv's sacreBLEU", file=sys.stderr)
+        print(f"score: qkv score --hyp-file {hyp_path} --ref-file {os.path.join(a.data, 'test.' + a.tgt_lang)}"
+              + (f" (the first {a.test_limit} lines)" if a.test_limit else ""), file=sys.stderr)
 
 
 if __name__ == "__main__":
