@@ -76,6 +76,17 @@ assert 0 not in ids and sp.decode(ids) == "The cat sees the red house.", (ids, s
 PY
 fi
 
+# The split and the pieces are those a training run on the same data gets.
+run_rc 0 train --preset real --data "$T/corpus.tsv" --src-lang en --tgt-lang fr --vocab-size 320 --max-steps 1 \
+  --num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --no-progress --out "$T/m"
+cmp -s "$T/m/spm.model" "$T/d/spm.model" || fail "spm.model differs from the one qkv train learned"
+python3 - "$T/m/config.json" "$T/d" <<'PY' || fail "split sizes differ from qkv train's"
+import json, sys
+split = json.load(open(sys.argv[1]))["data"]["applied"]["split"]
+for name, n in split.items():
+    assert sum(1 for _ in open(f"{sys.argv[2]}/{name}.en", encoding="utf-8")) == n, (name, n)
+PY
+
 # A non-empty --out is refused (nothing changed), unless --overwrite.
 before=$(md5sum "$T/d/train.en")
 echo keep > "$T/d/other.txt"
