@@ -14,8 +14,9 @@ The 20-minute comparison (2 threads, beam 4; ~1 min for qkv data), from the proj
         --time-budget 1200 --threads 2
     ./build/bin/qkv score --hyp-file build/torch_real/hyp.test.fr --ref-file build/realdata/test.fr
 It prints training tokens/s (non-<pad> target tokens per second of training time, as qkv) and writes
-OUT/hyp.test.fr (one detokenized hypothesis per line, test order); qkv score gives sacreBLEU's BLEU
-and chrF2 (qkv's implementation, as qkv eval); with sacrebleu importable the script prints them too.
+OUT/hyp.test.fr (one detokenized hypothesis per line, test order) and OUT/ref.test.fr (their
+references); qkv score gives sacreBLEU's BLEU and chrF2 (qkv's implementation, as qkv eval); with
+sacrebleu importable the script prints them too.
 
 Matches qkv (models/transformer.cpp, nn/, optim/, data/batcher.cpp, decode/beam_search.cpp): post-norm
 D2L blocks (LayerNorm(dropout(Y) + X)), bias-free attention projections with dropout on the weights,
@@ -60,12 +61,8 @@ def parse_args():
     a("--max-len", type=int, default=96, help="most output pieces, <eos> included")
     a("--test-limit", type=int, default=0, help="decode only the first N test sentences (0: all)")
     a("--decode-batch", type=int, default=64, help="sources per decoder batch")
+    a("--load", help="OUT/model.pt of an earlier run: no training, decode only")
     return p.parse_args()
-
-
-def read_lines(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
 
 
 # ---- model -----------------------------------------------------------------------------------------
@@ -283,17 +280,22 @@ def main():
     rng = random.Random(a.seed)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(a.data, "spm.model"))
     assert (sp.unk_id(), sp.pad_id(), sp.bos_id(), sp.eos_id()) == (UNK, PAD, BOS, EOS), "spm.model: not qkv's ids"
-    f = lambda split, lang: read_lines(os.path.join(a.data, f"{split}.{lang}"))
-    train_src, train_tgt = encode(sp, f("train", a.src_lang), a.num_steps), encode(sp, f("train", a.tgt_lang), a.num_steps)
-    valid_src, valid_tgt = encode(sp, f("valid", a.src_lang), a.num_steps), encode(sp, f("valid", a.tgt_lang), a.num_steps)
-    test_src, test_ref = f("test", a.src_lang), f("test", a.tgt_lang)
-    if a.test_limit:
-        test_src, test_ref = test_src[:a.test_limit], test_ref[:a.test_limit]
+    def f(split, lang):  # the lines of qkv data's file (each ends in a newline)
+        with open(os.path.join(a.data, f"{split}.{lang}"), encoding="utf-8") as fh:
+            return fh.read().split("\n")[:-1]
+    enc = lambda split, lang: encode(sp, f(split, lang), a.num_steps)  # noqa: E731
+    train_src, train_tgt = enc("train", a.src_lang), enc("train", a.tgt_lang)
+    valid_src, valid_tgt = enc("valid", a.src_lang), enc("valid", a.tgt_lang)
+    n_test = a.test_limit or None
+    test_src, test_ref = f("test", a.src_lang)[:n_test], f("test", a.tgt_lang)[:n_test]
     model = Transformer(a, sp.get_piece_size())
     print(f"data: {len(train_src)} train, {len(valid_src)} valid, {len(test_src)} test pairs; {sp.get_piece_size()} "
           f"pieces; {sum(p.numel() for p in model.parameters())} parameters; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads", flush=True)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9)
+    if a.load:  # decode only
+        model.load_state_dict(torch.load(a.load))
+        a.epochs = 0
     step, tokens, train_s, epoch, stop = 0, 0, 0.0, 0, False
     while epoch < a.epochs and not stop:
         model.train()
@@ -320,30 +322,28 @@ def main():
             epoch += 1
     print(f"trained {step} steps ({epoch} full epochs) in {train_s:.1f} s of training time: "
           f"{tokens / max(train_s, 1e-9):.0f} target tokens/s", flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    if not a.load:
+        torch.save(model.state_dict(), os.path.join(a.out, "model.pt"))  # --load decodes it again
     model.eval()
-    with torch.no_grad():
-        tot, cnt = 0.0, 0
-        for p in range(0, len(valid_src), 256):
-            rows = list(range(p, min(p + 256, len(valid_src))))
-            loss, n = loss_fn(model, *make_batch(rows, valid_src, valid_tgt), 0.0)  # as qkv: no smoothing
-            tot, cnt = tot + loss.item() * n, cnt + n
-    print(f"valid loss {tot / max(cnt, 1):.4f} (CE per target token, as qkv's val_loss)", flush=True)
+    with torch.no_grad():  # CE without label smoothing, as qkv's val_loss
+        vl = [loss_fn(model, *make_batch(range(p, min(p + 256, len(valid_src))), valid_src, valid_tgt), 0.0)
+              for p in range(0, len(valid_src), 256)]
+    print(f"valid loss {sum(l.item() * n for l, n in vl) / max(1, sum(n for _, n in vl)):.4f}", flush=True)
     t0 = time.perf_counter()
     hyps = translate(model, sp, test_src, a)
-    os.makedirs(a.out, exist_ok=True)
-    hyp_path = os.path.join(a.out, f"hyp.test.{a.tgt_lang}")
-    with open(hyp_path, "w", encoding="utf-8") as fh:
-        fh.writelines(h + "\n" for h in hyps)
+    hyp_path, ref_path = (os.path.join(a.out, f"{w}.test.{a.tgt_lang}") for w in ("hyp", "ref"))
+    for path, lines in ((hyp_path, hyps), (ref_path, test_ref)):  # ref: test.fr, or its first --test-limit
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.writelines(line + "\n" for line in lines)
     print(f"decoded {len(hyps)} test sentences ({'greedy' if a.beam == 1 else f'beam {a.beam}'}) in "
           f"{time.perf_counter() - t0:.1f} s: {hyp_path}", flush=True)
-    for s, h in list(zip(test_src, hyps))[:5]:
-        print(f"  {s}  =>  {h}")
+    print("\n".join(f"  {s}  =>  {h}" for s, h in list(zip(test_src, hyps))[:5]))
     try:
         import sacrebleu
         print(sacrebleu.corpus_bleu(hyps, [test_ref]), sacrebleu.corpus_chrf(hyps, [test_ref]), sep="\n")
     except ImportError:
-        print(f"score: qkv score --hyp-file {hyp_path} --ref-file {os.path.join(a.data, 'test.' + a.tgt_lang)}"
-              + (f" (the first {a.test_limit} lines)" if a.test_limit else ""), file=sys.stderr)
+        print(f"score: qkv score --hyp-file {hyp_path} --ref-file {ref_path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
