@@ -5,7 +5,7 @@
 # flags under their own heading; the --subword and translate texts say what is true.
 # Usage: test_help.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
-for cmd in "" train translate eval serve heatmap info generate average nw attention; do
+for cmd in "" train translate eval serve heatmap info generate average nw attention data score; do
   run_rc 0 $cmd --help
   cp "$T/out" "$T/help.${cmd:-qkv}"
 done
@@ -13,7 +13,7 @@ python3 - "$T" <<'PY' || fail "--help"
 import re, sys
 T = sys.argv[1]
 bad = []
-for cmd in ["qkv", "train", "translate", "eval", "serve", "heatmap", "info", "generate", "average", "nw", "attention"]:
+for cmd in ["qkv", "train", "translate", "eval", "serve", "heatmap", "info", "generate", "average", "nw", "attention", "data", "score"]:
     lines = open(f"{T}/help.{cmd}").read().split("\n")
     text = "\n".join(lines)
     for m in re.finditer(r"\{(true|false)\}", text):
