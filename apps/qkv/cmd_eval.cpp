@@ -187,7 +187,7 @@ void run(const EvalArgs& a) {
     to.batch_size     = a.batch;
     to.no_unk         = a.no_unk;
     to.progress       = !a.no_progress;
-    apply_decode_flags(a.decode, to);
+    apply_decode_flags(a.decode, to, *tr.get());
     if (!a.src_file.empty()) return run_on_files(a, tr, to, int8);
     const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
     runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);

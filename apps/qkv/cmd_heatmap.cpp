@@ -3,6 +3,7 @@
 // panel per block × head, tokens as tick labels. For a Bahdanau model (one additive attention,
 // spec §5 "Bahdanau"): one panel of the decoder's attention over the source per output token,
 // also printed as numbers.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -15,6 +16,8 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/runtime/text.h"
+#include "qkv/runtime/translate.h"
 #include "qkv/train/translation_data.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/plot.h"
@@ -45,7 +48,7 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
 /// (and the translation) depend on them; the padded keys get weight 0 and are not drawn (D2L
 /// slices the keys to the valid length the same way).
 void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
-    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
+    const std::vector<std::string> toks = train::tokenize_sentences(m, {a.sentence}).front();
     // a subword model's attention is over pieces: the labels are pieces, the printed line words
     data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0], Tp = arr.num_steps;
@@ -131,7 +134,7 @@ void run(HeatmapArgs a) {
     const size_t bad = data::invalid_utf8_offset(a.sentence);
     QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
     train::ModelDir m = train::load_model_dir(a.model);
-    const std::vector<std::string> toks = data::tokenize_nmt(a.sentence);
+    const std::vector<std::string> toks = train::tokenize_sentences(m, {a.sentence}).front();
     QKV_CHECK(!toks.empty(), "heatmap: the sentence is empty");
     warn_if_truncated("qkv heatmap", "the sentence", m, toks);
     if (a.pe_quirk) {
@@ -157,6 +160,10 @@ void run(HeatmapArgs a) {
     g.eos     = m.tgt_vocab.eos();
     g.max_len = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     g.trace   = &trace;
+    if (train::reads_raw_text(m)) {  // as translate_nbest decodes a real-text model
+        g.banned  = {m.tgt_vocab.unk()};
+        g.max_len = std::min(g.max_len, train::source_tied_max_len(Ts));
+    }
     auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(),

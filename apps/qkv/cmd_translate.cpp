@@ -166,7 +166,7 @@ void run(const TranslateArgs& a) {
     if (to.num_hypotheses > to.beam)
         throw CLI::ValidationError(detail::str("--num-hypotheses ", to.num_hypotheses, " needs --beam >= ",
                                                to.num_hypotheses, " (the n-best come from the beam), got ", to.beam));
-    apply_decode_flags(a.decode, to);
+    apply_decode_flags(a.decode, to, m);
     to.attention = a.alignments || !a.attention_json.empty();
     to.scores    = a.scores;
     // Output streams in input order as decoder batches finish: line i is printed once every line

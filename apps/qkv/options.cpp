@@ -20,6 +20,7 @@
 #include "qkv/train/model_dir.h"
 #include "qkv/train/out_folder.h"
 #include "qkv/train/run_config.h"
+#include "qkv/runtime/text.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/shell.h"
 
@@ -378,7 +379,7 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                                   "--batch-type", "--compute-type", "--replace-unknowns"});
 }
 
-void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to) {
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to, const runtime::ModelDir& m) {
     if (!f.sampling && (f.temperature != 1.0 || f.top_k != 0 || f.top_p != 1.0 || f.seed != 0))
         throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");
     if (f.sampling && to.beam > 1)
@@ -390,7 +391,8 @@ void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to) {
     to.no_repeat_ngram_size = f.no_repeat_ngram_size;
     to.repetition_penalty   = f.repetition_penalty;
     to.coverage_penalty     = f.coverage_penalty;
-    to.prefix               = data::tokenize_nmt(f.prefix);  // normalised as the training targets were
+    // normalised as the training targets were (D2L tokens, or a real-text model's words)
+    to.prefix               = runtime::tokenize_sentences(m, {f.prefix}).front();
     to.sampling.enabled     = f.sampling;
     to.sampling.temperature = f.temperature;
     to.sampling.top_k       = f.top_k;

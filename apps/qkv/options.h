@@ -150,7 +150,7 @@ struct DecodeFlags {
 void add_decode_flags(CLI::App* c, DecodeFlags& f);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.
-void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to);
+void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to, const runtime::ModelDir& m);
 
 /// Runs `f`, a step of translate/eval with the model in the folder `model` (quantizing its Linear
 /// layers, decoding); under --compute-type int8 (`int8`) a qkv::Error from it is rethrown naming

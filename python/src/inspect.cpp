@@ -5,6 +5,7 @@
 // the fused kernel's memory curve.
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,7 +15,10 @@
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
+#include "qkv/data/text.h"
 #include "qkv/runtime/model_dir.h"
+#include "qkv/runtime/text.h"
+#include "qkv/runtime/translate.h"
 #include "qkv/runtime/text.h"
 #include "qkv/runtime/translation_data.h"
 
@@ -33,8 +37,7 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
     const size_t bad = data::invalid_utf8_offset(sentence);
     if (bad != std::string::npos || sentence.find('\0') != std::string::npos)
         throw pyb::value_error("sentence: invalid UTF-8 or a NUL byte");
-    const std::vector<std::string> toks = data::tokenize_nmt(sentence);
-    if (toks.empty()) throw pyb::value_error("sentence: empty");
+    if (data::raw_words(sentence).empty()) throw pyb::value_error("sentence: empty");
 
     std::vector<std::string> src_labels, hyp_words, out_labels, in_labels;
     int64_t L = 1, H = 1, Ts = 0, steps = 0;
@@ -46,6 +49,7 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
         const bool prev_flush = flush_denormal();
         set_flush_denormal(true);  // as qkv (apps/qkv/main.cpp) and qkv.Translator
         runtime::ModelDir m = runtime::load_model_dir(model_dir.string());
+        const std::vector<std::string> toks = runtime::tokenize_sentences(m, {sentence}).front();
         data::SeqArray arr = runtime::encode_sources(runtime::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
         Ts = arr.valid_len[0];
         src_labels = m.src_vocab.decode(std::vector<int64_t>(arr.ids.begin(), arr.ids.begin() + Ts));
@@ -54,6 +58,10 @@ pyb::dict attention_trace(const std::filesystem::path& model_dir, const std::str
         g.eos     = m.tgt_vocab.eos();
         g.max_len = max_len > 0 ? max_len : m.config.decode.max_len;
         g.trace   = &trace;
+        if (runtime::reads_raw_text(m)) {  // as runtime::translate_nbest decodes a real-text model
+            g.banned  = {m.tgt_vocab.unk()};
+            g.max_len = std::min(g.max_len, runtime::source_tied_max_len(Ts));
+        }
         std::vector<std::vector<int64_t>> out;
         if (auto* t = m.transformer()) {
             // The source without padding, as `qkv heatmap`: padded keys are masked, the weights are the same.

@@ -148,11 +148,19 @@ std::vector<std::vector<Translation>> translate_nbest(ModelDir& m, const std::ve
         data::SeqArray a = encode_sources(chunk, m.src_vocab, num_steps);
         const Tensor s  = from_vector(a.ids, {a.rows, a.num_steps});
         const Tensor vl = from_vector(a.valid_len, {a.rows});
+        decode::DecodeOptions db = d;
+        if (reads_raw_text(m)) {
+            // Output length tied to the source (a runaway hypothesis stops early; a long source
+            // keeps room): the batch's longest source in pieces, with <eos>.
+            int64_t longest = 0;
+            for (int64_t v : a.valid_len) longest = std::max(longest, v);
+            db.max_len = std::min(d.max_len, source_tied_max_len(longest));
+        }
         if (plain_greedy) {
-            auto batch = greedy_batch(m, s, vl, d);
+            auto batch = greedy_batch(m, s, vl, db);
             for (size_t r = 0; r < batch.size(); ++r) out[size_t(order[size_t(start) + r])] = std::move(batch[r]);
         } else {
-            const auto hyps = decode::generate(*m.model, s, vl, d);
+            const auto hyps = decode::generate(*m.model, s, vl, db);
             for (size_t r = 0; r < hyps.size(); ++r) {
                 const int64_t row = order[size_t(start) + r];
                 for (const auto& h : hyps[r]) out[size_t(row)].push_back(from_hypothesis(m, h, units[size_t(row)], opt));
@@ -278,6 +286,8 @@ AttentionMap greedy_attention(ModelDir& m, const std::vector<std::string>& units
     }
     return a;
 }
+
+int64_t source_tied_max_len(int64_t source_units) { return 2 * source_units + 10; }
 
 double gnmt_score(double log_prob, int64_t n, double alpha) {
     return log_prob / std::pow((5.0 + double(n)) / 6.0, alpha);

@@ -112,6 +112,13 @@ function addressErrors(att, words) {
 function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 function esc(s) { return s.replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;" })[c]); }
 function special(t) { return t === "<eos>" || t === "<unk>" || t === "<bos>" || t === "<pad>"; }
+// A subword model's pieces as words: "\u2581Elle" (a word's first piece) shows as "Elle", a piece
+// inside a word with a leading middle dot ("\u00b7tion"); byte pieces and reserved tokens as they are.
+let piecesShown = false;
+function label(t) {
+  if (!piecesShown || special(t) || /^<0x[0-9A-F]{2}>$/.test(t)) return t;
+  return t.startsWith("\u2581") ? t.slice(1) : "\u00b7" + t;
+}
 function colour(w) {  // 0 -> white, 1 -> deep blue
   const a = Math.max(0, Math.min(1, w));
   const r = Math.round(255 - a * (255 - 24)), g = Math.round(255 - a * (255 - 80)), b = Math.round(255 - a * (255 - 170));
@@ -151,6 +158,7 @@ function render() {
   fillSelect($("head"), att ? att.heads : 1, true, st.head);
   st.layer = Number($("layer").value); st.head = $("head").value;
   const target = att ? att.target : d.translation.split(" ");
+  piecesShown = !!att && att.source.concat(att.target).some(t => t.startsWith("\u2581"));
   st.addressError = addressErrors(att, target.length);
   if (st.addressError) setStatus(st.addressError, true);
   else if (st.shownAddressError) setStatus("");
@@ -158,23 +166,23 @@ function render() {
   st.word = Math.max(0, Math.min(st.word, target.length - 1));
   $("out").innerHTML = target.map((t, i) =>
     "<span class=\"tok" + (special(t) ? " special" : "") + (i === st.word ? " sel" : "") + "\" data-i=\"" + i + "\">" +
-    esc(t) + "</span>").join(" ");
+    esc(label(t)) + "</span>").join(" ");
   for (const el of $("out").querySelectorAll(".tok")) {
     const pick = () => { st.word = Number(el.dataset.i); asked.word = { value: st.word }; render(); };
     el.addEventListener("mouseenter", pick);
     el.addEventListener("click", pick);
   }
-  $("selword").textContent = "\u201c" + target[st.word] + "\u201d";
+  $("selword").textContent = "\u201c" + label(target[st.word]) + "\u201d";
   if (att) {
     const w = rowWeights(att, st.word);
     $("srcrow").innerHTML = att.source.map((s, j) =>
       "<span class=\"tok" + (special(s) ? " special" : "") + "\" data-w=\"" + w[j].toFixed(4) + "\" title=\"" +
       w[j].toFixed(3) + "\" style=\"background:" + colour(w[j]) + ";color:" + (w[j] > .55 ? "#fff" : "#1d2330") + "\">" +
-      esc(s) + "</span>").join(" ");
-    let html = "<tr><th></th>" + att.source.map(s => "<th>" + esc(s) + "</th>").join("") + "</tr>";
+      esc(label(s)) + "</span>").join(" ");
+    let html = "<tr><th></th>" + att.source.map(s => "<th>" + esc(label(s)) + "</th>").join("") + "</tr>";
     att.target.forEach((t, i) => {
       const r = rowWeights(att, i);
-      html += "<tr" + (i === st.word ? " class=\"sel\"" : "") + " data-i=\"" + i + "\"><th class=\"row\">" + esc(t) + "</th>" +
+      html += "<tr" + (i === st.word ? " class=\"sel\"" : "") + " data-i=\"" + i + "\"><th class=\"row\">" + esc(label(t)) + "</th>" +
         r.map(v => "<td data-w=\"" + v.toFixed(4) + "\" style=\"background:" + colour(v) + ";color:" + (v > .55 ? "#fff" : "#1d2330") +
                    "\">" + v.toFixed(2) + "</td>").join("") + "</tr>";
     });

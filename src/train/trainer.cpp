@@ -199,6 +199,10 @@ private:
     int64_t run_tokens_ = 0;
     double run_seconds_ = 0;
     double next_val_ = 0;  // training time of the next validation point (val_every_s)
+    // Epoch lines: at most one per progress_plain_interval_s of training time (epochs of a tiny
+    // corpus take milliseconds), the first and the last always.
+    double epoch_line_s_ = -1;
+    int64_t epochs_unlogged_ = 0;
     // Data parallelism (TrainRuntime::comm with size > 1): this process's rank, the world size,
     // the gradient reducer, and the stop the ranks agreed on after the last step.
     int rank_ = 0, world_ = 1;
@@ -511,7 +515,17 @@ void StepLoop::finish_epoch(int64_t epoch, int64_t b, const RunningSums& ep, boo
         rec_.append(recs);
         each_hook([&](TrainHook& h) { h.on_epoch_records(rec_.metrics_path()); });
     }
-    if (rt_.log) {
+    const bool last = partial || rec.epoch >= opt_.epochs || !stop_reason().empty() ||
+                      (opt_.max_steps > 0 && step_ >= opt_.max_steps);
+    const bool due  = epoch_line_s_ < 0 || last || rt_.progress_plain_interval_s <= 0 ||
+                     train_seconds_ - epoch_line_s_ >= rt_.progress_plain_interval_s;
+    if (rt_.log && !due) ++epochs_unlogged_;
+    if (rt_.log && due) {
+        if (epochs_unlogged_ > 0)
+            std::fprintf(rt_.log, "(%lld epoch line%s skipped: one per %g s of training)\n", (long long)epochs_unlogged_,
+                         epochs_unlogged_ == 1 ? "" : "s", rt_.progress_plain_interval_s);
+        epochs_unlogged_ = 0;
+        epoch_line_s_    = train_seconds_;
         // Remaining time: the smaller of the steps left at this epoch's speed and the budget.
         double eta = ep.steps > 0 ? double(total_steps_ - step_) * ep.seconds / double(ep.steps) : 0;
         if (opt_.time_budget_s > 0) eta = std::min(eta, std::max(0.0, opt_.time_budget_s - train_seconds_));

@@ -64,6 +64,13 @@ err_has "line 2: invalid UTF-8 (byte offset 0)"
 [ "$(sed -n 2p "$T/out")" = "" ] && [ "$(sed -n 1p "$T/out")" = "$(cat "$T/a")" ] \
   && [ "$(sed -n 3p "$T/out")" = "$(cat "$T/b")" ] || fail "lines around a bad one: $(cat "$T/out")"
 
+# a forced prefix is read as the model's words (cased), and the heatmap reads the sentence as translate does
+run_rc 0 translate --model "$T/run" --threads 1 --prefix "Alice a" "Tom has 3 books."
+grep -q "^Alice a " "$T/out" || fail "--prefix 'Alice a': $(cat "$T/out")"
+run_rc 0 heatmap --model "$T/run" --threads 1 "Tom has 3 books." --out "$T/att"
+[ -s "$T/att-cross.png" ] || fail "no heatmap"
+grep -q "^Tom has 3 books. => $(cat "$T/a")" "$T/out" || { cat "$T/out"; fail "heatmap's line is not translate's"; }
+
 # qkv eval: sacreBLEU and chrF with their signatures, on the raw references
 run_rc 0 eval --model "$T/run" --threads 1 --no-progress
 out_has "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2" "chrF2"

@@ -383,6 +383,35 @@ train::TrainResult run_constant_lr(models::Transformer& m, const data::NmtArrays
     return r;
 }
 
+// Epoch lines: with an interval longer than the run, only the first and the last epoch get one,
+// and the last says how many were skipped; with interval 0, every epoch has its line.
+TEST(Trainer, EpochLinesAreRateLimited) {
+    const TinyCorpus c = tiny_corpus();
+    for (double interval : {1e9, 0.0}) {
+        manual_seed(0);
+        models::Transformer m(tiny_config(c));
+        train::TrainOptions o;
+        o.epochs = 6;
+        o.batch_size = 8;
+        LogFile log;
+        train::TrainRuntime rt = quiet();
+        rt.log = log.f;
+        rt.progress_plain_interval_s = interval;
+        train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
+        t.fit();
+        const std::string text = log.text();
+        if (interval > 0) {
+            EXPECT_EQ(count_of(text, "epoch 1/6: step"), 1u) << text;
+            EXPECT_EQ(count_of(text, "epoch 6/6: step"), 1u) << text;
+            EXPECT_EQ(count_of(text, "/6: step"), 2u) << text;
+            EXPECT_EQ(count_of(text, "(4 epoch lines skipped: one per 1e+09 s of training)"), 1u) << text;
+        } else {
+            EXPECT_EQ(count_of(text, "/6: step"), 6u) << text;
+            EXPECT_EQ(count_of(text, "skipped"), 0u) << text;
+        }
+    }
+}
+
 /// The step of the divergence warning (0: none) of `steps` steps of the tiny model at `lr`.
 int64_t diverged_at(double lr, int64_t steps) {
     const TinyCorpus c = tiny_corpus();

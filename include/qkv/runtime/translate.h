@@ -119,6 +119,13 @@ struct AttentionMap {
 };
 AttentionMap greedy_attention(ModelDir& m, const std::vector<std::string>& units, int64_t max_len, bool no_unk);
 
+/// The most output units (with <eos>) a real-text model (reads_raw_text) may write for a source
+/// of `source_units` units (with <eos>): 2 × source_units + 10, so a hypothesis that loops stops
+/// soon after twice the source's length instead of at max_len, while a translation twice as long
+/// as its source (plus 10 pieces for a short one) still fits. TranslateOptions::max_len still
+/// bounds it; translate_nbest applies it per decoder batch (the batch's longest source).
+int64_t source_tied_max_len(int64_t source_units);
+
 /// GNMT length penalty applied: log_prob / ((5 + n) / 6)^alpha, n units counting <eos>
 /// (decode/beam_search.h).
 double gnmt_score(double log_prob, int64_t n, double alpha);
