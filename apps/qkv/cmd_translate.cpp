@@ -71,7 +71,8 @@ struct Rows {
     /// The first row of line i, or npos.
     size_t first_row(size_t i) const { return rows_of[i].empty() ? std::string::npos : rows_of[i].front(); }
 };
-Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m, bool split) {
+Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m, bool split,
+                    const char* whole_note) {
     Rows rows;
     rows.rows_of.resize(lines.size());
     rows.layout.resize(lines.size());
@@ -83,6 +84,10 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
             continue;
         }
         std::vector<std::string> sentences{lines[i]};
+        if (!split && whole_note && data::split_sentences(lines[i]).sentences.size() > 1)
+            std::fprintf(stderr, "qkv translate: warning: %s %zu holds %zu sentences; %s translates it as one "
+                                 "(a model trained on single sentences may leave the later ones out)\n",
+                         unit, i + 1, data::split_sentences(lines[i]).sentences.size(), whole_note);
         if (split) {
             rows.layout[i] = data::split_sentences(lines[i]);
             sentences.clear();
@@ -97,7 +102,7 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
         }
         for (size_t k = 0; k < tokens.size(); ++k) {
             const std::string what = unit + (" " + std::to_string(i + 1)) +
-                                     (tokens.size() > 1 ? " sentence " + std::to_string(k + 1) : std::string());
+                                     (tokens.size() > 1 ? detail::str(", part ", k + 1, " of ", tokens.size()) : std::string());
             warn_if_truncated("qkv translate", what, m, tokens[k]);
             rows.rows_of[i].push_back(rows.src.size());
             rows.src.push_back(std::move(tokens[k]));
@@ -153,12 +158,18 @@ void run(const TranslateArgs& a) {
     const char* unit = a.sentences.empty() ? "line" : "sentence";  // the input's numbering in messages
     // Each line is cut into sentences and translated sentence by sentence, unless the output is
     // per hypothesis or per unit (n-best, scores, alignments, attention), which is per line.
-    const bool split = !a.no_split && a.num_hypotheses == 1 && !a.scores && !a.alignments && a.attention_json.empty();
-    const Rows rows = tokenize_lines(lines, unit, m, split);
+    // Alignments and attention weights index one source and one output: such a line is translated
+    // whole (with a warning when it holds several sentences); so is a line with a forced --prefix,
+    // which starts its translation.
+    const bool split = !a.no_split && !a.alignments && a.attention_json.empty() && a.decode.prefix.empty();
+    const char* whole_note = a.no_split ? nullptr : a.alignments ? "--alignments" : !a.attention_json.empty() ? "--attention-json"
+                                                 : "--prefix";
+    const Rows rows = tokenize_lines(lines, unit, m, split, whole_note);
     const auto& src    = rows.src;
     runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    to.beam           = a.beam > 0 ? a.beam : m.config.decode.beam;
+    // --sampling draws one translation: without --beam it does not take config.json's beam
+    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
     to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
     to.batch_size     = a.batch;
     to.no_unk         = a.no_unk;
@@ -183,6 +194,13 @@ void run(const TranslateArgs& a) {
     };
     auto print_line = [&](size_t i) {
         const size_t r = rows.first_row(i);
+        if (split && r != std::string::npos && nbest) {
+            std::vector<std::vector<runtime::Translation>> per_sentence;
+            for (size_t k : rows.rows_of[i]) per_sentence.push_back(*done_rows[k]);
+            for (const auto& h : runtime::join_sentence_nbest(per_sentence, rows.layout[i]))
+                std::printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, h.text.c_str(), h.log_prob, h.score);
+            return;
+        }
         if (split && r != std::string::npos) {
             std::vector<std::string> out;
             for (size_t k : rows.rows_of[i])

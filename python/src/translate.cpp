@@ -2,6 +2,7 @@
 // folder, the code path of `qkv translate`), with the GIL released while they compute.
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -89,7 +90,7 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
     check_text(sentences, "sentences");
     // Plain translations: each text cut into sentences and put back together, as `qkv translate`
     // and `qkv serve` do (data::split_sentences); n-best, scores and attention are per text.
-    const bool split = num_hypotheses == 1 && !return_scores && !return_attention;
+    const bool split = !return_attention;  // attention maps index one source and one output
     std::vector<data::SentenceSplit> layout;
     std::vector<std::string> parts;
     std::vector<size_t> text_of;
@@ -132,14 +133,37 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         res[i].attention = a;
     }
     if (!split) return res;
-    std::vector<std::vector<std::string>> per_text(sentences.size());
-    for (size_t k = 0; k < res.size(); ++k) per_text[text_of[k]].push_back(res[k].translation);
+    // Each text's results from its sentences': the k-th hypothesis joins the sentences' k-th, their
+    // scores summed (as qkv translate's n-best lines and qkv serve's /v1 do).
+    auto trim = [](const std::string& t) {
+        const size_t b = t.find_first_not_of(" \t\n\r"), e = t.find_last_not_of(" \t\n\r");
+        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
+    std::vector<std::vector<size_t>> parts_of(sentences.size());
+    for (size_t k = 0; k < res.size(); ++k) parts_of[text_of[k]].push_back(k);
     std::vector<TranslationResult> joined(sentences.size());
     for (size_t i = 0; i < sentences.size(); ++i) {
         if (layout[i].sentences.empty()) continue;
-        const std::string text = data::join_sentences(layout[i], per_text[i]);
-        const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
-        joined[i].translation = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+        std::vector<std::string> best;
+        size_t k_max = 0;
+        for (size_t k : parts_of[i]) best.push_back(res[k].translation), k_max = std::max(k_max, res[k].hypotheses.size());
+        joined[i].translation = trim(data::join_sentences(layout[i], best));
+        for (size_t h = 0; h < k_max; ++h) {
+            std::vector<std::string> texts;
+            double score = 0;
+            for (size_t k : parts_of[i]) {
+                const auto& hs = res[k].hypotheses;
+                if (hs.empty()) {
+                    texts.push_back("");
+                    continue;
+                }
+                const size_t j = std::min(h, hs.size() - 1);
+                texts.push_back(hs[j]);
+                score += res[k].scores[j];
+            }
+            joined[i].hypotheses.push_back(trim(data::join_sentences(layout[i], texts)));
+            joined[i].scores.push_back(score);
+        }
     }
     return joined;
 }

@@ -211,10 +211,10 @@ def test_real_text_front_ends_agree(real_model, tmp_path):
         assert "\u2581" not in line and "<unk>" not in line, line
     tr = qkv.Translator(real_model)
     assert [r.translation for r in tr.translate_batch(REAL_TEXTS)] == cli_lines
-    # n-best is per text (no splitting): its best is `qkv translate --no-split`'s line
-    whole = translate_lines(real_model, REAL_TEXTS[:1], "--no-split", "--beam", "2")
+    # n-best lists join the sentences' hypotheses: the best is the plain translation's
+    plain = translate_lines(real_model, REAL_TEXTS[:1], "--beam", "2")
     nb = tr.translate_batch(REAL_TEXTS[:1], beam_size=2, num_hypotheses=2)
-    assert nb[0].hypotheses[0] == whole[0]
+    assert nb[0].hypotheses[0] == plain[0] == nb[0].translation and len(nb[0].hypotheses) == 2
     sc = tr.score_batch(["Tom has 3 books."], [cli_lines[1]])
     assert sc[0].tokens[-1] == "<eos>" and all(lp <= 0 for lp in sc[0].log_probs)
     srv = Server(real_model, tmp_path)

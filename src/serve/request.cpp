@@ -1,6 +1,7 @@
 // Request parsing for qkv serve (serve/request.h).
 #include "qkv/serve/request.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <cctype>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
 
 namespace qkv::serve {
@@ -90,6 +92,14 @@ std::optional<ApiError> read_q(const json& q, TranslateRequest& r, const Limits&
     }
     for (size_t i = 0; i < r.q.size(); ++i)
         if (auto e = check_sentence(r.q[i], i, r.q_is_list, limits)) return e;
+    // Each text is translated sentence by sentence (data::split_sentences): the limit counts them.
+    int64_t n = 0;
+    for (const auto& text : r.q) n += std::max<int64_t>(1, int64_t(data::split_sentences(text).sentences.size()));
+    if (n > limits.max_sentences)
+        return ApiError{400, "limit",
+                        "\"q\" holds " + std::to_string(n) + " sentences; the limit is " +
+                            std::to_string(limits.max_sentences) + " per request (max_sentences)",
+                        "max_sentences"};
     return std::nullopt;
 }
 

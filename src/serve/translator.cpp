@@ -1,6 +1,7 @@
 // Translation for qkv serve (serve/translator.h).
 #include "qkv/serve/translator.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -63,56 +64,108 @@ void add_hypotheses(runtime::ModelDir& m, const std::vector<std::string>& src_un
 
 }  // namespace
 
+namespace {
+
+/// A text's result from its sentences' results (each from add_hypotheses): the translation and the
+/// k-th hypothesis join the sentences' in the text's layout (log-probabilities and scores summed,
+/// units concatenated); the attention is block-diagonal: each sentence's output units over its own
+/// source units, 0 elsewhere.
+SentenceResult join_results(const std::vector<SentenceResult>& parts, const data::SentenceSplit& layout) {
+    auto trim = [](const std::string& t) {
+        const size_t b = t.find_first_not_of(" \t\n\r"), e = t.find_last_not_of(" \t\n\r");
+        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
+    SentenceResult out;
+    std::vector<std::string> best;
+    size_t k_max = 0;
+    for (const auto& p : parts) best.push_back(p.translation), k_max = std::max(k_max, p.hypotheses.size());
+    out.translation = trim(data::join_sentences(layout, best));
+    for (size_t k = 0; k < k_max; ++k) {
+        Hypothesis h;
+        std::vector<std::string> texts;
+        for (const auto& p : parts) {
+            if (p.hypotheses.empty()) {
+                texts.push_back("");
+                continue;
+            }
+            const Hypothesis& x = p.hypotheses[std::min(k, p.hypotheses.size() - 1)];
+            texts.push_back(x.text);
+            h.units.insert(h.units.end(), x.units.begin(), x.units.end());
+            h.log_prob += x.log_prob, h.score += x.score, h.finished = h.finished && x.finished;
+        }
+        h.text = trim(data::join_sentences(layout, texts));
+        out.hypotheses.push_back(std::move(h));
+    }
+    bool att = !parts.empty();
+    for (const auto& p : parts) att = att && !p.attention.source.empty();
+    if (!att) return out;
+    CrossAttention& a = out.attention;
+    a.layers = parts[0].attention.layers, a.heads = parts[0].attention.heads;
+    for (const auto& p : parts) {
+        a.source.insert(a.source.end(), p.attention.source.begin(), p.attention.source.end());
+        a.target.insert(a.target.end(), p.attention.target.begin(), p.attention.target.end());
+    }
+    const size_t Tt = a.target.size(), Ts = a.source.size(), LH = size_t(a.layers * a.heads);
+    a.weights.assign(LH * Tt * Ts, 0.f);
+    size_t r0 = 0, c0 = 0;
+    for (const auto& p : parts) {
+        const size_t tt = p.attention.target.size(), ts = p.attention.source.size();
+        for (size_t lh = 0; lh < LH; ++lh)
+            for (size_t i = 0; i < tt; ++i)
+                for (size_t j = 0; j < ts; ++j)
+                    a.weights[(lh * Tt + r0 + i) * Ts + c0 + j] = p.attention.weights[(lh * tt + i) * ts + j];
+        r0 += tt, c0 += ts;
+    }
+    return out;
+}
+
+}  // namespace
+
 std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const std::vector<std::string>& sentences,
                                                 const ResolvedSettings& s) {
     std::vector<SentenceResult> out(sentences.size());
     const MatmulPrecisionGuard precision(t.precision());
     runtime::Translator::Lease m = t.borrow();
-    // Plain translations: each text is cut into sentences (data::split_sentences), translated one
-    // by one and put back in its layout. Hypotheses, scores and attention are per text.
+    // Each text is cut into sentences (data::split_sentences), each translated on its own (a model
+    // trained on single sentences leaves later ones out of a whole text), and put back in its
+    // layout; hypotheses, scores and attention join the sentences' (join_results).
     std::vector<data::SentenceSplit> layout(sentences.size());
-    std::vector<std::string> pieces_of_text;  // the sentences to translate, text by text
-    std::vector<size_t> text_of;              // sentence -> text
+    std::vector<std::string> parts;   // the sentences to translate, text by text
+    std::vector<size_t> text_of;      // sentence -> text
     for (size_t i = 0; i < sentences.size(); ++i) {
-        if (s.detail) {
-            pieces_of_text.push_back(sentences[i]);
-            text_of.push_back(i);
-            continue;
-        }
         layout[i] = data::split_sentences(sentences[i]);
         for (const auto& x : layout[i].sentences) {
-            pieces_of_text.push_back(x.text);
+            parts.push_back(x.text);
             text_of.push_back(i);
         }
     }
     std::vector<std::vector<std::string>> src;
-    std::vector<size_t> sentence_of;  // row of src -> sentence
-    auto words = runtime::tokenize_sentences(*m, pieces_of_text);
-    for (size_t i = 0; i < pieces_of_text.size(); ++i) {
+    std::vector<size_t> row_of(parts.size(), std::string::npos);  // sentence -> row of src
+    auto words = runtime::tokenize_sentences(*m, parts);
+    for (size_t i = 0; i < parts.size(); ++i) {
         if (words[i].empty()) continue;
-        sentence_of.push_back(i);
+        row_of[i] = src.size();
         src.push_back(std::move(words[i]));
     }
     if (src.empty()) return out;
     runtime::TranslateOptions o = s.options;
     if (s.detail && o.beam > 1) o.num_hypotheses = s.n_best;
     const auto nbest = runtime::translate_nbest(*m, src, o);
-    if (!s.detail) {
-        std::vector<std::vector<std::string>> per_text(sentences.size());
-        std::vector<std::string> translated(pieces_of_text.size());
-        for (size_t r = 0; r < src.size(); ++r)
-            translated[sentence_of[r]] = nbest[r].empty() ? "" : runtime::join_tokens(nbest[r].front().words);
-        for (size_t k = 0; k < pieces_of_text.size(); ++k) per_text[text_of[k]].push_back(std::move(translated[k]));
-        for (size_t i = 0; i < sentences.size(); ++i) {
-            if (layout[i].sentences.empty()) continue;
-            const std::string text = data::join_sentences(layout[i], per_text[i]);
-            const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
-            out[i].translation = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+    const auto units = s.detail ? runtime::source_units(*m, src) : std::vector<std::vector<std::string>>{};
+    std::vector<std::vector<SentenceResult>> per_text(sentences.size());
+    for (size_t k = 0; k < parts.size(); ++k) {
+        SentenceResult r;
+        const size_t row = row_of[k];
+        if (row != std::string::npos) {
+            if (!s.detail)
+                r.translation = nbest[row].empty() ? "" : runtime::join_tokens(nbest[row].front().words);
+            else
+                add_hypotheses(*m, units[row], nbest[row], s, r);
         }
-        return out;
+        per_text[text_of[k]].push_back(std::move(r));
     }
-    const auto units = runtime::source_units(*m, src);
-    for (size_t r = 0; r < src.size(); ++r) add_hypotheses(*m, units[r], nbest[r], s, out[text_of[sentence_of[r]]]);
+    for (size_t i = 0; i < sentences.size(); ++i)
+        if (!per_text[i].empty()) out[i] = join_results(per_text[i], layout[i]);
     return out;
 }
 

@@ -39,7 +39,8 @@ d = json.load(open(sys.argv[1]))["data"]
 src_long, tgt_long, kept = map(int, sys.argv[2:5])
 a = d["applied"]
 assert a["pairs_read"] == 200 and a["pairs_kept"] == kept, a
-assert a["dropped"] == {"source_too_long": src_long, "target_too_long": tgt_long, "beyond_max_pairs": 0}, a
+assert a["dropped"] == {"source_too_long": src_long, "target_too_long": tgt_long, "beyond_max_pairs": 0,
+                        "over_length_cap": 0, "held_out_other_translations": 0}, a
 sp = a["split"]
 assert sp["train"] + sp["valid"] + sp["test"] == kept, sp
 # a small corpus: valid and test shrunk to 10 % each, and n_valid / n_test say so (not 1000 / 5000)

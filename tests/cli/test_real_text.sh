@@ -57,6 +57,14 @@ grep -q "^Tom a 3" "$T/out" || fail "'Tom has 3 books.' gave '$(head -n 1 "$T/ou
 [ "$(cat "$T/ab")" = "$(cat "$T/a")  $(cat "$T/b")" ] || fail "split: '$(cat "$T/ab")' is not '$(cat "$T/a")  $(cat "$T/b")'"
 "$QKV" translate --model "$T/run" --threads 1 --no-split "Tom has 3 books.  Alice has 12 dogs!" > "$T/whole" 2> /dev/null
 [ "$(wc -l < "$T/whole")" = 1 ] || fail "--no-split: one line wanted"
+# scores and n-best lists join the sentences' hypotheses (the best is the plain line)
+run_rc 0 translate --model "$T/run" --threads 1 --scores "Tom has 3 books.  Alice has 12 dogs!"
+[ "$(cut -d'|' -f4 "$T/out" | sed 's/^ //; s/ $//')" = "$(cat "$T/ab")" ] || fail "--scores: '$(cat "$T/out")'"
+run_rc 0 translate --model "$T/run" --threads 1 --beam 2 --num-hypotheses 2 "Tom has 3 books.  Alice has 12 dogs!"
+[ "$(wc -l < "$T/out")" = 2 ] || fail "n-best: two lines wanted: $(cat "$T/out")"
+# alignments read one line as one sentence: said on stderr
+run_rc 0 translate --model "$T/run" --threads 1 --alignments "Tom has 3 books.  Alice has 12 dogs!"
+err_has "warning: sentence 1 holds 2 sentences; --alignments translates it as one"
 # a line that is not UTF-8 gets an error and an empty line; the others are translated
 printf 'Tom has 3 books.\n\xff\xfe bad\nAlice has 12 dogs!\n' > "$T/in.txt"
 run_rc 1 translate --model "$T/run" --threads 1 -f "$T/in.txt"
@@ -95,6 +103,22 @@ try:
     body = json.loads(r.read())
     assert r.status == 200, body
     assert body["translatedText"] == want, (body, want)
+    # /v1 (the page's API) with attention: the same translation; the weights block-diagonal
+    c.request("POST", "/v1/translate", json.dumps({"q": "Tom has 3 books.  Alice has 12 dogs!", "attention": True,
+                                                   "n_best": 1}), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    assert r.status == 200, body
+    t = body["translations"][0]
+    assert t["translation"] == want, (t, want)
+    a = t["attention"]
+    assert len(a["source"]) > 6 and len(a["target"]) > 4, a
+    # 70 sentences in one text count as 70 against the per-request limit
+    c.request("POST", "/translate", json.dumps({"q": "Go. " * 70, "source": "en", "target": "fr"}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    assert r.status == 400 and "holds 70 sentences" in body["error"], body
 finally:
     p.send_signal(signal.SIGTERM)
     p.wait(60)

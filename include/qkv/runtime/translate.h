@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/data/text.h"
 #include "qkv/decode/beam_search.h"  // decode::SamplingOptions, Hypothesis
 #include "qkv/runtime/model_dir.h"
 #include "qkv/runtime/text.h"
@@ -118,6 +119,24 @@ struct AttentionMap {
     std::vector<float> weights;
 };
 AttentionMap greedy_attention(ModelDir& m, const std::vector<std::string>& units, int64_t max_len, bool no_unk);
+
+/// One hypothesis of a text translated sentence by sentence (join_sentence_nbest).
+struct TextHypothesis {
+    std::string text;     // the sentences' hypotheses in the text's layout (data::join_sentences)
+    double log_prob = 0;  // the sum of the sentences' log-probabilities
+    double score = 0;     // the sum of the sentences' length-normalised scores
+    bool finished = true; // every sentence's hypothesis ended with <eos>
+    std::vector<std::string> units;  // the sentences' output units, in order
+};
+
+/// The n-best list of a text cut into sentences (`layout`, data::split_sentences), from each
+/// sentence's n-best list (per_sentence[i]: best first, as translate_nbest returns it): hypothesis
+/// k joins the k-th hypothesis of every sentence (a sentence's last when its list is shorter), so
+/// the best is the sentences' bests; as many as the longest list. The text keeps the layout's
+/// whitespace between sentences and drops the text's own leading and trailing whitespace. Throws
+/// qkv::Error when the counts differ or a list is empty.
+std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<Translation>>& per_sentence,
+                                                const data::SentenceSplit& layout);
 
 /// The most output units (with <eos>) a real-text model (reads_raw_text) may write for a source
 /// of `source_units` units (with <eos>): 2 × source_units + 10, so a hypothesis that loops stops
