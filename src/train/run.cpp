@@ -124,6 +124,13 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     if (d.pipeline == DataPipeline::text && !o.vocab_size && !is_fra_eng_data(d)) d.subword_vocab_soft = true;
     if (d.pipeline == DataPipeline::text && d.subword == data::SubwordKind::none)
         config_error("--subword none: the real-text pipeline (preset real) reads SentencePiece pieces; choose bpe or unigram");
+    if (d.pipeline == DataPipeline::text && (o.max_src_tokens || o.max_tgt_tokens || o.min_freq))
+        config_error(detail::str(o.min_freq ? "--min-freq" : o.max_src_tokens ? "--max-src-tokens" : "--max-tgt-tokens",
+                                 " applies to D2L words; the real-text pipeline (preset real) reads pieces: its length "
+                                 "cap is --num-steps (pieces, <eos> included)"));
+    if (cfg.train.batch_tokens > 0 && o.batch_size && !o.batch_tokens)
+        config_error(detail::str("--batch-size ", *o.batch_size, ": this preset batches by tokens (--batch-tokens ",
+                                 cfg.train.batch_tokens, "); add --batch-tokens 0 to batch by pairs"));
     if (preset_subword && d.subword == data::SubwordKind::none) {
         // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
         // ask for a shared vocabulary / tying), with the anchor's word lengths.
@@ -226,6 +233,12 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
                              limits.c_str());
         }
     }
+    if (opt.log && d->record.over_length_cap * 100 > d->train.n + d->record.over_length_cap)
+        std::fprintf(opt.log, "data: warning: %lld train pairs (%.1f %%) are over num_steps %lld pieces and skipped; "
+                              "--num-steps raises the cap\n",
+                     (long long)d->record.over_length_cap,
+                     100.0 * double(d->record.over_length_cap) / double(d->train.n + d->record.over_length_cap),
+                     (long long)cfg.data.num_steps);
     if (opt.resume) {
         // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
         // reordered file, and a subword model's always agree); older folders: the vocabularies only.

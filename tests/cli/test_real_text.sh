@@ -43,6 +43,12 @@ assert s["train"] + s["valid"] + s["test"] + d["held_out_other_translations"] + 
 assert s["valid"] == 24 and s["test"] == 24, s  # 10 % of the pairs each (small corpus)
 PY
 
+# flags of the D2L pipelines are usage errors naming the flag, before the data is read
+run_rc 2 train --preset real --data "$T/corpus.tsv" --max-src-tokens 5 --out "$T/x"
+err_has "--max-src-tokens applies to D2L words" "--num-steps"
+run_rc 2 train --preset real --data "$T/corpus.tsv" --batch-size 32 --out "$T/x"
+err_has "--batch-size 32: this preset batches by tokens (--batch-tokens 2000); add --batch-tokens 0"
+
 # natural text: cased, no piece marks, no <unk> even for characters never seen (byte fallback)
 run_rc 0 translate --model "$T/run" --threads 1 "Tom has 3 books." "Mary has 🍎 cats ✓."
 [ "$(wc -l < "$T/out")" = 2 ] || fail "two lines wanted: $(cat "$T/out")"
