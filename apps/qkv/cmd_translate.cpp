@@ -61,7 +61,7 @@ std::vector<std::string> read_lines(const TranslateArgs& a) {
 /// The input lines as rows to translate. One output line per input line: a line that cannot be
 /// translated (invalid UTF-8, or a NUL byte, which would silently become <unk>) or has nothing to
 /// translate gives an empty output line and a note on stderr. With `split`, each line is cut into
-/// sentences (data::split_sentences), one row each, and its output is their translations in the
+/// sentences (runtime::split_text: over-long ones cut between words), one row each, and its output is their translations in the
 /// line's layout; otherwise the line is one row.
 struct Rows {
     std::vector<std::vector<std::string>> src;
@@ -89,7 +89,12 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
                                  "(a model trained on single sentences may leave the later ones out)\n",
                          unit, i + 1, data::split_sentences(lines[i]).sentences.size(), whole_note);
         if (split) {
-            rows.layout[i] = data::split_sentences(lines[i]);
+            rows.layout[i] = runtime::split_text(m, lines[i]);
+            const size_t whole = data::split_sentences(lines[i]).sentences.size();
+            if (rows.layout[i].sentences.size() > whole)
+                std::fprintf(stderr, "qkv translate: note: %s %zu is over the %lld source pieces the model reads: "
+                                     "translated in %zu parts, cut between words\n",
+                             unit, i + 1, (long long)(m.config.data.num_steps - 1), rows.layout[i].sentences.size());
             sentences.clear();
             for (const auto& s : rows.layout[i].sentences) sentences.push_back(s.text);
         }

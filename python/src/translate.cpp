@@ -89,14 +89,14 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
     check_ranges(beam_size, length_penalty, max_len, batch_size);
     check_text(sentences, "sentences");
     // Plain translations: each text cut into sentences and put back together, as `qkv translate`
-    // and `qkv serve` do (data::split_sentences); n-best, scores and attention are per text.
+    // and `qkv serve` do (runtime::split_text); n-best, scores and attention are per text.
     const bool split = !return_attention;  // attention maps index one source and one output
     std::vector<data::SentenceSplit> layout;
     std::vector<std::string> parts;
     std::vector<size_t> text_of;
     if (split) {
         for (size_t i = 0; i < sentences.size(); ++i) {
-            layout.push_back(data::split_sentences(sentences[i]));
+            layout.push_back(runtime::split_text(*tr.get(), sentences[i]));
             for (const auto& x : layout.back().sentences) parts.push_back(x.text), text_of.push_back(i);
         }
     }

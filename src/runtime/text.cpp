@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "qkv/data/subword.h"
 #include "qkv/data/text.h"
@@ -36,6 +37,82 @@ std::vector<std::vector<std::string>> tokenize_sentences(const std::vector<std::
 }
 
 bool reads_raw_text(const ModelDir& m) { return m.config.data.pipeline == DataPipeline::text; }
+
+namespace {
+
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/// Whether the word [b, e) of `text` ends a clause: its last character is , ; : or it is a dash.
+bool ends_clause(std::string_view w) {
+    if (w.empty()) return false;
+    const char last = w.back();
+    if (last == ',' || last == ';' || last == ':') return true;
+    return w == "-" || w == "--" || w == "\xE2\x80\x93" || w == "\xE2\x80\x94";  // - -- – —
+}
+
+/// The parts of one over-long sentence (see split_text); `space_after` goes to the last.
+void cut_sentence(const data::SubwordModel& sp, int64_t limit, const data::Sentence& sentence,
+                  std::vector<data::Sentence>& out) {
+    const std::string& t = sentence.text;
+    // A piece holds at least one byte (byte fallback: exactly one) and each word may add a lone
+    // '▁': bytes + words bound the pieces, so most sentences need no encoding here.
+    struct Word {
+        size_t begin, end;
+        int64_t pieces;
+    };
+    std::vector<Word> words;
+    for (size_t i = 0; i < t.size();) {
+        while (i < t.size() && ascii_space(t[i])) ++i;
+        if (i == t.size()) break;
+        const size_t b = i;
+        while (i < t.size() && !ascii_space(t[i])) ++i;
+        words.push_back({b, i, 0});
+    }
+    if (int64_t(t.size() + words.size()) <= limit) {
+        out.push_back(sentence);
+        return;
+    }
+    for (Word& w : words)  // (pieces never span words: see source_word_limit)
+        w.pieces = int64_t(sp.encode_text(t.substr(w.begin, w.end - w.begin)).size());
+    size_t first = 0;
+    while (first < words.size()) {
+        int64_t rest = 0;
+        for (size_t j = first; j < words.size(); ++j) rest += words[j].pieces;
+        size_t last = words.size() - 1;  // the part's last word
+        if (rest > limit) {
+            const int64_t parts = (rest + limit - 1) / limit, goal = (rest + parts - 1) / parts;
+            int64_t acc = 0, best_gap = -1, best_clause_gap = -1;
+            size_t best = first, best_clause = first;
+            for (size_t j = first; j < words.size(); ++j) {
+                acc += words[j].pieces;
+                if (acc > limit && j > first) break;
+                const int64_t gap = std::abs(acc - goal);
+                if (best_gap < 0 || gap < best_gap) best_gap = gap, best = j;
+                if (ends_clause(std::string_view(t).substr(words[j].begin, words[j].end - words[j].begin)) &&
+                    2 * gap <= limit && (best_clause_gap < 0 || gap < best_clause_gap))
+                    best_clause_gap = gap, best_clause = j;
+                if (acc > limit) break;  // a single word over the limit: a part of its own
+            }
+            last = best_clause_gap >= 0 ? best_clause : best;
+        }
+        const bool end = last + 1 == words.size();
+        out.push_back({t.substr(words[first].begin, words[last].end - words[first].begin),
+                       end ? sentence.space_after : t.substr(words[last].end, words[last + 1].begin - words[last].end)});
+        first = last + 1;
+    }
+}
+
+}  // namespace
+
+data::SentenceSplit split_text(const ModelDir& m, std::string_view text) {
+    data::SentenceSplit s = data::split_sentences(text);
+    if (!reads_raw_text(m) || !m.subwords.active()) return s;
+    const int64_t limit = std::max<int64_t>(1, m.config.data.num_steps - 1);
+    data::SentenceSplit out;
+    out.leading = std::move(s.leading);
+    for (const data::Sentence& x : s.sentences) cut_sentence(*m.subwords.src, limit, x, out.sentences);
+    return out;
+}
 
 std::vector<std::vector<std::string>> tokenize_sentences(const ModelDir& m, const std::vector<std::string>& sentences) {
     if (!reads_raw_text(m)) return tokenize_sentences(sentences);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include "qkv/core/error.h"
 #include "qkv/data/corpus.h"
@@ -270,6 +271,8 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
     const int64_t n = corpus.size();
     QKV_CHECK(cfg.subword != data::SubwordKind::none, "data: the text pipeline reads subword pieces (--subword bpe or "
               "unigram), not words");
+    QKV_CHECK(cfg.concat_fraction >= 0 && cfg.concat_fraction <= 1, "data: concat_fraction must be in [0, 1], got ",
+              cfg.concat_fraction);
     QKV_CHECK(cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0, "data: --max-src-tokens / --max-tgt-tokens count "
               "D2L tokens, which the text pipeline (preset real) has none of: its length cap is --num-steps, in pieces");
     int64_t nv = cfg.n_valid, nt = cfg.n_test;
@@ -338,6 +341,41 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
     }
     QKV_CHECK(!train_rows.empty(), "data: no train pair fits num_steps ", T, " pieces (with <eos>): raise --num-steps");
     out.target_len_p99 = p99_len(tgt_lens);
+    // Concatenated pairs (DataConfig::concat_fraction): Tatoeba's sentences are short (median 6
+    // words), and a model that never saw a long target ends long sentences early. Joining 2-8
+    // random train pairs gives it long ones made of real text.
+    const int64_t originals = int64_t(train_rows.size());
+    const int64_t want = int64_t(cfg.concat_fraction * double(originals) + 0.5);
+    std::vector<std::string> concat_src, concat_tgt;
+    if (want > 0) {
+        std::mt19937_64 rng(cfg.split_seed ^ 0x636f6e636174ULL);  // "concat"
+        const auto pick = [&](uint64_t k) { return int64_t(rng() % k); };
+        for (int64_t tries = 0; int64_t(concat_src.size()) < want && tries < 4 * want; ++tries) {
+            const int64_t k = 2 + pick(7);
+            std::string s, t;
+            size_t ls = 0, lt = 0;
+            for (int64_t j = 0; j < k; ++j) {
+                const int64_t r = train_rows[size_t(pick(uint64_t(originals)))];
+                s += (j ? " " : "") + corpus.src[size_t(r)];
+                t += (j ? " " : "") + corpus.tgt[size_t(r)];
+                ls += src_pieces[size_t(r)].size(), lt += tgt_pieces[size_t(r)].size();
+            }
+            if (int64_t(ls) + 1 > T || int64_t(lt) + 1 > T) continue;  // a quick bound; encoded below
+            concat_src.push_back(std::move(s));
+            concat_tgt.push_back(std::move(t));
+        }
+        for (size_t i = 0; i < concat_src.size(); ++i) {
+            std::vector<std::string> ps = out.subwords.src->encode_text(concat_src[i]);
+            std::vector<std::string> pt = out.subwords.tgt->encode_text(concat_tgt[i]);
+            if (int64_t(ps.size()) + 1 > T || int64_t(pt.size()) + 1 > T) continue;
+            train_rows.push_back(int64_t(src_pieces.size()));
+            src_pieces.push_back(std::move(ps));
+            tgt_pieces.push_back(std::move(pt));
+            out.train_src_text.push_back(std::move(concat_src[i]));  // after the originals, below
+            out.train_tgt_text.push_back(std::move(concat_tgt[i]));
+        }
+    }
+    const int64_t concatenated = int64_t(train_rows.size()) - originals;
     const data::NmtArrays all = data::build_nmt_arrays(src_pieces, tgt_pieces, out.src_vocab, out.tgt_vocab, T);
     out.train = all.subset(train_rows);
     out.valid = all.subset(split.valid);
@@ -349,9 +387,16 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
         out.test_src_text.push_back(corpus.src[size_t(i)]);
         out.test_ref_text.push_back(corpus.tgt[size_t(i)]);
     }
-    for (int64_t r : train_rows) {
-        out.train_src_text.push_back(corpus.src[size_t(r)]);
-        out.train_tgt_text.push_back(corpus.tgt[size_t(r)]);
+    {  // the train pairs' text, originals first, then the concatenated pairs kept above
+        std::vector<std::string> s, t;
+        s.reserve(train_rows.size()), t.reserve(train_rows.size());
+        for (int64_t i = 0; i < originals; ++i) {
+            s.push_back(corpus.src[size_t(train_rows[size_t(i)])]);
+            t.push_back(corpus.tgt[size_t(train_rows[size_t(i)])]);
+        }
+        for (auto& x : out.train_src_text) s.push_back(std::move(x));
+        for (auto& x : out.train_tgt_text) t.push_back(std::move(x));
+        out.train_src_text.swap(s), out.train_tgt_text.swap(t);
     }
     for (int64_t r : split.valid) {
         out.valid_src_text.push_back(corpus.src[size_t(r)]);
@@ -361,6 +406,7 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
     DataRecord& rec = out.record;
     rec.over_length_cap     = over;
     rec.held_out_duplicates = split.unused;
+    rec.concatenated        = concatenated;
     rec.pairs_kept          = out.pairs;
     rec.train = out.train.n, rec.valid = out.valid.n, rec.test = out.test.n;
     rec.pipeline = detail::str("text: raw sentences, a source-disjoint split (seed ", cfg.split_seed, ", ",
@@ -377,6 +423,9 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
                   cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
                   (long long)out.tgt_vocab.size(), words ? double(pieces_src) / double(words) : 0.0,
                   words_tgt ? double(pieces_tgt) / double(words_tgt) : 0.0, (long long)over, (long long)T);
+    if (concatenated > 0)
+        summary += detail::str("; ", concatenated, " concatenated train pairs (2-8 pairs each, ", cfg.concat_fraction,
+                               " x the ", originals, " train pairs) added");
     out.summary = summary + buf + detail::str("; source-disjoint split ", out.train.n, " train / ", out.valid.n,
                                               " valid / ", out.test.n, " test (seed ", cfg.split_seed, "; ",
                                               split.unused, " other translations of held-out sources unused)");

@@ -126,14 +126,14 @@ std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const st
     std::vector<SentenceResult> out(sentences.size());
     const MatmulPrecisionGuard precision(t.precision());
     runtime::Translator::Lease m = t.borrow();
-    // Each text is cut into sentences (data::split_sentences), each translated on its own (a model
+    // Each text is cut into sentences (runtime::split_text: over-long ones cut between words), each translated on its own (a model
     // trained on single sentences leaves later ones out of a whole text), and put back in its
     // layout; hypotheses, scores and attention join the sentences' (join_results).
     std::vector<data::SentenceSplit> layout(sentences.size());
     std::vector<std::string> parts;   // the sentences to translate, text by text
     std::vector<size_t> text_of;      // sentence -> text
     for (size_t i = 0; i < sentences.size(); ++i) {
-        layout[i] = data::split_sentences(sentences[i]);
+        layout[i] = runtime::split_text(*m, sentences[i]);
         for (const auto& x : layout[i].sentences) {
             parts.push_back(x.text);
             text_of.push_back(i);

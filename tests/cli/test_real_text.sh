@@ -22,7 +22,7 @@ lines += ["Go.\tVa !", "Go.\tBouge !", "Go.\tEn route !", "Hello!\tBonjour !"]
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 PY
 
-small=(--data "$T/corpus.tsv" --num-hiddens 32 --num-heads 2 --num-blks 1 --ffn-num-hiddens 64
+small=(--data "$T/corpus.tsv" --num-steps 24 --num-hiddens 32 --num-heads 2 --num-blks 1 --ffn-num-hiddens 64
        --batch-tokens 120 --max-steps 600 --warmup 30 --lr 3e-3 --time-budget none --val-every none --threads 1
        --no-progress)
 "$QKV" train --preset real "${small[@]}" --out "$T/run" > "$T/train.out" 2> "$T/train.err" \
@@ -38,8 +38,9 @@ grep -q "batches of ~120 tokens" "$T/train.err" || fail "no token batching line"
 python3 - "$T/run/config.json" <<'PY' || fail "config.json data.applied counts"
 import json, sys
 a = json.load(open(sys.argv[1]))["data"]["applied"]
-s, d = a["split"], a["dropped"]
-assert s["train"] + s["valid"] + s["test"] + d["held_out_other_translations"] + d["over_length_cap"] == a["pairs_read"] == 244, a
+s, d, c = a["split"], a["dropped"], a["concatenated_train_pairs"]
+assert s["train"] - c + s["valid"] + s["test"] + d["held_out_other_translations"] + d["over_length_cap"] == a["pairs_read"] == 244, a
+assert 0 < c <= round(0.075 * (s["train"] - c)) + 1, a  # the preset's concatenated pairs (data.concat_fraction)
 assert s["valid"] == 24 and s["test"] == 24, s  # 10 % of the pairs each (small corpus)
 PY
 
@@ -68,6 +69,15 @@ run_rc 0 translate --model "$T/run" --threads 1 --scores "Tom has 3 books.  Alic
 [ "$(cut -d'|' -f4 "$T/out" | sed 's/^ //; s/ $//')" = "$(cat "$T/ab")" ] || fail "--scores: '$(cat "$T/out")'"
 run_rc 0 translate --model "$T/run" --threads 1 --beam 2 --num-hypotheses 2 "Tom has 3 books.  Alice has 12 dogs!"
 [ "$(wc -l < "$T/out")" = 2 ] || fail "n-best: two lines wanted: $(cat "$T/out")"
+# a sentence over the 23 pieces the model reads is cut between words, not truncated (runtime::split_text);
+# --no-split keeps it whole and says what is dropped
+long="Tom has 3 books, Mary has 5 cats, John has 7 dogs, Alice has 9 apples, Tom has 11 books and Mary has 13 cats."
+run_rc 0 translate --model "$T/run" --threads 1 "$long"
+if grep -q "positions" "$T/err"; then fail "a long sentence was truncated: $(cat "$T/err")"; fi
+err_has "sentence 1 is over the 23 source pieces the model reads: translated in 2 parts, cut between words"
+cp "$T/out" "$T/long"
+run_rc 0 translate --model "$T/run" --threads 1 --no-split "$long"
+err_has "the model reads 24 positions"
 # alignments read one line as one sentence: said on stderr
 run_rc 0 translate --model "$T/run" --threads 1 --alignments "Tom has 3 books.  Alice has 12 dogs!"
 err_has "warning: sentence 1 holds 2 sentences; --alignments translates it as one"
@@ -89,6 +99,7 @@ grep -q "^Tom has 3 books. => $(cat "$T/a")" "$T/out" || { cat "$T/out"; fail "h
 run_rc 0 eval --model "$T/run" --threads 1 --no-progress
 out_has "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2" "chrF2"
 
+printf '%s' "$long" > "$T/long_src"
 # qkv serve: the LibreTranslate answer for the two-sentence text is qkv translate's line
 python3 - "$QKV" "$T" "$(cat "$T/ab")" <<'PY' || fail "qkv serve"
 import http.client, json, os, signal, subprocess, sys, time
@@ -119,6 +130,12 @@ try:
     assert t["translation"] == want, (t, want)
     a = t["attention"]
     assert len(a["source"]) > 6 and len(a["target"]) > 4, a
+    # a sentence over the model's positions is cut as qkv translate cuts it
+    c.request("POST", "/translate", json.dumps({"q": open(os.path.join(T, "long_src")).read(), "source": "en",
+                                                "target": "fr"}), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    assert r.status == 200 and body["translatedText"] == open(os.path.join(T, "long")).read().rstrip("\n"), body
     # 70 sentences in one text count as 70 against the per-request limit
     c.request("POST", "/translate", json.dumps({"q": "Go. " * 70, "source": "en", "target": "fr"}),
               {"Content-Type": "application/json"})

@@ -14,7 +14,9 @@
 #include "support/temp_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/data/text.h"
+#include "qkv/runtime/model_dir.h"
 #include "qkv/runtime/run_config.h"
+#include "qkv/runtime/text.h"
 #include "qkv/runtime/translation_data.h"
 
 namespace qkv::runtime {
@@ -42,6 +44,7 @@ DataConfig text_config(const std::string& path) {
     dc.subword_vocab_size = 400;
     dc.subword_vocab_soft = true;
     dc.num_steps = 40;
+    dc.concat_fraction = 0;  // ConcatenatedPairs turns it on
     return dc;
 }
 
@@ -118,6 +121,125 @@ TEST(TextPipeline, RefusesWordsAndD2lTokenFilters) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("--num-steps"), std::string::npos) << e.what();
     }
+}
+
+TEST(TextPipeline, ConcatenatedPairs) {
+    test::TempDir dir;
+    DataConfig dc = text_config(write_corpus(dir));
+    const TranslationData plain = load_translation_data(dc);
+    dc.concat_fraction = 0.5;
+    const TranslationData d = load_translation_data(dc, plain.subwords);
+    const int64_t originals = plain.train.n, want = (originals + 1) / 2;
+    const int64_t added = d.record.concatenated;
+    // 2-8 pairs of ~6 pieces do not always fit 40: some tries are rejected, most fit in 4 x want
+    EXPECT_GE(added, want / 2);
+    EXPECT_LE(added, want);
+    EXPECT_EQ(d.train.n, originals + added);
+    EXPECT_EQ(d.record.train, d.train.n);
+    ASSERT_EQ(d.train_src_text.size(), size_t(d.train.n));
+    ASSERT_EQ(d.train_tgt_text.size(), size_t(d.train.n));
+    // the originals first, as before; the held-out sets are untouched
+    for (int64_t i = 0; i < originals; ++i) ASSERT_EQ(d.train_src_text[size_t(i)], plain.train_src_text[size_t(i)]);
+    EXPECT_EQ(d.test_src_text, plain.test_src_text);
+    EXPECT_EQ(d.valid.label, plain.valid.label);
+    // each added pair is 2-8 train pairs, the sources and the targets joined by a space in the
+    // same order, within the cap; its arrays hold its pieces
+    std::set<std::pair<std::string, std::string>> pairs;
+    for (int64_t i = 0; i < originals; ++i)
+        pairs.insert({plain.train_src_text[size_t(i)], plain.train_tgt_text[size_t(i)]});
+    int64_t longest = 0;
+    for (int64_t i = originals; i < d.train.n; ++i) {
+        const data::SentenceSplit s = data::split_sentences(d.train_src_text[size_t(i)]);
+        const data::SentenceSplit t = data::split_sentences(d.train_tgt_text[size_t(i)]);
+        ASSERT_GE(s.sentences.size(), 2u) << d.train_src_text[size_t(i)];
+        ASSERT_LE(s.sentences.size(), 8u) << d.train_src_text[size_t(i)];
+        ASSERT_EQ(s.sentences.size(), t.sentences.size()) << d.train_tgt_text[size_t(i)];
+        for (size_t k = 0; k < s.sentences.size(); ++k) {
+            EXPECT_EQ(s.sentences[k].space_after, k + 1 < s.sentences.size() ? " " : "");
+            EXPECT_EQ(pairs.count({s.sentences[k].text, t.sentences[k].text}), 1u)
+                << s.sentences[k].text << " / " << t.sentences[k].text;
+        }
+        EXPECT_LT(d.train.src_valid_len[size_t(i)], dc.num_steps + 1);
+        EXPECT_LE(d.train.tgt_valid_len[size_t(i)], dc.num_steps);
+        longest = std::max(longest, d.train.tgt_valid_len[size_t(i)]);
+        std::vector<std::string> label;
+        for (int64_t j = 0; j + 1 < d.train.tgt_valid_len[size_t(i)]; ++j)
+            label.push_back(d.tgt_vocab.idx_to_token(d.train.label[size_t(i * d.train.num_steps + j)]));
+        EXPECT_EQ(d.subwords.tgt->decode_text(label), d.train_tgt_text[size_t(i)]);
+    }
+    // longer than any original pair of this corpus (the one long pair is over the cap)
+    int64_t longest_original = 0;
+    for (int64_t i = 0; i < originals; ++i) longest_original = std::max(longest_original, plain.train.tgt_valid_len[size_t(i)]);
+    EXPECT_GT(longest, longest_original);
+    // seeded: the same again
+    EXPECT_EQ(load_translation_data(dc, plain.subwords).train.label, d.train.label);
+    // recorded in config.json; out of range refused
+    RunConfig c = preset_config("real");
+    c.data = dc;
+    c.data.applied = d.record;
+    c.model.src_vocab_size = c.model.tgt_vocab_size = d.src_vocab.size();
+    const RunConfig back = run_config_from_json(to_json(c));
+    EXPECT_EQ(back.data.concat_fraction, 0.5);
+    EXPECT_EQ(back.data.applied.concatenated, added);
+    EXPECT_NE(d.summary.find(std::to_string(added) + " concatenated train pairs"), std::string::npos) << d.summary;
+    dc.concat_fraction = 1.5;
+    EXPECT_THROW(load_translation_data(dc, plain.subwords), Error);
+    c.data.concat_fraction = -0.1;
+    EXPECT_THROW(run_config_from_json(to_json(c)), Error);
+}
+
+/// The pieces of `text` as the model reads them.
+int64_t pieces(const ModelDir& m, const std::string& text) {
+    return int64_t(m.subwords.src->encode(data::raw_words(text)).size());
+}
+
+TEST(TextPipeline, SplitTextCutsOverLongSentencesBetweenWords) {
+    test::TempDir dir;
+    const DataConfig dc = text_config(write_corpus(dir));
+    const TranslationData d = load_translation_data(dc);
+    ModelDir m;
+    m.config = preset_config("real");
+    m.config.data = dc;
+    m.config.data.num_steps = 12;  // parts of at most 11 pieces
+    m.subwords = d.subwords;
+    m.src_vocab = d.src_vocab, m.tgt_vocab = d.tgt_vocab;
+    const std::string clauses = "Tom has 1 apples, Mary has 2 books, John has 3 apples, Alice has 4 books, Tom has 5 apples.";
+    ASSERT_GT(pieces(m, clauses), 22);  // at least three parts
+    const std::string text = "  Go. " + clauses + "\nMary has 7 books.  ";
+    const data::SentenceSplit s = split_text(m, text);
+    std::vector<std::string> parts;
+    for (const auto& x : s.sentences) parts.push_back(x.text);
+    // the layout is the text again, and no part is over the limit
+    EXPECT_EQ(data::join_sentences(s, parts), text);
+    ASSERT_GE(parts.size(), 5u);
+    EXPECT_EQ(parts.front(), "Go.");
+    EXPECT_EQ(parts.back(), "Mary has 7 books.");
+    const int64_t expect_parts = (pieces(m, clauses) + 10) / 11;
+    EXPECT_EQ(int64_t(parts.size()), 2 + expect_parts);
+    for (size_t i = 1; i + 1 < parts.size(); ++i) {
+        EXPECT_LE(pieces(m, parts[i]), 11) << parts[i];
+        // cut after a clause: every part of the long sentence but its last ends with a comma
+        if (i + 2 < parts.size()) EXPECT_EQ(parts[i].back(), ',') << parts[i];
+    }
+    // a sentence within the limit and a text of short sentences are as split_sentences cuts them
+    const std::string shorter = "Tom has 1 apples. Mary has 2 books.";
+    EXPECT_EQ(split_text(m, shorter).sentences.size(), data::split_sentences(shorter).sentences.size());
+    // without a clause near the middle: cut between words, each part within the limit
+    const std::string plain = "Tom Mary John Alice Tom Mary John Alice Tom Mary John Alice Tom Mary John Alice";
+    const data::SentenceSplit p = split_text(m, plain);
+    ASSERT_GE(p.sentences.size(), 2u);
+    std::vector<std::string> pp;
+    for (const auto& x : p.sentences) {
+        pp.push_back(x.text);
+        EXPECT_LE(pieces(m, x.text), 11) << x.text;
+    }
+    EXPECT_EQ(data::join_sentences(p, pp), plain);
+    // one word over the limit stays whole (source_units reads its first pieces)
+    const std::string word(200, 'x');
+    EXPECT_EQ(split_text(m, word).sentences.size(), 1u);
+    // a word model's sentences are never cut
+    m.config.data.pipeline = DataPipeline::anchor;
+    EXPECT_EQ(split_text(m, clauses).sentences.size(), 1u);
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "qkv/data/text.h"
 #include "qkv/runtime/model_dir.h"
 
 namespace qkv::runtime {
@@ -40,6 +42,19 @@ std::vector<std::vector<std::string>> tokenize_sentences(const ModelDir& m, cons
 /// Whether `m` reads and writes real text (data pipeline text): its output words joined by spaces
 /// are natural text.
 bool reads_raw_text(const ModelDir& m);
+
+/// A text cut into the parts model `m` translates one by one, in the layout that join_sentences
+/// puts their translations back into: its sentences (data::split_sentences), and for a real-text
+/// model (reads_raw_text) each sentence of more source pieces than the model reads
+/// (data.num_steps - 1, <eos> being the last position) cut further between words, so that no part
+/// is truncated. A sentence of n pieces over the limit L becomes ceil(n / L) parts of about equal
+/// size, each cut preferably after a word that ends a clause (, ; : or a dash) in the half of the
+/// part's room around that size, else after the word nearest to it; a single word over the limit
+/// stays one part (source_units then reads its first pieces). A sentence's parts keep the
+/// whitespace between them (their space_after), so the layout is the text again. A word model's
+/// sentences are never cut (D2L's models read a fixed number of tokens: translate warns).
+/// Throws qkv::Error on ill-formed UTF-8, naming the byte offset.
+data::SentenceSplit split_text(const ModelDir& m, std::string_view text);
 
 /// D2L's four en→fr example pairs (D2L 11.7: "go ." -> "va !", "i lost .", "he's calm .",
 /// "i'm home .") as model `m` reads and writes text: D2L tokens, or cased real text ("Go." ->

@@ -64,6 +64,7 @@ struct DataRecord {
     /// text pipeline: the other translations of the held-out sources (in no split, so that no
     /// held-out source is trained on; data::SourceDisjointSplit::unused)
     int64_t held_out_duplicates = 0;
+    int64_t concatenated = 0;         // text pipeline: concatenated train pairs added (concat_fraction)
     int64_t pairs_kept = 0;           // the pairs used: train + valid + test
     int64_t train = 0, valid = 0, test = 0;  // the split as made (small corpora shrink valid/test)
     std::string pipeline;             // in words: "anchor: seeded shuffle split (seed 0), ..."
@@ -95,6 +96,12 @@ struct DataConfig {
     int64_t n_valid = 2000;
     int64_t n_test = 5000;            // held-out pairs for corpus BLEU
     uint64_t split_seed = 0;
+    /// Text pipeline: add round(concat_fraction x train pairs) extra train pairs, each 2-8 random
+    /// train pairs (seeded by split_seed) joined by a space on both sides, those within num_steps
+    /// pieces kept. Tatoeba's pairs are short; without long targets a model ends long sentences
+    /// early (the concatenation augmentation of Nguyen et al. 2021, "Data augmentation by
+    /// concatenation for low-resource translation"). 0: none. Must be in [0, 1].
+    double concat_fraction = 0;
     int64_t min_freq = 2;
     // Subword units (anchor pipeline only). With subword bpe/unigram, SentencePiece learns
     // subword_vocab_size pieces from the train split's sentences (source and target lines in one
