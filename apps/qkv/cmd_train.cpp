@@ -674,7 +674,7 @@ Registration reg([](CLI::App& app) {
         ->transform(int_range(1, 1000));
     c->add_option("--subword", a->subword,
                   "none (D2L words) | bpe | unigram: SentencePiece subword units learned from the train split "
-                  "(BLEU stays on words); default: none on fra-eng (bpe for --preset full), unigram on other corpora")
+                  "(BLEU stays on words); default: none on fra-eng (bpe for --preset full and real), bpe on other corpora")
         ->check(CLI::IsMember({"none", "bpe", "unigram"}));
     c->add_option("--vocab-size", a->vocab_size, "subword vocabulary size, reserved tokens included (default 8000; on data other than "
                                                      "fra-eng at most 8000: a small corpus gets the pieces it has)")

@@ -9,15 +9,15 @@ source "$(dirname "$0")/lib.sh" "$1"
 six_pairs | awk -F'\t' '{ print $2 "\t" $1 }' | gzip > "$T/fr-en.tsv.gz"
 small=(--num-hiddens 16 --num-heads 2 --num-blks 1 --ffn-num-hiddens 16 --batch-size 8 --no-progress)
 
-# TSV (gzip): languages recorded and shown, unigram pieces by default, no en→fr book sentences
+# TSV (gzip): languages recorded and shown, BPE pieces by default, no en→fr book sentences
 run_rc 0 train --data "$T/fr-en.tsv.gz" --src-lang fr --tgt-lang en --preset demo --max-steps 3 --shared-vocab --vocab-size 40 \
   --out "$T/fren" "${small[@]}"
-err_has "data: fr→en, $T/fr-en.tsv.gz: 60 pairs from 60 lines" "shared unigram vocabulary of 40 pieces"
+err_has "data: fr→en, $T/fr-en.tsv.gz: 60 pairs from 60 lines" "shared bpe vocabulary of 40 pieces"
 grep -q "book sentences" "$T/err" && fail "train printed D2L's en→fr book sentences for a fr→en model"
 python3 - "$T/fren/config.json" <<'PY' || fail "config.json data keys"
 import json, sys
 d = json.load(open(sys.argv[1]))["data"]
-assert d["src_lang"] == "fr" and d["tgt_lang"] == "en" and d["subword"] == "unigram", d
+assert d["src_lang"] == "fr" and d["tgt_lang"] == "en" and d["subword"] == "bpe", d
 assert d["path"].endswith("fr-en.tsv.gz") and d["path"].startswith("/"), d
 PY
 run_rc 0 info "$T/fren" --no-params

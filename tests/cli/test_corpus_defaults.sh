@@ -6,7 +6,8 @@
 #     the real split sizes in data.n_valid / data.n_test (a small corpus shrinks them);
 #  2. subword pieces without --num-steps: num_steps is chosen from the train split (99 % of its
 #     sources and targets whole with <eos>), said on the data line and recorded, with
-#     decode.max_len half as long again; --num-steps given is kept.
+#     decode.max_len half as long again; --num-steps given is kept; the default pieces (BPE) are
+#     about one per word, not unigram's ~3 on so few pairs.
 # Usage: test_corpus_defaults.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
 # 200 pairs of made-up words, 2-9 source and 2-10 target words (a fixed LCG: the same file each run)
@@ -47,7 +48,7 @@ assert sp["train"] + sp["valid"] + sp["test"] == kept, sp
 assert sp["valid"] == sp["test"] == kept // 10, sp
 assert d["n_valid"] == sp["valid"] and d["n_test"] == sp["test"], (d["n_valid"], d["n_test"], sp)
 assert a["pipeline"].startswith("anchor: seeded shuffle split (seed 0), valid and test shrunk to 10 % each"), a
-assert "unigram vocabulary of" in a["pipeline"] and "num_steps %d" % d["num_steps"] in a["pipeline"], a
+assert "bpe vocabulary of" in a["pipeline"] and "num_steps %d" % d["num_steps"] in a["pipeline"], a
 PY
 # the recorded split sizes give the same split again: eval and --resume take the folder as it is
 run_rc 0 eval --model "$T/a" --no-progress
@@ -80,4 +81,29 @@ run_rc 0 translate --model "$T/c" "kalo mine"
 run_rc 0 train --preset demo --data "$T/own.tsv" "${small[@]}" --max-src-tokens 20 --max-tgt-tokens 20 --num-steps 9 --out "$T/d"
 grep -q '"num_steps": 9,' "$T/d/config.json" || fail "--num-steps 9 not kept"
 grep -q "from the train split" "$T/err" && fail "--num-steps given, yet chosen from the data"
-echo "cli own corpus under a preset: filters said and recorded, num_steps from the pieces: ok"
+# ---- 3. the default pieces fit a small corpus (item 6): 200 pairs of random words, each rare, as a
+# few hundred real sentences are. Unigram learns only the pieces seen often (3.2 pieces per word
+# here); the default, BPE, keeps every word whole.
+awk 'BEGIN {
+  r = 777
+  for (i = 0; i < 200; i++) {
+    for (side = 0; side < 2; side++) {
+      r = (r * 1103515245 + 12345) % 2147483648; n = 3 + r % 6; s = ""
+      for (k = 0; k < n; k++) {
+        r = (r * 1103515245 + 12345) % 2147483648; len = 3 + int(r / 65536) % 6; w = ""
+        for (c = 0; c < len; c++) { r = (r * 1103515245 + 12345) % 2147483648; w = w substr("abcdefghijklmnoprstuvy", 1 + int(r / 65536) % 22, 1) }
+        s = s (k ? " " : "") w
+      }
+      line[side] = s
+    }
+    print line[0] "\t" line[1]
+  }
+}' > "$T/rare.tsv"
+run_rc 0 train --preset demo --data "$T/rare.tsv" "${small[@]}" --out "$T/rare"
+python3 - "$T/err" <<'PY' || { cat "$T/err"; fail "pieces per word on a small corpus of rare words"; }
+import re, sys
+m = re.search(r"bpe vocabulary of .*?([0-9.]+) / ([0-9.]+) pieces per word", open(sys.argv[1]).read())
+assert m and float(m.group(1)) < 1.5 and float(m.group(2)) < 1.5, m and m.groups()
+PY
+
+echo "cli own corpus under a preset: filters said and recorded, num_steps from the pieces, pieces per word: ok"

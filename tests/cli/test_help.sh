@@ -49,8 +49,8 @@ for flag in ["--num-kv-heads", "--positions", "--window"]:
     if train.count(flag + " ") != 1:
         bad.append(f"train: {flag} listed {train.count(flag + ' ')} times")
 sub = re.search(r"^  --subword .*?(?=^  -)", train, re.M | re.S).group(0)
-if "none (D2L words, default)" in sub or "unigram on other corpora" not in sub:
-    bad.append("train: --subword does not say unigram is the default on other corpora: " + " ".join(sub.split()))
+if "none (D2L words, default)" in sub or "bpe on other corpora" not in sub:
+    bad.append("train: --subword does not say bpe is the default on other corpora: " + " ".join(sub.split()))
 if "English sentences" in open(f"{T}/help.translate").read():
     bad.append("translate: 'English sentences' (a model translates from its own source language)")
 if bad:
