@@ -64,34 +64,11 @@ std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
 }
 
 
-/// The standard metrics of hypotheses (one per reference line) against raw references, printed as
-/// sacreBLEU prints them, and their JSON.
-nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const std::vector<std::string>& refs,
-                                     bool raw_text) {
-    const decode::SacreBleuScore b = decode::sacrebleu_corpus_bleu(hyps, refs);
-    const decode::ChrfScore c = decode::sacrebleu_corpus_chrf(hyps, refs);
-    std::printf("%s\n%s\n", decode::format_sacrebleu(b).c_str(), decode::format_chrf(c).c_str());
-    if (raw_text)
-        std::printf("  (qkv's implementation of sacreBLEU %s's defaults, on the model's natural text as --hyp-out "
-                    "writes it)\n", decode::kSacreBleuVersion);
-    else
-        std::printf("  (qkv's implementation of sacreBLEU %s's defaults; hypotheses are the model's words joined by "
-                    "spaces, as --hyp-out writes them: for a D2L-token model lower case with punctuation split off, "
-                    "not detokenized text)\n", decode::kSacreBleuVersion);
-    if (b.tokenized_period_lines >= 100)  // sacreBLEU's force=False warning
-        std::printf("  note: %lld hypotheses end in a tokenized period (' .'), as sacreBLEU would warn\n",
-                    (long long)b.tokenized_period_lines);
-    const std::string impl = std::string("qkv (sacreBLEU ") + decode::kSacreBleuVersion + " defaults)";
-    return {{"sacrebleu", {{"score", b.score},
-                           {"counts", b.counts},
-                           {"totals", b.totals},
-                           {"precisions", b.precisions},
-                           {"bp", b.bp},
-                           {"sys_len", b.sys_len},
-                           {"ref_len", b.ref_len},
-                           {"signature", b.signature},
-                           {"implementation", impl}}},
-            {"chrf", {{"name", c.name}, {"score", c.score}, {"signature", c.signature}, {"implementation", impl}}}};
+/// What eval's hypotheses are, for print_standard_scores' note.
+std::string eval_note(bool raw_text) {
+    return raw_text ? "on the model's natural text as --hyp-out writes it"
+                    : "hypotheses are the model's words joined by spaces, as --hyp-out writes them: for a D2L-token "
+                      "model lower case with punctuation split off, not detokenized text";
 }
 
 /// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
@@ -152,7 +129,7 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
                 a.src_file.c_str(), a.ref_file.c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
                 (long long)to.max_len, secs);
-    nlohmann::json j = print_standard_scores(hyps, pl.reference, runtime::reads_raw_text(m));
+    nlohmann::json j = print_standard_scores(hyps, pl.reference, eval_note(runtime::reads_raw_text(m)));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
         std::printf("  %s => %s   [ref: %s]\n", pl.source[i].c_str(), hyps[i].c_str(), pl.reference[i].c_str());
     if (!a.hyp_out.empty()) {
@@ -240,7 +217,7 @@ void run(const EvalArgs& a) {
     // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
     const nlohmann::json standard = print_standard_scores(
         hyp_text, std::vector<std::string>(d.test_ref_text.begin(), d.test_ref_text.begin() + std::ptrdiff_t(n)),
-        runtime::reads_raw_text(m));
+        eval_note(runtime::reads_raw_text(m)));
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
         std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
                     hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());

@@ -23,28 +23,10 @@ struct ScoreArgs {
 void run(const ScoreArgs& a) {
     check_output_file("--json", a.json_out);
     const data::ParallelLines pl = data::read_parallel_lines(a.hyp_file, a.ref_file, "--hyp-file", "--ref-file");
-    const decode::SacreBleuScore b = decode::sacrebleu_corpus_bleu(pl.source, pl.reference);
-    const decode::ChrfScore c = decode::sacrebleu_corpus_chrf(pl.source, pl.reference);
-    std::printf("%zu hypotheses of %s against %s\n%s\n%s\n", pl.source.size(), a.hyp_file.c_str(),
-                a.ref_file.c_str(), decode::format_sacrebleu(b).c_str(), decode::format_chrf(c).c_str());
-    std::printf("  (qkv's implementation of sacreBLEU %s's defaults, on the lines as they are: detokenized text)\n",
-                decode::kSacreBleuVersion);
-    if (b.tokenized_period_lines >= 100)  // sacreBLEU's force=False warning
-        std::printf("  note: %lld hypotheses end in a tokenized period (' .'), as sacreBLEU would warn\n",
-                    (long long)b.tokenized_period_lines);
+    std::printf("%zu hypotheses of %s against %s\n", pl.source.size(), a.hyp_file.c_str(), a.ref_file.c_str());
+    nlohmann::json j = print_standard_scores(pl.source, pl.reference, "on the lines as they are: detokenized text");
     if (a.json_out.empty()) return;
-    const nlohmann::json j = {{"hyp_file", a.hyp_file},
-                              {"ref_file", a.ref_file},
-                              {"segments", pl.source.size()},
-                              {"sacrebleu", {{"score", b.score},
-                                             {"counts", b.counts},
-                                             {"totals", b.totals},
-                                             {"precisions", b.precisions},
-                                             {"bp", b.bp},
-                                             {"sys_len", b.sys_len},
-                                             {"ref_len", b.ref_len},
-                                             {"signature", b.signature}}},
-                              {"chrf", {{"name", c.name}, {"score", c.score}, {"signature", c.signature}}}};
+    j["hyp_file"] = a.hyp_file, j["ref_file"] = a.ref_file, j["segments"] = pl.source.size();
     util::write_file_atomic(a.json_out, [&](util::FileSink& f) { f.write(j.dump(2) + "\n"); });
 }
 

@@ -210,10 +210,7 @@ void run(const TranslateArgs& a) {
             std::vector<std::string> out;
             for (size_t k : rows.rows_of[i])
                 out.push_back(done_rows[k]->empty() ? "" : runtime::join_tokens(done_rows[k]->front().words));
-            const std::string text = data::join_sentences(rows.layout[i], out);
-            // the line's own leading and trailing whitespace is not part of the translation
-            const size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
-            const std::string t = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+            const std::string t = runtime::join_translations(rows.layout[i], out);
             if (a.show_source)
                 std::printf("%s => %s\n", lines[i].c_str(), t.c_str());
             else

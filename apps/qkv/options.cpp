@@ -16,6 +16,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/data/tokenizer.h"
+#include "qkv/decode/sacrebleu.h"
 #include "qkv/ops/attention.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/out_folder.h"
@@ -32,8 +33,6 @@ std::string num(double v) {
     std::snprintf(buf, sizeof buf, "%g", v);
     return buf;
 }
-
-bool is_off(const std::string& s) { return s == "none" || s == "off"; }
 
 }  // namespace
 
@@ -298,6 +297,28 @@ void warn_if_truncated(const std::string& prefix, const std::string& what, const
     if (words > limit) n += words - limit;
     const std::string note = train::truncation_note(n, steps, pieces, words, bound);
     if (!note.empty()) std::fprintf(stderr, "%s: warning: %s %s\n", prefix.c_str(), what.c_str(), note.c_str());
+}
+
+nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const std::vector<std::string>& refs,
+                                     const std::string& note) {
+    const decode::SacreBleuScore b = decode::sacrebleu_corpus_bleu(hyps, refs);
+    const decode::ChrfScore c = decode::sacrebleu_corpus_chrf(hyps, refs);
+    std::printf("%s\n%s\n", decode::format_sacrebleu(b).c_str(), decode::format_chrf(c).c_str());
+    std::printf("  (qkv's implementation of sacreBLEU %s's defaults; %s)\n", decode::kSacreBleuVersion, note.c_str());
+    if (b.tokenized_period_lines >= 100)  // sacreBLEU's force=False warning
+        std::printf("  note: %lld hypotheses end in a tokenized period (' .'), as sacreBLEU would warn\n",
+                    (long long)b.tokenized_period_lines);
+    const std::string impl = std::string("qkv (sacreBLEU ") + decode::kSacreBleuVersion + " defaults)";
+    return {{"sacrebleu", {{"score", b.score},
+                           {"counts", b.counts},
+                           {"totals", b.totals},
+                           {"precisions", b.precisions},
+                           {"bp", b.bp},
+                           {"sys_len", b.sys_len},
+                           {"ref_len", b.ref_len},
+                           {"signature", b.signature},
+                           {"implementation", impl}}},
+            {"chrf", {{"name", c.name}, {"score", c.score}, {"signature", c.signature}, {"implementation", impl}}}};
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {

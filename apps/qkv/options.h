@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "qkv/runtime/translator.h"
 #include "qkv/train/model_dir.h"
@@ -125,6 +126,13 @@ std::string shell_quote(const std::string& s);
 /// short by a kill (PATH.tmp.<pid>), saying so on stderr. Throws CLI::ValidationError (exit 2)
 /// naming the flag.
 void check_output_file(const std::string& flag, const std::string& path);
+
+/// sacreBLEU's corpus BLEU and chrF2 (qkv's implementation, decode/sacrebleu.h) of `hyps` against
+/// `refs` (one per line), printed as sacreBLEU prints them with a line "(qkv's implementation of
+/// sacreBLEU V's defaults; NOTE)", and sacreBLEU's warning for tokenized periods; returns the
+/// {"sacrebleu": ..., "chrf": ...} JSON that qkv eval and qkv score write (--json).
+nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const std::vector<std::string>& refs,
+                                     const std::string& note);
 
 /// Refuses (usage error, exit 2) an output file `path` given by `flag` that is one of the files of
 /// the model folder `model` (train::kModelDirFiles: config.json, model.safetensors, ...), links and

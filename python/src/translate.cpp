@@ -135,34 +135,26 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
     if (!split) return res;
     // Each text's results from its sentences': the k-th hypothesis joins the sentences' k-th, their
     // scores summed (as qkv translate's n-best lines and qkv serve's /v1 do).
-    auto trim = [](const std::string& t) {
-        const size_t b = t.find_first_not_of(" \t\n\r"), e = t.find_last_not_of(" \t\n\r");
-        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
-    };
     std::vector<std::vector<size_t>> parts_of(sentences.size());
     for (size_t k = 0; k < res.size(); ++k) parts_of[text_of[k]].push_back(k);
     std::vector<TranslationResult> joined(sentences.size());
     for (size_t i = 0; i < sentences.size(); ++i) {
         if (layout[i].sentences.empty()) continue;
         std::vector<std::string> best;
-        size_t k_max = 0;
-        for (size_t k : parts_of[i]) best.push_back(res[k].translation), k_max = std::max(k_max, res[k].hypotheses.size());
-        joined[i].translation = trim(data::join_sentences(layout[i], best));
-        for (size_t h = 0; h < k_max; ++h) {
-            std::vector<std::string> texts;
-            double score = 0;
-            for (size_t k : parts_of[i]) {
-                const auto& hs = res[k].hypotheses;
-                if (hs.empty()) {
-                    texts.push_back("");
-                    continue;
-                }
-                const size_t j = std::min(h, hs.size() - 1);
-                texts.push_back(hs[j]);
-                score += res[k].scores[j];
+        std::vector<std::vector<runtime::TextHypothesis>> lists;
+        for (size_t k : parts_of[i]) {
+            best.push_back(res[k].translation);
+            auto& l = lists.emplace_back();
+            for (size_t j = 0; j < res[k].hypotheses.size(); ++j) {
+                runtime::TextHypothesis h;
+                h.text = res[k].hypotheses[j], h.score = res[k].scores[j];
+                l.push_back(std::move(h));
             }
-            joined[i].hypotheses.push_back(trim(data::join_sentences(layout[i], texts)));
-            joined[i].scores.push_back(score);
+        }
+        joined[i].translation = runtime::join_translations(layout[i], best);
+        for (const auto& h : runtime::join_sentence_nbest(lists, layout[i])) {
+            joined[i].hypotheses.push_back(h.text);
+            joined[i].scores.push_back(h.score);
         }
     }
     return joined;

@@ -287,31 +287,47 @@ AttentionMap greedy_attention(ModelDir& m, const std::vector<std::string>& units
     return a;
 }
 
-std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<Translation>>& per_sentence,
+std::string join_translations(const data::SentenceSplit& layout, const std::vector<std::string>& texts) {
+    const std::string text = data::join_sentences(layout, texts);
+    const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
+    return b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+}
+
+std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<TextHypothesis>>& per_sentence,
                                                 const data::SentenceSplit& layout) {
     QKV_CHECK(per_sentence.size() == layout.sentences.size(), "join_sentence_nbest: ", per_sentence.size(),
               " n-best lists for ", layout.sentences.size(), " sentences");
     size_t k_max = 0;
-    for (const auto& l : per_sentence) {
-        QKV_CHECK(!l.empty(), "join_sentence_nbest: a sentence without hypotheses");
-        k_max = std::max(k_max, l.size());
-    }
+    for (const auto& l : per_sentence) k_max = std::max(k_max, l.size());
     std::vector<TextHypothesis> out(k_max);
     for (size_t k = 0; k < k_max; ++k) {
         std::vector<std::string> texts;
         for (const auto& l : per_sentence) {
-            const Translation& t = l[std::min(k, l.size() - 1)];
-            texts.push_back(join_tokens(t.words));
+            if (l.empty()) {
+                texts.emplace_back();
+                continue;
+            }
+            const TextHypothesis& t = l[std::min(k, l.size() - 1)];
+            texts.push_back(t.text);
             out[k].log_prob += t.log_prob;
             out[k].score += t.score;
             out[k].finished = out[k].finished && t.finished;
             out[k].units.insert(out[k].units.end(), t.units.begin(), t.units.end());
         }
-        std::string text = data::join_sentences(layout, texts);
-        const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
-        out[k].text = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+        out[k].text = join_translations(layout, texts);
     }
     return out;
+}
+
+std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<Translation>>& per_sentence,
+                                                const data::SentenceSplit& layout) {
+    std::vector<std::vector<TextHypothesis>> lists;
+    for (const auto& l : per_sentence) {
+        QKV_CHECK(!l.empty(), "join_sentence_nbest: a sentence without hypotheses");
+        auto& out = lists.emplace_back();
+        for (const Translation& t : l) out.push_back({join_tokens(t.words), t.log_prob, t.score, t.finished, t.units});
+    }
+    return join_sentence_nbest(lists, layout);
 }
 
 int64_t source_tied_max_len(int64_t source_units) { return 2 * source_units + 10; }

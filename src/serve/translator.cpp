@@ -71,31 +71,12 @@ namespace {
 /// units concatenated); the attention is block-diagonal: each sentence's output units over its own
 /// source units, 0 elsewhere.
 SentenceResult join_results(const std::vector<SentenceResult>& parts, const data::SentenceSplit& layout) {
-    auto trim = [](const std::string& t) {
-        const size_t b = t.find_first_not_of(" \t\n\r"), e = t.find_last_not_of(" \t\n\r");
-        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
-    };
     SentenceResult out;
     std::vector<std::string> best;
-    size_t k_max = 0;
-    for (const auto& p : parts) best.push_back(p.translation), k_max = std::max(k_max, p.hypotheses.size());
-    out.translation = trim(data::join_sentences(layout, best));
-    for (size_t k = 0; k < k_max; ++k) {
-        Hypothesis h;
-        std::vector<std::string> texts;
-        for (const auto& p : parts) {
-            if (p.hypotheses.empty()) {
-                texts.push_back("");
-                continue;
-            }
-            const Hypothesis& x = p.hypotheses[std::min(k, p.hypotheses.size() - 1)];
-            texts.push_back(x.text);
-            h.units.insert(h.units.end(), x.units.begin(), x.units.end());
-            h.log_prob += x.log_prob, h.score += x.score, h.finished = h.finished && x.finished;
-        }
-        h.text = trim(data::join_sentences(layout, texts));
-        out.hypotheses.push_back(std::move(h));
-    }
+    std::vector<std::vector<Hypothesis>> lists;
+    for (const auto& p : parts) best.push_back(p.translation), lists.push_back(p.hypotheses);
+    out.translation = runtime::join_translations(layout, best);
+    out.hypotheses  = runtime::join_sentence_nbest(lists, layout);
     bool att = !parts.empty();
     for (const auto& p : parts) att = att && !p.attention.source.empty();
     if (!att) return out;

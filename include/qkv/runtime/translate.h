@@ -129,12 +129,23 @@ struct TextHypothesis {
     std::vector<std::string> units;  // the sentences' output units, in order
 };
 
-/// The n-best list of a text cut into sentences (`layout`, data::split_sentences), from each
-/// sentence's n-best list (per_sentence[i]: best first, as translate_nbest returns it): hypothesis
-/// k joins the k-th hypothesis of every sentence (a sentence's last when its list is shorter), so
-/// the best is the sentences' bests; as many as the longest list. The text keeps the layout's
-/// whitespace between sentences and drops the text's own leading and trailing whitespace. Throws
-/// qkv::Error when the counts differ or a list is empty.
+/// The translation of a text cut into sentences (`layout`, runtime::split_text) from its
+/// sentences' translations (texts[i] for layout.sentences[i]): data::join_sentences, without the
+/// text's own leading and trailing whitespace (space, tab, CR, LF). Every front end joins so.
+/// Throws qkv::Error when the counts differ.
+std::string join_translations(const data::SentenceSplit& layout, const std::vector<std::string>& texts);
+
+/// The n-best list of a text cut into sentences (`layout`, runtime::split_text), from each
+/// sentence's n-best list (per_sentence[i]: best first): hypothesis k joins the k-th hypothesis of
+/// every sentence (a sentence's last when its list is shorter; "" and nothing else for a sentence
+/// with none, e.g. a blank one), so the best is the sentences' bests; as many as the longest list
+/// (none when every list is empty). Texts are joined by join_translations; log-probabilities and
+/// scores summed, units concatenated, finished when every sentence's is. Throws qkv::Error when
+/// the counts differ.
+std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<TextHypothesis>>& per_sentence,
+                                                const data::SentenceSplit& layout);
+/// The same from translate_nbest's lists (each sentence's words joined by spaces as its text,
+/// its units as units). Throws qkv::Error also when a list is empty.
 std::vector<TextHypothesis> join_sentence_nbest(const std::vector<std::vector<Translation>>& per_sentence,
                                                 const data::SentenceSplit& layout);
 

@@ -34,13 +34,12 @@ struct ResolvedSettings {
 /// Bahdanau model).
 ResolvedSettings resolve_settings(const runtime::ModelDir& m, const DecodeSettings& s, bool detail);
 
-struct Hypothesis {
-    std::string text;                 // words joined by spaces (as qkv translate prints them)
-    std::vector<std::string> units;   // the model's output units (pieces for subword models), no <eos>
-    double log_prob = 0;              // sum of unit log-probabilities, <eos> included when emitted
-    double score = 0;                 // log_prob / ((5 + n) / 6)^alpha, n units counting <eos> (GNMT)
-    bool finished = true;             // emitted <eos> (false: cut at max_len)
-};
+/// One hypothesis: text (words joined by spaces, as qkv translate prints them), units (the model's
+/// output units, pieces for subword models, no <eos>), log_prob (sum of unit log-probabilities,
+/// <eos> included when emitted), score (log_prob / ((5 + n) / 6)^alpha, n units counting <eos>:
+/// GNMT), finished (emitted <eos>; false: cut at max_len). A text's joins its sentences'
+/// (runtime::join_sentence_nbest).
+using Hypothesis = runtime::TextHypothesis;
 
 /// Cross-attention (decoder over source) of the best hypothesis, from a teacher-forced pass.
 using runtime::CrossAttention;
