@@ -52,7 +52,7 @@ def parse_args():
     a("--num-hiddens", type=int, default=256), a("--num-blks", type=int, default=3)
     a("--num-heads", type=int, default=4), a("--ffn-num-hiddens", type=int, default=1024)
     a("--dropout", type=float, default=0.1), a("--pe-max-len", type=int, default=128)
-    a("--num-steps", type=int, default=64, help="length cap in pieces, <eos> included")
+    a("--num-steps", type=int, default=128, help="length cap in pieces, <eos> included (the real preset's)")
     a("--batch-tokens", type=int, default=2000), a("--bucket-pool", type=int, default=50)
     a("--lr", type=float, default=1e-3), a("--warmup", type=int, default=1000)
     a("--label-smoothing", type=float, default=0.1), a("--clip", type=float, default=1.0)
@@ -62,6 +62,8 @@ def parse_args():
     a("--test-limit", type=int, default=0, help="decode only the first N test sentences (0: all)")
     a("--decode-batch", type=int, default=64, help="sources per decoder batch")
     a("--load", help="OUT/model.pt of an earlier run: no training, decode only")
+    a("--load-qkv", help="a qkv --preset real model folder's model.safetensors: no training, decode only "
+      "(the same weights in both frameworks: decoding speed and BLEU side by side)")
     return p.parse_args()
 
 
@@ -158,6 +160,32 @@ class Transformer(nn.Module):
 
     def logits(self, hidden):
         return F.linear(hidden, self.weight, self.bias)
+
+
+def load_qkv(model, path):
+    """qkv's model.safetensors (PyTorch's names for D2L's modules) into this model: encoder.blks.i ->
+    encoder.i, ffn.dense1 / dense2 -> ffn.0 / ffn.2, the tied embedding and output weight -> weight,
+    decoder.dense.bias -> bias. Read with numpy (trixie has no python3-safetensors)."""
+    import json, struct  # noqa: E401
+    import numpy as np
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        header, data = json.loads(fh.read(n)), fh.read()
+    sd = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        b, e = v["data_offsets"]
+        t = torch.from_numpy(np.frombuffer(data[b:e], dtype=np.float32).copy()).reshape(v["shape"])
+        name = (k.replace("encoder.blks.", "encoder.").replace("decoder.blks.", "decoder.")
+                 .replace("ffn.dense1", "ffn.0").replace("ffn.dense2", "ffn.2"))
+        name = {"encoder.embedding.weight": "weight", "decoder.embedding.weight": "weight",
+                "decoder.dense.weight": "weight", "decoder.dense.bias": "bias"}.get(name, name)
+        assert name not in sd or torch.equal(sd[name], t), f"{k}: not tied to the other {name}"
+        sd[name] = t
+    r = model.load_state_dict(sd, strict=False)
+    assert list(r.missing_keys) == ["P"] and not r.unexpected_keys, r  # P: the positional encoding, computed
 
 
 # ---- data and batches (data/batcher.cpp) -----------------------------------------------------------
@@ -296,6 +324,9 @@ def main():
     if a.load:  # decode only
         model.load_state_dict(torch.load(a.load))
         a.epochs = 0
+    if a.load_qkv:  # decode only, qkv's weights
+        load_qkv(model, a.load_qkv)
+        a.epochs = 0
     step, tokens, train_s, epoch, stop = 0, 0, 0.0, 0, False
     while epoch < a.epochs and not stop:
         model.train()
@@ -323,7 +354,7 @@ def main():
     print(f"trained {step} steps ({epoch} full epochs) in {train_s:.1f} s of training time: "
           f"{tokens / max(train_s, 1e-9):.0f} target tokens/s", flush=True)
     os.makedirs(a.out, exist_ok=True)
-    if not a.load:
+    if not (a.load or a.load_qkv):
         torch.save(model.state_dict(), os.path.join(a.out, "model.pt"))  # --load decodes it again
     model.eval()
     with torch.no_grad():  # CE without label smoothing, as qkv's val_loss

@@ -19,6 +19,7 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/bleu.h"
 #include "qkv/decode/sacrebleu.h"
+#include "qkv/dist/communicator.h"
 #include "qkv/runtime/translation_data.h"
 #include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
@@ -33,6 +34,7 @@ struct EvalArgs {
     double length_penalty = -1;
     bool pe_quirk = false, no_progress = false, no_unk = false;
     DecodeFlags decode;
+    bool notes = true;  // notes on stderr (false on ranks other than 0 of an mpirun job)
 };
 
 /// --hyp-out and --json must not name one file (the second write would replace the first) nor a
@@ -63,6 +65,49 @@ std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
     return out;
 }
 
+/// translate_words over the ranks of an `mpirun -np N qkv eval` job: rank r translates the r-th
+/// contiguous N-th of `src` (its progress bar, on rank 0, stands for the job's) and every rank gets
+/// all the translations, in order (allgather; words sent length-prefixed, so a byte-fallback
+/// newline in a word cannot break a line). Each sentence's translation does not depend on its
+/// batch-mates, so the job gives one process's hypotheses. One process: translate_words.
+std::vector<std::vector<std::string>> translate_words_sharded(dist::Communicator& comm, runtime::Translator& tr,
+                                                              const std::vector<std::vector<std::string>>& src,
+                                                              runtime::TranslateOptions to) {
+    const int64_t ranks = comm.size(), rank = comm.rank(), n = int64_t(src.size());
+    if (ranks == 1) return translate_words(tr, src, to);
+    const int64_t b = n * rank / ranks, e = n * (rank + 1) / ranks;
+    to.progress = to.progress && rank == 0;
+    std::vector<std::vector<std::string>> part;
+    if (e > b) part = translate_words(tr, {src.begin() + b, src.begin() + e}, to);
+    std::string s;  // per sentence: "<words>;" then "<bytes>:<word>" per word
+    for (const auto& h : part) {
+        s += std::to_string(h.size()) + ';';
+        for (const auto& w : h) s += std::to_string(w.size()) + ':' + w;
+    }
+    std::vector<std::vector<std::string>> out;
+    out.reserve(src.size());
+    for (const std::string& g : comm.allgather(s)) {
+        size_t i = 0;
+        const auto number = [&](char end) {
+            const size_t j = g.find(end, i);
+            QKV_CHECK(j != std::string::npos, "eval: a rank's translations are garbled (no '", end, "')");
+            const size_t v = std::stoul(g.substr(i, j - i));
+            i = j + 1;
+            return v;
+        };
+        while (i < g.size()) {
+            auto& h = out.emplace_back(number(';'));
+            for (auto& w : h) {
+                const size_t len = number(':');
+                w = g.substr(i, len);
+                i += len;
+            }
+        }
+    }
+    QKV_CHECK(int64_t(out.size()) == n, "eval: the ranks returned ", out.size(), " translations for ", n, " sources");
+    return out;
+}
+
 
 /// What eval's hypotheses are, for print_standard_scores' note.
 std::string eval_note(bool raw_text) {
@@ -76,12 +121,13 @@ std::string eval_note(bool raw_text) {
 /// that is not valid UTF-8, holds a NUL byte or has no token stays empty (its hypothesis is
 /// empty), reported on stderr.
 std::vector<std::vector<std::string>> tokenize_source_lines(const runtime::ModelDir& m, const std::vector<std::string>& lines,
-                                                            const std::string& file) {
+                                                            const std::string& file, bool notes) {
     std::vector<std::vector<std::string>> out(lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
         const size_t bad = data::invalid_utf8_offset(lines[i]);
         if (bad != std::string::npos || lines[i].find('\0') != std::string::npos) {
-            std::fprintf(stderr, "qkv eval: --src-file '%s' line %zu: %s; its hypothesis is empty\n", file.c_str(),
+            if (notes)
+                std::fprintf(stderr, "qkv eval: --src-file '%s' line %zu: %s; its hypothesis is empty\n", file.c_str(),
                          i + 1, bad != std::string::npos ? "invalid UTF-8" : "a NUL byte");
             continue;
         }
@@ -98,7 +144,7 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
     pl.source.resize(n);
     pl.reference.resize(n);
-    const auto src = tokenize_source_lines(m, pl.source, a.src_file);
+    const auto src = tokenize_source_lines(m, pl.source, a.src_file, a.notes);
     std::vector<size_t> rows;  // lines with something to translate
     std::vector<std::vector<std::string>> todo;
     for (size_t i = 0; i < n; ++i)
@@ -115,13 +161,13 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     } else {
         for (const auto& t : todo) cut += int64_t(t.size()) + 1 > steps;
     }
-    if (cut > 0)
+    if (cut > 0 && a.notes)
         std::fprintf(stderr, "qkv eval: note: %lld of %zu source lines have more than the %lld %s the model reads; "
                              "their ends are not translated\n",
                      (long long)cut, n, (long long)(steps - 1), m.subwords.active() ? "pieces" : "tokens");
     util::Timer timer;
     std::vector<std::vector<std::string>> out;
-    name_model_in_int8_errors(a.model, int8, [&] { out = translate_words(tr, todo, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { out = translate_words_sharded(*dist::world(), tr, todo, to); });
     const double secs = timer.seconds();
     std::vector<std::string> hyps(n);
     for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
@@ -152,7 +198,20 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     }
 }
 
-void run(const EvalArgs& a) {
+/// The arguments as this process runs them: under `mpirun -np N` the ranks share the decoding
+/// (translate_words_sharded) and rank 0 alone prints (the others' stdout goes to /dev/null), notes
+/// on stderr, shows progress and writes files.
+EvalArgs args_for_this_rank(const EvalArgs& given) {
+    EvalArgs a = given;
+    if (const int rank = dist::world()->rank(); rank != 0) {
+        QKV_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "eval: rank ", rank, ": cannot silence stdout");
+        a.hyp_out.clear(), a.json_out.clear(), a.notes = false, a.no_progress = true;
+    }
+    return a;
+}
+
+void run(const EvalArgs& given) {
+    const EvalArgs a = args_for_this_rank(given);
     const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
     const bool int8 = compute_type == runtime::ComputeType::int8;
     const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
@@ -176,13 +235,13 @@ void run(const EvalArgs& a) {
     runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
     // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
     // reordered file, and a subword model's always agree); older folders: the vocabularies only.
-    if (!runtime::check_data_fingerprint(a.model, m.config, d))
+    if (!runtime::check_data_fingerprint(a.model, m.config, d) && a.notes)
         std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
                              "file is checked against the vocabularies only\n", a.model.c_str());
     QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
               "' is not the data the model was trained on, or its filters changed)");
-    std::fprintf(stderr, "data: %s\n", d.summary.c_str());
+    if (a.notes) std::fprintf(stderr, "data: %s\n", d.summary.c_str());
 
     size_t n = d.test_src.size();
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
@@ -190,7 +249,7 @@ void run(const EvalArgs& a) {
     std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
     util::Timer timer;
     std::vector<std::vector<std::string>> hyp;
-    name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words(tr, src, to); });
+    name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
     const double secs = timer.seconds();
     decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
     double sent = 0;

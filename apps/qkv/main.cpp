@@ -175,14 +175,15 @@ int main(int argc, char** argv) {
                 }
                 throw CLI::ValidationError(names + ": the switch and its opposite are both given: give one");
             }
-        // Only `qkv train` is data-parallel: N copies of another command would each do the whole
-        // job (eval N times, N servers on one port, N writers of one --out).
+        // Only `qkv train` (data-parallel) and `qkv eval` (the test set shared) use the ranks: N
+        // copies of another command would each do the whole job (N servers on one port, N
+        // writers of one --out).
         if (const int64_t ranks = qkv::dist::launched_world_size(); ranks > 1)
             for (CLI::App* sub : app.get_subcommands())
-                if (sub->get_name() != "train")
+                if (sub->get_name() != "train" && sub->get_name() != "eval")
                     throw CLI::ValidationError("qkv " + sub->get_name() + " runs in one process, but mpirun started " +
-                                               std::to_string(ranks) + " of it: only qkv train is data-parallel; run qkv " +
-                                               sub->get_name() + " without mpirun");
+                                               std::to_string(ranks) + " of it: only qkv train and qkv eval use the "
+                                               "ranks; run qkv " + sub->get_name() + " without mpirun");
         if (threads > 0) qkv::set_num_threads(threads);
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);

@@ -33,6 +33,26 @@ runtime::ComputeType parse_compute_type(const std::string& name) {
     }
 }
 
+/// A Python list (any sequence) of str as strings; TypeError naming the argument and the index
+/// otherwise: a str (one sentence: wrap it in a list), bytes, None, a number, an item not a str.
+std::vector<std::string> str_list(const pyb::handle& obj, const char* what) {
+    const auto type_name = [](const pyb::handle& h) { return std::string(pyb::str(h.get_type().attr("__name__"))); };
+    if (pyb::isinstance<pyb::str>(obj))
+        throw pyb::type_error(detail::str(what, ": expected a list of str, got a str (one text: pass [text])"));
+    if (!pyb::isinstance<pyb::sequence>(obj) || pyb::isinstance<pyb::bytes>(obj))
+        throw pyb::type_error(detail::str(what, ": expected a list of str, got ", type_name(obj)));
+    const auto seq = pyb::reinterpret_borrow<pyb::sequence>(obj);
+    std::vector<std::string> out;
+    out.reserve(seq.size());
+    for (size_t i = 0; i < seq.size(); ++i) {
+        const pyb::object item = seq[i];
+        if (!pyb::isinstance<pyb::str>(item))
+            throw pyb::type_error(detail::str(what, "[", i, "]: expected str, got ", type_name(item)));
+        out.push_back(item.cast<std::string>());
+    }
+    return out;
+}
+
 /// Word tokens of each sentence as `qkv translate` makes them; throws ValueError naming the index
 /// for text the CLI would refuse (invalid UTF-8, a NUL byte). Blank sentences give an empty list.
 void check_text(const std::vector<std::string>& sentences, const char* what) {
@@ -211,7 +231,14 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
         .def_property_readonly("architecture", [](const runtime::Translator& t) {
             return std::string(runtime::model_kind_name(t.get()->config.architecture));
         })
-        .def("translate_batch", &translate_batch, arg("sentences"), pyb::kw_only(), arg("beam_size") = 0,
+        .def("translate_batch",
+             [](runtime::Translator& tr, const pyb::object& sentences, int64_t beam_size, double length_penalty,
+                int64_t max_len, int64_t num_hypotheses, bool return_scores, bool return_attention, int64_t batch_size,
+                bool no_unk) {
+                 return translate_batch(tr, str_list(sentences, "sentences"), beam_size, length_penalty, max_len,
+                                        num_hypotheses, return_scores, return_attention, batch_size, no_unk);
+             },
+             arg("sentences"), pyb::kw_only(), arg("beam_size") = 0,
              arg("length_penalty") = -1.0, arg("max_len") = 0, arg("num_hypotheses") = 1, arg("return_scores") = false,
              arg("return_attention") = false, arg("batch_size") = 500, arg("no_unk") = false,
              R"(One TranslationResult per sentence: .translation (the best hypothesis, as `qkv translate` prints it;
@@ -219,7 +246,11 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
 n best, length-penalised log-probabilities); with return_attention, .attention: a float32 array (target
 steps, source units) of the last decoder layer's cross-attention averaged over heads (greedy decoding).
 beam_size, length_penalty, max_len <= 0 / < 0 take config.json's decode settings, as the CLI does.)")
-        .def("score_batch", &score_batch, arg("sources"), arg("targets"),
+        .def("score_batch",
+             [](runtime::Translator& tr, const pyb::object& sources, const pyb::object& targets) {
+                 return score_batch(tr, str_list(sources, "sources"), str_list(targets, "targets"));
+             },
+             arg("sources"), arg("targets"),
              "Teacher-forced log-probabilities of each target given its source: ScoreResult(.tokens (target units + "
              "<eos>), .log_probs, .score = their sum).");
 

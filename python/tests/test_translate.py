@@ -79,6 +79,22 @@ def test_errors_carry_the_cli_message(tmp_path):
     assert r.stderr.strip() == "qkv: error: " + str(e.value)
 
 
+def test_not_a_list_of_str_is_a_type_error_naming_it(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    with pytest.raises(TypeError, match=r"sentences: expected a list of str, got a str \(one text: pass \[text\]\)"):
+        tr.translate_batch("go .")
+    with pytest.raises(TypeError, match=r"sentences\[1\]: expected str, got int"):
+        tr.translate_batch(["go .", 3])
+    with pytest.raises(TypeError, match=r"sentences\[0\]: expected str, got bytes"):
+        tr.translate_batch([b"go ."])
+    with pytest.raises(TypeError, match="sentences: expected a list of str, got NoneType"):
+        tr.translate_batch(None)
+    with pytest.raises(TypeError, match=r"targets\[0\]: expected str, got NoneType"):
+        tr.score_batch(["go ."], [None])
+    # tuples are sequences too
+    assert tr.translate_batch(("go .",))[0].translation == tr.translate_batch(["go ."])[0].translation
+
+
 def test_nul_byte_names_the_sentence(model_dir):
     tr = qkv.Translator(str(model_dir))
     with pytest.raises(ValueError, match=r"sentences\[1\]: NUL byte"):

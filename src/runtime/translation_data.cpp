@@ -265,6 +265,48 @@ std::string subword_units(const DataConfig& cfg, const SubwordModels& given, con
     return buf + chosen + hint;
 }
 
+/// The concatenated train pairs of DataConfig::concat_fraction, appended: their pieces to
+/// src_pieces / tgt_pieces (new rows), their rows to train_rows, their text to src_text /
+/// tgt_text. Tatoeba's sentences are short (6 words on average), and a model that never saw a long
+/// target ends long sentences early; joining 2-8 random train pairs (the originals: the first
+/// train_rows) gives it long ones made of real text. Pairs over num_steps `T` pieces (with <eos>)
+/// on either side are not made (4 x the wanted number of draws at most, then each encoded).
+void add_concatenated_pairs(const DataConfig& cfg, const data::ParallelCorpus& corpus, const data::SubwordModel& src_sp,
+                            const data::SubwordModel& tgt_sp, int64_t T, std::vector<int64_t>& train_rows,
+                            data::Sentences& src_pieces, data::Sentences& tgt_pieces, std::vector<std::string>& src_text,
+                            std::vector<std::string>& tgt_text) {
+    const int64_t originals = int64_t(train_rows.size());
+    const int64_t want = int64_t(cfg.concat_fraction * double(originals) + 0.5);
+    if (want <= 0) return;
+    std::mt19937_64 rng(cfg.split_seed ^ 0x636f6e636174ULL);  // "concat"
+    const auto pick = [&](uint64_t k) { return int64_t(rng() % k); };
+    // Draws first (bounded by the sum of the parts' pieces), then the exact pieces of each.
+    std::vector<std::string> drawn_src, drawn_tgt;
+    for (int64_t tries = 0; int64_t(drawn_src.size()) < want && tries < 4 * want; ++tries) {
+        const int64_t k = 2 + pick(7);
+        std::string s, t;
+        size_t ls = 0, lt = 0;
+        for (int64_t j = 0; j < k; ++j) {
+            const int64_t r = train_rows[size_t(pick(uint64_t(originals)))];
+            s += (j ? " " : "") + corpus.src[size_t(r)];
+            t += (j ? " " : "") + corpus.tgt[size_t(r)];
+            ls += src_pieces[size_t(r)].size(), lt += tgt_pieces[size_t(r)].size();
+        }
+        if (int64_t(ls) + 1 > T || int64_t(lt) + 1 > T) continue;
+        drawn_src.push_back(std::move(s));
+        drawn_tgt.push_back(std::move(t));
+    }
+    for (size_t i = 0; i < drawn_src.size(); ++i) {
+        std::vector<std::string> ps = src_sp.encode_text(drawn_src[i]), pt = tgt_sp.encode_text(drawn_tgt[i]);
+        if (int64_t(ps.size()) + 1 > T || int64_t(pt.size()) + 1 > T) continue;
+        train_rows.push_back(int64_t(src_pieces.size()));
+        src_pieces.push_back(std::move(ps));
+        tgt_pieces.push_back(std::move(pt));
+        src_text.push_back(std::move(drawn_src[i]));
+        tgt_text.push_back(std::move(drawn_tgt[i]));
+    }
+}
+
 /// The text pipeline (DataPipeline::text) on the pairs read (after max_pairs).
 TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given, const data::ParallelCorpus& corpus,
                                std::string summary, TranslationData out) {
@@ -341,40 +383,9 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
     }
     QKV_CHECK(!train_rows.empty(), "data: no train pair fits num_steps ", T, " pieces (with <eos>): raise --num-steps");
     out.target_len_p99 = p99_len(tgt_lens);
-    // Concatenated pairs (DataConfig::concat_fraction): Tatoeba's sentences are short (median 6
-    // words), and a model that never saw a long target ends long sentences early. Joining 2-8
-    // random train pairs gives it long ones made of real text.
     const int64_t originals = int64_t(train_rows.size());
-    const int64_t want = int64_t(cfg.concat_fraction * double(originals) + 0.5);
-    std::vector<std::string> concat_src, concat_tgt;
-    if (want > 0) {
-        std::mt19937_64 rng(cfg.split_seed ^ 0x636f6e636174ULL);  // "concat"
-        const auto pick = [&](uint64_t k) { return int64_t(rng() % k); };
-        for (int64_t tries = 0; int64_t(concat_src.size()) < want && tries < 4 * want; ++tries) {
-            const int64_t k = 2 + pick(7);
-            std::string s, t;
-            size_t ls = 0, lt = 0;
-            for (int64_t j = 0; j < k; ++j) {
-                const int64_t r = train_rows[size_t(pick(uint64_t(originals)))];
-                s += (j ? " " : "") + corpus.src[size_t(r)];
-                t += (j ? " " : "") + corpus.tgt[size_t(r)];
-                ls += src_pieces[size_t(r)].size(), lt += tgt_pieces[size_t(r)].size();
-            }
-            if (int64_t(ls) + 1 > T || int64_t(lt) + 1 > T) continue;  // a quick bound; encoded below
-            concat_src.push_back(std::move(s));
-            concat_tgt.push_back(std::move(t));
-        }
-        for (size_t i = 0; i < concat_src.size(); ++i) {
-            std::vector<std::string> ps = out.subwords.src->encode_text(concat_src[i]);
-            std::vector<std::string> pt = out.subwords.tgt->encode_text(concat_tgt[i]);
-            if (int64_t(ps.size()) + 1 > T || int64_t(pt.size()) + 1 > T) continue;
-            train_rows.push_back(int64_t(src_pieces.size()));
-            src_pieces.push_back(std::move(ps));
-            tgt_pieces.push_back(std::move(pt));
-            out.train_src_text.push_back(std::move(concat_src[i]));  // after the originals, below
-            out.train_tgt_text.push_back(std::move(concat_tgt[i]));
-        }
-    }
+    add_concatenated_pairs(cfg, corpus, *out.subwords.src, *out.subwords.tgt, T, train_rows, src_pieces, tgt_pieces,
+                           out.train_src_text, out.train_tgt_text);
     const int64_t concatenated = int64_t(train_rows.size()) - originals;
     const data::NmtArrays all = data::build_nmt_arrays(src_pieces, tgt_pieces, out.src_vocab, out.tgt_vocab, T);
     out.train = all.subset(train_rows);

@@ -154,7 +154,7 @@ std::string Metrics::text(int64_t queue_sentences, bool model_ready) const {
     for (const auto& [k, v] : requests_)
         o << "qkv_requests_total{endpoint=\"" << prom_escape(k.first) << "\",code=\"" << k.second << "\"} " << v
           << "\n";
-    o << "# HELP qkv_sentences_total Sentences translated.\n# TYPE qkv_sentences_total counter\n"
+    o << "# HELP qkv_sentences_total Sentences translated (a text cut into several counts each).\n# TYPE qkv_sentences_total counter\n"
       << "qkv_sentences_total " << sentences_ << "\n";
     o << "# HELP qkv_errors_total Error responses, by kind.\n# TYPE qkv_errors_total counter\n";
     for (const auto& [k, v] : errors_) o << "qkv_errors_total{kind=\"" << prom_escape(k) << "\"} " << v << "\n";
@@ -342,7 +342,9 @@ HttpResponse Service::translate(const HttpRequest& req, Endpoint endpoint) {
                               opt_.retry_after_s);
     JobOutcome out = fut->get();
     if (out.error) return error_response(*out.error, opt_.retry_after_s);
-    metrics_.sentences(int64_t(out.results.size()));
+    int64_t translated = 0;  // a text of several sentences counts each (serve::SentenceResult::sentences)
+    for (const auto& s : out.results) translated += s.sentences;
+    metrics_.sentences(translated);
     json j;
     if (endpoint == Endpoint::libretranslate) {
         if (r.q_is_list) {

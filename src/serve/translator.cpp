@@ -107,9 +107,10 @@ std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const st
     std::vector<SentenceResult> out(sentences.size());
     const MatmulPrecisionGuard precision(t.precision());
     runtime::Translator::Lease m = t.borrow();
-    // Each text is cut into sentences (runtime::split_text: over-long ones cut between words), each translated on its own (a model
-    // trained on single sentences leaves later ones out of a whole text), and put back in its
-    // layout; hypotheses, scores and attention join the sentences' (join_results).
+    // Each text is cut into sentences (runtime::split_text: over-long ones cut between words), each
+    // translated on its own (a model trained on single sentences leaves later ones out of a whole
+    // text), and put back in its layout; hypotheses, scores and attention join the sentences'
+    // (join_results).
     std::vector<data::SentenceSplit> layout(sentences.size());
     std::vector<std::string> parts;   // the sentences to translate, text by text
     std::vector<size_t> text_of;      // sentence -> text
@@ -145,8 +146,10 @@ std::vector<SentenceResult> translate_sentences(runtime::Translator& t, const st
         }
         per_text[text_of[k]].push_back(std::move(r));
     }
-    for (size_t i = 0; i < sentences.size(); ++i)
+    for (size_t i = 0; i < sentences.size(); ++i) {
         if (!per_text[i].empty()) out[i] = join_results(per_text[i], layout[i]);
+        out[i].sentences = int64_t(layout[i].sentences.size());
+    }
     return out;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <span>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -51,8 +52,10 @@ Trainer::Trainer(models::EncoderDecoder& model, const data::NmtArrays& train_dat
     QKV_CHECK(!rt_.resume || !rt_.out_dir.empty(), "Trainer: resume needs an output folder");
 }
 
-double Trainer::evaluate_loss(const data::NmtArrays& d) {
+double Trainer::evaluate_loss(const data::NmtArrays& d, bool sharded) {
     if (d.n == 0) return std::numeric_limits<double>::quiet_NaN();
+    const bool shards = sharded && rt_.comm && rt_.comm->size() > 1;
+    const int64_t ranks = shards ? rt_.comm->size() : 1, rank = shards ? rt_.comm->rank() : 0;
     MatmulPrecisionGuard precision(opt_.precision);
     const bool was_training = model_.is_training();
     model_.eval();
@@ -66,17 +69,18 @@ double Trainer::evaluate_loss(const data::NmtArrays& d) {
     Seq2SeqLossOptions lo;
     lo.pad        = pad_;
     lo.on_padding = opt_.loss_on_padding;
-    double sum = 0;
-    int64_t count = 0;
-    data::Batch b;
-    while (batcher.next(b)) {
-        BatchTensors t = to_tensors(b);
+    // sums[0]: the loss summed over positions, sums[1]: the positions (exact in a double)
+    double sums[2] = {0, 0};
+    for (int64_t i = rank; i < batcher.num_batches(); i += ranks) {
+        BatchTensors t = to_tensors(batcher.batch(i));
         Seq2SeqLoss l = seq2seq_loss(model_, t.src, t.src_valid_len, t.dec_input, t.label, lo);
-        sum += l.loss.item() * double(l.positions);
-        count += l.positions;
+        sums[0] += l.loss.item() * double(l.positions);
+        sums[1] += double(l.positions);
+        ++eval_batches_;
     }
     model_.train(was_training);
-    return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+    if (shards) rt_.comm->allreduce_sum(std::span<double>(sums, 2));
+    return sums[1] > 0 ? sums[0] / sums[1] : std::numeric_limits<double>::quiet_NaN();
 }
 
 std::unique_ptr<optim::Adam> make_adam(const std::vector<Tensor>& params, const TrainOptions& opt) {
@@ -330,7 +334,13 @@ void StepLoop::check_ranks_agree() {
 // model is the checkpoint's, so validating now gives the loss it would have written.
 void StepLoop::complete_missing_records() {
     std::vector<MetricsRecord> missing = rec_.missing_records_to_write(prog_);
-    if (missing.empty()) return;
+    if (world_ > 1) {  // only rank 0 reads the records; the validation is sharded over every rank
+        int64_t any = missing.empty() ? 0 : 1;
+        rt_.comm->allreduce_sum(std::span<int64_t>(&any, 1));
+        if (any == 0) return;
+    } else if (missing.empty()) {
+        return;
+    }
     const double vl = validate();
     for (auto& r : missing) r["val_loss"] = json_number(vl);
     rec_.append(missing);
@@ -548,7 +558,7 @@ double StepLoop::validate() {
         // A second Ctrl-C kills during the validation too (the first waits for it to end): say
         // what is saved. Every validation follows the checkpoint of its step.
         util::KillNote note(rec_.validation_kill_note(step_), "");
-        val_loss_ = t_.evaluate_loss(t_.valid_);
+        val_loss_ = t_.evaluate_loss(t_.valid_, /*sharded=*/world_ > 1);  // every rank validates
         model_.train();
         val_step_ = step_;
     }

@@ -142,6 +142,10 @@ try:
     r = c.getresponse()
     body = json.loads(r.read())
     assert r.status == 400 and "holds 70 sentences" in body["error"], body
+    # the metrics count sentences, not texts: 2 + 2 (the two-sentence text twice) + 2 (the long one's parts)
+    c.request("GET", "/metrics")
+    m = c.getresponse().read().decode()
+    assert "\nqkv_sentences_total 6\n" in m, m
 finally:
     p.send_signal(signal.SIGTERM)
     p.wait(60)

@@ -6,7 +6,8 @@
 #     names the ranks and config.json records world_size.
 #  2. ranks given different flags (MPMD: --lr, --grad-reduce) or different --data files are
 #     refused before anything is written, naming what differs; --model lm and other commands
-#     than train are refused under mpirun -np 2.
+#     than train and eval are refused under mpirun -np 2; mpirun -np 2 qkv eval prints what one
+#     process prints, once.
 #  3. SIGTERM to mpirun stops both ranks at the same step with a checkpoint; --resume with 1
 #     process continues it and records world_size 1.
 #  4. kill -9 of rank 1: the job ends with one qkv line naming rank 1, the folder's last
@@ -137,8 +138,21 @@ mpirun -np 2 "$QKV" info "$T/one" --no-params > /dev/null 2> "$T/info.err"
 rc=$?
 set -e
 [ $rc != 0 ] || fail "mpirun -np 2 qkv info was not refused"
-grep -q "qkv: error: qkv info runs in one process, but mpirun started 2 of it: only qkv train is data-parallel" "$T/info.err" \
+grep -q "qkv: error: qkv info runs in one process, but mpirun started 2 of it: only qkv train and qkv eval use the ranks" "$T/info.err" \
   || { cat "$T/info.err"; fail "the refusal of another command under mpirun is not explained"; }
+
+# qkv eval under mpirun: the ranks share the test set (translate_words_sharded) and rank 0 prints
+# what one process prints (the decoding time and peak memory aside), once; --hyp-out is the same file.
+noisy() { sed -E 's/, [0-9.]+ s$//; s/peak RSS [0-9]+ MiB//'; }
+run_rc 0 --threads 1 eval --model "$T/one" --no-progress --beam 2 --hyp-out "$T/eval1.hyp"
+noisy < "$T/out" > "$T/eval1.out"
+mpirun -np 2 "$QKV" --threads 1 eval --model "$T/one" --no-progress --beam 2 --hyp-out "$T/eval2.hyp" > "$T/eval2.raw" 2> "$T/eval2.err" \
+  || { cat "$T/eval2.err"; fail "mpirun -np 2 qkv eval failed"; }
+noisy < "$T/eval2.raw" > "$T/eval2.out"
+grep -q "corpus BLEU-4" "$T/eval1.out" || fail "qkv eval printed no BLEU: $(cat "$T/eval1.out")"
+cmp -s "$T/eval1.out" "$T/eval2.out" || { diff "$T/eval1.out" "$T/eval2.out"; fail "mpirun -np 2 qkv eval differs from one process"; }
+cmp -s "$T/eval1.hyp" "$T/eval2.hyp" || fail "mpirun -np 2 qkv eval --hyp-out differs from one process"
+[ "$(grep -c "^data:" "$T/eval2.err")" = 1 ] || { cat "$T/eval2.err"; fail "the data line is not printed once"; }
 
 # One rank failing on its own (its --data has too few pairs) ends the job at once with its message:
 # it must not finalize MPI and wait, with the other rank waiting in a collective for it, until the

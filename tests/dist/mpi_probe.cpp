@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
         o.max_steps = std::stoll(argv[3]);
         o.epochs = std::max<int64_t>(100, o.max_steps);
         o.batch_size = 5;  // 8 pairs: batches of 5 and 3, so shares differ in size
+        o.val_batch_size = 3;  // validation batches of 3, 3 and 2: rank 0 of 2 gets two, rank 1 one
         train::TrainRuntime rt;
         rt.out_dir = argv[2];
         rt.resume = std::string(argv[4]) == "1";
@@ -178,9 +179,14 @@ int main(int argc, char** argv) {
         rt.reduce.bucket_bytes = 16384;
         train::Trainer t(m, c.arrays, c.arrays, c.tgt_vocab.pad(), o, rt);
         const train::TrainResult res = t.fit();
-        if (r == 0)
+        if (r == 0) {
             for (size_t i = 0; i < res.step_losses.size(); ++i)
                 std::printf("loss %lld %.9g\n", (long long)(res.first_step + int64_t(i) + 1), res.step_losses[i]);
+            for (const auto& e : res.epochs) std::printf("val %lld %.12g\n", (long long)e.step, e.val_loss);
+        }
+        std::fflush(stdout);
+        w->barrier();  // rank 0's lines first
+        std::fprintf(stderr, "rank %d evaluated %lld validation batches\n", r, (long long)t.eval_batches());
         return 0;
     }
     if (mode == "hang") {

@@ -48,6 +48,7 @@ struct SentenceResult {
     std::string translation;                 // "" for an empty or blank sentence
     std::vector<Hypothesis> hypotheses;      // detailed path only: n_best, best first
     CrossAttention attention;                // when asked
+    int64_t sentences = 0;                   // the sentences it was translated as (runtime::split_text)
 };
 
 /// Translates raw sentences (valid UTF-8, checked by the caller) with a copy of the translator's

@@ -137,7 +137,13 @@ public:
 
     /// Teacher-forced loss over `data` in eval mode, without history: token-weighted mean
     /// (position-weighted with loss_on_padding), batches of val_batch_size. NaN when empty.
-    double evaluate_loss(const data::NmtArrays& data);
+    /// `sharded` (data-parallel runs: every rank of TrainRuntime::comm must call it): rank r of N
+    /// evaluates batches r, r + N, ... and the ranks all-reduce their sums of losses and counts,
+    /// so each does about 1/N of the work and all return the same loss, the single process's up
+    /// to the order of a double sum (the batches, and so each batch's float loss, are the same).
+    double evaluate_loss(const data::NmtArrays& data, bool sharded = false);
+    /// Validation batches this process has evaluated so far (all of them, or its shards').
+    int64_t eval_batches() const { return eval_batches_; }
 
     /// The optimizer to train with (e.g. optim::SGD, or Adam with weight decay), over
     /// model.parameters(); must outlive fit(). Each step sets its learning rate
@@ -176,6 +182,7 @@ private:
     std::shared_ptr<optim::Optimizer> optimizer_;
     std::shared_ptr<GradientSync> sync_;
     std::vector<std::shared_ptr<TrainHook>> hooks_;
+    int64_t eval_batches_ = 0;
 };
 
 /// The default optimizer of a run: Adam(params, opt.lr, {adam_beta1, adam_beta2, adam_eps}).
