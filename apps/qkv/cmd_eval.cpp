@@ -116,6 +116,49 @@ std::string eval_note(bool raw_text) {
                       "model lower case with punctuation split off, not detokenized text";
 }
 
+/// A real-text model's translations of raw texts as `qkv translate` gives them: each text cut into
+/// sentences (runtime::split_text), the parts translated (shared over the ranks:
+/// translate_words_sharded), the translations put back in the text's layout
+/// (runtime::join_translations). skip[i]: text i is not translated (""). So qkv eval scores what
+/// qkv translate and qkv serve answer.
+std::vector<std::string> translate_texts(runtime::Translator& tr, const std::vector<std::string>& texts,
+                                         const std::vector<bool>& skip, const runtime::TranslateOptions& to) {
+    const runtime::ModelDir& m = *tr.get();
+    std::vector<data::SentenceSplit> layout(texts.size());
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        if (skip[i]) continue;
+        layout[i] = runtime::split_text(m, texts[i]);
+        for (const auto& s : layout[i].sentences) parts.push_back(s.text);
+    }
+    const auto words = runtime::tokenize_sentences(m, parts);
+    std::vector<std::vector<std::string>> todo;
+    for (const auto& w : words)
+        if (!w.empty()) todo.push_back(w);
+    const auto hyp = translate_words_sharded(*dist::world(), tr, todo, to);
+    std::vector<std::string> out(texts.size());
+    size_t p = 0, k = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        std::vector<std::string> t;
+        for (size_t j = 0; j < layout[i].sentences.size(); ++j, ++p)
+            t.push_back(words[p].empty() ? std::string() : runtime::join_tokens(hyp[k++]));
+        if (!t.empty()) out[i] = runtime::join_translations(layout[i], t);
+    }
+    return out;
+}
+
+/// The words of a text the model wrote (its words joined by single spaces).
+std::vector<std::string> split_words(const std::string& text) {
+    std::vector<std::string> w;
+    for (size_t b = 0; b < text.size();) {
+        size_t e = text.find(' ', b);
+        if (e == std::string::npos) e = text.size();
+        if (e > b) w.push_back(text.substr(b, e - b));
+        b = e + 1;
+    }
+    return w;
+}
+
 /// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
 /// or a real-text model's words); a line
 /// that is not valid UTF-8, holds a NUL byte or has no token stays empty (its hypothesis is
@@ -153,12 +196,12 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
             todo.push_back(src[i]);
         }
     // Sources longer than the model reads (num_steps - 1 units + <eos>) are cut: one note, not a
-    // warning per line as qkv translate gives.
+    // warning per line as qkv translate gives. (A real-text model's are cut into parts instead.)
     int64_t cut = 0;
     const int64_t steps = m.config.data.num_steps;
-    if (m.subwords.active() && !todo.empty()) {
+    if (m.subwords.active() && !todo.empty() && !runtime::reads_raw_text(m)) {
         for (const auto& u : runtime::source_units(m, todo)) cut += int64_t(u.size()) + 1 > steps;
-    } else {
+    } else if (!m.subwords.active()) {
         for (const auto& t : todo) cut += int64_t(t.size()) + 1 > steps;
     }
     if (cut > 0 && a.notes)
@@ -166,11 +209,17 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
                              "their ends are not translated\n",
                      (long long)cut, n, (long long)(steps - 1), m.subwords.active() ? "pieces" : "tokens");
     util::Timer timer;
-    std::vector<std::vector<std::string>> out;
-    name_model_in_int8_errors(a.model, int8, [&] { out = translate_words_sharded(*dist::world(), tr, todo, to); });
-    const double secs = timer.seconds();
     std::vector<std::string> hyps(n);
-    for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
+    if (runtime::reads_raw_text(m)) {
+        std::vector<bool> skip(n);
+        for (size_t i = 0; i < n; ++i) skip[i] = src[i].empty();
+        name_model_in_int8_errors(a.model, int8, [&] { hyps = translate_texts(tr, pl.source, skip, to); });
+    } else {
+        std::vector<std::vector<std::string>> out;
+        name_model_in_int8_errors(a.model, int8, [&] { out = translate_words_sharded(*dist::world(), tr, todo, to); });
+        for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
+    }
+    const double secs = timer.seconds();
     std::printf("test set --src-file '%s' / --ref-file '%s': %zu pairs, %s decoding (max %lld tokens), %.1f s\n",
                 a.src_file.c_str(), a.ref_file.c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
@@ -249,7 +298,14 @@ void run(const EvalArgs& given) {
     std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
     util::Timer timer;
     std::vector<std::vector<std::string>> hyp;
-    name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
+    if (runtime::reads_raw_text(m)) {  // as qkv translate reads each test source: sentence by sentence
+        const std::vector<std::string> texts(d.test_src_text.begin(), d.test_src_text.begin() + std::ptrdiff_t(n));
+        std::vector<std::string> out;
+        name_model_in_int8_errors(a.model, int8, [&] { out = translate_texts(tr, texts, std::vector<bool>(n), to); });
+        for (const auto& t : out) hyp.push_back(split_words(t));
+    } else {
+        name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
+    }
     const double secs = timer.seconds();
     decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
     double sent = 0;
@@ -346,7 +402,7 @@ Registration reg([](CLI::App& app) {
     sf->needs(rf);
     rf->needs(sf);
     sf->excludes("--data");
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam, 1 unless edited)")->transform(int_range(1, 100));
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam: 1 for the D2L presets, 4 for real)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search (default: config.json's decode.length_penalty, 0.6)")->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
     c->add_option("--limit", a->limit, "score only the first N held-out pairs, or lines of --src-file/--ref-file (default: all)")

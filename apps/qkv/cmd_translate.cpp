@@ -263,10 +263,10 @@ Registration reg([](CLI::App& app) {
     c->add_option("--model", a->model, "model folder written by qkv train (default runs/qkv)")
         ->check(non_empty_path());
     c->add_option("sentences", a->sentences, "sentences to translate (default: lines of --file or stdin; not with --file)");
-    c->add_option("--file,-f", a->file, "file with one sentence per line ('-' = stdin; not with sentences "
+    c->add_option("--file,-f", a->file, "file with one text per line, each cut into sentences unless --no-split ('-' = stdin; not with sentences "
                                         "on the command line; default: the sentences given, else stdin)")
         ->check(non_empty_path());
-    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam, 1 unless edited)")->transform(int_range(1, 100));
+    c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam: 1 for the D2L presets, 4 for real)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search (default: config.json's decode.length_penalty, 0.6)")
         ->check(real_range(0, 10));
     c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));

@@ -39,7 +39,7 @@ std::vector<std::string> str_list(const pyb::handle& obj, const char* what) {
     const auto type_name = [](const pyb::handle& h) { return std::string(pyb::str(h.get_type().attr("__name__"))); };
     if (pyb::isinstance<pyb::str>(obj))
         throw pyb::type_error(detail::str(what, ": expected a list of str, got a str (one text: pass [text])"));
-    if (!pyb::isinstance<pyb::sequence>(obj) || pyb::isinstance<pyb::bytes>(obj))
+    if (!pyb::isinstance<pyb::sequence>(obj) || pyb::isinstance<pyb::bytes>(obj) || pyb::isinstance<pyb::bytearray>(obj))
         throw pyb::type_error(detail::str(what, ": expected a list of str, got ", type_name(obj)));
     const auto seq = pyb::reinterpret_borrow<pyb::sequence>(obj);
     std::vector<std::string> out;
@@ -48,7 +48,11 @@ std::vector<std::string> str_list(const pyb::handle& obj, const char* what) {
         const pyb::object item = seq[i];
         if (!pyb::isinstance<pyb::str>(item))
             throw pyb::type_error(detail::str(what, "[", i, "]: expected str, got ", type_name(item)));
-        out.push_back(item.cast<std::string>());
+        try {
+            out.push_back(item.cast<std::string>());
+        } catch (const pyb::cast_error&) {  // a lone surrogate ("\udcff") has no UTF-8 form
+            throw pyb::value_error(detail::str(what, "[", i, "]: not encodable as UTF-8 (a lone surrogate?)"));
+        }
     }
     return out;
 }

@@ -89,6 +89,10 @@ def test_not_a_list_of_str_is_a_type_error_naming_it(model_dir):
         tr.translate_batch([b"go ."])
     with pytest.raises(TypeError, match="sentences: expected a list of str, got NoneType"):
         tr.translate_batch(None)
+    with pytest.raises(TypeError, match="sentences: expected a list of str, got bytearray"):
+        tr.translate_batch(bytearray(b"go ."))
+    with pytest.raises(ValueError, match=r"sentences\[1\]: not encodable as UTF-8"):
+        tr.translate_batch(["go .", "\udcff bad"])
     with pytest.raises(TypeError, match=r"targets\[0\]: expected str, got NoneType"):
         tr.score_batch(["go ."], [None])
     # tuples are sequences too

@@ -61,12 +61,19 @@ std::optional<ApiError> check_sentence(const std::string& s, size_t index, bool 
         return bad(where + " is not valid UTF-8 (byte offset " + std::to_string(bad_at) + ")");
     const size_t nul = s.find('\0');
     if (nul != std::string::npos) return bad(where + " holds a NUL character (byte offset " + std::to_string(nul) + ")");
-    const size_t n = utf8_length(s);
-    if (int64_t(n) > limits.max_chars)
-        return ApiError{400, "limit",
-                        where + " has " + std::to_string(n) + " characters; the limit is " +
-                            std::to_string(limits.max_chars) + " (max_chars)",
-                        "max_chars"};
+    // The limit is per sentence, as each text is translated sentence by sentence (a paragraph of
+    // short sentences is fine; one 5,000-character sentence is not).
+    if (int64_t(utf8_length(s)) <= limits.max_chars) return std::nullopt;
+    const data::SentenceSplit split = data::split_sentences(s);
+    for (size_t k = 0; k < split.sentences.size(); ++k) {
+        const size_t n = utf8_length(split.sentences[k].text);
+        if (int64_t(n) > limits.max_chars)
+            return ApiError{400, "limit",
+                            where + (split.sentences.size() > 1 ? " sentence " + std::to_string(k + 1) : std::string()) +
+                                " has " + std::to_string(n) + " characters; the limit is " +
+                                std::to_string(limits.max_chars) + " per sentence (max_chars)",
+                            "max_chars"};
+    }
     return std::nullopt;
 }
 

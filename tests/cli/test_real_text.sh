@@ -98,6 +98,13 @@ grep -q "^Tom has 3 books. => $(cat "$T/a")" "$T/out" || { cat "$T/out"; fail "h
 # qkv eval: sacreBLEU and chrF with their signatures, on the raw references
 run_rc 0 eval --model "$T/run" --threads 1 --no-progress
 out_has "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2" "chrF2"
+# and it scores what qkv translate answers: a test line of two sentences, and one over the model's
+# pieces, are translated sentence by sentence and in parts (qkv eval's translate_texts)
+printf '%s\n' "Tom has 3 books.  Alice has 12 dogs!" "$long" > "$T/two.en"
+printf '%s\n' "Tom a 3 livres. Alice a 12 chiens !" "Tom a 3 livres." > "$T/two.fr"
+run_rc 0 eval --model "$T/run" --threads 1 --no-progress --src-file "$T/two.en" --ref-file "$T/two.fr" --hyp-out "$T/two.hyp"
+[ "$(sed -n 1p "$T/two.hyp")" = "$(cat "$T/ab")" ] || fail "eval --src-file: '$(sed -n 1p "$T/two.hyp")', translate: '$(cat "$T/ab")'"
+[ "$(sed -n 2p "$T/two.hyp")" = "$(cat "$T/long")" ] || fail "eval --src-file of the long line: '$(sed -n 2p "$T/two.hyp")', translate: '$(cat "$T/long")'"
 
 printf '%s' "$long" > "$T/long_src"
 # qkv serve: the LibreTranslate answer for the two-sentence text is qkv translate's line

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/serve/request.h"
 #include "qkv/serve/service.h"
@@ -60,7 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             client_named_model = client_named_model || s.find("qkv_fuzz_model") != std::string::npos;
             require(qkv::data::invalid_utf8_offset(s) == std::string::npos);
             require(s.find('\0') == std::string::npos);
-            require(int64_t(utf8_length(s)) <= limits.max_chars);
+            for (const auto& x : qkv::data::split_sentences(s).sentences)  // the limit is per sentence
+                require(int64_t(utf8_length(x.text)) <= limits.max_chars);
         }
         require(t.settings.n_best >= 1);
     }

@@ -190,6 +190,13 @@ TEST(ServeRequest, LimitsNameThemselves) {
     EXPECT_NE(e.message.find("6 characters"), std::string::npos);
     // Characters, not bytes: five two-byte letters fit.
     EXPECT_EQ(ok(Endpoint::libretranslate, "{\"q\":\"\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\"}", kJson, l).q.size(), 1u);
+    // Per sentence, as texts are translated sentence by sentence: two of 3 characters pass (the
+    // sentence limit is 2), a text whose second sentence is over 5 is refused naming it.
+    EXPECT_EQ(ok(Endpoint::libretranslate, R"({"q":"Go. Run!"})", kJson, l).q.size(), 1u);
+    e = fails(Endpoint::libretranslate, R"({"q":"Go. Abcdef."})", kJson, l);
+    EXPECT_EQ(e.limit, "max_chars");
+    EXPECT_NE(e.message.find("\"q\" sentence 2 has 7 characters; the limit is 5 per sentence"), std::string::npos)
+        << e.message;
     e = fails(Endpoint::libretranslate, std::string(R"({"q":")") + std::string(50, 'a') + "\"}", kJson, l);
     EXPECT_EQ(e.status, 413);
     EXPECT_EQ(e.limit, "max_body_bytes");
