@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # qkv data (issue 45 item 6): the text pipeline's split and SentencePiece model as plain files, line-
-# aligned, in the sizes the summary gives; no test or validation source occurs in train; spm.model
+# aligned, in the sizes the summary gives, the train files ending with the concatenated pairs (2-8
+# train pairs each); no test or validation source occurs in train; spm.model
 # encodes; the errors (a preset of another pipeline, a non-empty --out, a missing --out).
 # Usage: test_data.sh /path/to/qkv
 source "$(dirname "$0")/lib.sh" "$1"
@@ -35,9 +36,9 @@ for f in train.en train.fr valid.en valid.fr test.en test.fr spm.model; do
   [ -s "$T/d/$f" ] || fail "qkv data did not write $f"
 done
 # Line-aligned, the counts printed, every pair of the corpus in exactly one split.
-python3 - "$T/d" "$T/out" "$T/corpus.tsv" <<'PY' || fail "qkv data files"
+python3 - "$T/d" "$T/out" "$T/corpus.tsv" "$T/err" <<'PY' || fail "qkv data files"
 import re, sys
-d, out, corpus = sys.argv[1:]
+d, out, corpus, err = sys.argv[1:]
 lines = {}
 for split in ("train", "valid", "test"):
     e = open(f"{d}/{split}.en", encoding="utf-8").read().split("\n")
@@ -50,6 +51,19 @@ assert m, open(out).read()
 assert [len(lines[s]) for s in ("train", "valid", "test")] == [int(x) for x in m.groups()], (m.groups(), {s: len(v) for s, v in lines.items()})
 assert all(len(lines[s]) > 0 for s in lines), {s: len(v) for s, v in lines.items()}
 pairs = [tuple(l.rstrip("\n").split("\t")) for l in open(corpus, encoding="utf-8")]
+# The train files end with the preset's concatenated pairs (data.concat_fraction): each is 2-8
+# original train pairs, sources and targets joined by a space in the same order.
+m = re.search(r"(\d+) concatenated train pairs", open(err).read())
+assert m, open(err).read()
+n_concat = int(m.group(1))
+assert n_concat > 0, n_concat
+originals, concatenated = lines["train"][:-n_concat], lines["train"][-n_concat:]
+cut = lambda s: re.split(r"(?<=[.!?]) (?=[A-Z])", s)
+for e, f in concatenated:
+    parts = list(zip(cut(e), cut(f)))
+    assert 2 <= len(parts) <= 8 and len(cut(e)) == len(cut(f)), (e, f)
+    assert set(parts) <= set(originals), set(parts) - set(originals)
+lines["train"] = originals
 written = lines["train"] + lines["valid"] + lines["test"]
 # every written pair is a corpus pair, as the file has it (raw, cased, punctuation attached)
 assert set(written) <= set(pairs), set(written) - set(pairs)
@@ -82,7 +96,7 @@ run_rc 0 train --preset real --data "$T/corpus.tsv" --src-lang en --tgt-lang fr 
 cmp -s "$T/m/spm.model" "$T/d/spm.model" || fail "spm.model differs from the one qkv train learned"
 python3 - "$T/m/config.json" "$T/d" <<'PY' || fail "split sizes differ from qkv train's"
 import json, sys
-split = json.load(open(sys.argv[1]))["data"]["applied"]["split"]
+split = json.load(open(sys.argv[1]))["data"]["applied"]["split"]  # train: with the concatenated pairs
 for name, n in split.items():
     assert sum(1 for _ in open(f"{sys.argv[2]}/{name}.en", encoding="utf-8")) == n, (name, n)
 PY
