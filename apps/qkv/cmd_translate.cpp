@@ -84,10 +84,10 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
             continue;
         }
         std::vector<std::string> sentences{lines[i]};
-        if (!split && whole_note && data::split_sentences(lines[i]).sentences.size() > 1)
+        if (const size_t held = !split && whole_note ? data::split_sentences(lines[i]).sentences.size() : 0; held > 1)
             std::fprintf(stderr, "qkv translate: warning: %s %zu holds %zu sentences; %s translates it as one "
                                  "(a model trained on single sentences may leave the later ones out)\n",
-                         unit, i + 1, data::split_sentences(lines[i]).sentences.size(), whole_note);
+                         unit, i + 1, held, whole_note);
         if (split) {
             rows.layout[i] = runtime::split_text(m, lines[i]);
             const size_t whole = data::split_sentences(lines[i]).sentences.size();

@@ -74,10 +74,10 @@ void cut_sentence(const data::SubwordModel& sp, int64_t limit, const data::Sente
     }
     for (Word& w : words)  // (pieces never span words: see source_word_limit)
         w.pieces = int64_t(sp.encode_text(t.substr(w.begin, w.end - w.begin)).size());
+    int64_t rest = 0;  // the pieces of words[first..]
+    for (const Word& w : words) rest += w.pieces;
     size_t first = 0;
     while (first < words.size()) {
-        int64_t rest = 0;
-        for (size_t j = first; j < words.size(); ++j) rest += words[j].pieces;
         size_t last = words.size() - 1;  // the part's last word
         if (rest > limit) {
             const int64_t parts = (rest + limit - 1) / limit, goal = (rest + parts - 1) / parts;
@@ -98,6 +98,7 @@ void cut_sentence(const data::SubwordModel& sp, int64_t limit, const data::Sente
         const bool end = last + 1 == words.size();
         out.push_back({t.substr(words[first].begin, words[last].end - words[first].begin),
                        end ? sentence.space_after : t.substr(words[last].end, words[last + 1].begin - words[last].end)});
+        for (size_t j = first; j <= last; ++j) rest -= words[j].pieces;
         first = last + 1;
     }
 }
