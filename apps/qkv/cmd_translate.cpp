@@ -71,15 +71,40 @@ struct Rows {
     /// The first row of line i, or npos.
     size_t first_row(size_t i) const { return rows_of[i].empty() ? std::string::npos : rows_of[i].front(); }
 };
+/// Per-line notes of one kind on stderr, the first kMaxNotes only: a binary file or a whole corpus
+/// of over-long lines would otherwise bury the output under one note per line. The rest are
+/// counted and summed up once at the end.
+class LineNotes {
+public:
+    static constexpr int64_t kMaxNotes = 5;
+    explicit LineNotes(const char* unit) : unit_(unit) {}
+    /// Prints "qkv translate: <what>" unless kMaxNotes were printed already; counts it either way.
+    template <class... A>
+    void note(const A&... what) {
+        if (++count_ <= kMaxNotes) std::fprintf(stderr, "qkv translate: %s\n", detail::str(what...).c_str());
+    }
+    /// "qkv translate: ... N more <unit>s <kind>" when notes were left out.
+    void summary(const char* kind) const {
+        if (count_ > kMaxNotes)
+            std::fprintf(stderr, "qkv translate: %lld more %ss %s (notes for the first %lld only)\n",
+                         (long long)(count_ - kMaxNotes), unit_, kind, (long long)kMaxNotes);
+    }
+    int64_t count() const { return count_; }
+
+private:
+    const char* unit_;
+    int64_t count_ = 0;
+};
+
 Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, const runtime::ModelDir& m, bool split,
                     const char* whole_note) {
     Rows rows;
     rows.rows_of.resize(lines.size());
     rows.layout.resize(lines.size());
+    LineNotes bad(unit), empty(unit), parted(unit);
     for (size_t i = 0; i < lines.size(); ++i) {
         if (const runtime::TextProblem p = runtime::text_problem(lines[i])) {
-            std::fprintf(stderr, "qkv translate: %s %zu: %s (byte offset %zu); output left empty\n", unit,
-                         i + 1, p.what, p.offset);
+            bad.note(unit, " ", i + 1, ": ", p.what, " (byte offset ", p.offset, "); output left empty");
             ++rows.invalid;
             continue;
         }
@@ -92,9 +117,9 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
             rows.layout[i] = runtime::split_text(m, lines[i]);
             const size_t whole = data::split_sentences(lines[i]).sentences.size();
             if (rows.layout[i].sentences.size() > whole)
-                std::fprintf(stderr, "qkv translate: note: %s %zu is over the %lld source pieces the model reads: "
-                                     "translated in %zu parts, cut between words\n",
-                             unit, i + 1, (long long)(m.config.data.num_steps - 1), rows.layout[i].sentences.size());
+                parted.note("note: ", unit, " ", i + 1, " is over the ", m.config.data.num_steps - 1,
+                            " source pieces the model reads: translated in ", rows.layout[i].sentences.size(),
+                            " parts, cut between words");
             sentences.clear();
             for (const auto& s : rows.layout[i].sentences) sentences.push_back(s.text);
         }
@@ -102,7 +127,7 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
         bool any = false;
         for (const auto& t : tokens) any |= !t.empty();
         if (!any) {
-            std::fprintf(stderr, "qkv translate: %s %zu: empty; output left empty\n", unit, i + 1);
+            empty.note(unit, " ", i + 1, ": empty; output left empty");
             continue;
         }
         for (size_t k = 0; k < tokens.size(); ++k) {
@@ -113,7 +138,30 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
             rows.src.push_back(std::move(tokens[k]));
         }
     }
+    bad.summary("not valid text (invalid UTF-8 or a NUL byte); output left empty");
+    empty.summary("empty; output left empty");
+    parted.summary("over the model's source length: translated in parts, cut between words");
     return rows;
+}
+
+/// A note on stderr for the lines whose translation ran to the length limit before <eos> (the
+/// output may end mid-sentence or mid-word): the first few line numbers and the total.
+void note_unfinished(const Rows& rows, const std::vector<std::vector<runtime::Translation>>& hyp, const char* unit,
+                     int64_t max_len) {
+    std::vector<size_t> cut;
+    for (size_t i = 0; i < rows.rows_of.size(); ++i)
+        for (size_t r : rows.rows_of[i])
+            if (!hyp[r].empty() && !hyp[r].front().finished) {
+                cut.push_back(i + 1);
+                break;
+            }
+    if (cut.empty()) return;
+    std::string where;
+    for (size_t k = 0; k < cut.size() && k < 5; ++k) where += (k ? ", " : "") + std::to_string(cut[k]);
+    if (cut.size() > 5) where += ", ...";
+    std::fprintf(stderr, "qkv translate: warning: %zu %s%s (%s) reached --max-len %lld tokens before the end of "
+                         "the sentence: the translation is cut there; raise --max-len\n",
+                 cut.size(), unit, cut.size() == 1 ? "" : "s", where.c_str(), (long long)max_len);
 }
 
 /// --attention-json: one object per input line: source units, output units, weights (rows: output
@@ -252,6 +300,7 @@ void run(const TranslateArgs& a) {
     flush_ready();
     if (!a.attention_json.empty()) write_attention_json(a.attention_json, m, rows, hyp);
     std::fflush(stdout);
+    note_unfinished(rows, hyp, unit, to.max_len);
     QKV_CHECK(rows.invalid == 0, "translate: ", rows.invalid, " of ", lines.size(), " ", unit,
               lines.size() == 1 ? "" : "s",
               " not translated (invalid UTF-8 or a NUL byte; their output lines are empty)");

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "bind.h"
 #include "qkv/runtime/text.h"
@@ -22,6 +23,7 @@ struct TranslationResult {
     std::vector<std::string> hypotheses;
     std::vector<double> scores;
     pyb::object attention = pyb::none();
+    bool finished = true;  // every sentence's best hypothesis ended with <eos> (false: cut at max_len)
 };
 
 /// runtime::parse_compute_type with its message as a ValueError.
@@ -72,14 +74,15 @@ std::vector<std::vector<std::string>> tokenize_all(const runtime::Translator& tr
 }
 
 /// The ranges of `qkv translate`'s flags (and the server's fields): a beam of 10^12 would only
-/// fail allocating, a NaN length penalty would rank hypotheses at random.
-void check_ranges(int64_t beam_size, double length_penalty, int64_t max_len, int64_t batch_size) {
-    if (beam_size > 100)
-        throw pyb::value_error(detail::str("beam_size: ", beam_size, " is above 100 (<= 0: config.json's)"));
-    if (std::isnan(length_penalty) || length_penalty > 10)
-        throw pyb::value_error(detail::str("length_penalty: ", length_penalty, " is not in [0, 10] (< 0: config.json's)"));
-    if (max_len > 1000)
-        throw pyb::value_error(detail::str("max_len: ", max_len, " is above 1000 (<= 0: config.json's)"));
+/// fail allocating, a NaN length penalty would rank hypotheses at random. None takes config.json's.
+void check_ranges(std::optional<int64_t> beam_size, std::optional<double> length_penalty, std::optional<int64_t> max_len,
+                  int64_t batch_size) {
+    if (beam_size && (*beam_size < 1 || *beam_size > 100))
+        throw pyb::value_error(detail::str("beam_size: ", *beam_size, " is not in [1, 100] (None: config.json's)"));
+    if (length_penalty && !(*length_penalty >= 0 && *length_penalty <= 10))
+        throw pyb::value_error(detail::str("length_penalty: ", *length_penalty, " is not in [0, 10] (None: config.json's)"));
+    if (max_len && (*max_len < 1 || *max_len > 1000))
+        throw pyb::value_error(detail::str("max_len: ", *max_len, " is not in [1, 1000] (None: config.json's)"));
     if (batch_size < 1 || batch_size > 100000)
         throw pyb::value_error(detail::str("batch_size: ", batch_size, " is not in [1, 100000]"));
 }
@@ -91,8 +94,10 @@ void translate_rows(runtime::Translator& tr, const std::vector<std::vector<std::
                     bool return_scores, std::vector<TranslationResult>& res) {
     const auto hyp = tr.translate(src, to);
     for (size_t i = 0; i < res.size(); ++i)
-        if (row_of[i] != std::string::npos && !hyp[row_of[i]].empty())
+        if (row_of[i] != std::string::npos && !hyp[row_of[i]].empty()) {
             res[i].translation = runtime::join_tokens(hyp[row_of[i]].front().words);
+            res[i].finished    = hyp[row_of[i]].front().finished;
+        }
     if ((num_hypotheses == 1 && !return_scores) || src.empty()) return;
     runtime::TranslateOptions o = to;
     o.num_hypotheses            = num_hypotheses;
@@ -107,7 +112,8 @@ void translate_rows(runtime::Translator& tr, const std::vector<std::vector<std::
 }
 
 std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const std::vector<std::string>& sentences,
-                                               int64_t beam_size, double length_penalty, int64_t max_len,
+                                               std::optional<int64_t> beam_size, std::optional<double> length_penalty,
+                                               std::optional<int64_t> max_len,
                                                int64_t num_hypotheses, bool return_scores, bool return_attention,
                                                int64_t batch_size, bool no_unk) {
     check_ranges(beam_size, length_penalty, max_len, batch_size);
@@ -133,9 +139,9 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         FlushDenormals flush;
         const runtime::DecodeConfig& dc = tr.get()->config.decode;
         runtime::TranslateOptions to;  // the defaults of `qkv translate` (config.json's decode section)
-        to.max_len        = max_len > 0 ? max_len : dc.max_len;
-        to.beam           = beam_size > 0 ? beam_size : dc.beam;
-        to.length_penalty = length_penalty >= 0 ? length_penalty : dc.length_penalty;
+        to.max_len        = max_len.value_or(dc.max_len);
+        to.beam           = beam_size.value_or(dc.beam);
+        to.length_penalty = length_penalty.value_or(dc.length_penalty);
         to.batch_size     = batch_size;
         to.no_unk         = no_unk;
         if (num_hypotheses < 1 || num_hypotheses > std::max<int64_t>(to.beam, 1))
@@ -168,6 +174,7 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         std::vector<std::vector<runtime::TextHypothesis>> lists;
         for (size_t k : parts_of[i]) {
             best.push_back(res[k].translation);
+            joined[i].finished = joined[i].finished && res[k].finished;
             auto& l = lists.emplace_back();
             for (size_t j = 0; j < res[k].hypotheses.size(); ++j) {
                 runtime::TextHypothesis h;
@@ -203,6 +210,9 @@ void bind_translate(pyb::module_& m) {
         .def_readonly("hypotheses", &TranslationResult::hypotheses)
         .def_readonly("scores", &TranslationResult::scores)
         .def_readonly("attention", &TranslationResult::attention)
+        .def_readonly("finished", &TranslationResult::finished,
+                      "False when the best translation (of some sentence of the text) reached max_len before <eos>: "
+                      "it is cut there, possibly mid-word; raise max_len")
         .def("__repr__", [](const TranslationResult& r) { return "TranslationResult(" + std::string(pyb::repr(pyb::str(r.translation))) + ")"; });
     pyb::class_<runtime::TokenScores>(m, "ScoreResult")
         .def_readonly("tokens", &runtime::TokenScores::tokens)
@@ -236,20 +246,22 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
             return std::string(runtime::model_kind_name(t.get()->config.architecture));
         })
         .def("translate_batch",
-             [](runtime::Translator& tr, const pyb::object& sentences, int64_t beam_size, double length_penalty,
-                int64_t max_len, int64_t num_hypotheses, bool return_scores, bool return_attention, int64_t batch_size,
+             [](runtime::Translator& tr, const pyb::object& sentences, std::optional<int64_t> beam_size,
+                std::optional<double> length_penalty, std::optional<int64_t> max_len, int64_t num_hypotheses, bool return_scores, bool return_attention, int64_t batch_size,
                 bool no_unk) {
                  return translate_batch(tr, str_list(sentences, "sentences"), beam_size, length_penalty, max_len,
                                         num_hypotheses, return_scores, return_attention, batch_size, no_unk);
              },
-             arg("sentences"), pyb::kw_only(), arg("beam_size") = 0,
-             arg("length_penalty") = -1.0, arg("max_len") = 0, arg("num_hypotheses") = 1, arg("return_scores") = false,
+             arg("sentences"), pyb::kw_only(), arg("beam_size") = pyb::none(),
+             arg("length_penalty") = pyb::none(), arg("max_len") = pyb::none(), arg("num_hypotheses") = 1, arg("return_scores") = false,
              arg("return_attention") = false, arg("batch_size") = 500, arg("no_unk") = false,
              R"(One TranslationResult per sentence: .translation (the best hypothesis, as `qkv translate` prints it;
 "" for a blank sentence); with num_hypotheses > 1 or return_scores, .hypotheses and .scores (beam search's
 n best, length-penalised log-probabilities); with return_attention, .attention: a float32 array (target
 steps, source units) of the last decoder layer's cross-attention averaged over heads (greedy decoding).
-beam_size, length_penalty, max_len <= 0 / < 0 take config.json's decode settings, as the CLI does.)")
+.finished is False when a translation reached max_len before <eos> (cut there, possibly mid-word).
+beam_size, length_penalty, max_len: None (the default) takes config.json's decode settings, as the CLI
+does; a value out of range ([1, 100], [0, 10], [1, 1000]) raises ValueError naming it.)")
         .def("score_batch",
              [](runtime::Translator& tr, const pyb::object& sources, const pyb::object& targets) {
                  return score_batch(tr, str_list(sources, "sources"), str_list(targets, "targets"));

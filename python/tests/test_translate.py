@@ -160,11 +160,30 @@ def test_two_threads_translate_at_the_same_time(model_dir):
 
 def test_decode_settings_out_of_range_are_value_errors(model_dir):
     tr = qkv.Translator(str(model_dir))
-    for kw, msg in [({"beam_size": 10**12}, "beam_size: 1000000000000 is above 100"),
+    # the CLI's ranges at both ends: a negative or zero beam or length is no "use the default"
+    for kw, msg in [({"beam_size": 10**12}, r"beam_size: 1000000000000 is not in \[1, 100\]"),
+                    ({"beam_size": 0}, r"beam_size: 0 is not in \[1, 100\]"),
+                    ({"beam_size": -3}, r"beam_size: -3 is not in"),
                     ({"length_penalty": float("nan")}, "length_penalty: nan is not in"),
                     ({"length_penalty": 11.0}, "length_penalty: 11 is not in"),
-                    ({"max_len": 5000}, "max_len: 5000 is above 1000"),
+                    ({"length_penalty": -0.5}, "length_penalty: -0.5 is not in"),
+                    ({"max_len": 5000}, r"max_len: 5000 is not in \[1, 1000\]"),
+                    ({"max_len": -1}, "max_len: -1 is not in"),
                     ({"batch_size": 0}, "batch_size: 0 is not in")]:
         with pytest.raises(ValueError, match=msg):
             tr.translate_batch(["go ."], **kw)
     assert tr.translate_batch(["go ."], beam_size=100)[0].translation is not None
+    # None is config.json's setting, as leaving the flag out of `qkv translate` is
+    assert ([r.translation for r in tr.translate_batch(SENTENCES, beam_size=None, max_len=None, length_penalty=None)]
+            == cli_translate(model_dir, SENTENCES))
+
+
+def test_finished_says_when_max_len_cut_the_translation(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    cut = tr.translate_batch(["i'm home .", "he's calm ."], max_len=1)
+    assert [r.finished for r in cut] == [False, False]
+    assert [len(r.translation.split()) for r in cut] == [1, 1]
+    # a translation finished when its best hypothesis emitted <eos>: the attention map then has a
+    # row for it (steps = words + 1), which one cut at max_len lacks
+    for r in tr.translate_batch(SENTENCES[:8], max_len=4, return_attention=True):
+        assert r.finished == (r.attention.shape[0] == len(r.translation.split()) + 1), r

@@ -84,6 +84,26 @@ for src in "-f nul.txt" "-f -"; do
     fail "NUL line ($src): the other lines' translations changed"
 done
 
+# ---- a binary file: notes for the first 5 bad lines, then one line counting the rest, not 40
+for i in $(seq 1 40); do printf 'go\0 .\n'; done > binary.txt
+run_rc 1 translate --model run -f binary.txt
+err_has "line 5: NUL byte" "35 more lines not valid text (invalid UTF-8 or a NUL byte); output left empty (notes for the first 5 only)" \
+        "40 of 40 lines not translated"
+[ "$(grep -c "NUL byte (byte offset" "$T/err")" = 5 ] || { cat "$T/err"; fail "binary file: not 5 per-line notes"; }
+
+# ---- a translation cut at --max-len is said on stderr (it may end mid-word), naming the lines
+run_rc 0 translate --model run --max-len 1 "go ." "i lost ."
+err_has "2 sentences (1, 2) reached --max-len 1 tokens before the end of the sentence"
+# and only those lines: the attention JSON has a row for <eos> exactly when a translation finished
+run_rc 0 translate --model run --max-len 4 --attention-json att.json "go ." "i lost ." "he's calm ."
+python3 - att.json "$T/err" <<'PY' || fail "the --max-len warning does not name exactly the unfinished lines"
+import json, re, sys
+cut = [e["line"] for e in json.load(open(sys.argv[1])) if len(e["attention"]) == len(e["translation"])]
+m = re.search(r"(\d+) sentences? \(([\d, ]+)\) reached --max-len 4 tokens", open(sys.argv[2]).read())
+said = [int(x) for x in m.group(2).split(", ")] if m else []
+assert said == cut and (not m or int(m.group(1)) == len(cut)), (said, cut)
+PY
+
 # ---- a damaged model.safetensors: the error names the file once
 cp -r run run_cut && head -c 100 run/model.safetensors > run_cut/model.safetensors
 # and says once that it is truncated, with the bytes expected and found (it said "... exceeds the N
