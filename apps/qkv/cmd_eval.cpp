@@ -259,16 +259,8 @@ EvalArgs args_for_this_rank(const EvalArgs& given) {
     return a;
 }
 
-void run(const EvalArgs& given) {
-    const EvalArgs a = args_for_this_rank(given);
-    const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
-    const bool int8 = compute_type == runtime::ComputeType::int8;
-    const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
-    check_outputs_apart(a);
-    check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
-    check_output_file("--json", a.json_out);
-    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
-    runtime::Translator& tr = *translator;
+/// The decoding settings: the flags, else the model folder's config.json.
+runtime::TranslateOptions translate_options(const EvalArgs& a, runtime::Translator& tr) {
     const runtime::ModelDir& m = *tr.get();
     runtime::TranslateOptions to;
     to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
@@ -279,7 +271,11 @@ void run(const EvalArgs& given) {
     to.no_unk         = a.no_unk;
     to.progress       = !a.no_progress;
     apply_decode_flags(a.decode, to, *tr.get());
-    if (!a.src_file.empty()) return run_on_files(a, tr, to, int8);
+    return to;
+}
+
+/// The data file the model was trained on, checked against the model (fingerprint, vocabularies).
+runtime::TranslationData held_out_data(const EvalArgs& a, const runtime::ModelDir& m) {
     const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
     runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
     // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
@@ -291,14 +287,49 @@ void run(const EvalArgs& given) {
               "eval: the data file gives other vocabularies than the model's ('", d.origin,
               "' is not the data the model was trained on, or its filters changed)");
     if (a.notes) std::fprintf(stderr, "data: %s\n", d.summary.c_str());
+    return d;
+}
 
-    size_t n = d.test_src.size();
-    if (a.limit > 0) n = std::min(n, size_t(a.limit));
-    std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
-    std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
-    util::Timer timer;
+/// D2L's four en→fr sentences, translated and scored (D2L BLEU, k=2) and printed; only for a model
+/// of those languages (else an empty list and no lines).
+struct BookScores {
+    bool en_fr = false;
+    double mean = 0;
+    nlohmann::json sentences = nlohmann::json::array();
+};
+
+BookScores score_book_sentences(const EvalArgs& a, runtime::Translator& tr, runtime::TranslateOptions to, bool int8) {
+    const runtime::ModelDir& m = *tr.get();
+    const auto book = runtime::book_pairs(m);
+    BookScores r;
+    r.en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
+    std::vector<std::vector<std::string>> bsrc;
+    if (r.en_fr)
+        for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
+    to.progress = false;
+    std::vector<std::vector<std::string>> bhyp;
+    if (r.en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
+    if (r.en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
+    for (size_t i = 0; i < bsrc.size(); ++i) {
+        const std::string h = runtime::join_tokens(bhyp[i]);
+        const double b = decode::d2l_bleu(h, book[i].second, 2);
+        r.mean += b / double(book.size());
+        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
+        r.sentences.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
+    }
+    if (r.en_fr) std::printf("  mean %.3f\n", r.mean);
+    return r;
+}
+
+/// Translations of the first n held-out sources: a real-text model's as qkv translate reads each
+/// test source (sentence by sentence), a D2L-token model's from its tokens.
+std::vector<std::vector<std::string>> translate_held_out(const EvalArgs& a, runtime::Translator& tr,
+                                                         const runtime::TranslationData& d,
+                                                         const std::vector<std::vector<std::string>>& src,
+                                                         const runtime::TranslateOptions& to, bool int8) {
+    const size_t n = src.size();
     std::vector<std::vector<std::string>> hyp;
-    if (runtime::reads_raw_text(m)) {  // as qkv translate reads each test source: sentence by sentence
+    if (runtime::reads_raw_text(*tr.get())) {
         const std::vector<std::string> texts(d.test_src_text.begin(), d.test_src_text.begin() + std::ptrdiff_t(n));
         std::vector<std::string> out;
         name_model_in_int8_errors(a.model, int8, [&] { out = translate_texts(tr, texts, std::vector<bool>(n), to); });
@@ -306,16 +337,31 @@ void run(const EvalArgs& given) {
     } else {
         name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
     }
-    const double secs = timer.seconds();
-    decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
-    double sent = 0;
-    int64_t exact = 0;
-    for (size_t i = 0; i < n; ++i) {
-        sent += decode::d2l_bleu(hyp[i], ref[i], 2);
-        exact += hyp[i] == ref[i];
-    }
-    sent /= std::max<double>(1.0, double(n));
+    return hyp;
+}
 
+/// The held-out split's scores: corpus BLEU-4, D2L's mean sentence BLEU (k=2), exact matches.
+struct HeldOutScores {
+    decode::CorpusBleu corpus;
+    double mean_sentence_bleu = 0;
+    int64_t exact = 0;
+};
+
+HeldOutScores score_held_out(const std::vector<std::vector<std::string>>& hyp,
+                             const std::vector<std::vector<std::string>>& ref) {
+    HeldOutScores r;
+    r.corpus = decode::corpus_bleu(hyp, ref);
+    for (size_t i = 0; i < hyp.size(); ++i) {
+        r.mean_sentence_bleu += decode::d2l_bleu(hyp[i], ref[i], 2);
+        r.exact += hyp[i] == ref[i];
+    }
+    r.mean_sentence_bleu /= std::max<double>(1.0, double(hyp.size()));
+    return r;
+}
+
+void print_held_out_scores(const EvalArgs& a, const runtime::ModelDir& m, const runtime::TranslateOptions& to,
+                           bool int8, size_t n, double secs, const HeldOutScores& s) {
+    const decode::CorpusBleu& cb = s.corpus;
     std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
                 runtime::language_pair(m.config.data).c_str(), n,
                 to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
@@ -324,9 +370,24 @@ void run(const EvalArgs& given) {
     std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
                 100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
                 100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);
-    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", sent,
-                100.0 * double(exact) / std::max<double>(1.0, double(n)),
+    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", s.mean_sentence_bleu,
+                100.0 * double(s.exact) / std::max<double>(1.0, double(n)),
                 double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
+}
+
+/// qkv eval on the held-out split of the model's data file.
+void run_held_out(const EvalArgs& a, runtime::Translator& tr, const runtime::TranslateOptions& to, bool int8) {
+    const runtime::ModelDir& m = *tr.get();
+    const runtime::TranslationData d = held_out_data(a, m);
+    size_t n = d.test_src.size();
+    if (a.limit > 0) n = std::min(n, size_t(a.limit));
+    std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
+    std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
+    util::Timer timer;
+    const std::vector<std::vector<std::string>> hyp = translate_held_out(a, tr, d, src, to, int8);
+    const double secs = timer.seconds();
+    const HeldOutScores scores = score_held_out(hyp, ref);
+    print_held_out_scores(a, m, to, int8, n, secs, scores);
     std::vector<std::string> hyp_text;  // the --hyp-out lines
     for (auto& h : hyp) hyp_text.push_back(runtime::join_tokens(h));
     // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
@@ -336,27 +397,7 @@ void run(const EvalArgs& given) {
     for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
         std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
                     hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());
-
-    const auto book = runtime::book_pairs(m);
-    // D2L's four en→fr sentences: only for a model of those languages.
-    const bool en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
-    std::vector<std::vector<std::string>> bsrc;
-    if (en_fr)
-        for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
-    to.progress = false;
-    std::vector<std::vector<std::string>> bhyp;
-    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
-    double mean = 0;
-    nlohmann::json jbook = nlohmann::json::array();
-    if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
-    for (size_t i = 0; i < bsrc.size(); ++i) {
-        const std::string h = runtime::join_tokens(bhyp[i]);
-        const double b = decode::d2l_bleu(h, book[i].second, 2);
-        mean += b / double(book.size());
-        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
-        jbook.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
-    }
-    if (en_fr) std::printf("  mean %.3f\n", mean);
+    const BookScores book = score_book_sentences(a, tr, to, int8);
 
     if (!a.hyp_out.empty()) {
         std::string s;
@@ -364,14 +405,15 @@ void run(const EvalArgs& given) {
         util::write_file_atomic(a.hyp_out, s);
     }
     if (!a.json_out.empty()) {
+        const decode::CorpusBleu& cb = scores.corpus;
         nlohmann::json j = {{"pairs", n},
                             {"bleu4", cb.bleu},
                             {"precisions", cb.precisions},
                             {"bp", cb.bp},
                             {"hyp_len", cb.hyp_len},
                             {"ref_len", cb.ref_len},
-                            {"mean_d2l_bleu_k2", sent},
-                            {"exact_match", double(exact) / std::max<double>(1.0, double(n))},
+                            {"mean_d2l_bleu_k2", scores.mean_sentence_bleu},
+                            {"exact_match", double(scores.exact) / std::max<double>(1.0, double(n))},
                             {"decode_seconds", secs},
                             {"peak_rss_bytes", util::peak_rss_bytes()},
                             {"beam", to.beam},
@@ -380,11 +422,26 @@ void run(const EvalArgs& given) {
                             {"batch_type", a.decode.batch_type},
                             {"batch_size", to.batch_size},
                             {"pe_quirk", a.pe_quirk},
-                            {"book", jbook},
-                            {"book_mean_bleu", en_fr ? nlohmann::json(mean) : nlohmann::json()}};
+                            {"book", book.sentences},
+                            {"book_mean_bleu", book.en_fr ? nlohmann::json(book.mean) : nlohmann::json()}};
         j.update(standard);
         util::write_file_atomic(a.json_out, j.dump(2) + "\n");
     }
+}
+
+void run(const EvalArgs& given) {
+    const EvalArgs a = args_for_this_rank(given);
+    const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
+    const bool int8 = compute_type == runtime::ComputeType::int8;
+    const MatmulPrecisionGuard precision(runtime::matmul_precision(compute_type));
+    check_outputs_apart(a);
+    check_output_file("--hyp-out", a.hyp_out);  // before minutes of decoding, not after
+    check_output_file("--json", a.json_out);
+    const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
+    runtime::Translator& tr = *translator;
+    const runtime::TranslateOptions to = translate_options(a, tr);
+    if (!a.src_file.empty()) return run_on_files(a, tr, to, int8);
+    run_held_out(a, tr, to, int8);
 }
 
 Registration reg([](CLI::App& app) {
