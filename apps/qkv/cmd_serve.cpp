@@ -150,8 +150,8 @@ void route(httplib::Server& svr, const ServeArgs& a, serve::Service& service) {
     // Bodies are read here, not by httplib: its --max-body-bytes check (set_payload_max_length)
     // covers Content-Length bodies only, and a chunked body would be buffered whole, however
     // large, before any check. Reading stops at the first byte over the limit.
-    auto body_handler = [&a, &service, &refuse](const httplib::Request& req, httplib::Response& res,
-                                                const httplib::ContentReader& read) {
+    auto body_handler = [&a, &service, refuse](const httplib::Request& req, httplib::Response& res,
+                                               const httplib::ContentReader& read) {
         std::string body;
         bool over = false;
         const bool complete = read([&](const char* data, size_t n) {
