@@ -20,6 +20,7 @@
 #include "qkv/decode/bleu.h"
 #include "qkv/decode/sacrebleu.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/runtime/sharded_translate.h"
 #include "qkv/runtime/translation_data.h"
 #include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
@@ -56,107 +57,11 @@ void check_outputs_apart(const EvalArgs& a) {
     check_not_model_file("--json", a.json_out, a.model);
 }
 
-/// The best translation's words of each source (runtime::translate_tokens with the translator).
-std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
-                                                      const std::vector<std::vector<std::string>>& src,
-                                                      const runtime::TranslateOptions& to) {
-    std::vector<std::vector<std::string>> out;
-    for (auto& nbest : tr.translate(src, to)) out.push_back(nbest.empty() ? std::vector<std::string>{} : nbest.front().words);
-    return out;
-}
-
-/// translate_words over the ranks of an `mpirun -np N qkv eval` job: rank r translates the r-th
-/// contiguous N-th of `src` (its progress bar, on rank 0, stands for the job's) and every rank gets
-/// all the translations, in order (allgather; words sent length-prefixed, so a byte-fallback
-/// newline in a word cannot break a line). Each sentence's translation does not depend on its
-/// batch-mates, so the job gives one process's hypotheses. One process: translate_words.
-std::vector<std::vector<std::string>> translate_words_sharded(dist::Communicator& comm, runtime::Translator& tr,
-                                                              const std::vector<std::vector<std::string>>& src,
-                                                              runtime::TranslateOptions to) {
-    const int64_t ranks = comm.size(), rank = comm.rank(), n = int64_t(src.size());
-    if (ranks == 1) return translate_words(tr, src, to);
-    const int64_t b = n * rank / ranks, e = n * (rank + 1) / ranks;
-    to.progress = to.progress && rank == 0;
-    std::vector<std::vector<std::string>> part;
-    if (e > b) part = translate_words(tr, {src.begin() + b, src.begin() + e}, to);
-    std::string s;  // per sentence: "<words>;" then "<bytes>:<word>" per word
-    for (const auto& h : part) {
-        s += std::to_string(h.size()) + ';';
-        for (const auto& w : h) s += std::to_string(w.size()) + ':' + w;
-    }
-    std::vector<std::vector<std::string>> out;
-    out.reserve(src.size());
-    for (const std::string& g : comm.allgather(s)) {
-        size_t i = 0;
-        const auto number = [&](char end) {
-            const size_t j = g.find(end, i);
-            QKV_CHECK(j != std::string::npos, "eval: a rank's translations are garbled (no '", end, "')");
-            const size_t v = std::stoul(g.substr(i, j - i));
-            i = j + 1;
-            return v;
-        };
-        while (i < g.size()) {
-            auto& h = out.emplace_back(number(';'));
-            for (auto& w : h) {
-                const size_t len = number(':');
-                w = g.substr(i, len);
-                i += len;
-            }
-        }
-    }
-    QKV_CHECK(int64_t(out.size()) == n, "eval: the ranks returned ", out.size(), " translations for ", n, " sources");
-    return out;
-}
-
-
 /// What eval's hypotheses are, for print_standard_scores' note.
 std::string eval_note(bool raw_text) {
     return raw_text ? "on the model's natural text as --hyp-out writes it"
                     : "hypotheses are the model's words joined by spaces, as --hyp-out writes them: for a D2L-token "
                       "model lower case with punctuation split off, not detokenized text";
-}
-
-/// A real-text model's translations of raw texts as `qkv translate` gives them: each text cut into
-/// sentences (runtime::split_text), the parts translated (shared over the ranks:
-/// translate_words_sharded), the translations put back in the text's layout
-/// (runtime::join_translations). skip[i]: text i is not translated (""). So qkv eval scores what
-/// qkv translate and qkv serve answer.
-std::vector<std::string> translate_texts(runtime::Translator& tr, const std::vector<std::string>& texts,
-                                         const std::vector<bool>& skip, const runtime::TranslateOptions& to) {
-    const runtime::ModelDir& m = *tr.get();
-    std::vector<data::SentenceSplit> layout(texts.size());
-    std::vector<std::string> parts;
-    for (size_t i = 0; i < texts.size(); ++i) {
-        if (skip[i]) continue;
-        layout[i] = runtime::split_text(m, texts[i]);
-        for (const auto& s : layout[i].sentences) parts.push_back(s.text);
-    }
-    const auto words = runtime::tokenize_sentences(m, parts);
-    std::vector<std::vector<std::string>> todo;
-    for (const auto& w : words)
-        if (!w.empty()) todo.push_back(w);
-    const auto hyp = translate_words_sharded(*dist::world(), tr, todo, to);
-    std::vector<std::string> out(texts.size());
-    size_t p = 0, k = 0;
-    for (size_t i = 0; i < texts.size(); ++i) {
-        std::vector<std::string> t;
-        for (size_t j = 0; j < layout[i].sentences.size(); ++j, ++p)
-            t.push_back(words[p].empty() ? std::string() : runtime::join_tokens(hyp[k++]));
-        if (!t.empty()) out[i] = runtime::join_translations(layout[i], t);
-    }
-    return out;
-}
-
-/// The words of a text the model wrote (its words joined by single spaces).
-std::vector<std::string> split_words(const std::string& text) {
-    std::vector<std::string> w;
-    for (size_t b = 0; b < text.size();) {
-        size_t e = text.find(' ', b);
-        if (e == std::string::npos) e = text.size();
-        if (e > b) w.push_back(text.substr(b, e - b));
-        b = e + 1;
-    }
-    return w;
 }
 
 /// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
@@ -213,10 +118,13 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     if (runtime::reads_raw_text(m)) {
         std::vector<bool> skip(n);
         for (size_t i = 0; i < n; ++i) skip[i] = src[i].empty();
-        name_model_in_int8_errors(a.model, int8, [&] { hyps = translate_texts(tr, pl.source, skip, to); });
+        name_model_in_int8_errors(a.model, int8, [&] {
+            hyps = runtime::translate_texts_sharded(*dist::world(), tr, pl.source, skip, to);
+        });
     } else {
         std::vector<std::vector<std::string>> out;
-        name_model_in_int8_errors(a.model, int8, [&] { out = translate_words_sharded(*dist::world(), tr, todo, to); });
+        name_model_in_int8_errors(a.model, int8,
+                                  [&] { out = runtime::translate_words_sharded(*dist::world(), tr, todo, to); });
         for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
     }
     const double secs = timer.seconds();
@@ -248,8 +156,8 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
 }
 
 /// The arguments as this process runs them: under `mpirun -np N` the ranks share the decoding
-/// (translate_words_sharded) and rank 0 alone prints (the others' stdout goes to /dev/null), notes
-/// on stderr, shows progress and writes files.
+/// (runtime::translate_words_sharded) and rank 0 alone prints (the others' stdout goes to /dev/null),
+/// notes on stderr, shows progress and writes files.
 EvalArgs args_for_this_rank(const EvalArgs& given) {
     EvalArgs a = given;
     if (const int rank = dist::world()->rank(); rank != 0) {
@@ -308,7 +216,7 @@ BookScores score_book_sentences(const EvalArgs& a, runtime::Translator& tr, runt
         for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
     to.progress = false;
     std::vector<std::vector<std::string>> bhyp;
-    if (r.en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
+    if (r.en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = runtime::translate_words(tr, bsrc, to); });
     if (r.en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
     for (size_t i = 0; i < bsrc.size(); ++i) {
         const std::string h = runtime::join_tokens(bhyp[i]);
@@ -332,10 +240,13 @@ std::vector<std::vector<std::string>> translate_held_out(const EvalArgs& a, runt
     if (runtime::reads_raw_text(*tr.get())) {
         const std::vector<std::string> texts(d.test_src_text.begin(), d.test_src_text.begin() + std::ptrdiff_t(n));
         std::vector<std::string> out;
-        name_model_in_int8_errors(a.model, int8, [&] { out = translate_texts(tr, texts, std::vector<bool>(n), to); });
-        for (const auto& t : out) hyp.push_back(split_words(t));
+        name_model_in_int8_errors(a.model, int8, [&] {
+            out = runtime::translate_texts_sharded(*dist::world(), tr, texts, std::vector<bool>(n), to);
+        });
+        for (const auto& t : out) hyp.push_back(runtime::split_words(t));
     } else {
-        name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
+        name_model_in_int8_errors(a.model, int8,
+                                  [&] { hyp = runtime::translate_words_sharded(*dist::world(), tr, src, to); });
     }
     return hyp;
 }
