@@ -20,6 +20,7 @@
 #include "qkv/decode/bleu.h"
 #include "qkv/decode/sacrebleu.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/runtime/sharded_translate.h"
 #include "qkv/runtime/translation_data.h"
 #include "qkv/runtime/translator.h"
 #include "qkv/util/atomic_file.h"
@@ -56,107 +57,11 @@ void check_outputs_apart(const EvalArgs& a) {
     check_not_model_file("--json", a.json_out, a.model);
 }
 
-/// The best translation's words of each source (runtime::translate_tokens with the translator).
-std::vector<std::vector<std::string>> translate_words(runtime::Translator& tr,
-                                                      const std::vector<std::vector<std::string>>& src,
-                                                      const runtime::TranslateOptions& to) {
-    std::vector<std::vector<std::string>> out;
-    for (auto& nbest : tr.translate(src, to)) out.push_back(nbest.empty() ? std::vector<std::string>{} : nbest.front().words);
-    return out;
-}
-
-/// translate_words over the ranks of an `mpirun -np N qkv eval` job: rank r translates the r-th
-/// contiguous N-th of `src` (its progress bar, on rank 0, stands for the job's) and every rank gets
-/// all the translations, in order (allgather; words sent length-prefixed, so a byte-fallback
-/// newline in a word cannot break a line). Each sentence's translation does not depend on its
-/// batch-mates, so the job gives one process's hypotheses. One process: translate_words.
-std::vector<std::vector<std::string>> translate_words_sharded(dist::Communicator& comm, runtime::Translator& tr,
-                                                              const std::vector<std::vector<std::string>>& src,
-                                                              runtime::TranslateOptions to) {
-    const int64_t ranks = comm.size(), rank = comm.rank(), n = int64_t(src.size());
-    if (ranks == 1) return translate_words(tr, src, to);
-    const int64_t b = n * rank / ranks, e = n * (rank + 1) / ranks;
-    to.progress = to.progress && rank == 0;
-    std::vector<std::vector<std::string>> part;
-    if (e > b) part = translate_words(tr, {src.begin() + b, src.begin() + e}, to);
-    std::string s;  // per sentence: "<words>;" then "<bytes>:<word>" per word
-    for (const auto& h : part) {
-        s += std::to_string(h.size()) + ';';
-        for (const auto& w : h) s += std::to_string(w.size()) + ':' + w;
-    }
-    std::vector<std::vector<std::string>> out;
-    out.reserve(src.size());
-    for (const std::string& g : comm.allgather(s)) {
-        size_t i = 0;
-        const auto number = [&](char end) {
-            const size_t j = g.find(end, i);
-            QKV_CHECK(j != std::string::npos, "eval: a rank's translations are garbled (no '", end, "')");
-            const size_t v = std::stoul(g.substr(i, j - i));
-            i = j + 1;
-            return v;
-        };
-        while (i < g.size()) {
-            auto& h = out.emplace_back(number(';'));
-            for (auto& w : h) {
-                const size_t len = number(':');
-                w = g.substr(i, len);
-                i += len;
-            }
-        }
-    }
-    QKV_CHECK(int64_t(out.size()) == n, "eval: the ranks returned ", out.size(), " translations for ", n, " sources");
-    return out;
-}
-
-
 /// What eval's hypotheses are, for print_standard_scores' note.
 std::string eval_note(bool raw_text) {
     return raw_text ? "on the model's natural text as --hyp-out writes it"
                     : "hypotheses are the model's words joined by spaces, as --hyp-out writes them: for a D2L-token "
                       "model lower case with punctuation split off, not detokenized text";
-}
-
-/// A real-text model's translations of raw texts as `qkv translate` gives them: each text cut into
-/// sentences (runtime::split_text), the parts translated (shared over the ranks:
-/// translate_words_sharded), the translations put back in the text's layout
-/// (runtime::join_translations). skip[i]: text i is not translated (""). So qkv eval scores what
-/// qkv translate and qkv serve answer.
-std::vector<std::string> translate_texts(runtime::Translator& tr, const std::vector<std::string>& texts,
-                                         const std::vector<bool>& skip, const runtime::TranslateOptions& to) {
-    const runtime::ModelDir& m = *tr.get();
-    std::vector<data::SentenceSplit> layout(texts.size());
-    std::vector<std::string> parts;
-    for (size_t i = 0; i < texts.size(); ++i) {
-        if (skip[i]) continue;
-        layout[i] = runtime::split_text(m, texts[i]);
-        for (const auto& s : layout[i].sentences) parts.push_back(s.text);
-    }
-    const auto words = runtime::tokenize_sentences(m, parts);
-    std::vector<std::vector<std::string>> todo;
-    for (const auto& w : words)
-        if (!w.empty()) todo.push_back(w);
-    const auto hyp = translate_words_sharded(*dist::world(), tr, todo, to);
-    std::vector<std::string> out(texts.size());
-    size_t p = 0, k = 0;
-    for (size_t i = 0; i < texts.size(); ++i) {
-        std::vector<std::string> t;
-        for (size_t j = 0; j < layout[i].sentences.size(); ++j, ++p)
-            t.push_back(words[p].empty() ? std::string() : runtime::join_tokens(hyp[k++]));
-        if (!t.empty()) out[i] = runtime::join_translations(layout[i], t);
-    }
-    return out;
-}
-
-/// The words of a text the model wrote (its words joined by single spaces).
-std::vector<std::string> split_words(const std::string& text) {
-    std::vector<std::string> w;
-    for (size_t b = 0; b < text.size();) {
-        size_t e = text.find(' ', b);
-        if (e == std::string::npos) e = text.size();
-        if (e > b) w.push_back(text.substr(b, e - b));
-        b = e + 1;
-    }
-    return w;
 }
 
 /// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
@@ -213,10 +118,13 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     if (runtime::reads_raw_text(m)) {
         std::vector<bool> skip(n);
         for (size_t i = 0; i < n; ++i) skip[i] = src[i].empty();
-        name_model_in_int8_errors(a.model, int8, [&] { hyps = translate_texts(tr, pl.source, skip, to); });
+        name_model_in_int8_errors(a.model, int8, [&] {
+            hyps = runtime::translate_texts_sharded(*dist::world(), tr, pl.source, skip, to);
+        });
     } else {
         std::vector<std::vector<std::string>> out;
-        name_model_in_int8_errors(a.model, int8, [&] { out = translate_words_sharded(*dist::world(), tr, todo, to); });
+        name_model_in_int8_errors(a.model, int8,
+                                  [&] { out = runtime::translate_words_sharded(*dist::world(), tr, todo, to); });
         for (size_t k = 0; k < rows.size(); ++k) hyps[rows[k]] = runtime::join_tokens(out[k]);
     }
     const double secs = timer.seconds();
@@ -248,8 +156,8 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
 }
 
 /// The arguments as this process runs them: under `mpirun -np N` the ranks share the decoding
-/// (translate_words_sharded) and rank 0 alone prints (the others' stdout goes to /dev/null), notes
-/// on stderr, shows progress and writes files.
+/// (runtime::translate_words_sharded) and rank 0 alone prints (the others' stdout goes to /dev/null),
+/// notes on stderr, shows progress and writes files.
 EvalArgs args_for_this_rank(const EvalArgs& given) {
     EvalArgs a = given;
     if (const int rank = dist::world()->rank(); rank != 0) {
@@ -257,6 +165,179 @@ EvalArgs args_for_this_rank(const EvalArgs& given) {
         a.hyp_out.clear(), a.json_out.clear(), a.notes = false, a.no_progress = true;
     }
     return a;
+}
+
+/// The decoding settings: the flags, else the model folder's config.json.
+runtime::TranslateOptions translate_options(const EvalArgs& a, runtime::Translator& tr) {
+    const runtime::ModelDir& m = *tr.get();
+    runtime::TranslateOptions to;
+    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    // --sampling draws one translation: without --beam it does not take config.json's beam
+    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
+    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
+    to.batch_size     = a.batch;
+    to.no_unk         = a.no_unk;
+    to.progress       = !a.no_progress;
+    apply_decode_flags(a.decode, to, *tr.get());
+    return to;
+}
+
+/// The data file the model was trained on, checked against the model (fingerprint, vocabularies).
+runtime::TranslationData held_out_data(const EvalArgs& a, const runtime::ModelDir& m) {
+    const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
+    runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
+    // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
+    // reordered file, and a subword model's always agree); older folders: the vocabularies only.
+    if (!runtime::check_data_fingerprint(a.model, m.config, d) && a.notes)
+        std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
+                             "file is checked against the vocabularies only\n", a.model.c_str());
+    QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
+              "eval: the data file gives other vocabularies than the model's ('", d.origin,
+              "' is not the data the model was trained on, or its filters changed)");
+    if (a.notes) std::fprintf(stderr, "data: %s\n", d.summary.c_str());
+    return d;
+}
+
+/// D2L's four en→fr sentences, translated and scored (D2L BLEU, k=2) and printed; only for a model
+/// of those languages (else an empty list and no lines).
+struct BookScores {
+    bool en_fr = false;
+    double mean = 0;
+    nlohmann::json sentences = nlohmann::json::array();
+};
+
+BookScores score_book_sentences(const EvalArgs& a, runtime::Translator& tr, runtime::TranslateOptions to, bool int8) {
+    const runtime::ModelDir& m = *tr.get();
+    const auto book = runtime::book_pairs(m);
+    BookScores r;
+    r.en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
+    std::vector<std::vector<std::string>> bsrc;
+    if (r.en_fr)
+        for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
+    to.progress = false;
+    std::vector<std::vector<std::string>> bhyp;
+    if (r.en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = runtime::translate_words(tr, bsrc, to); });
+    if (r.en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
+    for (size_t i = 0; i < bsrc.size(); ++i) {
+        const std::string h = runtime::join_tokens(bhyp[i]);
+        const double b = decode::d2l_bleu(h, book[i].second, 2);
+        r.mean += b / double(book.size());
+        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
+        r.sentences.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
+    }
+    if (r.en_fr) std::printf("  mean %.3f\n", r.mean);
+    return r;
+}
+
+/// Translations of the first n held-out sources: a real-text model's as qkv translate reads each
+/// test source (sentence by sentence), a D2L-token model's from its tokens.
+std::vector<std::vector<std::string>> translate_held_out(const EvalArgs& a, runtime::Translator& tr,
+                                                         const runtime::TranslationData& d,
+                                                         const std::vector<std::vector<std::string>>& src,
+                                                         const runtime::TranslateOptions& to, bool int8) {
+    const size_t n = src.size();
+    std::vector<std::vector<std::string>> hyp;
+    if (runtime::reads_raw_text(*tr.get())) {
+        const std::vector<std::string> texts(d.test_src_text.begin(), d.test_src_text.begin() + std::ptrdiff_t(n));
+        std::vector<std::string> out;
+        name_model_in_int8_errors(a.model, int8, [&] {
+            out = runtime::translate_texts_sharded(*dist::world(), tr, texts, std::vector<bool>(n), to);
+        });
+        for (const auto& t : out) hyp.push_back(runtime::split_words(t));
+    } else {
+        name_model_in_int8_errors(a.model, int8,
+                                  [&] { hyp = runtime::translate_words_sharded(*dist::world(), tr, src, to); });
+    }
+    return hyp;
+}
+
+/// The held-out split's scores: corpus BLEU-4, D2L's mean sentence BLEU (k=2), exact matches.
+struct HeldOutScores {
+    decode::CorpusBleu corpus;
+    double mean_sentence_bleu = 0;
+    int64_t exact = 0;
+};
+
+HeldOutScores score_held_out(const std::vector<std::vector<std::string>>& hyp,
+                             const std::vector<std::vector<std::string>>& ref) {
+    HeldOutScores r;
+    r.corpus = decode::corpus_bleu(hyp, ref);
+    for (size_t i = 0; i < hyp.size(); ++i) {
+        r.mean_sentence_bleu += decode::d2l_bleu(hyp[i], ref[i], 2);
+        r.exact += hyp[i] == ref[i];
+    }
+    r.mean_sentence_bleu /= std::max<double>(1.0, double(hyp.size()));
+    return r;
+}
+
+void print_held_out_scores(const EvalArgs& a, const runtime::ModelDir& m, const runtime::TranslateOptions& to,
+                           bool int8, size_t n, double secs, const HeldOutScores& s) {
+    const decode::CorpusBleu& cb = s.corpus;
+    std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
+                runtime::language_pair(m.config.data).c_str(), n,
+                to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
+                (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
+                int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
+    std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
+                100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
+                100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);
+    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", s.mean_sentence_bleu,
+                100.0 * double(s.exact) / std::max<double>(1.0, double(n)),
+                double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
+}
+
+/// qkv eval on the held-out split of the model's data file.
+void run_held_out(const EvalArgs& a, runtime::Translator& tr, const runtime::TranslateOptions& to, bool int8) {
+    const runtime::ModelDir& m = *tr.get();
+    const runtime::TranslationData d = held_out_data(a, m);
+    size_t n = d.test_src.size();
+    if (a.limit > 0) n = std::min(n, size_t(a.limit));
+    std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
+    std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
+    util::Timer timer;
+    const std::vector<std::vector<std::string>> hyp = translate_held_out(a, tr, d, src, to, int8);
+    const double secs = timer.seconds();
+    const HeldOutScores scores = score_held_out(hyp, ref);
+    print_held_out_scores(a, m, to, int8, n, secs, scores);
+    std::vector<std::string> hyp_text;  // the --hyp-out lines
+    for (auto& h : hyp) hyp_text.push_back(runtime::join_tokens(h));
+    // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
+    const nlohmann::json standard = print_standard_scores(
+        hyp_text, std::vector<std::string>(d.test_ref_text.begin(), d.test_ref_text.begin() + std::ptrdiff_t(n)),
+        eval_note(runtime::reads_raw_text(m)));
+    for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
+        std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
+                    hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());
+    const BookScores book = score_book_sentences(a, tr, to, int8);
+
+    if (!a.hyp_out.empty()) {
+        std::string s;
+        for (auto& h : hyp_text) s += h + "\n";
+        util::write_file_atomic(a.hyp_out, s);
+    }
+    if (!a.json_out.empty()) {
+        const decode::CorpusBleu& cb = scores.corpus;
+        nlohmann::json j = {{"pairs", n},
+                            {"bleu4", cb.bleu},
+                            {"precisions", cb.precisions},
+                            {"bp", cb.bp},
+                            {"hyp_len", cb.hyp_len},
+                            {"ref_len", cb.ref_len},
+                            {"mean_d2l_bleu_k2", scores.mean_sentence_bleu},
+                            {"exact_match", double(scores.exact) / std::max<double>(1.0, double(n))},
+                            {"decode_seconds", secs},
+                            {"peak_rss_bytes", util::peak_rss_bytes()},
+                            {"beam", to.beam},
+                            {"sampling", to.sampling.enabled},
+                            {"compute_type", a.decode.compute_type},
+                            {"batch_type", a.decode.batch_type},
+                            {"batch_size", to.batch_size},
+                            {"pe_quirk", a.pe_quirk},
+                            {"book", book.sentences},
+                            {"book_mean_bleu", book.en_fr ? nlohmann::json(book.mean) : nlohmann::json()}};
+        j.update(standard);
+        util::write_file_atomic(a.json_out, j.dump(2) + "\n");
+    }
 }
 
 void run(const EvalArgs& given) {
@@ -269,122 +350,9 @@ void run(const EvalArgs& given) {
     check_output_file("--json", a.json_out);
     const auto translator = load_translator(a.model, compute_type, a.pe_quirk);
     runtime::Translator& tr = *translator;
-    const runtime::ModelDir& m = *tr.get();
-    runtime::TranslateOptions to;
-    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    // --sampling draws one translation: without --beam it does not take config.json's beam
-    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
-    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
-    to.batch_size     = a.batch;
-    to.no_unk         = a.no_unk;
-    to.progress       = !a.no_progress;
-    apply_decode_flags(a.decode, to, *tr.get());
+    const runtime::TranslateOptions to = translate_options(a, tr);
     if (!a.src_file.empty()) return run_on_files(a, tr, to, int8);
-    const runtime::DataConfig dc = runtime::model_data_config(a.model, m.config, a.data);
-    runtime::TranslationData d = runtime::load_translation_data(dc, m.subwords);
-    // The pair count and hash recorded at training time (the vocabularies alone cannot tell a
-    // reordered file, and a subword model's always agree); older folders: the vocabularies only.
-    if (!runtime::check_data_fingerprint(a.model, m.config, d) && a.notes)
-        std::fprintf(stderr, "note: %s/config.json records no data fingerprint (an older qkv); the data "
-                             "file is checked against the vocabularies only\n", a.model.c_str());
-    QKV_CHECK(d.src_vocab == m.src_vocab && d.tgt_vocab == m.tgt_vocab,
-              "eval: the data file gives other vocabularies than the model's ('", d.origin,
-              "' is not the data the model was trained on, or its filters changed)");
-    if (a.notes) std::fprintf(stderr, "data: %s\n", d.summary.c_str());
-
-    size_t n = d.test_src.size();
-    if (a.limit > 0) n = std::min(n, size_t(a.limit));
-    std::vector<std::vector<std::string>> src(d.test_src.begin(), d.test_src.begin() + std::ptrdiff_t(n));
-    std::vector<std::vector<std::string>> ref(d.test_ref.begin(), d.test_ref.begin() + std::ptrdiff_t(n));
-    util::Timer timer;
-    std::vector<std::vector<std::string>> hyp;
-    if (runtime::reads_raw_text(m)) {  // as qkv translate reads each test source: sentence by sentence
-        const std::vector<std::string> texts(d.test_src_text.begin(), d.test_src_text.begin() + std::ptrdiff_t(n));
-        std::vector<std::string> out;
-        name_model_in_int8_errors(a.model, int8, [&] { out = translate_texts(tr, texts, std::vector<bool>(n), to); });
-        for (const auto& t : out) hyp.push_back(split_words(t));
-    } else {
-        name_model_in_int8_errors(a.model, int8, [&] { hyp = translate_words_sharded(*dist::world(), tr, src, to); });
-    }
-    const double secs = timer.seconds();
-    decode::CorpusBleu cb = decode::corpus_bleu(hyp, ref);
-    double sent = 0;
-    int64_t exact = 0;
-    for (size_t i = 0; i < n; ++i) {
-        sent += decode::d2l_bleu(hyp[i], ref[i], 2);
-        exact += hyp[i] == ref[i];
-    }
-    sent /= std::max<double>(1.0, double(n));
-
-    std::printf("held-out set (%s): %zu pairs, %s decoding (max %lld tokens%s%s), %.1f s\n",
-                runtime::language_pair(m.config.data).c_str(), n,
-                to.sampling.enabled ? "sampled" : to.beam == 1 ? "greedy" : ("beam " + std::to_string(to.beam)).c_str(),
-                (long long)to.max_len, a.pe_quirk ? ", D2L PE quirk" : "",
-                int8 ? ", int8 compute" : matmul_precision() == MatmulPrecision::bf16 ? ", bf16 compute" : "", secs);
-    std::printf("corpus BLEU-4 %.2f  (p1-p4 %.2f / %.2f / %.2f / %.2f %%, BP %.4f, hyp/ref length %lld / %lld)\n",
-                100 * cb.bleu, 100 * cb.precisions[0], 100 * cb.precisions[1], 100 * cb.precisions[2],
-                100 * cb.precisions[3], cb.bp, (long long)cb.hyp_len, (long long)cb.ref_len);
-    std::printf("mean D2L sentence BLEU (k=2) %.3f; exact match %.1f %%; peak RSS %.0f MiB\n", sent,
-                100.0 * double(exact) / std::max<double>(1.0, double(n)),
-                double(util::peak_rss_bytes()) / (1024.0 * 1024.0));
-    std::vector<std::string> hyp_text;  // the --hyp-out lines
-    for (auto& h : hyp) hyp_text.push_back(runtime::join_tokens(h));
-    // The standard metrics against the file's own reference text (D2L's BLEU above is on D2L tokens).
-    const nlohmann::json standard = print_standard_scores(
-        hyp_text, std::vector<std::string>(d.test_ref_text.begin(), d.test_ref_text.begin() + std::ptrdiff_t(n)),
-        eval_note(runtime::reads_raw_text(m)));
-    for (size_t i = 0; i < std::min(n, size_t(a.show)); ++i)
-        std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
-                    hyp_text[i].c_str(), runtime::join_tokens(ref[i]).c_str());
-
-    const auto book = runtime::book_pairs(m);
-    // D2L's four en→fr sentences: only for a model of those languages.
-    const bool en_fr = runtime::source_language(m.config.data) == "en" && runtime::target_language(m.config.data) == "fr";
-    std::vector<std::vector<std::string>> bsrc;
-    if (en_fr)
-        for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
-    to.progress = false;
-    std::vector<std::vector<std::string>> bhyp;
-    if (en_fr) name_model_in_int8_errors(a.model, int8, [&] { bhyp = translate_words(tr, bsrc, to); });
-    double mean = 0;
-    nlohmann::json jbook = nlohmann::json::array();
-    if (en_fr) std::printf("book sentences (D2L BLEU, k=2):\n");
-    for (size_t i = 0; i < bsrc.size(); ++i) {
-        const std::string h = runtime::join_tokens(bhyp[i]);
-        const double b = decode::d2l_bleu(h, book[i].second, 2);
-        mean += b / double(book.size());
-        std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);
-        jbook.push_back({{"source", book[i].first}, {"translation", h}, {"bleu", b}});
-    }
-    if (en_fr) std::printf("  mean %.3f\n", mean);
-
-    if (!a.hyp_out.empty()) {
-        std::string s;
-        for (auto& h : hyp_text) s += h + "\n";
-        util::write_file_atomic(a.hyp_out, s);
-    }
-    if (!a.json_out.empty()) {
-        nlohmann::json j = {{"pairs", n},
-                            {"bleu4", cb.bleu},
-                            {"precisions", cb.precisions},
-                            {"bp", cb.bp},
-                            {"hyp_len", cb.hyp_len},
-                            {"ref_len", cb.ref_len},
-                            {"mean_d2l_bleu_k2", sent},
-                            {"exact_match", double(exact) / std::max<double>(1.0, double(n))},
-                            {"decode_seconds", secs},
-                            {"peak_rss_bytes", util::peak_rss_bytes()},
-                            {"beam", to.beam},
-                            {"sampling", to.sampling.enabled},
-                            {"compute_type", a.decode.compute_type},
-                            {"batch_type", a.decode.batch_type},
-                            {"batch_size", to.batch_size},
-                            {"pe_quirk", a.pe_quirk},
-                            {"book", jbook},
-                            {"book_mean_bleu", en_fr ? nlohmann::json(mean) : nlohmann::json()}};
-        j.update(standard);
-        util::write_file_atomic(a.json_out, j.dump(2) + "\n");
-    }
+    run_held_out(a, tr, to, int8);
 }
 
 Registration reg([](CLI::App& app) {

@@ -13,7 +13,6 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
 #include "qkv/models/nadaraya_watson.h"
-#include "qkv/train/nw_train.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
 #include "qkv/util/plot.h"
@@ -88,15 +87,11 @@ void check_finite(const NwArgs& a, const models::NWData& d, const models::NWResu
                   "is beyond 3.4e38)", a.data.empty() ? "" : "; scale the y values in '" + a.data + "' down");
 }
 
-void run_nw(const NwArgs& a) {
+/// The training points (--data, else the preset's recipe) and the test queries; refuses more
+/// points than fit in memory or in the attention heatmap, before training. Prints the summary.
+models::NWData load_data(const NwArgs& a, models::NWPreset preset, Generator& gen) {
     using namespace models;
-    using namespace train;  // train_nw
-    check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
-    const NWPreset preset = a.preset == "zh" ? NWPreset::zh : NWPreset::seed;
-    const bool zh         = preset == NWPreset::zh;
-    Generator gen(a.seed);
-
-    // ---- data ----
+    const bool zh = preset == NWPreset::zh;
     NWData d;
     if (!a.data.empty()) {
         std::tie(d.x_train, d.y_train) = read_xy_csv(a.data);
@@ -119,46 +114,52 @@ void run_nw(const NwArgs& a) {
     std::printf("Nadaraya-Watson (%s): %lld training points%s, %lld test queries\n",
                 zh ? "D2L ZH preset" : "seed experiment", (long long)n,
                 a.data.empty() ? "" : (" from " + a.data).c_str(), (long long)d.x_test.size(0));
+    return d;
+}
 
-    // ---- model: parametric (trained) or non-parametric with a fixed width ----
-    NWResult test;
-    std::vector<NWEpoch> hist;
+/// The test queries' predictions and weights, and the training history (empty without training).
+struct NwFit {
+    models::NWResult test;
+    std::vector<models::NWEpoch> hist;
     double w_learned = 0;  // the parametric kernel's w after training
+};
+
+/// The parametric model trained on d (printing each epoch as the seed or D2L ZH does), or the
+/// non-parametric kernel of --kernel-width; then applied to the test queries.
+NwFit fit_model(const NwArgs& a, const models::NWData& d, bool zh, Generator& gen) {
+    using namespace models;
+    NwFit f;
     if (a.kernel_width > 0) {
         std::printf("non-parametric Gaussian kernel, width sigma = %g (no training)\n", a.kernel_width);
         NoGradGuard ng;
-        test = nadaraya_watson(d.x_test, d.x_train, d.y_train, a.kernel_width);
-    } else {
-        // The seed initialises w to 1.0; D2L ZH draws it from U[0, 1).
-        const double w0 = zh ? gen.uniform() : 1.0;
-        NWKernelRegression model(w0);
-        NWTrainConfig cfg;
-        cfg.epochs = a.epochs >= 0 ? a.epochs : (zh ? 5 : 20);
-        cfg.lr     = a.lr;
-        cfg.loss   = zh ? NWLoss::sum : NWLoss::mean;
-        std::printf("parametric kernel, w0 = %.4f, SGD lr %g, %lld epoch%s, loss %s\n", w0, cfg.lr,
-                    (long long)cfg.epochs, cfg.epochs == 1 ? "" : "s", zh ? "sum of squared errors" : "MSE (mean)");
-        hist = train_nw(model, d.x_train, d.y_train, cfg, [zh](const NWEpoch& e) {
-            if (zh)  // D2L ZH's print
-                std::printf("epoch %lld, loss %.6f\n", (long long)e.epoch, e.loss);
-            else  // the seed's print
-                std::printf("epoch %02lld, loss = %.4f, w = %.4f\n", (long long)e.epoch, e.loss, e.w);
-            std::fflush(stdout);
-        });
-        NoGradGuard ng;
-        test.predictions       = model.forward(d.x_test, d.x_train, d.y_train);
-        test.attention_weights = model.attention_weights();
-        w_learned              = model.w.item();
+        f.test = nadaraya_watson(d.x_test, d.x_train, d.y_train, a.kernel_width);
+        return f;
     }
-    check_finite(a, d, test, w_learned);
-    if (d.y_true.defined()) {
-        const double mse = mean(pow(sub(test.predictions, d.y_true), 2.0)).item();
-        std::printf("test MSE against the true function: %.4f\n", mse);
-    }
+    // The seed initialises w to 1.0; D2L ZH draws it from U[0, 1).
+    const double w0 = zh ? gen.uniform() : 1.0;
+    NWKernelRegression model(w0);
+    NWTrainConfig cfg;
+    cfg.epochs = a.epochs >= 0 ? a.epochs : (zh ? 5 : 20);
+    cfg.lr     = a.lr;
+    cfg.loss   = zh ? NWLoss::sum : NWLoss::mean;
+    std::printf("parametric kernel, w0 = %.4f, SGD lr %g, %lld epoch%s, loss %s\n", w0, cfg.lr,
+                (long long)cfg.epochs, cfg.epochs == 1 ? "" : "s", zh ? "sum of squared errors" : "MSE (mean)");
+    f.hist = train_nw(model, d.x_train, d.y_train, cfg, [zh](const NWEpoch& e) {
+        if (zh)  // D2L ZH's print
+            std::printf("epoch %lld, loss %.6f\n", (long long)e.epoch, e.loss);
+        else  // the seed's print
+            std::printf("epoch %02lld, loss = %.4f, w = %.4f\n", (long long)e.epoch, e.loss, e.w);
+        std::fflush(stdout);
+    });
+    NoGradGuard ng;
+    f.test.predictions       = model.forward(d.x_test, d.x_train, d.y_train);
+    f.test.attention_weights = model.attention_weights();
+    f.w_learned              = model.w.item();
+    return f;
+}
 
-    // ---- outputs ----
-    std::filesystem::create_directories(a.out);
-    const std::string out = a.out + "/";
+/// fit.png/.svg: the training points, the true function (when known) and the predictions.
+void plot_fit(const NwArgs& a, const models::NWData& d, const models::NWResult& test, const std::string& out) {
     util::LinePlot fit;
     fit.width = 640, fit.height = 420;
     fit.title  = a.kernel_width > 0 ? "Nadaraya-Watson, Gaussian kernel" : "Nadaraya-Watson, learned w";
@@ -179,37 +180,59 @@ void run_nw(const NwArgs& a) {
     pred.color = util::series_color(2);
     fit.add(pred);
     save_both(fit, out + "fit");
+}
 
-    const util::Heatmap heat = attention_heatmap(as_doubles(test.attention_weights), test.attention_weights.size(0),
-                                                 test.attention_weights.size(1));
+/// history.csv and loss.png/.svg of a training run.
+void write_history(const std::vector<models::NWEpoch>& hist, bool zh, const std::string& out) {
+    std::ofstream csv(out + "history.csv");
+    csv << "epoch,loss,w\n";
+    char buf[96];
+    for (const auto& e : hist) {
+        std::snprintf(buf, sizeof buf, "%lld,%.9g,%.9g\n", (long long)e.epoch, e.loss, e.w);
+        csv << buf;
+    }
+    QKV_CHECK(csv.good(), "nw: cannot write '", out, "history.csv'");
+    util::LinePlot lp;
+    lp.width = 640, lp.height = 420;
+    lp.title = "training loss", lp.xlabel = "epoch", lp.ylabel = zh ? "sum of squared errors" : "MSE";
+    lp.legend = util::LegendPos::none;
+    util::Series s;
+    for (const auto& e : hist) s.x.push_back(double(e.epoch)), s.y.push_back(e.loss);
+    s.marker = util::Marker::circle;
+    lp.add(s);
+    save_both(lp, out + "loss");
+}
+
+void run_nw(const NwArgs& a) {
+    using namespace models;
+    check_out_folder("--out", a.out);  // before training, not after it (a usage error, exit 2)
+    const NWPreset preset = a.preset == "zh" ? NWPreset::zh : NWPreset::seed;
+    const bool zh         = preset == NWPreset::zh;
+    Generator gen(a.seed);
+    const NWData d = load_data(a, preset, gen);
+    const NwFit f  = fit_model(a, d, zh, gen);
+    check_finite(a, d, f.test, f.w_learned);
+    if (d.y_true.defined()) {
+        const double mse = mean(pow(sub(f.test.predictions, d.y_true), 2.0)).item();
+        std::printf("test MSE against the true function: %.4f\n", mse);
+    }
+
+    std::filesystem::create_directories(a.out);
+    const std::string out = a.out + "/";
+    plot_fit(a, d, f.test, out);
+    const util::Heatmap heat = attention_heatmap(as_doubles(f.test.attention_weights), f.test.attention_weights.size(0),
+                                                 f.test.attention_weights.size(1));
     heat.save(out + "attention.png");
     heat.save(out + "attention.svg");
     const auto [hw, hh] = heat.canvas_size();
-
     std::printf("wrote %sfit.png and .svg (640x420 px), %sattention.png and .svg (%dx%d px)",
                 out.c_str(), out.c_str(), hw, hh);
-    if (!hist.empty()) {
-        std::ofstream csv(out + "history.csv");
-        csv << "epoch,loss,w\n";
-        char buf[96];
-        for (const auto& e : hist) {
-            std::snprintf(buf, sizeof buf, "%lld,%.9g,%.9g\n", (long long)e.epoch, e.loss, e.w);
-            csv << buf;
-        }
-        QKV_CHECK(csv.good(), "nw: cannot write '", out, "history.csv'");
-        util::LinePlot lp;
-        lp.width = 640, lp.height = 420;
-        lp.title = "training loss", lp.xlabel = "epoch", lp.ylabel = zh ? "sum of squared errors" : "MSE";
-        lp.legend = util::LegendPos::none;
-        util::Series s;
-        for (const auto& e : hist) s.x.push_back(double(e.epoch)), s.y.push_back(e.loss);
-        s.marker = util::Marker::circle;
-        lp.add(s);
-        save_both(lp, out + "loss");
+    if (!f.hist.empty()) {
+        write_history(f.hist, zh, out);
         std::printf(", %sloss.png and .svg, %shistory.csv", out.c_str(), out.c_str());
     } else {
         // No training, no loss curve: an earlier run's in the same folder would pass for this one's.
-        for (const char* f : {"loss.png", "loss.svg", "history.csv"}) std::filesystem::remove(out + f);
+        for (const char* name : {"loss.png", "loss.svg", "history.csv"}) std::filesystem::remove(out + name);
     }
     std::printf("\n");
 }

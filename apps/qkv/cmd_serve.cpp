@@ -64,7 +64,7 @@ extern "C" void on_signal(int sig) {
     errno = saved;
 }
 
-void run(const ServeArgs& a) {
+serve::ServiceOptions service_options(const ServeArgs& a) {
     serve::ServiceOptions so;
     so.limits.max_body_bytes   = size_t(a.max_body_bytes);
     so.limits.max_sentences    = a.max_sentences;
@@ -77,8 +77,13 @@ void run(const ServeArgs& a) {
     if (a.max_queue < a.max_sentences)
         usage_error("serve: --max-queue (" + std::to_string(a.max_queue) + ") must be at least --max-sentences (" +
                     std::to_string(a.max_sentences) + ")");
-    // Before the model loads and before listening: a port file that cannot be written would end the
-    // server once it listens, and one of the model's files would be overwritten.
+    return so;
+}
+
+/// Checks --port-file before the model loads and before listening: a port file that cannot be
+/// written would end the server once it listens, and one of the model's files would be
+/// overwritten. Returns the FIFO's descriptor when --port-file is one, else -1.
+int check_port_file(const ServeArgs& a) {
     check_not_model_file("--port-file", a.port_file, a.model);
     check_output_file("--port-file", a.port_file);
     // A FIFO waits in open() for its reader, and SIGTERM (SA_RESTART) would not end that wait:
@@ -92,18 +97,20 @@ void run(const ServeArgs& a) {
                                         : std::string("that cannot be opened: ") + std::strerror(errno)));
         ::fcntl(port_fifo, F_SETFL, ::fcntl(port_fifo, F_GETFL) & ~O_NONBLOCK);
     }
+    return port_fifo;
+}
 
+void install_signal_handlers() {
     QKV_CHECK(pipe(g_signal_pipe) == 0, "serve: cannot create a pipe for signals");
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &sa, nullptr);
+}
 
-    auto holder = std::make_shared<serve::ModelHolder>(a.model, runtime::parse_compute_type(a.compute_type));
-    serve::Service service(so, holder);
-
-    httplib::Server svr;
+/// Threads, limits and socket options of the server. `listen_fd` receives the listening socket.
+void configure_server(httplib::Server& svr, const ServeArgs& a, int& listen_fd, std::atomic<bool>& closing) {
     // Every connection waiting for a thread sits in httplib's own queue, which has no bound: with
     // at least --max-queue threads the waiting requests reach the batcher, whose bounded queue
     // answers the excess with 503 instead of a growing backlog.
@@ -117,7 +124,6 @@ void run(const ServeArgs& a) {
     // httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
     // library): bursts of connections beyond it wait for SYN retries. The listening socket is the
     // first one given to these options; listen() again raises its backlog.
-    int listen_fd = -1;
     svr.set_socket_options([&listen_fd](int sock) {
         int yes = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
@@ -125,26 +131,27 @@ void run(const ServeArgs& a) {
     });
     // After SIGTERM every answer closes its connection: a keep-alive client would otherwise hold
     // its worker thread for the keep-alive timeout while connections queued behind it wait.
-    std::atomic<bool> closing{false};
     svr.set_post_routing_handler([&closing](const httplib::Request&, httplib::Response& res) {
         if (closing) res.set_header("Connection", "close");
     });
+}
+
+/// Routes every method and path to the service.
+void route(httplib::Server& svr, const ServeArgs& a, serve::Service& service) {
     auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
         apply(service.handle(to_request(req)), res);
     };
-    // A body qkv refuses before the service sees it: the JSON error, counted as the service
-    // counts its own; the connection closes, as the rest of the body is never read.
+    // A body qkv refuses before the service sees it: the connection closes, as the rest of the
+    // body is never read.
     auto refuse = [&service](httplib::Response& res, const serve::ApiError& e) {
-        apply(serve::error_response(e), res);
+        apply(service.refuse(e), res);
         res.set_header("Connection", "close");
-        service.metrics().error(e.kind);
-        service.metrics().request("http", e.status, 0);
     };
     // Bodies are read here, not by httplib: its --max-body-bytes check (set_payload_max_length)
     // covers Content-Length bodies only, and a chunked body would be buffered whole, however
     // large, before any check. Reading stops at the first byte over the limit.
-    auto body_handler = [&a, &service, &refuse](const httplib::Request& req, httplib::Response& res,
-                                                const httplib::ContentReader& read) {
+    auto body_handler = [&a, &service, refuse](const httplib::Request& req, httplib::Response& res,
+                                               const httplib::ContentReader& read) {
         std::string body;
         bool over = false;
         const bool complete = read([&](const char* data, size_t n) {
@@ -155,9 +162,7 @@ void run(const ServeArgs& a) {
         // httplib refuses a Content-Length over the limit before reading (complete is false).
         if (over || (!complete && std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
                                       uint64_t(a.max_body_bytes)))
-            return refuse(res, {413, "limit",
-                                "the body is larger than " + std::to_string(a.max_body_bytes) + " bytes (max_body_bytes)",
-                                "max_body_bytes"});
+            return refuse(res, serve::body_too_large_error(size_t(a.max_body_bytes)));
         if (!complete)  // a malformed chunk, or the client went away
             return refuse(res, {400, "http", "the body could not be read (malformed chunked encoding?)", ""});
         serve::HttpRequest q = to_request(req);
@@ -174,21 +179,73 @@ void run(const ServeArgs& a) {
     // same JSON shape; responses that already have a body (ours) pass through.
     svr.set_error_handler(httplib::Server::HandlerWithResponse([&a, &service](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        serve::ApiError e{res.status, "http", "bad request", ""};
-        if (res.status == 413)
-            e = {413, "limit", "the body is larger than " + std::to_string(a.max_body_bytes) + " bytes (max_body_bytes)",
-                 "max_body_bytes"};
-        else if (res.status == 404)
-            e = {404, "not_found", "no such path", ""};
-        else if (res.status == 414)
-            e = {414, "limit", "the request line is too long", ""};
-        else if (res.status >= 500)
-            e = {res.status, "internal", "internal error", ""};
-        apply(serve::error_response(e), res);
-        service.metrics().error(e.kind);
-        service.metrics().request("http", e.status, 0);
+        apply(service.refuse(serve::transport_error(res.status, size_t(a.max_body_bytes))), res);
         return httplib::Server::HandlerResponse::Handled;
     }));
+}
+
+/// Writes the port listened on to --port-file (the FIFO opened before, when it is one).
+void write_port_file(const ServeArgs& a, int port, int port_fifo) {
+    const std::string line = std::to_string(port) + "\n";
+    if (port_fifo >= 0) {
+        const bool ok = ::write(port_fifo, line.data(), line.size()) == ssize_t(line.size());
+        const int err = errno;
+        ::close(port_fifo);
+        QKV_CHECK(ok, "cannot write '", a.port_file, "': ", std::strerror(err));
+    } else {
+        util::write_file_atomic(a.port_file, line);
+    }
+}
+
+/// The signal thread's loop: SIGHUP reloads; SIGTERM / SIGINT (or 0, written by run() at the end)
+/// drain the service and stop accepting connections.
+void handle_signals(const ServeArgs& a, serve::Service& service, httplib::Server& svr, int listen_fd,
+                    std::atomic<bool>& stopping, std::atomic<bool>& closing) {
+    // Shutdown stops accept() without httplib's stop(): stop() marks the server socket invalid,
+    // and httplib then closes every accepted connection still waiting for a worker thread (more
+    // clients than --http-threads) without reading its request. A listening socket shut down makes
+    // accept() fail (EINVAL); httplib's loop ends and its thread pool finishes every queued
+    // connection, each answered. Connections not yet accepted are refused by the kernel.
+    auto stop_accepting = [&svr, listen_fd] {
+        if (listen_fd < 0 || ::shutdown(listen_fd, SHUT_RDWR) != 0) svr.stop();
+    };
+    for (;;) {
+        char c = 0;
+        const ssize_t n = read(g_signal_pipe[0], &c, 1);
+        if (n < 0 && errno == EINTR) continue;
+        const int sig = n == 1 ? int(c) : 0;  // 0: woken by run() at the end
+        if (sig == SIGHUP) {
+            std::fprintf(stderr, "qkv serve: SIGHUP: reloading '%s'\n", a.model.c_str());
+            service.reload();
+            continue;
+        }
+        if (sig != 0)
+            std::fprintf(stderr, "qkv serve: %s: finishing the requests in flight, then exiting\n",
+                         sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        stopping = true;
+        closing  = true;
+        service.drain();
+        if (sig != 0)
+            stop_accepting();
+        else
+            svr.stop();  // the listener has ended already (its socket may be closed): a no-op
+        return;
+    }
+}
+
+void run(const ServeArgs& a) {
+    const serve::ServiceOptions so = service_options(a);
+    const int port_fifo = check_port_file(a);
+    install_signal_handlers();
+
+    auto holder = std::make_shared<serve::ModelHolder>(a.model, runtime::parse_compute_type(a.compute_type));
+    serve::Service service(so, holder);
+
+    httplib::Server svr;
+    int listen_fd = -1;
+    std::atomic<bool> closing{false};
+    configure_server(svr, a, listen_fd, closing);
+    route(svr, a, service);
 
     const int port = a.port == 0 ? svr.bind_to_any_port(a.host.c_str()) : (svr.bind_to_port(a.host.c_str(), int(a.port)) ? int(a.port) : -1);
     QKV_CHECK(port > 0, "serve: cannot listen on ", a.host, ":", a.port, " (address in use, or not an address of this machine)");
@@ -199,15 +256,7 @@ void run(const ServeArgs& a) {
                  a.model.c_str());
     if (!a.port_file.empty()) {
         try {
-            const std::string line = std::to_string(port) + "\n";
-            if (port_fifo >= 0) {
-                const bool ok = ::write(port_fifo, line.data(), line.size()) == ssize_t(line.size());
-                const int err = errno;
-                ::close(port_fifo);
-                QKV_CHECK(ok, "cannot write '", a.port_file, "': ", std::strerror(err));
-            } else {
-                util::write_file_atomic(a.port_file, line);
-            }
+            write_port_file(a, port, port_fifo);
         } catch (...) {  // e.g. its folder removed since the check: stop listening, then report
             svr.stop();
             listener.join();
@@ -215,40 +264,9 @@ void run(const ServeArgs& a) {
         }
     }
 
-    // Shutdown stops accept() without httplib's stop(): stop() marks the server socket invalid,
-    // and httplib then closes every accepted connection still waiting for a worker thread (more
-    // clients than --http-threads) without reading its request. A listening socket shut down makes
-    // accept() fail (EINVAL); httplib's loop ends and its thread pool finishes every queued
-    // connection, each answered. Connections not yet accepted are refused by the kernel.
-    auto stop_accepting = [&svr, &listen_fd] {
-        if (listen_fd < 0 || ::shutdown(listen_fd, SHUT_RDWR) != 0) svr.stop();
-    };
     std::atomic<bool> stopping{false};
     auto wake = [](char c) { [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1); };
-    std::thread signals([&] {
-        for (;;) {
-            char c = 0;
-            const ssize_t n = read(g_signal_pipe[0], &c, 1);
-            if (n < 0 && errno == EINTR) continue;
-            const int sig = n == 1 ? int(c) : 0;  // 0: woken by run() at the end
-            if (sig == SIGHUP) {
-                std::fprintf(stderr, "qkv serve: SIGHUP: reloading '%s'\n", a.model.c_str());
-                service.reload();
-                continue;
-            }
-            if (sig != 0)
-                std::fprintf(stderr, "qkv serve: %s: finishing the requests in flight, then exiting\n",
-                             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-            stopping = true;
-            closing  = true;
-            service.drain();
-            if (sig != 0)
-                stop_accepting();
-            else
-                svr.stop();  // the listener has ended already (its socket may be closed): a no-op
-            return;
-        }
-    });
+    std::thread signals([&] { handle_signals(a, service, svr, listen_fd, stopping, closing); });
     if (!service.reload()) {
         svr.stop();
         listener.join();

@@ -80,53 +80,47 @@ std::string extras_message(const CLI::App* app) {
            (where == app ? "" : where->get_name() + " ") + "--help lists the options";
 }
 
-}  // namespace
+/// "qkv 0.1.0" and the kernel paths this machine takes (--version).
+std::string version_text() {
+    std::string paths;
+    try {
+        paths = qkv::kernel_paths();
+    } catch (const qkv::Error& e) {  // a bad QKV_MAX_ISA (main warns): the version all the same
+        paths = std::string("kernel paths: not known: ") + e.what() + "\n";
+    }
+    paths.pop_back();  // CLI11 ends the text with its own newline
+    return "qkv 0.1.0\n" + paths;
+}
 
-int main(int argc, char** argv) {
-    // Passive OpenMP waiting unless the user chose otherwise (core/parallel.h says why; the
-    // Python package does the same). libgomp read its settings before main ran, so once the
-    // variable is set we re-execute ourselves. On a quiet machine a short spin is faster
-    // (GOMP_SPINCOUNT=10000, bench/RESULTS_avx512.md).
-    if (qkv::default_to_passive_omp_wait())
-        execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
-    CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
-    app.require_subcommand(1);
-    app.set_version_flag("--version", [] {
-        std::string paths;
-        try {
-            paths = qkv::kernel_paths();
-        } catch (const qkv::Error& e) {  // a bad QKV_MAX_ISA (main warns): the version all the same
-            paths = std::string("kernel paths: not known: ") + e.what() + "\n";
-        }
-        paths.pop_back();  // CLI11 ends the text with its own newline
-        return "qkv 0.1.0\n" + paths;
-    });
-    // Before the subcommands are added: they copy it. app.exit() prints it for every parse error.
-    app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-        // (ExtrasError carries the command name as its name: test the type.)
-        if (dynamic_cast<const CLI::ExtrasError*>(&e)) return "qkv: error: " + extras_message(a) + "\n";
-        // A flag given twice: CLI11 says "--max-steps: At Most 1 required but received 2".
-        if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
-            const std::string m = e.what();
-            const size_t at = m.find(": At Most 1 required but received ");
-            if (at != std::string::npos) return "qkv: error: " + m.substr(0, at) + " is given more than once: give it once\n";
-        }
-        // "qkv --bogus": CLI11 reports only the missing command; the unknown option comes first.
-        if (dynamic_cast<const CLI::RequiredError*>(&e) && a->get_subcommands().empty() && !a->remaining(false).empty())
-        {
-            std::string m = extras_message(a);
-            const std::string tail = "; qkv --help lists the options";
-            if (m.size() > tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0)
-                m.resize(m.size() - tail.size());
-            return "qkv: error: " + m + ", and no command is given; qkv --help lists the options and the commands\n";
-        }
-        return "qkv: error: " + CLI::FailureMessage::simple(a, e);
-    });
-    // The global options: accepted before the subcommand or after it, with the same values and
-    // meaning (one variable each). Given on both sides, the later would silently win: refused.
+/// The message app.exit() prints for a parse error: "qkv: error: ..." in qkv's words.
+std::string failure_message(const CLI::App* a, const CLI::Error& e) {
+    // (ExtrasError carries the command name as its name: test the type.)
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) return "qkv: error: " + extras_message(a) + "\n";
+    // A flag given twice: CLI11 says "--max-steps: At Most 1 required but received 2".
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
+        const std::string m = e.what();
+        const size_t at = m.find(": At Most 1 required but received ");
+        if (at != std::string::npos) return "qkv: error: " + m.substr(0, at) + " is given more than once: give it once\n";
+    }
+    // "qkv --bogus": CLI11 reports only the missing command; the unknown option comes first.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && a->get_subcommands().empty() && !a->remaining(false).empty())
+    {
+        std::string m = extras_message(a);
+        const std::string tail = "; qkv --help lists the options";
+        if (m.size() > tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0)
+            m.resize(m.size() - tail.size());
+        return "qkv: error: " + m + ", and no command is given; qkv --help lists the options and the commands\n";
+    }
+    return "qkv: error: " + CLI::FailureMessage::simple(a, e);
+}
+
+/// The global options: accepted before the subcommand or after it, with the same values and
+/// meaning (one variable each).
+struct GlobalOptions {
     int threads = 0;
     std::string attention = "auto", kernels = "fast", denormals = "flush";
-    auto add_global_options = [&](CLI::App* a) {
+
+    void add_to(CLI::App* a) {
         const char* group = "Global options (before or after the subcommand)";
         a->add_option("--threads", threads,
                       "threads for kernels (default 0: all cores, or OMP_NUM_THREADS when set)")
@@ -145,45 +139,11 @@ int main(int argc, char** argv) {
                       "them ~100x slower) or keep (IEEE gradual underflow, PyTorch's default)")
             ->check(CLI::IsMember({"flush", "keep"}))
             ->group(group);
-    };
-    add_global_options(&app);
-    app.parse_complete_callback([&] {
-        for (const char* name : {"--threads", "--attention", "--kernels", "--denormals"})
-            for (CLI::App* sub : app.get_subcommands()) {
-                const CLI::Option* before = app.get_option(name);
-                const CLI::Option* after  = sub->get_option_no_throw(name);
-                if (before->count() == 0 || !after || after->count() == 0) continue;
-                throw CLI::ValidationError(std::string(name) + " is given both before and after '" + sub->get_name() +
-                                           "' (" + before->results().back() + ", then " + after->results().back() +
-                                           "): give it once");
-            }
-        // A switch given with its opposite (--bidirectional --no-bidirectional): CLI11 lets the
-        // last one win without a word. The same switch twice means what it says once (scripts
-        // that add flags to a list repeat them): accepted.
-        std::vector<CLI::App*> parsed{&app};
-        for (CLI::App* sub : app.get_subcommands()) parsed.push_back(sub);
-        for (CLI::App* a : parsed)
-            for (const CLI::Option* o : a->get_options()) {
-                if (o->get_items_expected_max() != 0 || o->count() < 2) continue;
-                const std::vector<std::string>& r = o->results();
-                if (std::all_of(r.begin(), r.end(), [&](const std::string& v) { return v == r.front(); })) continue;
-                std::string names;  // "--bidirectional/--no-bidirectional" (CLI11 writes "...,--no-x{false}")
-                int depth = 0;
-                for (const char c : o->get_name(false, true)) {
-                    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
-                    if (depth == 0 && c != '}') names += c == ',' ? '/' : c;
-                }
-                throw CLI::ValidationError(names + ": the switch and its opposite are both given: give one");
-            }
-        // Only `qkv train` (data-parallel) and `qkv eval` (the test set shared) use the ranks: N
-        // copies of another command would each do the whole job (N servers on one port, N
-        // writers of one --out).
-        if (const int64_t ranks = qkv::dist::launched_world_size(); ranks > 1)
-            for (CLI::App* sub : app.get_subcommands())
-                if (sub->get_name() != "train" && sub->get_name() != "eval")
-                    throw CLI::ValidationError("qkv " + sub->get_name() + " runs in one process, but mpirun started " +
-                                               std::to_string(ranks) + " of it: only qkv train and qkv eval use the "
-                                               "ranks; run qkv " + sub->get_name() + " without mpirun");
+    }
+
+    /// Sets the threads, attention backend, kernel mode and denormal mode. Throws
+    /// CLI::ValidationError when the flash kernel is forced with the reference kernels.
+    void apply() const {
         if (threads > 0) qkv::set_num_threads(threads);
         qkv::set_attention_backend(qkv::parse_attention_backend(attention));
         if (kernels == "ref") qkv::set_kernel_mode(qkv::KernelMode::reference);
@@ -198,23 +158,67 @@ int main(int argc, char** argv) {
                 std::string(attention == "flash" ? "--attention flash" : "QKV_ATTENTION=flash") +
                 " needs the fast kernels, but " + (kernels == "ref" ? "--kernels ref" : "QKV_KERNELS=ref") +
                 " selects the reference kernels, which have no flash path: drop one of the two");
-    });
-    for (auto reg : qkv::cli::registry()) reg(app);
-    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_global_options(sub);
-    qkv::cli::refuse_empty_values(app);
-    qkv::cli::plain_switch_names(app);
-    // The environment checks below stop a command, not a request for help or the version:
-    // `--help` and `--version` still print (after the same message as a warning).
+    }
+};
+
+/// A global option given both before and after the subcommand: the later would silently win.
+void refuse_global_given_twice(CLI::App& app) {
+    for (const char* name : {"--threads", "--attention", "--kernels", "--denormals"})
+        for (CLI::App* sub : app.get_subcommands()) {
+            const CLI::Option* before = app.get_option(name);
+            const CLI::Option* after  = sub->get_option_no_throw(name);
+            if (before->count() == 0 || !after || after->count() == 0) continue;
+            throw CLI::ValidationError(std::string(name) + " is given both before and after '" + sub->get_name() +
+                                       "' (" + before->results().back() + ", then " + after->results().back() +
+                                       "): give it once");
+        }
+}
+
+/// A switch given with its opposite (--bidirectional --no-bidirectional): CLI11 lets the last one
+/// win without a word. The same switch twice means what it says once (scripts that add flags to a
+/// list repeat them): accepted.
+void refuse_switch_and_opposite(CLI::App& app) {
+    std::vector<CLI::App*> parsed{&app};
+    for (CLI::App* sub : app.get_subcommands()) parsed.push_back(sub);
+    for (CLI::App* a : parsed)
+        for (const CLI::Option* o : a->get_options()) {
+            if (o->get_items_expected_max() != 0 || o->count() < 2) continue;
+            const std::vector<std::string>& r = o->results();
+            if (std::all_of(r.begin(), r.end(), [&](const std::string& v) { return v == r.front(); })) continue;
+            std::string names;  // "--bidirectional/--no-bidirectional" (CLI11 writes "...,--no-x{false}")
+            int depth = 0;
+            for (const char c : o->get_name(false, true)) {
+                depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+                if (depth == 0 && c != '}') names += c == ',' ? '/' : c;
+            }
+            throw CLI::ValidationError(names + ": the switch and its opposite are both given: give one");
+        }
+}
+
+/// Only `qkv train` (data-parallel) and `qkv eval` (the test set shared) use the ranks: N copies of
+/// another command would each do the whole job (N servers on one port, N writers of one --out).
+void refuse_ranks_for_single_process_commands(CLI::App& app) {
+    if (const int64_t ranks = qkv::dist::launched_world_size(); ranks > 1)
+        for (CLI::App* sub : app.get_subcommands())
+            if (sub->get_name() != "train" && sub->get_name() != "eval")
+                throw CLI::ValidationError("qkv " + sub->get_name() + " runs in one process, but mpirun started " +
+                                           std::to_string(ranks) + " of it: only qkv train and qkv eval use the "
+                                           "ranks; run qkv " + sub->get_name() + " without mpirun");
+}
+
+/// Checks QKV_KERNELS, QKV_ATTENTION and QKV_MAX_ISA before a command runs: 2 (after the
+/// message) when one is bad, else 0. With --help or --version the message is a warning and help
+/// (the version) follows.
+int check_environment(int argc, char** argv) {
     bool help_or_version = false;
     for (int i = 1; i < argc; ++i)
         help_or_version = help_or_version || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0 ||
                           std::strcmp(argv[i], "--help-all") == 0 || std::strcmp(argv[i], "--version") == 0;
-    // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
-    // With --help (--version) the same message is a warning and help (the version) follows (exit 0).
     auto env_error = [help_or_version](const std::string& msg) {
         std::fprintf(stderr, "qkv: %s: %s\n", help_or_version ? "warning" : "error", msg.c_str());
         return !help_or_version;
     };
+    // QKV_KERNELS is read when the library starts; a misspelt value would silently mean "fast".
     if (const char* k = std::getenv("QKV_KERNELS"); k && *k && std::strcmp(k, "ref") != 0 && std::strcmp(k, "fast") != 0)
         if (env_error(std::string("QKV_KERNELS must be 'fast' or 'ref', got '") + k + "'")) return 2;
     // QKV_ATTENTION is read at the first attention call, after the model is loaded: check it now,
@@ -232,20 +236,27 @@ int main(int argc, char** argv) {
     } catch (const qkv::Error& e) {
         if (env_error(e.what())) return 2;
     }
-    // A first word that is not a command: say so (CLI11 would only say a subcommand is required).
-    if (argc > 1 && argv[1][0] != '-') {
-        std::string names;
-        bool known = false;
-        for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-            known = known || sub->get_name() == argv[1];
-            names += (names.empty() ? "" : ", ") + sub->get_name();
-        }
-        if (!known) {
-            std::fprintf(stderr, "qkv: error: unknown command '%s' (commands: %s; qkv --help)\n", argv[1],
-                         names.c_str());
-            return 2;
-        }
+    return 0;
+}
+
+/// A first word that is not a command: says so and returns false (CLI11 would only say a
+/// subcommand is required).
+bool known_command(CLI::App& app, int argc, char** argv) {
+    if (argc <= 1 || argv[1][0] == '-') return true;
+    std::string names;
+    bool known = false;
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
     }
+    if (!known)
+        std::fprintf(stderr, "qkv: error: unknown command '%s' (commands: %s; qkv --help)\n", argv[1], names.c_str());
+    return known;
+}
+
+/// Parses and runs the command; returns the exit code (0, 1 for qkv::Error, 2 for usage, or a
+/// command's ExitStatus).
+int parse_and_run(CLI::App& app, int argc, char** argv) {
     // "--out=" means an empty --out, as "--out ''" does (CLI11 would take the next argument).
     std::vector<std::string> args = qkv::cli::split_empty_assignments(app, argc, argv);
     std::vector<char*> args_c{argv[0]};
@@ -271,4 +282,37 @@ int main(int argc, char** argv) {
         if (auto w = qkv::dist::world_if_started(); w && w->size() > 1)
             w->abort(qkv::detail::str("stopped with an error (exit ", rc, "), stopping the job"), rc);
     return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // Passive OpenMP waiting unless the user chose otherwise (core/parallel.h says why; the
+    // Python package does the same). libgomp read its settings before main ran, so once the
+    // variable is set we re-execute ourselves. On a quiet machine a short spin is faster
+    // (GOMP_SPINCOUNT=10000, bench/RESULTS_avx512.md).
+    if (qkv::default_to_passive_omp_wait())
+        execv("/proc/self/exe", argv);  // returns only on failure; then run as we are
+    CLI::App app{"qkv: attention mechanisms and Transformers (D2L chapter 11) in C++"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", version_text);
+    // Before the subcommands are added: they copy it. app.exit() prints it for every parse error.
+    app.failure_message(failure_message);
+    // Given on both sides of the subcommand, a global option is refused (refuse_global_given_twice).
+    GlobalOptions globals;
+    globals.add_to(&app);
+    app.parse_complete_callback([&] {
+        refuse_global_given_twice(app);
+        refuse_switch_and_opposite(app);
+        refuse_ranks_for_single_process_commands(app);
+        globals.apply();
+    });
+    for (auto reg : qkv::cli::registry()) reg(app);
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) globals.add_to(sub);
+    qkv::cli::refuse_empty_values(app);
+    qkv::cli::plain_switch_names(app);
+    // The environment checks stop a command, not a request for help or the version.
+    if (const int rc = check_environment(argc, argv); rc != 0) return rc;
+    if (!known_command(app, argc, argv)) return 2;
+    return parse_and_run(app, argc, argv);
 }

@@ -8,7 +8,6 @@
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
 #include "qkv/ops/softmax.h"
-#include "qkv/train/nw_train.h"
 
 namespace qkv::py {
 namespace {
@@ -37,9 +36,8 @@ CausalAlign parse_causal(const pyb::object& c) {
     throw pyb::value_error(detail::str("causal: '", s, "' is not None, True, False, 'top_left' or 'bottom_right'"));
 }
 
-}  // namespace
-
-void bind_functional(pyb::module_& m) {
+// qkv.scaled_dot_product_attention: the fused attention op with PyTorch's arguments.
+void bind_attention_op(pyb::module_& m) {
     using pyb::arg;
     m.def(
         "scaled_dot_product_attention",
@@ -108,7 +106,11 @@ or float (added to the logits), broadcastable to (B, H, Tq, Tk). causal: None/Fa
 ('top_left', PyTorch's is_causal) or 'bottom_right'. scale: None = 1/sqrt(D). dropout acts when
 training=True. backend: 'auto', 'math' or 'flash'. return_weights=True returns (out, weights) with
 weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
+}
 
+// masked_softmax, softmax, matmul, sequence_mask, the positional-encoding table.
+void bind_tensor_ops(pyb::module_& m) {
+    using pyb::arg;
     m.def("masked_softmax", [](const pyb::object& X, const pyb::object& valid_lens) {
         Tensor x = to_tensor(X, "X"), vl = to_lengths(valid_lens, "valid_lens");
         pyb::gil_scoped_release nogil;
@@ -139,6 +141,11 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
     }, arg("num_steps"), arg("num_hiddens"),
           "The sinusoidal table P (num_steps, num_hiddens) of D2L 11.6.3: P[i, 2j] = sin(i / 10000^(2j/C)), "
           "P[i, 2j+1] = cos(...), float32.");
+}
+
+// Nadaraya–Watson pooling (D2L 11.2): the estimator, the data, the parametric model and its fit.
+void bind_nadaraya_watson(pyb::module_& m) {
+    using pyb::arg;
     m.def("nadaraya_watson", [](const pyb::object& q, const pyb::object& k, const pyb::object& v, double width) {
         Tensor qt = to_tensor(q, "queries"), kt = to_tensor(k, "keys"), vt = to_tensor(v, "values");
         models::NWResult r;
@@ -174,13 +181,13 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
         .def_readonly("w", &models::NWKernelRegression::w)
         .def("fit", [](models::NWKernelRegression& r, const pyb::object& x, const pyb::object& y, int64_t epochs, double lr,
                        const std::string& loss, const pyb::object& on_epoch) {
-            train::NWTrainConfig cfg;
+            models::NWTrainConfig cfg;
             cfg.epochs = epochs;
             cfg.lr     = lr;
             if (loss != "mean" && loss != "sum") throw pyb::value_error(detail::str("loss: '", loss, "' is not 'mean' or 'sum'"));
-            cfg.loss = loss == "mean" ? train::NWLoss::mean : train::NWLoss::sum;
+            cfg.loss = loss == "mean" ? models::NWLoss::mean : models::NWLoss::sum;
             std::vector<std::tuple<int64_t, double, double>> hist;
-            train::train_nw(r, to_tensor(x, "x_train"), to_tensor(y, "y_train"), cfg, [&](const train::NWEpoch& e) {
+            models::train_nw(r, to_tensor(x, "x_train"), to_tensor(y, "y_train"), cfg, [&](const models::NWEpoch& e) {
                 hist.emplace_back(e.epoch, e.loss, e.w);
                 if (!on_epoch.is_none()) on_epoch(e.epoch, e.loss, e.w);
             });
@@ -188,6 +195,14 @@ weights (B, H, Tq, Tk) (math path). Releases the GIL while computing.)");
         }, arg("x_train"), arg("y_train"), arg("epochs") = 20, arg("lr") = 0.5, arg("loss") = "mean",
             arg("on_epoch") = pyb::none(),
             "Leave-one-out full-batch SGD (qkv nw); returns [(epoch, loss, w)], calls on_epoch(epoch, loss, w).");
+}
+
+}  // namespace
+
+void bind_functional(pyb::module_& m) {
+    bind_attention_op(m);
+    bind_tensor_ops(m);
+    bind_nadaraya_watson(m);
 }
 
 }  // namespace qkv::py

@@ -50,9 +50,8 @@ models::TransformerConfig transformer_config(int64_t src_vocab_size, int64_t tgt
 template <class M>
 using Cls = pyb::class_<M, nn::Module, std::shared_ptr<M>>;
 
-}  // namespace
-
-void bind_nn(pyb::module_& m) {
+// nn::Module: parameters, state_dict in and out (numpy, Tensor, safetensors), train/eval.
+void bind_module(pyb::module_& m) {
     pyb::class_<nn::Module, std::shared_ptr<nn::Module>>(m, "Module", "Base of qkv's layers and models (nn::Module).")
         .def("parameters", &nn::Module::parameters)
         .def("named_parameters", &nn::Module::named_parameters)
@@ -76,6 +75,10 @@ void bind_nn(pyb::module_& m) {
         .def_property_readonly("training", &nn::Module::is_training)
         .def("zero_grad", &nn::Module::zero_grad);
 
+}
+
+// D2L 11.3-11.6: the attention layers and positional encoding.
+void bind_attention(pyb::module_& m) {
     Cls<nn::DotProductAttention>(m, "DotProductAttention", "D2L 11.3.2: q (B, Tq, D), k (B, Tk, D), v (B, Tk, Dv) -> (B, Tq, Dv).")
         .def(pyb::init<double>(), arg("dropout") = 0.0)
         .def("__call__", [](nn::DotProductAttention& a, const pyb::object& q, const pyb::object& k, const pyb::object& v,
@@ -135,6 +138,10 @@ void bind_nn(pyb::module_& m) {
         }, arg("X"), arg("offset") = 0)
         .def_readonly("P", &nn::PositionalEncoding::P);
 
+}
+
+// The encoder-decoder models: D2L 11.7 Transformer and 11.4 Bahdanau.
+void bind_models(pyb::module_& m) {
     Cls<models::EncoderDecoder>(m, "EncoderDecoder", "Encoder–decoder model: forward(src, src_valid_len, dec_input) -> logits.")
         .def("__call__", [](models::EncoderDecoder& ed, const pyb::object& src, const pyb::object& vl, const pyb::object& dec) {
             Tensor s = to_tensor(src, "src"), l = to_tensor(vl, "src_valid_len"), d = to_tensor(dec, "dec_input");
@@ -203,7 +210,10 @@ void bind_nn(pyb::module_& m) {
              arg("src_vocab_size"), arg("tgt_vocab_size"), arg("embed_size") = 256, arg("num_hiddens") = 256,
              arg("num_layers") = 2, arg("dropout") = 0.2);
 
-    // ---- optimizers ----
+}
+
+// SGD, Adam, AdamW with torch.optim's update rules; gradient clipping.
+void bind_optimizers(pyb::module_& m) {
     pyb::class_<optim::Optimizer, std::shared_ptr<optim::Optimizer>>(m, "Optimizer")
         .def("step", [](optim::Optimizer& o) {
             pyb::gil_scoped_release nogil;
@@ -245,7 +255,9 @@ void bind_nn(pyb::module_& m) {
     m.def("clip_grad_norm", [](const pyb::object& params, double max_norm) { return optim::clip_grad_norm(param_list(params), max_norm); },
           arg("params"), arg("max_norm"));
 
-    // ---- safetensors ----
+}
+
+void bind_safetensors(pyb::module_& m) {
     m.def("load_safetensors", [](const std::string& path) {
         pyb::dict d;
         for (auto& [k, v] : io::load_safetensors(path)) d[pyb::str(k)] = v;
@@ -259,6 +271,17 @@ void bind_nn(pyb::module_& m) {
         }
         io::save_safetensors(path, v);
     }, arg("path"), arg("tensors"), "Writes name -> array/Tensor atomically (util/atomic_file.h).");
+}
+
+}  // namespace
+
+// Registration order matters: a base class (Module, EncoderDecoder, Optimizer) before its subclasses.
+void bind_nn(pyb::module_& m) {
+    bind_module(m);
+    bind_attention(m);
+    bind_models(m);
+    bind_optimizers(m);
+    bind_safetensors(m);
 }
 
 }  // namespace qkv::py

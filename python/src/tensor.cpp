@@ -327,12 +327,11 @@ pyb::array tensor_to_numpy(const Tensor& t) {
     return pyb::array(numpy_dtype(t.dtype()), shape, strides, t.raw_data(), base);
 }
 
-void bind_tensor(pyb::module_& m) {
+namespace {
+
+// Construction, shape queries and the zero-copy exchanges (numpy, buffer protocol, DLPack).
+void def_tensor_interop(pyb::class_<Tensor>& T) {
     using pyb::arg;
-    pyb::class_<Tensor> T(m, "Tensor", pyb::buffer_protocol(), R"(An n-d array of qkv (float32, float64, int64,
-bool, or bfloat16 for storage only: .to('float32') before computing) with autograd state. Shares memory with the numpy arrays it was made from or gives out
-(qkv.from_numpy, Tensor.numpy, np.asarray(t), memoryview(t), DLPack). Attention inputs are
-(B, H, T, D): batch, heads, time, head width (see qkv.scaled_dot_product_attention).)");
     T.def(pyb::init([](const pyb::object& data, const pyb::object& dtype, bool requires_grad) {
               Tensor t = to_tensor(data, "data");
               Tensor c = dtype.is_none() ? t.clone() : t.to(parse_dtype(dtype)).clone();
@@ -391,9 +390,13 @@ bool, or bfloat16 for storage only: .to('float32') before computing) with autogr
             return to_dlpack(t);
         }, arg("stream") = pyb::none(), pyb::kw_only(), arg("max_version") = pyb::none(), arg("dl_device") = pyb::none(),
            arg("copy") = pyb::none())
-        .def("__dlpack_device__", [](const Tensor&) { return pyb::make_tuple(kDLCPU, 0); })
-        // ---- autograd ----
-        .def_property("requires_grad", &Tensor::requires_grad, [](Tensor& t, bool on) { t.requires_grad_(on); })
+        .def("__dlpack_device__", [](const Tensor&) { return pyb::make_tuple(kDLCPU, 0); });
+}
+
+// requires_grad, .grad, backward, detach.
+void def_tensor_autograd(pyb::class_<Tensor>& T) {
+    using pyb::arg;
+    T.def_property("requires_grad", &Tensor::requires_grad, [](Tensor& t, bool on) { t.requires_grad_(on); })
         .def("requires_grad_", [](Tensor& t, bool on) { t.requires_grad_(on); return t; }, arg("requires_grad") = true,
              "Marks a leaf as requiring grad; returns self (the same tensor).")
         .def_property("grad", [](const Tensor& t) -> pyb::object {
@@ -408,8 +411,13 @@ bool, or bfloat16 for storage only: .to('float32') before computing) with autogr
             t.backward(g);
         }, arg("grad") = pyb::none(), "Reverse-mode autodiff; accumulates .grad of the leaves (GIL released).")
         .def("detach", &Tensor::detach)
-        .def("zero_grad", &Tensor::reset_grad, "Drops .grad (PyTorch's set_to_none).")
-        .def("item", &Tensor::item)
+        .def("zero_grad", &Tensor::reset_grad, "Drops .grad (PyTorch's set_to_none).");
+}
+
+// Conversions, views, reductions, elementwise and arithmetic operators, repr.
+void def_tensor_ops(pyb::class_<Tensor>& T) {
+    using pyb::arg;
+    T.def("item", &Tensor::item)
         .def("clone", &Tensor::clone)
         .def("contiguous", &Tensor::contiguous)
         .def("to", [](const Tensor& t, const pyb::object& dtype) { return t.to(parse_dtype(dtype)); })
@@ -454,11 +462,11 @@ bool, or bfloat16 for storage only: .to('float32') before computing) with autogr
             return matmul(a, bt);
         })
         .def("__repr__", &repr);
+}
 
-    auto* tensor_type = reinterpret_cast<PyTypeObject*>(T.ptr());
-    pybind11_tensor_getbuffer = tensor_type->tp_as_buffer->bf_getbuffer;
-    tensor_type->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
-
+// from_numpy, as_tensor, from_dlpack, zeros/ones/randn/rand.
+void bind_tensor_factories(pyb::module_& m) {
+    using pyb::arg;
     m.def("from_numpy", [](const pyb::array& a, bool copy) {
         if (copy) return tensor_from_numpy(pyb::array(a.attr("copy")()), "a", true);
         return tensor_from_numpy(a, "a", false);
@@ -486,6 +494,11 @@ bool, or bfloat16 for storage only: .to('float32') before computing) with autogr
         Generator g(seed.is_none() ? 0 : seed.cast<uint64_t>());
         return rand(shape_args(a), seed.is_none() ? nullptr : &g, 0.0, 1.0, dtype.is_none() ? DType::f32 : parse_dtype(dtype));
     }, arg("seed") = pyb::none(), arg("dtype") = pyb::none(), "U[0, 1) samples (see randn).");
+}
+
+// The default generator's seed, kernel threads, denormals, grad mode.
+void bind_runtime_settings(pyb::module_& m) {
+    using pyb::arg;
     m.def("manual_seed", [](uint64_t s) { qkv::manual_seed(s); }, arg("seed"),
           "Seeds qkv's process-wide default generator (parameter init, dropout), like torch.manual_seed.");
     m.def("get_num_threads", &get_num_threads, "OpenMP threads of qkv's kernels on the calling thread.");
@@ -497,6 +510,25 @@ bool, or bfloat16 for storage only: .to('float32') before computing) with autogr
           "Translator and train do it during their calls, as the qkv program does.");
     m.def("is_grad_enabled", &grad_enabled);
     m.def("set_grad_enabled", &set_grad_enabled, arg("on"), "Per thread, as torch.set_grad_enabled.");
+}
+
+}  // namespace
+
+void bind_tensor(pyb::module_& m) {
+    pyb::class_<Tensor> T(m, "Tensor", pyb::buffer_protocol(), R"(An n-d array of qkv (float32, float64, int64,
+bool, or bfloat16 for storage only: .to('float32') before computing) with autograd state. Shares memory with the numpy arrays it was made from or gives out
+(qkv.from_numpy, Tensor.numpy, np.asarray(t), memoryview(t), DLPack). Attention inputs are
+(B, H, T, D): batch, heads, time, head width (see qkv.scaled_dot_product_attention).)");
+    def_tensor_interop(T);
+    def_tensor_autograd(T);
+    def_tensor_ops(T);
+
+    auto* tensor_type = reinterpret_cast<PyTypeObject*>(T.ptr());
+    pybind11_tensor_getbuffer = tensor_type->tp_as_buffer->bf_getbuffer;
+    tensor_type->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
+
+    bind_tensor_factories(m);
+    bind_runtime_settings(m);
 }
 
 }  // namespace qkv::py

@@ -103,6 +103,114 @@ SafeTensorsFile SafeTensorsFile::from_bytes(std::vector<uint8_t> bytes, const st
     return f;
 }
 
+namespace {
+
+template <class... Parts>
+[[noreturn]] void fail_at(const std::string& path, const Parts&... parts) {
+    throw SafeTensorsError(path, detail::str(parts...));
+}
+
+/// The header's JSON, rejecting duplicate keys (nlohmann keeps the last silently) and deep nesting.
+json parse_header_json(const std::string& path, const char* hdr, uint64_t n) {
+    std::string dup;
+    std::vector<std::set<std::string>> keys;
+    bool too_deep = false;
+    json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+        if (depth > 4) too_deep = true;
+        if (ev == json::parse_event_t::object_start) keys.emplace_back();
+        if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+        if (ev == json::parse_event_t::key && !keys.empty() && dup.empty()) {
+            const std::string& k = parsed.get_ref<const std::string&>();
+            if (!keys.back().insert(k).second) dup = k;
+        }
+        return true;
+    };
+    json h;
+    try {
+        h = json::parse(hdr, hdr + n, cb);
+    } catch (const json::exception& e) {
+        fail_at(path, "header is not valid JSON: ", e.what());
+    }
+    if (too_deep) fail_at(path, "header nests deeper than a safetensors header can");
+    if (!dup.empty()) fail_at(path, "duplicate key \"", dup, "\" in the header");
+    if (!h.is_object()) fail_at(path, "header is not a JSON object");
+    return h;
+}
+
+/// One tensor's header entry: its keys, dtype, shape and data offsets checked (an end past the
+/// data section is left to the caller, which reports a truncated file).
+SafeTensorInfo parse_entry(const std::string& path, const std::string& name, const json& v, size_t data_size) {
+    const std::string tn = "tensor '" + name + "': ";
+    auto fail = [&](const auto&... parts) { fail_at(path, tn, parts...); };
+    if (name.empty()) fail_at(path, "empty tensor name");
+    if (!v.is_object()) fail("entry is not an object");
+    for (auto k = v.begin(); k != v.end(); ++k)
+        if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
+            fail("unexpected key \"", k.key(), "\"");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) fail("missing or non-string dtype");
+    if (!v.contains("shape") || !v["shape"].is_array()) fail("missing or non-array shape");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+        fail("data_offsets must be an array of 2 integers");
+    SafeTensorInfo info;
+    info.name  = name;
+    info.dtype = v["dtype"].get<std::string>();
+    const size_t itemsize = safetensors_itemsize(info.dtype);
+    if (itemsize == 0) fail("unknown dtype \"", info.dtype, "\"");
+    for (const json& d : v["shape"]) {
+        if (d.is_number_integer() && !d.is_number_unsigned()) fail("negative dimension ", d.get<int64_t>(), " in shape");
+        if (!d.is_number_unsigned()) fail("shape entry ", d.dump(), " is not an integer");
+        const uint64_t u = d.get<uint64_t>();
+        if (u > uint64_t(std::numeric_limits<int64_t>::max())) fail("dimension ", u, " overflows int64");
+        info.shape.push_back(int64_t(u));
+    }
+    uint64_t want = 0;
+    if (!checked_nbytes(info.shape, itemsize, &want))
+        fail("shape ", shape_text(info.shape), " x ", itemsize, " bytes overflows the addressable size");
+    const json& off = v["data_offsets"];
+    for (const json& o : off) {
+        if (o.is_number_integer() && !o.is_number_unsigned()) fail("negative data offset ", o.get<int64_t>());
+        if (!o.is_number_unsigned()) fail("data offset ", o.dump(), " is not an integer");
+    }
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e) fail("data_offsets [", b, ", ", e, "] are reversed");
+    // An end past the data is a truncated file (reported once every entry is read, with the
+    // size the largest end implies), unless no file could be that large.
+    if (e > uint64_t(std::numeric_limits<int64_t>::max()))
+        fail("data_offsets [", b, ", ", e, "] exceed the data section of ", data_size, " bytes");
+    if (e - b != want)
+        fail("data_offsets [", b, ", ", e, "] hold ", e - b, " bytes but ", info.dtype, " ", shape_text(info.shape),
+             " needs ", want);
+    info.begin = size_t(b);
+    info.end   = size_t(e);
+    return info;
+}
+
+/// Sorts the entries by offset and checks they cover the data section exactly: no overlap, no
+/// gap, no trailing bytes.
+void check_coverage(const std::string& path, std::vector<SafeTensorInfo>& entries, size_t data_size,
+                    size_t file_size) {
+    std::sort(entries.begin(), entries.end(), [](const SafeTensorInfo& a, const SafeTensorInfo& b) {
+        return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+    });
+    size_t pos = 0;
+    const SafeTensorInfo* prev = nullptr;
+    for (const auto& e : entries) {
+        if (e.begin < pos)
+            fail_at(path, "tensor '", e.name, "' [", e.begin, ", ", e.end, ") overlaps tensor '", prev->name, "' [",
+                    prev->begin, ", ", prev->end, ")");
+        if (e.begin > pos)
+            fail_at(path, "gap of ", e.begin - pos, " bytes before tensor '", e.name, "' at offset ", e.begin,
+                    " (the data section must be covered exactly)");
+        pos  = e.end;
+        prev = &e;
+    }
+    if (pos != data_size)
+        fail_at(path, "the data section has ", data_size - pos, " trailing bytes not covered by any tensor (file size ",
+                file_size, ")");
+}
+
+}  // namespace
+
 void SafeTensorsFile::parse() {
     auto fail = [&](const auto&... parts) -> void { throw SafeTensorsError(path_, detail::str(parts...)); };
     // A file shorter than its header says: one message, the bytes expected and found.
@@ -122,30 +230,7 @@ void SafeTensorsFile::parse() {
     if (hdr[0] != '{') fail("header does not start with '{'");
     data_start_ = 8 + size_t(n);
     const size_t data_size = buf_.size() - data_start_;
-
-    // Parse, rejecting duplicate keys (nlohmann keeps the last silently) and deep nesting.
-    std::string dup;
-    std::vector<std::set<std::string>> keys;
-    bool too_deep = false;
-    json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-        if (depth > 4) too_deep = true;
-        if (ev == json::parse_event_t::object_start) keys.emplace_back();
-        if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-        if (ev == json::parse_event_t::key && !keys.empty() && dup.empty()) {
-            const std::string& k = parsed.get_ref<const std::string&>();
-            if (!keys.back().insert(k).second) dup = k;
-        }
-        return true;
-    };
-    json h;
-    try {
-        h = json::parse(hdr, hdr + n, cb);
-    } catch (const json::exception& e) {
-        fail("header is not valid JSON: ", e.what());
-    }
-    if (too_deep) fail("header nests deeper than a safetensors header can");
-    if (!dup.empty()) fail("duplicate key \"", dup, "\" in the header");
-    if (!h.is_object()) fail("header is not a JSON object");
+    const json h = parse_header_json(path_, hdr, n);
 
     uint64_t data_end = 0;  // the largest data offset
     for (auto it = h.begin(); it != h.end(); ++it) {
@@ -160,77 +245,15 @@ void SafeTensorsFile::parse() {
             }
             continue;
         }
-        const std::string tn = "tensor '" + name + "': ";
-        if (name.empty()) fail("empty tensor name");
-        if (!v.is_object()) fail(tn, "entry is not an object");
-        for (auto k = v.begin(); k != v.end(); ++k)
-            if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
-                fail(tn, "unexpected key \"", k.key(), "\"");
-        if (!v.contains("dtype") || !v["dtype"].is_string()) fail(tn, "missing or non-string dtype");
-        if (!v.contains("shape") || !v["shape"].is_array()) fail(tn, "missing or non-array shape");
-        if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-            v["data_offsets"].size() != 2)
-            fail(tn, "data_offsets must be an array of 2 integers");
-        SafeTensorInfo info;
-        info.name  = name;
-        info.dtype = v["dtype"].get<std::string>();
-        const size_t itemsize = safetensors_itemsize(info.dtype);
-        if (itemsize == 0) fail(tn, "unknown dtype \"", info.dtype, "\"");
-        for (const json& d : v["shape"]) {
-            if (d.is_number_integer() && !d.is_number_unsigned())
-                fail(tn, "negative dimension ", d.get<int64_t>(), " in shape");
-            if (!d.is_number_unsigned()) fail(tn, "shape entry ", d.dump(), " is not an integer");
-            const uint64_t u = d.get<uint64_t>();
-            if (u > uint64_t(std::numeric_limits<int64_t>::max()))
-                fail(tn, "dimension ", u, " overflows int64");
-            info.shape.push_back(int64_t(u));
-        }
-        uint64_t want = 0;
-        if (!checked_nbytes(info.shape, itemsize, &want))
-            fail(tn, "shape ", shape_text(info.shape), " x ", itemsize,
-                 " bytes overflows the addressable size");
-        const json& off = v["data_offsets"];
-        for (const json& o : off) {
-            if (o.is_number_integer() && !o.is_number_unsigned())
-                fail(tn, "negative data offset ", o.get<int64_t>());
-            if (!o.is_number_unsigned()) fail(tn, "data offset ", o.dump(), " is not an integer");
-        }
-        const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-        if (b > e) fail(tn, "data_offsets [", b, ", ", e, "] are reversed");
-        // An end past the data is a truncated file (reported once every entry is read, with the
-        // size the largest end implies), unless no file could be that large.
-        if (e > uint64_t(std::numeric_limits<int64_t>::max()))
-            fail(tn, "data_offsets [", b, ", ", e, "] exceed the data section of ", data_size, " bytes");
-        data_end = std::max(data_end, e);
-        if (e - b != want)
-            fail(tn, "data_offsets [", b, ", ", e, "] hold ", e - b, " bytes but ", info.dtype,
-                 " ", shape_text(info.shape), " needs ", want);
-        info.begin = size_t(b);
-        info.end   = size_t(e);
+        SafeTensorInfo info = parse_entry(path_, name, v, data_size);
+        data_end = std::max<uint64_t>(data_end, info.end);
         entries_.push_back(std::move(info));
     }
 
     if (data_end > data_size)
         truncated(data_start_ + data_end, " bytes (8-byte header length + ", n, "-byte header + ", data_end,
                   " bytes of tensor data)");
-    std::sort(entries_.begin(), entries_.end(), [](const SafeTensorInfo& a, const SafeTensorInfo& b) {
-        return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-    });
-    size_t pos = 0;
-    const SafeTensorInfo* prev = nullptr;
-    for (const auto& e : entries_) {
-        if (e.begin < pos)
-            fail("tensor '", e.name, "' [", e.begin, ", ", e.end, ") overlaps tensor '",
-                 prev->name, "' [", prev->begin, ", ", prev->end, ")");
-        if (e.begin > pos)
-            fail("gap of ", e.begin - pos, " bytes before tensor '", e.name, "' at offset ",
-                 e.begin, " (the data section must be covered exactly)");
-        pos  = e.end;
-        prev = &e;
-    }
-    if (pos != data_size)
-        fail("the data section has ", data_size - pos,
-             " trailing bytes not covered by any tensor (file size ", buf_.size(), ")");
+    check_coverage(path_, entries_, data_size, buf_.size());
     for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
 }
 

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <type_traits>
 
+#include "qkv/autograd/grad_mode.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
 #include "qkv/ops/shape_ops.h"
@@ -58,6 +60,54 @@ Tensor NWKernelRegression::forward(const Tensor& queries, const Tensor& keys,
     NWResult r = pool(scores, values);
     attention_weights_ = r.attention_weights;
     return r.predictions;
+}
+
+namespace {
+
+/// torch.optim.SGD's step without momentum or weight decay: p −= lr · grad, in p's dtype.
+void sgd_step(const std::vector<Tensor>& params, double lr) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) {
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        const Tensor gc = g.contiguous().to(p.dtype());
+        auto run = [&](auto* pp, const auto* pg) {
+            using T = std::remove_pointer_t<decltype(pp)>;
+            for (int64_t j = 0, n = p.numel(); j < n; ++j) pp[j] -= T(lr) * pg[j];
+        };
+        if (p.dtype() == DType::f32) run(p.data<float>(), gc.data<float>());
+        else run(p.data<double>(), gc.data<double>());
+    }
+}
+
+}  // namespace
+
+std::vector<NWEpoch> train_nw(NWKernelRegression& model, const Tensor& x_train,
+                              const Tensor& y_train, const NWTrainConfig& cfg,
+                              const std::function<void(const NWEpoch&)>& on_epoch) {
+    QKV_CHECK(x_train.defined() && y_train.defined() && x_train.dim() == 1 &&
+                  x_train.shape() == y_train.shape(),
+              "train_nw: x_train and y_train must be (n) of the same shape, got ",
+              x_train.shape(), " and ", y_train.shape());
+    QKV_CHECK(cfg.epochs >= 0, "train_nw: epochs must be >= 0, got ", cfg.epochs);
+    QKV_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0, "train_nw: lr must be positive, got ", cfg.lr);
+    const Tensor keys = leave_one_out(x_train), values = leave_one_out(y_train);  // (n, n − 1)
+    std::vector<NWEpoch> history;
+    for (int64_t e = 1; e <= cfg.epochs; ++e) {
+        const Tensor d = sub(model.forward(x_train, keys, values), y_train);
+        const Tensor sq = pow(d, 2.0);
+        const Tensor loss = cfg.loss == NWLoss::mean ? mean(sq) : sum(sq);
+        const double lv = loss.item();
+        QKV_CHECK(std::isfinite(lv), "training diverged: the loss is not finite at epoch ", e,
+                  " (w = ", model.w.item(), "); lower --lr, or scale the data down (the squared error of values "
+                  "near 1e19 or beyond overflows float32)");
+        model.zero_grad();
+        loss.backward();
+        sgd_step(model.parameters(), cfg.lr);
+        history.push_back({e, lv, model.w.item()});
+        if (on_epoch) on_epoch(history.back());
+    }
+    return history;
 }
 
 Tensor leave_one_out(const Tensor& x) {

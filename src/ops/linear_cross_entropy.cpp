@@ -41,14 +41,18 @@ void gemm_in(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
 }
 }  // namespace
 
-Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
-                            const CrossEntropyOptions& opt) {
+namespace {
+
+/// Every argument check of linear_cross_entropy (shapes, dtypes, label_smoothing); the targets'
+/// range is checked by the caller.
+void check_arguments(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                     const CrossEntropyOptions& opt) {
     QKV_CHECK(x.defined() && weight.defined() && target.defined(),
               "linear_cross_entropy: undefined tensor argument");
     QKV_CHECK(weight.dim() == 2, "linear_cross_entropy: weight must be (V, C), got ", weight.shape());
     QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_cross_entropy: x of shape ",
               x.shape(), " does not match weight of shape ", weight.shape(), " (C = ", weight.shape()[1], ")");
-    const int64_t C = weight.shape()[1], V = weight.shape()[0];
+    const int64_t V = weight.shape()[0];
     QKV_CHECK(V > 0, "linear_cross_entropy: weight has no output rows: ", weight.shape());
     QKV_CHECK(!bias.defined() || bias.shape() == Shape{V}, "linear_cross_entropy: bias of shape ",
               bias.defined() ? bias.shape() : Shape{}, " does not match V = ", V);
@@ -64,6 +68,116 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
               target.shape());
     QKV_CHECK(opt.label_smoothing >= 0 && opt.label_smoothing <= 1, "linear_cross_entropy: label_smoothing "
               "must be in [0, 1], got ", opt.label_smoothing);
+}
+
+/// Per row of z (N, V): z += b (when pb), then lse and the row's loss from the cached row.
+void add_bias_and_loss(float* pz, const float* pb, float* pl, float* pp, const int64_t* pt, int64_t N, int64_t V,
+                       int64_t ignore, double eps) {
+#pragma omp parallel for schedule(static) if (N * V > detail::kParallelGrain)
+    for (int64_t r = 0; r < N; ++r) {
+        float* zr = pz + r * V;
+        if (pb) {
+#pragma omp simd
+            for (int64_t v = 0; v < V; ++v) zr[v] += pb[v];
+        }
+        kernels::cpu::cross_entropy_forward({.loss = pp + r, .lse = pl + r, .logits = zr, .target = pt + r,
+                                             .N = 1, .V = V, .ignore_index = ignore, .label_smoothing = eps});
+    }
+}
+
+/// The backward node. It runs once (the engine frees the graph after backward), so it may
+/// overwrite z with G.
+struct LinearCrossEntropyBackward {
+    Tensor z, lse, tc, x2, w;
+    int64_t N, C, V;
+    bool need_x, need_w, need_b, has_bias;
+    Shape xshape;
+    Reduction red;
+    double scale;
+    int64_t ignore;
+    double eps;
+    bool bf16;
+
+    std::vector<Tensor> operator()(const Tensor& g) const {
+        const Tensor gr = red == Reduction::none ? g.contiguous().reshape({N})
+                                                 : full({1}, g.item() * scale, DType::f32);
+        const int64_t g_stride = red == Reduction::none ? 1 : 0;
+        const int nt = N * V > detail::kParallelGrain ? std::max(1, omp_get_max_threads()) : 1;
+        const std::vector<double> db_acc = grad_logits_in_place(ptr<float>(gr), g_stride, nt);
+        const float* G = ptr<float>(z);
+        std::vector<Tensor> grads(has_bias ? 3 : 2);
+        if (need_x) {
+            Tensor dx = Tensor::empty({N, C}, DType::f32);
+            gemm_in(bf16, false, false, N, C, V, G, V, ptr<float>(w), C, ptr<float>(dx), C);
+            grads[0] = dx.reshape(xshape);
+        }
+        if (need_w) {
+            Tensor dw = Tensor::empty({V, C}, DType::f32);  // N = 0: the K = 0 GEMM writes zeros
+            gemm_in(bf16, true, false, V, C, N, G, V, ptr<float>(x2), C, ptr<float>(dw), C);
+            grads[1] = dw;
+        }
+        if (need_b) {
+            Tensor db = Tensor::empty({V}, DType::f32);
+            float* pdb = ptr<float>(db);
+            for (int64_t v = 0; v < V; ++v) {
+                double s = 0.0;
+                for (int t = 0; t < nt; ++t) s += db_acc[size_t(t) * size_t(V) + size_t(v)];
+                pdb[v] = float(s);
+            }
+            grads[2] = db;
+        }
+        return grads;
+    }
+
+    /// G in place of z, on nt threads; returns each thread's db row (nt × V, empty without need_b).
+    std::vector<double> grad_logits_in_place(const float* pg, int64_t g_stride, int nt) const {
+        float* G = ptr<float>(z);
+        const float* pl = ptr<float>(lse);
+        const int64_t* ids = ptr<int64_t>(tc);
+        // Each thread sums the rows it wrote into its own db row, in two levels: chunks of
+        // kDbChunk rows in float, the chunks in double. One float running sum over ~1,000 rows per
+        // thread erred 4.1e-6 against the composition's 3.9e-7 (2,000 × 300 in
+        // LinearCrossEntropy.MatchesTheCompositionInFloat64), and float chunk totals on one thread
+        // (63 of them) still missed the rule by 0.1 %.
+        constexpr int kDbChunk = 32;
+        std::vector<double> db_acc(need_b ? size_t(nt) * size_t(V) : 0, 0.0);
+        std::vector<float> db_chunk(need_b ? size_t(nt) * size_t(V) : 0, 0.f);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            double* acc  = need_b ? db_acc.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
+            float* chunk = need_b ? db_chunk.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
+            int in_chunk = 0;
+            auto flush   = [&] {
+#pragma omp simd
+                for (int64_t v = 0; v < V; ++v) acc[v] += double(chunk[v]), chunk[v] = 0.f;
+                in_chunk = 0;
+            };
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < N; ++r) {
+                float* zr = G + r * V;
+                kernels::cpu::cross_entropy_backward(
+                    {.lse = const_cast<float*>(pl + r), .logits = zr, .target = ids + r, .N = 1, .V = V,
+                     .ignore_index = ignore, .label_smoothing = eps},
+                    {.dlogits = zr, .dloss = pg + r * g_stride, .dloss_stride = 0});
+                if (chunk) {
+#pragma omp simd
+                    for (int64_t v = 0; v < V; ++v) chunk[v] += zr[v];
+                    if (++in_chunk == kDbChunk) flush();
+                }
+            }
+            if (chunk && in_chunk > 0) flush();
+        }
+        return db_acc;
+    }
+};
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const CrossEntropyOptions& opt) {
+    check_arguments(x, weight, bias, target, opt);
+    const int64_t C = weight.shape()[1], V = weight.shape()[0];
+    const Shape tshape(x.shape().begin(), x.shape().end() - 1);
     const int64_t N = shape_numel(tshape);
     const Tensor tc = target.contiguous();
     const int64_t* pt = ptr<int64_t>(tc);
@@ -85,102 +199,17 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     float* pz = ptr<float>(z);
     const bool bf16 = matmul_precision() == MatmulPrecision::bf16;  // the backward uses the forward's
     gemm_in(bf16, false, true, N, V, C, ptr<float>(x2), C, ptr<float>(w), C, pz, V);
-    {
-        const float* pb = b.defined() ? ptr<float>(b) : nullptr;
-        float* pl = ptr<float>(lse);
-        float* pp = ptr<float>(per);
-        const int64_t ignore = opt.ignore_index;
-        const double eps = opt.label_smoothing;
-#pragma omp parallel for schedule(static) if (N * V > detail::kParallelGrain)
-        for (int64_t r = 0; r < N; ++r) {
-            float* zr = pz + r * V;
-            if (pb) {
-#pragma omp simd
-                for (int64_t v = 0; v < V; ++v) zr[v] += pb[v];
-            }
-            kernels::cpu::cross_entropy_forward({.loss = pp + r, .lse = pl + r, .logits = zr, .target = pt + r,
-                                                 .N = 1, .V = V, .ignore_index = ignore, .label_smoothing = eps});
-        }
-    }
+    add_bias_and_loss(pz, b.defined() ? ptr<float>(b) : nullptr, ptr<float>(lse), ptr<float>(per), pt, N, V,
+                      opt.ignore_index, opt.label_smoothing);
     double scale = 1.0;
     Tensor out = detail::reduce_loss(per, opt.reduction, double(counted), scale);
 
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
-    const bool need_b = bias.defined() && bias.requires_grad();
-    const Shape xshape = x.shape();
-    const Reduction red = opt.reduction;
-    const int64_t ignore = opt.ignore_index;
-    const double eps = opt.label_smoothing;
     std::vector<Tensor> inputs{x, weight};
     if (bias.defined()) inputs.push_back(bias);
-    // The node runs once (the engine frees the graph after backward), so it may overwrite z.
     record(out, "LinearCrossEntropyBackward", inputs,
-           [z, lse, tc, x2, w, N, C, V, need_x, need_w, need_b, has_bias = bias.defined(), xshape, red, scale,
-            ignore, eps, bf16](const Tensor& g) {
-               const Tensor gr = red == Reduction::none ? g.contiguous().reshape({N})
-                                                        : full({1}, g.item() * scale, DType::f32);
-               const int64_t g_stride = red == Reduction::none ? 1 : 0;
-               const float* pg = ptr<float>(gr);
-               float* G = ptr<float>(z);
-               const float* pl = ptr<float>(lse);
-               const int64_t* ids = ptr<int64_t>(tc);
-               // G in place of z; each thread sums the rows it wrote into its own db row, in two
-               // levels: chunks of kDbChunk rows in float, the chunks in double. One float running
-               // sum over ~1,000 rows per thread erred 4.1e-6 against the composition's 3.9e-7
-               // (2,000 × 300 in LinearCrossEntropy.MatchesTheCompositionInFloat64), and float
-               // chunk totals on one thread (63 of them) still missed the rule by 0.1 %.
-               constexpr int kDbChunk = 32;
-               const int nt = N * V > detail::kParallelGrain ? std::max(1, omp_get_max_threads()) : 1;
-               std::vector<double> db_acc(need_b ? size_t(nt) * size_t(V) : 0, 0.0);
-               std::vector<float> db_chunk(need_b ? size_t(nt) * size_t(V) : 0, 0.f);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-               {
-                   double* acc  = need_b ? db_acc.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
-                   float* chunk = need_b ? db_chunk.data() + size_t(omp_get_thread_num()) * size_t(V) : nullptr;
-                   int in_chunk = 0;
-                   auto flush   = [&] {
-#pragma omp simd
-                       for (int64_t v = 0; v < V; ++v) acc[v] += double(chunk[v]), chunk[v] = 0.f;
-                       in_chunk = 0;
-                   };
-#pragma omp for schedule(static)
-                   for (int64_t r = 0; r < N; ++r) {
-                       float* zr = G + r * V;
-                       kernels::cpu::cross_entropy_backward(
-                           {.lse = const_cast<float*>(pl + r), .logits = zr, .target = ids + r, .N = 1, .V = V,
-                            .ignore_index = ignore, .label_smoothing = eps},
-                           {.dlogits = zr, .dloss = pg + r * g_stride, .dloss_stride = 0});
-                       if (chunk) {
-#pragma omp simd
-                           for (int64_t v = 0; v < V; ++v) chunk[v] += zr[v];
-                           if (++in_chunk == kDbChunk) flush();
-                       }
-                   }
-                   if (chunk && in_chunk > 0) flush();
-               }
-               std::vector<Tensor> grads(has_bias ? 3 : 2);
-               if (need_x) {
-                   Tensor dx = Tensor::empty({N, C}, DType::f32);
-                   gemm_in(bf16, false, false, N, C, V, G, V, ptr<float>(w), C, ptr<float>(dx), C);
-                   grads[0] = dx.reshape(xshape);
-               }
-               if (need_w) {
-                   Tensor dw = Tensor::empty({V, C}, DType::f32);  // N = 0: the K = 0 GEMM writes zeros
-                   gemm_in(bf16, true, false, V, C, N, G, V, ptr<float>(x2), C, ptr<float>(dw), C);
-                   grads[1] = dw;
-               }
-               if (need_b) {
-                   Tensor db = Tensor::empty({V}, DType::f32);
-                   float* pdb = ptr<float>(db);
-                   for (int64_t v = 0; v < V; ++v) {
-                       double s = 0.0;
-                       for (int t = 0; t < nt; ++t) s += db_acc[size_t(t) * size_t(V) + size_t(v)];
-                       pdb[v] = float(s);
-                   }
-                   grads[2] = db;
-               }
-               return grads;
-           });
+           LinearCrossEntropyBackward{z, lse, tc, x2, w, N, C, V, x.requires_grad(), weight.requires_grad(),
+                                      bias.defined() && bias.requires_grad(), bias.defined(), x.shape(),
+                                      opt.reduction, scale, opt.ignore_index, opt.label_smoothing, bf16});
     return out;
 }
 

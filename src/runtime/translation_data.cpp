@@ -307,91 +307,73 @@ void add_concatenated_pairs(const DataConfig& cfg, const data::ParallelCorpus& c
     }
 }
 
-/// The text pipeline (DataPipeline::text) on the pairs read (after max_pairs).
-TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given, const data::ParallelCorpus& corpus,
-                               std::string summary, TranslationData out) {
-    const int64_t n = corpus.size();
-    QKV_CHECK(cfg.subword != data::SubwordKind::none, "data: the text pipeline reads subword pieces (--subword bpe or "
-              "unigram), not words");
-    QKV_CHECK(cfg.concat_fraction >= 0 && cfg.concat_fraction <= 1, "data: concat_fraction must be in [0, 1], got ",
-              cfg.concat_fraction);
-    QKV_CHECK(cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0, "data: --max-src-tokens / --max-tgt-tokens count "
-              "D2L tokens, which the text pipeline (preset real) has none of: its length cap is --num-steps, in pieces");
-    int64_t nv = cfg.n_valid, nt = cfg.n_test;
-    if (n < 4 * (nv + nt)) {  // small corpora shrink the held-out sets, as the anchor pipeline does
-        nv = std::max<int64_t>(1, n / 10), nt = std::max<int64_t>(1, n / 10);
-        summary += "; small corpus: valid and test shrunk to " + std::to_string(nv) + " sources each";
-    }
-    const data::SourceDisjointSplit split = data::source_disjoint_split(corpus.src, nv, nt, cfg.split_seed);
-    if (given.active()) {
-        out.subwords = given;
-    } else {
-        auto train_on = [&](const std::string& which, bool src, bool tgt) {
-            std::vector<std::string> lines;
-            lines.reserve(split.train.size() * 2);
-            for (int64_t r : split.train) {
-                if (src) lines.push_back(corpus.src[size_t(r)]);
-                if (tgt) lines.push_back(corpus.tgt[size_t(r)]);
-            }
-            data::SubwordOptions so;
-            so.kind             = cfg.subword;
-            so.vocab_size       = cfg.subword_vocab_size;
-            so.hard_vocab_limit = !cfg.subword_vocab_soft;
-            so.seed             = cfg.split_seed;
-            so.raw_text         = true;
-            try {
-                return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
-            } catch (const Error& e) {
-                throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
-                                        " does not fit the ", which, " vocabulary of this data: ", e.what()));
-            }
-        };
-        const std::string sl = source_language(cfg), tl = target_language(cfg);
-        if (cfg.shared_vocab) {
-            out.subwords.src = train_on(side_name("shared", sl.empty() || tl.empty() ? "" : sl + " + " + tl), true, true);
-            out.subwords.tgt = out.subwords.src;
-        } else {
-            out.subwords.src = train_on(side_name("source", sl), true, false);
-            out.subwords.tgt = train_on(side_name("target", tl), false, true);
+/// The text pipeline's SentencePiece models learned from the train split's raw text: one shared by
+/// both sides (cfg.shared_vocab) or one per side.
+SubwordModels train_text_subwords(const DataConfig& cfg, const data::ParallelCorpus& corpus,
+                                  const data::SourceDisjointSplit& split) {
+    auto train_on = [&](const std::string& which, bool src, bool tgt) {
+        std::vector<std::string> lines;
+        lines.reserve(split.train.size() * 2);
+        for (int64_t r : split.train) {
+            if (src) lines.push_back(corpus.src[size_t(r)]);
+            if (tgt) lines.push_back(corpus.tgt[size_t(r)]);
         }
-    }
-    out.src_vocab = out.subwords.src->vocab();
-    out.tgt_vocab = out.subwords.tgt->vocab();
-    const int64_t T = cfg.num_steps;
-    data::Sentences src_pieces(static_cast<size_t>(n)), tgt_pieces(static_cast<size_t>(n));
-    auto encode_rows = [&](const std::vector<int64_t>& rows) {
-        for (int64_t r : rows) {
-            src_pieces[size_t(r)] = out.subwords.src->encode_text(corpus.src[size_t(r)]);
-            tgt_pieces[size_t(r)] = out.subwords.tgt->encode_text(corpus.tgt[size_t(r)]);
+        data::SubwordOptions so;
+        so.kind             = cfg.subword;
+        so.vocab_size       = cfg.subword_vocab_size;
+        so.hard_vocab_limit = !cfg.subword_vocab_soft;
+        so.seed             = cfg.split_seed;
+        so.raw_text         = true;
+        try {
+            return std::make_shared<const data::SubwordModel>(data::SubwordModel::train(lines, so));
+        } catch (const Error& e) {
+            throw Error(detail::str("data: subword vocabulary size (--vocab-size) ", cfg.subword_vocab_size,
+                                    " does not fit the ", which, " vocabulary of this data: ", e.what()));
         }
     };
-    encode_rows(split.train), encode_rows(split.valid), encode_rows(split.test);
-    std::vector<int64_t> train_rows;
+    SubwordModels m;
+    const std::string sl = source_language(cfg), tl = target_language(cfg);
+    if (cfg.shared_vocab) {
+        m.src = train_on(side_name("shared", sl.empty() || tl.empty() ? "" : sl + " + " + tl), true, true);
+        m.tgt = m.src;
+    } else {
+        m.src = train_on(side_name("source", sl), true, false);
+        m.tgt = train_on(side_name("target", tl), false, true);
+    }
+    return m;
+}
+
+/// The train pairs that fit num_steps pieces (with <eos>), and the counts the summary reports.
+struct TextTrainRows {
+    std::vector<int64_t> rows;
     std::vector<int64_t> tgt_lens;
     int64_t words = 0, pieces_src = 0, pieces_tgt = 0, words_tgt = 0, over = 0;
-    for (int64_t r : split.train) {
+};
+
+TextTrainRows fitting_train_rows(const data::ParallelCorpus& corpus, const std::vector<int64_t>& train,
+                                 const data::Sentences& src_pieces, const data::Sentences& tgt_pieces, int64_t T) {
+    TextTrainRows t;
+    for (int64_t r : train) {
         const int64_t ls = int64_t(src_pieces[size_t(r)].size()), lt = int64_t(tgt_pieces[size_t(r)].size());
         if (ls + 1 > T || lt + 1 > T) {
-            ++over;
+            ++t.over;
             continue;
         }
-        train_rows.push_back(r);
-        tgt_lens.push_back(lt);
-        pieces_src += ls, pieces_tgt += lt;
-        words += int64_t(data::raw_words(corpus.src[size_t(r)]).size());
-        words_tgt += int64_t(data::raw_words(corpus.tgt[size_t(r)]).size());
+        t.rows.push_back(r);
+        t.tgt_lens.push_back(lt);
+        t.pieces_src += ls, t.pieces_tgt += lt;
+        t.words += int64_t(data::raw_words(corpus.src[size_t(r)]).size());
+        t.words_tgt += int64_t(data::raw_words(corpus.tgt[size_t(r)]).size());
     }
-    QKV_CHECK(!train_rows.empty(), "data: no train pair fits num_steps ", T, " pieces (with <eos>): raise --num-steps");
-    out.target_len_p99 = p99_len(tgt_lens);
-    const int64_t originals = int64_t(train_rows.size());
-    add_concatenated_pairs(cfg, corpus, *out.subwords.src, *out.subwords.tgt, T, train_rows, src_pieces, tgt_pieces,
-                           out.train_src_text, out.train_tgt_text);
-    const int64_t concatenated = int64_t(train_rows.size()) - originals;
-    const data::NmtArrays all = data::build_nmt_arrays(src_pieces, tgt_pieces, out.src_vocab, out.tgt_vocab, T);
-    out.train = all.subset(train_rows);
-    out.valid = all.subset(split.valid);
-    out.test  = all.subset(split.test);
-    out.truncated_src = out.truncated_tgt = 0;  // train pairs over the cap are skipped, not cut
+    QKV_CHECK(!t.rows.empty(), "data: no train pair fits num_steps ", T, " pieces (with <eos>): raise --num-steps");
+    return t;
+}
+
+/// The raw text of the splits: test sources and references (as words and as text), the train
+/// pairs' text (the first `originals` train rows, then the concatenated pairs already in
+/// out.train_src_text / train_tgt_text), the valid pairs' text.
+void keep_split_texts(TranslationData& out, const data::ParallelCorpus& corpus, const data::SourceDisjointSplit& split,
+                      const std::vector<int64_t>& train_rows, int64_t originals) {
     for (int64_t i : split.test) {
         out.test_src.push_back(data::raw_words(corpus.src[size_t(i)]));
         out.test_ref.push_back(data::raw_words(corpus.tgt[size_t(i)]));
@@ -413,9 +395,14 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
         out.valid_src_text.push_back(corpus.src[size_t(r)]);
         out.valid_tgt_text.push_back(corpus.tgt[size_t(r)]);
     }
-    out.pairs = out.train.n + out.valid.n + out.test.n;
+}
+
+/// out.record and out.summary of the text pipeline.
+void describe_text_data(TranslationData& out, const DataConfig& cfg, const data::SourceDisjointSplit& split,
+                        const TextTrainRows& t, int64_t originals, int64_t concatenated, std::string summary) {
+    const int64_t T = cfg.num_steps;
     DataRecord& rec = out.record;
-    rec.over_length_cap     = over;
+    rec.over_length_cap     = t.over;
     rec.held_out_duplicates = split.unused;
     rec.concatenated        = concatenated;
     rec.pairs_kept          = out.pairs;
@@ -432,14 +419,58 @@ TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given
                   "; %s %s vocabulary of %lld pieces (raw text, nmt_nfkc, byte fallback), %.3f / %.3f pieces per "
                   "word (source / target); %lld train pairs over %lld pieces skipped",
                   cfg.shared_vocab ? "shared" : "per-side", data::subword_kind_name(cfg.subword),
-                  (long long)out.tgt_vocab.size(), words ? double(pieces_src) / double(words) : 0.0,
-                  words_tgt ? double(pieces_tgt) / double(words_tgt) : 0.0, (long long)over, (long long)T);
+                  (long long)out.tgt_vocab.size(), t.words ? double(t.pieces_src) / double(t.words) : 0.0,
+                  t.words_tgt ? double(t.pieces_tgt) / double(t.words_tgt) : 0.0, (long long)t.over, (long long)T);
     if (concatenated > 0)
         summary += detail::str("; ", concatenated, " concatenated train pairs (2-8 pairs each, ", cfg.concat_fraction,
                                " x the ", originals, " train pairs) added");
     out.summary = summary + buf + detail::str("; source-disjoint split ", out.train.n, " train / ", out.valid.n,
                                               " valid / ", out.test.n, " test (seed ", cfg.split_seed, "; ",
                                               split.unused, " other translations of held-out sources unused)");
+}
+
+/// The text pipeline (DataPipeline::text) on the pairs read (after max_pairs).
+TranslationData load_text_data(const DataConfig& cfg, const SubwordModels& given, const data::ParallelCorpus& corpus,
+                               std::string summary, TranslationData out) {
+    const int64_t n = corpus.size();
+    QKV_CHECK(cfg.subword != data::SubwordKind::none, "data: the text pipeline reads subword pieces (--subword bpe or "
+              "unigram), not words");
+    QKV_CHECK(cfg.concat_fraction >= 0 && cfg.concat_fraction <= 1, "data: concat_fraction must be in [0, 1], got ",
+              cfg.concat_fraction);
+    QKV_CHECK(cfg.max_src_tokens == 0 && cfg.max_tgt_tokens == 0, "data: --max-src-tokens / --max-tgt-tokens count "
+              "D2L tokens, which the text pipeline (preset real) has none of: its length cap is --num-steps, in pieces");
+    int64_t nv = cfg.n_valid, nt = cfg.n_test;
+    if (n < 4 * (nv + nt)) {  // small corpora shrink the held-out sets, as the anchor pipeline does
+        nv = std::max<int64_t>(1, n / 10), nt = std::max<int64_t>(1, n / 10);
+        summary += "; small corpus: valid and test shrunk to " + std::to_string(nv) + " sources each";
+    }
+    const data::SourceDisjointSplit split = data::source_disjoint_split(corpus.src, nv, nt, cfg.split_seed);
+    out.subwords  = given.active() ? given : train_text_subwords(cfg, corpus, split);
+    out.src_vocab = out.subwords.src->vocab();
+    out.tgt_vocab = out.subwords.tgt->vocab();
+    const int64_t T = cfg.num_steps;
+    data::Sentences src_pieces(static_cast<size_t>(n)), tgt_pieces(static_cast<size_t>(n));
+    auto encode_rows = [&](const std::vector<int64_t>& rows) {
+        for (int64_t r : rows) {
+            src_pieces[size_t(r)] = out.subwords.src->encode_text(corpus.src[size_t(r)]);
+            tgt_pieces[size_t(r)] = out.subwords.tgt->encode_text(corpus.tgt[size_t(r)]);
+        }
+    };
+    encode_rows(split.train), encode_rows(split.valid), encode_rows(split.test);
+    TextTrainRows t = fitting_train_rows(corpus, split.train, src_pieces, tgt_pieces, T);
+    out.target_len_p99 = p99_len(t.tgt_lens);
+    const int64_t originals = int64_t(t.rows.size());
+    add_concatenated_pairs(cfg, corpus, *out.subwords.src, *out.subwords.tgt, T, t.rows, src_pieces, tgt_pieces,
+                           out.train_src_text, out.train_tgt_text);
+    const int64_t concatenated = int64_t(t.rows.size()) - originals;
+    const data::NmtArrays all = data::build_nmt_arrays(src_pieces, tgt_pieces, out.src_vocab, out.tgt_vocab, T);
+    out.train = all.subset(t.rows);
+    out.valid = all.subset(split.valid);
+    out.test  = all.subset(split.test);
+    out.truncated_src = out.truncated_tgt = 0;  // train pairs over the cap are skipped, not cut
+    keep_split_texts(out, corpus, split, t.rows, originals);
+    out.pairs = out.train.n + out.valid.n + out.test.n;
+    describe_text_data(out, cfg, split, t, originals, concatenated, std::move(summary));
     return out;
 }
 

@@ -94,6 +94,19 @@ HttpResponse error_response(const ApiError& e) {
     return r;
 }
 
+ApiError body_too_large_error(size_t max_body_bytes) {
+    return {413, "limit", "the body is larger than " + std::to_string(max_body_bytes) + " bytes (max_body_bytes)",
+            "max_body_bytes"};
+}
+
+ApiError transport_error(int status, size_t max_body_bytes) {
+    if (status == 413) return body_too_large_error(max_body_bytes);
+    if (status == 404) return {404, "not_found", "no such path", ""};
+    if (status == 414) return {414, "limit", "the request line is too long", ""};
+    if (status >= 500) return {status, "internal", "internal error", ""};
+    return {status, "http", "bad request", ""};
+}
+
 namespace {
 
 /// error_response, with Retry-After on a 503 (loading, queue full, deadline): the client may try
@@ -229,6 +242,12 @@ std::optional<ApiError> Service::key_error(const HttpRequest& req, const std::st
     if (!same_key(key, opt_.api_key))
         return ApiError{403, "forbidden", "the API key is not valid (check it with the server's operator)", ""};
     return std::nullopt;
+}
+
+HttpResponse Service::refuse(const ApiError& e) {
+    metrics_.error(e.kind);
+    metrics_.request("http", e.status, 0);
+    return error_response(e);
 }
 
 HttpResponse Service::handle(const HttpRequest& req) {

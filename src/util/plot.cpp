@@ -240,6 +240,120 @@ LinePlot& LinePlot::add(Series s) {
     return *this;
 }
 
+namespace {
+
+/// The plot area in pixels and the data range it shows: X, Y map data to pixels.
+struct PlotArea {
+    double px0, px1, py0, py1;  // pixels
+    double x0, x1, y0, y1;      // data
+    double X(double x) const { return px0 + (x - x0) / (x1 - x0) * (px1 - px0); }
+    double Y(double y) const { return py1 - (y - y0) / (y1 - y0) * (py1 - py0); }
+};
+
+/// The grid lines (when `grid`), then the ticks and their labels.
+void draw_grid_and_ticks(cairo_t* cr, const PlotArea& a, const std::vector<double>& xt,
+                         const std::vector<double>& yt, bool grid) {
+    cairo_set_line_width(cr, 1);
+    if (grid) {
+        cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
+        for (double v : xt) {
+            cairo_move_to(cr, std::round(a.X(v)) + 0.5, a.py0);
+            cairo_line_to(cr, std::round(a.X(v)) + 0.5, a.py1);
+        }
+        for (double v : yt) {
+            cairo_move_to(cr, a.px0, std::round(a.Y(v)) + 0.5);
+            cairo_line_to(cr, a.px1, std::round(a.Y(v)) + 0.5);
+        }
+        cairo_stroke(cr);
+    }
+    cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
+    for (double v : xt) {
+        cairo_move_to(cr, std::round(a.X(v)) + 0.5, a.py1);
+        cairo_line_to(cr, std::round(a.X(v)) + 0.5, a.py1 + 5);
+        draw_text(cr, tick_label(v, tick_step(xt)), a.X(v), a.py1 + 8, 0.5, 0);
+    }
+    for (double v : yt) {
+        cairo_move_to(cr, a.px0 - 5, std::round(a.Y(v)) + 0.5);
+        cairo_line_to(cr, a.px0, std::round(a.Y(v)) + 0.5);
+        draw_text(cr, tick_label(v, tick_step(yt)), a.px0 - 8, a.Y(v), 1, 0.5);
+    }
+    cairo_stroke(cr);
+}
+
+/// The series' lines (broken at non-finite points) and markers, clipped to the plot area.
+void draw_series(cairo_t* cr, const PlotArea& a, const std::vector<Series>& series) {
+    cairo_save(cr);
+    cairo_rectangle(cr, a.px0, a.py0, a.px1 - a.px0, a.py1 - a.py0);
+    cairo_clip(cr);
+    for (size_t k = 0; k < series.size(); ++k) {
+        const Series& s = series[k];
+        set_color(cr, s.color ? *s.color : series_color(int(k)));
+        if (s.line) {
+            cairo_set_line_width(cr, s.line_width);
+            cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+            const double dash[] = {6, 4};
+            cairo_set_dash(cr, dash, s.dashed ? 2 : 0, 0);
+            bool pen = false;
+            for (size_t i = 0; i < s.x.size(); ++i) {
+                if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) {
+                    pen = false;
+                    continue;
+                }
+                (pen ? cairo_line_to : cairo_move_to)(cr, a.X(s.x[i]), a.Y(s.y[i]));
+                pen = true;
+            }
+            cairo_stroke(cr);
+            cairo_set_dash(cr, nullptr, 0, 0);
+        }
+        cairo_set_line_width(cr, 1.5);
+        for (size_t i = 0; i < s.x.size(); ++i)
+            if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]))
+                draw_marker(cr, s.marker, a.X(s.x[i]), a.Y(s.y[i]), s.marker_size);
+    }
+    cairo_restore(cr);
+}
+
+/// The legend box of the labelled series in the corner `pos`; th is the tick font's height.
+void draw_legend(cairo_t* cr, const PlotArea& a, const std::vector<Series>& series, LegendPos pos, double th) {
+    std::vector<size_t> entries;
+    for (size_t k = 0; k < series.size(); ++k)
+        if (!series[k].label.empty()) entries.push_back(k);
+    if (pos == LegendPos::none || entries.empty()) return;
+    set_font(cr, kTickPt);
+    double lw = 0;
+    for (size_t k : entries) lw = std::max(lw, text_width(cr, series[k].label));
+    const double row = th + 4, bw = 8 + 26 + 6 + lw + 8, bh = 6 + row * entries.size() + 2;
+    const bool rgt = pos == LegendPos::upper_right || pos == LegendPos::lower_right;
+    const bool up  = pos == LegendPos::upper_right || pos == LegendPos::upper_left;
+    const double bx = rgt ? a.px1 - 8 - bw : a.px0 + 8, by = up ? a.py0 + 8 : a.py1 - 8 - bh;
+    cairo_rectangle(cr, bx, by, bw, bh);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
+    cairo_fill_preserve(cr);
+    cairo_set_source_rgb(cr, 0.75, 0.75, 0.75);
+    cairo_set_line_width(cr, 1);
+    cairo_stroke(cr);
+    for (size_t e = 0; e < entries.size(); ++e) {
+        const Series& s = series[entries[e]];
+        const double cy = by + 6 + row * e + row / 2 - 2;
+        set_color(cr, s.color ? *s.color : series_color(int(entries[e])));
+        if (s.line) {
+            const double dash[] = {6, 4};
+            cairo_set_dash(cr, dash, s.dashed ? 2 : 0, 0);
+            cairo_set_line_width(cr, s.line_width);
+            cairo_move_to(cr, bx + 8, cy);
+            cairo_line_to(cr, bx + 34, cy);
+            cairo_stroke(cr);
+            cairo_set_dash(cr, nullptr, 0, 0);
+        }
+        cairo_set_line_width(cr, 1.5);
+        draw_marker(cr, s.marker, bx + 21, cy, s.marker_size);
+        cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+        draw_text(cr, s.label, bx + 40, cy, 0, 0.5);
+    }
+}
+
+}  // namespace
+
 void LinePlot::save(const std::string& path) const {
     // Data ranges over finite points.
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
@@ -270,119 +384,26 @@ void LinePlot::save(const std::string& path) const {
         const double top    = title.empty() ? 14 : 38;
         const double bottom = 8 + th + 8 + (xlabel.empty() ? 0 : 22);
         const double right  = 22;
-        const double px0 = left, px1 = width - right, py0 = top, py1 = height - bottom;
-        QKV_CHECK(px1 - px0 > 40 && py1 - py0 > 40, "LinePlot::save: '", path, "': canvas ",
+        const PlotArea a{left, width - right, top, height - bottom, x0, x1, y0, y1};
+        QKV_CHECK(a.px1 - a.px0 > 40 && a.py1 - a.py0 > 40, "LinePlot::save: '", path, "': canvas ",
                   width, "x", height, " is too small for the labels");
-        auto X = [&](double x) { return px0 + (x - x0) / (x1 - x0) * (px1 - px0); };
-        auto Y = [&](double y) { return py1 - (y - y0) / (y1 - y0) * (py1 - py0); };
-
-        cairo_set_line_width(cr, 1);
-        if (grid) {
-            cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-            for (double v : xt) {
-                cairo_move_to(cr, std::round(X(v)) + 0.5, py0);
-                cairo_line_to(cr, std::round(X(v)) + 0.5, py1);
-            }
-            for (double v : yt) {
-                cairo_move_to(cr, px0, std::round(Y(v)) + 0.5);
-                cairo_line_to(cr, px1, std::round(Y(v)) + 0.5);
-            }
-            cairo_stroke(cr);
-        }
-        // Ticks and tick labels.
-        cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
-        for (double v : xt) {
-            cairo_move_to(cr, std::round(X(v)) + 0.5, py1);
-            cairo_line_to(cr, std::round(X(v)) + 0.5, py1 + 5);
-            draw_text(cr, tick_label(v, tick_step(xt)), X(v), py1 + 8, 0.5, 0);
-        }
-        for (double v : yt) {
-            cairo_move_to(cr, px0 - 5, std::round(Y(v)) + 0.5);
-            cairo_line_to(cr, px0, std::round(Y(v)) + 0.5);
-            draw_text(cr, tick_label(v, tick_step(yt)), px0 - 8, Y(v), 1, 0.5);
-        }
-        cairo_stroke(cr);
-        // Series, clipped to the plot area.
-        cairo_save(cr);
-        cairo_rectangle(cr, px0, py0, px1 - px0, py1 - py0);
-        cairo_clip(cr);
-        for (size_t k = 0; k < series_.size(); ++k) {
-            const Series& s = series_[k];
-            set_color(cr, s.color ? *s.color : series_color(int(k)));
-            if (s.line) {
-                cairo_set_line_width(cr, s.line_width);
-                cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
-                const double dash[] = {6, 4};
-                cairo_set_dash(cr, dash, s.dashed ? 2 : 0, 0);
-                bool pen = false;
-                for (size_t i = 0; i < s.x.size(); ++i) {
-                    if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) {
-                        pen = false;
-                        continue;
-                    }
-                    (pen ? cairo_line_to : cairo_move_to)(cr, X(s.x[i]), Y(s.y[i]));
-                    pen = true;
-                }
-                cairo_stroke(cr);
-                cairo_set_dash(cr, nullptr, 0, 0);
-            }
-            cairo_set_line_width(cr, 1.5);
-            for (size_t i = 0; i < s.x.size(); ++i)
-                if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]))
-                    draw_marker(cr, s.marker, X(s.x[i]), Y(s.y[i]), s.marker_size);
-        }
-        cairo_restore(cr);
+        draw_grid_and_ticks(cr, a, xt, yt, grid);
+        draw_series(cr, a, series_);
         // Frame.
         cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
         cairo_set_line_width(cr, 1);
-        cairo_rectangle(cr, std::round(px0) + 0.5, std::round(py0) + 0.5, std::round(px1 - px0),
-                        std::round(py1 - py0));
+        cairo_rectangle(cr, std::round(a.px0) + 0.5, std::round(a.py0) + 0.5, std::round(a.px1 - a.px0),
+                        std::round(a.py1 - a.py0));
         cairo_stroke(cr);
         // Title and axis labels.
         if (!title.empty()) {
             set_font(cr, kTitlePt, true);
-            draw_text(cr, title, (px0 + px1) / 2, 10, 0.5, 0);
+            draw_text(cr, title, (a.px0 + a.px1) / 2, 10, 0.5, 0);
         }
         set_font(cr, kLabelPt);
-        if (!xlabel.empty()) draw_text(cr, xlabel, (px0 + px1) / 2, height - 6, 0.5, 1);
-        if (!ylabel.empty()) draw_text(cr, ylabel, 8, (py0 + py1) / 2, 0.5, 0, -M_PI / 2);
-        // Legend.
-        std::vector<size_t> entries;
-        for (size_t k = 0; k < series_.size(); ++k)
-            if (!series_[k].label.empty()) entries.push_back(k);
-        if (legend != LegendPos::none && !entries.empty()) {
-            set_font(cr, kTickPt);
-            double lw = 0;
-            for (size_t k : entries) lw = std::max(lw, text_width(cr, series_[k].label));
-            const double row = th + 4, bw = 8 + 26 + 6 + lw + 8, bh = 6 + row * entries.size() + 2;
-            const bool rgt = legend == LegendPos::upper_right || legend == LegendPos::lower_right;
-            const bool up  = legend == LegendPos::upper_right || legend == LegendPos::upper_left;
-            const double bx = rgt ? px1 - 8 - bw : px0 + 8, by = up ? py0 + 8 : py1 - 8 - bh;
-            cairo_rectangle(cr, bx, by, bw, bh);
-            cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
-            cairo_fill_preserve(cr);
-            cairo_set_source_rgb(cr, 0.75, 0.75, 0.75);
-            cairo_set_line_width(cr, 1);
-            cairo_stroke(cr);
-            for (size_t e = 0; e < entries.size(); ++e) {
-                const Series& s = series_[entries[e]];
-                const double cy = by + 6 + row * e + row / 2 - 2;
-                set_color(cr, s.color ? *s.color : series_color(int(entries[e])));
-                if (s.line) {
-                    const double dash[] = {6, 4};
-                    cairo_set_dash(cr, dash, s.dashed ? 2 : 0, 0);
-                    cairo_set_line_width(cr, s.line_width);
-                    cairo_move_to(cr, bx + 8, cy);
-                    cairo_line_to(cr, bx + 34, cy);
-                    cairo_stroke(cr);
-                    cairo_set_dash(cr, nullptr, 0, 0);
-                }
-                cairo_set_line_width(cr, 1.5);
-                draw_marker(cr, s.marker, bx + 21, cy, s.marker_size);
-                cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-                draw_text(cr, s.label, bx + 40, cy, 0, 0.5);
-            }
-        }
+        if (!xlabel.empty()) draw_text(cr, xlabel, (a.px0 + a.px1) / 2, height - 6, 0.5, 1);
+        if (!ylabel.empty()) draw_text(cr, ylabel, 8, (a.py0 + a.py1) / 2, 0.5, 0, -M_PI / 2);
+        draw_legend(cr, a, series_, legend, th);
     }, "LinePlot::save");
 }
 

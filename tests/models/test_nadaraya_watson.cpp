@@ -10,12 +10,10 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/models/nadaraya_watson.h"
 #include "qkv/ops/ops.h"
-#include "qkv/train/nw_train.h"
 #include "support/test_util.h"
 
 using namespace qkv;
 using namespace qkv::models;
-using namespace qkv::train;  // train_nw
 using namespace qkv::test;
 
 namespace {

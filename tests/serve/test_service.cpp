@@ -86,6 +86,31 @@ TEST(ServeService, BadRequestsGetTheirStatus) {
     EXPECT_NE(r.body.find("max_body_bytes"), std::string::npos);
 }
 
+// Requests the HTTP layer refuses itself (a body over the limit, malformed HTTP) get the service's
+// JSON error and are counted under the endpoint "http".
+TEST(ServeService, TransportErrorsAreJsonAndCounted) {
+    EXPECT_EQ(transport_error(413, 200).kind, "limit");
+    EXPECT_EQ(transport_error(413, 200).limit, "max_body_bytes");
+    EXPECT_EQ(transport_error(413, 200).message, "the body is larger than 200 bytes (max_body_bytes)");
+    EXPECT_EQ(transport_error(404, 200).kind, "not_found");
+    EXPECT_EQ(transport_error(414, 200).kind, "limit");
+    EXPECT_EQ(transport_error(503, 200).kind, "internal");
+    EXPECT_EQ(transport_error(503, 200).status, 503);
+    EXPECT_EQ(transport_error(400, 200).kind, "http");
+    EXPECT_EQ(transport_error(405, 200).status, 405);
+    Fixture f;
+    const HttpResponse r = f.svc->refuse(body_too_large_error(200));
+    EXPECT_EQ(r.status, 413);
+    EXPECT_EQ(r.content_type, "application/json");
+    EXPECT_NE(r.body.find("\"kind\":\"limit\""), std::string::npos) << r.body;
+    f.svc->refuse(transport_error(400, 200));
+    const std::string m = f.call("GET", "/metrics").body;
+    for (const char* s : {"qkv_requests_total{endpoint=\"http\",code=\"413\"} 1",
+                          "qkv_requests_total{endpoint=\"http\",code=\"400\"} 1", "qkv_errors_total{kind=\"limit\"} 1",
+                          "qkv_errors_total{kind=\"http\"} 1"})
+        EXPECT_NE(m.find(s), std::string::npos) << s << "\n" << m;
+}
+
 TEST(ServeService, ApiKey) {
     Fixture f("s3cret");
     const std::string body = R"({"q":"go ."})";

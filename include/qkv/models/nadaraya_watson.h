@@ -2,10 +2,11 @@
 // Nadaraya–Watson kernel regression as attention pooling (D2L 11.2 EN / 10.2 ZH; Nadaraya 1964,
 // Watson 1964): the non-parametric Gaussian-kernel estimator, the parametric model with one
 // learned scalar w, the leave-one-out tiling, and the data of the seed experiment and of D2L ZH.
-// Its training loop (an optimizer: a layer above models) is train/nw_train.h; plotting and the
-// command line live in apps/qkv/cmd_nw.cpp.
+// Its training loop is here too: full-batch gradient descent on the one scalar w needs no optimizer
+// object (models sit below optim). Plotting and the command line live in apps/qkv/cmd_nw.cpp.
 // Dim legend: N queries, M keys (training points) per query.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,31 @@ public:
 private:
     Tensor attention_weights_;
 };
+
+/// The training loss: `mean` = nn.MSELoss() (the seed), `sum` = MSELoss(reduction='none').sum()
+/// (D2L ZH, no factor ½).
+enum class NWLoss { mean, sum };
+
+struct NWTrainConfig {
+    int64_t epochs = 20;  // full-batch SGD steps
+    double lr      = 0.5;
+    NWLoss loss    = NWLoss::mean;
+};
+
+/// One epoch's record: loss before that epoch's step, w after it (what the seed prints).
+struct NWEpoch {
+    int64_t epoch = 0;  // 1-based
+    double loss   = 0;
+    double w      = 0;
+};
+
+/// Trains `model` on the leave-one-out problem (queries x_train, keys/values the other points,
+/// D2L ZH 10.2.4; the seed program), one full-batch step per epoch with torch.optim.SGD's plain
+/// rule (no momentum, no weight decay): p −= lr · ∂loss/∂p. x_train, y_train (n) of the model's
+/// dtype. Calls on_epoch after each step. Throws qkv::Error when shapes differ, n < 2, epochs < 0,
+/// lr is not positive, or the loss stops being finite (names the epoch).
+std::vector<NWEpoch> train_nw(NWKernelRegression& model, const Tensor& x_train, const Tensor& y_train,
+                              const NWTrainConfig& cfg, const std::function<void(const NWEpoch&)>& on_epoch = {});
 
 /// Leave-one-out tiling of the training set: x (n) -> (n, n − 1), row i = x without element i,
 /// in order (the seed's x.repeat(n, 1)[~eye(n)].reshape(n, n − 1)). Throws when n < 2.

@@ -54,6 +54,14 @@ struct HttpResponse {
 /// A response for an error: its JSON body (the service adds Retry-After to its 503s).
 HttpResponse error_response(const ApiError& e);
 
+/// The 413 "limit" of a body over `max_body_bytes`, refused by the HTTP layer while it reads it.
+ApiError body_too_large_error(size_t max_body_bytes);
+
+/// The error for a status the HTTP library answered itself, in the service's JSON shape: 413 is
+/// body_too_large_error, 404 "not_found", 414 "limit" (request line), 500 and above "internal",
+/// any other status "http" ("bad request").
+ApiError transport_error(int status, size_t max_body_bytes);
+
 /// Counters and histograms behind GET /metrics (thread-safe).
 class Metrics {
 public:
@@ -89,6 +97,10 @@ public:
 
     /// Answers one request; thread-safe; never throws.
     HttpResponse handle(const HttpRequest& req);
+    /// The answer to a request the HTTP layer refused before handle() could see it (a body over
+    /// the limit, malformed HTTP): error_response(e), counted in /metrics as handle() counts its
+    /// own errors, under the endpoint "http". Thread-safe.
+    HttpResponse refuse(const ApiError& e);
     /// Reloads the model folder (ModelHolder::reload), logs the outcome on stderr, counts it.
     /// Returns true when the new model serves.
     bool reload();
