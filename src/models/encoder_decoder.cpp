@@ -36,7 +36,7 @@ Tensor EncoderDecoder::forward_hidden_rows(const Tensor& src, const Tensor& src_
     return index_select(h.reshape({B * T, C}), 0, rows);
 }
 
-Tensor EncoderDecoder::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+Tensor Autoregressive::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
     NoGradGuard ng;
     const Tensor logits = output_logits(hidden);  // (B, V)
     QKV_CHECK(logits.dim() == 2, "greedy_next: hidden must be (B, C), got ", hidden.shape());
@@ -48,6 +48,54 @@ Tensor EncoderDecoder::greedy_next(const Tensor& hidden, const std::vector<char>
 
 Tensor EncoderDecoder::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
     return cross_entropy(output_logits(hidden), target, Tensor(), opt);
+}
+
+// ---- TeacherForcedDecoding ----
+
+namespace {
+
+/// The source and the target prefix decoded so far.
+class PrefixState : public DecoderState {
+public:
+    Tensor src, src_valid_len;  // (B, Ts), (B)
+    Tensor prefix;              // (B, t) i64; undefined before the first step
+    int64_t t = 0;
+
+    void reorder(const Tensor& index) override {
+        QKV_CHECK(index.defined() && index.dim() == 1 && index.dtype() == DType::i64,
+                  "DecoderState::reorder: index must be int64 (B'), got ", index.defined() ? index.shape() : Shape{});
+        src           = index_select(src, 0, index).contiguous();
+        src_valid_len = index_select(src_valid_len, 0, index).contiguous();
+        if (prefix.defined()) prefix = index_select(prefix, 0, index).contiguous();
+    }
+    int64_t steps() const override { return t; }
+    int64_t batch_size() const override { return src.size(0); }
+};
+
+}  // namespace
+
+std::unique_ptr<DecoderState> TeacherForcedDecoding::init_state(const Tensor& src, const Tensor& src_valid_len) {
+    QKV_CHECK(src.defined() && src.dim() == 2 && src.dtype() == DType::i64 && src_valid_len.defined() &&
+                  src_valid_len.dim() == 1 && src_valid_len.size(0) == src.size(0),
+              "TeacherForcedDecoding: src must be int64 (B, Ts) and src_valid_len (B)");
+    auto st           = std::make_unique<PrefixState>();
+    st->src           = src.contiguous();
+    st->src_valid_len = src_valid_len.contiguous();
+    return st;
+}
+
+Tensor TeacherForcedDecoding::decode_step_hidden(const Tensor& tokens, DecoderState& state) {
+    auto* st = dynamic_cast<PrefixState*>(&state);
+    QKV_CHECK(st != nullptr, "TeacherForcedDecoding: the state was not made by its init_state");
+    const int64_t B = st->batch_size();
+    QKV_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.size(0) == B && tokens.dtype() == DType::i64,
+              "TeacherForcedDecoding: tokens must be int64 (B) with B = ", B);
+    NoGradGuard ng;
+    const Tensor col = tokens.reshape({B, 1});
+    st->prefix       = st->prefix.defined() ? concat({st->prefix, col}, 1).contiguous() : col.contiguous();
+    const Tensor h   = model_.forward_hidden(st->src, st->src_valid_len, st->prefix).select(1, st->t);
+    st->t += 1;
+    return h;
 }
 
 }  // namespace qkv::models

@@ -44,6 +44,7 @@ void LMState::reorder(const Tensor& index) {
     QKV_CHECK(index.defined() && index.dim() == 1 && index.dtype() == DType::i64,
               "LMState::reorder: index must be (B') int64");
     for (auto& c : caches) c.reorder(index);
+    if (pending.defined()) pending = index_select(pending, 0, index).contiguous();
     batch = index.size(0);
 }
 
@@ -88,24 +89,60 @@ Tensor TransformerLM::hidden_cached(const Tensor& tokens, LMState& state) {
     return ln_f->forward(x);
 }
 
-Tensor TransformerLM::forward_hidden(const Tensor&, const Tensor&, const Tensor& dec_input) { return hidden(dec_input); }
-
 Tensor TransformerLM::output_logits(const Tensor& hidden) { return dense->forward(hidden); }
 
-std::unique_ptr<DecoderState> TransformerLM::init_state(const Tensor& src, const Tensor&) {
-    QKV_CHECK(src.defined() && src.dim() >= 1, "TransformerLM::init_state: src must give the batch size");
-    auto s    = std::make_unique<LMState>();
-    s->batch  = src.size(0);
+std::unique_ptr<DecoderState> TransformerLM::init_state(const Tensor& prompts, const Tensor& prompt_lens) {
+    QKV_CHECK(prompts.defined() && prompts.dim() == 2 && prompts.dtype() == DType::i64,
+              "TransformerLM::init_state: prompts must be (B, T) int64, got ",
+              prompts.defined() ? prompts.shape() : Shape{});
+    const int64_t B = prompts.size(0), T = prompts.size(1);
+    if (prompt_lens.defined()) {
+        QKV_CHECK(prompt_lens.dim() == 1 && prompt_lens.size(0) == B && prompt_lens.dtype() == DType::i64,
+                  "TransformerLM::init_state: prompt_lens must be (B) int64 with B = ", B, ", got ", prompt_lens.shape());
+        for (int64_t l : prompt_lens.contiguous().to_vector<int64_t>())
+            QKV_CHECK(l == T, "TransformerLM::init_state: every prompt must fill the ", T,
+                      " columns (no padding), got a length of ", l);
+    }
+    auto s   = std::make_unique<LMState>();
+    s->batch = B;
     s->caches.resize(size_t(cfg_.num_blks));
+    if (T >= 1) {
+        NoGradGuard ng;
+        if (T >= 2) hidden_cached(prompts.slice(1, 0, T - 1).contiguous(), *s);
+        s->pending = prompts.select(1, T - 1).contiguous();
+    }
     return s;
 }
 
 Tensor TransformerLM::decode_step_hidden(const Tensor& tokens, DecoderState& state) {
     auto* s = dynamic_cast<LMState*>(&state);
     QKV_CHECK(s != nullptr, "TransformerLM::decode_step: the state is not a TransformerLM's");
-    QKV_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.dtype() == DType::i64,
-              "TransformerLM::decode_step: tokens must be (B) int64");
-    return hidden_cached(tokens.reshape({tokens.size(0), 1}), *s).reshape({tokens.size(0), cfg_.num_hiddens});
+    QKV_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.dtype() == DType::i64 && tokens.size(0) == s->batch,
+              "TransformerLM::decode_step: tokens must be (B) int64 with B = ", s->batch);
+    const Tensor in = s->pending.defined() ? s->pending : tokens;
+    s->pending      = Tensor();
+    return hidden_cached(in.reshape({s->batch, 1}), *s).reshape({s->batch, cfg_.num_hiddens});
+}
+
+// ---- LMTrainingView ----
+
+LMTrainingView::LMTrainingView(std::shared_ptr<TransformerLM> model) : model_(std::move(model)) {
+    QKV_CHECK(model_ != nullptr, "LMTrainingView: null model");
+    // The model's registration order and names (TransformerLM's constructor).
+    register_module("embedding", model_->embedding);
+    if (model_->pos_encoding) register_module("pos_encoding", model_->pos_encoding);
+    for (size_t i = 0; i < model_->blks.size(); ++i) register_module("blks." + std::to_string(i), model_->blks[i]);
+    register_module("ln_f", model_->ln_f);
+    register_module("dense", model_->dense);
+}
+
+Tensor LMTrainingView::forward_hidden(const Tensor&, const Tensor&, const Tensor& dec_input) {
+    return model_->hidden(dec_input);
+}
+
+std::unique_ptr<DecoderState> LMTrainingView::init_state(const Tensor& src, const Tensor&) {
+    QKV_CHECK(src.defined() && src.dim() >= 1, "LMTrainingView::init_state: src must give the batch size");
+    return model_->init_state(Tensor::empty({src.size(0), 0}, DType::i64), Tensor());
 }
 
 }  // namespace qkv::models

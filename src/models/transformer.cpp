@@ -1,10 +1,9 @@
 // D2L's Transformer: encoder/decoder blocks composed from nn/attention.h modules, teacher-forced
-// forward, and incremental decoding with a per-block cache of projected keys and values.
+// forward, and incremental decoding: the same decoder blocks with an nn::KVCache per attention.
 #include "qkv/models/transformer.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "qkv/autograd/grad_mode.h"
@@ -52,23 +51,6 @@ void check_valid_len(const Tensor& vl, int64_t B) {
     QKV_CHECK(vl.defined() && vl.dim() == 1 && vl.shape()[0] == B && vl.dtype() == DType::i64,
               "Transformer: src_valid_len must be int64 (B) with B = ", B, ", got ",
               vl.defined() ? vl.shape() : Shape{});
-}
-
-/// (B, T, C) -> (B, H, T, D), a view.
-Tensor split_heads(const Tensor& x, int64_t H) {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-    return x.reshape({B, T, H, C / H}).permute({0, 2, 1, 3});
-}
-
-/// (B, H, T, D) -> (B, T, C) (heads concatenated in order, D2L transpose_output).
-Tensor merge_heads(const Tensor& x) {
-    const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-    return x.permute({0, 2, 1, 3}).reshape({B, T, H * D});
-}
-
-/// Projects X with a multi-head attention's key or value layer, heads split, contiguous.
-Tensor project_heads(const nn::Linear& W, const Tensor& X, int64_t H) {
-    return split_heads(W.forward(X), H).contiguous();
 }
 
 }  // namespace
@@ -120,13 +102,38 @@ TransformerDecoderBlock::TransformerDecoderBlock(const TransformerConfig& cfg) {
 
 Tensor TransformerDecoderBlock::forward(const Tensor& X, const Tensor& enc_outputs,
                                         const Tensor& enc_valid_lens, const nn::RowPacking* rows,
-                                        const nn::RowPacking* enc_rows) {
+                                        const nn::RowPacking* enc_rows, DecoderBlockCache* cache) {
     // Causal self-attention: D2L's training-time dec_valid_lens = [1..Tt] is the top-left causal
     // mask. Unlike D2L EN, the mask stays on in eval mode (spec §1.9 quirk 2 is not reproduced).
-    Tensor Y = addnorm1->forward(X, attention1->forward(X, X, X, Tensor(), /*causal=*/true, {rows, rows}));
-    Tensor Z = addnorm2->forward(
-        Y, attention2->forward(Y, enc_outputs, enc_outputs, enc_valid_lens, false, {rows, enc_rows}));
+    Tensor a1, a2;
+    if (cache) {
+        QKV_CHECK(rows == nullptr && enc_rows == nullptr,
+                  "TransformerDecoderBlock: a cached forward takes padded inputs only");
+        nn::AttentionCall call;
+        call.causal  = CausalAlign::top_left;  // bottom-right over the cache (MultiHeadAttention)
+        call.cache   = &cache->self;
+        call.weights = cache->record ? &cache->self_weights : nullptr;
+        a1 = attention1->forward(X, X, X, call);
+    } else {
+        a1 = attention1->forward(X, X, X, Tensor(), /*causal=*/true, {rows, rows});
+    }
+    Tensor Y = addnorm1->forward(X, a1);
+    if (cache) {
+        nn::AttentionCall call;
+        call.valid_lens = enc_valid_lens;
+        call.cache      = &cache->cross;
+        call.weights    = cache->record ? &cache->cross_weights : nullptr;
+        a2 = attention2->forward(Y, enc_outputs, enc_outputs, call);
+    } else {
+        a2 = attention2->forward(Y, enc_outputs, enc_outputs, enc_valid_lens, false, {rows, enc_rows});
+    }
+    Tensor Z = addnorm2->forward(Y, a2);
     return addnorm3->forward(Z, ffn->forward(Z));
+}
+
+void TransformerDecoderBlock::cache_encoder(const Tensor& enc_outputs, DecoderBlockCache& cache) const {
+    cache.self.clear();
+    attention2->cache_memory(enc_outputs, enc_outputs, cache.cross);
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerConfig& cfg) : num_hiddens(cfg.num_hiddens) {
@@ -141,10 +148,14 @@ TransformerDecoder::TransformerDecoder(const TransformerConfig& cfg) : num_hidde
 
 Tensor TransformerDecoder::forward_hidden(const Tensor& tgt, const Tensor& enc_outputs,
                                           const Tensor& enc_valid_lens, const nn::RowPacking* rows,
-                                          const nn::RowPacking* enc_rows) {
-    Tensor X = pos_encoding->forward(mul(embedding->forward(tgt), std::sqrt(double(num_hiddens))));
+                                          const nn::RowPacking* enc_rows, std::vector<DecoderBlockCache>* caches,
+                                          int64_t pe_offset) {
+    QKV_CHECK(!caches || caches->size() == blks.size(), "TransformerDecoder: ", caches ? caches->size() : 0,
+              " block caches for ", blks.size(), " blocks");
+    Tensor X = pos_encoding->forward(mul(embedding->forward(tgt), std::sqrt(double(num_hiddens))), pe_offset);
     if (rows) X = rows->pack(X);
-    for (auto& blk : blks) X = blk->forward(X, enc_outputs, enc_valid_lens, rows, enc_rows);
+    for (size_t i = 0; i < blks.size(); ++i)
+        X = blks[i]->forward(X, enc_outputs, enc_valid_lens, rows, enc_rows, caches ? &(*caches)[i] : nullptr);
     return X;
 }
 
@@ -243,20 +254,13 @@ void Transformer::keep_attention_weights(bool on) {
 
 namespace {
 
-/// Per decoder block: self-attention keys/values of the target positions decoded so far, stored
-/// in a (B, H, capacity, D) buffer whose first `steps` positions are valid, and the
-/// cross-attention keys/values of the encoder outputs (B, H, Ts, D), projected once.
-struct BlockCache {
-    Tensor k, v;    // (B, H, capacity, D)
-    Tensor ck, cv;  // (B, H, Ts, D)
-};
-
+/// The decoder blocks' caches (nn::KVCache self- and cross-attention keys/values) and the source
+/// lengths the cross-attention masks with.
 class TransformerState : public DecoderState {
 public:
-    std::vector<BlockCache> blks;
+    std::vector<DecoderBlockCache> blks;
     Tensor enc_valid_lens;  // (B) i64
     int64_t t = 0;          // positions decoded so far
-    int64_t capacity = 0;
 
     void reorder(const Tensor& index) override {
         QKV_CHECK(index.defined() && index.dim() == 1 && index.dtype() == DType::i64,
@@ -264,51 +268,10 @@ public:
                   index.defined() ? index.shape() : Shape{});
         NoGradGuard ng;
         enc_valid_lens = index_select(enc_valid_lens, 0, index);  // throws on an out-of-range row
-        const std::vector<int64_t> rows = index.to_vector<int64_t>();
-        for (auto& b : blks) {
-            if (b.k.defined()) {
-                b.k = gather_prefix(b.k, rows);
-                b.v = gather_prefix(b.v, rows);
-            }
-            b.ck = index_select(b.ck, 0, index);
-            b.cv = index_select(b.cv, 0, index);
-        }
-    }
-    /// buf (B, H, capacity, D) contiguous -> (B', H, capacity, D) with rows `rows`; only the
-    /// first t positions are copied (the rest is never read before decode_step writes it), so
-    /// greedy decoding's frequent compactions move t/capacity of the buffer.
-    Tensor gather_prefix(const Tensor& buf, const std::vector<int64_t>& rows) const {
-        const int64_t H = buf.size(1), cap = buf.size(2), D = buf.size(3);
-        Tensor out = Tensor::empty({int64_t(rows.size()), H, cap, D}, buf.dtype());
-        const int64_t es = dtype_size(buf.dtype());
-        const char* src = static_cast<const char*>(buf.raw_data());
-        char* dst = static_cast<char*>(out.raw_data());
-        const size_t run = size_t(t * D * es), head = size_t(cap * D * es);
-        for (size_t i = 0; i < rows.size(); ++i)
-            for (int64_t h = 0; h < H; ++h)
-                std::memcpy(dst + (int64_t(i) * H + h) * int64_t(head), src + (rows[i] * H + h) * int64_t(head), run);
-        return out;
+        for (auto& b : blks) b.reorder(index);
     }
     int64_t steps() const override { return t; }
     int64_t batch_size() const override { return enc_valid_lens.size(0); }
-
-    /// Makes room for position t in every block's self-attention buffer (doubling).
-    void reserve(int64_t H, int64_t D) {
-        if (t < capacity) return;
-        const int64_t B = batch_size();
-        const int64_t cap = std::max<int64_t>(16, capacity * 2);
-        for (auto& b : blks) {
-            Tensor k = zeros({B, H, cap, D}), v = zeros({B, H, cap, D});
-            if (capacity > 0) {
-                Tensor ks = k.slice(2, 0, capacity), vs = v.slice(2, 0, capacity);
-                copy_(ks, b.k);
-                copy_(vs, b.v);
-            }
-            b.k = k;
-            b.v = v;
-        }
-        capacity = cap;
-    }
 };
 
 }  // namespace
@@ -328,12 +291,8 @@ std::unique_ptr<DecoderState> Transformer::init_state(const Tensor& src, const T
     for (int64_t v : st->enc_valid_lens.to_vector<int64_t>()) keep = std::max(keep, v);
     const Tensor src_used = keep < src.size(1) ? src.slice(1, 0, keep).contiguous() : src;
     Tensor enc = encoder->forward(src_used, src_valid_len);
-    for (auto& blk : decoder->blks) {
-        BlockCache c;
-        c.ck = project_heads(*blk->attention2->W_k, enc, cfg_.num_heads);
-        c.cv = project_heads(*blk->attention2->W_v, enc, cfg_.num_heads);
-        st->blks.push_back(std::move(c));
-    }
+    st->blks.resize(decoder->blks.size());
+    for (size_t i = 0; i < decoder->blks.size(); ++i) decoder->blks[i]->cache_encoder(enc, st->blks[i]);
     return st;
 }
 
@@ -348,44 +307,18 @@ Tensor Transformer::decode_step_hidden(const Tensor& tokens, DecoderState& state
     QKV_CHECK(pos < cfg_.max_len, "Transformer::decode_step: position ", pos, " reaches max_len ",
               cfg_.max_len);
     NoGradGuard ng;
-    const int64_t H = cfg_.num_heads, D = cfg_.num_hiddens / H;
-    st->reserve(H, D);
-    const int64_t t = st->t;
-
-    Tensor X = mul(decoder->embedding->forward(tokens.reshape({B, 1})), std::sqrt(double(cfg_.num_hiddens)));
-    X = decoder->pos_encoding->forward(X, pos);  // (B, 1, C)
-
-    AttentionOptions opt;  // eval: no dropout on the weights; scale 1/√D
-    AttentionMask cross_mask;
-    cross_mask.valid_lens = st->enc_valid_lens;
     DecoderAttentionTrace* trace = st->trace;
+    for (auto& c : st->blks) c.record = trace != nullptr;
+    // The teacher-forced decoder on one position, with the blocks' caches.
+    const Tensor X = decoder->forward_hidden(tokens.reshape({B, 1}), Tensor(), st->enc_valid_lens, nullptr, nullptr,
+                                             &st->blks, pos);
     if (trace) {
         trace->self.emplace_back();
         trace->cross.emplace_back();
-    }
-    for (size_t i = 0; i < decoder->blks.size(); ++i) {
-        auto& blk = *decoder->blks[i];
-        auto& c = st->blks[i];
-        auto& a1 = *blk.attention1;
-        // Self-attention: append this position's projected key/value, attend over 0..t. The new
-        // query is the last position, so no mask is needed (the cache holds only the past).
-        Tensor kd = c.k.slice(2, t, t + 1), vd = c.v.slice(2, t, t + 1);
-        copy_(kd, split_heads(a1.W_k->forward(X), H));
-        copy_(vd, split_heads(a1.W_v->forward(X), H));
-        Tensor q = split_heads(a1.W_q->forward(X), H);
-        Tensor w1, w2;
-        Tensor o = scaled_dot_product_attention(q, c.k.slice(2, 0, t + 1), c.v.slice(2, 0, t + 1), {},
-                                                opt, trace ? &w1 : nullptr);
-        Tensor Y = blk.addnorm1->forward(X, a1.W_o->forward(merge_heads(o)));
-        // Cross-attention on the cached encoder keys/values, masked by the source lengths.
-        auto& a2 = *blk.attention2;
-        Tensor q2 = split_heads(a2.W_q->forward(Y), H);
-        Tensor o2 = scaled_dot_product_attention(q2, c.ck, c.cv, cross_mask, opt, trace ? &w2 : nullptr);
-        Tensor Z = blk.addnorm2->forward(Y, a2.W_o->forward(merge_heads(o2)));
-        X = blk.addnorm3->forward(Z, blk.ffn->forward(Z));
-        if (trace) {
-            trace->self.back().push_back(w1);
-            trace->cross.back().push_back(w2);
+        for (auto& c : st->blks) {
+            trace->self.back().push_back(c.self_weights);
+            trace->cross.back().push_back(c.cross_weights);
+            c.self_weights = c.cross_weights = Tensor();
         }
     }
     st->t += 1;

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "qkv/autograd/grad_mode.h"
 
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/elementwise.h"
@@ -180,37 +183,56 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const AttentionCall& call) {
-    check_qkv3("MultiHeadAttention", queries, keys, values);
-    QKV_CHECK(queries.size(-1) == cfg.query_size && keys.size(-1) == cfg.key_size &&
-                  values.size(-1) == cfg.value_size,
-              "MultiHeadAttention: expected query/key/value sizes ", cfg.query_size, "/", cfg.key_size, "/",
-              cfg.value_size, ", got ", queries.shape(), ", ", keys.shape(), ", ", values.shape());
-    const int64_t B = queries.size(0), Tq = queries.size(1), Tk = keys.size(1);
+    KVCache* cache   = call.cache;
+    const bool fixed = cache && cache->fixed();
+    if (fixed) {
+        QKV_CHECK(queries.defined() && queries.dim() == 3, "MultiHeadAttention: queries must be (B, Tq, ·), got ",
+                  queries.defined() ? queries.shape() : Shape{});
+        QKV_CHECK(queries.size(-1) == cfg.query_size, "MultiHeadAttention: expected query size ", cfg.query_size,
+                  ", got ", queries.shape());
+        QKV_CHECK(cache->k.size(0) == queries.size(0), "MultiHeadAttention: the cache holds a batch of ",
+                  cache->k.size(0), ", the call has ", queries.size(0));
+    } else {
+        check_qkv3("MultiHeadAttention", queries, keys, values);
+        QKV_CHECK(queries.size(-1) == cfg.query_size && keys.size(-1) == cfg.key_size &&
+                      values.size(-1) == cfg.value_size,
+                  "MultiHeadAttention: expected query/key/value sizes ", cfg.query_size, "/", cfg.key_size, "/",
+                  cfg.value_size, ", got ", queries.shape(), ", ", keys.shape(), ", ", values.shape());
+    }
+    const int64_t B = queries.size(0), Tq = queries.size(1);
     const int64_t H = cfg.num_heads, D = cfg.num_hiddens / H, Hkv = cfg.num_kv_heads;
-    KVCache* cache = call.cache;
-    const int64_t offset = cache ? cache->length() : 0;
+    const int64_t offset = cache && !fixed ? cache->length() : 0;
     if (cache && offset > 0)
         QKV_CHECK(cache->k.size(0) == B, "MultiHeadAttention: the cache holds a batch of ", cache->k.size(0),
                   ", the call has ", B);
     auto heads = [&](const Tensor& x, int64_t T, int64_t n) { return x.reshape({B, T, n, D}).permute({0, 2, 1, 3}); };
     Tensor q = heads(W_q->forward(queries), Tq, H);
-    Tensor k = heads(W_k->forward(keys), Tk, Hkv);
-    Tensor v = heads(W_v->forward(values), Tk, Hkv);
-    if (cfg.rope) {
-        RopeOptions ro      = cfg.rope_options;
-        ro.position_offset  = offset;
-        q = rotary_embedding(q, ro), k = rotary_embedding(k, ro);
+    Tensor k, v;
+    if (fixed) {
+        k = cache->k, v = cache->v;
+    } else {
+        k = heads(W_k->forward(keys), keys.size(1), Hkv);
+        v = heads(W_v->forward(values), keys.size(1), Hkv);
     }
-    if (cache) {
+    if (cfg.rope) {
+        RopeOptions ro     = cfg.rope_options;
+        ro.position_offset = offset;
+        q = rotary_embedding(q, ro);
+        if (!fixed) k = rotary_embedding(k, ro);
+    }
+    if (cache && !fixed) {
         // Appended without history: the cache serves inference (decoding under NoGradGuard).
-        if (offset > 0) k = concat({cache->k, k}, 2), v = concat({cache->v, v}, 2);
-        cache->k = k.detach(), cache->v = v.detach();
+        cache->append(k.detach(), v.detach());
+        k = cache->k, v = cache->v;
     }
     AttentionMask mask;
     mask.valid_lens = call.valid_lens;
-    mask.causal     = cache && call.causal != CausalAlign::none ? CausalAlign::bottom_right : call.causal;
-    mask.mask       = call.mask;
-    mask.window     = cfg.window;
+    // With a cache the causal mask aligns bottom-right; one query (a decoding step) then sees
+    // every cached key, so no mask is needed.
+    mask.causal = call.causal;
+    if (cache && call.causal != CausalAlign::none) mask.causal = Tq == 1 ? CausalAlign::none : CausalAlign::bottom_right;
+    mask.mask   = call.mask;
+    mask.window = cfg.window;
     if (cache) mask.window.align = CausalAlign::bottom_right;
     AttentionOptions opt;
     opt.dropout      = cfg.dropout;
@@ -218,14 +240,108 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
     opt.softcap      = cfg.softcap;
     opt.alibi_slopes = alibi_;
     Tensor w;
-    Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
+    const bool want_weights = keep_weights_ || call.weights != nullptr;
+    Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, want_weights ? &w : nullptr);
     attention_weights_ = keep_weights_ ? w.detach() : Tensor();
+    if (call.weights) *call.weights = w.detach();
     return W_o->forward(out.permute({0, 2, 1, 3}).reshape({B, Tq, cfg.num_hiddens}));
+}
+
+void MultiHeadAttention::cache_memory(const Tensor& keys, const Tensor& values, KVCache& cache) const {
+    check_qkv3("MultiHeadAttention::cache_memory", keys, keys, values);
+    QKV_CHECK(keys.size(-1) == cfg.key_size && values.size(-1) == cfg.value_size,
+              "MultiHeadAttention::cache_memory: expected key/value sizes ", cfg.key_size, "/", cfg.value_size,
+              ", got ", keys.shape(), ", ", values.shape());
+    NoGradGuard ng;
+    const int64_t B = keys.size(0), Tm = keys.size(1), Hkv = cfg.num_kv_heads, D = cfg.num_hiddens / cfg.num_heads;
+    auto heads = [&](const Tensor& x) { return x.reshape({B, Tm, Hkv, D}).permute({0, 2, 1, 3}); };
+    Tensor k = heads(W_k->forward(keys)), v = heads(W_v->forward(values));
+    if (cfg.rope) k = rotary_embedding(k, cfg.rope_options);
+    cache.set_memory(k.contiguous(), v.contiguous());
+}
+
+namespace {
+
+/// buf (B, H, cap, D) contiguous -> a fresh (B', H, cap, D) buffer with rows `rows`, copying
+/// only the first `len` positions of each head (the rest is never read before it is written).
+Tensor gather_prefix(const Tensor& buf, const std::vector<int64_t>& rows, int64_t len) {
+    const int64_t B = buf.size(0), H = buf.size(1), cap = buf.size(2), D = buf.size(3);
+    for (int64_t r : rows)
+        QKV_CHECK(r >= 0 && r < B, "KVCache::reorder: index ", r, " is outside [0, ", B, ")");
+    Tensor out = Tensor::empty({int64_t(rows.size()), H, cap, D}, buf.dtype());
+    const int64_t es = dtype_size(buf.dtype());
+    const char* src = static_cast<const char*>(buf.raw_data());
+    char* dst = static_cast<char*>(out.raw_data());
+    const size_t run = size_t(len * D * es);
+    const int64_t head = cap * D * es;
+    for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t h = 0; h < H; ++h)
+            std::memcpy(dst + (int64_t(i) * H + h) * head, src + (rows[i] * H + h) * head, run);
+    return out;
+}
+
+}  // namespace
+
+void KVCache::append(const Tensor& k_new, const Tensor& v_new) {
+    QKV_CHECK(!fixed_, "KVCache::append: the cache holds a fixed memory (set_memory)");
+    QKV_CHECK(k_new.defined() && v_new.defined() && k_new.dim() == 4 && v_new.dim() == 4 &&
+                  k_new.shape() == v_new.shape(),
+              "KVCache::append: keys and values must be (B, Hkv, Tn, D) of one shape, got ",
+              k_new.defined() ? k_new.shape() : Shape{}, ", ", v_new.defined() ? v_new.shape() : Shape{});
+    const int64_t B = k_new.size(0), H = k_new.size(1), Tn = k_new.size(2), D = k_new.size(3);
+    const int64_t len = length();
+    if (!kbuf_.defined() && len > 0) {
+        // Set by hand (k, v assigned): becomes the start of a buffer.
+        const Tensor k0 = k, v0 = v;
+        kbuf_ = Tensor(), vbuf_ = Tensor();
+        k = Tensor(), v = Tensor();
+        append(k0, v0);
+    }
+    if (kbuf_.defined())
+        QKV_CHECK(kbuf_.size(0) == B && kbuf_.size(1) == H && kbuf_.size(3) == D && kbuf_.dtype() == k_new.dtype(),
+                  "KVCache::append: the cache holds ", kbuf_.shape(), " ", dtype_name(kbuf_.dtype()), ", got ",
+                  k_new.shape(), " ", dtype_name(k_new.dtype()));
+    const int64_t cap = kbuf_.defined() ? kbuf_.size(2) : 0;
+    if (len + Tn > cap) {  // grow by doubling (at least 16 positions)
+        const int64_t new_cap = std::max({int64_t(16), cap * 2, len + Tn});
+        Tensor kb = zeros({B, H, new_cap, D}, k_new.dtype()), vb = zeros({B, H, new_cap, D}, k_new.dtype());
+        if (len > 0) {
+            Tensor ks = kb.slice(2, 0, len), vs = vb.slice(2, 0, len);
+            copy_(ks, k);
+            copy_(vs, v);
+        }
+        kbuf_ = kb, vbuf_ = vb;
+    }
+    Tensor kd = kbuf_.slice(2, len, len + Tn), vd = vbuf_.slice(2, len, len + Tn);
+    copy_(kd, k_new);
+    copy_(vd, v_new);
+    k = kbuf_.slice(2, 0, len + Tn), v = vbuf_.slice(2, 0, len + Tn);
+}
+
+void KVCache::set_memory(const Tensor& k_mem, const Tensor& v_mem) {
+    QKV_CHECK(k_mem.defined() && v_mem.defined() && k_mem.dim() == 4 && v_mem.dim() == 4 &&
+                  k_mem.size(0) == v_mem.size(0) && k_mem.size(2) == v_mem.size(2),
+              "KVCache::set_memory: keys and values must be (B, Hkv, Tm, D), got ",
+              k_mem.defined() ? k_mem.shape() : Shape{}, ", ", v_mem.defined() ? v_mem.shape() : Shape{});
+    kbuf_ = Tensor(), vbuf_ = Tensor();
+    k = k_mem, v = v_mem;
+    fixed_ = true;
 }
 
 void KVCache::reorder(const Tensor& index) {
     if (!k.defined()) return;
-    k = index_select(k, 0, index), v = index_select(v, 0, index);
+    QKV_CHECK(index.defined() && index.dim() == 1 && index.dtype() == DType::i64,
+              "KVCache::reorder: index must be int64 (B'), got ", index.defined() ? index.shape() : Shape{});
+    NoGradGuard ng;
+    if (!kbuf_.defined()) {
+        k = index_select(k, 0, index), v = index_select(v, 0, index);
+        return;
+    }
+    const int64_t len = length();
+    const std::vector<int64_t> rows = index.contiguous().to_vector<int64_t>();
+    kbuf_ = gather_prefix(kbuf_, rows, len);
+    vbuf_ = gather_prefix(vbuf_, rows, len);
+    k = kbuf_.slice(2, 0, len), v = vbuf_.slice(2, 0, len);
 }
 
 // ---- PositionalEncoding ----

@@ -383,6 +383,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     std::optional<ReplacedRun> replaced;
     if (replace) replaced.emplace(opt.out_dir, out);
     RunResult res;
+    const auto view = std::make_shared<models::LMTrainingView>(model);  // the Trainer's EncoderDecoder
     std::optional<Trainer> trainer;
     const FreshRunStart start(out);
     try {
@@ -408,7 +409,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
                 std::fprintf(opt.log, "note: %s recorded no data fingerprint (an older qkv); the text was checked "
                                       "against the vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
         }
-        trainer.emplace(*model, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
+        trainer.emplace(*view, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
         if (replaced)
             trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {
                 if (p.step > 0) replaced->discard();
@@ -431,7 +432,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
         start.undo();
         return res;  // trained = false
     }
-    res.model   = model;
+    res.model   = view;
     res.trained = true;
     if (res.signal == 0) {  // whoever pressed Ctrl-C wants the prompt back
         const double val = trainer->evaluate_loss(d.valid);

@@ -1,6 +1,7 @@
 // The decoder-only language model (models/lm.h, train/lm.h): cached decoding equals the full
-// causal forward (RoPE and sinusoidal positions, GQA, a window), generation with the cache equals
-// recomputing the prefix, training lowers the loss on a repetitive text, D2L's preprocessing.
+// causal forward (RoPE and sinusoidal positions, GQA, a window), also through decode::generate
+// (prompts, greedy and beam search), generation with the cache equals recomputing the prefix,
+// training lowers the loss on a repetitive text, D2L's preprocessing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <fstream>
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/decode/generate.h"
 #include "qkv/models/lm.h"
 #include "qkv/ops/ops.h"
 #include "qkv/train/lm.h"
@@ -52,6 +54,55 @@ TEST(TransformerLM, CachedDecodingEqualsTheFullForward) {
     models::TransformerLMConfig bad = cfgs[0];
     bad.window = 0;
     EXPECT_NE(error_of([&] { models::TransformerLM m(bad); }).find("window must be >= 1"), std::string::npos);
+}
+
+/// decode::generate on the LM (the search the translators use): each hypothesis's log-probability
+/// is the teacher-forced sum over prompt + hypothesis (the full causal forward), greedy picks the
+/// full forward's argmax at every step, and the fused greedy path gives the same tokens.
+TEST(TransformerLM, GenerateEqualsTheFullForward) {
+    std::vector<models::TransformerLMConfig> cfgs(2);
+    for (auto& c : cfgs) c.vocab_size = 11, c.num_hiddens = 16, c.num_heads = 4, c.num_blks = 2, c.ffn_num_hiddens = 32;
+    cfgs[1].rope = false, cfgs[1].max_len = 64, cfgs[1].num_kv_heads = 2;
+    for (size_t n = 0; n < cfgs.size(); ++n) {
+        SCOPED_TRACE(n);
+        manual_seed(50 + n);
+        models::TransformerLM m(cfgs[n]);
+        m.eval();
+        const std::vector<int64_t> prompt_ids = {1, 4, 2, 9, 3, 0};
+        const Tensor prompts = from_vector(prompt_ids, {2, 3}), lens = from_vector<int64_t>({3, 3}, {2});
+        for (int64_t K : {1, 3}) {
+            SCOPED_TRACE(K);
+            decode::DecodeOptions o;
+            o.bos = 0, o.eos = 10, o.max_len = 20, o.beam_size = K, o.num_hypotheses = K;
+            const auto hyps = decode::generate(m, prompts, lens, o);
+            ASSERT_EQ(hyps.size(), 2u);
+            NoGradGuard ng;
+            for (int64_t b = 0; b < 2; ++b) {
+                ASSERT_EQ(int64_t(hyps[size_t(b)].size()), K);
+                for (const auto& h : hyps[size_t(b)]) {
+                    std::vector<int64_t> seq(prompt_ids.begin() + b * 3, prompt_ids.begin() + b * 3 + 3);
+                    seq.insert(seq.end(), h.tokens.begin(), h.tokens.end());
+                    if (h.finished) seq.push_back(o.eos);
+                    const int64_t T = int64_t(seq.size());
+                    const auto lp = log_softmax(m.logits(from_vector(seq, {1, T})), -1).contiguous().to_vector<float>();
+                    double sum = 0;
+                    for (int64_t t = 3; t < T; ++t) {
+                        const float* row = lp.data() + (t - 1) * 11;
+                        sum += row[seq[size_t(t)]];
+                        if (K == 1)  // greedy: the full forward's first maximum
+                            EXPECT_EQ(int64_t(std::max_element(row, row + 11) - row), seq[size_t(t)]) << "step " << t;
+                    }
+                    EXPECT_NEAR(h.log_prob, sum, 1e-4);
+                }
+            }
+            if (K == 1) {
+                o.scores = false;
+                const auto fused = decode::generate(m, prompts, lens, o);
+                for (size_t b = 0; b < 2; ++b) EXPECT_EQ(fused[b][0].tokens, hyps[b][0].tokens);
+            }
+        }
+        EXPECT_THROW(m.init_state(prompts, from_vector<int64_t>({3, 2}, {2})), Error);  // no padding
+    }
 }
 
 TEST(TransformerLM, PreprocessingIsD2ls) {

@@ -1,5 +1,6 @@
 // D2L Transformer: parameter names/count against the PyTorch model, shapes, input checks, and the
-// incremental (cached) decoder against the teacher-forced forward pass.
+// incremental (cached) decoder against the teacher-forced forward pass: step by step, and through
+// decode::generate (greedy, beam search with reorders, the attention trace).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/generator.h"
+#include "qkv/decode/generate.h"
+#include "qkv/decode/greedy.h"
 #include "qkv/models/transformer.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/reduce.h"
@@ -318,6 +321,86 @@ TEST(Transformer, KeepsAttentionWeightsForHeatmaps) {
     ASSERT_EQ(trace.self[1].size(), 2u);
     EXPECT_EQ(trace.self[1][0].shape(), (Shape{2, 4, 1, 2}));
     EXPECT_EQ(trace.cross[1][1].shape(), (Shape{2, 4, 1, 5}));
+}
+
+/// The search over the KV cache and over the teacher-forced forward recomputed at every step
+/// (models::TeacherForcedDecoding) give the same hypotheses, log-probabilities to float rounding:
+/// greedy (fused and with scores) and beam search, whose reorders move the caches' rows. An
+/// untrained model rarely emits <eos>, so hypotheses grow past the cache's first capacity (16).
+TEST(Transformer, GenerateOverTheCacheEqualsTeacherForcedDecoding) {
+    manual_seed(11);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    const Tensor src = random_ids(3, 6, cfg.src_vocab_size, 12);
+    const Tensor vl  = from_vector<int64_t>({6, 3, 1}, {3});
+    models::TeacherForcedDecoding full(m);
+    for (int64_t K : {1, 3}) {
+        SCOPED_TRACE(K);
+        decode::DecodeOptions o;
+        o.bos = 1, o.eos = 2, o.max_len = 20, o.beam_size = K, o.num_hypotheses = K;
+        const auto a = decode::generate(m, src, vl, o);
+        const auto b = decode::generate(full, src, vl, o);
+        ASSERT_EQ(a.size(), b.size());
+        size_t longest = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            ASSERT_EQ(a[i].size(), b[i].size()) << i;
+            for (size_t j = 0; j < a[i].size(); ++j) {
+                EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << i << " " << j;
+                EXPECT_EQ(a[i][j].finished, b[i][j].finished);
+                EXPECT_NEAR(a[i][j].log_prob, b[i][j].log_prob, 1e-4);
+                longest = std::max(longest, a[i][j].tokens.size());
+            }
+        }
+        EXPECT_GT(longest, 16u);
+        if (K == 1) {
+            decode::GreedyOptions g;
+            g.bos = 1, g.eos = 2, g.max_len = 20;
+            const auto fused = decode::greedy_decode(m, src, vl, g);
+            for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(fused[i], a[i][0].tokens) << i;
+        }
+    }
+}
+
+/// The trace greedy decoding records (heatmaps) holds, per step and block, the cross-attention
+/// weights the teacher-forced pass over the decoded sequence has at that position.
+TEST(Transformer, GreedyTraceEqualsTheTeacherForcedWeights) {
+    manual_seed(13);
+    auto cfg = small_config();
+    models::Transformer m(cfg);
+    m.eval();
+    const Tensor src = random_ids(1, 5, cfg.src_vocab_size, 14);
+    const Tensor vl  = from_vector<int64_t>({4}, {1});
+    models::DecoderAttentionTrace trace;
+    decode::GreedyOptions g;
+    g.bos = 1, g.eos = 2, g.max_len = 7, g.trace = &trace;
+    const auto out = decode::greedy_decode(m, src, vl, g);
+    const int64_t steps = int64_t(trace.cross.size());
+    ASSERT_EQ(steps, int64_t(out[0].size()) + (int64_t(out[0].size()) < g.max_len ? 1 : 0));
+    std::vector<int64_t> dec = {1};
+    dec.insert(dec.end(), out[0].begin(), out[0].end());
+    dec.resize(size_t(steps));
+    m.keep_attention_weights(true);
+    NoGradGuard ng;
+    m.forward(src, vl, from_vector(dec, {1, steps}));
+    m.keep_attention_weights(false);
+    for (size_t blk = 0; blk < m.decoder->blks.size(); ++blk) {
+        const Tensor want = m.decoder->blks[blk]->attention2->attention_weights();  // (1, H, steps, 5)
+        const Tensor self = m.decoder->blks[blk]->attention1->attention_weights();  // (1, H, steps, steps)
+        for (int64_t t = 0; t < steps; ++t) {
+            const Tensor got = trace.cross[size_t(t)][blk];  // (1, H, 1, 4): the source cut to its valid length
+            ASSERT_EQ(got.shape(), (Shape{1, cfg.num_heads, 1, 4}));
+            EXPECT_TRUE(all_close(got.contiguous().to_vector<float>(),
+                                  want.slice(2, t, t + 1).slice(3, 0, 4).contiguous().to_vector<float>(), 1e-5, 1e-5))
+                << "block " << blk << " step " << t;
+            const Tensor got_self = trace.self[size_t(t)][blk];  // (1, H, 1, t + 1)
+            ASSERT_EQ(got_self.shape(), (Shape{1, cfg.num_heads, 1, t + 1}));
+            EXPECT_TRUE(all_close(got_self.contiguous().to_vector<float>(),
+                                  self.slice(2, t, t + 1).slice(3, 0, t + 1).contiguous().to_vector<float>(), 1e-5,
+                                  1e-5))
+                << "block " << blk << " step " << t;
+        }
+    }
 }
 
 }  // namespace

@@ -163,5 +163,56 @@ TEST(MhaOptions, CacheReorderFollowsTheIndex) {
     EXPECT_EQ(c.v.to_vector<float>(), (std::vector<float>{6, 6, 4}));
 }
 
+/// A fixed cache (cross-attention on an encoder's outputs, projected once) gives the forward over
+/// that memory, without reading the call's keys and values; it refuses appends.
+TEST(MhaOptions, FixedMemoryCacheEqualsTheCrossAttentionForward) {
+    nn::MultiHeadAttentionConfig c;
+    c.num_hiddens = 16, c.num_heads = 4;
+    auto m = make_mha(c, 31);
+    Generator gen(5);
+    const Tensor q = randn({2, 3, 16}, &gen), mem = randn({2, 5, 16}, &gen);
+    NoGradGuard ng;
+    nn::AttentionCall plain;
+    plain.valid_lens = from_vector<int64_t>({5, 2}, {2});
+    const Tensor want = m->forward(q, mem, mem, plain);
+    nn::KVCache cache;
+    m->cache_memory(mem, mem, cache);
+    EXPECT_TRUE(cache.fixed());
+    EXPECT_EQ(cache.length(), 5);
+    nn::AttentionCall call = plain;
+    call.cache = &cache;
+    EXPECT_EQ(max_abs_diff(m->forward(q, Tensor(), Tensor(), call), want), 0.0);
+    Tensor w;
+    call.weights = &w;  // the math path: the same sums in another order
+    EXPECT_LE(max_abs_diff(m->forward(q, Tensor(), Tensor(), call), want), kF32Tol);
+    EXPECT_EQ(w.shape(), (Shape{2, 4, 3, 5}));
+    EXPECT_EQ(cache.length(), 5);  // nothing appended
+    EXPECT_THROW(cache.append(cache.k, cache.v), Error);
+}
+
+/// Appending past the buffer's capacity (16) keeps every position; a reorder gathers rows.
+TEST(MhaOptions, CacheBufferGrowsAndReorders) {
+    Generator gen(6);
+    nn::KVCache cache;
+    std::vector<Tensor> ks, vs;
+    for (int64_t t = 0; t < 21; ++t) {
+        const int64_t n = t == 0 ? 3 : 1;  // a prefill, then one position at a time
+        ks.push_back(randn({3, 2, n, 4}, &gen)), vs.push_back(randn({3, 2, n, 4}, &gen));
+        cache.append(ks.back(), vs.back());
+    }
+    EXPECT_EQ(cache.length(), 23);
+    EXPECT_EQ(max_abs_diff(cache.k, concat(ks, 2)), 0.0);
+    EXPECT_EQ(max_abs_diff(cache.v, concat(vs, 2)), 0.0);
+    const Tensor index = from_vector<int64_t>({2, 0, 2, 1}, {4});
+    cache.reorder(index);
+    EXPECT_EQ(max_abs_diff(cache.k, index_select(concat(ks, 2), 0, index)), 0.0);
+    EXPECT_EQ(max_abs_diff(cache.v, index_select(concat(vs, 2), 0, index)), 0.0);
+    const Tensor k1 = randn({4, 2, 1, 4}, &gen), v1 = randn({4, 2, 1, 4}, &gen);
+    cache.append(k1, v1);
+    EXPECT_EQ(max_abs_diff(cache.k.slice(2, 23, 24), k1), 0.0);
+    EXPECT_THROW(cache.append(randn({3, 2, 1, 4}, &gen), randn({3, 2, 1, 4}, &gen)), Error);  // batch 3 != 4
+    EXPECT_THROW(cache.reorder(from_vector<int64_t>({4}, {1})), Error);
+}
+
 }  // namespace
 }  // namespace qkv::test

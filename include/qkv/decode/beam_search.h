@@ -28,12 +28,12 @@ struct BeamOptions {
 /// (scored at the current length) beats the worst of them, or at max_len (live beams then count as
 /// unfinished hypotheses). With K = 1 this is exactly greedy decoding. src (B, Ts) i64,
 /// src_valid_len (B) i64. Throws qkv::Error on bad options.
-std::vector<std::vector<Hypothesis>> beam_search(models::EncoderDecoder& model, const Tensor& src,
+std::vector<std::vector<Hypothesis>> beam_search(models::Autoregressive& model, const Tensor& src,
                                                  const Tensor& src_valid_len,
                                                  const BeamOptions& opt);
 
 /// The best hypothesis's tokens for each source (convenience over beam_search).
-std::vector<std::vector<int64_t>> beam_decode(models::EncoderDecoder& model, const Tensor& src,
+std::vector<std::vector<int64_t>> beam_decode(models::Autoregressive& model, const Tensor& src,
                                               const Tensor& src_valid_len, const BeamOptions& opt);
 
 }  // namespace qkv::decode

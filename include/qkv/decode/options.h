@@ -13,6 +13,10 @@
 
 #include "qkv/core/generator.h"
 
+namespace qkv::models {
+struct DecoderAttentionTrace;
+}
+
 namespace qkv::decode {
 
 /// Random sampling instead of the search's maximum (`--sampling`).
@@ -63,6 +67,14 @@ struct DecodeOptions {
     SamplingOptions sampling;  // requires beam_size == num_hypotheses == 1
     /// Fill Hypothesis::attention (the model's DecoderState trace, one step at a time).
     bool return_attention = false;
+    /// false: Hypothesis::log_prob and score are left 0, and greedy decoding (beam_size 1, no
+    /// rule of needs_logits, no attention or coverage penalty) takes the plain path of the
+    /// model's greedy_next, fused with the output layer where it can be: no (rows, V) logits.
+    bool scores = true;
+    /// When non-null, receives the model's attention weights of every step
+    /// (models::DecoderAttentionTrace: all decoder rows of the step, in the search's order; a
+    /// source that is done has left the batch). Heatmaps read it with one source and beam_size 1.
+    models::DecoderAttentionTrace* trace = nullptr;
 
     /// Throws qkv::Error naming the field when a value is out of range or the fields disagree;
     /// V is the target vocabulary size.

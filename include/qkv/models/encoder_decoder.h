@@ -1,40 +1,19 @@
 #pragma once
 // The encoder–decoder interface (D2L 10.6 "The Encoder–Decoder Architecture", spec §1.10) that
-// training (train/) and decoding (decode/) program against: a teacher-forced forward pass, and
-// incremental decoding from a DecoderState. The Transformer (models/transformer.h) implements it.
+// training (train/) programs against: a teacher-forced forward pass; decoding (decode/) programs
+// against its Autoregressive side (models/autoregressive.h: init_state from the source, then
+// decode_step_hidden). The Transformer (models/transformer.h) and Bahdanau implement it.
 // Dim legend: B batch, Ts source length, Tt target length, C model width, V target vocabulary.
 #include <memory>
 #include <vector>
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/tensor.h"
+#include "qkv/models/autoregressive.h"
 #include "qkv/nn/module.h"
 #include "qkv/ops/cross_entropy.h"
 
 namespace qkv::models {
-
-/// Attention weights recorded during incremental decoding (for heatmaps), one entry per decoded
-/// step and decoder block: self[step][blk] is (B, H, 1, step+1) (the new query against every
-/// target position so far), cross[step][blk] is (B, H, 1, Ts). Weights are before dropout.
-struct DecoderAttentionTrace {
-    std::vector<std::vector<Tensor>> self, cross;
-};
-
-/// What incremental decoding carries from one step to the next: the encoder outputs and whatever
-/// the decoder caches. Owned by the caller; one state per batch of sources.
-class DecoderState {
-public:
-    virtual ~DecoderState() = default;
-    /// Rows of the batch in the new order (beam search): index i64 (B'), values in [0, B). Every
-    /// cached tensor is gathered along its batch dim; B' may differ from B. Throws on a bad index.
-    virtual void reorder(const Tensor& index) = 0;
-    /// Number of target tokens decoded so far (the next step's position).
-    virtual int64_t steps() const = 0;
-    /// Batch size B.
-    virtual int64_t batch_size() const = 0;
-    /// When non-null, decode_step appends the step's attention weights here.
-    DecoderAttentionTrace* trace = nullptr;
-};
 
 namespace detail {
 /// Throws qkv::Error unless rows is 1-D i64, strictly increasing, inside [0, total).
@@ -43,7 +22,7 @@ void check_hidden_rows(const Tensor& rows, int64_t total);
 
 /// A sequence-to-sequence model: encoder (source ids -> states) and decoder (target prefix +
 /// encoder states -> next-token logits). Inputs are i64 token ids; valid lengths are i64 (B).
-class EncoderDecoder : public nn::Module {
+class EncoderDecoder : public nn::Module, public Autoregressive {
 public:
     /// Teacher-forced pass (D2L EncoderDecoder.forward): src (B, Ts), src_valid_len (B),
     /// dec_input (B, Tt) (<bos> + target[:-1]) -> decoder hidden states (B, Tt, C), before the
@@ -52,7 +31,7 @@ public:
                                   const Tensor& dec_input) = 0;
     /// The output layer: hidden (..., C) -> logits (..., V). Separate so that a loss can apply it
     /// to the positions it counts only (the anchor skips <pad> rows; same loss, less work).
-    virtual Tensor output_logits(const Tensor& hidden) = 0;
+    Tensor output_logits(const Tensor& hidden) override = 0;
     /// forward_hidden's rows `rows` only: rows (N) i64, strictly increasing flat positions
     /// b·Tt + t -> (N, C) = forward_hidden(...).reshape({B·Tt, C}) rows `rows`, the same values
     /// and gradients (up to float rounding). A model may skip work that cannot reach those rows
@@ -67,28 +46,11 @@ public:
         return output_logits(forward_hidden(src, src_valid_len, dec_input));
     }
 
-    /// Runs the encoder and prepares incremental decoding (D2L init_state). No autograd history
-    /// is needed; callers run decoding under NoGradGuard.
-    virtual std::unique_ptr<DecoderState> init_state(const Tensor& src,
-                                                     const Tensor& src_valid_len) = 0;
-    /// One decoding step before the output layer: tokens (B) i64, the previous output (<bos>
-    /// first) -> the decoder's top hidden state (B, C). Costs O(steps) per token (cached
-    /// keys/values). Advances state.steps() by one. Throws on a state of another model or a
-    /// token batch that is not (state.batch_size()) i64.
-    virtual Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) = 0;
-    /// One decoding step: tokens (B) i64 -> logits (B, V) = output_logits(decode_step_hidden(...)),
-    /// without autograd history.
-    Tensor decode_step(const Tensor& tokens, DecoderState& state) {
-        NoGradGuard ng;
-        return output_logits(decode_step_hidden(tokens, state));
-    }
-    /// Greedy choice from decoder hidden rows (B, C): the id of each row's largest logit (the
-    /// first one on ties), never an id with banned[id] != 0 -> i64 (B). banned: empty or V flags.
-    /// Equals argmax(output_logits(hidden), 1) with the banned ids removed. This default computes
-    /// the logits; a model whose output layer is one Linear uses the fused linear_argmax
-    /// (ops/matmul.h), which never holds the (B, V) logits. Throws on a banned list of the wrong
-    /// length.
-    virtual Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned);
+    /// Autoregressive::init_state with the source: src (B, Ts) i64, src_valid_len (B) i64. Runs
+    /// the encoder and prepares incremental decoding (D2L init_state).
+    std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override = 0;
+    /// Autoregressive::decode_step_hidden: the decoder on one more target position.
+    Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override = 0;
     /// The training loss of hidden rows (N, C) against target (N) i64:
     /// cross_entropy(output_logits(hidden), target, Tensor(), opt), a scalar (reduction mean or
     /// sum) or (N) (none). This default computes the logits; a model whose output layer is one
@@ -98,7 +60,28 @@ public:
     virtual Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt);
 
     virtual int64_t src_vocab_size() const = 0;
-    virtual int64_t tgt_vocab_size() const = 0;
+    int64_t tgt_vocab_size() const override = 0;
+};
+
+/// Decoding without a cache, for checking one: each step runs the model's teacher-forced
+/// forward_hidden over the whole target prefix so far (O(t²) per token) and returns its last
+/// position, through the same Autoregressive interface the search uses. greedy_next and
+/// output_logits are the model's. The model must outlive this object.
+class TeacherForcedDecoding : public Autoregressive {
+public:
+    explicit TeacherForcedDecoding(EncoderDecoder& model) : model_(model) {}
+    /// Keeps src (B, Ts) i64 and src_valid_len (B) i64 (the encoder reruns at every step).
+    std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
+    /// tokens (B) i64 -> forward_hidden(src, src_valid_len, prefix + tokens)[:, -1] (B, C).
+    Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
+    Tensor output_logits(const Tensor& hidden) override { return model_.output_logits(hidden); }
+    Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override {
+        return model_.greedy_next(hidden, banned);
+    }
+    int64_t tgt_vocab_size() const override { return model_.tgt_vocab_size(); }
+
+private:
+    EncoderDecoder& model_;
 };
 
 }  // namespace qkv::models

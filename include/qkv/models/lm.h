@@ -3,14 +3,16 @@
 // embedding, num_blks pre-norm blocks x + MHA(LN(x)) then x + FFN(LN(x)) (GPT-2's placement,
 // Radford et al. 2019 §2.3), a final layer norm and an output layer to the vocabulary. Positions
 // by RoPE inside every attention layer (default) or by D2L's sinusoidal table added to the
-// embeddings; grouped-query attention and a sliding window as options. It implements the
-// EncoderDecoder interface with no encoder (the source is ignored), so the Trainer, checkpoints,
-// resume and data-parallel training serve it unchanged, and init_state/decode_step decode with a
-// KV cache per block.
+// embeddings; grouped-query attention and a sliding window as options. It is Autoregressive
+// (models/autoregressive.h): init_state takes the prompts, decode_step_hidden decodes with an
+// nn::KVCache per block, and decode::generate searches it as it does the translators. The Trainer
+// sees it through LMTrainingView (an EncoderDecoder with no encoder), so checkpoints, resume and
+// data-parallel training serve it unchanged.
 // Dim legend: B batch, T positions, C num_hiddens, V vocabulary, H heads.
 #include <memory>
 #include <vector>
 
+#include "qkv/models/autoregressive.h"
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/layers.h"
@@ -42,22 +44,23 @@ public:
     std::shared_ptr<nn::Dropout> dropout;
 };
 
-/// Decoding state: one KV cache per block and the number of positions decoded.
+/// Decoding state: one KV cache per block, the number of positions decoded, and (after
+/// init_state with prompts) each row's last prompt token, the first step's input.
 class LMState : public DecoderState {
 public:
     std::vector<nn::KVCache> caches;
     int64_t batch = 0, position = 0;
+    Tensor pending;  // (B) i64: read by the next decode_step_hidden instead of its tokens; or undefined
     void reorder(const Tensor& index) override;
     int64_t steps() const override { return position; }
     int64_t batch_size() const override { return batch; }
 };
 
-class TransformerLM : public EncoderDecoder {
+class TransformerLM : public nn::Module, public Autoregressive {
 public:
     /// Throws qkv::Error when a size is not positive, num_heads does not divide num_hiddens,
     /// num_kv_heads does not divide num_heads, RoPE gets an odd head width, or window is 0 or < -1.
     explicit TransformerLM(const TransformerLMConfig& cfg);
-
     /// tokens (B, T) i64 -> hidden states (B, T, C) after the final layer norm; position t sees
     /// tokens <= t (and, with a window, > t − window).
     Tensor hidden(const Tensor& tokens);
@@ -67,17 +70,18 @@ public:
     /// (B, T, C), appending to the caches (a prompt at once, then one token per call). Without
     /// autograd history. Equals hidden() of the whole sequence at those positions (tested).
     Tensor hidden_cached(const Tensor& tokens, LMState& state);
-
-    // EncoderDecoder: the source is ignored (a language model has none).
-    Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input) override;
     Tensor output_logits(const Tensor& hidden) override;
-    /// A state for `src.size(0)` sequences with empty caches (src's values are ignored).
-    std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
+    /// A state for B = prompts.size(0) sequences: prompts (B, T) i64, T >= 0, every row a whole
+    /// prompt (prompt_lens, when defined, must be (B) i64 of T each: no padding). With T >= 1 the
+    /// first T − 1 tokens fill the caches and the last one is the first step's input (the
+    /// search's <bos> given to that step is not read); with T = 0 the caches start empty and the
+    /// first step reads its tokens. Throws qkv::Error on other shapes or lengths.
+    std::unique_ptr<DecoderState> init_state(const Tensor& prompts, const Tensor& prompt_lens) override;
+    /// tokens (B) i64 (or the state's pending prompt token) -> hidden (B, C) of that position.
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
-    int64_t src_vocab_size() const override { return 1; }
     int64_t tgt_vocab_size() const override { return cfg_.vocab_size; }
-
     const TransformerLMConfig& config() const { return cfg_; }
+
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::PositionalEncoding> pos_encoding;  // null with RoPE
     std::vector<std::shared_ptr<LMBlock>> blks;
@@ -87,6 +91,30 @@ public:
 private:
     Tensor embed(const Tensor& tokens, int64_t offset);
     TransformerLMConfig cfg_;
+};
+
+/// The language model as the Trainer (train/trainer.h) sees it: an EncoderDecoder whose source
+/// is ignored (NmtArrays rows of zeros) and whose decoder input is the token sequence. It holds
+/// the model's own modules under the model's names, so parameters, state_dict, checkpoints and
+/// model files are the model's (same names, same tensors); it shares ownership of the model.
+class LMTrainingView : public EncoderDecoder {
+public:
+    /// Throws qkv::Error on a null model.
+    explicit LMTrainingView(std::shared_ptr<TransformerLM> model);
+    TransformerLM& model() { return *model_; }
+    /// dec_input (B, T) i64 -> model.hidden(dec_input) (B, T, C); src and src_valid_len unread.
+    Tensor forward_hidden(const Tensor& src, const Tensor& src_valid_len, const Tensor& dec_input) override;
+    Tensor output_logits(const Tensor& hidden) override { return model_->output_logits(hidden); }
+    /// The model's state for src.size(0) empty prompts (decoding through the view).
+    std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
+    Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override {
+        return model_->decode_step_hidden(tokens, state);
+    }
+    int64_t src_vocab_size() const override { return 1; }
+    int64_t tgt_vocab_size() const override { return model_->tgt_vocab_size(); }
+
+private:
+    std::shared_ptr<TransformerLM> model_;
 };
 
 }  // namespace qkv::models

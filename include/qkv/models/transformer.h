@@ -3,7 +3,8 @@
 // 2017; spec §1.8–1.10): post-LN blocks, sinusoidal positions, embeddings scaled by √C, a
 // biased output Linear. Parameter names equal the PyTorch state_dict of D2L EN's model
 // ("encoder.blks.0.attention.W_q.weight", "decoder.blks.1.addnorm3.ln.bias", "decoder.dense.weight").
-// Incremental decoding caches projected keys/values per block (not D2L's cached block inputs).
+// Incremental decoding runs the same decoder blocks with an nn::KVCache per attention layer
+// (projected keys/values, not D2L's cached block inputs; the encoder's projected once).
 // Dim legend: B batch, Ts/Tt source/target length, C num_hiddens, H heads, D = C/H, F FFN width,
 // V vocabulary.
 #include <memory>
@@ -68,6 +69,19 @@ public:
     int64_t num_hiddens;
 };
 
+/// Incremental decoding's cache of one decoder block (nn::KVCache, as the LM's blocks use):
+/// `self` holds the self-attention keys/values of the target positions decoded so far (appended
+/// per step), `cross` the cross-attention keys/values of the encoder outputs, projected once
+/// (TransformerDecoderBlock::cache_encoder). With `record` set, the block's last cached forward
+/// leaves its attention weights in self_weights (B, H, Tn, steps) and cross_weights (B, H, Tn, Ts).
+struct DecoderBlockCache {
+    nn::KVCache self, cross;
+    bool record = false;
+    Tensor self_weights, cross_weights;
+    /// Rows `index` (i64 (B')) of the batch in both caches (beam search); throws on a bad index.
+    void reorder(const Tensor& index) { self.reorder(index), cross.reorder(index); }
+};
+
 /// Decoder block (D2L TransformerDecoderBlock): causal self-attention → AddNorm1, cross-attention
 /// on the encoder outputs masked by the source valid lengths → AddNorm2, FFN → AddNorm3.
 class TransformerDecoderBlock : public nn::Module {
@@ -78,8 +92,16 @@ public:
     /// (N, C) (each sequence a prefix, so the causal mask hides the skipped ones); with
     /// `enc_rows` enc_outputs are the kept source rows (N_s, C), which must cover
     /// min(enc_valid_lens[b], Ts) positions of every sequence.
+    /// Incremental decoding (`cache`, padded inputs only): X (B, Tn, C) are the Tn positions after
+    /// the cache.self.length() cached ones; their keys/values are appended to cache.self, the
+    /// cross-attention reads cache.cross (enc_outputs is not read and may be undefined). The
+    /// same sub-layers as teacher forcing, so the rows equal its rows at those positions (tested).
     Tensor forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens,
-                   const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr);
+                   const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr,
+                   DecoderBlockCache* cache = nullptr);
+    /// Fills cache.cross with the cross-attention keys/values of enc_outputs (B, Ts, C) and empties
+    /// cache.self (the start of incremental decoding). No autograd history.
+    void cache_encoder(const Tensor& enc_outputs, DecoderBlockCache& cache) const;
     std::shared_ptr<nn::MultiHeadAttention> attention1;
     std::shared_ptr<nn::AddNorm> addnorm1;
     std::shared_ptr<nn::MultiHeadAttention> attention2;
@@ -94,8 +116,11 @@ public:
     TransformerDecoder(const TransformerConfig& cfg);
     /// Teacher forcing: tgt (B, Tt) i64 -> hidden (B, Tt, C) (dense not applied); `rows` and
     /// `enc_rows` as TransformerDecoderBlock::forward (hidden is then (N, C)).
+    /// Incremental decoding: with `caches` (one per block, TransformerDecoderBlock::forward) tgt
+    /// holds the next positions, their positional encodings start at `pe_offset`.
     Tensor forward_hidden(const Tensor& tgt, const Tensor& enc_outputs, const Tensor& enc_valid_lens,
-                          const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr);
+                          const nn::RowPacking* rows = nullptr, const nn::RowPacking* enc_rows = nullptr,
+                          std::vector<DecoderBlockCache>* caches = nullptr, int64_t pe_offset = 0);
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::PositionalEncoding> pos_encoding;
     std::vector<std::shared_ptr<TransformerDecoderBlock>> blks;

@@ -81,14 +81,30 @@ struct MultiHeadAttentionConfig {
     double softcap = 0.0;
 };
 
-/// Keys and values of one attention layer already computed, for incremental decoding: k (B, Hkv,
-/// T, C/H) after RoPE, v (B, Hkv, T, C/H); undefined when empty. Held without autograd history.
+/// Keys and values of one attention layer already computed, for incremental decoding (the one KV
+/// cache of qkv: the LM's blocks and the Transformer decoder's self- and cross-attention use it).
+/// k (B, Hkv, T, C/H) after RoPE, v (B, Hkv, T, C/H); undefined when empty. Held without autograd
+/// history. Appended keys/values live in a buffer of doubling capacity (no copy of the past per
+/// step); k and v are then views of its first length() positions.
+/// A fixed cache (set_memory) holds the projected keys/values of a memory that does not grow (the
+/// encoder outputs a cross-attention reads): projected once, never appended to.
 struct KVCache {
     Tensor k, v;
     int64_t length() const { return k.defined() ? k.size(2) : 0; }
-    void clear() { k = Tensor(), v = Tensor(); }
-    /// Rows `index` (i64 (B')) of the batch, e.g. to follow beam back-pointers.
+    bool fixed() const { return fixed_; }
+    void clear() { k = Tensor(), v = Tensor(), kbuf_ = Tensor(), vbuf_ = Tensor(), fixed_ = false; }
+    /// Appends k_new, v_new (B, Hkv, Tn, D) after the cached positions (same B, Hkv, D and dtype as
+    /// the cache; throws qkv::Error otherwise or on a fixed cache).
+    void append(const Tensor& k_new, const Tensor& v_new);
+    /// Makes this a fixed cache holding k_mem, v_mem (B, Hkv, Tm, D) (kept as given).
+    void set_memory(const Tensor& k_mem, const Tensor& v_mem);
+    /// Rows `index` (i64 (B')) of the batch, e.g. to follow beam back-pointers; B' may differ
+    /// from B. Throws qkv::Error on an index out of range.
     void reorder(const Tensor& index);
+
+private:
+    Tensor kbuf_, vbuf_;  // (B, Hkv, capacity, D) when appended to; k, v view their prefix
+    bool fixed_ = false;
 };
 
 /// The per-call inputs of MultiHeadAttention::forward beyond queries, keys and values.
@@ -100,8 +116,13 @@ struct AttentionCall {
     Tensor mask;
     /// Self-attention with a cache: the new keys/values are appended to it and attention runs
     /// over all of them; RoPE positions start at the cached length; causal masks and the window
-    /// align bottom-right (query t of the call is position cache length + t). nullptr: none.
+    /// align bottom-right (query t of the call is position cache length + t). With a fixed cache
+    /// (KVCache::set_memory, MultiHeadAttention::cache_memory) attention runs over its keys/values
+    /// and the call's keys and values are not read (they may be undefined). nullptr: none.
     KVCache* cache = nullptr;
+    /// When non-null, receives this call's attention weights (B, H, Tq, Tk) before dropout
+    /// (requesting them selects the math path, as keep_attention_weights does).
+    Tensor* weights = nullptr;
 };
 
 /// Pad-free inputs of MultiHeadAttention::forward (nn/packing.h). queries: the queries are the
@@ -141,6 +162,11 @@ public:
     /// (no packing). Throws as forward above, and when a cache is given with keys other than the
     /// queries' rows count or a batch size other than the cache's.
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionCall& call);
+    /// Projects a fixed memory once for later calls with that cache (cross-attention on the
+    /// encoder outputs): keys (B, Tm, key_size), values (B, Tm, value_size) -> cache holds
+    /// W_k(keys), W_v(values) as contiguous (B, Hkv, Tm, C/H) (RoPE at positions 0.. when on),
+    /// without autograd history. Throws qkv::Error on widths or shapes that do not match.
+    void cache_memory(const Tensor& keys, const Tensor& values, KVCache& cache) const;
     /// Last call's weights (B, H, Tq, Tk) before dropout (undefined when not kept).
     const Tensor& attention_weights() const { return attention_weights_; }
     /// Keep the weights on every call (math path) — for heatmaps; off by default.
