@@ -12,17 +12,25 @@ namespace qkv::kernels::cpu::simd {
 /// few µs, about the time one thread needs for ~10⁴ exps.
 constexpr int64_t kSoftmaxMinParallel = 1 << 14;
 
-template <Isa I>
-void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
+/// softmax (Log = false) or log_softmax of each row: the max m and Σ exp(x − m) (softmax keeps
+/// the exps in y), then y = exp(x − m) / Σ or x − m − log Σ.
+template <Isa I, bool Log>
+void softmax_rows_forward(float* y, const float* x, int64_t rows, int64_t cols) {
     using V = Vec<I>;
 #pragma omp parallel for schedule(static) if (rows * cols >= kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * cols;
-        float* yr       = y + r * cols;
-        const float m   = row_max<V>(xr, cols);
-        const float s   = row_sum_exp<V, true>(yr, xr, cols, m);
-        row_affine<V>(yr, yr, cols, 1.0f / s, 0.0f);
+        float*       yr = y + r * cols;
+        const float  m  = row_max<V>(xr, cols);
+        const float  s  = row_sum_exp<V, !Log>(Log ? nullptr : yr, xr, cols, m);
+        if constexpr (Log) row_affine<V>(yr, xr, cols, 1.0f, -(m + __builtin_logf(s)));
+        else row_affine<V>(yr, yr, cols, 1.0f / s, 0.0f);
     }
+}
+
+template <Isa I>
+void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
+    softmax_rows_forward<I, false>(y, x, rows, cols);
 }
 
 /// The backward of softmax and log_softmax: per row a reduction s = reduce(dy row, y row), then
@@ -53,15 +61,7 @@ void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, 
 
 template <Isa I>
 void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
-    using V = Vec<I>;
-#pragma omp parallel for schedule(static) if (rows * cols >= kSoftmaxMinParallel)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* xr   = x + r * cols;
-        const float m     = row_max<V>(xr, cols);
-        const float s     = row_sum_exp<V, false>(nullptr, xr, cols, m);
-        const float shift = m + __builtin_logf(s);
-        row_affine<V>(y + r * cols, xr, cols, 1.0f, -shift);
-    }
+    softmax_rows_forward<I, true>(y, x, rows, cols);
 }
 
 // dx = dy − exp(y)·Σ dy
