@@ -192,43 +192,42 @@ void fill_random(Tensor& t, F&& f) {
     const int64_t n = t.numel();
     detail::parallel_for(n, n > 65536, [&](int64_t i) { p[i] = T(f(i)); });
 }
+
+/// A new float tensor whose element i is f(seed, c) with c = start + k·i: k Philox counters per
+/// element from the generator's reservation, so values do not depend on the thread count.
+template <class F>
+Tensor philox_tensor(const Shape& shape, Generator* gen, DType dtype, uint64_t k, F&& f) {
+    Generator& g = gen ? *gen : default_generator();
+    Tensor t = Tensor::empty(shape, dtype);
+    const uint64_t seed = g.seed(), start = g.reserve(k * uint64_t(t.numel()));
+    auto at = [&](int64_t i) { return f(seed, start + k * uint64_t(i)); };
+    if (dtype == DType::f32) fill_random<float>(t, at);
+    else fill_random<double>(t, at);
+    return t;
+}
 }  // namespace
 
 Tensor rand(const Shape& shape, Generator* gen, double low, double high, DType dtype) {
     QKV_CHECK(is_floating(dtype), "rand: dtype must be float32 or float64");
     QKV_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high,
               "rand: need finite low <= high, got low ", low, ", high ", high);
-    Generator& g = gen ? *gen : default_generator();
-    Tensor t = Tensor::empty(shape, dtype);
-    const uint64_t seed = g.seed(), start = g.reserve(uint64_t(2 * t.numel()));
-    auto f = [&](int64_t i) {
-        const uint64_t c = start + 2 * uint64_t(i);
+    return philox_tensor(shape, gen, dtype, 2, [&](uint64_t seed, uint64_t c) {
         return low + (high - low) * philox::uniform01d(philox::bits(seed, 0, c), philox::bits(seed, 0, c + 1));
-    };
-    if (dtype == DType::f32) fill_random<float>(t, f);
-    else fill_random<double>(t, f);
-    return t;
+    });
 }
 
 Tensor randn(const Shape& shape, Generator* gen, double mean, double std, DType dtype) {
     QKV_CHECK(is_floating(dtype), "randn: dtype must be float32 or float64");
     QKV_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "randn: need a finite mean and a finite "
               "std >= 0, got mean ", mean, ", std ", std);
-    Generator& g = gen ? *gen : default_generator();
-    Tensor t = Tensor::empty(shape, dtype);
-    const uint64_t seed = g.seed(), start = g.reserve(uint64_t(4 * t.numel()));
     // Box–Muller on two 53-bit uniforms per element (the cosine branch only): simple and
     // independent of the thread count.
-    auto f = [&](int64_t i) {
-        const uint64_t c = start + 4 * uint64_t(i);
+    return philox_tensor(shape, gen, dtype, 4, [&](uint64_t seed, uint64_t c) {
         double u1 = philox::uniform01d(philox::bits(seed, 0, c), philox::bits(seed, 0, c + 1));
         const double u2 = philox::uniform01d(philox::bits(seed, 0, c + 2), philox::bits(seed, 0, c + 3));
         if (u1 < 1e-300) u1 = 1e-300;
         return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-    };
-    if (dtype == DType::f32) fill_random<float>(t, f);
-    else fill_random<double>(t, f);
-    return t;
+    });
 }
 
 // ---- printing ----

@@ -20,11 +20,19 @@ namespace qkv::detail {
 }
 }  // namespace qkv::detail
 
+// One `case` per dtype running the body with scalar_t set: the float pair and the non-float pair,
+// shared by the three switches below.
+#define QKV_DISPATCH_CASES_FLOAT_(...)                                                          \
+    case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }                     \
+    case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }
+#define QKV_DISPATCH_CASES_INT_(...)                                                            \
+    case ::qkv::DType::i64: { using scalar_t = int64_t; __VA_ARGS__; break; }                   \
+    case ::qkv::DType::b8: { using scalar_t = uint8_t; __VA_ARGS__; break; }
+
 #define QKV_DISPATCH_FLOAT(DT, OP, ...)                                                         \
     do {                                                                                        \
         switch (DT) {                                                                           \
-            case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }             \
-            case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
+            QKV_DISPATCH_CASES_FLOAT_(__VA_ARGS__)                                              \
             case ::qkv::DType::bf16: ::qkv::detail::throw_bf16_storage_only(OP);                \
             default:                                                                            \
                 throw ::qkv::Error(::qkv::detail::str(OP, ": expected a float tensor, got ",    \
@@ -32,28 +40,23 @@ namespace qkv::detail {
         }                                                                                       \
     } while (0)
 
-#define QKV_DISPATCH_ALL(DT, OP, ...)                                                           \
+// ALL and STORAGE: every dtype, bf16 through BF16(OP, body): a throw, or a body on bfloat16.
+#define QKV_DISPATCH_EVERY_(DT, OP, BF16, ...)                                                  \
     do {                                                                                        \
         switch (DT) {                                                                           \
-            case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }             \
-            case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
-            case ::qkv::DType::i64: { using scalar_t = int64_t; __VA_ARGS__; break; }           \
-            case ::qkv::DType::b8: { using scalar_t = uint8_t; __VA_ARGS__; break; }            \
-            case ::qkv::DType::bf16: ::qkv::detail::throw_bf16_storage_only(OP);                \
-        }                                                                                       \
-    } while (0)
-
-#define QKV_DISPATCH_STORAGE(DT, OP, ...)                                                       \
-    do {                                                                                        \
-        switch (DT) {                                                                           \
-            case ::qkv::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }             \
-            case ::qkv::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }            \
-            case ::qkv::DType::i64: { using scalar_t = int64_t; __VA_ARGS__; break; }           \
-            case ::qkv::DType::b8: { using scalar_t = uint8_t; __VA_ARGS__; break; }            \
-            case ::qkv::DType::bf16: { using scalar_t = ::qkv::bfloat16; __VA_ARGS__; break; }  \
+            QKV_DISPATCH_CASES_FLOAT_(__VA_ARGS__)                                              \
+            QKV_DISPATCH_CASES_INT_(__VA_ARGS__)                                                \
+            BF16(OP, __VA_ARGS__)                                                               \
         }                                                                                       \
         (void)(OP);                                                                             \
     } while (0)
+#define QKV_DISPATCH_BF16_THROW_(OP, ...) \
+    case ::qkv::DType::bf16: ::qkv::detail::throw_bf16_storage_only(OP);
+#define QKV_DISPATCH_BF16_STORAGE_(OP, ...) \
+    case ::qkv::DType::bf16: { using scalar_t = ::qkv::bfloat16; __VA_ARGS__; break; }
+
+#define QKV_DISPATCH_ALL(DT, OP, ...) QKV_DISPATCH_EVERY_(DT, OP, QKV_DISPATCH_BF16_THROW_, __VA_ARGS__)
+#define QKV_DISPATCH_STORAGE(DT, OP, ...) QKV_DISPATCH_EVERY_(DT, OP, QKV_DISPATCH_BF16_STORAGE_, __VA_ARGS__)
 
 namespace qkv::detail {
 /// Pointer to element 0 of any dtype (bool as uint8_t).

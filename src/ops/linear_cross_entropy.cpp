@@ -20,6 +20,7 @@
 #include "kernels/cpu/gemm.h"
 #include "ops/cross_entropy_common.h"
 #include "ops/dispatch.h"
+#include "ops/linear_checks.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/cross_entropy.h"
 #include "qkv/ops/kernel_mode.h"
@@ -47,19 +48,8 @@ namespace {
 /// range is checked by the caller.
 void check_arguments(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
                      const CrossEntropyOptions& opt) {
-    QKV_CHECK(x.defined() && weight.defined() && target.defined(),
-              "linear_cross_entropy: undefined tensor argument");
-    QKV_CHECK(weight.dim() == 2, "linear_cross_entropy: weight must be (V, C), got ", weight.shape());
-    QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_cross_entropy: x of shape ",
-              x.shape(), " does not match weight of shape ", weight.shape(), " (C = ", weight.shape()[1], ")");
-    const int64_t V = weight.shape()[0];
-    QKV_CHECK(V > 0, "linear_cross_entropy: weight has no output rows: ", weight.shape());
-    QKV_CHECK(!bias.defined() || bias.shape() == Shape{V}, "linear_cross_entropy: bias of shape ",
-              bias.defined() ? bias.shape() : Shape{}, " does not match V = ", V);
-    QKV_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-              "linear_cross_entropy: dtypes differ: x ", dtype_name(x.dtype()), ", weight ",
-              dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
-              bias.defined() ? dtype_name(bias.dtype()) : "");
+    QKV_CHECK(target.defined(), "linear_cross_entropy: undefined tensor argument");
+    detail::check_linear_args("linear_cross_entropy", x, weight, bias, {"(V, C)", "x", "C = ", "V = "}, true);
     QKV_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, "linear_cross_entropy: x must be float32 or "
               "float64, got ", dtype_name(x.dtype()));
     const Shape tshape(x.shape().begin(), x.shape().end() - 1);

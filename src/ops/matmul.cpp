@@ -11,6 +11,7 @@
 #include "kernels/ref/matmul.h"
 #include "ops/argmax_rule.h"
 #include "ops/dispatch.h"
+#include "ops/linear_checks.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/kernel_mode.h"
@@ -188,15 +189,7 @@ void add_bias_rows(const Tensor& y, const Tensor& bias, int64_t rows, int64_t ou
 
 // y = x·Wᵀ + b over all leading dims; dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-    QKV_CHECK(x.defined() && weight.defined(), "linear: undefined tensor argument");
-    QKV_CHECK(weight.dim() == 2, "linear: weight must be (out, in), got ", weight.shape());
-    QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input of shape ", x.shape(),
-              " does not match weight of shape ", weight.shape(), " (in_features ", weight.shape()[1], ")");
-    QKV_CHECK(!bias.defined() || bias.shape() == Shape{weight.shape()[0]}, "linear: bias of shape ",
-              bias.defined() ? bias.shape() : Shape{}, " does not match out_features ", weight.shape()[0]);
-    QKV_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-              "linear: dtypes differ: x ", dtype_name(x.dtype()), ", weight ", dtype_name(weight.dtype()),
-              bias.defined() ? ", bias " : "", bias.defined() ? dtype_name(bias.dtype()) : "");
+    detail::check_linear_args("linear", x, weight, bias, detail::kLinearNames, false);
     const int64_t in = weight.shape()[1], outf = weight.shape()[0];
     const int64_t rows = leading_rows(x);
     Tensor x2 = x.detach().contiguous().reshape({rows, in});
@@ -327,19 +320,8 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
 
 Tensor linear_argmax(const Tensor& x, const Tensor& weight, const Tensor& bias,
                      const std::vector<char>& banned) {
-    QKV_CHECK(x.defined() && weight.defined(), "linear_argmax: undefined tensor argument");
-    QKV_CHECK(weight.dim() == 2, "linear_argmax: weight must be (out, in), got ", weight.shape());
-    QKV_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear_argmax: input of shape ",
-              x.shape(), " does not match weight of shape ", weight.shape(), " (in_features ",
-              weight.shape()[1], ")");
+    detail::check_linear_args("linear_argmax", x, weight, bias, detail::kLinearNames, true);
     const int64_t in = weight.shape()[1], outf = weight.shape()[0];
-    QKV_CHECK(outf > 0, "linear_argmax: weight has no output rows: ", weight.shape());
-    QKV_CHECK(!bias.defined() || bias.shape() == Shape{outf}, "linear_argmax: bias of shape ",
-              bias.defined() ? bias.shape() : Shape{}, " does not match out_features ", outf);
-    QKV_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-              "linear_argmax: dtypes differ: x ", dtype_name(x.dtype()), ", weight ",
-              dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
-              bias.defined() ? dtype_name(bias.dtype()) : "");
     QKV_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, "linear_argmax: expected a float tensor, got ",
               dtype_name(x.dtype()));
     QKV_CHECK(banned.empty() || int64_t(banned.size()) == outf, "linear_argmax: banned has ",

@@ -82,29 +82,24 @@ Tensor softmax_impl(Kind kind, const Tensor& x_in, int64_t dim) {
     }).detach();
 }
 
+/// softmax or log_softmax of x along dim, recording its backward (kind's formula below).
+Tensor softmax_op(Kind kind, const Tensor& x, int64_t dim) {
+    Tensor y = softmax_impl(kind, x, dim);
+    if (x.dim() == 0) return y;
+    const bool  plain = kind == Kind::softmax;
+    const int64_t d   = normalize_axis(dim, x.dim(), plain ? "softmax" : "log_softmax");
+    Tensor        sy  = y.detach();
+    record(y, plain ? "SoftmaxBackward" : "LogSoftmaxBackward", {x}, [kind, sy, d](const Tensor& g) {
+        return std::vector<Tensor>{backward_impl(kind, g, sy, d)};
+    });
+    return y;
+}
+
 }  // namespace
 
 // softmax: dx = y ∘ (dy − rowsum(dy ∘ y)); log_softmax: dx = dy − exp(y) · rowsum(dy)
-Tensor softmax(const Tensor& x, int64_t dim) {
-    Tensor y = softmax_impl(Kind::softmax, x, dim);
-    if (x.dim() == 0) return y;
-    const int64_t d = normalize_axis(dim, x.dim(), "softmax");
-    Tensor sy = y.detach();
-    record(y, "SoftmaxBackward", {x}, [sy, d](const Tensor& g) {
-        return std::vector<Tensor>{backward_impl(Kind::softmax, g, sy, d)};
-    });
-    return y;
-}
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(Kind::softmax, x, dim); }
 
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-    Tensor y = softmax_impl(Kind::log_softmax, x, dim);
-    if (x.dim() == 0) return y;
-    const int64_t d = normalize_axis(dim, x.dim(), "log_softmax");
-    Tensor sy = y.detach();
-    record(y, "LogSoftmaxBackward", {x}, [sy, d](const Tensor& g) {
-        return std::vector<Tensor>{backward_impl(Kind::log_softmax, g, sy, d)};
-    });
-    return y;
-}
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(Kind::log_softmax, x, dim); }
 
 }  // namespace qkv

@@ -7,15 +7,11 @@
 #include "kernels/cpu/activation_simd.h"
 #include "kernels/params.h"
 
-namespace qkv::kernels::cpu::detail {
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
 
 /// Below this many tanh evaluations (B·Tq·Tk·H) the kernels stay on the calling thread.
 constexpr int64_t kAdditiveMinParallel = 1 << 15;
-
-}  // namespace qkv::kernels::cpu::detail
-
-#if defined(__AVX2__) || defined(__AVX512F__)
-namespace qkv::kernels::cpu::simd {
 
 template <Isa I>
 void additive_scores_forward(const AdditiveScoresParams<float>& p) {
@@ -23,7 +19,7 @@ void additive_scores_forward(const AdditiveScoresParams<float>& p) {
     float* const  scores = p.scores;
     const float * q = p.q, *k = p.k, *w = p.w;
     const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
-#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
+#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < Tq; ++i) {
             const float* qi = q + (b * Tq + i) * H;
@@ -54,7 +50,7 @@ void additive_scores_backward(const AdditiveScoresParams<float>& p, const Additi
     const float * q = p.q, *k = p.k, *w = p.w;
     const int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H;
     const auto one = V::set1(1.0f);
-#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= detail::kAdditiveMinParallel)
+#pragma omp parallel for schedule(static) if (B * Tq * Tk * H >= kAdditiveMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         float* dqb = dq + b * Tq * H;
         float* dkb = dk + b * Tk * H;

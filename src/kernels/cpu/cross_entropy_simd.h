@@ -7,16 +7,12 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/params.h"
 
-namespace qkv::kernels::cpu::detail {
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
 
 /// Logits per block in the forward: 16 KiB, so the Σexp pass re-reads the block from L1.
 constexpr int64_t kCrossEntropyBlock       = 4096;
 constexpr int64_t kCrossEntropyMinParallel = 1 << 14;  // elements; as kSoftmaxMinParallel
-
-}  // namespace qkv::kernels::cpu::detail
-
-#if defined(__AVX2__) || defined(__AVX512F__)
-namespace qkv::kernels::cpu::simd {
 
 template <Isa I>
 void cross_entropy_forward(const CrossEntropyParams<float>& params) {
@@ -26,13 +22,13 @@ void cross_entropy_forward(const CrossEntropyParams<float>& params) {
     const auto label_smoothing = params.label_smoothing;
     const float eps = float(label_smoothing);
     using V = Vec<I>;
-    ::qkv::detail::parallel_for(N, N * Vn >= detail::kCrossEntropyMinParallel, [&](int64_t i) {
+    ::qkv::detail::parallel_for(N, N * Vn >= kCrossEntropyMinParallel, [&](int64_t i) {
         const float* x = logits + i * Vn;
         // Running (max m, Σ exp(x − m)) over blocks: s ← s·exp(m − m') + Σ_block exp(x − m').
         float m = kNegInf, s = 0.f, sum_x = 0.f;
-        for (int64_t b = 0; b < Vn; b += detail::kCrossEntropyBlock) {
+        for (int64_t b = 0; b < Vn; b += kCrossEntropyBlock) {
             const int64_t n =
-                Vn - b < detail::kCrossEntropyBlock ? Vn - b : detail::kCrossEntropyBlock;
+                Vn - b < kCrossEntropyBlock ? Vn - b : kCrossEntropyBlock;
             const float bm = row_max<V>(x + b, n);
             if (eps != 0.f) sum_x += row_sum<V>(x + b, n);
             const float nm = bm > m || bm != bm ? bm : m;  // NaN propagates
@@ -67,7 +63,7 @@ void cross_entropy_backward(const CrossEntropyParams<float>& params, const Cross
     const float eps = float(label_smoothing);
     using V = Vec<I>;
     using R = typename V::R;
-    ::qkv::detail::parallel_for(N, N * Vn >= detail::kCrossEntropyMinParallel, [&](int64_t i) {
+    ::qkv::detail::parallel_for(N, N * Vn >= kCrossEntropyMinParallel, [&](int64_t i) {
         const float* x  = logits + i * Vn;
         float* dx       = dlogits + i * Vn;
         const int64_t t = target[i];

@@ -13,14 +13,7 @@ namespace qkv::kernels::cpu {
 namespace {
 
 // Scalar path for elements [i0, i1): one Philox call per block of 4 counters.
-void apply_scalar(const float* x,
-                  float* y,
-                  uint8_t* mask,
-                  int64_t i0,
-                  int64_t i1,
-                  float p,
-                  float scale,
-                  uint64_t seed,
+void apply_scalar(const float* x, float* y, uint8_t* mask, int64_t i0, int64_t i1, float p, float scale, uint64_t seed,
                   uint64_t offset) {
     for (int64_t i = i0; i < i1;) {
         const uint64_t c      = offset + uint64_t(i);
@@ -40,43 +33,28 @@ int64_t forward_groups(const detail::DropoutSpan& a) {
     QKV_ISA_DISPATCH(simd::dropout_forward_groups, int64_t(0), a);
 }
 
-void apply(
-    const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
-    if (n <= 0) return;
-    const float scale = 1.0f / (1.0f - p);
-    // Head up to the first counter that is a multiple of 4, then whole groups through the ISA's
-    // body, then the scalar tail.
-    const int64_t head = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
-    apply_scalar(x, y, mask, 0, head, p, scale, seed, offset);
-    const int64_t done = forward_groups({x + head, y + head, mask ? mask + head : nullptr, n - head, p, scale, seed,
-                                         (offset + uint64_t(head)) >> 2});
-    apply_scalar(x, y, mask, head + done, n, p, scale, seed, offset);
-}
-
 void backward_masked(float* dx, const float* dy, const uint8_t* mask, int64_t groups, float scale) {
     QKV_ISA_DISPATCH(simd::dropout_backward_masked, void(), dx, dy, mask, groups, scale);
 }
 
 }  // namespace
 
-void dropout_forward(const float* x,
-                     float* y,
-                     uint8_t* mask_or_null,
-                     int64_t n,
-                     float p,
-                     uint64_t seed,
+void dropout_forward(const float* x, float* y, uint8_t* mask_or_null, int64_t n, float p, uint64_t seed,
                      uint64_t offset) {
-    apply(x, y, mask_or_null, n, p, seed, offset);
+    if (n <= 0) return;
+    const float scale = 1.0f / (1.0f - p);
+    // Head up to the first counter that is a multiple of 4, then whole groups through the ISA's
+    // body, then the scalar tail.
+    const int64_t head = std::min<int64_t>(n, int64_t((4 - (offset & 3)) & 3));
+    apply_scalar(x, y, mask_or_null, 0, head, p, scale, seed, offset);
+    const int64_t done = forward_groups({x + head, y + head, mask_or_null ? mask_or_null + head : nullptr, n - head, p,
+                                         scale, seed, (offset + uint64_t(head)) >> 2});
+    apply_scalar(x, y, mask_or_null, head + done, n, p, scale, seed, offset);
 }
 
-void dropout_backward(const float* dy,
-                      float* dx,
-                      const uint8_t* mask_or_null,
-                      int64_t n,
-                      float p,
-                      uint64_t seed,
+void dropout_backward(const float* dy, float* dx, const uint8_t* mask_or_null, int64_t n, float p, uint64_t seed,
                       uint64_t offset) {
-    if (!mask_or_null) return apply(dy, dx, nullptr, n, p, seed, offset);
+    if (!mask_or_null) return dropout_forward(dy, dx, nullptr, n, p, seed, offset);
     const float scale = 1.0f / (1.0f - p);
     // The vector body takes whole 32-element groups: the scalar loop, compiled for the baseline
     // ISA, is a branch per element (a mispredict for most dropped ones).

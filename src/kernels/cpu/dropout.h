@@ -12,22 +12,12 @@ namespace qkv::kernels::cpu {
 /// y[i] = keep_i ? x[i]·(1/(1−p)) : 0 for i < n, p in [0, 1) (checked by the op; p = 0 copies
 /// x exactly). mask_or_null: (n) bytes, 1 = kept, written when not null. y may alias x.
 /// offset: the first Philox counter (Generator::reserve(n) hands it out).
-void dropout_forward(const float* x,
-                     float* y,
-                     uint8_t* mask_or_null,
-                     int64_t n,
-                     float p,
-                     uint64_t seed,
+void dropout_forward(const float* x, float* y, uint8_t* mask_or_null, int64_t n, float p, uint64_t seed,
                      uint64_t offset);
 
 /// dx[i] = keep_i ? dy[i]·(1/(1−p)) : 0, keep_i read from mask_or_null, or regenerated from
 /// (seed, offset) when it is null (same seed and offset as the forward). dx may alias dy.
-void dropout_backward(const float* dy,
-                      float* dx,
-                      const uint8_t* mask_or_null,
-                      int64_t n,
-                      float p,
-                      uint64_t seed,
+void dropout_backward(const float* dy, float* dx, const uint8_t* mask_or_null, int64_t n, float p, uint64_t seed,
                       uint64_t offset);
 
 namespace detail {

@@ -61,44 +61,26 @@ template <class S>
 bool pack_head_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, int64_t bh, uint16_t* h, int64_t j0,
                        int64_t j1) {
     const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+    const float * k0 = p.k + b * p.k_stride_b + hk * p.k_stride_h, *v0 = p.v + b * p.v_stride_b + hk * p.v_stride_h;
     uint16_t *    kp = h, *vp = h + hp.Tkp * 2 * hp.Dwp;
-    auto*         kt = reinterpret_cast<uint32_t*>(h + hp.Tkp * 2 * (hp.Dwp + hp.Dvwp));
-    uint32_t      bad = 0;
+    bool          bad = false;
     QKV_DASSERT(j0 % 32 == 0 && j1 % 32 == 0);
     for (int64_t j = j0; j < j1; ++j) {
-        uint16_t* kr = kp + j * 2 * hp.Dwp;
-        uint16_t* vr = vp + j * 2 * hp.Dvwp;
-        const int64_t kpad = j < p.Tk ? p.D + p.D % 2 : 0, vpad = j < p.Tk && p.Dv > 0 ? p.Dv + p.Dv % 2 : 0;
-        std::memset(kr + kpad, 0, size_t(2 * hp.Dwp - kpad) * 2);  // pack_rows_bf16 writes [0, pad)
-        std::memset(vr + vpad, 0, size_t(2 * hp.Dvwp - vpad) * 2);
-        if (j < p.Tk) {
-            pack_rows_bf16<S>(kr, 0, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
-            if (p.Dv > 0) pack_rows_bf16<S>(vr, 0, p.v + b * p.v_stride_b + hk * p.v_stride_h + j * p.v_stride_t, 0, 1, p.Dv);
-            for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
-            for (int64_t e = 0; e < p.Dv; ++e) bad |= uint32_t((vr[e] & 0x7f80u) == 0x7f80u);
-        }
+        if (pack_padded_row<S>(kp + j * 2 * hp.Dwp, hp.Dwp, j < p.Tk ? k0 + j * p.k_stride_t : nullptr, p.D))
+            bad = true;
+        if (pack_padded_row<S>(vp + j * 2 * hp.Dvwp, hp.Dvwp, j < p.Tk ? v0 + j * p.v_stride_t : nullptr, p.Dv))
+            bad = true;
     }
-    // K^T words (keys 2j', 2j' + 1 of row d), 32 keys at a time
-    const float* k0 = p.k + b * p.k_stride_b + hk * p.k_stride_h;
-    for (int64_t j = j0; j < j1; j += 32)
-        bad |= uint32_t(pack_transposed_pairs32<S>(kt + j / 2, hp.Tkp / 2, j < p.Tk ? k0 + j * p.k_stride_t : k0,
-                                                   p.k_stride_t,
-                                                   max64(0, p.Tk - j), p.D, hp.Dq));
-    return bad != 0;
+    auto* kt = reinterpret_cast<uint32_t*>(h + hp.Tkp * 2 * (hp.Dwp + hp.Dvwp));
+    return pack_transposed_keys<S>(kt, hp.Tkp, k0, p.k_stride_t, p.Tk, p.D, hp.Dq, j0, j1) || bad;
 }
 
 /// Every head's AmxBwdHeads, head bh at data + bh per_head (parallel over heads and key chunks).
 template <class S>
 bool pack_heads_amx_bwd(const AttentionParams<float>& p, const AmxBwdHeads& hp, uint16_t* data) {
-    constexpr int64_t kRows = 256;
-    const int64_t     nch = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
-    uint32_t          bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (heads * hp.per_head > (1 << 16))
-    for (int64_t t = 0; t < heads * nch; ++t) {
-        const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(hp.Tkp, j0 + kRows);
-        if (j0 < j1) bad |= uint32_t(pack_head_amx_bwd<S>(p, hp, bh, data + bh * hp.per_head, j0, j1));
-    }
-    return bad != 0;
+    return pack_key_chunks(p.B * p.Hkv, hp.Tkp, hp.per_head, [&](int64_t bh, int64_t j0, int64_t j1) {
+        return pack_head_amx_bwd<S>(p, hp, bh, data + bh * hp.per_head, j0, j1);
+    });
 }
 
 template <class S>
@@ -112,26 +94,21 @@ struct AmxBwdLayout {
     AmxBwdLayout(const AttentionParams<float>& p, const AmxBwdHeads& hp, bool own_head) {
         nqb        = (p.Tq + Bq - 1) / Bq;
         Dvq        = round_up(p.Dv, 16);
-        int64_t at = 0;
-        auto take = [&](int64_t n) {
-            const int64_t r = at;
-            at += round_up(n, 16);
-            return r;
-        };
-        qt = take(p.D * Bq), dot = take(p.Dv * Bq);  // scratch of pack_transposed
+        Carve c;
+        qt = c.take(p.D * Bq), dot = c.take(p.Dv * Bq);  // scratch of pack_transposed
         // per query block of the head (words: 2 bf16 per float slot)
-        qw = take(nqb * hp.Dwp * Bq), dow = take(nqb * hp.Dvwp * Bq);
-        qpw = take(nqb * Bq / 2 * hp.Dq), dopw = take(nqb * Bq / 2 * Dvq);
-        lse = take(nqb * Bq), lo = take(nqb * Bq), dd = take(nqb * Bq), lim = take(nqb * Bq),
-        kfirst = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb), fmin = take(nqb), fmax = take(nqb);
+        qw = c.take(nqb * hp.Dwp * Bq), dow = c.take(nqb * hp.Dvwp * Bq);
+        qpw = c.take(nqb * Bq / 2 * hp.Dq), dopw = c.take(nqb * Bq / 2 * Dvq);
+        lse = c.take(nqb * Bq), lo = c.take(nqb * Bq), dd = c.take(nqb * Bq), lim = c.take(nqb * Bq),
+        kfirst = c.take(nqb * Bq), kmin = c.take(nqb), kmax = c.take(nqb), fmin = c.take(nqb), fmax = c.take(nqb);
         // per key block
-        st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
-        dcap = take(p.softcap > 0.0f ? Bk * Bq : 0);
-        pdw = take(Bk * Bq / 2), dsw = take(Bk * Bq / 2), dstw = take(Bk / 2 * Bq);
-        dkacc = take(Bk * hp.Dq), dvacc = take(Bk * Dvq);
-        dqt  = take(nqb * hp.Dq * Bq);
-        head = take(own_head ? (hp.per_head + 1) / 2 : 0);  // bf16 values, 2 per float slot
-        total = at;
+        st = c.take(Bk * Bq), pd = c.take(p.dropout_p > 0 ? Bk * Bq : 0), ds = c.take(Bk * Bq),
+        dcap = c.take(p.softcap > 0.0f ? Bk * Bq : 0);
+        pdw = c.take(Bk * Bq / 2), dsw = c.take(Bk * Bq / 2), dstw = c.take(Bk / 2 * Bq);
+        dkacc = c.take(Bk * hp.Dq), dvacc = c.take(Bk * Dvq);
+        dqt  = c.take(nqb * hp.Dq * Bq);
+        head = c.take(own_head ? (hp.per_head + 1) / 2 : 0);  // bf16 values, 2 per float slot
+        total = c.at;
     }
 };
 
@@ -143,8 +120,6 @@ void prepare_head_amx(const AttentionParams<float>& p, const AttentionGradParams
     constexpr int64_t Bq  = AmxBwdLayout<S>::Bq;
     const float*      q0  = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float*      do0 = g.dout + b * p.o_stride_b + h * p.o_stride_h;
-    const float*      o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
-    const float*      lse = p.lse + (b * p.H + h) * p.Tq;
     const ScaleSplit  sc  = split_scale(p.scale);
     const int64_t     Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
     auto*             w  = reinterpret_cast<uint32_t*>(ws);
@@ -164,25 +139,8 @@ void prepare_head_amx(const AttentionParams<float>& p, const AttentionGradParams
             pack_row_pairs<S>(dopw, L.Dvq, do0 + i0 * p.o_stride_t, p.o_stride_t, nq, p.Dv, L.Dvq);
             std::memset(dopw + nqw * L.Dvq, 0, size_t((Bq / 2 - nqw) * L.Dvq) * 4);
         }
-        for (int64_t i = 0; i < Bq; ++i) {
-            float lv = INFINITY, lov = 0.0f, dv = 0.0f;
-            if (i < nq) {
-                lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
-                lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
-                const float* a = do0 + (i0 + i) * p.o_stride_t;
-                const float* o = o0 + (i0 + i) * p.o_stride_t;
-                // D = rowsum(dO o O) of the bf16 dO the products use, as prepare_head's
-                for (int64_t e = 0; e < p.Dv; ++e) dv += bf16_round1(a[e]) * o[e];
-            }
-            ws[L.lse + qb * Bq + i] = lv;
-            ws[L.lo + qb * Bq + i]  = lov;
-            ws[L.dd + qb * Bq + i]  = dv;
-        }
-        const KeyRange r = key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq);
-        ws[L.kmin + qb] = float(r.kmin);
-        ws[L.kmax + qb] = float(r.kmax);
-        ws[L.fmin + qb] = float(r.fmin);
-        ws[L.fmax + qb] = float(r.fmax);
+        // D of the bf16 dO the products use, as prepare_head's
+        prepare_lanes<S, Bq>(p, L, ws, b, h, qb, do0, p.o_stride_t, [](float x) { return bf16_round1(x); });
     }
     std::memset(ws + L.dqt, 0, size_t(L.nqb * hp.Dq * Bq) * 4);
 }
@@ -268,12 +226,10 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
     const AttentionGradParams<float> g = with_grad_strides(p, g0);
     QKV_ASSERT(p.bf16 && p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
     const AmxBwdHeads hp(p);
-    constexpr int64_t Bk        = AmxBwdLayout<S>::Bk;
-    const int64_t     nkb       = (p.Tk + Bk - 1) / Bk;
-    const int64_t     group     = p.H / p.Hkv;
-    const int64_t     nthreads  = omp_get_max_threads();
-    constexpr int     kMaxSplit = 64;
-    if (p.B * p.Hkv >= nthreads || nthreads > kMaxSplit || nkb == 1) {
+    constexpr int64_t Bk    = AmxBwdLayout<S>::Bk;
+    const int64_t     nkb   = (p.Tk + Bk - 1) / Bk;
+    const int64_t     group = p.H / p.Hkv;
+    if (backward_per_kv_head(p, nkb)) {
         const AmxBwdLayout<S> L(p, hp, true);
         std::atomic<bool>     bad{false};
 #pragma omp parallel
@@ -306,7 +262,7 @@ bool backward_amx(const AttentionParams<float>& p, const AttentionGradParams<flo
     const AmxBwdLayout<S> L(p, hp, false);
     // Few heads: key blocks split across threads (static round robin: reproducible for a thread
     // count), each thread's dQ^T transposed into its private rows, then summed.
-    std::vector<float> priv(size_t(nthreads * p.Tq * p.D));
+    std::vector<float> priv(size_t(omp_get_max_threads() * p.Tq * p.D));
 #pragma omp parallel
     {
         float*    ws  = detail::flash_thread_workspace(L.total);

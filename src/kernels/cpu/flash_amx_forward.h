@@ -125,37 +125,68 @@ bool pack_transposed_pairs32(uint32_t* dst, int64_t ds, const float* src, int64_
     return bad;
 }
 
-/// Packs AmxHeads (parallel over heads and key chunks). Returns whether some K or V value is ±inf or
-/// NaN as bf16: a tile product reads keys outside the visible ones with P = 0 (0 . inf = NaN), so
-/// such inputs take the dot build, which never reads hidden rows.
+/// One K or V row of a zero-padded bf16 head pack (`words` 32-bit words): bf16(src[0, cols)), then
+/// zeros; all zeros when src is null (a key past Tk). Returns whether a value is ±inf or NaN as
+/// bf16.
 template <class S>
-bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
+bool pack_padded_row(uint16_t* dst, int64_t words, const float* src, int64_t cols) {
+    const int64_t pad = src ? cols + cols % 2 : 0;  // pack_rows_bf16 writes [0, pad)
+    std::memset(dst + pad, 0, size_t(2 * words - pad) * 2);
+    if (!src) return false;
+    pack_rows_bf16<S>(dst, 0, src, 0, 1, cols);
+    uint32_t bad = 0;
+    for (int64_t d = 0; d < cols; ++d) bad |= uint32_t((dst[d] & 0x7f80u) == 0x7f80u);
+    return bad != 0;
+}
+
+/// Keys [j0, j1) (multiples of 32) of one head's rows x0 + j * stride (cols values, Tk keys) as
+/// transposed word pairs (keys 2j', 2j' + 1 of each column) at dst + j / 2, Tkp / 2 words per
+/// column, cols_p columns: V^T for the forward, K^T for the backward. Returns whether a word
+/// holds ±inf or NaN.
+template <class S>
+bool pack_transposed_keys(uint32_t* dst, int64_t Tkp, const float* x0, int64_t stride, int64_t Tk, int64_t cols,
+                          int64_t cols_p, int64_t j0, int64_t j1) {
+    bool bad = false;
+    for (int64_t j = j0; j < j1; j += 32)
+        if (pack_transposed_pairs32<S>(dst + j / 2, Tkp / 2, j < Tk ? x0 + j * stride : x0, stride, max64(0, Tk - j),
+                                       cols, cols_p))
+            bad = true;
+    return bad;
+}
+
+/// pack(bh, j0, j1) for every (batch, kv head) bh and chunk [j0, j1) of 256 keys of [0, Tkp),
+/// parallel over both when the packs hold over 2^16 values. Returns whether a call returned true.
+template <class Pack>
+bool pack_key_chunks(int64_t heads, int64_t Tkp, int64_t per_head, Pack pack) {
     constexpr int64_t kRows = 256;
-    const int64_t     nch   = (hp.Tkp + kRows - 1) / kRows, heads = p.B * p.Hkv;
+    const int64_t     nch   = (Tkp + kRows - 1) / kRows;
     uint32_t          bad   = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (heads * hp.per_head > (1 << 16))
+#pragma omp parallel for reduction(| : bad) schedule(static) if (heads * per_head > (1 << 16))
     for (int64_t t = 0; t < heads * nch; ++t) {
-        const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(hp.Tkp, j0 + kRows);
-        if (j0 >= j1) continue;
-        const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
-        uint16_t*     kp = const_cast<uint16_t*>(hp.k(bh));
-        auto*         vt = reinterpret_cast<uint32_t*>(const_cast<uint16_t*>(hp.vt(bh)));
-        for (int64_t j = j0; j < j1; ++j) {
-            uint16_t*     kr  = kp + j * 2 * hp.Dwp;
-            const int64_t pad = j < p.Tk ? p.D + p.D % 2 : 0;  // pack_rows_bf16 writes [0, pad)
-            std::memset(kr + pad, 0, size_t(2 * hp.Dwp - pad) * 2);
-            if (j >= p.Tk) continue;
-            pack_rows_bf16<S>(kr, 2 * hp.Dwp, p.k + b * p.k_stride_b + hk * p.k_stride_h + j * p.k_stride_t, 0, 1, p.D);
-            for (int64_t d = 0; d < p.D; ++d) bad |= uint32_t((kr[d] & 0x7f80u) == 0x7f80u);
-        }
-        // V^T words (keys 2j', 2j' + 1 of row e), 32 keys at a time
-        const float* v0 = p.v + b * p.v_stride_b + hk * p.v_stride_h;
-        for (int64_t j = j0; j < j1; j += 32)
-            bad |= uint32_t(pack_transposed_pairs32<S>(vt + j / 2, hp.Tkp / 2, j < p.Tk ? v0 + j * p.v_stride_t : v0,
-                                                       p.v_stride_t,
-                                                       max64(0, p.Tk - j), p.Dv, hp.Dvq));
+        const int64_t bh = t / nch, j0 = t % nch * kRows, j1 = min64(Tkp, j0 + kRows);
+        if (j0 < j1) bad |= uint32_t(pack(bh, j0, j1));
     }
     return bad != 0;
+}
+
+/// Packs AmxHeads. Returns whether some K or V value is ±inf or NaN as bf16: a tile product reads
+/// keys outside the visible ones with P = 0 (0 . inf = NaN), so such inputs take the dot build,
+/// which never reads hidden rows.
+template <class S>
+bool pack_heads_amx(const AttentionParams<float>& p, const AmxHeads& hp) {
+    return pack_key_chunks(p.B * p.Hkv, hp.Tkp, hp.per_head, [&](int64_t bh, int64_t j0, int64_t j1) {
+        const int64_t b = bh / p.Hkv, hk = bh % p.Hkv;
+        const float*  k0 = p.k + b * p.k_stride_b + hk * p.k_stride_h;
+        uint16_t*     kp = const_cast<uint16_t*>(hp.k(bh));
+        bool          bad = false;
+        for (int64_t j = j0; j < j1; ++j)
+            if (pack_padded_row<S>(kp + j * 2 * hp.Dwp, hp.Dwp, j < p.Tk ? k0 + j * p.k_stride_t : nullptr, p.D))
+                bad = true;
+        auto* vt = reinterpret_cast<uint32_t*>(const_cast<uint16_t*>(hp.vt(bh)));
+        return pack_transposed_keys<S>(vt, hp.Tkp, p.v + b * p.v_stride_b + hk * p.v_stride_h, p.v_stride_t, p.Tk,
+                                       p.Dv, hp.Dvq, j0, j1) ||
+               bad;
+    });
 }
 
 template <class S, int64_t BQ>
@@ -164,16 +195,11 @@ struct AmxFwdLayout {
     static_assert(Bq % 16 == 0 && Bk % 32 == 0);
     int64_t qt, st, kt, ot, m, l, alpha, lim, kfirst, psum, qw, pw, total;  // float offsets into the workspace
     AmxFwdLayout(const AttentionParams<float>& p, const AmxHeads& hp) {
-        int64_t at   = 0;
-        auto    take = [&](int64_t n) {
-            const int64_t r = at;
-            at += round_up(n, 16);
-            return r;
-        };
-        qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0), ot = take(hp.Dvq * Bq),
-        m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq), kfirst = take(Bq), psum = take(Bq);
-        qw = take(hp.Dwp * Bq), pw = take(Bk / 2 * Bq);  // words: Q^T (Dwp rows), P^T (up to Bk/2 rows)
-        total = at;
+        Carve c;
+        qt = c.take(p.D * Bq), st = c.take(Bk * Bq), kt = c.take(p.dropout_p > 0 ? Bk * Bq : 0), ot = c.take(hp.Dvq * Bq),
+        m = c.take(Bq), l = c.take(Bq), alpha = c.take(Bq), lim = c.take(Bq), kfirst = c.take(Bq), psum = c.take(Bq);
+        qw = c.take(hp.Dwp * Bq), pw = c.take(Bk / 2 * Bq);  // words: Q^T (Dwp rows), P^T (up to Bk/2 rows)
+        total = c.at;
     }
 };
 
@@ -206,11 +232,8 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     std::memset(ot, 0, size_t(hp.Dvq * Bq) * 4);
 
-    const bool     mods      = p.softcap > 0.0f || p.alibi_slopes;
-    const bool     general   = p.bool_mask || p.additive_mask || mods;
-    const bool     dropout   = p.dropout_p > 0.0f;
-    const uint32_t thr       = attention_dropout_threshold(p.dropout_p);
-    const int64_t  kend      = kmax + 1;
+    const FwdFlags fl(p);
+    const int64_t  kend = kmax + 1;
     // V^T words pair the keys j0 + 2j', j0 + 2j' + 1 of each block, as the P^T words do: tiles
     // load from any byte offset, so j0 need not be even.
     for (int64_t j0 = fmin; j0 < kend; j0 += Bk) {
@@ -219,7 +242,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         // S^T = K_j Q^T (nkp x Bq; the rows past nk are not read), then the rest of the scale.
         tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
         scale_tile<S>(st, nk * Bq, sc.m);
-        bool classic = general || j0 + nk - 1 > kmin || j0 < fmax;
+        bool classic = fl.general || j0 + nk - 1 > kmin || j0 < fmax;
         bool rescale = true, packed = false;
         const int64_t nkw = (nk + 1) / 2, nkwp = round_up(nkw, 16);
         if (!classic) {
@@ -236,7 +259,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
                     S::store(m + v * W, mv[v]);
                 }
             }
-            if (!dropout) {
+            if (!fl.dropout) {
                 for (int64_t jp = 0; jp < nkw; ++jp) {
                     const float* s0  = st + 2 * jp * Bq;
                     const bool   two = 2 * jp + 1 < nk;
@@ -253,24 +276,11 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
                 }
                 packed = true;
             } else {
-                for (int64_t j = 0; j < nk; ++j)
-                    for (int64_t v = 0; v < NQV; ++v) {
-                        float*  s = st + j * Bq + v * W;
-                        const V e = S::exp(S::sub(S::load(s), mv[v]));
-                        S::store(s, e);
-                        sv[v] = S::add(sv[v], e);
-                    }
+                exp_tile<S, Bq>(st, nk, mv, sv);
             }
-            bool over = false;
-            for (int64_t v = 0; v < NQV; ++v) {
-                S::store(psum + v * W, sv[v]);
-                over = over || !S::all_le(sv[v], S::set1(kBlockSumLimit));
-            }
-            if (!over) {
-                for (int64_t v = 0; v < NQV; ++v)
-                    S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
-                rescale = false;
-            } else {  // rare: recompute S and take the new maximum as the shift
+            for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, sv[v]);
+            rescale = !accept_block_sums<S, Bq>(l, psum);
+            if (rescale) {  // rare: recompute S and take the new maximum as the shift
                 classic = true, packed = false;
                 tile_gemm<T>(nkp, Bq, hp.Dwp, kp + j0 * 2 * hp.Dwp, 4 * hp.Dwp, qw, 4 * Bq, st, 4 * Bq, false);
                 scale_tile<S>(st, nk * Bq, sc.m);
@@ -278,10 +288,7 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
         }
         if (classic)
             masked_online_softmax<S, Bq>(tile, st, m, alpha, l);
-        if (dropout) {
-            dropout_tile<S, Bq>(tile, kt, thr, 1.0f);
-            for (int64_t t = 0; t < nk * Bq; t += W) S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
-        }
+        if (fl.dropout) apply_dropout_keep<S, Bq>(tile, st, kt, fl.thr);
         // O^T = diag(alpha) O^T + V_j^T P^T: P^T as bf16 words along the keys (word rows past nk
         // are 0, so the V^T columns of keys past the block add nothing); l summed the fp32 P.
         if (!packed) pack_row_pairs<S>(pw, Bq, st, Bq, nk, Bq, Bq);
@@ -292,11 +299,9 @@ void forward_block_amx(const AttentionParams<float>& p, const AmxFwdLayout<S, BQ
                     S::store(ot + e * Bq + v * W, S::mul(S::load(ot + e * Bq + v * W), S::load(alpha + v * W)));
         if (hp.Dvq > 0) tile_gemm<T>(hp.Dvq, Bq, nkwp, vt + j0, 2 * hp.Tkp, pw, 4 * Bq, ot, 4 * Bq, true);
     }
-    // out = O / l (times 1/(1-p)), lse as forward_block.
-    const float keep = dropout_keep_factor(p.dropout_p);
-    float*      lo0  = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
-    for (int64_t i = 0; i < nq; ++i)  // alpha is free now: 1/l per query for the write-back
-        alpha[i] = finish_row(m[i], l[i], keep, lse0 ? lse0 + i : nullptr, lo0 ? lo0 + i : nullptr);
+    // out = O / l (times 1/(1-p)), lse as forward_block; alpha is free now: 1/l per query for the
+    // write-back.
+    finish_rows(p, b, h, i0, nq, m, l, alpha);
     // out rows = (O^T)^T / l: 16 x 16 transposes of O^T into rows of 16 queries
     alignas(64) float blk[16 * 16];
     for (int64_t ib = 0; ib < nq; ib += 16)

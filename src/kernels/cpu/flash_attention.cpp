@@ -49,14 +49,7 @@ void* flash_call_buffer(int64_t bytes) {
 
 template <>
 FlashKernels flash_build<Isa::scalar>() {
-    using namespace flash_scalar;
-    FlashKernels k;
-    k.forward   = [](const AttentionParams<float>& p) { forward<SimdScalar>(p); };
-    k.backward  = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) { backward<SimdScalar>(p, g); };
-    k.tile_gemm = [](const TileGemmParams& t) {
-        gemm<SimdScalar, kStore, false, false>(t.M, t.N, t.K, t.A, t.lda, t.B, t.ldb, t.C, t.ldc);
-    };
-    return k;
+    return flash_scalar::fp32_entries<flash_scalar::SimdScalar>();
 }
 
 const FlashKernels& flash_kernels() {

@@ -7,14 +7,7 @@ namespace qkv::kernels::cpu::detail {
 
 template <>
 FlashKernels flash_build<Isa::avx2>() {
-    using namespace flash_avx2;
-    FlashKernels k;
-    k.forward   = [](const AttentionParams<float>& p) { forward<SimdAvx2>(p); };
-    k.backward  = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) { backward<SimdAvx2>(p, g); };
-    k.tile_gemm = [](const TileGemmParams& t) {
-        gemm<SimdAvx2, kStore, false, false>(t.M, t.N, t.K, t.A, t.lda, t.B, t.ldb, t.C, t.ldc);
-    };
-    return k;
+    return flash_avx2::fp32_entries<flash_avx2::SimdAvx2>();
 }
 
 }  // namespace qkv::kernels::cpu::detail

@@ -3,8 +3,6 @@
 // product of the forward and the backward runs as vdpbf16ps on bf16 word operands. Also the AMX
 // forward and backward with their tiles emulated in plain code (tests only) or doing nothing
 // (bench_attention only). Called only when the capped CPU has the avx512_bf16 tier.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #define QKV_FLASH_NS flash_avx512bf16
 #include "kernels/cpu/flash_attention_impl.h"
 
@@ -51,14 +49,8 @@ FlashKernels flash_build<Isa::avx512_bf16>() {
         if (p.Tq <= SimdAvx512DotShortQ::kBwdBlockQ) return backward<SimdAvx512DotShortQ>(p, g);
         backward<SimdAvx512Dot>(p, g);
     };
-    k.forward_amx_emulated = [](const AttentionParams<float>& p) {
-        QKV_ASSERT(p.bf16);
-        if (!forward_amx<SimdAvx512Dot, TilesEmu>(p)) forward<SimdAvx512Dot>(p);
-    };
-    k.backward_amx_emulated = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
-        QKV_ASSERT(p.bf16);
-        if (!backward_amx<SimdAvx512Dot, TilesEmu>(p, g)) backward<SimdAvx512>(p, g);
-    };
+    k.forward_amx_emulated  = forward_amx_or_dot<TilesEmu>;
+    k.backward_amx_emulated = backward_amx_or_fp32<TilesEmu>;
     k.forward_amx_untimed_tiles  = [](const AttentionParams<float>& p) { forward_amx<SimdAvx512Dot, TilesNull>(p); };
     k.backward_amx_untimed_tiles = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
         backward_amx<SimdAvx512Dot, TilesNull>(p, g);

@@ -31,21 +31,16 @@ struct BwdLayout {
     int64_t qw, dow, qpw, dopw, kw, vw, kpw, pdw, dsw, dstw, total;
     BwdLayout(const AttentionParams<float>& p, bool private_dq) {
         nqb        = (p.Tq + Bq - 1) / Bq;
-        int64_t at = 0;
-        auto take = [&](int64_t n) {
-            const int64_t r = at;
-            at += round_up(n, 16);
-            return r;
-        };
-        qt = take(nqb * p.D * Bq), dot = take(nqb * p.Dv * Bq), lse = take(nqb * Bq), lo = take(nqb * Bq),
-        dd = take(nqb * Bq), lim = take(nqb * Bq), kfirst = take(nqb * Bq), kmin = take(nqb), kmax = take(nqb),
-        fmin = take(nqb), fmax = take(nqb),
-        st = take(Bk * Bq), pd = take(p.dropout_p > 0 ? Bk * Bq : 0), ds = take(Bk * Bq),
-        dcap = take(p.softcap > 0.0f ? Bk * Bq : 0),
-        dq = take(private_dq ? p.Tq * p.D : 0);
+        Carve c;
+        qt = c.take(nqb * p.D * Bq), dot = c.take(nqb * p.Dv * Bq), lse = c.take(nqb * Bq), lo = c.take(nqb * Bq),
+        dd = c.take(nqb * Bq), lim = c.take(nqb * Bq), kfirst = c.take(nqb * Bq), kmin = c.take(nqb), kmax = c.take(nqb),
+        fmin = c.take(nqb), fmax = c.take(nqb),
+        st = c.take(Bk * Bq), pd = c.take(p.dropout_p > 0 ? Bk * Bq : 0), ds = c.take(Bk * Bq),
+        dcap = c.take(p.softcap > 0.0f ? Bk * Bq : 0),
+        dq = c.take(private_dq ? p.Tq * p.D : 0);
         // bf16: the head's Q and dO rows and the key block's K and V rows as dense bf16 values
-        qr = take(p.bf16 ? p.Tq * p.D : 0), dor = take(p.bf16 ? p.Tq * p.Dv : 0);
-        kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);
+        qr = c.take(p.bf16 ? p.Tq * p.D : 0), dor = c.take(p.bf16 ? p.Tq * p.Dv : 0);
+        kr = c.take(p.bf16 ? Bk * p.D : 0), vr = c.take(p.bf16 ? Bk * p.Dv : 0);
         // kDot word operands (2 bf16 per float slot): per query block Q^T and dO^T (along D, Dv)
         // and the Q and dO rows in pairs along the queries; per key block the K and V rows along
         // D and Dv, the K rows in pairs along the keys, Pd and dS along the queries and dS^T along
@@ -53,13 +48,43 @@ struct BwdLayout {
         const bool    w   = kDot<S>;
         const int64_t Dw = (p.D + 1) / 2, Dvw = (p.Dv + 1) / 2;
         const int64_t Dp = round_up(p.D, S::W), Dvp = round_up(p.Dv, S::W);
-        qw = take(w ? nqb * Dw * Bq : 0), dow = take(w ? nqb * Dvw * Bq : 0);
-        qpw = take(w ? nqb * Bq / 2 * Dp : 0), dopw = take(w ? nqb * Bq / 2 * Dvp : 0);
-        kw = take(w ? Bk * Dw : 0), vw = take(w ? Bk * Dvw : 0), kpw = take(w ? Bk / 2 * Dp : 0);
-        pdw = take(w ? Bk * Bq / 2 : 0), dsw = take(w ? Bk * Bq / 2 : 0), dstw = take(w ? Bk / 2 * Bq : 0);
-        total = at;
+        qw = c.take(w ? nqb * Dw * Bq : 0), dow = c.take(w ? nqb * Dvw * Bq : 0);
+        qpw = c.take(w ? nqb * Bq / 2 * Dp : 0), dopw = c.take(w ? nqb * Bq / 2 * Dvp : 0);
+        kw = c.take(w ? Bk * Dw : 0), vw = c.take(w ? Bk * Dvw : 0), kpw = c.take(w ? Bk / 2 * Dp : 0);
+        pdw = c.take(w ? Bk * Bq / 2 : 0), dsw = c.take(w ? Bk * Bq / 2 : 0), dstw = c.take(w ? Bk / 2 * Bq : 0);
+        total = c.at;
     }
 };
+
+/// The per-lane values of query block qb of head (b, h) that every key block reads, into the
+/// layout's slots (BwdLayout, AmxBwdLayout): lse with -inf made +inf (a fully masked row gives
+/// P = 0), lse_lo, D = rowsum(dO o O) with dO through `round` as the products read it (do0: the
+/// head's dO rows, ds apart), and the key ranges.
+template <class S, int64_t Bq, class Layout, class Round>
+void prepare_lanes(const AttentionParams<float>& p, const Layout& L, float* ws, int64_t b, int64_t h, int64_t qb,
+                   const float* do0, int64_t ds, Round round) {
+    const float*  o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
+    const float*  lse = p.lse + (b * p.H + h) * p.Tq;
+    const int64_t i0 = qb * Bq, nq = min64(Bq, p.Tq - i0);
+    for (int64_t i = 0; i < Bq; ++i) {
+        float lv = INFINITY, lov = 0.0f, dv = 0.0f;
+        if (i < nq) {
+            lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
+            lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
+            const float* a = do0 + (i0 + i) * ds;
+            const float* o = o0 + (i0 + i) * p.o_stride_t;
+            for (int64_t e = 0; e < p.Dv; ++e) dv += round(a[e]) * o[e];
+        }
+        ws[L.lse + qb * Bq + i] = lv;
+        ws[L.lo + qb * Bq + i]  = lov;
+        ws[L.dd + qb * Bq + i]  = dv;
+    }
+    const KeyRange r = key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq);
+    ws[L.kmin + qb] = float(r.kmin);
+    ws[L.kmax + qb] = float(r.kmax);
+    ws[L.fmin + qb] = float(r.fmin);
+    ws[L.fmax + qb] = float(r.fmax);
+}
 
 /// Packs what every key block of head (b, h) needs (see BwdLayout).
 template <class S>
@@ -68,8 +93,6 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
     constexpr int64_t Bq = BwdLayout<S>::Bq;
     const float* q0  = p.q + b * p.q_stride_b + h * p.q_stride_h;
     const float* do0 = g.dout + b * p.o_stride_b + h * p.o_stride_h;
-    const float* o0  = p.out + b * p.o_stride_b + h * p.o_stride_h;
-    const float* lse = p.lse + (b * p.H + h) * p.Tq;
     int64_t      qs = p.q_stride_t, ds = p.o_stride_t;
     if (p.bf16) {  // the head's Q and dO rows as bf16 values (read again by the dK and dV products)
         round_rows_bf16<S>(ws + L.qr, q0, p.Tq, p.D, p.q_stride_t);
@@ -95,24 +118,7 @@ void prepare_head(const AttentionParams<float>& p, const AttentionGradParams<flo
             pack_transposed<S>(qt, Bq, q0 + i0 * qs, qs, nq, Bq, p.D, p.scale);
             pack_transposed<S>(dot, Bq, do0 + i0 * ds, ds, nq, Bq, p.Dv, 1.0f);
         }
-        for (int64_t i = 0; i < Bq; ++i) {
-            float lv = INFINITY, lov = 0.0f, dv = 0.0f;
-            if (i < nq) {
-                lv  = lse[i0 + i] == -INFINITY ? INFINITY : lse[i0 + i];
-                lov = p.lse_lo && lv != INFINITY ? p.lse_lo[(b * p.H + h) * p.Tq + i0 + i] : 0.0f;
-                const float* a  = do0 + (i0 + i) * ds;
-                const float* o  = o0 + (i0 + i) * p.o_stride_t;
-                for (int64_t e = 0; e < p.Dv; ++e) dv += a[e] * o[e];
-            }
-            ws[L.lse + qb * Bq + i] = lv;
-            ws[L.lo + qb * Bq + i]  = lov;
-            ws[L.dd + qb * Bq + i]  = dv;
-        }
-        const KeyRange r = key_limits<S>(p, b, i0, nq, Bq, ws + L.lim + qb * Bq, ws + L.kfirst + qb * Bq);
-        ws[L.kmin + qb] = float(r.kmin);
-        ws[L.kmax + qb] = float(r.kmax);
-        ws[L.fmin + qb] = float(r.fmin);
-        ws[L.fmax + qb] = float(r.fmax);
+        prepare_lanes<S, Bq>(p, L, ws, b, h, qb, do0, ds, [](float x) { return x; });
     }
 }
 
@@ -276,16 +282,24 @@ void backward_key_block(const AttentionParams<float>& p, const AttentionGradPara
     }
 }
 
+/// The backward's schedules (backward, backward_amx): one (batch, kv head) per task, whose dk/dv
+/// rows then belong to one thread, when there are at least as many as threads (or over
+/// kMaxBackwardSplit threads, or one key block); else the key blocks of each head split across
+/// the threads, each with a private dQ.
+constexpr int kMaxBackwardSplit = 64;
+inline bool backward_per_kv_head(const AttentionParams<float>& p, int64_t nkb) {
+    const int64_t nthreads = omp_get_max_threads();
+    return p.B * p.Hkv >= nthreads || nthreads > kMaxBackwardSplit || nkb == 1;
+}
+
 template <class S>
 void backward(const AttentionParams<float>& p, const AttentionGradParams<float>& g0) {
     const AttentionGradParams<float> g = with_grad_strides(p, g0);
     QKV_ASSERT(p.Tq < (int64_t(1) << 24) && p.Tk < (int64_t(1) << 24));
-    constexpr int64_t Bk       = BwdLayout<S>::Bk;
-    const int64_t     nkb      = (p.Tk + Bk - 1) / Bk;
-    const int64_t     group    = p.H / p.Hkv;
-    const int64_t     nthreads = omp_get_max_threads();
-    constexpr int     kMaxSplit = 64;
-    if (p.B * p.Hkv >= nthreads || nthreads > kMaxSplit || nkb == 1) {
+    constexpr int64_t Bk    = BwdLayout<S>::Bk;
+    const int64_t     nkb   = (p.Tk + Bk - 1) / Bk;
+    const int64_t     group = p.H / p.Hkv;
+    if (backward_per_kv_head(p, nkb)) {
         // One (b, kv head) per task: its dk/dv rows belong to one thread.
         const BwdLayout<S> L(p, false);
 #pragma omp parallel
@@ -310,7 +324,7 @@ void backward(const AttentionParams<float>& p, const AttentionGradParams<float>&
     // static round-robin split keeps results reproducible for a given thread count (dq is then
     // summed in a different order than with one thread: equal to rounding, not bit for bit).
     const BwdLayout<S> L(p, true);
-    float*             priv[kMaxSplit];
+    float*             priv[kMaxBackwardSplit];
 #pragma omp parallel
     {
         float*    ws  = detail::flash_thread_workspace(L.total);

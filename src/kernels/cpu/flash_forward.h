@@ -25,20 +25,15 @@ struct FwdLayout {
     int64_t qt, st, kt, o, m, l, alpha, lim, kfirst, psum, kr, vr, qw, kw, pw, vw, total;  // float offsets into the workspace
     FwdLayout(const AttentionParams<float>& p) {
         const int64_t Dvp = round_up(p.Dv, S::W);
-        int64_t       at  = 0;
-        auto take = [&](int64_t n) {
-            const int64_t r = at;
-            at += round_up(n, 16);
-            return r;
-        };
-        qt = take(p.D * Bq), st = take(Bk * Bq), kt = take(p.dropout_p > 0 ? Bk * Bq : 0),
-        o = take(Bq * Dvp), m = take(Bq), l = take(Bq), alpha = take(Bq), lim = take(Bq),
-        kfirst = take(Bq), psum = take(Bq);
-        kr = take(p.bf16 ? Bk * p.D : 0), vr = take(p.bf16 ? Bk * p.Dv : 0);  // bf16 K and V blocks
+        Carve c;
+        qt = c.take(p.D * Bq), st = c.take(Bk * Bq), kt = c.take(p.dropout_p > 0 ? Bk * Bq : 0),
+        o = c.take(Bq * Dvp), m = c.take(Bq), l = c.take(Bq), alpha = c.take(Bq), lim = c.take(Bq),
+        kfirst = c.take(Bq), psum = c.take(Bq);
+        kr = c.take(p.bf16 ? Bk * p.D : 0), vr = c.take(p.bf16 ? Bk * p.Dv : 0);  // bf16 K and V blocks
         // kDot: word operands (2 bf16 per float slot) of Q^T, the K block, P^T and the V block
         const int64_t Dw = kDot<S> ? (p.D + 1) / 2 : 0, Bkw = kDot<S> ? Bk / 2 : 0;
-        qw = take(Dw * Bq), kw = take(Bk * Dw), pw = take(Bkw * Bq), vw = take(Bkw * Dvp);
-        total = at;
+        qw = c.take(Dw * Bq), kw = c.take(Bk * Dw), pw = c.take(Bkw * Bq), vw = c.take(Bkw * Dvp);
+        total = c.at;
     }
 };
 
@@ -83,12 +78,9 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
     for (int64_t i = 0; i < Bq; ++i) m[i] = -INFINITY, l[i] = 0.0f;
     for (int64_t t = 0; t < nq * Dvp; ++t) o[t] = 0.0f;
 
-    const bool     mods     = p.softcap > 0.0f || p.alibi_slopes;
-    const bool     general  = p.bool_mask || p.additive_mask || mods;
-    const bool     dropout  = p.dropout_p > 0.0f;
-    const uint32_t thr      = attention_dropout_threshold(p.dropout_p);
+    const FwdFlags fl(p);
     // Keys [fmin, kmax] are all any row sees: a sliding window costs N·window, not N².
-    const int64_t  kend     = kmax + 1;
+    const int64_t kend = kmax + 1;
     for (int64_t j0 = fmin; j0 < kend; j0 += Bk) {
         const int64_t nk      = min64(Bk, kend - j0);
         const ScoreTile tile{p, b, h, i0, nq, j0, nk, kmin, fmax, lim, kfirst};
@@ -100,7 +92,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             round_rows_bf16<S>(ws + L.kr, kj, nk, p.D, p.k_stride_t);
             kj = ws + L.kr, ks = p.D;
         }
-        bool          classic = general || j0 + nk - 1 > kmin || j0 < fmax;  // a block with masked scores
+        bool          classic = fl.general || j0 + nk - 1 > kmin || j0 < fmax;  // a block with masked scores
         bool          rescale = true;
         if (!classic) {
             // Unmasked block: the score tiles leave their registers as P = e^(s - m) with the
@@ -110,16 +102,8 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             for (int64_t v = 0; v < NQV; ++v) S::store(psum + v * W, S::zero());
             if constexpr (dot) gemm_exp<S>(nk, Bq, Dw, kw, Dw, qw, Bq, st, Bq, m, psum, sc.m);
             else gemm_exp<S>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq, m, psum);
-            bool over = false;
-            for (int64_t v = 0; v < NQV; ++v)
-                over = over || !S::all_le(S::load(psum + v * W), S::set1(kBlockSumLimit));
-            if (!over) {
-                for (int64_t v = 0; v < NQV; ++v)
-                    S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
-                rescale = false;
-            } else {
-                classic = true;  // rare: recompute S and take the new maximum as the shift
-            }
+            rescale = !accept_block_sums<S, Bq>(l, psum);
+            classic = rescale;  // rare: recompute S and take the new maximum as the shift
         }
         if (classic) {
             // S^T = K_j Q^T (nk x Bq), reduction over D.
@@ -127,11 +111,7 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
             else gemm<S, kStore, false, false>(nk, Bq, p.D, kj, ks, qt, Bq, st, Bq);
             masked_online_softmax<S, Bq>(tile, st, m, alpha, l);
         }
-        if (dropout) {  // P <- P * keep (0/1); 1/(1-p) is applied with 1/l at the end
-            dropout_tile<S, Bq>(tile, kt, thr, 1.0f);
-            for (int64_t t = 0; t < nk * Bq; t += W)
-                S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
-        }
+        if (fl.dropout) apply_dropout_keep<S, Bq>(tile, st, kt, fl.thr);
         // O = diag(alpha) O + P^T-tile . V_j: rows i, lanes over Dv, reduction over the nk keys.
         const float* vj = vbase + j0 * p.v_stride_t;
         int64_t      vs = p.v_stride_t;
@@ -156,15 +136,14 @@ void forward_block(const AttentionParams<float>& p, const FwdLayout<S, BQ>& L, f
         else if (rescale) gemm<S, kScaleAcc, true>(nq, p.Dv, nk, st, Bq, vj, vs, o, Dvp, alpha);
         else gemm<S, kAcc, true>(nq, p.Dv, nk, st, Bq, vj, vs, o, Dvp);
     }
-    // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf.
-    const float keep = dropout_keep_factor(p.dropout_p);
-    float* lo0 = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
+    // out = O / l (times 1/(1-p)); fully masked rows (l = 0) give 0 and lse = -inf. alpha is free
+    // now: 1/l per query for the write-back.
+    finish_rows(p, b, h, i0, nq, m, l, alpha);
     for (int64_t i = 0; i < nq; ++i) {
-        const float inv = finish_row(m[i], l[i], keep, lse0 ? lse0 + i : nullptr, lo0 ? lo0 + i : nullptr);
         if (p.Dv == 0) continue;
         float*       dst = out0 + i * p.o_stride_t;
         const float* src = o + i * Dvp;
-        const V      iv  = S::set1(inv);
+        const V      iv  = S::set1(alpha[i]);
         for (int64_t e = 0; e < Dvp - W; e += W) S::store(dst + e, S::mul(S::load(src + e), iv));
         S::storem(dst + Dvp - W, S::mul(S::load(src + Dvp - W), iv), dtail);
     }

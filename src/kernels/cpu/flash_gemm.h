@@ -29,6 +29,17 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
+/// The workspace layouts' allocator: take(n) gives the float offset of the next n floats, each
+/// slot rounded up to 16 floats (64 bytes); `at` is the total so far.
+struct Carve {
+    int64_t at = 0;
+    int64_t take(int64_t n) {
+        const int64_t r = at;
+        at += round_up(n, 16);
+        return r;
+    }
+};
+
 // ---------------------------------------------------------------------------------------------
 // GEMM micro-kernel: C[m][0:n) (op)= sum_k A(m, k) * B[k][0:n) for R rows and NV vectors
 // (n = NV*W lanes, the last vector masked by `tail`); B rows are bk apart, C rows cm apart.
@@ -139,6 +150,15 @@ inline void micro(int64_t K, const TA* A, int64_t as, const TA* B, int64_t bk, f
     }
 }
 
+/// The register tiles of the tiled GEMMs, r rows x nv vectors (1 <= r <= kR <= 6, 1 <= nv <=
+/// kNV <= 4): X(r, nv) for each, as the cases of a switch on r * 8 + nv (the runtime size of an
+/// edge tile picks its micro-kernel instance, called directly).
+#define QKV_FLASH_TILES(X)                                      \
+    X(1, 1); X(1, 2); X(1, 3); X(1, 4); X(2, 1); X(2, 2);       \
+    X(2, 3); X(2, 4); X(3, 1); X(3, 2); X(3, 3); X(3, 4);       \
+    X(4, 1); X(4, 2); X(4, 3); X(4, 4); X(5, 1); X(5, 2);       \
+    X(5, 3); X(5, 4); X(6, 1); X(6, 2); X(6, 3); X(6, 4)
+
 /// C (M x N) (op)= A (M x K; see micro for `as`) * B (K x N, row stride bk), tiled kR x kNV*W.
 /// CanTail = false when N is a multiple of W (score tiles: N = Bq), which halves the instances.
 /// TA = uint32_t (kDot builds): A and B hold bf16 words, K counts words (pairs of reduction
@@ -159,18 +179,13 @@ void gemm(int64_t M, int64_t N, int64_t K, const TA* A, int64_t as, const TA* B,
             const TA*    b  = B + n0;
             float*       c  = C + m0 * cm + n0;
             const float* rs = rowscale ? rowscale + m0 : nullptr;
-#define QKV_MK(R_, NV_)                                                             \
-    case (R_) * 8 + (NV_):                                                          \
+#define QKV_MK(R_, NV_)                                                                                    \
+    case (R_) * 8 + (NV_):                                                                                 \
         if (!CanTail || full) micro<S, R_, NV_, Md, AM1, false>(K, a, as, b, bk, c, cm, tail, rs, oscale); \
         else micro<S, R_, NV_, Md, AM1, CanTail>(K, a, as, b, bk, c, cm, tail, rs, oscale);               \
         break
             switch (r * 8 + nv) {
-                QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
-                QKV_MK(2, 1); QKV_MK(2, 2); QKV_MK(2, 3); QKV_MK(2, 4);
-                QKV_MK(3, 1); QKV_MK(3, 2); QKV_MK(3, 3); QKV_MK(3, 4);
-                QKV_MK(4, 1); QKV_MK(4, 2); QKV_MK(4, 3); QKV_MK(4, 4);
-                QKV_MK(5, 1); QKV_MK(5, 2); QKV_MK(5, 3); QKV_MK(5, 4);
-                QKV_MK(6, 1); QKV_MK(6, 2); QKV_MK(6, 3); QKV_MK(6, 4);
+                QKV_FLASH_TILES(QKV_MK);
                 default: QKV_ASSERT(false);
             }
 #undef QKV_MK
@@ -229,17 +244,12 @@ void gemm_exp(int64_t M, int64_t N, int64_t K, const TA* A, int64_t as, const TA
             const TA*    b = B + n0;
             float*       c = C + m0 * cm + n0;
             const bool   f = m0 == 0;
-#define QKV_MK(R_, NV_)                                                                        \
-    case (R_) * 8 + (NV_):                                                                     \
+#define QKV_MK(R_, NV_)                                                                \
+    case (R_) * 8 + (NV_):                                                             \
         micro_exp<S, R_, NV_>(K, a, as, b, bk, c, cm, m + n0, sum + n0, f, oscale); \
         break
             switch (r * 8 + nv) {
-                QKV_MK(1, 1); QKV_MK(1, 2); QKV_MK(1, 3); QKV_MK(1, 4);
-                QKV_MK(2, 1); QKV_MK(2, 2); QKV_MK(2, 3); QKV_MK(2, 4);
-                QKV_MK(3, 1); QKV_MK(3, 2); QKV_MK(3, 3); QKV_MK(3, 4);
-                QKV_MK(4, 1); QKV_MK(4, 2); QKV_MK(4, 3); QKV_MK(4, 4);
-                QKV_MK(5, 1); QKV_MK(5, 2); QKV_MK(5, 3); QKV_MK(5, 4);
-                QKV_MK(6, 1); QKV_MK(6, 2); QKV_MK(6, 3); QKV_MK(6, 4);
+                QKV_FLASH_TILES(QKV_MK);
                 default: QKV_ASSERT(false);
             }
 #undef QKV_MK
@@ -357,6 +367,8 @@ void pack_rows_bf16(uint16_t* dst, int64_t dld, const float* src, int64_t sld, i
         if (c < cols) S::store_bf16(d + c, S::loadm(a + c, tail), S::tail(int(cols % W + cols % 2)));
     }
 }
+
+#undef QKV_FLASH_TILES
 
 }  // namespace
 }  // namespace qkv::kernels::cpu::QKV_FLASH_NS

@@ -52,31 +52,21 @@ struct ScoreTile {
     const float*                  kfirst;
 };
 
-/// -inf where key j0 + j < kfirst[i] (the sliding window's left edge).
-template <class S, int64_t Bq>
-void apply_key_first(float* t, int64_t nk, int64_t j0, const float* kfirst) {
-    constexpr int64_t NQV = Bq / S::W;
-    typename S::V     f[NQV];
-    for (int64_t v = 0; v < NQV; ++v) f[v] = S::load(kfirst + v * S::W);
-    for (int64_t j = 0; j < nk; ++j) {
-        const auto jv  = S::set1(float(j0 + j));
-        float*     row = t + j * Bq;
-        for (int64_t v = 0; v < NQV; ++v)
-            S::store(row + v * S::W, S::mask_gt(S::load(row + v * S::W), f[v], jv));
-    }
-}
-
-/// -inf where key j0 + j > lim[i] (causal and valid_lens, derived from indices).
-template <class S, int64_t Bq>
-void apply_key_limits(float* t, int64_t nk, int64_t j0, const float* lim) {
+/// -inf where key j0 + j lies outside lane i's bound: past bound[i] = lim[i] when Past (causal and
+/// valid_lens, derived from indices), before bound[i] = kfirst[i] otherwise (the sliding window's
+/// left edge).
+template <class S, int64_t Bq, bool Past>
+void apply_key_bound(float* t, int64_t nk, int64_t j0, const float* bound) {
     constexpr int64_t NQV = Bq / S::W;
     typename S::V     l[NQV];
-    for (int64_t v = 0; v < NQV; ++v) l[v] = S::load(lim + v * S::W);
+    for (int64_t v = 0; v < NQV; ++v) l[v] = S::load(bound + v * S::W);
     for (int64_t j = 0; j < nk; ++j) {
         const auto jv  = S::set1(float(j0 + j));
         float*     row = t + j * Bq;
-        for (int64_t v = 0; v < NQV; ++v)
-            S::store(row + v * S::W, S::mask_gt(S::load(row + v * S::W), jv, l[v]));
+        for (int64_t v = 0; v < NQV; ++v) {
+            const auto x = S::load(row + v * S::W);
+            S::store(row + v * S::W, Past ? S::mask_gt(x, jv, l[v]) : S::mask_gt(x, l[v], jv));
+        }
     }
 }
 
@@ -186,6 +176,16 @@ inline void write_fully_masked_rows(const AttentionParams<float>& p, float* out0
     }
 }
 
+/// What every key block of a forward query block asks: general = score modifiers or bool /
+/// additive masks (every block takes the masked softmax), dropout and its Philox threshold.
+struct FwdFlags {
+    bool     general, dropout;
+    uint32_t thr;
+    explicit FwdFlags(const AttentionParams<float>& p)
+        : general(p.bool_mask || p.additive_mask || p.softcap > 0.0f || p.alibi_slopes),
+          dropout(p.dropout_p > 0.0f), thr(attention_dropout_threshold(p.dropout_p)) {}
+};
+
 /// The score modifiers and every mask on score tile t (nk keys x Bq lanes), in the order of the
 /// reference: soft cap and ALiBi (dcap: d cap/dx when non-null), key limits, the window's left
 /// edge, bool and additive masks. Tiles inside every lane's key range skip the index masks.
@@ -193,8 +193,8 @@ template <class S, int64_t Bq>
 void apply_masks(const ScoreTile& st, float* t, float* dcap) {
     const AttentionParams<float>& p = st.p;
     if (p.softcap > 0.0f || p.alibi_slopes) apply_score_mods<Bq>(st, t, p.softcap > 0.0f ? dcap : nullptr);
-    if (st.j0 + st.nk - 1 > st.kmin) apply_key_limits<S, Bq>(t, st.nk, st.j0, st.lim);
-    if (st.j0 < st.fmax) apply_key_first<S, Bq>(t, st.nk, st.j0, st.kfirst);
+    if (st.j0 + st.nk - 1 > st.kmin) apply_key_bound<S, Bq, true>(t, st.nk, st.j0, st.lim);
+    if (st.j0 < st.fmax) apply_key_bound<S, Bq, false>(t, st.nk, st.j0, st.kfirst);
     if (p.bool_mask || p.additive_mask) apply_general_mask<S, Bq>(st, t);
 }
 
@@ -227,6 +227,41 @@ void dropout_tile(const ScoreTile& st, float* dst, uint32_t thr, float keepval) 
     }
 }
 
+/// P = e^(s - shift) in place on score tile t (nk keys x Bq lanes; shift: one vector per NQV lane
+/// group), with sum[v] += each lane group's P summed over the keys.
+template <class S, int64_t Bq>
+__attribute__((always_inline)) inline void exp_tile(float* t, int64_t nk, const typename S::V* shift,
+                                                    typename S::V* sum) {
+    for (int64_t j = 0; j < nk; ++j)
+        for (int64_t v = 0; v < Bq / S::W; ++v) {
+            float*     s = t + j * Bq + v * S::W;
+            const auto e = S::exp(S::sub(S::load(s), shift[v]));
+            S::store(s, e);
+            sum[v] = S::add(sum[v], e);
+        }
+}
+
+/// P *= Z (0 or 1; 1/(1-p) comes with 1/l at the end) on score tile st of `tile`, kt the scratch
+/// for the dropout tile.
+template <class S, int64_t Bq>
+void apply_dropout_keep(const ScoreTile& tile, float* st, float* kt, uint32_t thr) {
+    dropout_tile<S, Bq>(tile, kt, thr, 1.0f);
+    for (int64_t t = 0; t < tile.nk * Bq; t += S::W) S::store(st + t, S::mul(S::load(st + t), S::load(kt + t)));
+}
+
+/// Lazy rescaling's test of an unmasked block (psum: its per-lane sums of P = e^(s - m)): when
+/// every sum stays within kBlockSumLimit, l += psum and true; else false, and the caller recomputes
+/// the block with its maximum as the shift (rare).
+template <class S, int64_t Bq>
+bool accept_block_sums(float* l, const float* psum) {
+    constexpr int W    = S::W;
+    bool          over = false;
+    for (int64_t v = 0; v < Bq / W; ++v) over = over || !S::all_le(S::load(psum + v * W), S::set1(kBlockSumLimit));
+    if (over) return false;
+    for (int64_t v = 0; v < Bq / W; ++v) S::store(l + v * W, S::add(S::load(l + v * W), S::load(psum + v * W)));
+    return true;
+}
+
 /// Score tile t (nk keys x Bq lanes) through the score modifiers and masks (apply_masks), then the
 /// online softmax, lane-wise: m' = max(m, max_j s), alpha = e^(m - m'), P = e^(s - m') (in t),
 /// l' = alpha l + sum_j P. A lane whose max is still -inf uses 0 as its shift (P = 0).
@@ -246,13 +281,7 @@ void masked_online_softmax(const ScoreTile& tile, float* st, float* m, float* al
         S::store(alpha + v * W, S::exp(S::sub(S::load(m + v * W), ms[v])));
         S::store(m + v * W, mx[v]);
     }
-    for (int64_t j = 0; j < nk; ++j)
-        for (int64_t v = 0; v < NQV; ++v) {
-            float*  s = st + j * Bq + v * W;
-            const V e = S::exp(S::sub(S::load(s), ms[v]));
-            S::store(s, e);
-            sum[v] = S::add(sum[v], e);
-        }
+    exp_tile<S, Bq>(st, nk, ms, sum);
     for (int64_t v = 0; v < NQV; ++v)
         S::store(l + v * W, S::fmadd(S::load(l + v * W), S::load(alpha + v * W), sum[v]));
 }
@@ -271,6 +300,17 @@ inline float finish_row(float m, float l, float keep, float* lse, float* lo) {
 
 /// The dropout keep factor 1/(1-p) applied with 1/l (0 when p = 1, 1 without dropout).
 inline float dropout_keep_factor(float p) { return p > 0.0f ? (p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) : 1.0f; }
+
+/// finish_row for rows [i0, i0 + nq) of (b, h) from their m and l: lse and lse_lo written where
+/// the call has them, inv[i] = row i's output factor.
+inline void finish_rows(const AttentionParams<float>& p, int64_t b, int64_t h, int64_t i0, int64_t nq, const float* m,
+                        const float* l, float* inv) {
+    const float keep = dropout_keep_factor(p.dropout_p);
+    float*      lse0 = p.lse ? p.lse + (b * p.H + h) * p.Tq + i0 : nullptr;
+    float*      lo0  = p.lse_lo ? p.lse_lo + (b * p.H + h) * p.Tq + i0 : nullptr;
+    for (int64_t i = 0; i < nq; ++i)
+        inv[i] = finish_row(m[i], l[i], keep, lse0 ? lse0 + i : nullptr, lo0 ? lo0 + i : nullptr);
+}
 
 /// t[0, n) *= k (n a multiple of W; nothing when k = 1): the fp32 part of a split softmax scale.
 template <class S>

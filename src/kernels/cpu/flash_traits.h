@@ -39,15 +39,17 @@ using simd::TilesNull;
 // blocks at a time (philox8) through simd_philox.h; the tests compare the dropped entries with the
 // reference kernel's, which uses include/qkv/core/philox.h, exactly.
 
-#if defined(__AVX512F__)
-struct SimdAvx512 : simd::V16 {
-    using V = R;
-    static constexpr int W = 16;
-    // 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
-    static constexpr int kR = 6, kNV = 4;
+#if defined(__AVX2__)
+/// The traits of an x86 build over the SIMD layer's vector type Vec (V8, V16) with a register tile
+/// of R x NV accumulators: 64 x 128 attention blocks, and the AVX2 8 x 8 transpose and 8-block
+/// Philox on every width (so the AVX2 tests cover the AVX-512 build's).
+template <class Vec, int R, int NV>
+struct SimdX86 : Vec {
+    using V = typename Vec::R;
+    static constexpr int W = int(Vec::W);
+    static constexpr int kR = R, kNV = NV;
     static constexpr int kBlockQ = 64, kBlockK = 128;
     static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
-    /// The AVX2 transpose and Philox (8 blocks), so the AVX2 tests cover them.
     static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
         simd::V8::transpose8_scaled(src, ss, dst, ds, k);
     }
@@ -55,6 +57,11 @@ struct SimdAvx512 : simd::V16 {
         simd::philox_words<simd::P8, 8>(blk0, seed, w);
     }
 };
+#endif
+
+#if defined(__AVX512F__)
+// 6 x 4 accumulators + 4 B vectors + 1 broadcast = 29 of 32 zmm registers.
+struct SimdAvx512 : SimdX86<simd::V16, 6, 4> {};
 
 /// SimdAvx512's backward with one-vector query blocks, for few queries (see SimdAvx512DotShortQ).
 struct SimdAvx512ShortQ : SimdAvx512 {
@@ -78,20 +85,8 @@ struct SimdAvx512DotShortQ : SimdAvx512Dot {
 #endif
 
 #if defined(__AVX2__)
-struct SimdAvx2 : simd::V8 {
-    using V = R;
-    static constexpr int W = 8;
-    // 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
-    static constexpr int kR = 6, kNV = 2;
-    static constexpr int kBlockQ = 64, kBlockK = 128;
-    static constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
-    static inline void transpose8(const float* src, int64_t ss, float* dst, int64_t ds, float k) {
-        transpose8_scaled(src, ss, dst, ds, k);
-    }
-    static inline void philox8(uint64_t blk0, uint64_t seed, uint32_t w[4][8]) {
-        simd::philox_words<simd::P8, 8>(blk0, seed, w);
-    }
-};
+// 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm registers.
+struct SimdAvx2 : SimdX86<simd::V8, 6, 2> {};
 #endif
 
 /// Portable fallback: 16 lanes as 4 SSE2-sized GCC vectors, with exactly the

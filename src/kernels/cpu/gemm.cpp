@@ -27,19 +27,8 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
 
 }  // namespace
 
-void gemm(bool trans_a,
-          bool trans_b,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const float* A,
-          int64_t lda,
-          const float* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     if (K == 0) return scale_c(M, N, beta, C, ldc);
     const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,

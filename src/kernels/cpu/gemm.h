@@ -15,19 +15,8 @@ namespace qkv::kernels::cpu {
 /// M, N or K may be 0 (K == 0 gives C = beta·C). Uses all OpenMP threads (oneDNN threads
 /// through OpenMP; inside a parallel region it runs on the calling thread only).
 /// Throws qkv::Error if oneDNN reports a failure (invalid leading dimensions).
-void gemm(bool trans_a,
-          bool trans_b,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          float alpha,
-          const float* A,
-          int64_t lda,
-          const float* B,
-          int64_t ldb,
-          float beta,
-          float* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 /// GemmBatchedParams' `batch` GEMMs (fp32). A shared B (stride_b = 0) with the A and C blocks
 /// stacked row after row (stride_a = M·lda, stride_c = M·ldc, !trans_a) runs as one

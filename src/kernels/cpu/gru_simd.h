@@ -8,16 +8,13 @@
 #include "kernels/cpu/activation_simd.h"
 #include "kernels/params.h"
 
-namespace qkv::kernels::cpu::detail {
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
 
 /// Below this many elements (B·H) the cell stays on the calling thread (an OpenMP fork/join
 /// costs a few µs, about what one thread needs for 10⁴ gate evaluations).
 constexpr int64_t kGruMinParallel = 1 << 14;
 
-}  // namespace qkv::kernels::cpu::detail
-
-#if defined(__AVX2__) || defined(__AVX512F__)
-namespace qkv::kernels::cpu::simd {
 namespace {
 
 // One row's gates for lanes [j, j + n) (n = V::W, or a tail n < V::W via masked loads/stores).
@@ -50,7 +47,7 @@ void gru_cell_forward(const GruCellParams<float>& p) {
     float *const  h_new = p.h_new, *const ws = p.ws;
     const float * gi = p.gi, *gh = p.gh, *h = p.h;
     const int64_t B = p.B, H = p.H;
-#pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
+#pragma omp parallel for schedule(static) if (B * H >= kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* gib = gi + b * 3 * H;
         const float* ghb = gh + b * 3 * H;
@@ -96,7 +93,7 @@ void gru_cell_backward(const GruCellGradParams<float>& gp) {
     float *const  dgi = gp.dgi, *const dgh = gp.dgh, *const dh = gp.dh;
     const float * dh_new = gp.dh_new, *ws = gp.ws, *h = gp.h;
     const int64_t B = gp.B, H = gp.H;
-#pragma omp parallel for schedule(static) if (B * H >= detail::kGruMinParallel)
+#pragma omp parallel for schedule(static) if (B * H >= kGruMinParallel)
     for (int64_t b = 0; b < B; ++b) {
         const float* w  = ws + b * 4 * H;
         const float* g  = dh_new + b * H;

@@ -22,76 +22,42 @@ constexpr int64_t kLayerNormMinParallel = 1 << 14;  // elements; as kSoftmaxMinP
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 namespace qkv::kernels::cpu::simd {
-namespace {
-
-// Σ (x − μ)²; tail lanes are loaded as μ so they add 0.
-template <class V>
-float row_sum_sq_dev(const float* x, int64_t n, float mu) {
-    using R     = typename V::R;
-    const R vmu = V::set1(mu);
-    R s0 = V::zero(), s1 = V::zero();
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        const R d0 = V::sub(V::load(x + j), vmu), d1 = V::sub(V::load(x + j + V::W), vmu);
-        s0 = V::fmadd(d0, d0, s0);
-        s1 = V::fmadd(d1, d1, s1);
-    }
-    for (; j + V::W <= n; j += V::W) {
-        const R d = V::sub(V::load(x + j), vmu);
-        s0        = V::fmadd(d, d, s0);
-    }
-    if (j < n) {
-        const R d = V::sub(V::load_tail(x + j, n - j, mu), vmu);
-        s0        = V::fmadd(d, d, s0);
-    }
-    return V::reduce_add(V::add(s0, s1));
-}
-
-}  // namespace
 
 template <Isa I>
-void layer_norm_forward(const LayerNormParams<float>& params) {
-    const auto y = params.y; const auto mean = params.mean; const auto rstd = params.rstd;
-    const auto x = params.x; const auto gamma = params.gamma; const auto beta = params.beta;
-    const auto rows = params.rows; const auto N = params.N; const auto eps_d = params.eps;
-    const float eps = float(eps_d);
+void layer_norm_forward(const LayerNormParams<float>& p) {
     using V = Vec<I>;
     using R = typename V::R;
+    const int64_t rows = p.rows, N = p.N;
+    const float   eps = float(p.eps), *gamma = p.gamma, *beta = p.beta;
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * N;
-        float* yr       = y + r * N;
-        const float mu  = row_sum<V>(xr, N) / float(N);
-        const float var = row_sum_sq_dev<V>(xr, N, mu) / float(N);
+        const float* xr = p.x + r * N;
+        const float  mu = row_sum<V>(xr, N) / float(N);
+        const R     vmu = V::set1(mu);
+        // Σ (x − μ)²; tail lanes are loaded as μ so they add 0.
+        const float var = row_sum_of<V>(N, [=](R a, int64_t j, auto k) {
+            const R d = V::sub(load_n<V>(xr + j, k, mu), vmu);
+            return V::fmadd(d, d, a);
+        }) / float(N);
         const float rs  = 1.0f / __builtin_sqrtf(var + eps);
-        const R vmu = V::set1(mu), vrs = V::set1(rs);
-        int64_t j = 0;
-        for (; j + V::W <= N; j += V::W) {
-            const R xhat = V::mul(V::sub(V::load(xr + j), vmu), vrs);
-            V::store(yr + j, V::fmadd(xhat, V::load(gamma + j), V::load(beta + j)));
-        }
-        if (j < N) {
-            const int64_t t = N - j;
-            const R xhat    = V::mul(V::sub(V::load_tail(xr + j, t, 0.f), vmu), vrs);
-            V::store_tail(
-                yr + j,
-                V::fmadd(xhat, V::load_tail(gamma + j, t, 0.f), V::load_tail(beta + j, t, 0.f)), t);
-        }
-        if (mean) mean[r] = mu;
-        if (rstd) rstd[r] = rs;
+        const R     vrs = V::set1(rs);
+        row_map<V>(p.y + r * N, N, [=](int64_t j, auto k) {
+            const R xhat = V::mul(V::sub(load_n<V>(xr + j, k, 0.f), vmu), vrs);
+            return V::fmadd(xhat, load_n<V>(gamma + j, k, 0.f), load_n<V>(beta + j, k, 0.f));
+        });
+        if (p.mean) p.mean[r] = mu;
+        if (p.rstd) p.rstd[r] = rs;
     }
 }
 
-
 template <Isa I>
-void layer_norm_backward(const LayerNormParams<float>& params, const LayerNormGradParams<float>& grads,
+void layer_norm_backward(const LayerNormParams<float>& p, const LayerNormGradParams<float>& grads,
                          float* partial) {
-    const auto dx = grads.dx; const auto dgamma = grads.dgamma; const auto dbeta = grads.dbeta;
-    const auto dy = grads.dy;
-    const auto mean = params.mean; const auto rstd = params.rstd; const auto x = params.x;
-    const auto gamma = params.gamma; const auto rows = params.rows; const auto N = params.N;
     using V = Vec<I>;
     using R            = typename V::R;
+    const int64_t rows = p.rows, N = p.N;
+    const float * x = p.x, *gamma = p.gamma, *dy = grads.dy;
+    float *const  dx = grads.dx, *const dgamma = grads.dgamma, *const dbeta = grads.dbeta;
     const int64_t rpb  = detail::layer_norm_rows_per_block(rows);
     const int64_t nblk = (rows + rpb - 1) / rpb;
     const bool want_p  = dgamma || dbeta;
@@ -105,48 +71,35 @@ void layer_norm_backward(const LayerNormParams<float>& params, const LayerNormGr
         for (int64_t r = b * rpb; r < r_end; ++r) {
             const float* dyr = dy + r * N;
             const float* xr  = x + r * N;
-            const R vmu = V::set1(mean[r]), vrs = V::set1(rstd[r]);
-            // Pass 1: Σ g, Σ g·x̂, and the dγ/dβ partials. Tail lanes load 0 for dy, so they add 0.
+            const R vmu = V::set1(p.mean[r]), vrs = V::set1(p.rstd[r]);
+            // dy, γ and x̂ of lanes [j, j + k) (tail lanes load 0 for dy, so they add 0).
+            struct Lanes {
+                R dy, gamma, xhat;
+            };
+            const auto at = [=](int64_t j, auto k) {
+                return Lanes{load_n<V>(dyr + j, k, 0.f), load_n<V>(gamma + j, k, 0.f),
+                             V::mul(V::sub(load_n<V>(xr + j, k, 0.f), vmu), vrs)};
+            };
+            // Pass 1: Σ g, Σ g·x̂ with g = dy·γ, and the dγ/dβ partials.
             R sg = V::zero(), sgx = V::zero();
-            int64_t j = 0;
-            for (; j < N; j += V::W) {
-                const int64_t t = N - j < V::W ? N - j : V::W;
-                const bool full = t == V::W;
-                const R vdy     = full ? V::load(dyr + j) : V::load_tail(dyr + j, t, 0.f);
-                const R vx      = full ? V::load(xr + j) : V::load_tail(xr + j, t, 0.f);
-                const R vg      = full ? V::load(gamma + j) : V::load_tail(gamma + j, t, 0.f);
-                const R xhat    = V::mul(V::sub(vx, vmu), vrs);
-                const R g       = V::mul(vdy, vg);
-                sg              = V::add(sg, g);
-                sgx             = V::fmadd(g, xhat, sgx);
+            row_blocks<V>(N, [&](int64_t j, auto k) {
+                const Lanes l = at(j, k);
+                const R     g = V::mul(l.dy, l.gamma);
+                sg            = V::add(sg, g);
+                sgx           = V::fmadd(g, l.xhat, sgx);
                 if (want_p) {
-                    if (full) {
-                        V::store(pg + j, V::fmadd(vdy, xhat, V::load(pg + j)));
-                        V::store(pb + j, V::add(vdy, V::load(pb + j)));
-                    } else {
-                        V::store_tail(pg + j, V::fmadd(vdy, xhat, V::load_tail(pg + j, t, 0.f)), t);
-                        V::store_tail(pb + j, V::add(vdy, V::load_tail(pb + j, t, 0.f)), t);
-                    }
+                    store_n<V>(pg + j, V::fmadd(l.dy, l.xhat, load_n<V>(pg + j, k, 0.f)), k);
+                    store_n<V>(pb + j, V::add(l.dy, load_n<V>(pb + j, k, 0.f)), k);
                 }
-            }
+            });
             if (!dx) continue;
             // Pass 2: dx = r·(g − mean(g) − x̂·mean(g·x̂)).
             const R mg  = V::set1(V::reduce_add(sg) / float(N));
             const R mgx = V::set1(V::reduce_add(sgx) / float(N));
-            float* dxr  = dx + r * N;
-            for (j = 0; j < N; j += V::W) {
-                const int64_t t = N - j < V::W ? N - j : V::W;
-                const bool full = t == V::W;
-                const R vdy     = full ? V::load(dyr + j) : V::load_tail(dyr + j, t, 0.f);
-                const R vx      = full ? V::load(xr + j) : V::load_tail(xr + j, t, 0.f);
-                const R vg      = full ? V::load(gamma + j) : V::load_tail(gamma + j, t, 0.f);
-                const R xhat    = V::mul(V::sub(vx, vmu), vrs);
-                const R v       = V::mul(vrs, V::fnmadd(xhat, mgx, V::sub(V::mul(vdy, vg), mg)));
-                if (full)
-                    V::store(dxr + j, v);
-                else
-                    V::store_tail(dxr + j, v, t);
-            }
+            row_map<V>(dx + r * N, N, [=](int64_t j, auto k) {
+                const Lanes l = at(j, k);
+                return V::mul(vrs, V::fnmadd(l.xhat, mgx, V::sub(V::mul(l.dy, l.gamma), mg)));
+            });
         }
     }
     if (!want_p) return;

@@ -30,6 +30,7 @@
 // ODR note: everything ISA-specific sits in an unnamed namespace so that copies compiled with
 // AVX-512 flags can never be linked into code that runs on an AVX2-only CPU.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -417,50 +418,80 @@ constexpr float kNegInf = -__builtin_inff();
 
 // ---- row helpers over n contiguous floats (tails use masked loads, never read past the end) ----
 
+/// A whole block's lane count (W) as a type: the row helpers below pass it for every block but a
+/// row's last partial one, so that whole blocks take plain loads and stores at compile time.
+template <class V>
+using Whole = std::integral_constant<int64_t, V::W>;
+
+/// Lanes [0, k) from p: a whole vector when k is Whole<V>, else k < W lanes and the others `fill`.
+template <class V, class K>
+inline typename V::R load_n(const float* p, K k, float fill) {
+    if constexpr (std::is_same_v<K, Whole<V>>) return V::load(p);
+    else return V::load_tail(p, k, fill);
+}
+/// Stores lanes [0, k) of a to p (k as load_n's).
+template <class V, class K>
+inline void store_n(float* p, typename V::R a, K k) {
+    if constexpr (std::is_same_v<K, Whole<V>>) V::store(p, a);
+    else V::store_tail(p, a, k);
+}
+
+/// The loop every row helper runs: f(j, k) over the blocks [j, j + k) of W lanes of a row of n
+/// floats, k = Whole<V> but for a last partial block (k = n − j < W).
+template <class V, class F>
+__attribute__((always_inline)) inline void row_blocks(int64_t n, F f) {
+    int64_t j = 0;
+    for (; j + V::W <= n; j += V::W) f(j, Whole<V>{});
+    if (j < n) f(j, n - j);
+}
+
+/// row_blocks' blocks folded lane-wise, acc = step(acc, j, k), on two accumulators (two dependency
+/// chains) joined at the end.
+template <class V, class Step, class Join>
+__attribute__((always_inline)) inline typename V::R row_fold(int64_t n, typename V::R init, Step step, Join join) {
+    typename V::R a0 = init, a1 = init;
+    int64_t j = 0;
+    for (; j + 2 * V::W <= n; j += 2 * V::W) {
+        a0 = step(a0, j, Whole<V>{});
+        a1 = step(a1, j + V::W, Whole<V>{});
+    }
+    for (; j + V::W <= n; j += V::W) a0 = step(a0, j, Whole<V>{});
+    if (j < n) a0 = step(a0, j, n - j);
+    return join(a0, a1);
+}
+
+/// row_blocks storing f(j, k) to y[j, j + k).
+template <class V, class F>
+__attribute__((always_inline)) inline void row_map(float* y, int64_t n, F f) {
+    row_blocks<V>(n, [&](int64_t j, auto k) { store_n<V>(y + j, f(j, k), k); });
+}
+
+/// Σ_j of step's lanes over a row (row_fold with additions).
+template <class V, class Step>
+__attribute__((always_inline)) inline float row_sum_of(int64_t n, Step step) {
+    using R = typename V::R;
+    return V::reduce_add(row_fold<V>(n, V::zero(), step, [](R a, R b) { return V::add(a, b); }));
+}
+
 /// max_j x[j] (a NaN may or may not survive; callers' sums turn NaN rows into NaN anyway).
 template <class V>
 float row_max(const float* x, int64_t n) {
     using R = typename V::R;
-    R m0 = V::set1(kNegInf), m1 = m0;
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        m0 = V::max(m0, V::load(x + j));
-        m1 = V::max(m1, V::load(x + j + V::W));
-    }
-    for (; j + V::W <= n; j += V::W) m0 = V::max(m0, V::load(x + j));
-    if (j < n) m0 = V::max(m0, V::load_tail(x + j, n - j, kNegInf));
-    return V::reduce_max(V::max(m0, m1));
+    const auto step = [x](R a, int64_t j, auto k) { return V::max(a, load_n<V>(x + j, k, kNegInf)); };
+    return V::reduce_max(row_fold<V>(n, V::set1(kNegInf), step, [](R a, R b) { return V::max(a, b); }));
 }
 
-/// Σ_j exp(x[j] − m); with kStore also stores each exp(x[j] − m) to y[j].
+/// Σ_j exp(x[j] − m); with kStore also stores each exp(x[j] − m) to y[j] (y may alias x).
 template <class V, bool kStore>
 float row_sum_exp(float* y, const float* x, int64_t n, float m) {
     using R    = typename V::R;
     const R vm = V::set1(m);
-    R s0 = V::zero(), s1 = V::zero();
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        const R e0 = exp<V>(V::sub(V::load(x + j), vm));
-        const R e1 = exp<V>(V::sub(V::load(x + j + V::W), vm));
-        if constexpr (kStore) {
-            V::store(y + j, e0);
-            V::store(y + j + V::W, e1);
-        }
-        s0 = V::add(s0, e0);
-        s1 = V::add(s1, e1);
-    }
-    for (; j + V::W <= n; j += V::W) {
-        const R e = exp<V>(V::sub(V::load(x + j), vm));
-        if constexpr (kStore) V::store(y + j, e);
-        s0 = V::add(s0, e);
-    }
-    if (j < n) {
+    return row_sum_of<V>(n, [=](R a, int64_t j, auto k) {
         // Lanes past the end hold −inf, so they add exp(−inf) = 0.
-        const R e = exp<V>(V::sub(V::load_tail(x + j, n - j, kNegInf), vm));
-        if constexpr (kStore) V::store_tail(y + j, e, n - j);
-        s0 = V::add(s0, e);
-    }
-    return V::reduce_add(V::add(s0, s1));
+        const R e = exp<V>(V::sub(load_n<V>(x + j, k, kNegInf), vm));
+        if constexpr (kStore) store_n<V>(y + j, e, k);
+        return V::add(a, e);
+    });
 }
 
 /// y[j] = a·x[j] + b.
@@ -468,24 +499,23 @@ template <class V>
 void row_affine(float* y, const float* x, int64_t n, float a, float b) {
     using R    = typename V::R;
     const R va = V::set1(a), vb = V::set1(b);
-    int64_t j = 0;
-    for (; j + V::W <= n; j += V::W) V::store(y + j, V::fmadd(V::load(x + j), va, vb));
-    if (j < n) V::store_tail(y + j, V::fmadd(V::load_tail(x + j, n - j, 0.f), va, vb), n - j);
+    row_map<V>(y, n, [=](int64_t j, auto k) { return V::fmadd(load_n<V>(x + j, k, 0.f), va, vb); });
 }
 
 /// Σ_j x[j].
 template <class V>
 float row_sum(const float* x, int64_t n) {
     using R = typename V::R;
-    R s0 = V::zero(), s1 = V::zero();
-    int64_t j = 0;
-    for (; j + 2 * V::W <= n; j += 2 * V::W) {
-        s0 = V::add(s0, V::load(x + j));
-        s1 = V::add(s1, V::load(x + j + V::W));
-    }
-    for (; j + V::W <= n; j += V::W) s0 = V::add(s0, V::load(x + j));
-    if (j < n) s0 = V::add(s0, V::load_tail(x + j, n - j, 0.f));
-    return V::reduce_add(V::add(s0, s1));
+    return row_sum_of<V>(n, [x](R a, int64_t j, auto k) { return V::add(a, load_n<V>(x + j, k, 0.f)); });
+}
+
+/// Σ_j x[j]·y[j] (one FMA per lane and step).
+template <class V>
+float row_dot(const float* x, const float* y, int64_t n) {
+    using R = typename V::R;
+    return row_sum_of<V>(n, [x, y](R a, int64_t j, auto k) {
+        return V::fmadd(load_n<V>(x + j, k, 0.f), load_n<V>(y + j, k, 0.f), a);
+    });
 }
 #endif
 

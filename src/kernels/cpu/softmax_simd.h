@@ -5,27 +5,47 @@
 
 #include "kernels/cpu/simd.h"
 
-namespace qkv::kernels::cpu::detail {
+#if defined(__AVX2__) || defined(__AVX512F__)
+namespace qkv::kernels::cpu::simd {
 
 /// Below this many elements the kernels stay on the calling thread: an OpenMP fork/join costs a
 /// few µs, about the time one thread needs for ~10⁴ exps.
 constexpr int64_t kSoftmaxMinParallel = 1 << 14;
 
-}  // namespace qkv::kernels::cpu::detail
-
-#if defined(__AVX2__) || defined(__AVX512F__)
-namespace qkv::kernels::cpu::simd {
+/// softmax (Log = false) or log_softmax of each row: the max m and Σ exp(x − m) (softmax keeps
+/// the exps in y), then y = exp(x − m) / Σ or x − m − log Σ.
+template <Isa I, bool Log>
+void softmax_rows_forward(float* y, const float* x, int64_t rows, int64_t cols) {
+    using V = Vec<I>;
+#pragma omp parallel for schedule(static) if (rows * cols >= kSoftmaxMinParallel)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * cols;
+        float*       yr = y + r * cols;
+        const float  m  = row_max<V>(xr, cols);
+        const float  s  = row_sum_exp<V, !Log>(Log ? nullptr : yr, xr, cols, m);
+        if constexpr (Log) row_affine<V>(yr, xr, cols, 1.0f, -(m + __builtin_logf(s)));
+        else row_affine<V>(yr, yr, cols, 1.0f / s, 0.0f);
+    }
+}
 
 template <Isa I>
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
-    using V = Vec<I>;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
+    softmax_rows_forward<I, false>(y, x, rows, cols);
+}
+
+/// The backward of softmax and log_softmax: per row a reduction s = reduce(dy row, y row), then
+/// dx = grad(y, dy, s) lane-wise.
+template <class V, class Reduce, class Grad>
+void softmax_rows_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols, Reduce reduce,
+                           Grad grad) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kSoftmaxMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * cols;
-        float* yr       = y + r * cols;
-        const float m   = row_max<V>(xr, cols);
-        const float s   = row_sum_exp<V, true>(yr, xr, cols, m);
-        row_affine<V>(yr, yr, cols, 1.0f / s, 0.0f);
+        const float*        dyr = dy + r * cols;
+        const float*        yr  = y + r * cols;
+        const typename V::R s   = V::set1(reduce(dyr, yr, cols));
+        row_map<V>(dx + r * cols, cols, [=](int64_t j, auto k) {
+            return grad(load_n<V>(yr + j, k, 0.f), load_n<V>(dyr + j, k, 0.f), s);
+        });
     }
 }
 
@@ -34,74 +54,24 @@ template <Isa I>
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
     using V = Vec<I>;
     using R = typename V::R;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* dyr = dy + r * cols;
-        const float* yr  = y + r * cols;
-        float* dxr       = dx + r * cols;
-        R d0 = V::zero(), d1 = V::zero();
-        int64_t j = 0;
-        for (; j + 2 * V::W <= cols; j += 2 * V::W) {
-            d0 = V::fmadd(V::load(dyr + j), V::load(yr + j), d0);
-            d1 = V::fmadd(V::load(dyr + j + V::W), V::load(yr + j + V::W), d1);
-        }
-        for (; j + V::W <= cols; j += V::W) d0 = V::fmadd(V::load(dyr + j), V::load(yr + j), d0);
-        if (j < cols)
-            d0 = V::fmadd(V::load_tail(dyr + j, cols - j, 0.f), V::load_tail(yr + j, cols - j, 0.f),
-                          d0);
-        const R dot = V::set1(V::reduce_add(V::add(d0, d1)));
-        for (j = 0; j + V::W <= cols; j += V::W)
-            V::store(dxr + j, V::mul(V::load(yr + j), V::sub(V::load(dyr + j), dot)));
-        if (j < cols) {
-            const R v = V::mul(V::load_tail(yr + j, cols - j, 0.f),
-                               V::sub(V::load_tail(dyr + j, cols - j, 0.f), dot));
-            V::store_tail(dxr + j, v, cols - j);
-        }
-    }
+    softmax_rows_backward<V>(
+        dx, dy, y, rows, cols, [](const float* dyr, const float* yr, int64_t n) { return row_dot<V>(dyr, yr, n); },
+        [](R yv, R dyv, R dot) { return V::mul(yv, V::sub(dyv, dot)); });
 }
-
 
 template <Isa I>
 void log_softmax_forward(float* y, const float* x, int64_t rows, int64_t cols) {
-    using V = Vec<I>;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* xr   = x + r * cols;
-        const float m     = row_max<V>(xr, cols);
-        const float s     = row_sum_exp<V, false>(nullptr, xr, cols, m);
-        const float shift = m + __builtin_logf(s);
-        row_affine<V>(y + r * cols, xr, cols, 1.0f, -shift);
-    }
+    softmax_rows_forward<I, true>(y, x, rows, cols);
 }
 
 // dx = dy − exp(y)·Σ dy
 template <Isa I>
-void log_softmax_backward(
-    float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
+void log_softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t cols) {
     using V = Vec<I>;
     using R = typename V::R;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kSoftmaxMinParallel)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* dyr = dy + r * cols;
-        const float* yr  = y + r * cols;
-        float* dxr       = dx + r * cols;
-        R s0 = V::zero(), s1 = V::zero();
-        int64_t j = 0;
-        for (; j + 2 * V::W <= cols; j += 2 * V::W) {
-            s0 = V::add(s0, V::load(dyr + j));
-            s1 = V::add(s1, V::load(dyr + j + V::W));
-        }
-        for (; j + V::W <= cols; j += V::W) s0 = V::add(s0, V::load(dyr + j));
-        if (j < cols) s0 = V::add(s0, V::load_tail(dyr + j, cols - j, 0.f));
-        const R sum = V::set1(V::reduce_add(V::add(s0, s1)));
-        for (j = 0; j + V::W <= cols; j += V::W)
-            V::store(dxr + j, V::fnmadd(exp<V>(V::load(yr + j)), sum, V::load(dyr + j)));
-        if (j < cols) {
-            const R v = V::fnmadd(exp<V>(V::load_tail(yr + j, cols - j, 0.f)), sum,
-                                  V::load_tail(dyr + j, cols - j, 0.f));
-            V::store_tail(dxr + j, v, cols - j);
-        }
-    }
+    softmax_rows_backward<V>(
+        dx, dy, y, rows, cols, [](const float* dyr, const float*, int64_t n) { return row_sum<V>(dyr, n); },
+        [](R yv, R dyv, R sum) { return V::fnmadd(exp<V>(yv), sum, dyv); });
 }
 
 }  // namespace qkv::kernels::cpu::simd

@@ -4,19 +4,8 @@
 namespace qkv::kernels::ref {
 
 template <class T>
-void gemm(bool trans_a,
-          bool trans_b,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          T alpha,
-          const T* A,
-          int64_t lda,
-          const T* B,
-          int64_t ldb,
-          T beta,
-          T* C,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
     for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
             T acc = 0;

@@ -13,19 +13,8 @@ namespace qkv::kernels::ref {
 /// beta == 0 overwrites C without reading it (NaN in C does not propagate), as in BLAS.
 /// Sums over k run in increasing k, accumulating in T. C must not alias A or B.
 template <class T>
-void gemm(bool trans_a,
-          bool trans_b,
-          int64_t M,
-          int64_t N,
-          int64_t K,
-          T alpha,
-          const T* A,
-          int64_t lda,
-          const T* B,
-          int64_t ldb,
-          T beta,
-          T* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc);
 
 /// GemmBatchedParams' `batch` GEMMs, one after another with gemm<T>.
 template <class T>

@@ -4,31 +4,13 @@
 #include <cmath>
 
 namespace qkv::kernels::ref {
-namespace {
-
-template <class T>
-T row_max(const T* x, int64_t cols) {
-    T m = x[0];
-    for (int64_t j = 1; j < cols; ++j) m = x[j] > m || std::isnan(x[j]) ? x[j] : m;
-    return m;
-}
-
-}  // namespace
 
 template <class T>
 void softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
     if (cols == 0) return;
     for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
-        T* yr       = y + r * cols;
-        const T m   = row_max(xr, cols);
-        T sum       = 0;
-        for (int64_t j = 0; j < cols; ++j) {
-            yr[j] = std::exp(xr[j] - m);
-            sum += yr[j];
-        }
-        const T inv = T(1) / sum;
-        for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
+        softmax_row(y + r * cols, xr, cols, softmax_row_max(xr, cols));
     }
 }
 
@@ -36,14 +18,7 @@ void softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
 //                             = y_i (dy_i − Σ_j dy_j y_j).
 template <class T>
 void softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; ++r) {
-        const T* dyr = dy + r * cols;
-        const T* yr  = y + r * cols;
-        T* dxr       = dx + r * cols;
-        T dot        = 0;
-        for (int64_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
-        for (int64_t j = 0; j < cols; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
-    }
+    for (int64_t r = 0; r < rows; ++r) softmax_backward_row(dx + r * cols, dy + r * cols, y + r * cols, cols);
 }
 
 template <class T>
@@ -52,7 +27,7 @@ void log_softmax_forward(T* y, const T* x, int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
         T* yr       = y + r * cols;
-        const T m   = row_max(xr, cols);
+        const T m   = softmax_row_max(xr, cols);
         T sum       = 0;
         for (int64_t j = 0; j < cols; ++j) sum += std::exp(xr[j] - m);
         const T shift = m + std::log(sum);

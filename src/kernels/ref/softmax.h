@@ -2,6 +2,7 @@
 // Reference softmax / log_softmax over the last dim of a contiguous (rows, cols) array, forward
 // and backward; templated on float/double (the spec for kernels::cpu, and gradcheck's path).
 // Kernels assume valid input (the op checks shapes, ids and ranges) and never throw.
+#include <cmath>
 #include <cstdint>
 
 namespace qkv::kernels::ref {
@@ -25,5 +26,35 @@ void log_softmax_forward(T* y, const T* x, int64_t rows, int64_t cols);
 /// dx may alias dy.
 template <class T>
 void log_softmax_backward(T* dx, const T* dy, const T* y, int64_t rows, int64_t cols);
+
+/// The row steps of softmax_forward / softmax_backward, which masked_softmax (ref/masked_softmax.h)
+/// runs on its kept entries. softmax_row_max: max_j x[j] over n >= 1 entries with a NaN winning
+/// (std::max would drop it, and a NaN row must give NaN).
+template <class T>
+inline T softmax_row_max(const T* x, int64_t n) {
+    T m = x[0];
+    for (int64_t j = 1; j < n; ++j) m = x[j] > m || std::isnan(x[j]) ? x[j] : m;
+    return m;
+}
+
+/// y[j] = exp(x[j] − m) / Σ_k exp(x[k] − m) for j < n (m: the row max); y may alias x.
+template <class T>
+inline void softmax_row(T* y, const T* x, int64_t n, T m) {
+    T sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        y[j] = std::exp(x[j] - m);
+        sum += y[j];
+    }
+    const T inv = T(1) / sum;
+    for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
+/// dx[j] = y[j] (dy[j] − Σ_k dy[k] y[k]) for j < n; dx may alias dy.
+template <class T>
+inline void softmax_backward_row(T* dx, const T* dy, const T* y, int64_t n) {
+    T dot = 0;
+    for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
+    for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
+}
 
 }  // namespace qkv::kernels::ref
