@@ -247,14 +247,4 @@ Tensor Bahdanau::decode_step_hidden(const Tensor& tokens, DecoderState& state) {
     return h;
 }
 
-Tensor Bahdanau::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
-    if (const Int8Weight* q = decoder->dense->int8_weight())  // int8 inference
-        return linear_int8_argmax(hidden, *q, decoder->dense->bias, banned);
-    return linear_argmax(hidden, decoder->dense->weight, decoder->dense->bias, banned);
-}
-
-Tensor Bahdanau::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
-    return linear_cross_entropy(hidden, decoder->dense->weight, decoder->dense->bias, target, opt);
-}
-
 }  // namespace qkv::models

@@ -1,11 +1,15 @@
 // EncoderDecoder's defaults: forward_hidden_rows (the full teacher-forced pass, then the rows) and
-// greedy_next (the logits, then argmax_allowed: the first allowed maximum per row) and output_loss
-// (the logits, then cross_entropy).
+// greedy_next (fused with an output_linear(), else the logits, then argmax_allowed: the first
+// allowed maximum per row) and output_loss (fused, else the logits, then cross_entropy).
 #include "qkv/models/encoder_decoder.h"
 
 #include <vector>
 
 #include "qkv/autograd/grad_mode.h"
+#include "qkv/nn/layers.h"
+#include "qkv/ops/cross_entropy.h"
+#include "qkv/ops/matmul.h"
+#include "qkv/ops/quantize.h"
 #include "qkv/ops/reduce.h"
 #include "qkv/ops/shape_ops.h"
 
@@ -37,6 +41,11 @@ Tensor EncoderDecoder::forward_hidden_rows(const Tensor& src, const Tensor& src_
 }
 
 Tensor Autoregressive::greedy_next(const Tensor& hidden, const std::vector<char>& banned) {
+    if (nn::Linear* d = output_linear()) {
+        if (const Int8Weight* q = d->int8_weight())  // int8 inference
+            return linear_int8_argmax(hidden, *q, d->bias, banned);
+        return linear_argmax(hidden, d->weight, d->bias, banned);
+    }
     NoGradGuard ng;
     const Tensor logits = output_logits(hidden);  // (B, V)
     QKV_CHECK(logits.dim() == 2, "greedy_next: hidden must be (B, C), got ", hidden.shape());
@@ -47,6 +56,7 @@ Tensor Autoregressive::greedy_next(const Tensor& hidden, const std::vector<char>
 }
 
 Tensor EncoderDecoder::output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) {
+    if (nn::Linear* d = output_linear()) return linear_cross_entropy(hidden, d->weight, d->bias, target, opt);
     return cross_entropy(output_logits(hidden), target, Tensor(), opt);
 }
 

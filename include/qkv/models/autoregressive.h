@@ -11,6 +11,10 @@
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/tensor.h"
 
+namespace qkv::nn {
+class Linear;
+}
+
 namespace qkv::models {
 
 /// Attention weights recorded during incremental decoding (for heatmaps), one entry per decoded
@@ -63,11 +67,14 @@ public:
     }
     /// Greedy choice from hidden rows (B, C): the id of each row's largest logit (the first one on
     /// ties), never an id with banned[id] != 0 -> i64 (B). banned: empty or V flags. Equals
-    /// argmax(output_logits(hidden), 1) with the banned ids removed. This default computes the
-    /// logits; a model whose output layer is one Linear uses the fused linear_argmax
-    /// (ops/matmul.h), which never holds the (B, V) logits. Throws on a banned list of the wrong
-    /// length or hidden rows that are not (B, C).
+    /// argmax(output_logits(hidden), 1) with the banned ids removed. With an output_linear() it is
+    /// the fused linear_argmax (ops/matmul.h; linear_int8_argmax on int8 weights), which never
+    /// holds the (B, V) logits; otherwise it computes the logits. Throws on a banned list of the
+    /// wrong length or hidden rows that are not (B, C).
     virtual Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned);
+    /// The output layer when it is one nn::Linear (output_logits(h) = h·Wᵀ + b), else nullptr (the
+    /// default): greedy_next and EncoderDecoder::output_loss then fuse it with their reduction.
+    virtual nn::Linear* output_linear() { return nullptr; }
     /// V: the number of token ids decode_step's logits cover.
     virtual int64_t tgt_vocab_size() const = 0;
 };

@@ -53,10 +53,10 @@ public:
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override = 0;
     /// The training loss of hidden rows (N, C) against target (N) i64:
     /// cross_entropy(output_logits(hidden), target, Tensor(), opt), a scalar (reduction mean or
-    /// sum) or (N) (none). This default computes the logits; a model whose output layer is one
-    /// Linear uses the fused linear_cross_entropy of ops/cross_entropy.h (one (N, V) buffer
-    /// instead of the logits and their gradient, no separate bias and column-sum passes). Throws
-    /// as cross_entropy does.
+    /// sum) or (N) (none). With an output_linear() it is the fused linear_cross_entropy of
+    /// ops/cross_entropy.h (one (N, V) buffer instead of the logits and their gradient, no
+    /// separate bias and column-sum passes); otherwise it computes the logits. Throws as
+    /// cross_entropy does.
     virtual Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt);
 
     virtual int64_t src_vocab_size() const = 0;

@@ -152,10 +152,8 @@ public:
     Tensor output_logits(const Tensor& hidden) override;
     std::unique_ptr<DecoderState> init_state(const Tensor& src, const Tensor& src_valid_len) override;
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
-    /// linear_argmax (ops/matmul.h) on the output layer (decoder.dense): no (B, V) logits.
-    Tensor greedy_next(const Tensor& hidden, const std::vector<char>& banned) override;
-    /// linear_cross_entropy (ops/cross_entropy.h) on the output layer (decoder.dense).
-    Tensor output_loss(const Tensor& hidden, const Tensor& target, const CrossEntropyOptions& opt) override;
+    /// decoder.dense: greedy_next and output_loss fuse it (no (B, V) logits).
+    nn::Linear* output_linear() override { return decoder->dense.get(); }
     int64_t src_vocab_size() const override { return cfg_.src_vocab_size; }
     int64_t tgt_vocab_size() const override { return cfg_.tgt_vocab_size; }
 
