@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -530,6 +531,58 @@ TEST(ModelDir, OtherDataThanTheRecordedFingerprintIsRefusedNamingFileFolderAndDi
     for (const char* part : {"'/data/other.txt'", "'runs/m'", "same number of pairs (100)", "contents or order",
                              "0000000000001234", "0000000000004321", "held-out"})
         EXPECT_TRUE(has(e, part)) << part << " not in: " << e;
+}
+
+// config.json as written (to_json(...).dump(2) + "\n", model_dir.cpp) for every preset and model
+// kind, as a preset gives it and with every field that is written only when set (data files,
+// fingerprint, applied record, subword files, vocabulary sizes), byte for byte against files made by
+// the writer before the field table (issue 43): the table must write what the hand-written code did.
+train::RunConfig filled_config(train::RunConfig c, int variant) {
+    c.model.src_vocab_size = 4321;
+    c.model.tgt_vocab_size = c.data.shared_vocab ? 4321 : 5678;
+    c.data.src_file = "corpus/train.en", c.data.tgt_file = "corpus/train.fr";
+    c.data.src_lang = "en-GB", c.data.tgt_lang = "fr";
+    c.data.fingerprint = {1234, 0x0123456789abcdefULL};
+    auto& r = c.data.applied;
+    r.pipeline = "anchor: seeded shuffle split (seed 0)";
+    r.pairs_read = 2000, r.malformed = 3, r.source_too_long = 11, r.target_too_long = 12, r.beyond_max_pairs = 13;
+    r.over_length_cap = 14, r.held_out_duplicates = 15, r.concatenated = 16, r.pairs_kept = 1900;
+    r.train = 1700, r.valid = 100, r.test = 100;
+    if (c.data.subword == data::SubwordKind::none) {  // separate SentencePiece models
+        c.data.subword = variant % 2 ? data::SubwordKind::unigram : data::SubwordKind::bpe;
+        c.data.subword_vocab_size = 3000;
+    }
+    c.model.pe_position_zero_at_inference = variant % 2 == 1;
+    c.bahdanau.init = variant % 3 == 0 ? models::BahdanauInit::pytorch : models::BahdanauInit::d2l_zh;
+    c.train.seed = 42, c.train.max_steps = 999, c.train.loss_on_padding = true;
+    c.train.schedule = optim::LrSchedule::warmup_linear_decay, c.train.warmup_steps = 77;
+    c.train.precision = MatmulPrecision::bf16;
+    c.train.time_budget_s = 90.5, c.train.val_every_s = 30;
+    c.log_every = 7, c.keep_checkpoints = 3, c.world_size = 2;
+    c.decode.beam = 5, c.decode.length_penalty = 0.75;
+    return c;
+}
+
+TEST(RunConfig, ToJsonIsByteIdenticalToTheGoldenFiles) {
+    const fs::path dir = fs::path(QKV_FIXTURE_DIR) / "run_config";
+    int variant = 0;
+    for (const auto& preset : train::preset_names())
+        for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau}) {
+            const auto c = train::preset_config(preset, kind);
+            for (const auto& [suffix, cfg] :
+                 {std::pair<std::string, train::RunConfig>{"", c}, {"_filled", filled_config(c, variant++)}}) {
+                const fs::path file = dir / (preset + "_" + train::model_kind_name(kind) + suffix + ".json");
+                const std::string written = train::to_json(cfg).dump(2) + "\n";
+                std::ifstream in(file, std::ios::binary);
+                ASSERT_TRUE(in) << file << " is missing";
+                const std::string golden((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                EXPECT_EQ(written, golden) << file;
+                // and a trained run's file reads back to itself (the goldens stay loadable)
+                if (!suffix.empty())
+                    EXPECT_EQ(train::to_json(train::run_config_from_json(nlohmann::json::parse(golden))).dump(2) + "\n",
+                              golden) << file;
+            }
+        }
 }
 
 }  // namespace
