@@ -11,11 +11,13 @@
 #include <functional>
 #include <iterator>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/runtime/run_config_fields.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/translation_data.h"
@@ -578,11 +580,151 @@ TEST(RunConfig, ToJsonIsByteIdenticalToTheGoldenFiles) {
                 const std::string golden((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
                 EXPECT_EQ(written, golden) << file;
                 // and a trained run's file reads back to itself (the goldens stay loadable)
-                if (!suffix.empty())
+                if (!suffix.empty()) {
                     EXPECT_EQ(train::to_json(train::run_config_from_json(nlohmann::json::parse(golden))).dump(2) + "\n",
                               golden) << file;
+                }
             }
         }
+}
+
+// The field table (runtime/run_config_fields.h) is consistent: a row added without its uses fails here
+// (config.json) or in python/tests/test_train.py (the flag on `qkv train`, the qkv.train keyword).
+TEST(ConfigFields, RowsAreWellFormed) {
+    std::set<std::string> keys, flags, keywords;
+    for (const auto& f : runtime::config_fields()) {
+        EXPECT_TRUE(keys.insert(f.key).second) << f.key << " twice";
+        EXPECT_EQ(f.type == runtime::FieldType::choice, f.choice != nullptr) << f.key;
+        EXPECT_EQ(f.type == runtime::FieldType::choice, f.member == nullptr) << f.key;
+        EXPECT_EQ(&runtime::config_field(f.key), &f);
+        if (*f.flag) {
+            EXPECT_TRUE(flags.insert(runtime::field_flag_name(f)).second) << f.flag << " twice";
+            EXPECT_EQ(runtime::config_field_by_flag(runtime::field_flag_name(f)), &f);
+            EXPECT_TRUE(*f.help && *f.group) << f.key << ": a flag needs its help text and --help group";
+            const auto r = f.flag_range.value_or(f.range);
+            if (f.type == runtime::FieldType::integer) {
+                EXPECT_TRUE(std::isfinite(r.lo) && std::isfinite(r.hi)) << f.key << ": an integer flag needs bounds";
+            }
+        }
+        std::istringstream names(f.python);
+        for (std::string k; names >> k;) {
+            EXPECT_TRUE(keywords.insert(k).second) << k << " twice";
+            EXPECT_EQ(runtime::config_field_by_python(k), &f) << k;
+        }
+        if (f.scope == runtime::FieldScope::bahdanau && *f.flag) {
+            EXPECT_TRUE(*f.other_lacks) << f.key << ": check_architecture_overrides words what the Transformer lacks";
+        }
+    }
+    EXPECT_THROW(runtime::config_field("train.no_such_key"), Error);
+    train::RunOverrides o;
+    EXPECT_THROW(o.set("train.no_such_key", 1), Error);
+    EXPECT_THROW(o.has("train.lrr"), Error);
+    EXPECT_THROW(o.set("train.lr", "fast"), Error);  // a value of another type
+    EXPECT_THROW(o.set("train.schedule", "cosine"), Error);  // a choice's unknown name
+}
+
+/// A valid configuration of `kind` with the vocabulary sizes known (a subword run, so that
+/// data.subword_vocab_size is written and checked).
+train::RunConfig full_config(train::ModelKind kind) {
+    auto c = train::preset_config("demo", kind);
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 500;
+    c.data.subword = data::SubwordKind::bpe;
+    c.data.src_file = "a.en", c.data.tgt_file = "a.fr";
+    c.train.warmup_steps = 10;  // so that any schedule is valid
+    return c;
+}
+
+/// Values to try for a row: in range and different from `now` (the first that the rules between
+/// fields accept is used).
+std::vector<runtime::FieldValue> candidates(const runtime::ConfigField& f, const runtime::FieldValue& now) {
+    using runtime::FieldType;
+    const auto& r = f.range;
+    std::vector<runtime::FieldValue> out;
+    switch (f.type) {
+        case FieldType::integer: {
+            const int64_t v = std::get<int64_t>(now);
+            for (int64_t x : {v + 1, v * 2, v - 1, v / 2, int64_t(std::isinf(r.lo) ? 0 : r.lo) + 2})
+                if (x != v && runtime::field_in_range(x, r)) out.push_back(x);
+            break;
+        }
+        case FieldType::unsigned_integer: out.push_back(std::get<uint64_t>(now) + 12345); break;
+        case FieldType::real:
+        case FieldType::duration: {
+            const double v = std::get<double>(now);
+            for (double x : {v * 0.5, v + 0.25, std::isinf(r.hi) ? v + 1 : r.hi * 0.75, 30.0})
+                if (x != v && runtime::field_in_range(x, r)) out.push_back(x);
+            break;
+        }
+        case FieldType::boolean: out.push_back(!std::get<bool>(now)); break;
+        case FieldType::text: out.push_back(std::get<std::string>(now) == "de" ? std::string("nl") : std::string("de"));
+            break;
+        case FieldType::choice:
+            for (const auto& n : f.choice->names)
+                if (n != std::get<std::string>(now)) out.push_back(n);
+            break;
+    }
+    return out;
+}
+
+TEST(ConfigFields, EveryRowRoundTripsThroughConfigJson) {
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau}) {
+        const train::RunConfig base = full_config(kind);
+        ASSERT_NO_THROW(base.validate());
+        for (const auto& f : runtime::config_fields()) {
+            // (model.architecture changes which rows there are: the golden files cover both)
+            if (!runtime::field_in_scope(f, kind) || std::string(f.key) == "model.architecture") continue;
+            bool tried = false;
+            for (const auto& v : candidates(f, runtime::get_field(f, base))) {
+                train::RunConfig c = base;
+                runtime::set_field(f, c, v);
+                if (std::string(f.key) == "data.src_file") c.data.tgt_file = "b.fr";
+                if (std::string(f.key) == "data.tgt_file") c.data.src_file = "b.en";
+                try {
+                    c.validate();
+                } catch (const Error&) {
+                    continue;  // a rule between fields (heads dividing the width, ...): the next value
+                }
+                tried = true;
+                const nlohmann::json j = train::to_json(c);
+                const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
+                EXPECT_EQ(runtime::get_field(f, r), v) << f.key << " = " << runtime::field_value_text(v)
+                                                       << " did not come back from config.json";
+                EXPECT_EQ(train::to_json(r), j) << f.key;
+                break;
+            }
+            EXPECT_TRUE(tried) << f.key << ": no value to try (" << train::model_kind_name(kind) << ")";
+        }
+    }
+}
+
+TEST(ConfigFields, RangesAreEnforcedAtBothEnds) {
+    int checked = 0;
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau})
+        for (const auto& f : runtime::config_fields()) {
+            if (!runtime::field_in_scope(f, kind)) continue;
+            const auto& r = f.range;
+            for (const bool low : {true, false}) {
+                const double bound = low ? r.lo : r.hi;
+                if (std::isinf(bound)) continue;
+                runtime::FieldValue bad;
+                if (f.type == runtime::FieldType::integer) bad = int64_t(bound) + (low ? -1 : 1);
+                else if ((low && r.lo_open) || (!low && r.hi_open)) bad = bound;
+                else bad = std::nextafter(bound, low ? -1e300 : 1e300);
+                train::RunConfig c = full_config(kind);
+                runtime::set_field(f, c, bad);
+                const std::string e = error_of([&] { c.validate(); });
+                EXPECT_TRUE(has(e, std::string("'") + f.key + "' is " + runtime::field_value_text(bad)) &&
+                            has(e, runtime::field_range_text(f.type, r)))
+                    << f.key << (low ? " below " : " above ") << "its range: " << e;
+                // and through config.json
+                nlohmann::json j = train::to_json(full_config(kind));
+                (runtime::field_section(f).empty() ? j : j[runtime::field_section(f)])[runtime::field_name(f)] =
+                    std::visit([](const auto& x) { return nlohmann::json(x); }, bad);
+                EXPECT_THROW(train::run_config_from_json(j), Error) << f.key;
+                ++checked;
+            }
+        }
+    EXPECT_GT(checked, 40);
 }
 
 }  // namespace
