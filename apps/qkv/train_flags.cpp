@@ -11,22 +11,31 @@ using runtime::ConfigField;
 using runtime::FieldType;
 using runtime::FlagKind;
 
+/// The row's help text with "{presets}" replaced by the presets' values (true by construction).
+std::string help_text(const ConfigField& f) {
+    std::string h = f.help;
+    if (const size_t at = h.find("{presets}"); at != std::string::npos)
+        h.replace(at, 9, runtime::field_preset_defaults(f));
+    return h;
+}
+
 CLI::Option* declare(CLI::App* c, ConfigFlags::Slot& s) {
     const ConfigField& f = *s.field;
     const runtime::FieldRange r = f.flag_range.value_or(f.range);
+    const std::string help = help_text(f);
     if (f.flag_kind == FlagKind::switch_on || f.flag_kind == FlagKind::negatable)
-        return c->add_flag(f.flag, s.b, f.help);
+        return c->add_flag(f.flag, s.b, help);
     if (f.flag_kind == FlagKind::on_off)
-        return c->add_option(f.flag, s.s, f.help)->check(CLI::IsMember({"on", "off"}));
+        return c->add_option(f.flag, s.s, help)->check(CLI::IsMember({"on", "off"}));
     switch (f.type) {
         case FieldType::integer:
-            return c->add_option(f.flag, s.i, f.help)->transform(int_range(int64_t(r.lo), int64_t(r.hi)));
-        case FieldType::unsigned_integer: return c->add_option(f.flag, s.u, f.help)->transform(seed_value());
-        case FieldType::real: return c->add_option(f.flag, s.r, f.help)->check(real_range(r.lo, r.hi, r.lo_open));
-        case FieldType::duration: return c->add_option(f.flag, s.s, f.help)->check(duration_or_off());
-        case FieldType::choice: return c->add_option(f.flag, s.s, f.help)->check(CLI::IsMember(f.choice->names));
+            return c->add_option(f.flag, s.i, help)->transform(int_range(int64_t(r.lo), int64_t(r.hi)));
+        case FieldType::unsigned_integer: return c->add_option(f.flag, s.u, help)->transform(seed_value());
+        case FieldType::real: return c->add_option(f.flag, s.r, help)->check(real_range(r.lo, r.hi, r.lo_open));
+        case FieldType::duration: return c->add_option(f.flag, s.s, help)->check(duration_or_off());
+        case FieldType::choice: return c->add_option(f.flag, s.s, help)->check(CLI::IsMember(f.choice->names));
         default: {
-            CLI::Option* o = c->add_option(f.flag, s.s, f.help);
+            CLI::Option* o = c->add_option(f.flag, s.s, help);
             return f.file ? o->check(non_empty_path()) : o;
         }
     }

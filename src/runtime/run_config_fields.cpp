@@ -1,6 +1,7 @@
 // The table of RunConfig's training options (run_config_fields.h) and the code that reads it.
 #include "qkv/runtime/run_config_fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -114,16 +115,15 @@ constexpr ConfigField kFields[] = {
     // training: stopping rules
     {.key = "train.time_budget_s", .type = T::duration, .range = from(0, kMaxDurationSeconds),
      .member = QKV_MEMBER(train.time_budget_s), .flag = "--time-budget", .python = "time_budget time_budget_s",
-     .help = "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time limit (default: "
-             "the preset's, 210s for demo, 20m for full and anchor, none for d2l)",
+     .help = "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time limit (default: the preset's: {presets})",
      .group = "Training", .on_resume = R::apply},
     {.key = "train.val_every_s", .type = T::duration, .range = from(0, kMaxDurationSeconds),
      .member = QKV_MEMBER(train.val_every_s), .flag = "--val-every", .python = "val_every val_every_s",
      .help = "also validate, and write the checkpoint, every this much training time, e.g. 5m; 'off': at epoch "
-             "ends only (default: the preset's, 5m for full and anchor, else off)",
+             "ends only (default: the preset's: {presets})",
      .group = "Training"},
     {.key = "train.epochs", .type = T::integer, .range = from(1, 1000000), .member = QKV_MEMBER(train.epochs),
-     .flag = "--epochs", .python = "epochs", .help = "epochs (default: the preset's, 100; d2l 30)",
+     .flag = "--epochs", .python = "epochs", .help = "epochs (default: the preset's: {presets})",
      .group = "Training", .on_resume = R::apply},
     {.key = "train.max_steps", .type = T::integer, .range = from(0), .member = QKV_MEMBER(train.max_steps),
      .flag = "--max-steps,--steps", .flag_range = from(1, 1000000000), .python = "max_steps",
@@ -133,42 +133,40 @@ constexpr ConfigField kFields[] = {
     {.key = "model.num_hiddens", .type = T::integer, .range = from(1, 65536),
      .member = QKV_MEMBER(model.num_hiddens), .bahdanau_member = QKV_MEMBER(bahdanau.num_hiddens),
      .flag = "--num-hiddens", .python = "num_hiddens",
-     .help = "model width C (bahdanau: GRU and attention width H; default: the preset's, 128 for demo, 256 for "
-             "the others and bahdanau)",
+     .help = "model width C (bahdanau: GRU and attention width H; default: the preset's: {presets})",
      .group = "Model", .on_resume = R::refuse, .required = true},
     {.key = "model.embed_size", .type = T::integer, .range = from(1, 65536),
      .member = QKV_MEMBER(bahdanau.embed_size), .flag = "--embed-size", .python = "embed_size",
-     .help = "bahdanau: embedding size E (default 256)", .group = "Model", .on_resume = R::refuse,
+     .help = "bahdanau: embedding size E (default: the preset's: {presets})", .group = "Model", .on_resume = R::refuse,
      .scope = S::bahdanau, .required = true, .other_lacks = "separate embedding size"},
     {.key = "model.num_layers", .type = T::integer, .range = from(1, 64), .member = QKV_MEMBER(bahdanau.num_layers),
      .flag = "--num-layers", .python = "num_layers",
-     .help = "bahdanau: GRU layers (default: the preset's, 1 for demo, 2 for the others)", .group = "Model",
+     .help = "bahdanau: GRU layers (default: the preset's: {presets})", .group = "Model",
      .on_resume = R::refuse, .scope = S::bahdanau, .required = true, .other_lacks = "GRU layers"},
     {.key = "model.bidirectional", .type = T::boolean, .range = any(),
      .member = QKV_MEMBER(bahdanau.bidirectional), .flag = "--bidirectional,!--no-bidirectional",
      .flag_kind = K::negatable, .python = "bidirectional",
      .help = "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; D2L's is "
-             "unidirectional); --num-hiddens must be even (default: on for the demo preset, off for the others; "
-             "--no-bidirectional turns it off)",
+             "unidirectional); --num-hiddens must be even (default: the preset's: {presets}; --no-bidirectional turns it off)",
      .group = "Model", .on_resume = R::refuse, .scope = S::bahdanau, .other_lacks = "GRU encoder"},
     {.key = "model.num_blks", .type = T::integer, .range = from(1, 64), .member = QKV_MEMBER(model.num_blks),
      .flag = "--num-blks", .python = "num_blks",
-     .help = "blocks in the encoder and in the decoder (default: the preset's, 2)", .group = "Model",
+     .help = "blocks in the encoder and in the decoder (default: the preset's: {presets})", .group = "Model",
      .on_resume = R::refuse, .scope = S::transformer, .required = true},
     {.key = "model.num_heads", .type = T::integer, .range = from(1, 1024), .member = QKV_MEMBER(model.num_heads),
-     .flag = "--num-heads", .python = "num_heads", .help = "attention heads (default: the preset's, 4)",
+     .flag = "--num-heads", .python = "num_heads", .help = "attention heads (default: the preset's: {presets})",
      .group = "Model", .on_resume = R::refuse, .scope = S::transformer, .required = true},
     {.key = "model.ffn_num_hiddens", .type = T::integer, .range = from(1, 262144),
      .member = QKV_MEMBER(model.ffn_num_hiddens), .flag = "--ffn-num-hiddens", .python = "ffn_num_hiddens",
-     .help = "FFN width (default: the preset's, 256 for demo, 64 for d2l, 1024 for full and anchor)",
+     .help = "FFN width (default: the preset's: {presets})",
      .group = "Model", .on_resume = R::refuse, .scope = S::transformer, .required = true},
     {.key = "model.dropout", .type = T::real, .range = half_open(0, 1), .member = QKV_MEMBER(model.dropout),
      .bahdanau_member = QKV_MEMBER(bahdanau.dropout), .flag = "--dropout", .flag_range = from(0, 0.99),
-     .python = "dropout", .help = "dropout probability (default: the preset's, 0.1; d2l and bahdanau 0.2)",
+     .python = "dropout", .help = "dropout probability (default: the preset's: {presets})",
      .group = "Model"},
     {.key = "train.batch_size", .type = T::integer, .range = from(1, 100000), .member = QKV_MEMBER(train.batch_size),
      .flag = "--batch-size", .python = "batch_size",
-     .help = "minibatch size in pairs (default: the preset's, 64 for demo, 128 for the others and bahdanau)",
+     .help = "minibatch size in pairs (default: the preset's: {presets})",
      .group = "Training"},
     {.key = "data.num_steps", .type = T::integer, .range = from(2, 1000), .member = QKV_MEMBER(data.num_steps),
      .flag = "--num-steps", .python = "num_steps",
@@ -178,13 +176,12 @@ constexpr ConfigField kFields[] = {
      .group = "Data", .required = true},
     {.key = "train.lr", .type = T::real, .range = above(0, 10), .member = QKV_MEMBER(train.lr), .flag = "--lr",
      .python = "lr",
-     .help = "Adam learning rate (default: the preset's, 2e-3 for demo, 1e-3 for d2l and full, 5e-4 for anchor; "
-             "bahdanau 5e-3 for d2l and demo, else 1e-3)",
+     .help = "Adam learning rate (default: the preset's: {presets})",
      .group = "Training"},
     {.key = "train.label_smoothing", .type = T::real, .range = half_open(0, 1),
      .member = QKV_MEMBER(train.label_smoothing), .flag = "--label-smoothing", .flag_range = from(0, 0.99),
      .python = "label_smoothing",
-     .help = "label smoothing epsilon (default: the preset's, 0.1 for demo and full, else 0; bahdanau 0)",
+     .help = "label smoothing epsilon (default: the preset's: {presets})",
      .group = "Training"},
     {.key = "train.clip_norm", .type = T::real, .range = from(0, 1e6), .member = QKV_MEMBER(train.clip_norm),
      .flag = "--clip", .python = "clip clip_norm", .help = "clip gradients to this global norm (0: off; default 1)",
@@ -198,13 +195,12 @@ constexpr ConfigField kFields[] = {
     {.key = "train.batch_tokens", .type = T::integer, .range = from(0, 100000000),
      .member = QKV_MEMBER(train.batch_tokens), .flag = "--batch-tokens", .python = "batch_tokens",
      .help = "batches by tokens: each epoch cut into batches of about N tokens (a pair counts its longer side), "
-             "so short pairs come in larger batches; --batch-size then does not apply (0: off; default: the "
-             "preset's, 2000 for real, else off)",
+             "so short pairs come in larger batches; --batch-size then does not apply (0: off; default: the preset's: " "{presets})",
      .group = "Training"},
     {.key = "train.bucket_pool", .type = T::integer, .range = from(0, 1000000),
      .member = QKV_MEMBER(train.bucket_pool), .flag = "--bucket-pool", .python = "bucket_pool",
      .help = "length bucketing: sort pools of N batches by pair length, shuffle the batches (0: off; default: "
-             "the preset's, 50 for full, else off)",
+             "the preset's: {presets})",
      .group = "Training"},
     {.key = "train.precision", .type = T::choice, .range = any(), .choice = &kPrecision, .flag = "--precision",
      .python = "precision",
@@ -216,7 +212,7 @@ constexpr ConfigField kFields[] = {
     {.key = "train.trim_batches", .type = T::boolean, .range = any(), .member = QKV_MEMBER(train.trim_batches),
      .flag = "--trim", .flag_kind = K::on_off, .python = "trim",
      .help = "on|off: cut each batch to its longest pair (masked loss only; same loss, less padding computed; "
-             "default: the preset's, on for full and anchor, else off)",
+             "default: the preset's: {presets})",
      .group = "Training"},
     {.key = "train.loss_on_padding", .type = T::boolean, .range = any(),
      .member = QKV_MEMBER(train.loss_on_padding), .flag = "--loss-on-padding", .flag_kind = K::switch_on,
@@ -262,8 +258,7 @@ constexpr ConfigField kFields[] = {
      .group = "Model", .on_resume = R::refuse, .scope = S::transformer},
     {.key = "data.min_freq", .type = T::integer, .range = from(0), .member = QKV_MEMBER(data.min_freq),
      .flag = "--min-freq", .flag_range = from(1, 1000000000), .python = "min_freq",
-     .help = "word vocabulary: keep words seen at least N times in training (default: the preset's, 3 for demo, "
-             "2 for full and anchor; not for subword pieces)",
+     .help = "word vocabulary: keep words seen at least N times in training (default: the preset's: " "{presets}; not for subword pieces)",
      .group = "Data"},
     {.key = "data.n_test", .type = T::integer, .range = from(1), .member = QKV_MEMBER(data.n_test),
      .flag = "--test-pairs", .flag_range = from(1, 100000000), .python = "test_pairs n_test",
@@ -272,8 +267,7 @@ constexpr ConfigField kFields[] = {
      .group = "Data"},
     {.key = "data.n_valid", .type = T::integer, .range = from(1), .member = QKV_MEMBER(data.n_valid),
      .flag = "--valid-pairs", .flag_range = from(1, 100000000), .python = "valid_pairs n_valid",
-     .help = "validation pairs (default: the preset's, 1000 for demo, 2000 for full and anchor; small corpora: as "
-             "--test-pairs)",
+     .help = "validation pairs (default: the preset's: {presets}; small corpora: as --test-pairs)",
      .group = "Data"},
     {.key = "data.strict", .type = T::boolean, .range = any(), .member = QKV_MEMBER(data.strict),
      .flag = "--strict", .flag_kind = K::switch_on, .python = "strict",
@@ -478,6 +472,57 @@ bool field_in_range(const FieldValue& v, const FieldRange& r) {
 }
 
 FieldValue field_default(const ConfigField& f) { return get_field(f, RunConfig{}); }
+
+namespace {
+
+std::string help_value(const ConfigField& f, const FieldValue& v) {
+    if (f.type == T::duration) {
+        const double s = std::get<double>(v);
+        if (s == 0) return "none";
+        const auto n = int64_t(s);
+        return double(n) != s ? num_text(s) + "s" : n % 3600 == 0 ? std::to_string(n / 3600) + "h"
+                                                : n % 60 == 0     ? std::to_string(n / 60) + "m"
+                                                                  : std::to_string(n) + "s";
+    }
+    if (f.type == T::boolean) return std::get<bool>(v) ? "on" : "off";
+    return field_value_text(v);
+}
+
+/// "M, p1 v1, p2 and p3 v2": the most common value (the first preset's on a tie), then the others
+/// with their presets.
+std::string grouped(const std::vector<std::pair<std::string, std::string>>& values) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // value, presets (in order)
+    for (const auto& [preset, v] : values) {
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+        if (g == groups.end()) groups.push_back({v, {preset}});
+        else g->second.push_back(preset);
+    }    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+    std::string text = groups.front().first;
+    for (size_t i = 1; i < groups.size(); ++i) {
+        std::string who;
+        for (size_t k = 0; k < groups[i].second.size(); ++k)
+            who += (k == 0 ? "" : k + 1 == groups[i].second.size() ? " and " : ", ") + groups[i].second[k];
+        text += ", " + who + " " + groups[i].first;
+    }
+    return text;
+}
+
+}  // namespace
+
+std::string field_preset_defaults(const ConfigField& f) {
+    std::vector<std::pair<std::string, std::string>> transformer, bahdanau;
+    bool differ = false;
+    for (const auto& p : preset_names()) {
+        const RunConfig t = preset_config(p, ModelKind::transformer), b = preset_config(p, ModelKind::bahdanau);
+        transformer.push_back({p, help_value(f, get_field(f, t))});
+        bahdanau.push_back({p, help_value(f, get_field(f, b))});
+        differ = differ || bahdanau.back().second != transformer.back().second;
+    }
+    if (f.scope == S::bahdanau) return grouped(bahdanau);
+    if (f.scope == S::transformer || !differ) return grouped(transformer);
+    return grouped(transformer) + "; bahdanau: " + grouped(bahdanau);
+}
 
 RunOverrides& RunOverrides::set(const std::string& key, const FieldValue& v, const std::string& text) {
     const ConfigField& f = config_field(key);

@@ -84,7 +84,7 @@ struct ConfigField {
     /// refused where config.json's 0 means no limit); integer flags need a finite one.
     std::optional<FieldRange> flag_range = std::nullopt;
     const char* python = "";       ///< qkv.train keywords, space-separated ("clip clip_norm"); "": none
-    const char* help = "";         ///< the flag's --help text
+    const char* help = "";         ///< the flag's --help text ("{presets}": field_preset_defaults)
     const char* group = "";        ///< its --help section ("Model", "Data", "Training", "Output", ...)
     bool file = false;             ///< text naming a file or folder: the flag refuses an empty one
     OnResume on_resume = OnResume::ignore;
@@ -132,6 +132,11 @@ std::string field_range_text(FieldType type, const FieldRange& r);
 bool field_in_range(const FieldValue& v, const FieldRange& r);
 /// The default: the field's value in a default-constructed RunConfig (presets change many).
 FieldValue field_default(const ConfigField& f);
+/// The presets' values of the field, for --help (a help text's "{presets}" is replaced by it): the
+/// most common value, then the presets that differ, then for a Bahdanau run the same where its
+/// values differ, e.g. "0.001, demo 0.002, anchor 0.0005; bahdanau: 0.001, d2l and demo 0.005".
+/// Durations as the flag takes them ("20m", "none"), switches on/off.
+std::string field_preset_defaults(const ConfigField& f);
 
 /// Settings given on top of a preset or a resumed folder's config.json (qkv train's flags,
 /// qkv.train's keywords), by config.json key, each in its field's type (choices by name, durations
