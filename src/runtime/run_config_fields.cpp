@@ -115,7 +115,8 @@ constexpr ConfigField kFields[] = {
     // training: stopping rules
     {.key = "train.time_budget_s", .type = T::duration, .range = from(0, kMaxDurationSeconds),
      .member = QKV_MEMBER(train.time_budget_s), .flag = "--time-budget", .python = "time_budget time_budget_s",
-     .help = "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time limit (default: the preset's: {presets})",
+     .help = "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time limit "
+             "(default: the preset's: {presets})",
      .group = "Training", .on_resume = R::apply},
     {.key = "train.val_every_s", .type = T::duration, .range = from(0, kMaxDurationSeconds),
      .member = QKV_MEMBER(train.val_every_s), .flag = "--val-every", .python = "val_every val_every_s",
@@ -147,7 +148,8 @@ constexpr ConfigField kFields[] = {
      .member = QKV_MEMBER(bahdanau.bidirectional), .flag = "--bidirectional,!--no-bidirectional",
      .flag_kind = K::negatable, .python = "bidirectional",
      .help = "bahdanau: bidirectional GRU encoder, H/2 per direction (Bahdanau et al. 2015; D2L's is "
-             "unidirectional); --num-hiddens must be even (default: the preset's: {presets}; --no-bidirectional turns it off)",
+             "unidirectional); --num-hiddens must be even (default: the preset's: {presets}; "
+             "--no-bidirectional turns it off)",
      .group = "Model", .on_resume = R::refuse, .scope = S::bahdanau, .other_lacks = "GRU encoder"},
     {.key = "model.num_blks", .type = T::integer, .range = from(1, 64), .member = QKV_MEMBER(model.num_blks),
      .flag = "--num-blks", .python = "num_blks",
@@ -195,7 +197,8 @@ constexpr ConfigField kFields[] = {
     {.key = "train.batch_tokens", .type = T::integer, .range = from(0, 100000000),
      .member = QKV_MEMBER(train.batch_tokens), .flag = "--batch-tokens", .python = "batch_tokens",
      .help = "batches by tokens: each epoch cut into batches of about N tokens (a pair counts its longer side), "
-             "so short pairs come in larger batches; --batch-size then does not apply (0: off; default: the preset's: " "{presets})",
+             "so short pairs come in larger batches; --batch-size then does not apply (0: off; default: the "
+             "preset's: {presets})",
      .group = "Training"},
     {.key = "train.bucket_pool", .type = T::integer, .range = from(0, 1000000),
      .member = QKV_MEMBER(train.bucket_pool), .flag = "--bucket-pool", .python = "bucket_pool",
@@ -258,7 +261,8 @@ constexpr ConfigField kFields[] = {
      .group = "Model", .on_resume = R::refuse, .scope = S::transformer},
     {.key = "data.min_freq", .type = T::integer, .range = from(0), .member = QKV_MEMBER(data.min_freq),
      .flag = "--min-freq", .flag_range = from(1, 1000000000), .python = "min_freq",
-     .help = "word vocabulary: keep words seen at least N times in training (default: the preset's: " "{presets}; not for subword pieces)",
+     .help = "word vocabulary: keep words seen at least N times in training (default: the preset's: "
+             "{presets}; not for subword pieces)",
      .group = "Data"},
     {.key = "data.n_test", .type = T::integer, .range = from(1), .member = QKV_MEMBER(data.n_test),
      .flag = "--test-pairs", .flag_range = from(1, 100000000), .python = "test_pairs n_test",
@@ -459,7 +463,8 @@ std::string field_range_text(FieldType type, const FieldRange& r) {
     }
     if (std::isinf(r.hi)) return std::string("a number ") + (r.lo_open ? "> " : ">= ") + num_text(r.lo);
     if (!r.lo_open && !r.hi_open) return "a number from " + num_text(r.lo) + " to " + num_text(r.hi);
-    return std::string("a number ") + (r.lo_open ? "> " : ">= ") + num_text(r.lo) + " and " + (r.hi_open ? "< " : "<= ") +
+    return std::string("a number ") + (r.lo_open ? "> " : ">= ") + num_text(r.lo) + " and " +
+           (r.hi_open ? "< " : "<= ") +
            num_text(r.hi);
 }
 

@@ -81,12 +81,10 @@ std::vector<ResumeDiff> lm_resume_diffs(LmConfig& cfg, const RunOverrides& o, co
         if (saved != o.values.at(r.key))
             diffs.push_back({field_flag_name(config_field(r.key)), o.text(r.key), r.key, field_value_text(saved),
                              r.refused_on_resume});
-        if (std::string(r.key) == "model.num_heads" && lm.num_kv_heads && *lm.num_kv_heads != kv)  // flag order
-            diffs.push_back({"--num-kv-heads", std::to_string(*lm.num_kv_heads), "model.num_kv_heads",
-                             std::to_string(kv), true});
     }
-    if (!o.has("model.num_heads") && lm.num_kv_heads && *lm.num_kv_heads != kv)
-        diffs.push_back({"--num-kv-heads", std::to_string(*lm.num_kv_heads), "model.num_kv_heads", std::to_string(kv), true});
+    if (lm.num_kv_heads && *lm.num_kv_heads != kv)
+        diffs.push_back(
+            {"--num-kv-heads", std::to_string(*lm.num_kv_heads), "model.num_kv_heads", std::to_string(kv), true});
     if (lm.positions && *lm.positions != pos) diffs.push_back({"--positions", *lm.positions, "model.positions", pos, true});
     if (lm.window && *lm.window != m.window)
         diffs.push_back({"--window", std::to_string(*lm.window), "model.window", std::to_string(m.window), true});

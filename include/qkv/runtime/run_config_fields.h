@@ -12,6 +12,12 @@
 //   decode.max_len, a warmup schedule's warmup_steps, tying with equal vocabularies, an even
 //   bidirectional width, language codes, data.src_file and data.tgt_file together): check_rules.
 // - The preset rules of configure_run (train/run.h) that depend on which flags were given.
+// Special cases that are row kinds: enums (schedule, precision, architecture, pipeline, subword,
+// init) are FieldType::choice; durations (time budget, validation interval) FieldType::duration,
+// parsed by parse_duration_or_off on the CLI; the vocabulary sizes, filled from the data, are
+// `from_data`; model.num_hiddens and model.dropout, one key for two members, have a
+// `bahdanau_member`. --preset and --model are rows whose flags `qkv train` declares itself (they also
+// take the language model's names); --model lm takes the rows it shares (train/lm_options.h).
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -157,7 +163,7 @@ struct RunOverrides {
     template <class V, class = std::enable_if_t<!std::is_same_v<std::decay_t<V>, FieldValue>>>
     RunOverrides& set(const std::string& key, const V& v, const std::string& text = "") {
         if constexpr (std::is_same_v<V, bool>) return set(key, FieldValue(v), text);
-        else if constexpr (std::is_integral_v<V> && std::is_unsigned_v<V>) return set(key, FieldValue(uint64_t(v)), text);
+        else if constexpr (std::is_unsigned_v<V>) return set(key, FieldValue(uint64_t(v)), text);
         else if constexpr (std::is_integral_v<V>) return set(key, FieldValue(int64_t(v)), text);
         else if constexpr (std::is_floating_point_v<V>) return set(key, FieldValue(double(v)), text);
         else return set(key, FieldValue(std::string(v)), text);
@@ -191,7 +197,8 @@ struct ResumeDiff {
 /// The overrides that --resume does not apply and that differ from `saved` (the folder's
 /// config.json): the model-changing ones (refused) and the others (ignored with a warning), named
 /// by flag, with the value given and config.json's. `preset`: the --preset given ("" when none).
-std::vector<ResumeDiff> resume_flag_diffs(const RunConfig& saved, const RunOverrides& o, const std::string& preset = "");
+std::vector<ResumeDiff> resume_flag_diffs(const RunConfig& saved, const RunOverrides& o,
+                                          const std::string& preset = "");
 
 /// Refuses, as one ConfigError listing them all, the refused diffs ("--resume continues the model
 /// in 'OUT' as OUT/config.json describes it, and these flags would change it: ..."), then writes a
