@@ -53,10 +53,10 @@ void run(const DataArgs& a) {
     check_language_code("--src-lang", a.src_lang);
     check_language_code("--tgt-lang", a.tgt_lang);
     train::RunOverrides o;
-    if (!a.data.empty()) o.data_path = a.data;
-    if (a.vocab_size > 0) o.vocab_size = a.vocab_size;
-    if (!a.src_lang.empty()) o.src_lang = a.src_lang;
-    if (!a.tgt_lang.empty()) o.tgt_lang = a.tgt_lang;
+    if (!a.data.empty()) o.set("data.path", a.data);
+    if (a.vocab_size > 0) o.set("data.subword_vocab_size", a.vocab_size);
+    if (!a.src_lang.empty()) o.set("data.src_lang", a.src_lang);
+    if (!a.tgt_lang.empty()) o.set("data.tgt_lang", a.tgt_lang);
     train::RunConfig cfg;
     try {
         cfg = train::configure_run(a.preset, train::ModelKind::transformer, o);

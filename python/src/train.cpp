@@ -7,11 +7,11 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "bind.h"
 #include "qkv/runtime/model_dir.h"
+#include "qkv/runtime/run_config_fields.h"
 #include "qkv/train/run.h"
 
 namespace qkv::py {
@@ -53,87 +53,59 @@ double duration_seconds(pyb::handle v, const std::string& name) {
     }
 }
 
+/// One keyword's value in its row's type (runtime::config_fields(): the keywords are the rows'
+/// `python` names, qkv train's flags with _ or -). A number setting refuses a bool (True is an int
+/// to Python: max_steps=True ran 1 step); durations as duration_seconds; trim takes 'on'/'off' too;
+/// a choice's name is checked, naming the keyword.
+runtime::FieldValue keyword_value(const runtime::ConfigField& f, const std::string& k, pyb::handle v) {
+    using runtime::FieldType;
+    switch (f.type) {
+        case FieldType::integer: return v.cast<int64_t>();
+        case FieldType::unsigned_integer: return v.cast<uint64_t>();
+        case FieldType::real: return v.cast<double>();
+        case FieldType::duration: return duration_seconds(v, k);
+        case FieldType::text: return v.cast<std::string>();
+        case FieldType::choice: {
+            const std::string name = v.cast<std::string>();
+            train::RunConfig scratch;
+            f.choice->set(scratch, name, k);  // an unknown name: its message, naming the keyword
+            return name;
+        }
+        case FieldType::boolean:
+            if (f.flag_kind == runtime::FlagKind::on_off && pyb::isinstance<pyb::str>(v)) {
+                const auto t = v.cast<std::string>();
+                if (t != "on" && t != "off")
+                    throw pyb::value_error(detail::str("train: ", k, " must be 'on', 'off' or a bool, got '", t, "'"));
+                return t == "on";
+            }
+            return v.cast<bool>();
+    }
+    throw pyb::cast_error();
+}
+
 train::RunOverrides overrides_from(const pyb::dict& kw) {
     train::RunOverrides o;
     for (auto kv : kw) {
-        std::string k = kv.first.cast<std::string>();
+        const std::string given = kv.first.cast<std::string>();
+        std::string k = given;
         for (auto& ch : k)
             if (ch == '-') ch = '_';
-        const pyb::handle v = kv.second;
+        const runtime::ConfigField* f = runtime::config_field_by_python(k);
         // None means "not set", for known names only (a misspelt name is an error either way).
-        static const std::set<std::string> known = {
-            "batch_size", "batch_tokens", "bidirectional", "bucket_pool", "clip", "clip_norm", "data", "data_path", "dropout",
-            "embed_size", "epochs", "ffn_num_hiddens", "label_smoothing", "log_every", "loss_on_padding", "lr",
-            "max_pairs", "max_src_tokens", "max_steps", "max_tgt_tokens", "min_freq", "n_test", "n_valid",
-            "num_blks", "num_heads", "num_hiddens", "num_layers", "num_steps", "pe_quirk", "precision",
-            "schedule", "seed", "shared_vocab", "strict", "subword", "test_pairs", "tie_weights",
-            "src_lang", "tgt_lang", "src_file", "tgt_file", "keep_checkpoints",
-            "time_budget", "time_budget_s", "trim", "val_every", "val_every_s", "valid_pairs", "vocab_size",
-            "warmup", "warmup_steps"};
-        if (!known.count(k))
-            throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
+        if (!f)
+            throw pyb::type_error(detail::str("train: unknown setting '", given,
                                               "' (the names of qkv train's flags, with _ or -)"));
-        if (v.is_none()) continue;
-        // True is an int to Python: a number setting must not take it (max_steps=True ran 1 step).
-        static const std::set<std::string> switches = {"bidirectional", "loss_on_padding", "pe_quirk", "shared_vocab",
-                                                        "strict", "tie_weights", "trim"};
-        if (pyb::isinstance<pyb::bool_>(v) && !switches.count(k))
-            throw pyb::type_error(detail::str("train: setting '", kv.first.cast<std::string>(),
-                                              "' has the wrong type (bool)"));
+        if (kv.second.is_none()) continue;
+        if (pyb::isinstance<pyb::bool_>(kv.second) && f->type != runtime::FieldType::boolean)
+            throw pyb::type_error(detail::str("train: setting '", given, "' has the wrong type (bool)"));
         try {
-        if (k == "epochs") o.epochs = v.cast<int64_t>();
-        else if (k == "max_steps") o.max_steps = v.cast<int64_t>();
-        else if (k == "time_budget" || k == "time_budget_s") o.time_budget_s = duration_seconds(v, k);
-        else if (k == "log_every") o.log_every = v.cast<int64_t>();
-        else if (k == "data" || k == "data_path") o.data_path = v.cast<std::string>();
-        else if (k == "src_file") o.src_file = v.cast<std::string>();
-        else if (k == "tgt_file") o.tgt_file = v.cast<std::string>();
-        else if (k == "src_lang") o.src_lang = v.cast<std::string>();
-        else if (k == "tgt_lang") o.tgt_lang = v.cast<std::string>();
-        else if (k == "keep_checkpoints") o.keep_checkpoints = v.cast<int64_t>();
-        else if (k == "num_steps") o.num_steps = v.cast<int64_t>();
-        else if (k == "max_pairs") o.max_pairs = v.cast<int64_t>();
-        else if (k == "max_src_tokens") o.max_src_tokens = v.cast<int64_t>();
-        else if (k == "max_tgt_tokens") o.max_tgt_tokens = v.cast<int64_t>();
-        else if (k == "test_pairs" || k == "n_test") o.n_test = v.cast<int64_t>();
-        else if (k == "valid_pairs" || k == "n_valid") o.n_valid = v.cast<int64_t>();
-        else if (k == "min_freq") o.min_freq = v.cast<int64_t>();
-        else if (k == "strict") o.strict = v.cast<bool>();
-        else if (k == "subword") o.subword = data::parse_subword_kind(v.cast<std::string>());
-        else if (k == "vocab_size") o.vocab_size = v.cast<int64_t>();
-        else if (k == "shared_vocab") o.shared_vocab = v.cast<bool>();
-        else if (k == "num_hiddens") o.num_hiddens = v.cast<int64_t>();
-        else if (k == "num_blks") o.num_blks = v.cast<int64_t>();
-        else if (k == "num_heads") o.num_heads = v.cast<int64_t>();
-        else if (k == "ffn_num_hiddens") o.ffn_num_hiddens = v.cast<int64_t>();
-        else if (k == "embed_size") o.embed_size = v.cast<int64_t>();
-        else if (k == "num_layers") o.num_layers = v.cast<int64_t>();
-        else if (k == "dropout") o.dropout = v.cast<double>();
-        else if (k == "bidirectional") o.bidirectional = v.cast<bool>();
-        else if (k == "pe_quirk") o.pe_quirk = v.cast<bool>();
-        else if (k == "tie_weights") o.tie_weights = v.cast<bool>();
-        else if (k == "batch_size") o.batch_size = v.cast<int64_t>();
-        else if (k == "warmup" || k == "warmup_steps") o.warmup_steps = v.cast<int64_t>();
-        else if (k == "bucket_pool") o.bucket_pool = v.cast<int64_t>();
-        else if (k == "batch_tokens") o.batch_tokens = v.cast<int64_t>();
-        else if (k == "lr") o.lr = v.cast<double>();
-        else if (k == "label_smoothing") o.label_smoothing = v.cast<double>();
-        else if (k == "clip" || k == "clip_norm") o.clip_norm = v.cast<double>();
-        else if (k == "val_every" || k == "val_every_s") o.val_every_s = duration_seconds(v, k);
-        else if (k == "seed") o.seed = v.cast<uint64_t>();
-        else if (k == "loss_on_padding") o.loss_on_padding = v.cast<bool>();
-        else if (k == "schedule") o.schedule = train::parse_schedule(v.cast<std::string>());
-        else if (k == "precision") o.precision = parse_precision(v.cast<std::string>(), "precision");
-        else if (k == "trim") {
-            if (!pyb::isinstance<pyb::str>(v)) o.trim_batches = v.cast<bool>();
-            else if (const auto t = v.cast<std::string>(); t == "on" || t == "off") o.trim_batches = t == "on";
-            else throw pyb::value_error(detail::str("train: trim must be 'on', 'off' or a bool, got '", t, "'"));
-        }
-        else throw pyb::type_error(detail::str("train: unknown setting '", kv.first.cast<std::string>(),
-                                               "' (the names of qkv train's flags, with _ or -)"));
+            const runtime::FieldValue v = keyword_value(*f, k, kv.second);
+            // A switch given False is not given (as qkv train without the flag: the preset's value).
+            if (f->flag_kind == runtime::FlagKind::switch_on && !std::get<bool>(v)) continue;
+            o.set(f->key, v);
         } catch (const pyb::cast_error&) {  // pybind11's message names C++ types, not the setting
-            throw pyb::type_error(detail::str("train: setting '", kv.first.cast<std::string>(), "' has the wrong type (",
-                                              pyb::str(pyb::type::of(v)).cast<std::string>(), ")"));
+            throw pyb::type_error(detail::str("train: setting '", given, "' has the wrong type (",
+                                              pyb::str(pyb::type::of(kv.second)).cast<std::string>(), ")"));
         }
     }
     return o;
@@ -256,7 +228,26 @@ pyb::dict train_py(const std::string& out_dir, const std::string& preset, const 
 
 }  // namespace
 
+/// The run-configuration table (runtime::config_fields()) for the tests that check its uses: per row
+/// key, flags (CLI11 names), flag kind, keywords, type and the flag's range.
+pyb::list config_fields_py() {
+    static const char* types[] = {"integer", "unsigned_integer", "real", "duration", "boolean", "text", "choice"};
+    static const char* kinds[] = {"value", "switch_on", "negatable", "on_off"};
+    pyb::list rows;
+    for (const auto& f : runtime::config_fields()) {
+        const auto r = f.flag_range.value_or(f.range);
+        pyb::dict d;
+        d["key"] = f.key, d["flag"] = f.flag, d["flag_kind"] = kinds[int(f.flag_kind)];
+        d["python"] = f.python, d["type"] = types[int(f.type)];
+        d["lo"] = r.lo, d["hi"] = r.hi, d["lo_open"] = r.lo_open, d["hi_open"] = r.hi_open;
+        d["choices"] = f.choice ? f.choice->names : std::vector<std::string>{};
+        rows.append(d);
+    }
+    return rows;
+}
+
 void bind_train(pyb::module_& m) {
+    m.def("_config_fields", &config_fields_py);
     m.def("_train", &train_py, arg("out_dir"), arg("preset"), arg("model"), arg("resume"), arg("overwrite"),
           arg("progress"), arg("quiet"), arg("on_step"), arg("on_validation"), arg("settings"));
 }

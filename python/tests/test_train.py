@@ -166,3 +166,43 @@ def test_preset_model_and_config_types(tmp_path, fra_txt):
     with pytest.raises(TypeError, match=r"^train: config must be a dict"):
         qkv.train(tmp_path / "m", [("max_steps", 1)], data=str(fra_txt))
     assert not (tmp_path / "m").exists()
+
+
+# The run-configuration table (include/qkv/runtime/run_config_fields.h): every row with a flag is a
+# flag of `qkv train` that enforces its range at both ends, and every keyword of a row is one
+# qkv.train accepts, so a row added without its uses fails here.
+def test_config_table_rows_are_flags_and_keywords(tmp_path):
+    import subprocess
+    from conftest import qkv_bin
+    rows = qkv._qkv._config_fields()
+    assert len(rows) > 40
+    helptext = subprocess.run([qkv_bin(), "train", "--help"], capture_output=True, text=True).stdout
+    for row in rows:
+        for name in filter(None, row["flag"].split(",")):
+            name = name.lstrip("!")
+            assert re.search(rf"(^|[ ,]){re.escape(name)}([ ,]|$)", helptext, re.M), f"{row['key']}: {name} not in qkv train --help"
+    # every keyword is known (None: "not set"); the unknown preset is refused only after them
+    keywords = {k: None for row in rows for k in row["python"].split()}
+    assert keywords
+    with pytest.raises(qkv.Error, match="unknown preset 'nope'"):
+        qkv.train(tmp_path / "m", preset="nope", quiet=True, **keywords)
+    with pytest.raises(TypeError, match="unknown setting 'no_such_keyword'"):
+        qkv.train(tmp_path / "m", preset="nope", quiet=True, no_such_keyword=1)
+    # the flags' ranges, both ends: a usage error naming the flag
+    for row in rows:
+        flag = row["flag"].split(",")[0]
+        if not flag or row["flag_kind"] != "value" or row["type"] not in ("integer", "real"):
+            continue
+        for bound, outside in ((row["lo"], -1), (row["hi"], 1)):
+            if bound in (float("inf"), float("-inf")):
+                continue
+            if row["type"] == "integer":
+                bad = str(int(bound) + outside)
+            elif (outside < 0 and row["lo_open"]) or (outside > 0 and row["hi_open"]):
+                bad = repr(bound)
+            else:
+                bad = repr(bound + outside * max(abs(bound), 1) * 1e-6)
+            r = subprocess.run([qkv_bin(), "train", flag, bad, "--out", str(tmp_path / "never")],
+                               capture_output=True, text=True)
+            assert r.returncode == 2 and flag in r.stderr and "expected" in r.stderr, (flag, bad, r.stderr)
+            assert not (tmp_path / "never").exists()

@@ -1,5 +1,6 @@
 // Presets and the config.json form of RunConfig.
 #include "qkv/runtime/run_config.h"
+#include "qkv/runtime/run_config_fields.h"
 
 #include <cctype>
 
@@ -150,22 +151,6 @@ RunConfig transformer_preset(const std::string& name) {
     throw Error(detail::str("unknown preset '", name, "' (choose one of ", names, ")"));
 }
 
-const char* pipeline_name(DataPipeline p) {
-    switch (p) {
-        case DataPipeline::d2l_en: return "d2l_en";
-        case DataPipeline::anchor: return "anchor";
-        case DataPipeline::text: return "text";
-    }
-    return "anchor";
-}
-
-DataPipeline parse_pipeline(const std::string& s) {
-    if (s == "d2l_en") return DataPipeline::d2l_en;
-    if (s == "anchor") return DataPipeline::anchor;
-    if (s == "text") return DataPipeline::text;
-    throw Error(detail::str("data.pipeline '", s, "' is not d2l_en, anchor or text"));
-}
-
 /// One section of config.json ("data", "model", ...), for error messages that name the key.
 struct Section {
     const json& j;
@@ -206,34 +191,6 @@ void need(const Section& s, const char* key, T& v) {
     QKV_CHECK(get(s, key, v), "key '", key_name(s, key), "' is missing");
 }
 
-std::string num_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
-/// Range checks after reading: "key 'data.num_steps' is 0, expected an integer from 2 to 1000".
-/// hi == INT64_MAX: no upper bound ("an integer >= 2").
-void check_int(const Section& s, const char* key, int64_t v, int64_t lo, int64_t hi = INT64_MAX) {
-    QKV_CHECK(v >= lo && v <= hi, "key '", key_name(s, key), "' is ", v, ", expected an integer ",
-              hi == INT64_MAX ? ">= " + std::to_string(lo)
-                              : "from " + std::to_string(lo) + " to " + std::to_string(hi));
-}
-
-/// A real number in [lo, hi] (or (lo, ...] when lo_open, [..., hi) when hi_open); hi = inf: no
-/// upper bound.
-void check_real(const Section& s, const char* key, double v, double lo, double hi, bool lo_open = false,
-                bool hi_open = false) {
-    const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-    std::string range;
-    if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_text(lo);
-    else if (!lo_open && !hi_open) range = "from " + num_text(lo) + " to " + num_text(hi);
-    else range = std::string(lo_open ? "> " : ">= ") + num_text(lo) + " and " + (hi_open ? "< " : "<= ") + num_text(hi);
-    QKV_CHECK(ok, "key '", key_name(s, key), "' is ", num_text(v), ", expected a number ", range);
-}
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 /// The section j[name]; an absent one is empty (optional == true) or an error.
 Section section(const json& j, const char* name, bool optional) {
     static const json empty = json::object();
@@ -245,8 +202,35 @@ Section section(const json& j, const char* name, bool optional) {
     return {j[name], name};
 }
 
-/// The range and consistency rules of a configuration; every message names the key, the value and
-/// the range. vocab_known false: the vocabulary sizes are still to come from the data (not checked).
+/// A row of config_fields() from its section of config.json into c, when present (else the default
+/// stays; a required row's absence is an error). The type is checked as get() does, naming the key.
+template <class T>
+void read_as(const Section& s, const ConfigField& f, RunConfig& c) {
+    const std::string name = field_name(f);
+    T v{};
+    if (f.required) need(s, name.c_str(), v);
+    else if (!get(s, name.c_str(), v)) return;
+    if constexpr (std::is_same_v<T, std::string>) {
+        if (f.type == FieldType::choice) return set_field(f, c, v, detail::str("key '", f.key, "'"));
+    }
+    set_field(f, c, v);
+}
+
+void read_field(const json& j, const ConfigField& f, RunConfig& c) {
+    const std::string sec = field_section(f);
+    // "model" fixes the parameter shapes: a file without it is no model's; the others may be absent
+    const Section s = sec.empty() ? Section{j, ""} : section(j, sec.c_str(), sec != "model");
+    switch (f.type) {
+        case FieldType::integer: return read_as<int64_t>(s, f, c);
+        case FieldType::unsigned_integer: return read_as<uint64_t>(s, f, c);
+        case FieldType::real:
+        case FieldType::duration: return read_as<double>(s, f, c);
+        case FieldType::boolean: return read_as<bool>(s, f, c);
+        case FieldType::text:
+        case FieldType::choice: return read_as<std::string>(s, f, c);
+    }
+}
+
 /// "" (unknown) or a BCP 47-shaped tag: a primary subtag of 2-8 ASCII letters, then subtags of
 /// 1-8 ASCII letters or digits after '-' ("en", "fr", "pt-BR", "zh-Hant").
 bool is_language_code(const std::string& s) {
@@ -267,52 +251,21 @@ bool is_language_code(const std::string& s) {
     }
 }
 
-void check_ranges(const RunConfig& c, bool vocab_known) {
-    // Ranges: the CLI flags' bounds (apps/qkv) where there is a flag, else what the code accepts.
-    // Every message names the key, the value and the range; load_model_dir_config adds the file.
-    static const json none = json::object();
-    const Section d{none, "data"}, m{none, "model"}, t{none, "train"}, dec{none, "decode"};
+/// The rules between fields (run_config_fields.h: not rows), each message naming the key, the
+/// value and what it must be.
+void check_rules(const RunConfig& c, bool vocab_known) {
     const auto& dd = c.data;
-    check_int(d, "num_steps", dd.num_steps, 2, 1000);
-    check_int(d, "max_src_tokens", dd.max_src_tokens, 0, 1000);
-    check_int(d, "max_tgt_tokens", dd.max_tgt_tokens, 0, 1000);
-    check_int(d, "max_pairs", dd.max_pairs, 0);
-    check_int(d, "n_valid", dd.n_valid, 1);
-    check_int(d, "n_test", dd.n_test, 1);
-    check_int(d, "min_freq", dd.min_freq, 0);
-    check_int(d, "d2l_num_train", dd.d2l_num_train, 1);
-    check_int(d, "d2l_num_val", dd.d2l_num_val, 0);
-    check_real(d, "concat_fraction", dd.concat_fraction, 0, 1);
     for (const auto& [key, code] : {std::pair{"src_lang", &dd.src_lang}, std::pair{"tgt_lang", &dd.tgt_lang}})
         QKV_CHECK(is_language_code(*code), "key 'data.", key, "' is \"", *code, "\", expected a language code such as "
                   "en, fr or pt-BR (BCP 47: 2-8 letters, then -subtags of 1-8 letters or digits)");
-    if (dd.subword != data::SubwordKind::none)  // ignored (and no longer written) for words
-        check_int(d, "subword_vocab_size", dd.subword_vocab_size, 5, int64_t(1) << 24);
-    check_int(dec, "max_len", c.decode.max_len, 1, 1000);
-    check_int(dec, "beam", c.decode.beam, 1, 100);
-    check_real(dec, "length_penalty", c.decode.length_penalty, 0, 10);
-    // 4 reserved tokens (<unk> <pad> <bos> <eos>) at least
-    if (vocab_known) {
-        check_int(m, "src_vocab_size", c.model.src_vocab_size, 4);
-        check_int(m, "tgt_vocab_size", c.model.tgt_vocab_size, 4);
-    }
     if (c.architecture == ModelKind::bahdanau) {
         const auto& b = c.bahdanau;
-        check_int(m, "embed_size", b.embed_size, 1, 65536);
-        check_int(m, "num_hiddens", b.num_hiddens, 1, 65536);
-        check_int(m, "num_layers", b.num_layers, 1, 64);
         QKV_CHECK(!b.bidirectional || b.num_hiddens % 2 == 0, "key 'model.num_hiddens' is ", b.num_hiddens,
                   ", expected an even number with model.bidirectional (H/2 per direction)");
-        check_real(m, "dropout", b.dropout, 0, 1, false, /*hi_open=*/true);
     } else {
         const auto& tm = c.model;
-        check_int(m, "num_hiddens", tm.num_hiddens, 1, 65536);
-        check_int(m, "num_blks", tm.num_blks, 1, 64);
-        check_int(m, "num_heads", tm.num_heads, 1, 1024);
         QKV_CHECK(tm.num_hiddens % tm.num_heads == 0, "key 'model.num_heads' is ", tm.num_heads,
                   ", expected a divisor of model.num_hiddens (", tm.num_hiddens, ")");
-        check_int(m, "ffn_num_hiddens", tm.ffn_num_hiddens, 1, 262144);
-        check_real(m, "dropout", tm.dropout, 0, 1, false, /*hi_open=*/true);
         // the positional-encoding table covers the encoder's num_steps and the decoder's max_len
         const int64_t need_len = std::max(dd.num_steps, c.decode.max_len);
         QKV_CHECK(tm.max_len >= need_len && tm.max_len <= 1000000, "key 'model.max_len' is ", tm.max_len,
@@ -323,28 +276,98 @@ void check_ranges(const RunConfig& c, bool vocab_known) {
                   ") differ (tying needs one shared vocabulary)");
     }
     const auto& tr = c.train;
-    check_int(t, "epochs", tr.epochs, 1, 1000000);
-    check_int(t, "max_steps", tr.max_steps, 0);
-    check_real(t, "time_budget_s", tr.time_budget_s, 0, kMaxDurationSeconds);
-    check_int(t, "batch_size", tr.batch_size, 1, 100000);
-    check_real(t, "lr", tr.lr, 0, 10, /*lo_open=*/true);
-    check_real(t, "adam_beta1", tr.adam_beta1, 0, 1, false, /*hi_open=*/true);
-    check_real(t, "adam_beta2", tr.adam_beta2, 0, 1, false, /*hi_open=*/true);
-    check_real(t, "adam_eps", tr.adam_eps, 0, kInf, /*lo_open=*/true);
-    check_real(t, "clip_norm", tr.clip_norm, 0, 1e6);
-    check_real(t, "label_smoothing", tr.label_smoothing, 0, 1, false, /*hi_open=*/true);
-    check_int(t, "warmup_steps", tr.warmup_steps, 0);
     // The trainer would refuse it only when training starts, as "Trainer: a warmup schedule ...".
-    QKV_CHECK(tr.schedule == optim::LrSchedule::constant || tr.warmup_steps >= 1, "key '",
-              key_name(t, "warmup_steps"), "' is ", tr.warmup_steps, ", expected an integer >= 1 with train.schedule '",
-              schedule_name(tr.schedule), "' (it warms up over that many steps)");
-    check_int(t, "val_batch_size", tr.val_batch_size, 1);
-    check_int(t, "bucket_pool", tr.bucket_pool, 0, 1000000);
-    check_int(t, "batch_tokens", tr.batch_tokens, 0, 100000000);
-    check_real(t, "val_every_s", tr.val_every_s, 0, kMaxDurationSeconds);
-    check_int(t, "log_every", c.log_every, 0, 1000000000);
-    check_int(t, "keep_checkpoints", c.keep_checkpoints, 0, 1000000);
-    check_int(Section{none, ""}, "world_size", c.world_size, 1, 1000000);
+    QKV_CHECK(tr.schedule == optim::LrSchedule::constant || tr.warmup_steps >= 1, "key 'train.warmup_steps' is ",
+              tr.warmup_steps, ", expected an integer >= 1 with train.schedule '", schedule_name(tr.schedule),
+              "' (it warms up over that many steps)");
+}
+
+/// Every row's range (config_fields(): the CLI flags' bounds where there is a flag, else what the
+/// code accepts), then the rules between fields. Every message names the key, the value and the
+/// range; load_model_dir_config adds the file. vocab_known false: the vocabulary sizes are still to
+/// come from the data (not checked).
+void check_ranges(const RunConfig& c, bool vocab_known) {
+    for (const auto& f : config_fields()) {
+        if (!field_in_scope(f, c.architecture) || (f.applies && !f.applies(c)) || (f.from_data && !vocab_known))
+            continue;
+        const FieldValue v = get_field(f, c);
+        QKV_CHECK(field_in_range(v, f.range), "key '", f.key, "' is ", field_value_text(v), ", expected ",
+                  field_range_text(f.type, f.range));
+    }
+    check_rules(c, vocab_known);
+}
+
+json field_json(const FieldValue& v) {
+    return std::visit([](const auto& x) { return json(x); }, v);
+}
+
+/// The records that are not rows: the data's fingerprint, what was done with it, the subword files.
+void write_records(const RunConfig& c, json& j) {
+    const auto& d = c.data;
+    if (d.subword != data::SubwordKind::none) {
+        // the SentencePiece model files in the model folder (model_dir.h subword_files)
+        const bool shared = d.shared_vocab;
+        j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
+                                      {"target", shared ? "spm.model" : "spm_tgt.model"}};
+    }
+    if (d.fingerprint.known())  // the data the run was trained on (translation_data.h)
+        j["data"]["fingerprint"] = {{"pairs", d.fingerprint.pairs},
+                                    {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
+    if (d.applied.known()) {  // what was done with it (a record: read back, never acted on)
+        const DataRecord& r = d.applied;
+        j["data"]["applied"] = {{"pipeline", r.pipeline},
+                                {"pairs_read", r.pairs_read},
+                                {"malformed_lines", r.malformed},
+                                {"dropped", {{"source_too_long", r.source_too_long},
+                                             {"target_too_long", r.target_too_long},
+                                             {"beyond_max_pairs", r.beyond_max_pairs},
+                                             {"over_length_cap", r.over_length_cap},
+                                             {"held_out_other_translations", r.held_out_duplicates}}},
+                                {"pairs_kept", r.pairs_kept},
+                                {"concatenated_train_pairs", r.concatenated},
+                                {"split", {{"train", r.train}, {"valid", r.valid}, {"test", r.test}}}};
+    }
+}
+
+/// data.fingerprint and data.applied (records; older files have none).
+void read_records(const json& j, RunConfig& c) {
+    const Section d = section(j, "data", true);
+    if (d.j.contains("fingerprint") && !d.j["fingerprint"].is_null()) {
+        // written by qkv train since the data check; older files have none (no check then)
+        const json& fj = d.j["fingerprint"];
+        QKV_CHECK(fj.is_object(), "key 'data.fingerprint' must be an object, got ", fj.dump());
+        const Section fk{fj, "data.fingerprint"};
+        need(fk, "pairs", c.data.fingerprint.pairs);
+        QKV_CHECK(c.data.fingerprint.pairs >= 1, "key 'data.fingerprint.pairs' is ", c.data.fingerprint.pairs,
+                  ", expected an integer >= 1");
+        std::string hex;
+        need(fk, "fnv1a64", hex);
+        const bool is_hex = hex.size() == 16 && std::all_of(hex.begin(), hex.end(), [](char ch) {
+                                return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+                            });
+        QKV_CHECK(is_hex, "key 'data.fingerprint.fnv1a64' is \"", hex, "\", expected 16 lowercase hex digits");
+        c.data.fingerprint.fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
+    }
+    if (d.j.contains("applied") && d.j["applied"].is_object()) {
+        // a record of the training run (to_json); kept as read so that rewriting the file keeps it
+        const json& aj = d.j["applied"];
+        DataRecord& r  = c.data.applied;
+        const auto num = [](const json& o, const char* k) {
+            return o.contains(k) && o[k].is_number_integer() ? o[k].get<int64_t>() : int64_t(0);
+        };
+        if (aj.contains("pipeline") && aj["pipeline"].is_string()) r.pipeline = aj["pipeline"].get<std::string>();
+        r.pairs_read = num(aj, "pairs_read"), r.malformed = num(aj, "malformed_lines"), r.pairs_kept = num(aj, "pairs_kept");
+        r.concatenated = num(aj, "concatenated_train_pairs");
+        if (aj.contains("dropped") && aj["dropped"].is_object()) {
+            const json& dj = aj["dropped"];
+            r.source_too_long = num(dj, "source_too_long"), r.target_too_long = num(dj, "target_too_long");
+            r.beyond_max_pairs = num(dj, "beyond_max_pairs");
+            r.over_length_cap = num(dj, "over_length_cap");
+            r.held_out_duplicates = num(dj, "held_out_other_translations");
+        }
+        if (aj.contains("split") && aj["split"].is_object())
+            r.train = num(aj["split"], "train"), r.valid = num(aj["split"], "valid"), r.test = num(aj["split"], "test");
+    }
 }
 
 }  // namespace
@@ -368,110 +391,12 @@ optim::LrSchedule parse_schedule(const std::string& s) {
 
 json to_json(const RunConfig& c) {
     json j;
-    j["preset"] = c.preset;
-    j["world_size"] = c.world_size;
-    const auto& d = c.data;
-    j["data"] = {{"path", d.path},
-                 {"src_lang", d.src_lang},
-                 {"tgt_lang", d.tgt_lang},
-                 {"pipeline", pipeline_name(d.pipeline)},
-                 {"num_steps", d.num_steps},
-                 {"strict", d.strict},
-                 {"max_src_tokens", d.max_src_tokens},
-                 {"max_tgt_tokens", d.max_tgt_tokens},
-                 {"max_pairs", d.max_pairs},
-                 {"n_valid", d.n_valid},
-                 {"n_test", d.n_test},
-                 {"split_seed", d.split_seed},
-                 {"concat_fraction", d.concat_fraction},
-                 {"min_freq", d.min_freq},
-                 {"d2l_num_train", d.d2l_num_train},
-                 {"d2l_num_val", d.d2l_num_val},
-                 {"subword", data::subword_kind_name(d.subword)},
-                 {"shared_vocab", d.shared_vocab}};
-    if (!d.src_file.empty()) {  // a line-aligned file pair instead of path
-        j["data"]["src_file"] = d.src_file;
-        j["data"]["tgt_file"] = d.tgt_file;
+    for (const auto& f : config_fields()) {
+        if (!field_in_scope(f, c.architecture) || (f.applies && !f.applies(c))) continue;
+        const std::string sec = field_section(f);
+        (sec.empty() ? j : j[sec])[field_name(f)] = field_json(get_field(f, c));
     }
-    if (d.subword != data::SubwordKind::none) {
-        // (a word run has no subword vocabulary: the key is left out; older files that have it
-        // are still read)
-        j["data"]["subword_vocab_size"] = d.subword_vocab_size;
-        // the SentencePiece model files in the model folder (model_dir.h subword_files)
-        const bool shared = d.shared_vocab;
-        j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
-                                      {"target", shared ? "spm.model" : "spm_tgt.model"}};
-    }
-    if (d.fingerprint.known())  // the data the run was trained on (translation_data.h)
-        j["data"]["fingerprint"] = {{"pairs", d.fingerprint.pairs},
-                                    {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
-    if (d.applied.known()) {  // what was done with it (a record: read back, never acted on)
-        const DataRecord& r = d.applied;
-        j["data"]["applied"] = {{"pipeline", r.pipeline},
-                                {"pairs_read", r.pairs_read},
-                                {"malformed_lines", r.malformed},
-                                {"dropped", {{"source_too_long", r.source_too_long},
-                                             {"target_too_long", r.target_too_long},
-                                             {"beyond_max_pairs", r.beyond_max_pairs},
-                                             {"over_length_cap", r.over_length_cap},
-                                             {"held_out_other_translations", r.held_out_duplicates}}},
-                                {"pairs_kept", r.pairs_kept},
-                                {"concatenated_train_pairs", r.concatenated},
-                                {"split", {{"train", r.train}, {"valid", r.valid}, {"test", r.test}}}};
-    }
-    const auto& m = c.model;
-    if (c.architecture == ModelKind::bahdanau) {
-        const auto& b = c.bahdanau;
-        j["model"] = {{"architecture", "bahdanau"},
-                      {"src_vocab_size", m.src_vocab_size},
-                      {"tgt_vocab_size", m.tgt_vocab_size},
-                      {"embed_size", b.embed_size},
-                      {"num_hiddens", b.num_hiddens},
-                      {"num_layers", b.num_layers},
-                      {"bidirectional", b.bidirectional},
-                      {"dropout", b.dropout},
-                      {"init", b.init == models::BahdanauInit::d2l_en   ? "d2l_en"
-                               : b.init == models::BahdanauInit::d2l_zh ? "d2l_zh"
-                                                                        : "pytorch"}};
-    } else {
-        j["model"] = {{"architecture", "transformer"},
-                      {"src_vocab_size", m.src_vocab_size},
-                      {"tgt_vocab_size", m.tgt_vocab_size},
-                      {"num_hiddens", m.num_hiddens},
-                      {"num_blks", m.num_blks},
-                      {"num_heads", m.num_heads},
-                      {"ffn_num_hiddens", m.ffn_num_hiddens},
-                      {"dropout", m.dropout},
-                      {"max_len", m.max_len},
-                      {"pe_position_zero_at_inference", m.pe_position_zero_at_inference},
-                      {"tie_weights", m.tie_weights}};
-    }
-    const auto& t = c.train;
-    j["train"] = {{"epochs", t.epochs},
-                  {"max_steps", t.max_steps},
-                  {"time_budget_s", t.time_budget_s},
-                  {"batch_size", t.batch_size},
-                  {"lr", t.lr},
-                  {"adam_beta1", t.adam_beta1},
-                  {"adam_beta2", t.adam_beta2},
-                  {"adam_eps", t.adam_eps},
-                  {"clip_norm", t.clip_norm},
-                  {"loss_on_padding", t.loss_on_padding},
-                  {"label_smoothing", t.label_smoothing},
-                  {"schedule", schedule_name(t.schedule)},
-                  {"warmup_steps", t.warmup_steps},
-                  {"seed", t.seed},
-                  {"val_batch_size", t.val_batch_size},
-                  {"trim_batches", t.trim_batches},
-                  {"bucket_pool", t.bucket_pool},
-                  {"batch_tokens", t.batch_tokens},
-                  {"val_every_s", t.val_every_s},
-                  {"precision", precision_name(t.precision)},
-                  {"log_every", c.log_every},
-                  {"keep_checkpoints", c.keep_checkpoints}};
-    j["decode"] = {{"max_len", c.decode.max_len},
-                   {"beam", c.decode.beam},
-                   {"length_penalty", c.decode.length_penalty}};
+    write_records(c, j);
     return j;
 }
 
@@ -487,130 +412,13 @@ void RunConfig::validate() const {
 RunConfig run_config_from_json(const json& j) {
     QKV_CHECK(j.is_object(), "config.json must be a JSON object, got ", j.type_name());
     RunConfig c;
-    get(Section{j, ""}, "preset", c.preset);
-    get(Section{j, ""}, "world_size", c.world_size);  // older files: 1
-    const Section d = section(j, "data", true);
-    get(d, "path", c.data.path);
-    get(d, "src_file", c.data.src_file);  // older files: none (fra-eng or a TSV path)
-    get(d, "tgt_file", c.data.tgt_file);
-    get(d, "src_lang", c.data.src_lang);  // older files: none (they were all fra-eng: en, fr)
-    get(d, "tgt_lang", c.data.tgt_lang);
+    // Rows in table order: model.architecture comes before the rows of one architecture only.
+    // Keys added later keep their defaults when absent (older files).
+    for (const auto& f : config_fields())
+        if (field_in_scope(f, c.architecture)) read_field(j, f, c);
     QKV_CHECK(c.data.src_file.empty() == c.data.tgt_file.empty(),
               "keys 'data.src_file' and 'data.tgt_file' go together (one is missing)");
-    std::string s;
-    if (get(d, "pipeline", s)) c.data.pipeline = parse_pipeline(s);
-    need(d, "num_steps", c.data.num_steps);
-    get(d, "strict", c.data.strict);
-    get(d, "max_src_tokens", c.data.max_src_tokens);
-    get(d, "max_tgt_tokens", c.data.max_tgt_tokens);
-    get(d, "max_pairs", c.data.max_pairs);
-    get(d, "n_valid", c.data.n_valid);
-    get(d, "n_test", c.data.n_test);
-    get(d, "split_seed", c.data.split_seed);
-    get(d, "concat_fraction", c.data.concat_fraction);  // older files: none (0)
-    get(d, "min_freq", c.data.min_freq);
-    get(d, "d2l_num_train", c.data.d2l_num_train);
-    get(d, "d2l_num_val", c.data.d2l_num_val);
-    if (get(d, "subword", s)) c.data.subword = data::parse_subword_kind(s);
-    get(d, "subword_vocab_size", c.data.subword_vocab_size);
-    get(d, "shared_vocab", c.data.shared_vocab);
-    if (d.j.contains("fingerprint") && !d.j["fingerprint"].is_null()) {
-        // written by qkv train since the data check; older files have none (no check then)
-        const json& fj = d.j["fingerprint"];
-        QKV_CHECK(fj.is_object(), "key 'data.fingerprint' must be an object, got ", fj.dump());
-        const Section fk{fj, "data.fingerprint"};
-        need(fk, "pairs", c.data.fingerprint.pairs);
-        check_int(fk, "pairs", c.data.fingerprint.pairs, 1);
-        std::string hex;
-        need(fk, "fnv1a64", hex);
-        const bool is_hex = hex.size() == 16 && std::all_of(hex.begin(), hex.end(), [](char ch) {
-                                return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
-                            });
-        QKV_CHECK(is_hex, "key 'data.fingerprint.fnv1a64' is \"", hex, "\", expected 16 lowercase hex digits");
-        c.data.fingerprint.fnv1a64 = std::strtoull(hex.c_str(), nullptr, 16);
-    }
-
-    if (d.j.contains("applied") && d.j["applied"].is_object()) {
-        // a record of the training run (to_json); kept as read so that rewriting the file keeps it
-        const json& aj = d.j["applied"];
-        DataRecord& r  = c.data.applied;
-        const auto num = [](const json& o, const char* k) {
-            return o.contains(k) && o[k].is_number_integer() ? o[k].get<int64_t>() : int64_t(0);
-        };
-        if (aj.contains("pipeline") && aj["pipeline"].is_string()) r.pipeline = aj["pipeline"].get<std::string>();
-        r.pairs_read = num(aj, "pairs_read"), r.malformed = num(aj, "malformed_lines"), r.pairs_kept = num(aj, "pairs_kept");
-        r.concatenated = num(aj, "concatenated_train_pairs");
-        if (aj.contains("dropped") && aj["dropped"].is_object()) {
-            const json& dj = aj["dropped"];
-            r.source_too_long = num(dj, "source_too_long"), r.target_too_long = num(dj, "target_too_long");
-            r.beyond_max_pairs = num(dj, "beyond_max_pairs");
-            r.over_length_cap = num(dj, "over_length_cap");
-            r.held_out_duplicates = num(dj, "held_out_other_translations");
-        }
-        if (aj.contains("split") && aj["split"].is_object())
-            r.train = num(aj["split"], "train"), r.valid = num(aj["split"], "valid"), r.test = num(aj["split"], "test");
-    }
-
-    const Section m = section(j, "model", false);
-    if (get(m, "architecture", s)) c.architecture = parse_model_kind(s);
-    need(m, "src_vocab_size", c.model.src_vocab_size);
-    need(m, "tgt_vocab_size", c.model.tgt_vocab_size);
-    if (c.architecture == ModelKind::bahdanau) {
-        auto& b = c.bahdanau;
-        need(m, "embed_size", b.embed_size);
-        need(m, "num_hiddens", b.num_hiddens);
-        need(m, "num_layers", b.num_layers);
-        get(m, "bidirectional", b.bidirectional);  // absent in older files: D2L's encoder
-        get(m, "dropout", b.dropout);
-        c.model.num_hiddens = b.num_hiddens;  // as before: model.* mirrors the shared keys
-        get(m, "dropout", c.model.dropout);
-        if (get(m, "init", s)) {
-            QKV_CHECK(s == "d2l_en" || s == "d2l_zh" || s == "pytorch", "model.init '", s,
-                      "' is not d2l_en, d2l_zh or pytorch");
-            b.init = s == "d2l_en"   ? models::BahdanauInit::d2l_en
-                     : s == "d2l_zh" ? models::BahdanauInit::d2l_zh
-                                     : models::BahdanauInit::pytorch;
-        }
-    } else {
-        need(m, "num_hiddens", c.model.num_hiddens);
-        need(m, "num_blks", c.model.num_blks);
-        need(m, "num_heads", c.model.num_heads);
-        need(m, "ffn_num_hiddens", c.model.ffn_num_hiddens);
-        get(m, "dropout", c.model.dropout);
-        get(m, "max_len", c.model.max_len);
-        get(m, "pe_position_zero_at_inference", c.model.pe_position_zero_at_inference);
-        get(m, "tie_weights", c.model.tie_weights);
-    }
-
-    const Section t = section(j, "train", true);
-    get(t, "epochs", c.train.epochs);
-    get(t, "max_steps", c.train.max_steps);
-    get(t, "time_budget_s", c.train.time_budget_s);
-    get(t, "batch_size", c.train.batch_size);
-    get(t, "lr", c.train.lr);
-    get(t, "adam_beta1", c.train.adam_beta1);
-    get(t, "adam_beta2", c.train.adam_beta2);
-    get(t, "adam_eps", c.train.adam_eps);
-    get(t, "clip_norm", c.train.clip_norm);
-    get(t, "loss_on_padding", c.train.loss_on_padding);
-    get(t, "label_smoothing", c.train.label_smoothing);
-    if (get(t, "schedule", s)) c.train.schedule = parse_schedule(s);
-    get(t, "warmup_steps", c.train.warmup_steps);
-    get(t, "seed", c.train.seed);
-    get(t, "val_batch_size", c.train.val_batch_size);
-    get(t, "trim_batches", c.train.trim_batches);
-    get(t, "bucket_pool", c.train.bucket_pool);
-    get(t, "batch_tokens", c.train.batch_tokens);
-    get(t, "val_every_s", c.train.val_every_s);
-    if (get(t, "precision", s)) c.train.precision = parse_precision(s, "key 'train.precision'");  // older: fp32
-    get(t, "log_every", c.log_every);  // older files: the default
-    get(t, "keep_checkpoints", c.keep_checkpoints);  // older files: 0
-
-    const Section dec = section(j, "decode", true);
-    get(dec, "max_len", c.decode.max_len);
-    get(dec, "beam", c.decode.beam);
-    get(dec, "length_penalty", c.decode.length_penalty);
-
+    read_records(j, c);
     check_ranges(c, true);
     return c;
 }

@@ -335,7 +335,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
             res.nothing_to_do = done;  // config.json, the checkpoint and metrics.jsonl stay as they are
             return res;
         }
-        if (!given.data_path && !cfg.path.empty() && !fs::exists(cfg.path, ec))
+        if (!given.has("data.path") && !cfg.path.empty() && !fs::exists(cfg.path, ec))
             throw Error(detail::str("the text '", cfg.path, "' recorded in ", cfg_file, " (data.path) does not exist; "
                                     "pass it with --data PATH (its fingerprint is checked)"));
     }
@@ -396,14 +396,14 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
             cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
             util::write_file_atomic(cfg_file, lm_config_json(cfg));
             d.vocab.save((dir / "vocab.txt").string());
-        } else if (cfg.fingerprint_chars == 0 || given.data_path) {
+        } else if (cfg.fingerprint_chars == 0 || given.has("data.path")) {
             // A folder from before data.fingerprint gets it now; a text given with --data becomes
             // the recorded path (the fingerprint said it is the same text). The file's other
             // values (its stopping rules) stay.
             json j = json::parse(util::read_file(cfg_file));
             j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars},
                                         {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
-            if (given.data_path) j["data"]["path"] = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+            if (given.has("data.path")) j["data"]["path"] = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
             util::write_file_atomic(cfg_file, j.dump(2) + "\n");
             if (cfg.fingerprint_chars == 0 && opt.log)
                 std::fprintf(opt.log, "note: %s recorded no data fingerprint (an older qkv); the text was checked "

@@ -32,122 +32,64 @@ namespace {
 
 [[noreturn]] void config_error(const std::string& msg) { throw ConfigError(msg); }
 
-template <class T, class U>
-void set_if(const std::optional<T>& o, U& v) {
-    if (o) v = *o;
+/// fra-eng's pairs are read English -> French: other codes would be recorded wrongly (and a server
+/// would then refuse the model's own source language). Its codes default to en and fr.
+void check_fra_eng_languages(DataConfig& d) {
+    if (!is_fra_eng_data(d)) return;
+    auto primary = [](const std::string& code) {
+        std::string p = code.substr(0, code.find('-'));
+        for (char& c : p) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return p;
+    };
+    QKV_CHECK((d.src_lang.empty() || primary(d.src_lang) == "en") && (d.tgt_lang.empty() || primary(d.tgt_lang) == "fr"),
+              "data: the fra-eng data is read English -> French, so --src-lang must be en and --tgt-lang fr (got ",
+              d.src_lang.empty() ? std::string("en") : d.src_lang, " -> ",
+              d.tgt_lang.empty() ? std::string("fr") : d.tgt_lang,
+              "); for French -> English, swap its columns into a TSV (scripts/fra_eng_swapped.sh) and train on that");
+    if (d.src_lang.empty()) d.src_lang = "en";
+    if (d.tgt_lang.empty()) d.tgt_lang = "fr";
 }
 
-/// The overrides of data, model and optimisation (a fresh run's), before the rules.
-void apply_fresh_overrides(RunConfig& cfg, const RunOverrides& o) {
+/// Subwords, a shared vocabulary and tying: the rules that tie them to the preset (its subword
+/// kind `preset_subword`) and to which flags were given. The overrides are applied already.
+void apply_vocabulary_rules(RunConfig& cfg, const RunOverrides& o, bool preset_subword) {
     auto& d = cfg.data;
     auto& m = cfg.model;
-    auto& b = cfg.bahdanau;
-    auto& t = cfg.train;
-    set_if(o.data_path, d.path);
-    set_if(o.src_file, d.src_file);
-    set_if(o.tgt_file, d.tgt_file);
-    set_if(o.src_lang, d.src_lang);
-    set_if(o.tgt_lang, d.tgt_lang);
-    if (is_fra_eng_data(d)) {
-        // fra-eng's pairs are read English -> French: other codes would be recorded wrongly (and
-        // a server would then refuse the model's own source language).
-        auto primary = [](const std::string& code) {
-            std::string p = code.substr(0, code.find('-'));
-            for (char& c : p) c = char(std::tolower(static_cast<unsigned char>(c)));
-            return p;
-        };
-        QKV_CHECK((d.src_lang.empty() || primary(d.src_lang) == "en") && (d.tgt_lang.empty() || primary(d.tgt_lang) == "fr"),
-                  "data: the fra-eng data is read English -> French, so --src-lang must be en and --tgt-lang fr (got ",
-                  d.src_lang.empty() ? std::string("en") : d.src_lang, " -> ",
-                  d.tgt_lang.empty() ? std::string("fr") : d.tgt_lang,
-                  "); for French -> English, swap its columns into a TSV (scripts/fra_eng_swapped.sh) and train on that");
-        if (d.src_lang.empty()) d.src_lang = "en";
-        if (d.tgt_lang.empty()) d.tgt_lang = "fr";
-    }
-    set_if(o.num_steps, d.num_steps);
-    set_if(o.max_pairs, d.max_pairs);
-    set_if(o.max_src_tokens, d.max_src_tokens);
-    set_if(o.max_tgt_tokens, d.max_tgt_tokens);
-    set_if(o.n_test, d.n_test);
-    set_if(o.n_valid, d.n_valid);
-    set_if(o.min_freq, d.min_freq);
-    if (o.strict) d.strict = true;
-    set_if(o.num_hiddens, m.num_hiddens);
-    set_if(o.num_blks, m.num_blks);
-    set_if(o.num_heads, m.num_heads);
-    set_if(o.ffn_num_hiddens, m.ffn_num_hiddens);
-    set_if(o.dropout, m.dropout);
-    set_if(o.num_hiddens, b.num_hiddens);
-    set_if(o.embed_size, b.embed_size);
-    set_if(o.num_layers, b.num_layers);
-    set_if(o.bidirectional, b.bidirectional);
-    set_if(o.dropout, b.dropout);
-    if (o.pe_quirk) m.pe_position_zero_at_inference = true;
-    set_if(o.batch_size, t.batch_size);
-    set_if(o.lr, t.lr);
-    set_if(o.seed, t.seed);
-    set_if(o.label_smoothing, t.label_smoothing);
-    set_if(o.clip_norm, t.clip_norm);
-    if (o.loss_on_padding) t.loss_on_padding = true;
-    set_if(o.schedule, t.schedule);
-    set_if(o.warmup_steps, t.warmup_steps);
-    set_if(o.bucket_pool, t.bucket_pool);
-    set_if(o.batch_tokens, t.batch_tokens);
-    set_if(o.trim_batches, t.trim_batches);
-    set_if(o.val_every_s, t.val_every_s);
-    set_if(o.precision, t.precision);
-}
-
-/// The stopping rules and logging (also on resume).
-void apply_stop_overrides(RunConfig& cfg, const RunOverrides& o) {
-    set_if(o.epochs, cfg.train.epochs);
-    set_if(o.max_steps, cfg.train.max_steps);
-    set_if(o.time_budget_s, cfg.train.time_budget_s);
-    set_if(o.log_every, cfg.log_every);
-    set_if(o.keep_checkpoints, cfg.keep_checkpoints);
-}
-
-/// Subwords, a shared vocabulary and tying, and the rules that tie them to the preset.
-void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
-    auto& d = cfg.data;
-    auto& m = cfg.model;
-    const bool preset_subword = d.subword != data::SubwordKind::none;  // the full preset
-    set_if(o.subword, d.subword);
+    const bool given_subword = o.has("data.subword"), given_size = o.has("data.subword_vocab_size");
     // Other corpora: subword pieces unless --subword says otherwise (the D2L word tokenizer is
     // made for English and French; a language written without spaces would be one token a line).
-    if (!o.subword && !preset_subword && !is_fra_eng_data(d) && d.pipeline == DataPipeline::anchor) {
+    if (!given_subword && !preset_subword && !is_fra_eng_data(d) && d.pipeline == DataPipeline::anchor) {
         // BPE rather than unigram: on a few hundred pairs unigram learns only the pieces seen often
         // (~100, 2.8 pieces per word) where BPE keeps most words whole (1.1; docs/training-defaults.md).
         d.subword            = data::SubwordKind::bpe;
-        d.subword_vocab_soft = !o.vocab_size;  // at most 8000 pieces, fewer for a small corpus
+        d.subword_vocab_soft = !given_size;  // at most 8000 pieces, fewer for a small corpus
     }
     // The real preset's 10,000 pieces are for fra-eng; on one's own corpus they are an upper
     // bound unless --vocab-size is given (a small corpus has fewer pieces to learn).
-    if (d.pipeline == DataPipeline::text && !o.vocab_size && !is_fra_eng_data(d)) d.subword_vocab_soft = true;
+    if (d.pipeline == DataPipeline::text && !given_size && !is_fra_eng_data(d)) d.subword_vocab_soft = true;
     if (d.pipeline == DataPipeline::text && d.subword == data::SubwordKind::none)
         config_error("--subword none: the real-text pipeline (preset real) reads SentencePiece pieces; choose bpe or unigram");
-    if (d.pipeline == DataPipeline::text && (o.max_src_tokens || o.max_tgt_tokens || o.min_freq))
-        config_error(detail::str(o.min_freq ? "--min-freq" : o.max_src_tokens ? "--max-src-tokens" : "--max-tgt-tokens",
+    const bool min_freq = o.has("data.min_freq"), max_src = o.has("data.max_src_tokens");
+    if (d.pipeline == DataPipeline::text && (max_src || o.has("data.max_tgt_tokens") || min_freq))
+        config_error(detail::str(min_freq ? "--min-freq" : max_src ? "--max-src-tokens" : "--max-tgt-tokens",
                                  " applies to D2L words; the real-text pipeline (preset real) reads pieces: its length "
                                  "cap is --num-steps (pieces, <eos> included)"));
-    if (cfg.train.batch_tokens > 0 && o.batch_size && !o.batch_tokens)
-        config_error(detail::str("--batch-size ", *o.batch_size, ": this preset batches by tokens (--batch-tokens ",
+    if (cfg.train.batch_tokens > 0 && o.has("train.batch_size") && !o.has("train.batch_tokens"))
+        config_error(detail::str("--batch-size ", cfg.train.batch_size, ": this preset batches by tokens (--batch-tokens ",
                                  cfg.train.batch_tokens, "); add --batch-tokens 0 to batch by pairs"));
     if (preset_subword && d.subword == data::SubwordKind::none) {
         // `--preset full --subword none`: the same recipe on D2L words, untied (unless the flags
         // ask for a shared vocabulary / tying), with the anchor's word lengths.
-        d.shared_vocab = false, m.tie_weights = false;
-        if (!o.num_steps) d.num_steps = 12;
+        if (!o.has("data.shared_vocab")) d.shared_vocab = false;
+        if (!o.has("model.tie_weights")) m.tie_weights = false;
+        if (!o.has("data.num_steps")) d.num_steps = 12;
         cfg.decode.max_len = 20;
     }
     // Pieces asked for without a size (--subword bpe|unigram on one's own corpus): the default
     // is an upper bound, as for the implicit unigram above, so a small corpus still trains.
-    if (o.subword && *o.subword != data::SubwordKind::none && !preset_subword && !o.vocab_size)
+    if (given_subword && d.subword != data::SubwordKind::none && !preset_subword && !given_size)
         d.subword_vocab_soft = true;
-    set_if(o.vocab_size, d.subword_vocab_size);
-    if (o.shared_vocab) d.shared_vocab = true;
-    if (o.tie_weights) m.tie_weights = true;
-    if (o.vocab_size && d.subword == data::SubwordKind::none)
+    if (given_size && d.subword == data::SubwordKind::none)
         config_error("--vocab-size applies to subword vocabularies: add --subword bpe or --subword unigram");
     if (m.tie_weights && !d.shared_vocab)
         config_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
@@ -157,7 +99,7 @@ void apply_vocabulary_overrides(RunConfig& cfg, const RunOverrides& o) {
     if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline == DataPipeline::d2l_en)
         config_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                  "anchor), not --preset ", cfg.preset));
-    if (d.subword != data::SubwordKind::none && !preset_subword && !o.num_steps) {
+    if (d.subword != data::SubwordKind::none && !preset_subword && !o.has("data.num_steps")) {
         // The preset's num_steps counts words; pieces per word depend on the corpus and the
         // vocabulary (1.2-1.3 on the full fra-eng data with 8,000 pieces, 2-3 on a few hundred
         // pairs), so the length comes from the train split once its pieces are known
@@ -223,9 +165,9 @@ std::shared_ptr<TranslationData> read_data(RunConfig& cfg, const RunOptions& opt
                                       was_given ? "" : detail::str(" (", cfg.preset.empty() ? "the default" :
                                                                    "the " + cfg.preset + " preset's", ")"));
             };
-            limit("--max-src-tokens", dc.max_src_tokens, given.max_src_tokens.has_value(), r.source_too_long);
-            limit("--max-tgt-tokens", dc.max_tgt_tokens, given.max_tgt_tokens.has_value(), r.target_too_long);
-            limit("--max-pairs", dc.max_pairs, given.max_pairs.has_value(), r.beyond_max_pairs);
+            limit("--max-src-tokens", dc.max_src_tokens, given.has("data.max_src_tokens"), r.source_too_long);
+            limit("--max-tgt-tokens", dc.max_tgt_tokens, given.has("data.max_tgt_tokens"), r.target_too_long);
+            limit("--max-pairs", dc.max_pairs, given.has("data.max_pairs"), r.beyond_max_pairs);
             if (limits.empty())
                 std::fprintf(opt.log, "data: %s\n",
                              r.dropped_text(dc.max_src_tokens, dc.max_tgt_tokens, dc.max_pairs, dc.num_steps).c_str());
@@ -348,21 +290,16 @@ void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const s
                        : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model",
                                      " in '", folder, "' (", (fs::path(folder) / "config.json").string(),
                                      ": model.architecture ", model_kind_name(arch), ")");
-    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--num-blks", o.num_blks.has_value()},
-                                      {"--num-heads", o.num_heads.has_value()},
-                                      {"--ffn-num-hiddens", o.ffn_num_hiddens.has_value()},
-                                      {"--pe-quirk", o.pe_quirk},
-                                      {"--tie-weights", o.tie_weights}})
-        if (given && !transformer)
-            config_error(std::string(flag) + " applies to the Transformer only (not --model bahdanau)" + where);
-    const bool bidir = o.bidirectional.value_or(false);
-    for (const auto& [flag, given, what] :
-         {std::tuple<const char*, bool, const char*>{"--embed-size", o.embed_size.has_value(), "separate embedding size"},
-          {"--num-layers", o.num_layers.has_value(), "GRU layers"},
-          {bidir ? "--bidirectional" : "--no-bidirectional", o.bidirectional.has_value(), "GRU encoder"}})
-        if (given && transformer)
-            config_error(std::string(flag) + " applies to --model bahdanau only (the Transformer has no " + what +
-                         ")" + where);
+    for (const auto& f : config_fields()) {
+        const auto v = o.values.find(f.key);
+        if (v == o.values.end() || field_in_scope(f, arch)) continue;
+        std::string flag = field_flag_name(f);
+        if (f.flag_kind == FlagKind::negatable && !std::get<bool>(v->second))
+            flag = std::string(f.flag).substr(std::string(f.flag).find('!') + 1);
+        if (f.scope == FieldScope::transformer)
+            config_error(flag + " applies to the Transformer only (not --model bahdanau)" + where);
+        config_error(flag + " applies to --model bahdanau only (the Transformer has no " + f.other_lacks + ")" + where);
+    }
 }
 
 void check_forced_flash(int64_t head_dim) {
@@ -377,11 +314,12 @@ void check_forced_flash(int64_t head_dim) {
 
 RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o) {
     RunConfig cfg = preset_config(preset, kind);
-    apply_stop_overrides(cfg, o);
-    apply_fresh_overrides(cfg, o);
+    const bool preset_subword = cfg.data.subword != data::SubwordKind::none;  // the full and real presets
+    apply_overrides(cfg, o);
+    check_fra_eng_languages(cfg.data);
     auto& t = cfg.train;
     if (t.schedule != optim::LrSchedule::constant && t.warmup_steps == 0) t.warmup_steps = 400;
-    apply_vocabulary_overrides(cfg, o);
+    apply_vocabulary_rules(cfg, o, preset_subword);
     const auto& m = cfg.model;
     if (cfg.architecture == ModelKind::transformer && m.num_heads > 0 && m.num_hiddens % m.num_heads != 0)
         config_error(detail::str("the number of attention heads (--num-heads, ", m.num_heads,
@@ -434,10 +372,21 @@ void check_resume_checkpoint(const std::string& out_dir, bool lm) {
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
     check_resume_checkpoint(out_dir);
     RunConfig cfg = load_model_dir_config(out_dir);
-    cfg.data = model_data_config(out_dir, cfg, o.data_path.value_or(""), o.src_file.value_or(""), o.tgt_file.value_or(""));
-    apply_stop_overrides(cfg, o);
+    cfg.data = model_data_config(out_dir, cfg, o.get<std::string>("data.path").value_or(""),
+                                 o.get<std::string>("data.src_file").value_or(""),
+                                 o.get<std::string>("data.tgt_file").value_or(""));
+    apply_overrides(cfg, o, /*stop_only=*/true);
     cfg.validate();
     return cfg;
+}
+
+RunConfig check_resume_overrides(const std::string& out_dir, const RunOverrides& o, const std::string& preset,
+                                 std::FILE* log) {
+    check_resume_checkpoint(out_dir);
+    const RunConfig saved = load_model_dir_config(out_dir);
+    check_architecture_overrides(o, saved.architecture, out_dir);
+    report_resume_diffs(out_dir, (fs::path(out_dir) / "config.json").string(), resume_flag_diffs(saved, o, preset), log);
+    return resume_config(out_dir, o);
 }
 
 /// The process-wide numeric settings of this rank: kernel mode, attention backend, denormal
@@ -463,15 +412,15 @@ std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p,
     const auto& t = cfg.train;
     if (p.epoch >= t.epochs)
         return detail::str("the checkpoint has already trained ", p.epoch, " epoch", p.epoch == 1 ? "" : "s", " (",
-                           given.epochs ? "--epochs " : "config.json's epochs ", t.epochs,
+                           given.has("train.epochs") ? "--epochs " : "config.json's epochs ", t.epochs,
                            "); give a larger --epochs to train on");
     if (t.max_steps > 0 && p.step >= t.max_steps)
         return detail::str("the checkpoint has already trained ", p.step, " steps (",
-                           given.max_steps ? "--max-steps " : "config.json's max_steps ", t.max_steps,
+                           given.has("train.max_steps") ? "--max-steps " : "config.json's max_steps ", t.max_steps,
                            "); give a larger --max-steps to train on");
     if (t.time_budget_s > 0 && p.train_seconds >= t.time_budget_s)
         return detail::str("the checkpoint has already trained for ", util::format_duration(p.train_seconds), " (",
-                           given.time_budget_s ? "--time-budget " : "config.json's time budget ",
+                           given.has("train.time_budget_s") ? "--time-budget " : "config.json's time budget ",
                            util::format_duration(t.time_budget_s),
                            ", counted over all runs); give a longer --time-budget (or none) to train on");
     return "";

@@ -33,11 +33,12 @@ std::string train_folder(const TempDir& dir, const std::string& name, uint64_t s
         for (int i = 0; i < 60; ++i) f << pairs[i % 6] << "\n";
     }
     train::RunOverrides o;
-    o.data_path = dir / "fra.txt";
-    o.num_hiddens = num_hiddens, o.num_heads = 2, o.num_blks = 1, o.ffn_num_hiddens = 16, o.batch_size = 8;
-    o.num_steps = 6, o.max_steps = max_steps, o.time_budget_s = 0, o.seed = seed;
-    if (keep_checkpoints > 0) o.keep_checkpoints = keep_checkpoints;
-    o.val_every_s = 0;
+    o.set("data.path", dir / "fra.txt");
+    o.set("model.num_hiddens", int64_t(num_hiddens)).set("model.num_heads", 2).set("model.num_blks", 1);
+    o.set("model.ffn_num_hiddens", 16).set("train.batch_size", 8).set("data.num_steps", 6);
+    o.set("train.max_steps", int64_t(max_steps)).set("train.time_budget_s", 0).set("train.seed", uint64_t(seed));
+    if (keep_checkpoints > 0) o.set("train.keep_checkpoints", int64_t(keep_checkpoints));
+    o.set("train.val_every_s", 0);
     const train::RunConfig cfg = train::configure_run("demo", train::ModelKind::transformer, o);
     train::RunOptions ro;
     ro.out_dir  = dir / name;

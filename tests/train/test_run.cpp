@@ -73,30 +73,30 @@ TEST(RunConfig, ValidateNamesTheBadKey) {
 TEST(RunConfig, ConfigureRunAppliesThePresetRules) {
     const train::RunConfig demo = train::preset_config("demo");
     train::RunOverrides o;
-    o.subword = data::SubwordKind::bpe;
+    o.set("data.subword", "bpe");
     train::RunConfig c = train::configure_run("demo", train::ModelKind::transformer, o);
     // pieces without --num-steps: the length comes from the train split's pieces (pieces_num_steps)
     EXPECT_TRUE(c.data.num_steps_from_data);
     EXPECT_EQ(c.data.num_steps, demo.data.num_steps);  // the cap's base: 4 x the preset's
-    o.num_steps = 10;  // given: kept
+    o.set("data.num_steps", 10);  // given: kept
     EXPECT_EQ(train::configure_run("demo", train::ModelKind::transformer, o).data.num_steps, 10);
     EXPECT_FALSE(train::configure_run("demo", train::ModelKind::transformer, o).data.num_steps_from_data);
     EXPECT_FALSE(train::configure_run("demo", train::ModelKind::transformer, {}).data.num_steps_from_data);  // words
 
     train::RunOverrides w;
-    w.schedule = optim::LrSchedule::warmup_linear_decay;
+    w.set("train.schedule", "warmup_linear_decay");
     EXPECT_EQ(train::configure_run("d2l", train::ModelKind::transformer, w).train.warmup_steps, 400);
 
     train::RunOverrides bad;
-    bad.vocab_size = 100;
+    bad.set("data.subword_vocab_size", 100);
     EXPECT_NE(error_text([&] { train::configure_run("demo", train::ModelKind::transformer, bad); })
                   .find("--vocab-size applies to subword vocabularies"),
               std::string::npos);
     train::RunOverrides arch;
-    arch.num_blks = 2;
+    arch.set("model.num_blks", 2);
     EXPECT_THROW(train::configure_run("demo", train::ModelKind::bahdanau, arch), train::ConfigError);
     train::RunOverrides heads;
-    heads.num_hiddens = 32, heads.num_heads = 3;
+    heads.set("model.num_hiddens", 32).set("model.num_heads", 3);
     EXPECT_NE(error_text([&] { train::configure_run("demo", train::ModelKind::transformer, heads); })
                   .find("must divide the model width (--num-hiddens, 32)"),
               std::string::npos);
@@ -275,9 +275,10 @@ TEST(Run, TrainsAModelFolderAsQkvTrainDoes) {
         for (int i = 0; i < 60; ++i) f << pairs[i % 6] << "\n";
     }
     train::RunOverrides o;
-    o.data_path = (dir / "fra.txt").string();
-    o.num_hiddens = 16, o.num_heads = 2, o.num_blks = 1, o.ffn_num_hiddens = 16, o.batch_size = 8;
-    o.num_steps = 6, o.max_steps = 3, o.time_budget_s = 0, o.log_every = 1;
+    o.set("data.path", (dir / "fra.txt").string());
+    o.set("model.num_hiddens", 16).set("model.num_heads", 2).set("model.num_blks", 1).set("model.ffn_num_hiddens", 16);
+    o.set("train.batch_size", 8).set("data.num_steps", 6).set("train.max_steps", 3).set("train.time_budget_s", 0);
+    o.set("train.log_every", 1);
     const train::RunConfig cfg = train::configure_run("demo", train::ModelKind::transformer, o);
     train::RunOptions ro;
     ro.out_dir  = (dir / "run").string();

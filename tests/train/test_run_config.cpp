@@ -3,18 +3,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/runtime/run_config_fields.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/translation_data.h"
@@ -530,6 +534,203 @@ TEST(ModelDir, OtherDataThanTheRecordedFingerprintIsRefusedNamingFileFolderAndDi
     for (const char* part : {"'/data/other.txt'", "'runs/m'", "same number of pairs (100)", "contents or order",
                              "0000000000001234", "0000000000004321", "held-out"})
         EXPECT_TRUE(has(e, part)) << part << " not in: " << e;
+}
+
+// config.json as written (to_json(...).dump(2) + "\n", model_dir.cpp) for every preset and model
+// kind, as a preset gives it and with every field that is written only when set (data files,
+// fingerprint, applied record, subword files, vocabulary sizes), byte for byte against files made by
+// the writer before the field table (issue 43): the table must write what the hand-written code did.
+train::RunConfig filled_config(train::RunConfig c, int variant) {
+    c.model.src_vocab_size = 4321;
+    c.model.tgt_vocab_size = c.data.shared_vocab ? 4321 : 5678;
+    c.data.src_file = "corpus/train.en", c.data.tgt_file = "corpus/train.fr";
+    c.data.src_lang = "en-GB", c.data.tgt_lang = "fr";
+    c.data.fingerprint = {1234, 0x0123456789abcdefULL};
+    auto& r = c.data.applied;
+    r.pipeline = "anchor: seeded shuffle split (seed 0)";
+    r.pairs_read = 2000, r.malformed = 3, r.source_too_long = 11, r.target_too_long = 12, r.beyond_max_pairs = 13;
+    r.over_length_cap = 14, r.held_out_duplicates = 15, r.concatenated = 16, r.pairs_kept = 1900;
+    r.train = 1700, r.valid = 100, r.test = 100;
+    if (c.data.subword == data::SubwordKind::none) {  // separate SentencePiece models
+        c.data.subword = variant % 2 ? data::SubwordKind::unigram : data::SubwordKind::bpe;
+        c.data.subword_vocab_size = 3000;
+    }
+    c.model.pe_position_zero_at_inference = variant % 2 == 1;
+    c.bahdanau.init = variant % 3 == 0 ? models::BahdanauInit::pytorch : models::BahdanauInit::d2l_zh;
+    c.train.seed = 42, c.train.max_steps = 999, c.train.loss_on_padding = true;
+    c.train.schedule = optim::LrSchedule::warmup_linear_decay, c.train.warmup_steps = 77;
+    c.train.precision = MatmulPrecision::bf16;
+    c.train.time_budget_s = 90.5, c.train.val_every_s = 30;
+    c.log_every = 7, c.keep_checkpoints = 3, c.world_size = 2;
+    c.decode.beam = 5, c.decode.length_penalty = 0.75;
+    return c;
+}
+
+TEST(RunConfig, ToJsonIsByteIdenticalToTheGoldenFiles) {
+    const fs::path dir = fs::path(QKV_FIXTURE_DIR) / "run_config";
+    int variant = 0;
+    for (const auto& preset : train::preset_names())
+        for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau}) {
+            const auto c = train::preset_config(preset, kind);
+            for (const auto& [suffix, cfg] :
+                 {std::pair<std::string, train::RunConfig>{"", c}, {"_filled", filled_config(c, variant++)}}) {
+                const fs::path file = dir / (preset + "_" + train::model_kind_name(kind) + suffix + ".json");
+                const std::string written = train::to_json(cfg).dump(2) + "\n";
+                if (std::getenv("QKV_WRITE_RUN_CONFIG_GOLDEN")) {  // a new key: docs/architecture.md
+                    std::ofstream(file, std::ios::binary) << written;
+                    ADD_FAILURE() << "wrote " << file << " (QKV_WRITE_RUN_CONFIG_GOLDEN): check its diff";
+                    continue;
+                }
+                std::ifstream in(file, std::ios::binary);
+                ASSERT_TRUE(in) << file << " is missing";
+                const std::string golden((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                EXPECT_EQ(written, golden) << file;
+                // and a trained run's file reads back to itself (the goldens stay loadable)
+                if (!suffix.empty()) {
+                    EXPECT_EQ(train::to_json(train::run_config_from_json(nlohmann::json::parse(golden))).dump(2) + "\n",
+                              golden) << file;
+                }
+            }
+        }
+}
+
+// The field table (runtime/run_config_fields.h) is consistent: a row added without its uses fails here
+// (config.json) or in python/tests/test_train.py (the flag on `qkv train`, the qkv.train keyword).
+TEST(ConfigFields, RowsAreWellFormed) {
+    std::set<std::string> keys, flags, keywords;
+    for (const auto& f : runtime::config_fields()) {
+        EXPECT_TRUE(keys.insert(f.key).second) << f.key << " twice";
+        EXPECT_EQ(f.type == runtime::FieldType::choice, f.choice != nullptr) << f.key;
+        EXPECT_EQ(f.type == runtime::FieldType::choice, f.member == nullptr) << f.key;
+        EXPECT_EQ(&runtime::config_field(f.key), &f);
+        if (*f.flag) {
+            EXPECT_TRUE(flags.insert(runtime::field_flag_name(f)).second) << f.flag << " twice";
+            EXPECT_EQ(runtime::config_field_by_flag(runtime::field_flag_name(f)), &f);
+            EXPECT_TRUE(*f.help && *f.group) << f.key << ": a flag needs its help text and --help group";
+            const auto r = f.flag_range.value_or(f.range);
+            if (f.type == runtime::FieldType::integer) {
+                EXPECT_TRUE(std::isfinite(r.lo) && std::isfinite(r.hi)) << f.key << ": an integer flag needs bounds";
+            }
+        }
+        std::istringstream names(f.python);
+        for (std::string k; names >> k;) {
+            EXPECT_TRUE(keywords.insert(k).second) << k << " twice";
+            EXPECT_EQ(runtime::config_field_by_python(k), &f) << k;
+        }
+        if (f.scope == runtime::FieldScope::bahdanau && *f.flag) {
+            EXPECT_TRUE(*f.other_lacks) << f.key << ": check_architecture_overrides words what the Transformer lacks";
+        }
+    }
+    EXPECT_THROW(runtime::config_field("train.no_such_key"), Error);
+    train::RunOverrides o;
+    EXPECT_THROW(o.set("train.no_such_key", 1), Error);
+    EXPECT_THROW(o.has("train.lrr"), Error);
+    EXPECT_THROW(o.set("train.lr", "fast"), Error);  // a value of another type
+    EXPECT_THROW(o.set("train.schedule", "cosine"), Error);  // a choice's unknown name
+}
+
+/// A valid configuration of `kind` with the vocabulary sizes known (a subword run, so that
+/// data.subword_vocab_size is written and checked).
+train::RunConfig full_config(train::ModelKind kind) {
+    auto c = train::preset_config("demo", kind);
+    c.model.src_vocab_size = c.model.tgt_vocab_size = 500;
+    c.data.subword = data::SubwordKind::bpe;
+    c.data.src_file = "a.en", c.data.tgt_file = "a.fr";
+    c.train.warmup_steps = 10;  // so that any schedule is valid
+    return c;
+}
+
+/// Values to try for a row: in range and different from `now` (the first that the rules between
+/// fields accept is used).
+std::vector<runtime::FieldValue> candidates(const runtime::ConfigField& f, const runtime::FieldValue& now) {
+    using runtime::FieldType;
+    const auto& r = f.range;
+    std::vector<runtime::FieldValue> out;
+    switch (f.type) {
+        case FieldType::integer: {
+            const int64_t v = std::get<int64_t>(now);
+            for (int64_t x : {v + 1, v * 2, v - 1, v / 2, int64_t(std::isinf(r.lo) ? 0 : r.lo) + 2})
+                if (x != v && runtime::field_in_range(x, r)) out.push_back(x);
+            break;
+        }
+        case FieldType::unsigned_integer: out.push_back(std::get<uint64_t>(now) + 12345); break;
+        case FieldType::real:
+        case FieldType::duration: {
+            const double v = std::get<double>(now);
+            for (double x : {v * 0.5, v + 0.25, std::isinf(r.hi) ? v + 1 : r.hi * 0.75, 30.0})
+                if (x != v && runtime::field_in_range(x, r)) out.push_back(x);
+            break;
+        }
+        case FieldType::boolean: out.push_back(!std::get<bool>(now)); break;
+        case FieldType::text: out.push_back(std::get<std::string>(now) == "de" ? std::string("nl") : std::string("de"));
+            break;
+        case FieldType::choice:
+            for (const auto& n : f.choice->names)
+                if (n != std::get<std::string>(now)) out.push_back(n);
+            break;
+    }
+    return out;
+}
+
+TEST(ConfigFields, EveryRowRoundTripsThroughConfigJson) {
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau}) {
+        const train::RunConfig base = full_config(kind);
+        ASSERT_NO_THROW(base.validate());
+        for (const auto& f : runtime::config_fields()) {
+            // (model.architecture changes which rows there are: the golden files cover both)
+            if (!runtime::field_in_scope(f, kind) || std::string(f.key) == "model.architecture") continue;
+            bool tried = false;
+            for (const auto& v : candidates(f, runtime::get_field(f, base))) {
+                train::RunConfig c = base;
+                runtime::set_field(f, c, v);
+                if (std::string(f.key) == "data.src_file") c.data.tgt_file = "b.fr";
+                if (std::string(f.key) == "data.tgt_file") c.data.src_file = "b.en";
+                try {
+                    c.validate();
+                } catch (const Error&) {
+                    continue;  // a rule between fields (heads dividing the width, ...): the next value
+                }
+                tried = true;
+                const nlohmann::json j = train::to_json(c);
+                const auto r = train::run_config_from_json(nlohmann::json::parse(j.dump()));
+                EXPECT_EQ(runtime::get_field(f, r), v) << f.key << " = " << runtime::field_value_text(v)
+                                                       << " did not come back from config.json";
+                EXPECT_EQ(train::to_json(r), j) << f.key;
+                break;
+            }
+            EXPECT_TRUE(tried) << f.key << ": no value to try (" << train::model_kind_name(kind) << ")";
+        }
+    }
+}
+
+TEST(ConfigFields, RangesAreEnforcedAtBothEnds) {
+    int checked = 0;
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau})
+        for (const auto& f : runtime::config_fields()) {
+            if (!runtime::field_in_scope(f, kind)) continue;
+            const auto& r = f.range;
+            for (const bool low : {true, false}) {
+                const double bound = low ? r.lo : r.hi;
+                if (std::isinf(bound)) continue;
+                runtime::FieldValue bad;
+                if (f.type == runtime::FieldType::integer) bad = int64_t(bound) + (low ? -1 : 1);
+                else if ((low && r.lo_open) || (!low && r.hi_open)) bad = bound;
+                else bad = std::nextafter(bound, low ? -1e300 : 1e300);
+                train::RunConfig c = full_config(kind);
+                runtime::set_field(f, c, bad);
+                const std::string e = error_of([&] { c.validate(); });
+                EXPECT_TRUE(has(e, std::string("'") + f.key + "' is " + runtime::field_value_text(bad)) &&
+                            has(e, runtime::field_range_text(f.type, r)))
+                    << f.key << (low ? " below " : " above ") << "its range: " << e;
+                // and through config.json
+                nlohmann::json j = train::to_json(full_config(kind));
+                (runtime::field_section(f).empty() ? j : j[runtime::field_section(f)])[runtime::field_name(f)] =
+                    std::visit([](const auto& x) { return nlohmann::json(x); }, bad);
+                EXPECT_THROW(train::run_config_from_json(j), Error) << f.key;
+                ++checked;
+            }
+        }
+    EXPECT_GT(checked, 40);
 }
 
 }  // namespace

@@ -5,17 +5,17 @@
 // What `qkv train --preset d2l --max-steps 200 --out DIR` does, from C++:
 //
 //   train::RunOverrides ov;
-//   ov.max_steps = 200;
-//   ov.data_path = "../shared/data/fra-eng.zip";
+//   ov.set("train.max_steps", 200);
+//   ov.set("data.path", "../shared/data/fra-eng.zip");
 //   train::RunConfig cfg = train::configure_run("d2l", train::ModelKind::transformer, ov);
 //   train::RunOptions opt;
 //   opt.out_dir = "DIR";
 //   opt.hooks.push_back(std::make_shared<train::LossPlotHook>("DIR/loss.png"));  // as qkv train
 //   train::RunResult r = train::run(cfg, opt);
 //
-// The CLI adds only flag parsing, the checks that compare flags with a resumed folder's
-// config.json, the exit status of an interrupted run and the printed summary and sample
-// translations.
+// The CLI adds only flag parsing (one flag per row of runtime::config_fields()), the exit status of
+// an interrupted run and the printed summary and sample translations; the check of the flags given
+// with --resume against the folder's config.json is check_resume_overrides.
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +28,7 @@
 #include "qkv/models/encoder_decoder.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/hooks.h"
+#include "qkv/runtime/run_config_fields.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/trainer.h"
 #include "qkv/train/translation_data.h"
@@ -35,39 +36,10 @@
 
 namespace qkv::train {
 
-/// Settings that replace a preset's (unset: the preset's). Each field is the `qkv train` flag of
-/// the same name (in brackets where the names differ), and the messages of the rules below name
-/// the flags. On resume only the first group applies (resume_config).
-struct RunOverrides {
-    // stopping rules, logging and the data file: also on resume
-    std::optional<int64_t> epochs, max_steps;
-    std::optional<double> time_budget_s;   // [--time-budget] 0: none
-    std::optional<int64_t> log_every;
-    std::optional<int64_t> keep_checkpoints;  // [--keep-checkpoints]
-    std::optional<std::string> data_path;  // [--data]
-    // data
-    std::optional<std::string> src_file, tgt_file;  // [--src-file, --tgt-file] line-aligned pair
-    std::optional<std::string> src_lang, tgt_lang;  // [--src-lang, --tgt-lang]
-    std::optional<int64_t> num_steps, max_pairs, max_src_tokens, max_tgt_tokens;
-    std::optional<int64_t> n_test, n_valid, min_freq;  // [--test-pairs, --valid-pairs, --min-freq]
-    bool strict = false;
-    std::optional<data::SubwordKind> subword;
-    std::optional<int64_t> vocab_size;
-    bool shared_vocab = false;
-    // model (num_hiddens and dropout: both architectures)
-    std::optional<int64_t> num_hiddens, num_blks, num_heads, ffn_num_hiddens, embed_size, num_layers;
-    std::optional<double> dropout;
-    std::optional<bool> bidirectional;     // [--bidirectional / --no-bidirectional]
-    bool pe_quirk = false, tie_weights = false;
-    // optimisation
-    std::optional<int64_t> batch_size, warmup_steps, bucket_pool, batch_tokens;  // [--warmup]
-    std::optional<double> lr, label_smoothing, clip_norm, val_every_s;  // [--clip, --val-every]
-    std::optional<uint64_t> seed;
-    bool loss_on_padding = false;
-    std::optional<optim::LrSchedule> schedule;
-    std::optional<bool> trim_batches;      // [--trim on|off]
-    std::optional<MatmulPrecision> precision;  // [--precision fp32|bf16]
-};
+// RunOverrides (settings that replace a preset's, by config.json key: ov.set("train.max_steps", 200))
+// is runtime::RunOverrides (qkv/runtime/run_config_fields.h), one entry per row of the field table;
+// the messages of the rules below name the flags. On resume only the rows --resume applies count
+// (resume_config).
 
 /// preset_config(preset, kind) with the overrides and `qkv train`'s rules applied: a warmup schedule
 /// without warmup steps gets 400; `--preset full --subword none` trains on words untied with the
@@ -88,6 +60,15 @@ RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOver
 /// else the recorded path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
 /// config.json is unreadable, ConfigError when the result is invalid.
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
+
+/// --resume with overrides (qkv train's flags): the folder's checkpoint must exist
+/// (check_resume_checkpoint), overrides of the other architecture are refused
+/// (check_architecture_overrides), and those that --resume does not apply are compared with the
+/// folder's config.json (resume_flag_diffs, report_resume_diffs: a ConfigError for the ones that
+/// would change the model, a warning line on `log` for the others). `preset`: the --preset given, ""
+/// when none. Then resume_config(out_dir, o).
+RunConfig check_resume_overrides(const std::string& out_dir, const RunOverrides& o, const std::string& preset,
+                                 std::FILE* log);
 
 /// Overrides of the architecture that `arch` is not: a ConfigError naming the flag ("--num-blks
 /// applies to the Transformer only (not --model bahdanau)"); `folder` non-empty (a resume) adds
