@@ -68,6 +68,8 @@ struct TrainArgs {
     CLI::Option *o_seed = nullptr, *o_dropout = nullptr, *o_ls = nullptr, *o_clip = nullptr,
                 *o_lop = nullptr, *o_strict = nullptr, *o_quirk = nullptr, *o_bidir = nullptr;
     bool loss_on_padding = false, strict = false, pe_quirk = false;
+    bool shard_optimizer = false;
+    CLI::Option* o_shard = nullptr;
 };
 
 void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
@@ -284,6 +286,7 @@ train::RunOverrides overrides_from(const TrainArgs& a, CLI::App* c) {
     if (!a.trim.empty()) o.trim_batches = a.trim == "on";
     if (!a.val_every.empty()) o.val_every_s = parse_duration_or_off(a.val_every);
     if (!a.precision.empty()) o.precision = parse_precision(a.precision, "--precision");
+    if (a.o_shard->count()) o.shard_optimizer = a.shard_optimizer;
     return o;
 }
 
@@ -703,6 +706,10 @@ Registration reg([](CLI::App& app) {
                   "under mpirun: reduce gradient buckets during backward (overlap, default) or after it "
                   "(after-backward)")
         ->check(CLI::IsMember({"overlap", "after-backward"}));
+    a->o_shard = c->add_flag("--shard-optimizer,!--no-shard-optimizer", a->shard_optimizer,
+                             "under mpirun: each rank keeps Adam's moments for 1/N of the parameters only (ZeRO "
+                             "stage 1; same losses up to fp32 reordering); recorded in config.json, and applies on "
+                             "--resume too (a sharded checkpoint resumes on any number of ranks, sharded or not)");
     c->add_option("--keep-checkpoints", a->keep_checkpoints,
                   "also keep the model of the last K checkpoints in OUT/checkpoints/ (for qkv average --last K; "
                   "default 0: none; kept on --resume unless given)")
@@ -727,7 +734,7 @@ Registration reg([](CLI::App& app) {
     group_options(c, "Training", {"--resume", "--overwrite", "--time-budget", "--val-every", "--epochs", "--max-steps",
                                   "--batch-size", "--lr", "--label-smoothing", "--clip", "--schedule", "--warmup",
                                   "--bucket-pool", "--precision", "--trim", "--loss-on-padding", "--seed",
-                                  "--grad-reduce"});
+                                  "--grad-reduce", "--shard-optimizer"});
     group_options(c, "Decoding (the held-out samples, and later translate/eval)", {"--pe-quirk"});
     group_options(c, "LM-only (--model lm)", {"--num-kv-heads", "--positions", "--window"});
     group_options(c, "Output", {"--out", "--no-progress", "--keep-checkpoints", "--log-every"});

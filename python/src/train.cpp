@@ -66,7 +66,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
             "embed_size", "epochs", "ffn_num_hiddens", "label_smoothing", "log_every", "loss_on_padding", "lr",
             "max_pairs", "max_src_tokens", "max_steps", "max_tgt_tokens", "min_freq", "n_test", "n_valid",
             "num_blks", "num_heads", "num_hiddens", "num_layers", "num_steps", "pe_quirk", "precision",
-            "schedule", "seed", "shared_vocab", "strict", "subword", "test_pairs", "tie_weights",
+            "schedule", "seed", "shard_optimizer", "shared_vocab", "strict", "subword", "test_pairs", "tie_weights",
             "src_lang", "tgt_lang", "src_file", "tgt_file", "keep_checkpoints",
             "time_budget", "time_budget_s", "trim", "val_every", "val_every_s", "valid_pairs", "vocab_size",
             "warmup", "warmup_steps"};
@@ -75,8 +75,8 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
                                               "' (the names of qkv train's flags, with _ or -)"));
         if (v.is_none()) continue;
         // True is an int to Python: a number setting must not take it (max_steps=True ran 1 step).
-        static const std::set<std::string> switches = {"bidirectional", "loss_on_padding", "pe_quirk", "shared_vocab",
-                                                        "strict", "tie_weights", "trim"};
+        static const std::set<std::string> switches = {"bidirectional", "loss_on_padding", "pe_quirk", "shard_optimizer",
+                                                        "shared_vocab", "strict", "tie_weights", "trim"};
         if (pyb::isinstance<pyb::bool_>(v) && !switches.count(k))
             throw pyb::type_error(detail::str("train: setting '", kv.first.cast<std::string>(),
                                               "' has the wrong type (bool)"));
@@ -123,6 +123,7 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
         else if (k == "seed") o.seed = v.cast<uint64_t>();
         else if (k == "loss_on_padding") o.loss_on_padding = v.cast<bool>();
         else if (k == "schedule") o.schedule = train::parse_schedule(v.cast<std::string>());
+        else if (k == "shard_optimizer") o.shard_optimizer = v.cast<bool>();
         else if (k == "precision") o.precision = parse_precision(v.cast<std::string>(), "precision");
         else if (k == "trim") {
             if (!pyb::isinstance<pyb::str>(v)) o.trim_batches = v.cast<bool>();

@@ -469,6 +469,7 @@ json to_json(const RunConfig& c) {
                   {"precision", precision_name(t.precision)},
                   {"log_every", c.log_every},
                   {"keep_checkpoints", c.keep_checkpoints}};
+    if (t.shard_optimizer) j["train"]["shard_optimizer"] = true;  // written when set: older configs stay as they were
     j["decode"] = {{"max_len", c.decode.max_len},
                    {"beam", c.decode.beam},
                    {"length_penalty", c.decode.length_penalty}};
@@ -603,6 +604,7 @@ RunConfig run_config_from_json(const json& j) {
     get(t, "batch_tokens", c.train.batch_tokens);
     get(t, "val_every_s", c.train.val_every_s);
     if (get(t, "precision", s)) c.train.precision = parse_precision(s, "key 'train.precision'");  // older: fp32
+    get(t, "shard_optimizer", c.train.shard_optimizer);  // older files: false
     get(t, "log_every", c.log_every);  // older files: the default
     get(t, "keep_checkpoints", c.keep_checkpoints);  // older files: 0
 

@@ -105,6 +105,7 @@ void apply_stop_overrides(RunConfig& cfg, const RunOverrides& o) {
     set_if(o.time_budget_s, cfg.train.time_budget_s);
     set_if(o.log_every, cfg.log_every);
     set_if(o.keep_checkpoints, cfg.keep_checkpoints);
+    set_if(o.shard_optimizer, cfg.train.shard_optimizer);
 }
 
 /// Subwords, a shared vocabulary and tying, and the rules that tie them to the preset.

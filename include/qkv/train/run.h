@@ -67,6 +67,7 @@ struct RunOverrides {
     std::optional<optim::LrSchedule> schedule;
     std::optional<bool> trim_batches;      // [--trim on|off]
     std::optional<MatmulPrecision> precision;  // [--precision fp32|bf16]
+    std::optional<bool> shard_optimizer;   // [--shard-optimizer / --no-shard-optimizer]; applies on resume too
 };
 
 /// preset_config(preset, kind) with the overrides and `qkv train`'s rules applied: a warmup schedule
