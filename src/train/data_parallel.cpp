@@ -404,9 +404,8 @@ void ZeroRedundancyAdam::step(double grad_scale) {
     QKV_CHECK(std::isfinite(grad_scale) && grad_scale >= 0,
               "ZeroRedundancyAdam::step: grad_scale must be finite and >= 0, got ", grad_scale);
     NoGradGuard ng;
+    release_state_dict();
     ++steps_;
-    consolidated_.clear();
-    consolidated_step_ = -1;
     AdamStepArgs a;
     a.lr = lr_, a.beta1 = opt_.beta1, a.beta2 = opt_.beta2, a.eps = opt_.eps;
     a.weight_decay = opt_.weight_decay, a.decoupled = opt_.decoupled_weight_decay, a.step = steps_;
@@ -434,9 +433,26 @@ void ZeroRedundancyAdam::step(double grad_scale) {
     }
 }
 
+void ZeroRedundancyAdam::release_state_dict() {
+    // Rank `to`'s pieces are views of the consolidated tensors: each is copied out before its
+    // tensor goes, so the whole state and a copy of this rank's shard never coexist.
+    for (Piece& p : pieces_) {
+        const std::string i = std::to_string(p.index);
+        if (consolidated_.count("exp_avg." + i)) {
+            p.m = p.m.clone();
+            p.v = p.v.clone();
+            consolidated_.erase("exp_avg." + i);
+            consolidated_.erase("exp_avg_sq." + i);
+        }
+    }
+    consolidated_.clear();
+    consolidated_step_ = -1;
+}
+
 void ZeroRedundancyAdam::consolidate_state_dict(int to) {
     QKV_CHECK(to >= 0 && to < comm_->size(), "ZeroRedundancyAdam::consolidate_state_dict: rank ", to,
               " out of range for ", comm_->size(), " ranks");
+    release_state_dict();
     consolidated_ = Optimizer::state_dict();
     if (steps_ > 0) {
         size_t next = 0;  // this rank's next piece
@@ -451,7 +467,12 @@ void ZeroRedundancyAdam::consolidate_state_dict(int to) {
                     std::copy_n(part.data<float>(), part.numel(), w + mine->begin);
                 }
                 comm_->allgather_blocks(std::span<float>(w, size_t(whole.numel())), counts);
-                if (comm_->rank() == to) consolidated_[std::string(kind) + "." + std::to_string(i)] = whole;
+                if (comm_->rank() != to) continue;
+                consolidated_[std::string(kind) + "." + std::to_string(i)] = whole;
+                if (mine) {  // the shard lives on in the whole tensor (released by release_state_dict)
+                    Tensor& part = std::string(kind) == "exp_avg" ? pieces_[next - 1].m : pieces_[next - 1].v;
+                    part = whole.reshape({-1}).slice(0, mine->begin, mine->end);
+                }
             }
         }
     }
@@ -470,8 +491,7 @@ std::map<std::string, Tensor> ZeroRedundancyAdam::state_dict() const {
 
 void ZeroRedundancyAdam::load_state_dict(const std::map<std::string, Tensor>& sd) {
     Optimizer::load_state_dict(sd);
-    consolidated_.clear();
-    consolidated_step_ = -1;
+    release_state_dict();
     for (size_t i = 0; i < params_.size(); ++i)  // every rank checks the whole state
         for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
             const std::string key = std::string(kind) + "." + std::to_string(i);

@@ -639,6 +639,7 @@ void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<Metric
     p.window_sums          = w_sums_;
     p.divergence_reference = div_ref_;
     if (rec_.save(p, model_, *optimizer_)) each_hook([&](TrainHook& h) { h.on_checkpoint(p); });
+    if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get())) zero->release_state_dict();
     if (world_ > 1) rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/true);
 }
 

@@ -154,9 +154,13 @@ public:
     /// rank, all-reduced): grad_clip_factor's norm up to the grouping of that sum. A collective.
     optim::ClipFactor clip_factor(double max_norm) override;
     /// Gathers the whole state onto rank `to` (torch's consolidate_state_dict): every rank must
-    /// call it; then state_dict() on `to` returns it until the next step. Rank `to` holds a whole
-    /// copy of the moments meanwhile; the others one tensor's at a time.
+    /// call it; then state_dict() on `to` returns it until release_state_dict() or the next step.
+    /// Rank `to` then holds the whole moments (its own shard becomes a view of them: Adam's
+    /// unsharded memory, no more); the others one tensor's at a time, during the call.
     void consolidate_state_dict(int to = 0);
+    /// Drops the consolidated state: rank `to` goes back to its shard's memory (copied out one
+    /// tensor at a time). step() and load_state_dict() do it first.
+    void release_state_dict();
     /// optim::Adam's state_dict (keys "step", "exp_avg.<i>", "exp_avg_sq.<i>" of every parameter
     /// once a step was taken), so a checkpoint loads into Adam or into any number of ranks. Throws
     /// qkv::Error unless consolidate_state_dict(to) ran on every rank since the last step and this
