@@ -27,6 +27,12 @@ public:
     void allreduce_sum(std::span<double>) override {}
     void allreduce_sum(std::span<int64_t>) override {}
     std::vector<std::string> allgather(const std::string& s) override { return {s}; }
+    void reduce_scatter_sum(std::span<float> data, std::span<const int64_t> counts) override {
+        check_block_counts(*this, data.size(), counts, "reduce_scatter_sum");
+    }
+    void allgather_blocks(std::span<float> data, std::span<const int64_t> counts) override {
+        check_block_counts(*this, data.size(), counts, "allgather_blocks");
+    }
     void barrier() override {}
     [[noreturn]] void abort(const std::string& message, int code) override {
         std::fprintf(stderr, "qkv: %s\n", message.c_str());
@@ -49,6 +55,33 @@ double timeout_from_env() {
 }  // namespace
 
 std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
+
+int64_t check_block_counts(const Communicator& comm, size_t n, std::span<const int64_t> counts, const char* who) {
+    QKV_CHECK(counts.size() == static_cast<size_t>(comm.size()), who, ": ", counts.size(), " block counts for ",
+              comm.size(), " ranks");
+    int64_t total = 0, offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+        QKV_CHECK(counts[r] >= 0, who, ": block count ", counts[r], " of rank ", r, " is negative");
+        if (static_cast<int>(r) == comm.rank()) offset = total;
+        total += counts[r];
+    }
+    QKV_CHECK(total == static_cast<int64_t>(n), who, ": the block counts sum to ", total, ", the data has ", n,
+              " elements");
+    return offset;
+}
+
+void Communicator::reduce_scatter_sum(std::span<float> data, std::span<const int64_t> counts) {
+    check_block_counts(*this, data.size(), counts, "reduce_scatter_sum");
+    allreduce_sum(data);
+}
+
+void Communicator::allgather_blocks(std::span<float> data, std::span<const int64_t> counts) {
+    const int64_t offset = check_block_counts(*this, data.size(), counts, "allgather_blocks");
+    const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(rank())]);
+    std::fill(data.begin(), data.begin() + offset, 0.f);
+    std::fill(data.begin() + offset + static_cast<std::ptrdiff_t>(mine), data.end(), 0.f);
+    allreduce_sum(data);
+}
 
 void Communicator::set_recovery_hint(std::string prefix, std::string resume_command) {
     std::lock_guard<std::mutex> lock(note_mu_);

@@ -201,6 +201,32 @@ public:
         return out;
     }
 
+    void reduce_scatter_sum(std::span<float> data, std::span<const int64_t> counts) override {
+        const int64_t offset = check_block_counts(*this, data.size(), counts, "reduce_scatter_sum");
+        QKV_CHECK(data.size() <= static_cast<size_t>(INT32_MAX), "reduce_scatter_sum: ", data.size(),
+                  " elements is too many");
+        std::vector<int> recv(counts.begin(), counts.end());
+        const size_t mine = static_cast<size_t>(recv[static_cast<size_t>(rank_)]);
+        // Out of place: MPI_IN_PLACE would leave the block at the start of the buffer.
+        scatter_out_.resize(std::max<size_t>(mine, 1));
+        run("reduce_scatter", data.size(), [&] {
+            return MPI_Reduce_scatter(data.data(), scatter_out_.data(), recv.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        });
+        std::copy_n(scatter_out_.begin(), mine, data.begin() + offset);
+    }
+
+    void allgather_blocks(std::span<float> data, std::span<const int64_t> counts) override {
+        check_block_counts(*this, data.size(), counts, "allgather_blocks");
+        QKV_CHECK(data.size() <= static_cast<size_t>(INT32_MAX), "allgather_blocks: ", data.size(),
+                  " elements is too many");
+        std::vector<int> recv(counts.begin(), counts.end()), displs(recv.size());
+        for (size_t r = 1; r < recv.size(); ++r) displs[r] = displs[r - 1] + recv[r - 1];
+        run("allgather_blocks", data.size(), [&] {
+            return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), recv.data(), displs.data(),
+                                  MPI_FLOAT, MPI_COMM_WORLD);
+        });
+    }
+
     void barrier() override { run("barrier", 0, [&] { return MPI_Barrier(MPI_COMM_WORLD); }); }
 
     [[noreturn]] void abort(const std::string& message, int code) override {
@@ -479,6 +505,7 @@ private:
     }
 
     int rank_ = 0, size_ = 1;
+    std::vector<float> scatter_out_;  // reduce_scatter_sum's block, reused
     MPI_Comm notes_ = MPI_COMM_NULL;
     std::deque<std::pair<MPI_Request, std::unique_ptr<int64_t>>> notes_out_;
     std::vector<int64_t> arrived_;

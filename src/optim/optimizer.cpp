@@ -43,6 +43,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const std::string& n
     check_distinct(name, params_);
 }
 
+ClipFactor Optimizer::clip_factor(double max_norm) { return grad_clip_factor(params_, max_norm); }
+
 void Optimizer::zero_grad() {
     for (Tensor& p : params_) p.reset_grad();
 }

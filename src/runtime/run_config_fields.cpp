@@ -25,6 +25,7 @@ constexpr FieldRange any() { return {}; }
 
 bool subword_run(const RunConfig& c) { return c.data.subword != data::SubwordKind::none; }
 bool file_pair(const RunConfig& c) { return !c.data.src_file.empty(); }  // written as a pair
+bool sharded_run(const RunConfig& c) { return c.train.shard_optimizer; }  // older files stay as they were
 
 const FieldChoice kArchitecture{{"transformer", "bahdanau"},
                                 [](const RunConfig& c) -> std::string { return model_kind_name(c.architecture); },
@@ -212,6 +213,13 @@ constexpr ConfigField kFields[] = {
              "on AMD, else the fp32 GEMM on rounded operands), attention likewise; weights, optimizer state, "
              "softmax, layer norm and the loss stay fp32 (qkv --version shows the bf16 path)",
      .group = "Training"},
+    {.key = "train.shard_optimizer", .type = T::boolean, .range = any(),
+     .member = QKV_MEMBER(train.shard_optimizer), .flag = "--shard-optimizer,!--no-shard-optimizer",
+     .flag_kind = K::negatable, .python = "shard_optimizer",
+     .help = "under mpirun: each rank keeps Adam's moments for 1/N of the parameters only (ZeRO stage 1; same "
+             "losses up to fp32 reordering); applies on --resume too (a sharded checkpoint resumes on any number "
+             "of ranks, sharded or not)",
+     .group = "Training", .on_resume = R::apply, .applies = sharded_run},
     {.key = "train.trim_batches", .type = T::boolean, .range = any(), .member = QKV_MEMBER(train.trim_batches),
      .flag = "--trim", .flag_kind = K::on_off, .python = "trim",
      .help = "on|off: cut each batch to its longest pair (masked loss only; same loss, less padding computed; "

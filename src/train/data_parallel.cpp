@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -12,6 +13,7 @@
 
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/error.h"
+#include "qkv/ops/optim_step.h"
 
 namespace qkv::train {
 
@@ -154,6 +156,28 @@ void GradientReducer::fill(const Bucket& b, float scale) {
     }
 }
 
+void GradientReducer::reduce(size_t offset, size_t count) {
+    const std::span<float> data(flat_.data() + offset, count);
+    if (shards_.empty()) {
+        comm_->allreduce_sum(data);
+        return;
+    }
+    // Rank r receives the part of [offset, offset + count) inside its shard.
+    std::vector<int64_t> counts(static_cast<size_t>(comm_->size()));
+    const int64_t lo = static_cast<int64_t>(offset), hi = static_cast<int64_t>(offset + count);
+    for (size_t r = 0; r < counts.size(); ++r)
+        counts[r] = std::max<int64_t>(0, std::min(hi, shards_[r + 1]) - std::max(lo, shards_[r]));
+    comm_->reduce_scatter_sum(data, counts);
+}
+
+void GradientReducer::set_shards(std::vector<int64_t> bounds) {
+    QKV_CHECK(bounds.size() == static_cast<size_t>(comm_->size()) + 1 && bounds.front() == 0 &&
+                  bounds.back() == static_cast<int64_t>(flat_.size()) && std::is_sorted(bounds.begin(), bounds.end()),
+              "GradientReducer::set_shards: expected ", comm_->size() + 1, " ascending offsets from 0 to ",
+              flat_.size(), " (the parameters' elements), got ", bounds.size());
+    shards_ = std::move(bounds);
+}
+
 void GradientReducer::write_back_grads() {
     for (size_t k = 0; k < params_.size(); ++k) {
         const size_t n = static_cast<size_t>(params_[k].numel());
@@ -177,7 +201,7 @@ void GradientReducer::comm_loop() {
                 const float scale = t.scale;
                 lock.unlock();
                 fill(b, scale);
-                comm_->allreduce_sum(std::span<float>(flat_.data() + b.offset, b.count));
+                reduce(b.offset, b.count);
                 lock.lock();
             }
         } catch (...) {
@@ -267,10 +291,226 @@ void GradientReducer::sync(double local_weight, double global_weight, std::span<
     const float scale = static_cast<float>(local_weight / global_weight);
     for (const Bucket& b : buckets_) fill(b, scale);
     auto t0 = std::chrono::steady_clock::now();
-    comm_->allreduce_sum(std::span<float>(flat_));
+    reduce(0, flat_.size());
     if (!scalars.empty()) comm_->allreduce_sum(scalars);
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_back_grads();
+}
+
+// ---- ZeRO stage 1 ----
+
+std::vector<int64_t> zero_shard_bounds(std::span<const int64_t> numels, int size, int64_t align) {
+    QKV_CHECK(size >= 1, "zero_shard_bounds: size must be >= 1, got ", size);
+    QKV_CHECK(align >= 1, "zero_shard_bounds: align must be >= 1, got ", align);
+    std::vector<int64_t> start(numels.size() + 1, 0);
+    for (size_t i = 0; i < numels.size(); ++i) {
+        QKV_CHECK(numels[i] >= 0, "zero_shard_bounds: parameter ", i, " has ", numels[i], " elements");
+        start[i + 1] = start[i] + numels[i];
+    }
+    const int64_t total = start.back();
+    std::vector<int64_t> bounds(static_cast<size_t>(size) + 1, total);
+    bounds[0] = 0;
+    for (int r = 1; r < size; ++r) {
+        // The even split, floor(total · r / size) without overflow, then down to an aligned
+        // element of its tensor.
+        const int64_t even = total / size * r + total % size * r / size;
+        const size_t i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), even) - start.begin()) - 1;
+        const int64_t at = i < numels.size() ? start[i] + (even - start[i]) / align * align : total;
+        bounds[static_cast<size_t>(r)] = std::max(bounds[static_cast<size_t>(r) - 1], at);
+    }
+    return bounds;
+}
+
+namespace {
+/// Elements all-gathered in one collective (4 MiB of fp32, the gradient buckets' size); a larger
+/// parameter is gathered alone, in place.
+constexpr int64_t kGatherElements = int64_t{1} << 20;
+
+std::vector<int64_t> numels_of(const std::vector<Tensor>& params) {
+    std::vector<int64_t> n;
+    for (const Tensor& p : params) n.push_back(p.numel());
+    return n;
+}
+}  // namespace
+
+ZeroRedundancyAdam::ZeroRedundancyAdam(std::vector<Tensor> params, std::shared_ptr<dist::Communicator> comm,
+                                       double lr, optim::AdamOptions opt)
+    : Optimizer(std::move(params), lr, "ZeroRedundancyAdam"), comm_(std::move(comm)), opt_(opt) {
+    QKV_CHECK(comm_ != nullptr, "ZeroRedundancyAdam: no communicator");
+    QKV_CHECK(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1,
+              "ZeroRedundancyAdam: betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
+    QKV_CHECK(opt.eps >= 0, "ZeroRedundancyAdam: eps must be >= 0, got ", opt.eps);
+    for (size_t i = 0; i < params_.size(); ++i)
+        QKV_CHECK(params_[i].dtype() == DType::f32, "ZeroRedundancyAdam: parameter ", i, " is ",
+                  dtype_name(params_[i].dtype()), ", expected float32");
+    const std::vector<int64_t> numels = numels_of(params_);
+    bounds_ = zero_shard_bounds(numels, comm_->size());
+    const int64_t mine0 = bounds_[static_cast<size_t>(comm_->rank())];
+    const int64_t mine1 = bounds_[static_cast<size_t>(comm_->rank()) + 1];
+    int64_t off = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        offset_of_.push_back(off);
+        const int64_t b = std::max(mine0, off), e = std::min(mine1, off + numels[i]);
+        if (b < e)
+            pieces_.push_back({i, b - off, e - off, zeros({e - b}, DType::f32), zeros({e - b}, DType::f32)});
+        off += numels[i];
+    }
+    offset_of_.push_back(off);
+    // Consecutive parameters up to kGatherElements share one all-gather through gather_buf_.
+    int64_t largest = 0;
+    for (size_t i = 0; i < params_.size();) {
+        size_t j = i + 1;
+        while (j < params_.size() && offset_of_[j + 1] - offset_of_[i] <= kGatherElements) ++j;
+        gather_groups_.emplace_back(i, j);
+        if (j > i + 1) largest = std::max(largest, offset_of_[j] - offset_of_[i]);
+        i = j;
+    }
+    gather_buf_.resize(static_cast<size_t>(largest));
+}
+
+std::vector<int64_t> ZeroRedundancyAdam::block_counts(int64_t begin, int64_t end) const {
+    std::vector<int64_t> counts(static_cast<size_t>(comm_->size()));
+    for (size_t r = 0; r < counts.size(); ++r)
+        counts[r] = std::max<int64_t>(0, std::min(end, bounds_[r + 1]) - std::max(begin, bounds_[r]));
+    return counts;
+}
+
+int64_t ZeroRedundancyAdam::state_bytes() const {
+    int64_t n = 0;
+    for (const Piece& p : pieces_) n += p.m.numel() + p.v.numel();
+    return n * int64_t(sizeof(float));
+}
+
+int64_t ZeroRedundancyAdam::total_state_bytes() const { return 2 * offset_of_.back() * int64_t(sizeof(float)); }
+
+optim::ClipFactor ZeroRedundancyAdam::clip_factor(double max_norm) {
+    QKV_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm must be finite and > 0, got ",
+              max_norm);
+    NoGradGuard ng;
+    std::vector<Tensor> grads;
+    for (const Piece& p : pieces_) {
+        const Tensor g = params_[p.index].grad();
+        if (g.defined()) grads.push_back(g.contiguous().reshape({-1}).slice(0, p.begin, p.end));
+    }
+    double total = sum_of_squares(grads);
+    comm_->allreduce_sum(std::span<double>(&total, 1));
+    const double norm = std::sqrt(total);
+    QKV_CHECK(std::isfinite(norm), "clip_grad_norm: the gradient norm is ", norm,
+              " (a NaN or inf gradient; lower the learning rate or check the inputs)");
+    return {norm, norm > max_norm && norm > 0 ? max_norm / norm : 1.0};
+}
+
+void ZeroRedundancyAdam::step(double grad_scale) {
+    QKV_CHECK(std::isfinite(grad_scale) && grad_scale >= 0,
+              "ZeroRedundancyAdam::step: grad_scale must be finite and >= 0, got ", grad_scale);
+    NoGradGuard ng;
+    release_state_dict();
+    ++steps_;
+    AdamStepArgs a;
+    a.lr = lr_, a.beta1 = opt_.beta1, a.beta2 = opt_.beta2, a.eps = opt_.eps;
+    a.weight_decay = opt_.weight_decay, a.decoupled = opt_.decoupled_weight_decay, a.step = steps_;
+    a.grad_scale = grad_scale;
+    for (Piece& p : pieces_) {
+        const Tensor g = params_[p.index].grad();
+        if (!g.defined()) continue;
+        Tensor param = params_[p.index].reshape({-1}).slice(0, p.begin, p.end);
+        adam_step_(param, g.contiguous().reshape({-1}).slice(0, p.begin, p.end), p.m, p.v, a);
+    }
+    // Every rank's shard to every rank: one parameter in place, or a group through the buffer.
+    for (const auto& [i, j] : gather_groups_) {
+        const int64_t b = offset_of_[i], e = offset_of_[j];
+        const std::vector<int64_t> counts = block_counts(b, e);
+        if (j == i + 1) {
+            comm_->allgather_blocks(std::span<float>(params_[i].data<float>(), size_t(e - b)), counts);
+            continue;
+        }
+        float* buf = gather_buf_.data();
+        for (size_t k = i; k < j; ++k)
+            std::copy_n(params_[k].data<float>(), params_[k].numel(), buf + (offset_of_[k] - b));
+        comm_->allgather_blocks(std::span<float>(buf, size_t(e - b)), counts);
+        for (size_t k = i; k < j; ++k)
+            std::copy_n(buf + (offset_of_[k] - b), params_[k].numel(), params_[k].data<float>());
+    }
+}
+
+void ZeroRedundancyAdam::release_state_dict() {
+    // Rank `to`'s pieces are views of the consolidated tensors: each is copied out before its
+    // tensor goes, so the whole state and a copy of this rank's shard never coexist.
+    for (Piece& p : pieces_) {
+        const std::string i = std::to_string(p.index);
+        if (consolidated_.count("exp_avg." + i)) {
+            p.m = p.m.clone();
+            p.v = p.v.clone();
+            consolidated_.erase("exp_avg." + i);
+            consolidated_.erase("exp_avg_sq." + i);
+        }
+    }
+    consolidated_.clear();
+    consolidated_step_ = -1;
+}
+
+void ZeroRedundancyAdam::consolidate_state_dict(int to) {
+    QKV_CHECK(to >= 0 && to < comm_->size(), "ZeroRedundancyAdam::consolidate_state_dict: rank ", to,
+              " out of range for ", comm_->size(), " ranks");
+    release_state_dict();
+    consolidated_ = Optimizer::state_dict();
+    if (steps_ > 0) {
+        size_t next = 0;  // this rank's next piece
+        for (size_t i = 0; i < params_.size(); ++i) {
+            const Piece* mine = next < pieces_.size() && pieces_[next].index == i ? &pieces_[next++] : nullptr;
+            const std::vector<int64_t> counts = block_counts(offset_of_[i], offset_of_[i + 1]);
+            for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+                Tensor whole = Tensor::empty(params_[i].shape(), DType::f32);
+                float* w = whole.data<float>();
+                if (mine) {
+                    const Tensor& part = std::string(kind) == "exp_avg" ? mine->m : mine->v;
+                    std::copy_n(part.data<float>(), part.numel(), w + mine->begin);
+                }
+                comm_->allgather_blocks(std::span<float>(w, size_t(whole.numel())), counts);
+                if (comm_->rank() != to) continue;
+                consolidated_[std::string(kind) + "." + std::to_string(i)] = whole;
+                if (mine) {  // the shard lives on in the whole tensor (released by release_state_dict)
+                    Tensor& part = std::string(kind) == "exp_avg" ? pieces_[next - 1].m : pieces_[next - 1].v;
+                    part = whole.reshape({-1}).slice(0, mine->begin, mine->end);
+                }
+            }
+        }
+    }
+    if (comm_->rank() != to) consolidated_.clear();
+    consolidated_step_ = steps_;
+    consolidated_to_   = to;
+}
+
+std::map<std::string, Tensor> ZeroRedundancyAdam::state_dict() const {
+    QKV_CHECK(consolidated_step_ == steps_ && consolidated_to_ == comm_->rank(),
+              "ZeroRedundancyAdam::state_dict: rank ", comm_->rank(),
+              " has no whole state of this step; call consolidate_state_dict(", comm_->rank(),
+              ") on every rank first");
+    return consolidated_;
+}
+
+void ZeroRedundancyAdam::load_state_dict(const std::map<std::string, Tensor>& sd) {
+    Optimizer::load_state_dict(sd);
+    release_state_dict();
+    for (size_t i = 0; i < params_.size(); ++i)  // every rank checks the whole state
+        for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+            const std::string key = std::string(kind) + "." + std::to_string(i);
+            auto it = sd.find(key);
+            QKV_CHECK(it == sd.end() || it->second.shape() == params_[i].shape(), "optimizer: state '", key,
+                      "' has shape ", it->second.shape(), ", parameter has ", params_[i].shape());
+        }
+    for (Piece& p : pieces_)
+        for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+            Tensor& part = std::string(kind) == "exp_avg" ? p.m : p.v;
+            const std::string key = std::string(kind) + "." + std::to_string(p.index);
+            auto it = sd.find(key);
+            if (it == sd.end()) {
+                std::fill_n(part.data<float>(), part.numel(), 0.f);
+                continue;
+            }
+            const Tensor whole = it->second.to(DType::f32).contiguous();
+            std::copy_n(whole.data<float>() + p.begin, p.end - p.begin, part.data<float>());
+        }
 }
 
 }  // namespace qkv::train

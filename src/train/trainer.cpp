@@ -212,7 +212,9 @@ private:
     int rank_ = 0, world_ = 1;
     std::unique_ptr<GradientReducer> reducer_;
     bool agreed_interrupt_ = false;
+    int64_t consolidated_step_ = -1;  // the last step a sharded Adam's state was gathered for a checkpoint
     double data_parallel_step(const data::Batch& global, Seq2SeqLoss& l);
+    int64_t optimizer_state_bytes() const;
     void check_ranks_agree();
 };
 
@@ -229,6 +231,28 @@ data::BatcherOptions train_batcher_options(const TrainOptions& o) {
 }
 }  // namespace
 
+namespace {
+/// The caller's optimizer, else Adam: sharded over the ranks (ZeroRedundancyAdam) with
+/// shard_optimizer in a data-parallel run.
+std::shared_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const TrainRuntime& rt,
+                                                 const std::vector<Tensor>& params,
+                                                 const std::shared_ptr<optim::Optimizer>& given) {
+    if (given) {
+        QKV_CHECK(!o.shard_optimizer, "Trainer: shard_optimizer shards the default Adam; a caller's optimizer "
+                                      "(set_optimizer) is not sharded");
+        return given;
+    }
+    if (o.shard_optimizer && rt.comm && rt.comm->size() > 1) {
+        optim::AdamOptions ao;
+        ao.beta1 = o.adam_beta1;
+        ao.beta2 = o.adam_beta2;
+        ao.eps   = o.adam_eps;
+        return std::make_shared<ZeroRedundancyAdam>(params, rt.comm, o.lr, ao);
+    }
+    return make_adam(params, o);
+}
+}  // namespace
+
 StepLoop::StepLoop(Trainer& t)
     : t_(t),
       model_(t.model_),
@@ -236,7 +260,7 @@ StepLoop::StepLoop(Trainer& t)
       rt_(t.rt_),
       rec_(t.rt_.out_dir, t.rt_.log, t.rt_.checkpoint_metadata, !t.rt_.comm || t.rt_.comm->rank() == 0,
            t.rt_.keep_checkpoints),
-      optimizer_(t.optimizer_ ? t.optimizer_ : std::shared_ptr<optim::Optimizer>(make_adam(t.model_.parameters(), t.opt_))),
+      optimizer_(make_optimizer(t.opt_, t.rt_, t.model_.parameters(), t.optimizer_)),
       params_(t.model_.parameters()),
       batcher_(t.train_, train_batcher_options(t.opt_)),
       nb_(batcher_.num_batches()) {
@@ -271,6 +295,12 @@ void StepLoop::start() {
     w_sums_        = prog_.window_sums;
     div_ref_       = prog_.divergence_reference;  // a fresh run's is step 1's loss
     uniform_loss_  = std::log(double(model_.tgt_vocab_size()));
+    if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get()); zero && rt_.log && rank_ == 0) {
+        std::fprintf(rt_.log, "optimizer state: %.2f MiB per rank (sharded over %d; %.2f MiB unsharded)\n",
+                     double(zero->state_bytes()) / 1048576.0, world_, double(zero->total_state_bytes()) / 1048576.0);
+        std::fflush(rt_.log);
+    }
+    consolidated_step_ = rt_.resume ? prog_.step : -1;
     if (world_ > 1) {
         // Every rank starts from rank 0's parameters (the same seed gives the same ones; the
         // broadcast makes it so whatever happened before) and draws its own dropout masks.
@@ -281,6 +311,7 @@ void StepLoop::start() {
             rt_.comm->note_checkpoint(rec_.checkpoint_path(), prog_.step,
                                       /*written=*/true);
         reducer_ = std::make_unique<GradientReducer>(rt_.comm, params_, rt_.reduce);
+        if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get())) reducer_->set_shards(zero->bounds());
         reducer_->broadcast_parameters();
         Generator& g = default_generator();
         const uint64_t offset = g.offset();
@@ -302,8 +333,17 @@ TrainResult StepLoop::run() {
     res_.train_seconds = train_seconds_;
     res_.tokens_per_s  = run_seconds_ > 0 ? double(run_tokens_) / run_seconds_ : 0;
     res_.comm_seconds  = reducer_ ? reducer_->comm_seconds() : 0.0;
+    res_.optimizer_state_bytes = optimizer_state_bytes();
     model_.eval();
     return res_;
+}
+
+int64_t StepLoop::optimizer_state_bytes() const {
+    if (auto* zero = dynamic_cast<const ZeroRedundancyAdam*>(optimizer_.get())) return zero->state_bytes();
+    int64_t n = 0;
+    for (const auto& [name, t] : optimizer_->state_dict())
+        if (name != "step") n += t.numel() * int64_t(dtype_size(t.dtype()));
+    return n;
 }
 
 // Ranks that would train different things are refused before anything is written or trained:
@@ -322,7 +362,7 @@ void StepLoop::check_ranks_agree() {
                     ", loss_on_padding ", opt_.loss_on_padding, ", schedule ", int(opt_.schedule), ", warmup ",
                     opt_.warmup_steps, ", seed ", opt_.seed, ", time_budget_s ", opt_.time_budget_s,
                     ", val_every_s ", opt_.val_every_s, ", trim ", opt_.trim_batches, ", bucket_pool ",
-                    opt_.bucket_pool, ", resume ", rt_.resume));
+                    opt_.bucket_pool, ", resume ", rt_.resume, ", shard_optimizer ", opt_.shard_optimizer));
     std::string shapes;
     for (const auto& [name, p] : model_.named_parameters()) shapes += detail::str(name, p.shape(), ";");
     dist::check_same_on_all_ranks(*rt_.comm, "the model",
@@ -446,7 +486,7 @@ double StepLoop::train_step(int64_t epoch, int64_t b, RunningSums& ep) {
     if (t_.sync_) t_.sync_->on_gradients_ready(params_);
     // Clipping folded into the update: one pass over the gradients fewer (≈1 % of an anchor
     // step), the same parameters bit for bit.
-    opt.step(opt_.clip_norm > 0 ? optim::grad_clip_factor(params_, opt_.clip_norm).scale : 1.0);
+    opt.step(opt_.clip_norm > 0 ? opt.clip_factor(opt_.clip_norm).scale : 1.0);
     if (world_ == 1) loss = l.loss.item();
     QKV_CHECK(std::isfinite(loss), "train: the loss is ", loss, " at step ", step_ + 1, " (lower the learning rate)");
     ++step_;
@@ -578,6 +618,13 @@ void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<Metric
     // The other ranks know rank 0 is writing this step (the communicator's line for a lost rank).
     if (world_ > 1 && !rt_.out_dir.empty() && !rec_.active())
         rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/false);
+    // A sharded Adam's state is gathered onto rank 0, which writes it whole (every rank takes
+    // part; the same steps as RunRecorder::save writes: one per step, none of the resumed step).
+    if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get());
+        zero && !rt_.out_dir.empty() && step_ != consolidated_step_) {
+        zero->consolidate_state_dict(0);
+        consolidated_step_ = step_;
+    }
     if (!rec_.active()) return;
     TrainingProgress p;
     p.epoch                = epoch;
@@ -592,6 +639,7 @@ void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<Metric
     p.window_sums          = w_sums_;
     p.divergence_reference = div_ref_;
     if (rec_.save(p, model_, *optimizer_)) each_hook([&](TrainHook& h) { h.on_checkpoint(p); });
+    if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get())) zero->release_state_dict();
     if (world_ > 1) rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/true);
 }
 

@@ -6,11 +6,13 @@
 //   grad_sync    GradientReducer on a tiny Transformer's shares of one batch: overlapped and
 //                after-backward reductions give the same gradients (bitwise with 2 ranks), equal
 //                to the whole batch's gradient computed in one process
-//   train DIR STEPS RESUME OVERLAP DROPOUT
+//   train DIR STEPS RESUME OVERLAP DROPOUT [SHARD]
 //                a tiny Transformer trained data-parallel (Trainer with TrainRuntime::comm) to
-//                STEPS steps into DIR (RESUME 1: from DIR's checkpoint); rank 0 prints
-//                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes;
-//                SIGINT/SIGTERM stop it at a step boundary, as qkv train
+//                STEPS steps into DIR (RESUME 1: from DIR's checkpoint; SHARD 1: Adam's state
+//                sharded over the ranks, TrainOptions::shard_optimizer); rank 0 prints
+//                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes,
+//                every rank "rank R optimizer state B of T bytes" (its moments, Adam's whole) on
+//                stderr; SIGINT/SIGTERM stop it at a step boundary, as qkv train
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
 //                must stop by itself (MPI_Abort) with a message naming rank 1
 #include <algorithm>
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
         o.epochs = std::max<int64_t>(100, o.max_steps);
         o.batch_size = 5;  // 8 pairs: batches of 5 and 3, so shares differ in size
         o.val_batch_size = 3;  // validation batches of 3, 3 and 2: rank 0 of 2 gets two, rank 1 one
+        o.shard_optimizer = argc > 7 && std::string(argv[7]) == "1";
         train::TrainRuntime rt;
         rt.out_dir = argv[2];
         rt.resume = std::string(argv[4]) == "1";
@@ -187,6 +190,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         w->barrier();  // rank 0's lines first
         std::fprintf(stderr, "rank %d evaluated %lld validation batches\n", r, (long long)t.eval_batches());
+        int64_t whole = 0;  // Adam's moments, unsharded: 2 fp32 per parameter element
+        for (const Tensor& p : m.parameters()) whole += 2 * p.numel() * int64_t(sizeof(float));
+        std::fprintf(stderr, "rank %d optimizer state %lld of %lld bytes\n", r, (long long)res.optimizer_state_bytes,
+                     (long long)whole);
         return 0;
     }
     if (mode == "hang") {

@@ -1,7 +1,7 @@
 #pragma once
 // Communication between the processes of a data-parallel run (one model, N processes, each on a
 // share of every global batch; PyTorch DDP, Marian's multi-node training). The interface is the
-// five collectives data parallelism needs; the MPI implementation runs them on Open MPI, the
+// collectives data parallelism needs; the MPI implementation runs them on Open MPI, the
 // single-process one is the identity, so code written against Communicator runs unchanged with
 // or without `mpirun`.
 //
@@ -46,6 +46,21 @@ public:
     virtual void allreduce_sum(std::span<int64_t> data) = 0;
     /// Returns every rank's `s`, indexed by rank (strings may differ in length).
     virtual std::vector<std::string> allgather(const std::string& s) = 0;
+
+    // ---- Sharded data (ZeRO, train/data_parallel.h ZeroRedundancyAdam) ----
+    // `counts` (size() entries, >= 0, summing to data.size(), the same on every rank) cuts `data`
+    // into blocks in rank order: rank r's block is [offset(r), offset(r) + counts[r]), offset(r) =
+    // counts[0] + ... + counts[r-1]. Both throw qkv::Error on counts that do not fit.
+    /// Reduce-scatter (MPI_Reduce_scatter): rank r's block of `data` becomes the element-wise sum
+    /// over ranks of that block; the rest of `data` is unspecified afterwards. The sum is the same
+    /// kind of fixed-order sum as allreduce_sum (bitwise equal to it with 2 ranks: a + b = b + a).
+    /// The base implementation all-reduces the whole of `data` (a communicator without a native
+    /// one); the MPI one moves 1/N of it per rank.
+    virtual void reduce_scatter_sum(std::span<float> data, std::span<const int64_t> counts);
+    /// All-gather in place (MPI_Allgatherv, MPI_IN_PLACE): every rank's `data` receives rank r's
+    /// block from rank r, for every r; this rank's own block is kept. The base implementation
+    /// zeroes the other blocks and all-reduces (exact: x + 0 = x).
+    virtual void allgather_blocks(std::span<float> data, std::span<const int64_t> counts);
     /// Returns once every rank has called it.
     virtual void barrier() = 0;
     /// Ends every process of the job with exit code `code` after printing `message` (prefixed

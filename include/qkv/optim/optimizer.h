@@ -10,6 +10,11 @@
 
 namespace qkv::optim {
 
+struct ClipFactor {
+    double norm;   // ‖g‖, the global L2 norm before clipping
+    double scale;  // max_norm / ‖g‖ when ‖g‖ > max_norm, else 1
+};
+
 class Optimizer {
 public:
     /// Takes the parameters to update (handles: the updates land in the caller's tensors). `name`
@@ -28,6 +33,9 @@ public:
     /// bit for bit as clip_grad_norm(params, c) followed by step() does, without a separate
     /// pass over the gradients. Throws qkv::Error when grad_scale is negative, NaN or infinite.
     virtual void step(double grad_scale = 1.0) = 0;
+    /// grad_clip_factor(params(), max_norm) (below): what step(.scale) clips by. A sharded
+    /// optimizer (train::ZeroRedundancyAdam) takes the norm over every rank's shard instead.
+    virtual ClipFactor clip_factor(double max_norm);
     /// Drops every parameter's .grad (PyTorch's set_to_none=True).
     void zero_grad();
     double lr() const { return lr_; }
@@ -95,10 +103,6 @@ private:
 /// same tensor as parameter 0 (listed twice)", as the optimizers say; it would count twice).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
-struct ClipFactor {
-    double norm;   // ‖g‖, the global L2 norm before clipping
-    double scale;  // max_norm / ‖g‖ when ‖g‖ > max_norm, else 1
-};
 /// The norm and the factor clip_grad_norm(params, max_norm) would scale the gradients by,
 /// without touching them; pass .scale to Optimizer::step to fold the clipping into the update.
 /// Throws as clip_grad_norm does (a norm that is not finite; max_norm not finite and > 0; a tensor

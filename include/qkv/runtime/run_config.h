@@ -50,6 +50,10 @@ struct TrainOptions {
     /// accumulation (ops/precision.h) during fit() and evaluate_loss(); parameters, gradients,
     /// Adam state, softmax, layer norm and the loss stay fp32, checkpoints fp32.
     MatmulPrecision precision = MatmulPrecision::fp32;
+    /// Data-parallel runs: Adam's moments sharded over the ranks (ZeRO stage 1,
+    /// train::ZeroRedundancyAdam): each rank keeps 1/N of them; the same losses up to fp32
+    /// reordering. Ignored by one process. Checkpoints hold the whole state either way.
+    bool shard_optimizer = false;
 };
 
 

@@ -92,6 +92,9 @@ struct TrainResult {
     /// Data-parallel: seconds this rank's training thread waited for the gradient reduction (with
     /// overlap, what backward did not hide), in this call; 0 for one process.
     double comm_seconds = 0;
+    /// Bytes of optimizer state (moments, momentum buffers) this process holds at the end: Adam's
+    /// 8 per parameter element, a sharded Adam's (TrainOptions::shard_optimizer) its shard's.
+    int64_t optimizer_state_bytes = 0;
 };
 
 /// Steps in a divergence-check window. Trainer::fit warns once per call (on TrainRuntime::log, a
