@@ -184,6 +184,25 @@ void write_attention_json(const std::string& path, const runtime::ModelDir& m, c
     util::write_file_atomic(path, j.dump() + "\n");
 }
 
+/// The decoding settings: the flags given, else config.json's decode section.
+runtime::TranslateOptions translate_options(const TranslateArgs& a, const runtime::ModelDir& m) {
+    runtime::TranslateOptions to;
+    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
+    // --sampling draws one translation: without --beam it does not take config.json's beam
+    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
+    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
+    to.batch_size     = a.batch;
+    to.no_unk         = a.no_unk;
+    to.num_hypotheses = a.num_hypotheses;
+    if (to.num_hypotheses > to.beam)
+        throw CLI::ValidationError(detail::str("--num-hypotheses ", to.num_hypotheses, " needs --beam >= ",
+                                               to.num_hypotheses, " (the n-best come from the beam), got ", to.beam));
+    apply_decode_flags(a.decode, to, m);
+    to.attention = a.alignments || !a.attention_json.empty();
+    to.scores    = a.scores;
+    return to;
+}
+
 void run(const TranslateArgs& a) {
     const runtime::ComputeType compute_type = runtime::parse_compute_type(a.decode.compute_type);
     const bool int8 = compute_type == runtime::ComputeType::int8;
@@ -219,20 +238,7 @@ void run(const TranslateArgs& a) {
                                                  : "--prefix";
     const Rows rows = tokenize_lines(lines, unit, m, split, whole_note);
     const auto& src    = rows.src;
-    runtime::TranslateOptions to;
-    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    // --sampling draws one translation: without --beam it does not take config.json's beam
-    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
-    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
-    to.batch_size     = a.batch;
-    to.no_unk         = a.no_unk;
-    to.num_hypotheses = a.num_hypotheses;
-    if (to.num_hypotheses > to.beam)
-        throw CLI::ValidationError(detail::str("--num-hypotheses ", to.num_hypotheses, " needs --beam >= ",
-                                               to.num_hypotheses, " (the n-best come from the beam), got ", to.beam));
-    apply_decode_flags(a.decode, to, m);
-    to.attention = a.alignments || !a.attention_json.empty();
-    to.scores    = a.scores;
+    runtime::TranslateOptions to = translate_options(a, m);
     // Output streams in input order as decoder batches finish: line i is printed once every line
     // before it is (batches are length sorted, so a short late line waits for the long ones).
     // With --num-hypotheses > 1 or --scores: Moses n-best lines "i ||| translation ||| log P |||

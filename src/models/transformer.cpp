@@ -17,6 +17,17 @@ namespace qkv::models {
 
 namespace {
 
+/// D2L's encoder and decoder stacks: "embedding", "pos_encoding", then "blks.0" ... blocks,
+/// registered in that order (the state_dict's order and names) through `reg` (the stack's
+/// register_module).
+template <class Block, class Register>
+void build_stack(const TransformerConfig& cfg, int64_t vocab_size, Register reg, std::shared_ptr<nn::Embedding>& embedding,
+                 std::shared_ptr<nn::PositionalEncoding>& pos_encoding, std::vector<std::shared_ptr<Block>>& blks) {
+    embedding    = reg("embedding", std::make_shared<nn::Embedding>(vocab_size, cfg.num_hiddens));
+    pos_encoding = reg("pos_encoding", std::make_shared<nn::PositionalEncoding>(cfg.num_hiddens, cfg.dropout, cfg.max_len));
+    for (int64_t i = 0; i < cfg.num_blks; ++i) blks.push_back(reg("blks." + std::to_string(i), std::make_shared<Block>(cfg)));
+}
+
 nn::MultiHeadAttentionConfig mha_config(const TransformerConfig& cfg) {
     nn::MultiHeadAttentionConfig m;
     m.num_hiddens = cfg.num_hiddens;
@@ -71,12 +82,8 @@ Tensor TransformerEncoderBlock::forward(const Tensor& X, const Tensor& valid_len
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerConfig& cfg) : num_hiddens(cfg.num_hiddens) {
-    embedding    = register_module("embedding", std::make_shared<nn::Embedding>(cfg.src_vocab_size, cfg.num_hiddens));
-    pos_encoding = register_module("pos_encoding", std::make_shared<nn::PositionalEncoding>(
-                                                       cfg.num_hiddens, cfg.dropout, cfg.max_len));
-    for (int64_t i = 0; i < cfg.num_blks; ++i)
-        blks.push_back(register_module("blks." + std::to_string(i),
-                                       std::make_shared<TransformerEncoderBlock>(cfg)));
+    build_stack(cfg, cfg.src_vocab_size, [this](const std::string& n, auto m) { return register_module(n, std::move(m)); },
+                embedding, pos_encoding, blks);
 }
 
 Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& valid_lens, const nn::RowPacking* rows) {
@@ -137,12 +144,8 @@ void TransformerDecoderBlock::cache_encoder(const Tensor& enc_outputs, DecoderBl
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerConfig& cfg) : num_hiddens(cfg.num_hiddens) {
-    embedding    = register_module("embedding", std::make_shared<nn::Embedding>(cfg.tgt_vocab_size, cfg.num_hiddens));
-    pos_encoding = register_module("pos_encoding", std::make_shared<nn::PositionalEncoding>(
-                                                       cfg.num_hiddens, cfg.dropout, cfg.max_len));
-    for (int64_t i = 0; i < cfg.num_blks; ++i)
-        blks.push_back(register_module("blks." + std::to_string(i),
-                                       std::make_shared<TransformerDecoderBlock>(cfg)));
+    build_stack(cfg, cfg.tgt_vocab_size, [this](const std::string& n, auto m) { return register_module(n, std::move(m)); },
+                embedding, pos_encoding, blks);
     dense = register_module("dense", std::make_shared<nn::Linear>(cfg.num_hiddens, cfg.tgt_vocab_size));
 }
 

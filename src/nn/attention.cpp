@@ -167,11 +167,7 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys,
     mask.valid_lens = valid_lens;  // (B) or (B, Tq): the same lengths for every head
     mask.causal     = causal ? CausalAlign::top_left : CausalAlign::none;
     mask.window     = cfg.window;
-    AttentionOptions opt;
-    opt.dropout      = cfg.dropout;
-    opt.training     = is_training();
-    opt.softcap      = cfg.softcap;
-    opt.alibi_slopes = alibi_;
+    const AttentionOptions opt = attention_options();
     Tensor w;
     Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, keep_weights_ ? &w : nullptr);
     attention_weights_ = keep_weights_ ? w.detach() : Tensor();
@@ -234,11 +230,7 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
     mask.mask   = call.mask;
     mask.window = cfg.window;
     if (cache) mask.window.align = CausalAlign::bottom_right;
-    AttentionOptions opt;
-    opt.dropout      = cfg.dropout;
-    opt.training     = is_training();
-    opt.softcap      = cfg.softcap;
-    opt.alibi_slopes = alibi_;
+    const AttentionOptions opt = attention_options();
     Tensor w;
     const bool want_weights = keep_weights_ || call.weights != nullptr;
     Tensor out = scaled_dot_product_attention(q, k, v, mask, opt, want_weights ? &w : nullptr);

@@ -304,6 +304,75 @@ LmConfig lm_config_from_json(const std::string& text, const std::string& origin)
     }
 }
 
+namespace {
+
+/// --resume's checks before anything is read: the checkpoint is a language model's; what is left to
+/// do (non-empty: nothing, the run already reached its stopping rule and its records are complete);
+/// the recorded text still exists unless --data gives it.
+std::string lm_resume_already_done(const LmConfig& cfg, const RunOptions& opt, const RunOverrides& given) {
+    const fs::path dir(opt.out_dir);
+    check_resume_checkpoint(opt.out_dir, /*lm=*/true);
+    RunConfig stop;  // resume_already_done reads only the stopping rules
+    stop.train = cfg.train;
+    const TrainingProgress p = read_checkpoint_progress((dir / "checkpoint.safetensors").string());
+    const std::string done = resume_already_done(stop, p, given);
+    if (!done.empty() && !has_missing_records(opt.out_dir, p)) return done;
+    std::error_code ec;
+    if (!given.has("data.path") && !cfg.path.empty() && !fs::exists(cfg.path, ec))
+        throw Error(detail::str("the text '", cfg.path, "' recorded in ", (dir / "config.json").string(),
+                                " (data.path) does not exist; pass it with --data PATH (its fingerprint is checked)"));
+    return "";
+}
+
+/// The run's first lines: threads and precision, the data, the model.
+void log_lm_run(std::FILE* log, const LmConfig& cfg, const LmData& d, const models::TransformerLM& model) {
+    if (!log) return;
+    std::fprintf(log, "qkv train: language model, %d thread%s%s\n", get_num_threads(), get_num_threads() == 1 ? "" : "s",
+                 cfg.train.precision == MatmulPrecision::bf16
+                     ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path(),
+                                   "; attention on bf16 q, k, v, P and dS").c_str()
+                     : "");
+    std::fprintf(log, "data: %s\n", d.summary.c_str());
+    const auto& m = cfg.model;
+    std::fprintf(log, "model: decoder-only Transformer, %lld parameters (C %lld, %lld blocks, %lld heads%s, FFN %lld, %s%s, dropout %g)\n",
+                 (long long)model.num_parameters(), (long long)m.num_hiddens, (long long)m.num_blks,
+                 (long long)m.num_heads,
+                 m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads ? detail::str(" / ", m.num_kv_heads, " key-value").c_str() : "",
+                 (long long)m.ffn_num_hiddens, m.rope ? "RoPE" : "sinusoidal positions",
+                 m.window > 0 ? detail::str(", window ", m.window).c_str() : "", m.dropout);
+}
+
+/// config.json and vocab.txt of a fresh run; on --resume, the data fingerprint recorded in an older
+/// folder's config.json, and the text given with --data as its recorded path.
+void write_lm_folder(LmConfig& cfg, const LmData& d, const RunOptions& opt, const RunOverrides& given) {
+    const fs::path dir(opt.out_dir);
+    const std::string cfg_file = (dir / "config.json").string();
+    if (!opt.resume) fs::create_directories(dir);
+    // Temporaries of these files' writes cut short by a kill of an earlier run (the trainer
+    // removes those of the checkpoint, model and metrics).
+    for (const char* f : {"config.json", "vocab.txt"}) util::remove_stale_temp_files((dir / f).string());
+    if (!opt.resume) {
+        cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+        cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
+        util::write_file_atomic(cfg_file, lm_config_json(cfg));
+        d.vocab.save((dir / "vocab.txt").string());
+    } else if (cfg.fingerprint_chars == 0 || given.has("data.path")) {
+        // A folder from before data.fingerprint gets it now; a text given with --data becomes
+        // the recorded path (the fingerprint said it is the same text). The file's other
+        // values (its stopping rules) stay.
+        json j = json::parse(util::read_file(cfg_file));
+        j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars},
+                                    {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
+        if (given.has("data.path")) j["data"]["path"] = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
+        util::write_file_atomic(cfg_file, j.dump(2) + "\n");
+        if (cfg.fingerprint_chars == 0 && opt.log)
+            std::fprintf(opt.log, "note: %s recorded no data fingerprint (an older qkv); the text was checked "
+                                  "against the vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
+    }
+}
+
+}  // namespace
+
 RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOverrides& given) {
     LmConfig cfg = given_cfg;
     if (opt.resume && opt.overwrite)
@@ -315,7 +384,6 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     }
     check_forced_flash(cfg.model.num_hiddens / cfg.model.num_heads);
     const fs::path dir(opt.out_dir);
-    const std::string cfg_file = (dir / "config.json").string();
     std::error_code ec;
     // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
     const OutFolder out(dir);
@@ -324,20 +392,12 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     const bool replace = !held.empty();
     if (!opt.resume && !opt.overwrite && replace) note_stopped_run(opt.out_dir, held, opt.log);
     if (opt.resume) {
-        const std::string ckpt = (dir / "checkpoint.safetensors").string();
-        check_resume_checkpoint(opt.out_dir, /*lm=*/true);
-        RunConfig stop;  // resume_already_done reads only the stopping rules
-        stop.train = cfg.train;
-        const TrainingProgress p = read_checkpoint_progress(ckpt);
-        const std::string done = resume_already_done(stop, p, given);
-        if (!done.empty() && !has_missing_records(opt.out_dir, p)) {
+        std::string done = lm_resume_already_done(cfg, opt, given);
+        if (!done.empty()) {
             RunResult res;
-            res.nothing_to_do = done;  // config.json, the checkpoint and metrics.jsonl stay as they are
+            res.nothing_to_do = std::move(done);  // config.json, the checkpoint and metrics.jsonl stay as they are
             return res;
         }
-        if (!given.has("data.path") && !cfg.path.empty() && !fs::exists(cfg.path, ec))
-            throw Error(detail::str("the text '", cfg.path, "' recorded in ", cfg_file, " (data.path) does not exist; "
-                                    "pass it with --data PATH (its fingerprint is checked)"));
     }
     if (opt.on_accepted) opt.on_accepted();
     data::Vocab saved;
@@ -345,32 +405,10 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     const LmData d = load_lm_data(cfg, opt.resume ? &saved : nullptr);
     cfg.model.vocab_size = d.vocab.size();
     cfg.train.label_smoothing = 0.0;  // exact NLL: perplexity = exp(validation loss)
-    if (opt.log) {
-        std::fprintf(opt.log, "qkv train: language model, %d thread%s%s\n", get_num_threads(),
-                     get_num_threads() == 1 ? "" : "s",
-                     cfg.train.precision == MatmulPrecision::bf16
-                         ? detail::str("; mixed precision: bf16 matrix products, ", bf16_matmul_path(), "; attention on bf16 q, k, v, P and dS").c_str()
-                         : "");
-        std::fprintf(opt.log, "data: %s\n", d.summary.c_str());
-    }
     manual_seed(cfg.train.seed);
     auto model = std::make_shared<models::TransformerLM>(cfg.model);
-    if (opt.log) {
-        const auto& m = cfg.model;
-        std::fprintf(opt.log, "model: decoder-only Transformer, %lld parameters (C %lld, %lld blocks, %lld heads%s, FFN %lld, %s%s, dropout %g)\n",
-                     (long long)model->num_parameters(), (long long)m.num_hiddens, (long long)m.num_blks,
-                     (long long)m.num_heads,
-                     m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads ? detail::str(" / ", m.num_kv_heads, " key-value").c_str() : "",
-                     (long long)m.ffn_num_hiddens, m.rope ? "RoPE" : "sinusoidal positions",
-                     m.window > 0 ? detail::str(", window ", m.window).c_str() : "", m.dropout);
-    }
-    TrainRuntime rt;
-    rt.out_dir   = opt.out_dir;
-    rt.resume    = opt.resume;
-    rt.progress  = opt.progress;
-    rt.log       = opt.log;
-    rt.log_every = cfg.log_every;
-    rt.interrupt = opt.interrupt;
+    log_lm_run(opt.log, cfg, d, *model);
+    TrainRuntime rt = runtime_from(opt, cfg.log_every);
     rt.checkpoint_metadata[kLmVocabKey] = vocab_fingerprint(d.vocab);
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;
@@ -387,28 +425,7 @@ RunResult run_lm(const LmConfig& given_cfg, const RunOptions& opt, const RunOver
     std::optional<Trainer> trainer;
     const FreshRunStart start(out);
     try {
-        if (!opt.resume) fs::create_directories(dir);
-        // Temporaries of these files' writes cut short by a kill of an earlier run (the trainer
-        // removes those of the checkpoint, model and metrics).
-        for (const char* f : {"config.json", "vocab.txt"}) util::remove_stale_temp_files((dir / f).string());
-        if (!opt.resume) {
-            cfg.path = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
-            cfg.fingerprint_chars = d.fingerprint_chars, cfg.fingerprint_fnv1a64 = d.fingerprint_fnv1a64;
-            util::write_file_atomic(cfg_file, lm_config_json(cfg));
-            d.vocab.save((dir / "vocab.txt").string());
-        } else if (cfg.fingerprint_chars == 0 || given.has("data.path")) {
-            // A folder from before data.fingerprint gets it now; a text given with --data becomes
-            // the recorded path (the fingerprint said it is the same text). The file's other
-            // values (its stopping rules) stay.
-            json j = json::parse(util::read_file(cfg_file));
-            j["data"]["fingerprint"] = {{"characters", d.fingerprint_chars},
-                                        {"fnv1a64", fingerprint_hex(d.fingerprint_fnv1a64)}};
-            if (given.has("data.path")) j["data"]["path"] = fs::weakly_canonical(locate_lm_text(cfg.path)).string();
-            util::write_file_atomic(cfg_file, j.dump(2) + "\n");
-            if (cfg.fingerprint_chars == 0 && opt.log)
-                std::fprintf(opt.log, "note: %s recorded no data fingerprint (an older qkv); the text was checked "
-                                      "against the vocabulary only (the fingerprint is recorded now)\n", cfg_file.c_str());
-        }
+        write_lm_folder(cfg, d, opt, given);
         trainer.emplace(*view, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
         if (replaced)
             trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {

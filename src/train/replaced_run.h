@@ -16,12 +16,26 @@
 #include "qkv/train/out_folder.h"
 #include "qkv/train/run.h"
 #include "qkv/train/run_config.h"
+#include "qkv/train/trainer.h"
 
 namespace qkv::train {
 
 namespace fs = std::filesystem;
 
 inline constexpr const char* kAside = ".qkv-replaced";
+
+/// The TrainRuntime settings a run takes from its RunOptions (the folder, resume, progress, log,
+/// interrupt flag) and its config's log_every; the caller adds the rest.
+inline TrainRuntime runtime_from(const RunOptions& opt, int64_t log_every) {
+    TrainRuntime rt;
+    rt.out_dir   = opt.out_dir;
+    rt.resume    = opt.resume;
+    rt.progress  = opt.progress;
+    rt.log       = opt.log;
+    rt.log_every = log_every;
+    rt.interrupt = opt.interrupt;
+    return rt;
+}
 
 /// overwrite: the earlier run's files (all that qkv train writes: kModelDirFiles, and the models of
 /// kept checkpoints in OUT/checkpoints, average.h kept_checkpoints) wait in OUT/.qkv-replaced until

@@ -233,14 +233,8 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
                        bool replace) {
     const RunConfig& cfg = res.config;
     const TranslationData& d = *res.data;
-    TrainRuntime rt;
-    rt.out_dir   = opt.out_dir;
-    rt.resume    = opt.resume;
-    rt.progress  = opt.progress;
-    rt.log       = opt.log;
-    rt.log_every = cfg.log_every;
+    TrainRuntime rt = runtime_from(opt, cfg.log_every);
     rt.keep_checkpoints = cfg.keep_checkpoints;
-    rt.interrupt = opt.interrupt;
     rt.comm      = opt.comm;
     rt.reduce    = opt.reduce;
     rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();

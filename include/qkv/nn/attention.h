@@ -177,6 +177,15 @@ public:
 
 private:
     Tensor attention_weights_;
+    /// scaled_dot_product_attention's options of this layer (dropout while training, softcap, ALiBi).
+    AttentionOptions attention_options() const {
+        AttentionOptions opt;
+        opt.dropout      = cfg.dropout;
+        opt.training     = is_training();
+        opt.softcap      = cfg.softcap;
+        opt.alibi_slopes = alibi_;
+        return opt;
+    }
     Tensor alibi_;  // (H) slopes when cfg.alibi
     bool keep_weights_ = false;
 };
