@@ -72,7 +72,7 @@ class no_grad:
         return False
 
 
-def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer", resume=False,
+def train(out_dir=None, config=None, *, preset="demo", model="transformer", resume=False,
           overwrite=False, progress=False, quiet=False, on_step=None, on_validation=None, **settings):
     """Trains a translation model as ``qkv train`` does (the same library call, train::run).
 
@@ -82,7 +82,9 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     seconds or as the flags write them ("20m", "90s", "none"; 0 is no limit, None the preset's,
     others at least 1 s; a negative, inf or nan value is a ValueError naming the setting);
     ``preset``, ``model`` ("transformer" or
-    "bahdanau"), ``out``/``out_dir``, ``resume`` and ``overwrite`` may also be given in ``config``.
+    "bahdanau"), ``out``/``out_dir`` (once: default "runs/qkv"), ``resume`` and ``overwrite`` may
+    also be given in ``config``. Numbers take the ranges of ``qkv train``'s flags (``max_steps=0``
+    is refused as ``--max-steps 0`` is); a value outside is a ValueError naming the keyword.
     ``on_step(d)`` is called at each logged step (``d``: step, epoch, loss, lr, tokens_per_s,
     train_seconds; every ``log_every`` steps) and ``on_validation(d)`` after each validation
     (step, val_loss), on the training thread with the GIL held; an exception from either stops the
@@ -95,7 +97,15 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
         raise TypeError(f"train: config must be a dict of qkv train's settings by name, got {type(config).__name__}")
     merged = dict(config or {})
     merged.update(settings)
-    out_dir = merged.pop("out", merged.pop("out_dir", out_dir))
+    given_out = [k for k in ("out", "out_dir") if k in merged]
+    if len(given_out) + (out_dir is not None) > 1:
+        raise TypeError("train: the output folder is given more than once (out_dir, and out or out_dir in the "
+                        "settings): give it once")
+    out_dir = merged.pop(given_out[0]) if given_out else out_dir
+    if out_dir is None:
+        out_dir = "runs/qkv"
+    if not isinstance(out_dir, (str, _os.PathLike)):
+        raise TypeError(f"train: out_dir must be a str or os.PathLike naming a folder, got {type(out_dir).__name__}")
     preset = merged.pop("preset", preset)
     model = merged.pop("model", model)
     resume = merged.pop("resume", resume)
@@ -112,5 +122,5 @@ def train(out_dir="runs/qkv", config=None, *, preset="demo", model="transformer"
     for name, f in (("on_step", on_step), ("on_validation", on_validation)):
         if f is not None and not callable(f):
             raise TypeError(f"train: {name} must be a callable or None, got {type(f).__name__}")
-    return _qkv._train(str(out_dir), preset, model, resume, overwrite, progress, quiet, on_step,
+    return _qkv._train(_os.fspath(out_dir), preset, model, resume, overwrite, progress, quiet, on_step,
                        on_validation, merged)

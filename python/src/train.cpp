@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <csignal>
 #include <exception>
 #include <filesystem>
@@ -59,9 +60,22 @@ double duration_seconds(pyb::handle v, const std::string& name) {
 /// a choice's name is checked, naming the keyword.
 runtime::FieldValue keyword_value(const runtime::ConfigField& f, const std::string& k, pyb::handle v) {
     using runtime::FieldType;
+    // An int beyond the C++ type (seed=-1, 2**70) is out of range, not of the wrong type.
+    auto out_of_range = [&] {
+        const std::string expected = f.type == FieldType::unsigned_integer
+                                         ? std::string("an integer from 0 to 2**64 - 1")
+                                         : runtime::field_range_text(f.type, f.flag_range.value_or(f.range));
+        return pyb::value_error(detail::str("train: ", k, ": ", std::string(pyb::str(v)), " is out of range: expected ",
+                                            expected));
+    };
+    const bool py_int = pyb::isinstance<pyb::int_>(v);
     switch (f.type) {
-        case FieldType::integer: return v.cast<int64_t>();
-        case FieldType::unsigned_integer: return v.cast<uint64_t>();
+        case FieldType::integer:
+            if (py_int && (v < pyb::int_(INT64_MIN) || v > pyb::int_(INT64_MAX))) throw out_of_range();
+            return v.cast<int64_t>();
+        case FieldType::unsigned_integer:
+            if (py_int && (v < pyb::int_(0) || v > pyb::int_(UINT64_MAX))) throw out_of_range();
+            return v.cast<uint64_t>();
         case FieldType::real: return v.cast<double>();
         case FieldType::duration: return duration_seconds(v, k);
         case FieldType::text: return v.cast<std::string>();
@@ -102,10 +116,16 @@ train::RunOverrides overrides_from(const pyb::dict& kw) {
             const runtime::FieldValue v = keyword_value(*f, k, kv.second);
             // A switch given False is not given (as qkv train without the flag: the preset's value).
             if (f->flag_kind == runtime::FlagKind::switch_on && !std::get<bool>(v)) continue;
+            // The flag's range, as `qkv train` checks it (its 0 has no flag form: max_steps=0 would
+            // mean "no limit"); durations keep their own rules (0: no limit, documented).
+            if (f->type != runtime::FieldType::duration && !runtime::field_in_range(v, f->flag_range.value_or(f->range)))
+                throw pyb::value_error(detail::str("train: ", given, ": ", runtime::field_value_text(v),
+                                                   " is out of range: expected ",
+                                                   runtime::field_range_text(f->type, f->flag_range.value_or(f->range))));
             o.set(f->key, v);
         } catch (const pyb::cast_error&) {  // pybind11's message names C++ types, not the setting
             throw pyb::type_error(detail::str("train: setting '", given, "' has the wrong type (",
-                                              pyb::str(pyb::type::of(kv.second)).cast<std::string>(), ")"));
+                                              pyb::type::of(kv.second).attr("__name__").cast<std::string>(), ")"));
         }
     }
     return o;

@@ -72,6 +72,30 @@ def test_bad_settings(tmp_path, fra_txt):
             qkv.train(tmp_path / "m", data=str(fra_txt), quiet=True, **kw)
     with pytest.raises(ValueError, match="trim must be 'on', 'off' or a bool, got 'yes'"):
         qkv.train(tmp_path / "m", data=str(fra_txt), trim="yes", quiet=True)
+    # the flags' ranges, named by keyword: 0 is no "no limit" for max_steps, as --max-steps 0 is refused
+    for kw, msg in [({"max_steps": 0}, r"max_steps: 0 is out of range: expected an integer from 1 to"),
+                    ({"warmup": 0, "schedule": "warmup_inv_sqrt"}, r"warmup: 0 is out of range"),
+                    ({"dropout": 0.995}, r"dropout: 0.995 is out of range: expected a number from 0 to 0.99"),
+                    ({"lr": 0}, r"lr: 0 is out of range: expected a number > 0"),
+                    ({"seed": -1}, r"seed: -1 is out of range: expected an integer from 0 to 2\*\*64 - 1"),
+                    ({"seed": 2**70}, r"seed: 1180591620717411303424 is out of range")]:
+        with pytest.raises(ValueError, match=msg):
+            qkv.train(tmp_path / "m", data=str(fra_txt), quiet=True, **kw)
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_output_folder_is_given_once(tmp_path, fra_txt, monkeypatch):
+    with pytest.raises(TypeError, match="given more than once"):
+        qkv.train(tmp_path / "a", data=str(fra_txt), out=str(tmp_path / "b"), max_steps=1, quiet=True, **SMALL_KW)
+    with pytest.raises(TypeError, match="given more than once"):
+        qkv.train(tmp_path / "a", {"out_dir": str(tmp_path / "b")}, data=str(fra_txt), max_steps=1, quiet=True)
+    with pytest.raises(TypeError, match="out_dir must be a str or os.PathLike"):
+        qkv.train(3, data=str(fra_txt), max_steps=1, quiet=True)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # None (the default) is runs/qkv, as for qkv train without --out; not a folder named "None"
+    monkeypatch.chdir(tmp_path)
+    qkv.train(None, data=str(fra_txt), max_steps=1, quiet=True, **SMALL_KW)
+    assert (tmp_path / "runs" / "qkv" / "model.safetensors").exists() and not (tmp_path / "None").exists()
 
 
 def test_precision_bf16_is_recorded(tmp_path, fra_txt):
