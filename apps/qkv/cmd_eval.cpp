@@ -65,23 +65,40 @@ std::string eval_note(bool raw_text) {
 }
 
 /// Sentences of a source file as the model reads them (runtime::tokenize_sentences: D2L's tokens,
-/// or a real-text model's words); a line
-/// that is not valid UTF-8, holds a NUL byte or has no token stays empty (its hypothesis is
-/// empty), reported on stderr.
+/// or a real-text model's words); a line that is not valid UTF-8, holds a NUL byte or has no token
+/// stays empty (its hypothesis is empty), reported on stderr: the first kMaxLineNotes lines, then
+/// a count (a binary file would print one note per line). Throws when no line is valid text.
+constexpr size_t kMaxLineNotes = 5;
 std::vector<std::vector<std::string>> tokenize_source_lines(const runtime::ModelDir& m, const std::vector<std::string>& lines,
                                                             const std::string& file, bool notes) {
     std::vector<std::vector<std::string>> out(lines.size());
+    size_t invalid = 0;
     for (size_t i = 0; i < lines.size(); ++i) {
         const size_t bad = data::invalid_utf8_offset(lines[i]);
         if (bad != std::string::npos || lines[i].find('\0') != std::string::npos) {
-            if (notes)
+            if (notes && ++invalid <= kMaxLineNotes)
                 std::fprintf(stderr, "qkv eval: --src-file '%s' line %zu: %s; its hypothesis is empty\n", file.c_str(),
-                         i + 1, bad != std::string::npos ? "invalid UTF-8" : "a NUL byte");
+                             i + 1, bad != std::string::npos ? "invalid UTF-8" : "a NUL byte");
             continue;
         }
         out[i] = std::move(runtime::tokenize_sentences(m, {lines[i]}).front());
     }
+    if (notes && invalid > kMaxLineNotes)
+        std::fprintf(stderr, "qkv eval: --src-file '%s': %zu more lines not valid text; their hypotheses are empty "
+                             "(notes for the first %zu only)\n", file.c_str(), invalid - kMaxLineNotes, kMaxLineNotes);
+    QKV_CHECK(lines.empty() || invalid < lines.size(), "eval: --src-file '", file, "': none of its ", lines.size(),
+              " lines is valid text (invalid UTF-8 or a NUL byte): not a file of sentences");
     return out;
+}
+
+/// The references must be text: checked before decoding, naming the file and the line (sacreBLEU
+/// would refuse them only after the whole decode, without the file's name).
+void check_reference_lines(const std::vector<std::string>& refs, const std::string& file) {
+    for (size_t i = 0; i < refs.size(); ++i) {
+        const size_t bad = data::invalid_utf8_offset(refs[i]);
+        QKV_CHECK(bad == std::string::npos, "eval: --ref-file '", file, "' line ", i + 1,
+                  ": invalid UTF-8 (byte offset ", bad, "): references must be UTF-8 text");
+    }
 }
 
 /// qkv eval --src-file F --ref-file R: translates F, scores against R.
@@ -92,6 +109,7 @@ void run_on_files(const EvalArgs& a, runtime::Translator& tr, const runtime::Tra
     if (a.limit > 0) n = std::min(n, size_t(a.limit));
     pl.source.resize(n);
     pl.reference.resize(n);
+    check_reference_lines(pl.reference, a.ref_file);
     const auto src = tokenize_source_lines(m, pl.source, a.src_file, a.notes);
     std::vector<size_t> rows;  // lines with something to translate
     std::vector<std::vector<std::string>> todo;

@@ -74,6 +74,18 @@ run_rc 1 eval --model "$T/run" --no-progress --src-file "$T/test.en" --ref-file 
 err_has "--src-file '$T/test.en' has 5 lines but --ref-file '$T/short.fr' has 4"
 run_rc 1 eval --model "$T/run" --no-progress --src-file "$T/test.en" --ref-file "$T/nope.fr"
 err_has "--ref-file '$T/nope.fr': cannot open (no such file)"
+# a source of 40 invalid lines and 2 good ones: 5 notes and a count, not 40 notes; all invalid: refused
+{ for i in $(seq 1 40); do printf 'go\xff .\n'; done; echo "go ."; echo "i lost ."; } > "$T/junk.en"
+for i in $(seq 1 42); do echo "va !"; done > "$T/junk.fr"
+run_rc 0 eval --model "$T/run" --no-progress --src-file "$T/junk.en" --ref-file "$T/junk.fr"
+err_has "line 5: invalid UTF-8; its hypothesis is empty" "35 more lines not valid text; their hypotheses are empty (notes for the first 5 only)"
+[ "$(grep -c "invalid UTF-8; its hypothesis is empty" "$T/err")" = 5 ] || { cat "$T/err"; fail "not 5 per-line notes"; }
+head -40 "$T/junk.en" > "$T/junk40.en"; head -40 "$T/junk.fr" > "$T/junk40.fr"
+run_rc 1 eval --model "$T/run" --no-progress --src-file "$T/junk40.en" --ref-file "$T/junk40.fr"
+err_has "none of its 40 lines is valid text"
+# invalid references: refused before decoding, naming the file and the line
+run_rc 1 eval --model "$T/run" --no-progress --src-file "$T/junk.fr" --ref-file "$T/junk.en"
+err_has "--ref-file '$T/junk.en' line 1: invalid UTF-8 (byte offset 2)"
 run_rc 2 eval --model "$T/run" --no-progress --src-file "$T/test.en"
 err_has "--ref-file"
 run_rc 2 eval --model "$T/run" --no-progress --ref-file "$T/test.fr"
