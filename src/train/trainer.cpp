@@ -6,6 +6,7 @@
 #include "qkv/ops/precision.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <span>
@@ -249,6 +250,9 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const Tr
         ao.eps   = o.adam_eps;
         return std::make_shared<ZeroRedundancyAdam>(params, rt.comm, o.lr, ao);
     }
+    if (o.shard_optimizer && rt.log)  // the setting stays recorded: a resume under mpirun shards
+        std::fprintf(rt.log, "note: shard_optimizer has nothing to shard in one process: Adam keeps its whole "
+                             "state (it shards when run under mpirun with 2+ ranks)\n");
     return make_adam(params, o);
 }
 }  // namespace

@@ -84,6 +84,11 @@ for src in "-f nul.txt" "-f -"; do
     fail "NUL line ($src): the other lines' translations changed"
 done
 
+# ---- --shard-optimizer in one process: said to shard nothing (recorded for a resume under mpirun)
+run_rc 0 train --data fra.txt --preset demo --max-steps 1 --out sharded1 --time-budget none --no-progress --shard-optimizer "${tiny[@]}"
+err_has "note: shard_optimizer has nothing to shard in one process"
+grep -q '"shard_optimizer": true' sharded1/config.json || fail "--shard-optimizer not recorded in config.json"
+
 # ---- a binary file: notes for the first 5 bad lines, then one line counting the rest, not 40
 for i in $(seq 1 40); do printf 'go\0 .\n'; done > binary.txt
 run_rc 1 translate --model run -f binary.txt
