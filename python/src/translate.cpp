@@ -117,6 +117,8 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
                                                int64_t num_hypotheses, bool return_scores, bool return_attention,
                                                int64_t batch_size, bool no_unk) {
     check_ranges(beam_size, length_penalty, max_len, batch_size);
+    if (const int64_t beam = beam_size.value_or(tr.get()->config.decode.beam); num_hypotheses < 1 || num_hypotheses > beam)
+        throw pyb::value_error(detail::str("num_hypotheses: ", num_hypotheses, " is not in [1, beam_size] = [1, ", beam, "]"));
     check_text(sentences, "sentences");
     // Plain translations: each text cut into sentences and put back together, as `qkv translate`
     // and `qkv serve` do (runtime::split_text); n-best, scores and attention are per text.
@@ -144,8 +146,6 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         to.length_penalty = length_penalty.value_or(dc.length_penalty);
         to.batch_size     = batch_size;
         to.no_unk         = no_unk;
-        if (num_hypotheses < 1 || num_hypotheses > std::max<int64_t>(to.beam, 1))
-            throw Error(detail::str("num_hypotheses: ", num_hypotheses, " must be between 1 and beam_size (", to.beam, ")"));
         std::vector<std::vector<std::string>> src;
         std::vector<size_t> row_of;
         for (auto& w : words) {

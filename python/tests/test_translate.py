@@ -55,8 +55,9 @@ def test_hypotheses_scores_attention(model_dir):
         a = r.attention
         assert a.dtype == np.float32 and a.ndim == 2 and a.shape[1] == 4  # 3 words + <eos>
         np.testing.assert_allclose(a.sum(1), 1, rtol=1e-5)  # each step's weights over the source
-    with pytest.raises(qkv.Error, match="num_hypotheses"):
-        tr.translate_batch(["go ."], beam_size=2, num_hypotheses=3)
+    for n in (3, 0, -1):
+        with pytest.raises(ValueError, match=rf"num_hypotheses: {n} is not in \[1, beam_size\] = \[1, 2\]"):
+            tr.translate_batch(["go ."], beam_size=2, num_hypotheses=n)
 
 
 def test_score_batch(model_dir):
