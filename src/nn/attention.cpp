@@ -296,7 +296,8 @@ void KVCache::append(const Tensor& k_new, const Tensor& v_new) {
     const int64_t cap = kbuf_.defined() ? kbuf_.size(2) : 0;
     if (len + Tn > cap) {  // grow by doubling (at least 16 positions)
         const int64_t new_cap = std::max({int64_t(16), cap * 2, len + Tn});
-        Tensor kb = zeros({B, H, new_cap, D}, k_new.dtype()), vb = zeros({B, H, new_cap, D}, k_new.dtype());
+        // Positions past the cached length are written before they are read: no zero fill.
+        Tensor kb = Tensor::empty({B, H, new_cap, D}, k_new.dtype()), vb = Tensor::empty({B, H, new_cap, D}, k_new.dtype());
         if (len > 0) {
             Tensor ks = kb.slice(2, 0, len), vs = vb.slice(2, 0, len);
             copy_(ks, k);
