@@ -505,11 +505,14 @@ std::string help_value(const ConfigField& f, const FieldValue& v) {
 /// with their presets.
 std::string grouped(const std::vector<std::pair<std::string, std::string>>& values) {
     std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // value, presets (in order)
-    for (const auto& [preset, v] : values) {
+    for (const auto& pv : values) {  // not a structured binding: clang 14 cannot capture one
+        const std::string& preset = pv.first;
+        const std::string& v      = pv.second;
         auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
         if (g == groups.end()) groups.push_back({v, {preset}});
         else g->second.push_back(preset);
-    }    std::stable_sort(groups.begin(), groups.end(),
+    }
+    std::stable_sort(groups.begin(), groups.end(),
                      [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
     std::string text = groups.front().first;
     for (size_t i = 1; i < groups.size(); ++i) {
