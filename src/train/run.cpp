@@ -455,6 +455,9 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     const std::vector<std::string> held =
         opt.resume ? std::vector<std::string>{} : check_fresh_out(opt.out_dir, out.dir, opt.overwrite);
     if (!opt.resume && !opt.overwrite && !held.empty()) note_stopped_run(opt.out_dir, held, opt.log);
+    if (!opt.resume && opt.log && given.has("train.warmup_steps") && cfg.train.schedule == optim::LrSchedule::constant)
+        std::fprintf(opt.log, "note: --warmup has no effect with the constant learning-rate schedule (--schedule "
+                              "warmup_inv_sqrt or warmup_linear_decay use it)\n");
     RunResult res;
     if (opt.resume) {
         const TrainingProgress p =

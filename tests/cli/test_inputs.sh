@@ -89,6 +89,12 @@ run_rc 0 train --data fra.txt --preset demo --max-steps 1 --out sharded1 --time-
 err_has "note: shard_optimizer has nothing to shard in one process"
 grep -q '"shard_optimizer": true' sharded1/config.json || fail "--shard-optimizer not recorded in config.json"
 
+# ---- --warmup with the constant schedule does nothing: said so
+run_rc 0 train --data fra.txt --preset demo --max-steps 1 --out warm1 --time-budget none --no-progress --schedule constant --warmup 5 "${tiny[@]}"
+err_has "note: --warmup has no effect with the constant learning-rate schedule"
+run_rc 0 train --data fra.txt --preset demo --max-steps 1 --out warm2 --time-budget none --no-progress --warmup 5 "${tiny[@]}"
+if grep -q "has no effect" "$T/err"; then cat "$T/err"; fail "--warmup with the demo preset's warmup schedule was called ineffective"; fi
+
 # ---- a binary file: notes for the first 5 bad lines, then one line counting the rest, not 40
 for i in $(seq 1 40); do printf 'go\0 .\n'; done > binary.txt
 run_rc 1 translate --model run -f binary.txt
