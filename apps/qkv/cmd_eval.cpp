@@ -188,13 +188,8 @@ EvalArgs args_for_this_rank(const EvalArgs& given) {
 /// The decoding settings: the flags, else the model folder's config.json.
 runtime::TranslateOptions translate_options(const EvalArgs& a, runtime::Translator& tr) {
     const runtime::ModelDir& m = *tr.get();
-    runtime::TranslateOptions to;
-    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    // --sampling draws one translation: without --beam it does not take config.json's beam
-    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
-    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
-    to.batch_size     = a.batch;
-    to.no_unk         = a.no_unk;
+    runtime::TranslateOptions to =
+        base_translate_options(a.max_len, a.beam, a.length_penalty, a.batch, a.no_unk, a.decode, m);
     to.progress       = !a.no_progress;
     apply_decode_flags(a.decode, to, *tr.get());
     return to;

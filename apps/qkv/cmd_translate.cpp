@@ -186,13 +186,8 @@ void write_attention_json(const std::string& path, const runtime::ModelDir& m, c
 
 /// The decoding settings: the flags given, else config.json's decode section.
 runtime::TranslateOptions translate_options(const TranslateArgs& a, const runtime::ModelDir& m) {
-    runtime::TranslateOptions to;
-    to.max_len        = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
-    // --sampling draws one translation: without --beam it does not take config.json's beam
-    to.beam           = a.beam > 0 ? a.beam : a.decode.sampling ? 1 : m.config.decode.beam;
-    to.length_penalty = a.length_penalty >= 0 ? a.length_penalty : m.config.decode.length_penalty;
-    to.batch_size     = a.batch;
-    to.no_unk         = a.no_unk;
+    runtime::TranslateOptions to =
+        base_translate_options(a.max_len, a.beam, a.length_penalty, a.batch, a.no_unk, a.decode, m);
     to.num_hypotheses = a.num_hypotheses;
     if (to.num_hypotheses > to.beam)
         throw CLI::ValidationError(detail::str("--num-hypotheses ", to.num_hypotheses, " needs --beam >= ",

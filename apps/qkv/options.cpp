@@ -400,6 +400,18 @@ void add_decode_flags(CLI::App* c, DecodeFlags& f) {
                                   "--batch-type", "--compute-type", "--replace-unknowns"});
 }
 
+runtime::TranslateOptions base_translate_options(int64_t max_len, int64_t beam, double length_penalty,
+                                                 int64_t batch_size, bool no_unk, const DecodeFlags& f,
+                                                 const runtime::ModelDir& m) {
+    runtime::TranslateOptions to;
+    to.max_len        = max_len > 0 ? max_len : m.config.decode.max_len;
+    to.beam           = beam > 0 ? beam : f.sampling ? 1 : m.config.decode.beam;
+    to.length_penalty = length_penalty >= 0 ? length_penalty : m.config.decode.length_penalty;
+    to.batch_size     = batch_size;
+    to.no_unk         = no_unk;
+    return to;
+}
+
 void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to, const runtime::ModelDir& m) {
     if (!f.sampling && (f.temperature != 1.0 || f.top_k != 0 || f.top_p != 1.0 || f.seed != 0))
         throw CLI::ValidationError("--temperature, --top-k, --top-p and --seed apply to --sampling only");

@@ -156,6 +156,12 @@ struct DecodeFlags {
 /// Adds --min-len, --no-repeat-ngram-size, --repetition-penalty, --coverage-penalty, --prefix, --sampling,
 /// --temperature, --top-k, --top-p, --seed, --batch-type, --replace-unknowns and --compute-type to `c`.
 void add_decode_flags(CLI::App* c, DecodeFlags& f);
+/// The settings `qkv translate` and `qkv eval` both take: --max-len, --beam, --length-penalty
+/// (<= 0 / < 0: not given, config.json's decode section; --sampling without --beam draws one
+/// translation, not config.json's beam), --batch-size and --no-unk.
+runtime::TranslateOptions base_translate_options(int64_t max_len, int64_t beam, double length_penalty,
+                                                 int64_t batch_size, bool no_unk, const DecodeFlags& f,
+                                                 const runtime::ModelDir& m);
 /// Copies the flags into `to` (the prefix split on spaces); a sampling option without
 /// --sampling is a usage error.
 void apply_decode_flags(const DecodeFlags& f, runtime::TranslateOptions& to, const runtime::ModelDir& m);
