@@ -3,6 +3,7 @@
 #include "qkv/dist/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +102,32 @@ void Communicator::note_checkpoint(std::string path, int64_t step, bool written)
     }
 }
 
+bool Communicator::begin_checkpoint_write(std::string path, int64_t step) {
+    std::lock_guard<std::mutex> lock(note_mu_);
+    if (writes_closed_) return false;
+    pending_path_ = std::move(path);
+    writing_step_ = step;
+    return true;
+}
+
+void Communicator::end_checkpoint_write(bool written) {
+    {
+        std::lock_guard<std::mutex> lock(note_mu_);
+        if (written && writing_step_ >= 0) {
+            ckpt_path_ = pending_path_;
+            ckpt_step_ = writing_step_;
+        }
+        writing_step_ = -1;
+    }
+    write_cv_.notify_all();
+}
+
+void Communicator::close_checkpoint_writes(double wait_s) {
+    std::unique_lock<std::mutex> lock(note_mu_);
+    writes_closed_ = true;
+    write_cv_.wait_for(lock, std::chrono::duration<double>(wait_s), [this] { return writing_step_ < 0; });
+}
+
 void Communicator::confirm_pending_checkpoint() {
     std::lock_guard<std::mutex> lock(note_mu_);
     if (pending_step_ < 0) return;
@@ -126,8 +153,18 @@ std::string Communicator::lost_rank_line(const std::vector<int>& lost, const std
     who = lost.empty() ? "a rank was lost" : ::qkv::detail::str(lost.size() == 1 ? "rank " : "ranks ", who, " lost");
     const int remaining = std::max(1, size() - static_cast<int>(lost.size()));
     std::string line = ::qkv::detail::str(prefix_, ": ", who, " (", why, ")");
-    if (ckpt_step_ < 0) return line + "; no checkpoint was written yet (nothing to resume)";
-    line += ::qkv::detail::str("; the last checkpoint is ", ckpt_path_, " (step ", ckpt_step_, ")");
+    // A write that may have completed after this line: rank 0's (pending) or this rank's own.
+    const int64_t maybe = writing_step_ >= 0 ? writing_step_ : pending_step_;
+    const std::string also = maybe >= 0 && maybe != ckpt_step_
+                                 ? ::qkv::detail::str("step ", maybe, " if rank 0 completed writing it")
+                                 : "";
+    if (ckpt_step_ < 0 && also.empty()) return line + "; no checkpoint was written yet (nothing to resume)";
+    if (ckpt_step_ < 0)
+        line += ::qkv::detail::str("; the first checkpoint (step ", maybe, ") was being written to ", pending_path_,
+                                   ": resume from it if it is there");
+    else
+        line += ::qkv::detail::str("; the last checkpoint is ", ckpt_path_, " (step ", ckpt_step_,
+                                   also.empty() ? "" : "; ", also, ")");
     if (!resume_command_.empty()) line += ::qkv::detail::str("; resume with: mpirun -np ", remaining, " ", resume_command_);
     return line;
 }

@@ -66,6 +66,9 @@ constexpr int kSpokeTag = 8;
 /// imbalance of one step apart), and mpirun's SIGKILL comes 1 s after its SIGTERM.
 /// Rank 0, which knows who never arrived, goes first; the others after kLostGraceOthersS.
 constexpr double kLostGraceS = 0.5, kLostGraceOthersS = 0.8;
+/// Seconds the line waits for this rank's checkpoint write under way (a small model's takes
+/// milliseconds; mpirun's SIGKILL comes odls_base_sigkill_timeout = 1 s after its SIGTERM).
+constexpr double kWriteWaitS = 0.5;
 /// Extra seconds ranks > 0 wait past the timeout, so rank 0 (which knows who is missing)
 /// reports first.
 constexpr double kGraceS = 5.0;
@@ -323,7 +326,7 @@ private:
                 read_spoke_notes();
                 if (!someone_spoke()) {
                     const std::vector<int> lost = rank_ == 0 ? missing_ranks() : std::vector<int>{0};
-                    say(lost_rank_line(lost, ::qkv::detail::str("no answer within QKV_DIST_TIMEOUT=", timeout_s(),
+                    say(final_lost_line(lost, ::qkv::detail::str("no answer within QKV_DIST_TIMEOUT=", timeout_s(),
                                                                 " s in ", current_, " #", seq_)));
                 }
                 abort(message, 4);
@@ -433,6 +436,12 @@ private:
         return out;
     }
 
+    /// lost_rank_line() once no checkpoint write can follow it (Communicator::close_checkpoint_writes).
+    std::string final_lost_line(const std::vector<int>& lost, const std::string& why) {
+        close_checkpoint_writes(kWriteWaitS);
+        return lost_rank_line(lost, why);
+    }
+
     void say(const std::string& line) {
         mark_spoken();
         std::fprintf(stderr, "%s\n", line.c_str());
@@ -465,7 +474,7 @@ private:
             read_spoke_notes();
             // A rank that stopped the job itself said why; else the lowest live rank here says it.
             if (!someone_spoke() && lowest_live_here == rank_)
-                say(lost_rank_line(ended, ::qkv::detail::str(ended.size() == 1 ? "its process" : "their processes", " on ",
+                say(final_lost_line(ended, ::qkv::detail::str(ended.size() == 1 ? "its process" : "their processes", " on ",
                                                              me.host, " ended: killed or crashed")));
             job_lost_ = true;
             return;
@@ -483,9 +492,12 @@ private:
         read_spoke_notes();
         if (rank_ == 0) read_arrivals();
         job_lost_ = true;
-        if (someone_spoke() || lowest_live_here != rank_) return;
+        if (someone_spoke() || lowest_live_here != rank_) {
+            close_checkpoint_writes(0);  // another rank's line names the checkpoint
+            return;
+        }
         const std::vector<int> lost = lost_elsewhere(elsewhere);
-        say(lost_rank_line(lost, ::qkv::detail::str("on ", hosts_of(lost), ": mpirun is stopping the job while rank ", rank_,
+        say(final_lost_line(lost, ::qkv::detail::str("on ", hosts_of(lost), ": mpirun is stopping the job while rank ", rank_,
                                                     " waits for ", lost.size() == 1 ? "it" : "them", " in ", current_,
                                                     " #", seq_)));
     }

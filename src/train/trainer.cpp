@@ -642,9 +642,20 @@ void StepLoop::checkpoint(int64_t epoch, int64_t batch, const std::vector<Metric
     p.log_sums             = log_sums_;
     p.window_sums          = w_sums_;
     p.divergence_reference = div_ref_;
-    if (rec_.save(p, model_, *optimizer_)) each_hook([&](TrainHook& h) { h.on_checkpoint(p); });
+    // With several ranks, none is written once a lost rank was reported: the report named the
+    // checkpoint in the folder (dist::Communicator::begin_checkpoint_write).
+    if (world_ == 1 || rt_.comm->begin_checkpoint_write(rec_.checkpoint_path(), step_)) {
+        bool saved = false;
+        try {
+            saved = rec_.save(p, model_, *optimizer_);
+        } catch (...) {
+            if (world_ > 1) rt_.comm->end_checkpoint_write(false);
+            throw;
+        }
+        if (world_ > 1) rt_.comm->end_checkpoint_write(true);
+        if (saved) each_hook([&](TrainHook& h) { h.on_checkpoint(p); });
+    }
     if (auto* zero = dynamic_cast<ZeroRedundancyAdam*>(optimizer_.get())) zero->release_state_dict();
-    if (world_ > 1) rt_.comm->note_checkpoint(rec_.checkpoint_path(), step_, /*written=*/true);
 }
 
 // Judges the divergence window ending at this step (see above) and starts the next.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "qkv/core/error.h"
 #include "qkv/dist/communicator.h"
@@ -67,8 +68,9 @@ TEST(LostRankLine, NamesTheRanksTheCheckpointAndTheResumeCommand) {
               "resume with: mpirun -np 4 qkv train --resume --out 'runs/a b'");
     // A rank that does not write the checkpoint counts it once its next collective has completed
     // (rank 0 reaches that collective only after the write).
+    // Until then both are named: the folder holds one of them.
     w.note_checkpoint("runs/a b/checkpoint.safetensors", 24, /*written=*/false);
-    EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 16)"), std::string::npos);
+    EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 16; step 24 if rank 0 completed writing it)"), std::string::npos);
     w.collective_completed();
     EXPECT_NE(w.lost_rank_line({1}, "x").find("(step 24)"), std::string::npos);
     w.collective_completed();
@@ -79,6 +81,37 @@ TEST(LostRankLine, NamesTheRanksTheCheckpointAndTheResumeCommand) {
     EXPECT_EQ(two.lost_rank_line({0, 1}, "all"), "qkv: ranks 0, 1 lost (all); the last checkpoint is c.safetensors (step 3)");
     two.set_recovery_hint("qkv train", "qkv train --resume --out d");
     EXPECT_NE(two.lost_rank_line({0, 1}, "all").find("mpirun -np 1 qkv train"), std::string::npos);
+}
+
+// The writer's side: a write under way is named with the one before it; once writes are closed (a
+// lost rank reported) none begins, so the line keeps naming the checkpoint in the folder.
+TEST(LostRankLine, NoCheckpointIsWrittenAfterTheLineNamedOne) {
+    FakeWorld w(2);
+    EXPECT_TRUE(w.begin_checkpoint_write("c.safetensors", 6));
+    EXPECT_EQ(w.lost_rank_line({1}, "x"),
+              "qkv: rank 1 lost (x); the first checkpoint (step 6) was being written to c.safetensors: resume from it "
+              "if it is there");
+    w.end_checkpoint_write(true);
+    EXPECT_EQ(w.lost_rank_line({1}, "x"), "qkv: rank 1 lost (x); the last checkpoint is c.safetensors (step 6)");
+    EXPECT_TRUE(w.begin_checkpoint_write("c.safetensors", 12));
+    EXPECT_EQ(w.lost_rank_line({1}, "x"),
+              "qkv: rank 1 lost (x); the last checkpoint is c.safetensors (step 6; step 12 if rank 0 completed writing it)");
+    w.end_checkpoint_write(false);  // a failed write leaves the one before
+    EXPECT_EQ(w.lost_rank_line({1}, "x"), "qkv: rank 1 lost (x); the last checkpoint is c.safetensors (step 6)");
+    // The watchdog closes writes and waits for the one under way (here: ended by another thread).
+    EXPECT_TRUE(w.begin_checkpoint_write("c.safetensors", 18));
+    std::thread writer([&] { w.end_checkpoint_write(true); });
+    w.close_checkpoint_writes(/*wait_s=*/600);
+    writer.join();
+    EXPECT_EQ(w.lost_rank_line({1}, "x"), "qkv: rank 1 lost (x); the last checkpoint is c.safetensors (step 18)");
+    EXPECT_FALSE(w.begin_checkpoint_write("c.safetensors", 24));
+    EXPECT_EQ(w.lost_rank_line({1}, "x"), "qkv: rank 1 lost (x); the last checkpoint is c.safetensors (step 18)");
+    // A write that does not end within the wait stays named with both steps.
+    FakeWorld slow(2);
+    slow.note_checkpoint("c.safetensors", 3, true);
+    EXPECT_TRUE(slow.begin_checkpoint_write("c.safetensors", 9));
+    slow.close_checkpoint_writes(/*wait_s=*/0);
+    EXPECT_NE(slow.lost_rank_line({1}, "x").find("(step 3; step 9 if rank 0 completed writing it)"), std::string::npos);
 }
 
 TEST(Fingerprint, IsFnv1a) {

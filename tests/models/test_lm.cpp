@@ -89,8 +89,9 @@ TEST(TransformerLM, GenerateEqualsTheFullForward) {
                     for (int64_t t = 3; t < T; ++t) {
                         const float* row = lp.data() + (t - 1) * 11;
                         sum += row[seq[size_t(t)]];
-                        if (K == 1)  // greedy: the full forward's first maximum
+                        if (K == 1) {  // greedy: the full forward's first maximum
                             EXPECT_EQ(int64_t(std::max_element(row, row + 11) - row), seq[size_t(t)]) << "step " << t;
+                        }
                     }
                     EXPECT_NEAR(h.log_prob, sum, 1e-4);
                 }

@@ -16,6 +16,7 @@
 // signal 9") and the job ends. Neither ever waits forever. In every case one surviving rank also
 // prints lost_rank_line(): which rank was lost, the last checkpoint and the command that resumes
 // it (docs/distributed.md, "Losing a rank or a host").
+#include <condition_variable>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +82,17 @@ public:
     /// writing it passes false, and the checkpoint counts once this rank's next collective has
     /// completed (rank 0 reaches it only after the write). Thread-safe.
     void note_checkpoint(std::string path, int64_t step, bool written);
+    /// The writer (rank 0) brackets each checkpoint write: begin returns false, and the write must
+    /// be skipped, once close_checkpoint_writes() has run, so the checkpoint a lost-rank line names
+    /// stays the one in the folder (a survivor keeps computing until its next collective, and
+    /// would otherwise write a newer one after the line). end(true) records the write as on disk;
+    /// end(false): it failed. Thread-safe.
+    bool begin_checkpoint_write(std::string path, int64_t step);
+    void end_checkpoint_write(bool written);
+    /// Refuses later checkpoint writes and waits up to `wait_s` seconds for one under way (mpirun's
+    /// SIGKILL follows its SIGTERM within about a second, so the wait is short). The watchdog calls
+    /// it before lost_rank_line(). Thread-safe.
+    void close_checkpoint_writes(double wait_s);
     /// A SIGINT/SIGTERM flag (util::InterruptGuard::flag()) the watchdog reads: mpirun stops a
     /// job whose rank died by SIGTERM to the others, which then wait in a collective that cannot
     /// complete. nullptr: none. The flag must outlive the communicator's use of it.
@@ -89,7 +101,10 @@ public:
     /// job are gone, `why` in parentheses: "qkv train: rank 1 lost (its process ended); the last
     /// checkpoint is runs/x/checkpoint.safetensors (step 40); resume with: mpirun -np 1 qkv train
     /// --resume --out runs/x" (-np: size() less the lost ranks, at least 1), or "...; no
-    /// checkpoint was written yet (nothing to resume)". No newline.
+    /// checkpoint was written yet (nothing to resume)". A checkpoint whose write may or may not
+    /// have completed (this rank's write still under way, or rank 0's not yet confirmed by a
+    /// collective) is named with both steps: "(step 40; step 48 if rank 0 completed writing it)".
+    /// No newline.
     std::string lost_rank_line(const std::vector<int>& lost, const std::string& why) const;
 
 protected:
@@ -104,6 +119,9 @@ private:
     std::string prefix_ = "qkv", resume_command_;
     std::string ckpt_path_, pending_path_;
     int64_t ckpt_step_ = -1, pending_step_ = -1;
+    int64_t writing_step_ = -1;   // this rank's write under way
+    bool writes_closed_ = false;  // close_checkpoint_writes() ran
+    std::condition_variable write_cv_;
     const volatile std::sig_atomic_t* interrupt_ = nullptr;
 };
 
