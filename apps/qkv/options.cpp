@@ -272,31 +272,10 @@ void check_weights_backend(const std::string& command) {
 
 void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens) {
-    // build_array_nmt keeps the first num_steps units of (units + <eos>): a sentence fits whole
-    // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
-    const int64_t steps = m.config.data.num_steps;
-    const bool pieces   = m.subwords.active();
-    const auto words    = int64_t(tokens.size());
-    // A subword model encodes the first source_word_limit words only (train/model_dir.h): past
-    // them each word counts as the one piece it gives at least, so n is then a lower bound.
-    const int64_t limit = pieces ? runtime::source_word_limit(m) : words;
-    bool bound          = words > limit;
-    if (pieces) {
-        // A word longer than source_char_limit characters is encoded from its start only (its
-        // later pieces could not reach the model's positions; SentencePiece's cost grows with it).
-        const int64_t chars = runtime::source_char_limit(m);
-        for (int64_t i = 0; i < std::min(words, limit); ++i)
-            if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
-                bound = true;  // the piece count below is then a lower bound
-                std::fprintf(stderr, "%s: warning: %s: word %lld has %lld characters; the subword model encodes its "
-                             "first %lld (4 x num_steps x the longest piece)\n",
-                             prefix.c_str(), what.c_str(), (long long)(i + 1), (long long)len, (long long)chars);
-            }
-    }
-    int64_t n = pieces ? int64_t(train::source_units(m, {tokens})[0].size()) : words;
-    if (words > limit) n += words - limit;
-    const std::string note = train::truncation_note(n, steps, pieces, words, bound);
-    if (!note.empty()) std::fprintf(stderr, "%s: warning: %s %s\n", prefix.c_str(), what.c_str(), note.c_str());
+    const runtime::SourceNotes notes = runtime::source_notes(m, tokens);
+    for (const auto& w : notes.long_words)
+        std::fprintf(stderr, "%s: warning: %s: %s\n", prefix.c_str(), what.c_str(), w.c_str());
+    if (!notes.cut.empty()) std::fprintf(stderr, "%s: warning: %s %s\n", prefix.c_str(), what.c_str(), notes.cut.c_str());
 }
 
 nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const std::vector<std::string>& refs,

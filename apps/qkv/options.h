@@ -102,17 +102,11 @@ void test_out_folder_write(const std::string& flag, const std::string& path);
 /// --attention, by QKV_ATTENTION=flash; call it before any model is loaded.
 void check_weights_backend(const std::string& command);
 
-/// Warns on stderr when `tokens` (one tokenised sentence) is longer than the encoder reads. The
-/// encoder reads num_steps positions: a sentence fits whole with num_steps - 1 units + <eos>; a
-/// longer one keeps its first num_steps units and loses the rest and <eos> (train::encode_sources).
-/// Units are the model's source units: words, or SentencePiece pieces for a subword model. Prints
-/// "<prefix>: warning: <what> " and train::truncation_note's text, e.g. "qkv translate: warning:
-/// line 3 has 25 source tokens; the model reads 20 positions (19 tokens + <eos>), so its first 20
-/// tokens fill them all and the last 5 and <eos> are dropped". A sentence longer than
-/// train::source_word_limit words, whose words past the limit are not encoded, "has at least
-/// 200060 source pieces (200000 words) ... and at least the last 200047 and <eos> are dropped",
-/// counting one piece per word not encoded. `prefix` is "qkv translate", `what` names the input
-/// ("line 3", "the sentence").
+/// Warns on stderr when `tokens` (one tokenised sentence) is longer than the encoder reads
+/// (runtime::source_notes, which Python's translate_batch says too): "<prefix>: warning: <what>
+/// has 25 source tokens but the model reads 20 positions (19 tokens + <eos>): tokens 21-25 are not
+/// read, nor is <eos>", and one line per word a subword model encodes only the start of.
+/// `prefix` is "qkv translate", `what` names the input ("line 3", "the sentence").
 void warn_if_truncated(const std::string& prefix, const std::string& what, const runtime::ModelDir& m,
                        const std::vector<std::string>& tokens);
 

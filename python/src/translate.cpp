@@ -111,6 +111,22 @@ void translate_rows(runtime::Translator& tr, const std::vector<std::vector<std::
             }
 }
 
+/// What `qkv translate` warns about a source the model cannot read whole (runtime::source_notes),
+/// as Python warnings (UserWarning) naming the text: "sentences[2] has 9 source tokens but the model
+/// reads ...". `text_of[k]`: the text of sentence k (empty: sentence k is text k).
+void warn_source_notes(const runtime::ModelDir& m, const std::vector<std::vector<std::string>>& words,
+                       const std::vector<size_t>& text_of) {
+    const pyb::object warn = pyb::module_::import("warnings").attr("warn");
+    const pyb::object category = pyb::module_::import("builtins").attr("UserWarning");
+    for (size_t k = 0; k < words.size(); ++k) {
+        if (words[k].empty()) continue;
+        const runtime::SourceNotes notes = runtime::source_notes(m, words[k]);
+        const std::string what = detail::str("sentences[", text_of.empty() ? k : text_of[k], "]");
+        for (const auto& w : notes.long_words) warn(detail::str(what, ": ", w), category, 2);
+        if (!notes.cut.empty()) warn(detail::str(what, " ", notes.cut), category, 2);
+    }
+}
+
 std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const std::vector<std::string>& sentences,
                                                std::optional<int64_t> beam_size, std::optional<double> length_penalty,
                                                std::optional<int64_t> max_len,
@@ -134,6 +150,7 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
     }
     const std::vector<std::string>& todo = split ? parts : sentences;
     auto words = runtime::tokenize_sentences(*tr.get(), todo);
+    warn_source_notes(*tr.get(), words, split ? text_of : std::vector<size_t>{});
     std::vector<TranslationResult> res(todo.size());
     std::vector<runtime::AttentionMap> att;
     {

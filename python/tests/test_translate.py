@@ -2,6 +2,7 @@
 # (n-best, scores, attention, score_batch), errors, and the GIL released while it decodes
 # (checked by a handshake, not by timing).
 import subprocess
+import warnings
 import threading
 import time
 
@@ -177,6 +178,29 @@ def test_decode_settings_out_of_range_are_value_errors(model_dir):
     # None is config.json's setting, as leaving the flag out of `qkv translate` is
     assert ([r.translation for r in tr.translate_batch(SENTENCES, beam_size=None, max_len=None, length_penalty=None)]
             == cli_translate(model_dir, SENTENCES))
+
+
+def test_a_source_longer_than_the_model_reads_warns_as_the_cli_does(model_dir):
+    tr = qkv.Translator(str(model_dir))
+    long = "i lost . i lost . i lost ."  # 9 tokens: over what the model reads (num_steps - 1 and <eos>)
+    with pytest.warns(UserWarning) as caught:
+        r = tr.translate_batch(["go .", long], return_attention=True)
+    notes = [str(w.message) for w in caught]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("sentences[1] has 9 source tokens but the model reads "), notes
+    assert notes[0].endswith(" are not read, nor is <eos>"), notes
+    # the same text as `qkv translate` prints after "warning: sentence 1"
+    cli = subprocess.run([qkv_bin(), "translate", "--model", str(model_dir), long], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert f"qkv translate: warning: sentence 1 {notes[0][len('sentences[1] '):]}" in cli.stderr, cli.stderr
+    assert r[1].translation
+    # plain translations (texts split into sentences) say it too
+    with pytest.warns(UserWarning, match=r"^sentences\[1\] has 9 source tokens"):
+        tr.translate_batch(["go .", long])
+    # a source that fits says nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr.translate_batch(["go ."])
 
 
 def test_finished_says_when_max_len_cut_the_translation(model_dir):

@@ -8,6 +8,7 @@
 #include "qkv/data/subword.h"
 #include "qkv/data/text.h"
 #include "qkv/data/tokenizer.h"
+#include "qkv/runtime/translation_data.h"
 
 namespace qkv::runtime {
 
@@ -186,6 +187,33 @@ std::vector<std::vector<std::string>> source_units(const ModelDir& m,
 
 std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {
     return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
+}
+
+SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& tokens) {
+    // encode_sources keeps the first num_steps units of (units + <eos>): a sentence fits whole
+    // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.
+    const int64_t steps = m.config.data.num_steps;
+    const bool pieces   = m.subwords.active();
+    const auto words    = int64_t(tokens.size());
+    const int64_t limit = pieces ? source_word_limit(m) : words;
+    bool bound          = words > limit;
+    SourceNotes notes;
+    if (pieces) {
+        // A word longer than source_char_limit characters is encoded from its start only (its
+        // later pieces could not reach the model's positions); the piece count is then a bound.
+        const int64_t chars = source_char_limit(m);
+        for (int64_t i = 0; i < std::min(words, limit); ++i)
+            if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
+                bound = true;
+                notes.long_words.push_back(detail::str("word ", i + 1, " has ", len,
+                                                       " characters; the subword model encodes its first ", chars,
+                                                       " (4 x num_steps x the longest piece)"));
+            }
+    }
+    int64_t n = pieces ? int64_t(source_units(m, {tokens})[0].size()) : words;
+    if (words > limit) n += words - limit;
+    notes.cut = truncation_note(n, steps, pieces, words, bound);
+    return notes;
 }
 
 }  // namespace qkv::runtime

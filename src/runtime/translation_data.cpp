@@ -25,12 +25,12 @@ std::string truncation_note(int64_t n, int64_t steps, bool pieces, int64_t words
     const auto count = [&unit](int64_t k) { return std::to_string(k) + " " + unit + (k == 1 ? "" : "s"); };
     std::string s = detail::str("has ", at_least ? "at least " : "", n, " source ", unit, n == 1 ? "" : "s");
     if (pieces) s += detail::str(" (", words, words == 1 ? " word)" : " words)");
-    s += detail::str("; the model reads ", steps, " positions (", count(steps - 1), " + <eos>), so its ");
-    if (n == steps && !at_least) return s + count(n) + " fill them all and <eos> is dropped";
-    if (n == steps) return s + "first " + count(n) + " fill them all and <eos>, perhaps more, is dropped";
-    const int64_t lost = n - steps;
-    return s + "first " + count(steps) + " fill them all and " + (at_least ? "at least " : "") +
-           (lost == 1 ? "the last " + unit : "the last " + std::to_string(lost)) + " and <eos> are dropped";
+    s += detail::str(" but the model reads ", steps, " positions (", count(steps - 1), " + <eos>): ");
+    if (n == steps && !at_least) return s + "all " + std::to_string(n) + " are read, but not <eos>";
+    if (at_least) return s + unit + "s " + std::to_string(steps + 1) + (n == steps ? " and later, if any," : " and later") +
+                         " are not read, nor is <eos>";
+    if (n == steps + 1) return s + unit + " " + std::to_string(n) + " is not read, nor is <eos>";
+    return s + unit + "s " + std::to_string(steps + 1) + "-" + std::to_string(n) + " are not read, nor is <eos>";
 }
 
 DataFingerprint fingerprint_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt) {

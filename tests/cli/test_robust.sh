@@ -116,14 +116,14 @@ err_has "line 2: invalid UTF-8 (byte offset 0)" "line 3: empty" "line 4: empty" 
 printf 'i lost . i lost . i lost .\ngo .\nhe is calm and i am home .\ni lost . i lost .\ni lost . we won\n' \
   | "$QKV" translate --model run > "$T/out" 2> "$T/err" || { cat "$T/err"; fail "translate long lines"; }
 [ "$(wc -l < "$T/out")" = 5 ] || fail "long lines: output line count"
-err_has "qkv translate: warning: line 1 has 9 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last 3 and <eos> are dropped" \
-        "qkv translate: warning: line 3 has 8 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last 2 and <eos> are dropped" \
-        "qkv translate: warning: line 4 has 6 source tokens; the model reads 6 positions (5 tokens + <eos>), so its 6 tokens fill them all and <eos> is dropped"
+err_has "qkv translate: warning: line 1 has 9 source tokens but the model reads 6 positions (5 tokens + <eos>): tokens 7-9 are not read, nor is <eos>" \
+        "qkv translate: warning: line 3 has 8 source tokens but the model reads 6 positions (5 tokens + <eos>): tokens 7-8 are not read, nor is <eos>" \
+        "qkv translate: warning: line 4 has 6 source tokens but the model reads 6 positions (5 tokens + <eos>): all 6 are read, but not <eos>"
 [ "$(grep -c "warning:.* source tokens" "$T/err")" = 3 ] || { cat "$T/err"; fail "want exactly 3 truncation warnings"; }
 run_rc 0 translate --model run "i lost . i lost . i lost ."
 err_has "qkv translate: warning: sentence 1 has 9 source tokens"
 run_rc 0 heatmap --model run "i lost . i lost . i lost ." --out "$T/att"
-err_has "qkv heatmap: warning: the sentence has 9 source tokens; the model reads 6 positions"
+err_has "qkv heatmap: warning: the sentence has 9 source tokens but the model reads 6 positions"
 
 # ---- translate: --file and sentences on the command line are alternatives (usage error, exit 2)
 run_rc 2 translate --model run --file in.txt "go ."

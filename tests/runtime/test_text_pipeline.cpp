@@ -102,10 +102,11 @@ TEST(TextPipeline, SourceDisjointSplitRawReferencesAndCounts) {
     EXPECT_EQ(back.data.applied.over_length_cap, r.over_length_cap);
     EXPECT_EQ(back.data.applied.held_out_duplicates, r.held_out_duplicates);
     EXPECT_EQ(back.train.batch_tokens, c.train.batch_tokens);
-    if (!long_held_out)
+    if (!long_held_out) {
         EXPECT_NE(r.dropped_text(0, 0, 0, dc.num_steps).find("1 train pair over the length cap of 40 pieces"),
                   std::string::npos)
             << r.dropped_text(0, 0, 0, dc.num_steps);
+    }
 }
 
 TEST(TextPipeline, RefusesWordsAndD2lTokenFilters) {
@@ -219,7 +220,9 @@ TEST(TextPipeline, SplitTextCutsOverLongSentencesBetweenWords) {
     for (size_t i = 1; i + 1 < parts.size(); ++i) {
         EXPECT_LE(pieces(m, parts[i]), 11) << parts[i];
         // cut after a clause: every part of the long sentence but its last ends with a comma
-        if (i + 2 < parts.size()) EXPECT_EQ(parts[i].back(), ',') << parts[i];
+        if (i + 2 < parts.size()) {
+            EXPECT_EQ(parts[i].back(), ',') << parts[i];
+        }
     }
     // a sentence within the limit and a text of short sentences are as split_sentences cuts them
     const std::string shorter = "Tom has 1 apples. Mary has 2 books.";

@@ -21,44 +21,44 @@ TEST(TruncationNote, FitsWhole) {
 
 TEST(TruncationNote, WordsExactlyNumSteps) {
     EXPECT_EQ(truncation_note(6, 6, false, 6, false),
-              "has 6 source tokens; the model reads 6 positions (5 tokens + <eos>), so its 6 tokens fill them all "
-              "and <eos> is dropped");
+              "has 6 source tokens but the model reads 6 positions (5 tokens + <eos>): all 6 are read, but not "
+              "<eos>");
 }
 
 TEST(TruncationNote, WordsLonger) {
     EXPECT_EQ(truncation_note(9, 6, false, 9, false),
-              "has 9 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them "
-              "all and the last 3 and <eos> are dropped");
+              "has 9 source tokens but the model reads 6 positions (5 tokens + <eos>): tokens 7-9 are not read, "
+              "nor is <eos>");
     EXPECT_EQ(truncation_note(7, 6, false, 7, false),
-              "has 7 source tokens; the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them "
-              "all and the last token and <eos> are dropped");
+              "has 7 source tokens but the model reads 6 positions (5 tokens + <eos>): token 7 is not read, nor "
+              "is <eos>");
     EXPECT_EQ(truncation_note(3, 2, false, 3, false),
-              "has 3 source tokens; the model reads 2 positions (1 token + <eos>), so its first 2 tokens fill them "
-              "all and the last token and <eos> are dropped");
+              "has 3 source tokens but the model reads 2 positions (1 token + <eos>): token 3 is not read, nor is "
+              "<eos>");
 }
 
 TEST(TruncationNote, PiecesExactlyNumSteps) {
     EXPECT_EQ(truncation_note(13, 13, true, 5, false),
-              "has 13 source pieces (5 words); the model reads 13 positions (12 pieces + <eos>), so its 13 pieces "
-              "fill them all and <eos> is dropped");
+              "has 13 source pieces (5 words) but the model reads 13 positions (12 pieces + <eos>): all 13 are "
+              "read, but not <eos>");
     EXPECT_EQ(truncation_note(2, 2, true, 1, false),
-              "has 2 source pieces (1 word); the model reads 2 positions (1 piece + <eos>), so its 2 pieces fill "
-              "them all and <eos> is dropped");
+              "has 2 source pieces (1 word) but the model reads 2 positions (1 piece + <eos>): all 2 are read, but "
+              "not <eos>");
 }
 
 TEST(TruncationNote, PiecesLonger) {
     EXPECT_EQ(truncation_note(25, 13, true, 20, false),
-              "has 25 source pieces (20 words); the model reads 13 positions (12 pieces + <eos>), so its first 13 "
-              "pieces fill them all and the last 12 and <eos> are dropped");
+              "has 25 source pieces (20 words) but the model reads 13 positions (12 pieces + <eos>): pieces 14-25 "
+              "are not read, nor is <eos>");
 }
 
 TEST(TruncationNote, LowerBound) {
     EXPECT_EQ(truncation_note(210000, 13, true, 210000, true),
-              "has at least 210000 source pieces (210000 words); the model reads 13 positions (12 pieces + <eos>), "
-              "so its first 13 pieces fill them all and at least the last 209987 and <eos> are dropped");
+              "has at least 210000 source pieces (210000 words) but the model reads 13 positions (12 pieces + "
+              "<eos>): pieces 14 and later are not read, nor is <eos>");
     EXPECT_EQ(truncation_note(13, 13, true, 3, true),
-              "has at least 13 source pieces (3 words); the model reads 13 positions (12 pieces + <eos>), so its "
-              "first 13 pieces fill them all and <eos>, perhaps more, is dropped");
+              "has at least 13 source pieces (3 words) but the model reads 13 positions (12 pieces + <eos>): "
+              "pieces 14 and later, if any, are not read, nor is <eos>");
 }
 
 // The smallest T holding 99 % of the sources and 99 % of the targets whole with <eos>.

@@ -84,6 +84,18 @@ std::vector<std::vector<std::string>> source_units(const ModelDir& m,
 /// themselves otherwise.
 std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units);
 
+/// What a front end says about one source sentence the model cannot read whole (the same in `qkv
+/// translate`, `qkv heatmap` and Python's translate_batch). `tokens`: the sentence's words
+/// (tokenize_sentences). long_words: one note per word a subword model encodes only the start of
+/// ("word 3 has 5000 characters; the subword model encodes its first 1664 (4 x num_steps x the
+/// longest piece)"); cut: truncation_note's text for the sentence ("" when it fits). Words past
+/// source_word_limit count one piece each (the count is then a lower bound: "at least").
+struct SourceNotes {
+    std::vector<std::string> long_words;
+    std::string cut;
+    bool empty() const { return long_words.empty() && cut.empty(); }
+};
+SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& tokens);
 
 /// " "-joined tokens.
 std::string join_tokens(const std::vector<std::string>& tokens);

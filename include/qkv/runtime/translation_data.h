@@ -201,10 +201,10 @@ std::string language_pair(const DataConfig& cfg);
 /// SentencePiece pieces of its `words` words) when the encoder, reading `num_steps` positions, cannot
 /// take it whole with its <eos> (encode_sources keeps the first num_steps units of units + <eos>);
 /// "" when it fits (units < num_steps). `at_least`: `units` is a lower bound (words past the
-/// encoded limit count one piece each). The text follows the sentence's name: "has 9 source tokens;
-/// the model reads 6 positions (5 tokens + <eos>), so its first 6 tokens fill them all and the last
-/// 3 and <eos> are dropped"; for units == num_steps "..., so its 6 tokens fill them all and <eos> is
-/// dropped"; a subword model "has 25 source pieces (20 words); ... (12 pieces + <eos>), ...".
+/// encoded limit count one piece each). The text follows the sentence's name: "has 9 source tokens
+/// but the model reads 6 positions (5 tokens + <eos>): tokens 7-9 are not read, nor is <eos>"; for
+/// units == num_steps "...: all 6 are read, but not <eos>"; a subword model "has 25 source pieces
+/// (20 words) but the model reads 13 positions (12 pieces + <eos>): pieces 14-25 are not read, ...".
 std::string truncation_note(int64_t units, int64_t num_steps, bool pieces, int64_t words, bool at_least);
 
 /// Source arrays for new sentences with a trained vocabulary: tokens (tokenize_nmt output, or
