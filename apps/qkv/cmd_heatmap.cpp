@@ -43,6 +43,15 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
     return p;
 }
 
+/// A warning when the greedy translation ran to the length limit before <eos>, as `qkv translate`
+/// says it: the rows drawn then end mid-sentence.
+void note_if_cut(const std::vector<int64_t>& out, int64_t max_len, bool flag_given) {
+    if (int64_t(out.size()) < max_len) return;  // max_len counts the <eos>
+    std::fprintf(stderr, "qkv heatmap: warning: the translation reached %s%lld tokens before the end of the sentence: "
+                 "it is cut there%s\n", flag_given ? "--max-len " : "the length limit of ", (long long)max_len,
+                 flag_given ? "; raise --max-len" : "");
+}
+
 /// Bahdanau: greedy decoding with the trace; cross[t][0] is (1, 1, 1, num_steps) for output token
 /// t. The source keeps its padding: the GRU encoder runs over the pads (spec §7.11), so its states
 /// (and the translation) depend on them; the padded keys get weight 0 and are not drawn (D2L
@@ -62,6 +71,7 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     g.trace   = &trace;
     auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
+    note_if_cut(out[0], g.max_len, a.max_len > 0);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
                 train::join_tokens(train::target_words(m, hyp)).c_str());
     const int64_t steps = int64_t(trace.cross.size());
@@ -166,6 +176,7 @@ void run(HeatmapArgs a) {
     }
     auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
+    note_if_cut(out[0], g.max_len, a.max_len > 0 && g.max_len == a.max_len);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
                 train::join_tokens(train::target_words(m, hyp)).c_str());
 
