@@ -8,14 +8,15 @@
 #               rank 0's wait on the gradient reduction per step, against the model's exposed
 #               communication (t_comm less what overlaps the backward pass, 2/3 of the compute);
 #               compute = step - wait, as measured.
-#   small:      the same for SMALL floats (1 KiB: the latency term alone).
+#   small:      mean of 100 back-to-back all-reduces of SMALL floats (1 KiB: the latency term).
 # Prints a Markdown table and the machine, load average and kernel (netem or not) with it; with
 # TSV=FILE also appends one tab-separated row per cell there (bench/dp_scaling_model.py --fit).
 # LINK=veth (default): delays need sch_netem (CONFIG_NET_SCH_NETEM); without it delay cells say so.
 # LINK=tun: the delays go through the test bed's user-space relay (tests/dist/tun_delay, RELAY
 # names it), and each rate's row group starts with a plain veth cell at no delay (a second test
 # bed up at the same time), so the relay's own cost is measured in the same minutes.
-# ROUNDS=R repeats the whole table (rounds alternate in time with the other cells).
+# ROUNDS=R repeats the whole table (rounds alternate in time with the other cells). PROBE_ONLY=1
+# measures the all-reduces only (no training: step and wait are nan).
 # Needs root (ip netns). Usage:
 #   bench/netns_comm.sh [QKV] [MPI_PROBE] [STEPS]    (defaults: build/bin/qkv build/tests/mpi_probe 30)
 #   env: RANKS="2 4" RATES="1gbit 10gbit 25gbit" DELAYS="0 0.1ms 1ms" PRESET=demo LINK=veth|tun
@@ -74,14 +75,18 @@ cell() {  # N RATE LINK DELAY STATE ROUND: one row
   if [ "$delay" = 0 ]; then bash "$TB" shape "$st" --rate "$rate"; else bash "$TB" shape "$st" --rate "$rate" --delay "$delay"; fi
   out=$(bash "$TB" mpirun "$st" -np "$n" "$PROBE" bench_allreduce "$params" "$SMALL" 2> /dev/null)
   ar=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<< "$out" | head -1)
-  small=$(sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' <<< "$out" | sed -n 2p)
-  rm -rf "$T/run"
-  bash "$TB" mpirun "$st" -np "$n" "$QKV" "${train_args[@]}" --out "$T/run" > "$T/run.out" 2> "$T/run.err" \
-    || { cat "$T/run.err"; exit 1; }
-  step=$(ms_per_step "$T/run")
-  wait_s=$(sed -n 's/.*rank 0 waited \([0-9.]*\) s on the gradient reduction.*/\1/p' "$T/run.out")
-  wait_ms=$(awk -v w="$wait_s" -v s="$STEPS" 'BEGIN {printf "%.1f", 1000 * w / s}')
-  compute=$(awk -v a="$step" -v b="$wait_ms" 'BEGIN {print a - b}')
+  small=$(sed -n 's/.*back to back .*: mean \([0-9.]*\) ms.*/\1/p' <<< "$out")
+  if [ "${PROBE_ONLY:-0}" = 1 ]; then
+    step=nan; wait_ms=nan; compute=0
+  else
+    rm -rf "$T/run"
+    bash "$TB" mpirun "$st" -np "$n" "$QKV" "${train_args[@]}" --out "$T/run" > "$T/run.out" 2> "$T/run.err" \
+      || { cat "$T/run.err"; exit 1; }
+    step=$(ms_per_step "$T/run")
+    wait_s=$(sed -n 's/.*rank 0 waited \([0-9.]*\) s on the gradient reduction.*/\1/p' "$T/run.out")
+    wait_ms=$(awk -v w="$wait_s" -v s="$STEPS" 'BEGIN {printf "%.1f", 1000 * w / s}')
+    compute=$(awk -v a="$step" -v b="$wait_ms" 'BEGIN {print a - b}')
+  fi
   read -r m_comm m_exposed < <(model "$n" "$(bits "$rate")" "$(seconds "$delay")" "$compute")
   local l; l=$(load)
   echo "| $n | $rate | $link | $delay | $ar ($m_comm) | $small | $step | $wait_ms ($m_exposed) | $l |"
