@@ -15,6 +15,8 @@
 # LINK=tun: the delays go through the test bed's user-space relay (tests/dist/tun_delay, RELAY
 # names it), and each rate's row group starts with a plain veth cell at no delay (a second test
 # bed up at the same time), so the relay's own cost is measured in the same minutes.
+# SYSCTLS="key=value ..." sets those (per-namespace) sysctls in every host, e.g.
+# net.ipv4.tcp_slow_start_after_idle=0 (bench/RESULTS.md: what a step's idle gaps cost).
 # ROUNDS=R repeats the whole table (rounds alternate in time with the other cells). PROBE_ONLY=1
 # measures the all-reduces only (no training: step and wait are nan).
 # Needs root (ip netns). Usage:
@@ -55,6 +57,7 @@ f = open(sys.argv[1], "rb"); h = json.loads(f.read(struct.unpack("<Q", f.read(8)
 print(sum(math.prod(v["shape"]) for k, v in h.items() if k != "__metadata__"))' "$T/one/model.safetensors")
 t1=$(ms_per_step "$T/one")
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, kernel $(uname -r); $(date -u '+%F %H:%M UTC')"
+[ -z "${SYSCTLS:-}" ] || echo "# in every host: sysctl $SYSCTLS"
 echo "# preset $PRESET: $params parameters ($(awk -v p="$params" 'BEGIN {printf "%.1f", 4 * p / 1048576}') MiB fp32 gradients); 1 process x 1 thread: $t1 ms/step; load $(load)"
 echo
 echo "| N | rate | link | delay | all-reduce ms (model) | small ms | step ms | wait ms/step (model exposed) | load |"
@@ -102,6 +105,12 @@ for n in $RANKS; do
     bash "$TB" up "$state" --hosts "$n" --slots 1 2> /dev/null
   fi
   netem=$(sed -n 's/^NETEM=//p' "$state/testbed.env")
+  for st in "$state" "$vstate"; do
+    [ -f "$st/testbed.env" ] || continue
+    for ((h = 0; h < n; h++)); do
+      for kv in ${SYSCTLS:-}; do bash "$TB" exec "$st" "$h" sysctl -q -w "$kv"; done
+    done
+  done
   for round in $(seq 1 "$ROUNDS"); do
     for rate in $RATES; do
       [ "$LINK" = veth ] || cell "$n" "$rate" veth 0 "$vstate" "$round"
