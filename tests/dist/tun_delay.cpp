@@ -214,8 +214,9 @@ void Relay::on_readable(int from) {
         const int to = route(buf);
         if (to < 0) { ++no_route_; pool_.push_back(std::move(buf)); continue; }
         if (o_.delay_ns == 0 && queue_.empty()) { deliver(to, buf); pool_.push_back(std::move(buf)); continue; }
-        if (held_bytes_ + buf.size() > o_.queue_bytes) { ++full_; pool_.push_back(std::move(buf)); continue; }
-        held_bytes_ += buf.size();
+        // Counted by capacity: a held packet keeps its whole MTU-sized buffer.
+        if (held_bytes_ + buf.capacity() > o_.queue_bytes) { ++full_; pool_.push_back(std::move(buf)); continue; }
+        held_bytes_ += buf.capacity();
         queue_.push_back(Held{now_ns() + o_.delay_ns, to, std::move(buf)});
     }
 }
@@ -225,11 +226,11 @@ void Relay::flush_due() {
     while (!queue_.empty() && queue_.front().due_ns <= t) {
         Held& h = queue_.front();
         deliver(h.to, h.bytes);
-        held_bytes_ -= h.bytes.size();
+        held_bytes_ -= h.bytes.capacity();
         pool_.push_back(std::move(h.bytes));
         queue_.pop_front();
     }
-    if (pool_.size() > 4096) pool_.resize(4096);  // after a burst: bound the idle memory
+    if (pool_.size() > 256) pool_.resize(256);  // after a burst: bound the idle memory (16 MiB)
 }
 
 void Relay::arm() {
