@@ -75,9 +75,15 @@ shape() {  # STATE [--rate R] [--delay D]
     done
     local i ns
     if [ "${LINK:-veth}" = tun ]; then
-        # The relay's delay: its control file, re-read on SIGHUP (0 when none is given).
-        delay_us "${delay:-0}" > "$state/relay.delay_us"
+        # The relay's delay: its control file, re-read on SIGHUP (0 when none is given); the relay
+        # acknowledges with relay.delay_us.applied, waited for (10 s at most: a failure's bound).
+        local want _
+        want=$(delay_us "${delay:-0}")
+        rm -f "$state/relay.delay_us.applied"
+        echo "$want" > "$state/relay.delay_us"
         kill -HUP "$(cat "$state/relay.pid")" || die "shape: the relay (pid $(cat "$state/relay.pid")) is gone"
+        for _ in $(seq 1 1000); do [ "$(cat "$state/relay.delay_us.applied" 2> /dev/null)" = "$want" ] && break; sleep 0.01; done
+        [ "$(cat "$state/relay.delay_us.applied" 2> /dev/null)" = "$want" ] || die "shape: the relay did not take the delay $want us"
     fi
     for ((i = 0; i < HOSTS; i++)); do
         ns="${PREFIX}h$i"

@@ -131,13 +131,21 @@ int make_tun(const std::string& ns) {
     return fd;
 }
 
-// Sets the delay from the control file (microseconds, one integer); keeps the old one on error.
+// Sets the delay from the control file (microseconds, one integer; the old one is kept on error),
+// then writes the delay in force to FILE.applied, so that whoever changed the file knows when
+// the relay has taken it (netns_testbed.sh shape waits for it).
 void read_control(const std::string& path, int64_t& delay_ns) {
     std::ifstream f(path);
     long long us = -1;
     if (f >> us && us >= 0) delay_ns = us * 1000;
     else std::fprintf(stderr, "tun_delay: %s holds no delay in microseconds; keeping %lld us\n", path.c_str(),
                       (long long)(delay_ns / 1000));
+    const std::string applied = path + ".applied", tmp = applied + ".tmp";
+    if (FILE* out = std::fopen(tmp.c_str(), "w")) {
+        std::fprintf(out, "%lld\n", (long long)(delay_ns / 1000));
+        std::fclose(out);
+        std::rename(tmp.c_str(), applied.c_str());  // whole or absent, never half-written
+    }
 }
 
 // The signals the relay reads from its signalfd; blocked from the start (before it detaches), so
