@@ -120,7 +120,7 @@ def fit(path, alpha_prior_s):
     # ranks' traffic together, 2 (N-1) x the gradient bytes per all-reduce (fitted at the highest
     # rate, pooled over N). The no-delay relay cells, less the latency term.
     def t0_bw(n, rate):
-        return mean((n, rate, "tun", 0.0), "allreduce_ms") / 1e3 - 2 * (n - 1) * f_ar * alpha0
+        return mean((n, rate, "tun", 0.0), "allreduce_ms") / 1e3 - 2 * (n - 1) * alpha0
 
     eff = (2 * (ns[0] - 1) / ns[0] * grad_bytes / t0_bw(ns[0], rates[0])) / (rates[0] / 8)
     host_bps = statistics.fmean(2 * (n - 1) * grad_bytes / t0_bw(n, rates[-1]) for n in ns)
