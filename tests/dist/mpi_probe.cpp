@@ -13,6 +13,9 @@
 //                "loss STEP VALUE" per step (%.9g) for test_mpi.sh to compare across world sizes,
 //                every rank "rank R optimizer state B of T bytes" (its moments, Adam's whole) on
 //                stderr; SIGINT/SIGTERM stop it at a step boundary, as qkv train
+//   bench_allreduce FLOATS [SMALL_FLOATS]
+//                median time of an fp32 all-reduce, mean of back-to-back small ones
+//                (bench/netns_comm.sh); not a test
 //   hang         rank 1 sleeps far longer than QKV_DIST_TIMEOUT before its allreduce: the job
 //                must stop by itself (MPI_Abort) with a message naming rank 1
 #include <algorithm>
@@ -139,7 +142,10 @@ int main(int argc, char** argv) {
     }
     if (mode == "bench_allreduce") {
         // Median time of an fp32 all-reduce of argv[2] floats over 30 calls (bench/RESULTS.md's
-        // check of the communication model); not a test.
+        // check of the communication model), each after a barrier; then, if argv[3] is given,
+        // the mean time of 100 back-to-back all-reduces of that many floats (a small message:
+        // the latency term; back to back, so that the ranks' skew leaving a barrier, itself
+        // about one message latency, does not hide in it). Not a test.
         const size_t count = argc > 2 ? std::stoul(argv[2]) : 1u << 20;
         std::vector<float> f(count, 1.f);
         std::vector<double> t;
@@ -153,6 +159,17 @@ int main(int argc, char** argv) {
         if (r == 0)
             std::printf("allreduce of %zu floats (%.1f MiB) over %d ranks: median %.3f ms\n", count,
                         double(count) * 4 / 1048576.0, n, t[3 + 15] * 1e3);
+        if (argc > 3) {
+            std::vector<float> g(std::stoul(argv[3]), 1.f);
+            w->allreduce_sum(std::span<float>(g));  // warm-up: connections made
+            w->barrier();
+            auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 100; ++i) w->allreduce_sum(std::span<float>(g));
+            const double each = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 100;
+            if (r == 0)
+                std::printf("allreduce of %zu floats, 100 back to back over %d ranks: mean %.3f ms\n", g.size(), n,
+                            each * 1e3);
+        }
         return 0;
     }
     if (mode == "train") {

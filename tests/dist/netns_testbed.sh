@@ -6,6 +6,15 @@
 # shaped on each host's egress: `tc netem` (delay and rate) where the kernel has sch_netem, else
 # `tc tbf` (rate only; a delay is then refused, not ignored).
 #
+# --link tun (for kernels without sch_netem): each host's eth0 is a TUN device owned by a relay
+# process (tests/dist/tun_delay, built with the tests; QKV_TUN_DELAY or --relay names it) that
+# replaces the bridge: it holds every packet for DELAY (one way) and hands it to the destination
+# host's device. The rate is still tc tbf's job, on each host's eth0. The relay lives in the
+# switch namespace and its devices vanish with it; `down` ends it first. MTU 65520 on these links
+# (TUN has no segmentation offload: large packets keep the relay's packet rate low). It runs at
+# nice -10: it stands for the network, which does not wait for the ranks' CPU (on a loaded
+# machine at nice 0 its TCP throughput halved).
+#
 # Open MPI runs as on a cluster: mpirun on host 0, one orted per host started through an rsh agent
 # that enters the host's namespace instead of ssh, ranks placed by slot from a hostfile naming the
 # hosts' addresses, and only TCP over the veth links between processes (pml ob1, btl tcp,self,
@@ -13,6 +22,7 @@
 #
 # Usage (root; iproute2 and util-linux):
 #   netns_testbed.sh up STATE [--hosts N] [--slots S] [--rate RATE] [--delay DELAY]
+#                       [--link veth|tun] [--relay PATH]
 #       makes the hosts; STATE (a new folder) receives the hostfile, the agent and the names
 #   netns_testbed.sh mpirun STATE MPIRUN_ARGS...   mpirun on host 0 with the test bed's options
 #   netns_testbed.sh exec STATE HOST CMD...        CMD inside host HOST (0-based)
@@ -22,12 +32,13 @@
 #                                                  matches PATTERN (default: every process there),
 #                                                  all stopped first (a host failing at once)
 #   netns_testbed.sh down STATE                    ends every process in the hosts, removes them
-#   netns_testbed.sh run [--hosts N] [--slots S] [--rate RATE] [--delay DELAY] -- CMD...
+#   netns_testbed.sh run [UP OPTIONS] -- CMD...
 #       up, CMD with $QKV_TESTBED set to the state folder, down (on every exit path)
 #   netns_testbed.sh check                         exit 0 when this machine can make the test bed;
 #                                                  else exit 77 with the reason on stderr
-# RATE as tc takes it (1gbit, 10gbit); DELAY one way per host link (0.1ms, 1ms): a round trip
-# between two hosts crosses two shaped links, so it adds 2 x DELAY.
+# RATE as tc takes it (1gbit, 10gbit); DELAY one way per host link (0.1ms, 1ms, 100us): a round
+# trip between two hosts crosses two shaped links (netem) or the relay twice (tun), so it adds
+# 2 x DELAY.
 set -euo pipefail
 SUBNET=10.231.0
 die() { echo "netns_testbed: $*" >&2; exit 1; }
@@ -63,11 +74,28 @@ shape() {  # STATE [--rate R] [--delay D]
         case $1 in --rate) rate=$2; shift 2 ;; --delay) delay=$2; shift 2 ;; *) die "shape: unknown option $1" ;; esac
     done
     local i ns
+    if [ "${LINK:-veth}" = tun ]; then
+        # The relay's delay: its control file, re-read on SIGHUP (0 when none is given); the relay
+        # acknowledges with relay.delay_us.applied, waited for (10 s at most: a failure's bound).
+        local want _
+        want=$(delay_us "${delay:-0}")
+        rm -f "$state/relay.delay_us.applied"
+        echo "$want" > "$state/relay.delay_us"
+        kill -HUP "$(cat "$state/relay.pid")" || die "shape: the relay (pid $(cat "$state/relay.pid")) is gone"
+        for _ in $(seq 1 1000); do [ "$(cat "$state/relay.delay_us.applied" 2> /dev/null)" = "$want" ] && break; sleep 0.01; done
+        [ "$(cat "$state/relay.delay_us.applied" 2> /dev/null)" = "$want" ] || die "shape: the relay did not take the delay $want us"
+    fi
     for ((i = 0; i < HOSTS; i++)); do
         ns="${PREFIX}h$i"
         ip netns exec "$ns" tc qdisc del dev eth0 root 2> /dev/null || true
-        [ -z "$rate$delay" ] && continue
-        if [ "$NETEM" = 1 ]; then
+        [ -z "$rate" ] && { [ -z "$delay" ] || [ "${LINK:-veth}" = tun ]; } && continue
+        if [ "${LINK:-veth}" = tun ]; then
+            # Rate only (the relay delays). burst: 10 ms of the rate, at least two 64 KiB packets.
+            local bps burst
+            bps=$(rate_bits "$rate")
+            burst=$((bps / 8 / 100)); [ "$burst" -ge 131072 ] || burst=131072
+            ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+        elif [ "$NETEM" = 1 ]; then
             # A queue of a few thousand packets: netem's default (1000) drops at 25 Gb/s x 1 ms.
             ip netns exec "$ns" tc qdisc add dev eth0 root netem limit 10000 ${delay:+delay "$delay"} ${rate:+rate "$rate"}
         else
@@ -83,6 +111,16 @@ shape() {  # STATE [--rate R] [--delay D]
     echo "rate=${rate:-none} delay=${delay:-none}" > "$state/shape"
 }
 
+delay_us() {  # 0.1ms -> 100, 1ms -> 1000, 250us -> 250, 0 -> 0
+    local v=$1
+    case $v in
+        0) echo 0 ;;
+        *ms) awk -v x="${v%ms}" 'BEGIN {printf "%d", x * 1000 + 0.5}' ;;
+        *us) awk -v x="${v%us}" 'BEGIN {printf "%d", x + 0.5}' ;;
+        *) die "delay '$v': use NUMms or NUMus" ;;
+    esac
+}
+
 rate_bits() {  # 10gbit -> 10000000000
     local v=$1 num unit
     num=${v%%[a-zA-Z]*}; unit=${v#"$num"}
@@ -94,16 +132,25 @@ rate_bits() {  # 10gbit -> 10000000000
 
 up() {  # STATE [--hosts N] [--slots S] [--rate R] [--delay D]
     local state=$1; shift
-    local hosts=2 slots=2 shape_args=()
+    local hosts=2 slots=2 shape_args=() link=veth relay=${QKV_TUN_DELAY:-}
     while [ $# -gt 0 ]; do
         case $1 in
             --hosts) hosts=$2; shift 2 ;; --slots) slots=$2; shift 2 ;;
+            --link) link=$2; shift 2 ;; --relay) relay=$2; shift 2 ;;
             --rate|--delay) shape_args+=("$1" "$2"); shift 2 ;;
             *) die "up: unknown option $1" ;;
         esac
     done
     [[ $hosts =~ ^[0-9]+$ ]] && [ "$hosts" -ge 2 ] && [ "$hosts" -le 200 ] || die "--hosts $hosts: 2 to 200"
     [[ $slots =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die "--slots $slots: 1 or more"
+    case $link in
+        veth) ;;
+        tun) [ -n "$relay" ] && [ -x "$relay" ] \
+                 || die "--link tun needs the relay program (--relay PATH or QKV_TUN_DELAY; cmake --build build --target tun_delay)"
+             [ -c /dev/net/tun ] || die "--link tun: no /dev/net/tun (CONFIG_TUN)"
+             relay=$(realpath "$relay") ;;
+        *) die "--link $link: veth or tun" ;;
+    esac
     [ ! -e "$state/testbed.env" ] || die "'$state' already holds a test bed"
     check || exit $?
     mkdir -p "$state"
@@ -120,25 +167,41 @@ HOSTS=$hosts
 SLOTS=$slots
 SUBNET=$SUBNET
 NETEM=0
+LINK=$link
 EOF
     local sw="${prefix}sw" i ns
     ip netns add "$sw"
     ip -n "$sw" link set lo up
-    ip -n "$sw" link add br0 type bridge
-    ip -n "$sw" link set br0 up
+    [ "$link" = tun ] || { ip -n "$sw" link add br0 type bridge; ip -n "$sw" link set br0 up; }
     : > "$state/hostfile"
+    local names=()
     for ((i = 0; i < hosts; i++)); do
         ns="${prefix}h$i"
+        names+=("$ns")
         ip netns add "$ns"
         ip -n "$ns" link set lo up
+        echo "$SUBNET.$((10 + i)) slots=$slots" >> "$state/hostfile"
+        [ "$link" = veth ] || continue
         # Both ends made directly in their namespaces: no interface ever exists in the machine's own.
         ip link add "q${id}h$i" netns "$ns" type veth peer name "p$i" netns "$sw"
         ip -n "$ns" link set "q${id}h$i" name eth0
-        ip -n "$ns" addr add "$SUBNET.$((10 + i))/24" dev eth0
-        ip -n "$ns" link set eth0 up
         ip -n "$sw" link set "p$i" master br0
         ip -n "$sw" link set "p$i" up
-        echo "$SUBNET.$((10 + i)) slots=$slots" >> "$state/hostfile"
+    done
+    if [ "$link" = tun ]; then
+        # The relay makes each host's eth0 and detaches once they exist (its pid in relay.pid).
+        # Its delay from the start (the control file; `shape` below rewrites it and sends SIGHUP).
+        local a delay=0
+        for ((a = 0; a < ${#shape_args[@]}; a += 2)); do [ "${shape_args[a]}" != --delay ] || delay=${shape_args[a + 1]}; done
+        delay_us "$delay" > "$state/relay.delay_us"
+        nice -n -10 "$relay" --subnet "$SUBNET" --first 10 --control "$state/relay.delay_us" --home "$sw" \
+            --pidfile "$state/relay.pid" "${names[@]}" 2>> "$state/relay.log" \
+            || die "the relay did not start: $(cat "$state/relay.log")"
+        for ns in "${names[@]}"; do ip -n "$ns" link set eth0 mtu 65520; done
+    fi
+    for ((i = 0; i < hosts; i++)); do
+        ip -n "${prefix}h$i" addr add "$SUBNET.$((10 + i))/24" dev eth0
+        ip -n "${prefix}h$i" link set eth0 up
     done
     has_netem "${prefix}h0" && sed -i 's/^NETEM=0/NETEM=1/' "$state/testbed.env"
     # The rsh agent: Open MPI runs `AGENT HOST COMMAND...` and expects a remote shell to parse the
@@ -158,8 +221,9 @@ exec ip netns exec "${prefix}h\$i" unshare --uts sh -c "echo h\$i > /proc/sys/ke
 EOF
     chmod +x "$state/rsh_agent"
     [ ${#shape_args[@]} -eq 0 ] || shape "$state" "${shape_args[@]}"
-    echo "netns_testbed: $hosts hosts (${prefix}h0..h$((hosts - 1)), $SUBNET.10-$((9 + hosts))/24, bridge in ${prefix}sw)," \
-         "$slots slots each, netem $( [ "$(grep -c NETEM=1 "$state/testbed.env")" = 1 ] && echo yes || echo "no (rate only)")" >&2
+    echo "netns_testbed: $hosts hosts (${prefix}h0..h$((hosts - 1)), $SUBNET.10-$((9 + hosts))/24," \
+         "$( [ "$link" = tun ] && echo "TUN links, delay relay pid $(cat "$state/relay.pid")" || echo "bridge") in ${prefix}sw)," \
+         "$slots slots each, netem $( [ "$(grep -c NETEM=1 "$state/testbed.env")" = 1 ] && echo yes || echo "no")" >&2
 }
 
 # mpirun's options for the test bed: the hostfile, the agent, TCP over the subnet only, and TCP
@@ -212,6 +276,14 @@ down() {  # STATE
     [ -f "$state/testbed.env" ] || return 0
     load_state "$state"
     local ns p pids round
+    # The relay first, by its id (it also lives in the switch namespace, which the loop below
+    # covers): its devices pin the hosts' namespaces until it ends.
+    if [ -f "$state/relay.pid" ]; then
+        p=$(cat "$state/relay.pid")
+        kill -TERM "$p" 2> /dev/null && for _ in $(seq 1 50); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2> /dev/null || true
+        rm -f "$state/relay.pid"
+    fi
     # Every process inside our hosts (mpirun, the orteds, the ranks), by id: TERM, then KILL.
     for round in TERM KILL; do
         pids=""
