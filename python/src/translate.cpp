@@ -75,6 +75,25 @@ std::vector<std::vector<std::string>> tokenize_all(const runtime::Translator& tr
 
 /// The ranges of `qkv translate`'s flags (and the server's fields): a beam of 10^12 would only
 /// fail allocating, a NaN length penalty would rank hypotheses at random. None takes config.json's.
+/// A keyword that takes an int or None: True/False (an int subclass in Python) and other types are
+/// a TypeError naming it, as `qkv translate --beam true` is a usage error.
+std::optional<int64_t> opt_int(const pyb::object& v, const char* name) {
+    if (v.is_none()) return std::nullopt;
+    if (pyb::isinstance<pyb::bool_>(v) || !pyb::isinstance<pyb::int_>(v))
+        throw pyb::type_error(detail::str(name, ": expected an int or None, got ",
+                                          std::string(pyb::str(v.get_type().attr("__name__")))));
+    return v.cast<int64_t>();
+}
+
+/// The same for a number (int or float, not bool) or None.
+std::optional<double> opt_number(const pyb::object& v, const char* name) {
+    if (v.is_none()) return std::nullopt;
+    if (pyb::isinstance<pyb::bool_>(v) || !(pyb::isinstance<pyb::int_>(v) || pyb::isinstance<pyb::float_>(v)))
+        throw pyb::type_error(detail::str(name, ": expected a number or None, got ",
+                                          std::string(pyb::str(v.get_type().attr("__name__")))));
+    return v.cast<double>();
+}
+
 void check_ranges(std::optional<int64_t> beam_size, std::optional<double> length_penalty, std::optional<int64_t> max_len,
                   int64_t batch_size) {
     if (beam_size && (*beam_size < 1 || *beam_size > 100))
@@ -112,7 +131,7 @@ void translate_rows(runtime::Translator& tr, const std::vector<std::vector<std::
 }
 
 /// What `qkv translate` warns about a source the model cannot read whole (runtime::source_notes),
-/// as Python warnings (UserWarning) naming the text: "sentences[2] has 9 source tokens but the model
+/// as Python warnings (UserWarning, at the caller's line) naming the text: "sentences[2] has 9 source tokens but the model
 /// reads ...". `text_of[k]`: the text of sentence k (empty: sentence k is text k).
 void warn_source_notes(const runtime::ModelDir& m, const std::vector<std::vector<std::string>>& words,
                        const std::vector<size_t>& text_of) {
@@ -122,8 +141,8 @@ void warn_source_notes(const runtime::ModelDir& m, const std::vector<std::vector
         if (words[k].empty()) continue;
         const runtime::SourceNotes notes = runtime::source_notes(m, words[k]);
         const std::string what = detail::str("sentences[", text_of.empty() ? k : text_of[k], "]");
-        for (const auto& w : notes.long_words) warn(detail::str(what, ": ", w), category, 2);
-        if (!notes.cut.empty()) warn(detail::str(what, " ", notes.cut), category, 2);
+        for (const auto& w : notes.long_words) warn(detail::str(what, ": ", w), category, 1);
+        if (!notes.cut.empty()) warn(detail::str(what, " ", notes.cut), category, 1);
     }
 }
 
@@ -263,11 +282,16 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
             return std::string(runtime::model_kind_name(t.get()->config.architecture));
         })
         .def("translate_batch",
-             [](runtime::Translator& tr, const pyb::object& sentences, std::optional<int64_t> beam_size,
-                std::optional<double> length_penalty, std::optional<int64_t> max_len, int64_t num_hypotheses, bool return_scores, bool return_attention, int64_t batch_size,
-                bool no_unk) {
-                 return translate_batch(tr, str_list(sentences, "sentences"), beam_size, length_penalty, max_len,
-                                        num_hypotheses, return_scores, return_attention, batch_size, no_unk);
+             [](runtime::Translator& tr, const pyb::object& sentences, const pyb::object& beam_size,
+                const pyb::object& length_penalty, const pyb::object& max_len, const pyb::object& num_hypotheses,
+                bool return_scores, bool return_attention, const pyb::object& batch_size, bool no_unk) {
+                 const auto n = opt_int(num_hypotheses, "num_hypotheses");
+                 const auto b = opt_int(batch_size, "batch_size");
+                 if (!n || !b) throw pyb::type_error(!n ? "num_hypotheses: expected an int, got NoneType"
+                                                        : "batch_size: expected an int, got NoneType");
+                 return translate_batch(tr, str_list(sentences, "sentences"), opt_int(beam_size, "beam_size"),
+                                        opt_number(length_penalty, "length_penalty"), opt_int(max_len, "max_len"), *n,
+                                        return_scores, return_attention, *b, no_unk);
              },
              arg("sentences"), pyb::kw_only(), arg("beam_size") = pyb::none(),
              arg("length_penalty") = pyb::none(), arg("max_len") = pyb::none(), arg("num_hypotheses") = 1, arg("return_scores") = false,

@@ -175,6 +175,15 @@ def test_decode_settings_out_of_range_are_value_errors(model_dir):
         with pytest.raises(ValueError, match=msg):
             tr.translate_batch(["go ."], **kw)
     assert tr.translate_batch(["go ."], beam_size=100)[0].translation is not None
+    # True is an int in Python, not a beam size; strings and floats are not ints either
+    for kw, msg in [({"beam_size": True}, "beam_size: expected an int or None, got bool"),
+                    ({"max_len": 2.5}, "max_len: expected an int or None, got float"),
+                    ({"num_hypotheses": False}, "num_hypotheses: expected an int or None, got bool"),
+                    ({"batch_size": "8"}, "batch_size: expected an int or None, got str"),
+                    ({"length_penalty": True}, "length_penalty: expected a number or None, got bool")]:
+        with pytest.raises(TypeError, match=msg):
+            tr.translate_batch(["go ."], **kw)
+    assert tr.translate_batch(["go ."], length_penalty=1)[0].translation is not None  # an int is a number
     # None is config.json's setting, as leaving the flag out of `qkv translate` is
     assert ([r.translation for r in tr.translate_batch(SENTENCES, beam_size=None, max_len=None, length_penalty=None)]
             == cli_translate(model_dir, SENTENCES))
