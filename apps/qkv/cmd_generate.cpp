@@ -1,5 +1,5 @@
 // `qkv generate`: continue a prompt with a language model trained by `qkv train --model lm`,
-// streaming each character as it comes (train/lm.h generate_text, KV cache).
+// streaming each character as it comes (train/lm.h generate_text: decode::generate, KV cache).
 #include <cstdio>
 #include <memory>
 #include <string>

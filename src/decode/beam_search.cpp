@@ -137,9 +137,12 @@ Search::Search(models::Autoregressive& m, const Tensor& src, const Tensor& src_v
     if (opt.sampling.enabled) {
         const auto ids = src.contiguous().to_vector<int64_t>();
         const auto vls = src_valid_len.contiguous().to_vector<int64_t>();
+        QKV_CHECK(opt.sampling.keyed_by_source || B == 1, "decode: sampling.keyed_by_source false needs one source, got ", B);
         for (int64_t b = 0; b < B; ++b)
-            gens.emplace_back(source_key(opt.sampling.seed, ids.data() + b * Ts,
-                                         std::min(Ts, std::max<int64_t>(0, vls[size_t(b)]))));
+            gens.emplace_back(opt.sampling.keyed_by_source
+                                  ? source_key(opt.sampling.seed, ids.data() + b * Ts,
+                                               std::min(Ts, std::max<int64_t>(0, vls[size_t(b)])))
+                                  : opt.sampling.seed);
     }
     state = model.init_state(src, src_valid_len);
     trace = opt.trace ? opt.trace : track_attn ? &own_trace : nullptr;
@@ -391,6 +394,9 @@ std::vector<std::vector<Hypothesis>> generate_as(models::Autoregressive& model, 
         s.next_last = s.last;
         bool all_done = true;
         for (int64_t a = 0; a < int64_t(s.act.size()); ++a) all_done = select_source(s, a, t, cand) && all_done;
+        if (opt.on_token)  // K = 1: a live beam's new token is final
+            for (int64_t b : s.act)
+                if (s.beams[size_t(b)].log_prob != kDead) opt.on_token(b, s.beams[size_t(b)].tokens.back());
         if (all_done || t + 1 == opt.max_len) break;
         compact(s);
     }

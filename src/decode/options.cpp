@@ -40,6 +40,8 @@ void DecodeOptions::validate(int64_t V) const {
     for (int64_t id : prefix)
         QKV_CHECK(std::find(banned.begin(), banned.end(), id) == banned.end(), "decode: prefix token id ", id,
                   " is banned");
+    QKV_CHECK(!on_token || beam_size == 1, "decode: on_token streams the tokens of greedy search or sampling: "
+              "beam_size must be 1, got ", beam_size);
     if (sampling.enabled) {
         QKV_CHECK(beam_size == 1 && num_hypotheses == 1, "decode: sampling draws one hypothesis: beam_size and "
                   "num_hypotheses must be 1, got ", beam_size, " and ", num_hypotheses);

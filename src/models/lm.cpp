@@ -45,6 +45,7 @@ void LMState::reorder(const Tensor& index) {
               "LMState::reorder: index must be (B') int64");
     for (auto& c : caches) c.reorder(index);
     if (pending.defined()) pending = index_select(pending, 0, index).contiguous();
+    if (sequence.defined()) sequence = index_select(sequence, 0, index).contiguous();
     batch = index.size(0);
 }
 
@@ -103,14 +104,12 @@ std::unique_ptr<DecoderState> TransformerLM::init_state(const Tensor& prompts, c
             QKV_CHECK(l == T, "TransformerLM::init_state: every prompt must fill the ", T,
                       " columns (no padding), got a length of ", l);
     }
-    auto s   = std::make_unique<LMState>();
-    s->batch = B;
+    auto s       = std::make_unique<LMState>();
+    s->batch     = B;
+    s->recompute = recompute_prefix_;
     s->caches.resize(size_t(cfg_.num_blks));
-    if (T >= 1) {
-        NoGradGuard ng;
-        if (T >= 2) hidden_cached(prompts.slice(1, 0, T - 1).contiguous(), *s);
-        s->pending = prompts.select(1, T - 1).contiguous();
-    }
+    if (T >= 1) s->pending = prompts.contiguous();
+    if (s->recompute) s->sequence = prompts.contiguous();
     return s;
 }
 
@@ -119,9 +118,20 @@ Tensor TransformerLM::decode_step_hidden(const Tensor& tokens, DecoderState& sta
     QKV_CHECK(s != nullptr, "TransformerLM::decode_step: the state is not a TransformerLM's");
     QKV_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.dtype() == DType::i64 && tokens.size(0) == s->batch,
               "TransformerLM::decode_step: tokens must be (B) int64 with B = ", s->batch);
-    const Tensor in = s->pending.defined() ? s->pending : tokens;
-    s->pending      = Tensor();
-    return hidden_cached(in.reshape({s->batch, 1}), *s).reshape({s->batch, cfg_.num_hiddens});
+    const bool prompt = s->pending.defined();
+    const Tensor in   = prompt ? s->pending : tokens.reshape({s->batch, 1});
+    s->pending        = Tensor();
+    Tensor h;
+    if (s->recompute) {  // the prompt is already the sequence's start
+        NoGradGuard ng;
+        if (!prompt) s->sequence = s->sequence.size(1) == 0 ? in : concat({s->sequence, in}, 1).contiguous();
+        h = hidden(s->sequence);
+        s->position = s->sequence.size(1);
+    } else {
+        h = hidden_cached(in, *s);
+    }
+    const int64_t T = h.size(1);
+    return h.slice(1, T - 1, T).reshape({s->batch, cfg_.num_hiddens});
 }
 
 // ---- LMTrainingView ----

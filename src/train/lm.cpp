@@ -18,6 +18,7 @@
 #include "qkv/data/corpus.h"
 #include "qkv/dist/communicator.h"
 #include "qkv/data/tokenizer.h"
+#include "qkv/decode/generate.h"
 #include "qkv/ops/softmax.h"
 #include "qkv/train/checkpoint.h"
 #include "qkv/train/model_dir.h"
@@ -530,39 +531,27 @@ std::string generate_text(LmDir& m, const std::string& prompt, const GenerateOpt
                   "--max-new-tokens to ", std::max<int64_t>(0, m.config.model.max_len - std::max<int64_t>(int64_t(ids.size()), 1)));
     }
     if (ids.empty()) ids.push_back(m.vocab.token_to_idx(" "));  // an empty prompt starts at a word boundary
-    NoGradGuard ng;
-    Generator gen(opt.seed);
-    decode::SamplingOptions so;
-    so.enabled = true, so.temperature = opt.temperature > 0 ? opt.temperature : 1.0, so.top_k = opt.top_k;
-    so.top_p = opt.top_p;
-    models::LMState state;
-    state.batch = 1;
-    state.caches.resize(size_t(m.config.model.num_blks));
-    std::vector<int64_t> all = ids;
-    Tensor h = opt.use_cache ? m.model->hidden_cached(from_vector(ids, {1, int64_t(ids.size())}), state)
-                             : m.model->hidden(from_vector(ids, {1, int64_t(ids.size())}));
     std::string out;
-    const int64_t V = m.vocab.size();
-    for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
-        const int64_t T = h.size(1);
-        const Tensor logp = log_softmax(m.model->output_logits(h.slice(1, T - 1, T)).reshape({V}), 0).contiguous();
-        const auto lv = logp.to_vector<float>();
-        std::vector<double> row(lv.begin(), lv.end());
-        for (int64_t s : {m.vocab.unk(), m.vocab.pad()}) row[size_t(s)] = -INFINITY;  // never emitted
-        int64_t next = 0;
-        if (opt.temperature == 0) {
-            for (int64_t v = 1; v < V; ++v)
-                if (row[size_t(v)] > row[size_t(next)]) next = v;
-        } else {
-            next = decode::sample_from(decode::sampling_distribution(row, so), gen);
-        }
-        const std::string piece = m.vocab.idx_to_token(next);
+    if (opt.max_new_tokens == 0) return out;
+    decode::DecodeOptions d;
+    // A language model has no <eos>: <pad> stands for it, never emitted (min_len = max_len), and
+    // <unk> is banned. The prompt is the state's input (its <bos> is not read).
+    d.bos = d.eos = m.vocab.pad();
+    d.max_len = d.min_len = opt.max_new_tokens;
+    d.banned  = {m.vocab.unk()};
+    d.scores  = false;
+    if (opt.temperature > 0) {
+        d.sampling.enabled = true, d.sampling.temperature = opt.temperature, d.sampling.top_k = opt.top_k;
+        d.sampling.top_p = opt.top_p, d.sampling.seed = opt.seed, d.sampling.keyed_by_source = false;
+    }
+    d.on_token = [&](int64_t, int64_t id) {
+        const std::string piece = m.vocab.idx_to_token(id);
         out += piece;
         if (on_token) on_token(piece);
-        all.push_back(next);
-        h = opt.use_cache ? m.model->hidden_cached(from_vector(std::vector<int64_t>{next}, {1, 1}), state)
-                          : m.model->hidden(from_vector(all, {1, int64_t(all.size())}));
-    }
+    };
+    m.model->set_recompute_prefix(!opt.use_cache);
+    const auto n = int64_t(ids.size());
+    decode::generate(*m.model, from_vector(ids, {1, n}), from_vector(std::vector<int64_t>{n}, {1}), d);
     return out;
 }
 

@@ -106,6 +106,57 @@ TEST(TransformerLM, GenerateEqualsTheFullForward) {
     }
 }
 
+/// What `qkv generate` asks of decode::generate: on_token streams exactly the returned tokens;
+/// recompute_prefix (--no-cache) gives the cached search's tokens; sampling with keyed_by_source
+/// false draws from Generator(seed) itself (the reference: the full forward's log-softmax row,
+/// sampling_distribution, sample_from on that stream).
+TEST(TransformerLM, GenerateStreamsRecomputesAndSamplesFromTheSeed) {
+    models::TransformerLMConfig c;
+    c.vocab_size = 11, c.num_hiddens = 16, c.num_heads = 4, c.num_blks = 2, c.ffn_num_hiddens = 32;
+    manual_seed(60);
+    models::TransformerLM m(c);
+    m.eval();
+    const std::vector<int64_t> prompt = {1, 4, 2, 9};
+    const Tensor src = from_vector(prompt, {1, 4}), len = from_vector<int64_t>({4}, {1});
+    decode::DecodeOptions o;
+    o.bos = o.eos = 10, o.max_len = o.min_len = 12, o.banned = {0}, o.scores = false;
+    for (bool sampling : {false, true}) {
+        SCOPED_TRACE(sampling);
+        o.sampling.enabled = sampling, o.sampling.temperature = 1.5, o.sampling.top_k = 6, o.sampling.seed = 9;
+        o.sampling.keyed_by_source = false;
+        std::vector<int64_t> streamed;
+        o.on_token = [&](int64_t b, int64_t id) {
+            EXPECT_EQ(b, 0);
+            streamed.push_back(id);
+        };
+        const auto cached = decode::generate(m, src, len, o)[0][0].tokens;
+        EXPECT_EQ(streamed, cached);
+        ASSERT_EQ(cached.size(), 12u);  // <eos> (10) held back by min_len
+        m.set_recompute_prefix(true);
+        o.on_token = nullptr;
+        EXPECT_EQ(decode::generate(m, src, len, o)[0][0].tokens, cached);
+        m.set_recompute_prefix(false);
+        // the reference loop over the full forward
+        NoGradGuard ng;
+        Generator gen(9);
+        std::vector<int64_t> seq = prompt, ref;
+        for (int n = 0; n < 12; ++n) {
+            const int64_t T = int64_t(seq.size());
+            const auto lp = log_softmax(m.logits(from_vector(seq, {1, T})), -1).contiguous().to_vector<float>();
+            std::vector<double> row(lp.end() - 11, lp.end());
+            row[0] = row[10] = -INFINITY;
+            const int64_t next = sampling ? decode::sample_from(decode::sampling_distribution(row, o.sampling), gen)
+                                          : int64_t(std::max_element(row.begin(), row.end()) - row.begin());
+            ref.push_back(next), seq.push_back(next);
+        }
+        EXPECT_EQ(cached, ref);
+    }
+    o.beam_size = 2;
+    o.sampling.enabled = false;
+    o.on_token = [](int64_t, int64_t) {};
+    EXPECT_NE(error_of([&] { decode::generate(m, src, len, o); }).find("beam_size must be 1"), std::string::npos);
+}
+
 TEST(TransformerLM, PreprocessingIsD2ls) {
     EXPECT_EQ(train::preprocess_lm_text("The Time-Traveller (for so it will\n be convenient) 1895!"),
               "the time traveller for so it will be convenient");

@@ -87,4 +87,29 @@ TEST(LmRun, ConfigJsonNumbersMustBeWholeAndPositionsEnough) {
     EXPECT_EQ(error_of([&] { train::lm_config_from_json(cfg, "c.json"); }), "");
 }
 
+// The config.json a language-model run writes, byte for byte against the files the hand-written
+// writer made (tests/fixtures/run_config/lm*_lm.json: each preset as a fresh run on a text records
+// it; lm_folder_v1.json: a folder an earlier qkv trained, with --lr and --max-steps), and each file
+// reads back to itself: the LM's config.json must not change when its code does (issue 43).
+TEST(LmRun, ConfigJsonIsByteIdenticalToTheGoldenFiles) {
+    const fs::path dir = fs::path(QKV_FIXTURE_DIR) / "run_config";
+    for (const std::string preset : {"lm", "lm-tiny"}) {
+        train::LmConfig c = train::lm_preset(preset);
+        c.path = "/data/timemachine.txt", c.model.vocab_size = 29;
+        c.fingerprint_chars = 56910, c.fingerprint_fnv1a64 = 0x2a0c38093619cb0fULL;
+        const fs::path file = dir / (preset + "_lm.json");
+        const std::string written = train::lm_config_json(c);
+        if (std::getenv("QKV_WRITE_RUN_CONFIG_GOLDEN")) {
+            std::ofstream(file, std::ios::binary) << written;
+            ADD_FAILURE() << "wrote " << file << " (QKV_WRITE_RUN_CONFIG_GOLDEN): check its diff";
+            continue;
+        }
+        EXPECT_EQ(written, qkv::util::read_file(file.string())) << file;
+    }
+    for (const char* name : {"lm_lm.json", "lm-tiny_lm.json", "lm_folder_v1.json"}) {
+        const std::string golden = qkv::util::read_file((dir / name).string());
+        EXPECT_EQ(train::lm_config_json(train::lm_config_from_json(golden, name)), golden) << name;
+    }
+}
+
 }  // namespace

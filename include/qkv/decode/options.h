@@ -8,6 +8,7 @@
 // (Fan et al. 2018); top-p / nucleus sampling (Holtzman et al. 2020, eq. 3).
 // Dim legend: V target vocabulary.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct SamplingOptions {
     /// With the same seed, the same source gives the same output (each source draws from its own
     /// stream, keyed by the seed and its token ids, so batch-mates and batch order do not matter).
     uint64_t seed = 0;
+    /// false: the stream is Generator(seed) itself, not keyed by the source (one source only;
+    /// `qkv generate`'s streams, so that its texts for a seed stay what they were).
+    bool keyed_by_source = true;
 };
 
 struct DecodeOptions {
@@ -75,6 +79,10 @@ struct DecodeOptions {
     /// (models::DecoderAttentionTrace: all decoder rows of the step, in the search's order; a
     /// source that is done has left the batch). Heatmaps read it with one source and beam_size 1.
     models::DecoderAttentionTrace* trace = nullptr;
+    /// When set (beam_size 1 only: a beam's tokens are final only at the end), called with
+    /// (source b, token id) for each token as the search chooses it, in order (streaming output;
+    /// `qkv generate`). Not called for <eos>.
+    std::function<void(int64_t source, int64_t token)> on_token;
 
     /// Throws qkv::Error naming the field when a value is out of range or the fields disagree;
     /// V is the target vocabulary size.

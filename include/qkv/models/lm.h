@@ -45,12 +45,17 @@ public:
 };
 
 /// Decoding state: one KV cache per block, the number of positions decoded, and (after
-/// init_state with prompts) each row's last prompt token, the first step's input.
+/// init_state with prompts) the prompts, the first step's input.
 class LMState : public DecoderState {
 public:
     std::vector<nn::KVCache> caches;
     int64_t batch = 0, position = 0;
-    Tensor pending;  // (B) i64: read by the next decode_step_hidden instead of its tokens; or undefined
+    /// (B, T) i64: read by the next decode_step_hidden instead of its tokens (all T positions in one
+    /// pass, the last one's hidden state returned); or undefined.
+    Tensor pending;
+    /// TransformerLM::recompute_prefix: no caches; the whole sequence so far, (B, t) i64.
+    bool recompute = false;
+    Tensor sequence;
     void reorder(const Tensor& index) override;
     int64_t steps() const override { return position; }
     int64_t batch_size() const override { return batch; }
@@ -73,14 +78,19 @@ public:
     Tensor output_logits(const Tensor& hidden) override;
     /// A state for B = prompts.size(0) sequences: prompts (B, T) i64, T >= 0, every row a whole
     /// prompt (prompt_lens, when defined, must be (B) i64 of T each: no padding). With T >= 1 the
-    /// first T − 1 tokens fill the caches and the last one is the first step's input (the
-    /// search's <bos> given to that step is not read); with T = 0 the caches start empty and the
-    /// first step reads its tokens. Throws qkv::Error on other shapes or lengths.
+    /// first step reads the whole prompt in one pass (filling the caches) and returns its last
+    /// position's hidden state (the search's <bos> given to that step is not read); with T = 0
+    /// the caches start empty and the first step reads its tokens. Throws qkv::Error on other
+    /// shapes or lengths.
     std::unique_ptr<DecoderState> init_state(const Tensor& prompts, const Tensor& prompt_lens) override;
     /// tokens (B) i64 (or the state's pending prompt token) -> hidden (B, C) of that position.
     Tensor decode_step_hidden(const Tensor& tokens, DecoderState& state) override;
     int64_t tgt_vocab_size() const override { return cfg_.vocab_size; }
     const TransformerLMConfig& config() const { return cfg_; }
+    /// For comparison (`qkv generate --no-cache`, the KV-cache benchmark): the states init_state
+    /// makes from now on keep no caches, and each decode_step_hidden recomputes hidden() over the
+    /// whole sequence so far (O(t²) per token instead of O(t)); the same hidden states.
+    void set_recompute_prefix(bool on) { recompute_prefix_ = on; }
 
     std::shared_ptr<nn::Embedding> embedding;
     std::shared_ptr<nn::PositionalEncoding> pos_encoding;  // null with RoPE
@@ -91,6 +101,7 @@ public:
 private:
     Tensor embed(const Tensor& tokens, int64_t offset);
     TransformerLMConfig cfg_;
+    bool recompute_prefix_ = false;
 };
 
 /// The language model as the Trainer (train/trainer.h) sees it: an EncoderDecoder whose source

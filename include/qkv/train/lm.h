@@ -116,7 +116,9 @@ struct GenerateOptions {
     bool use_cache = true;  // false: recompute the whole prefix every token (for the benchmark)
 };
 /// Continues `prompt` (preprocessed as the training text; "" starts at a word boundary) token by
-/// token with the KV cache, calling on_token with each new character as it comes. Returns the
+/// token through decode::generate (greedy, or sampling from Generator(seed); <unk> and <pad> never
+/// emitted) with the KV cache (use_cache false: TransformerLM::set_recompute_prefix), calling
+/// on_token with each new character as it comes. Returns the
 /// new text. Throws qkv::Error, before any token is generated, when the prompt holds letters the
 /// vocabulary lacks (naming them), when a non-empty prompt has no letter (it would preprocess to
 /// nothing), when prompt + max_new_tokens exceeds a sinusoidal model's max_len positions (naming
