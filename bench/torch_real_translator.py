@@ -361,14 +361,15 @@ def main():
         vl = [loss_fn(model, *make_batch(range(p, min(p + 256, len(valid_src))), valid_src, valid_tgt), 0.0)
               for p in range(0, len(valid_src), 256)]
     print(f"valid loss {sum(l.item() * n for l, n in vl) / max(1, sum(n for _, n in vl)):.4f}", flush=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()  # wall, and CPU time (a shared machine's measure)
     hyps = translate(model, sp, test_src, a)
+    decode_cpu = time.process_time() - c0
     hyp_path, ref_path = (os.path.join(a.out, f"{w}.test.{a.tgt_lang}") for w in ("hyp", "ref"))
     for path, lines in ((hyp_path, hyps), (ref_path, test_ref)):  # ref: test.fr, or its first --test-limit
         with open(path, "w", encoding="utf-8") as fh:
             fh.writelines(line + "\n" for line in lines)
     print(f"decoded {len(hyps)} test sentences ({'greedy' if a.beam == 1 else f'beam {a.beam}'}) in "
-          f"{time.perf_counter() - t0:.1f} s: {hyp_path}", flush=True)
+          f"{time.perf_counter() - t0:.1f} s ({decode_cpu:.1f} s CPU): {hyp_path}", flush=True)
     print("\n".join(f"  {s}  =>  {h}" for s, h in list(zip(test_src, hyps))[:5]))
     try:
         import sacrebleu

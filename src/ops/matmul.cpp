@@ -7,9 +7,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/cpu/argmax.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/ref/matmul.h"
-#include "ops/argmax_rule.h"
+#include "core/argmax_rule.h"
 #include "ops/dispatch.h"
 #include "ops/linear_checks.h"
 #include "qkv/autograd/grad_mode.h"
@@ -251,7 +252,11 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();
-        std::vector<float> C(size_t(M) * size_t(Nc));
+        // Per-thread buffers kept across calls: greedy decoding calls this once a step, and a fresh
+        // block buffer of 128 KB or more would be new pages (mmap'd, zeroed) every time.
+        thread_local std::vector<float> C, blk_best;
+        thread_local std::vector<int64_t> blk_index;
+        C.resize(size_t(M) * size_t(Nc)), blk_best.resize(size_t(M)), blk_index.resize(size_t(M));
         float* mv = bv.data() + size_t(tid) * size_t(M);
         int64_t* mi = bi.data() + size_t(tid) * size_t(M);
 #pragma omp for schedule(static)
@@ -262,43 +267,16 @@ std::vector<int64_t> linear_argmax_f32(const Tensor& x2, const Tensor& weight, c
                                                  nc, 0, 1});
             else
                 kernels::cpu::gemm(false, true, M, nc, K, 1.0f, px, K, pw + j0 * K, K, 0.0f, C.data(), nc);
-            const float* bb = pb ? pb + j0 : nullptr;
+            // The block's best per row (bias added, banned ids skipped, argmax's rule: cpu/argmax.h),
+            // merged into the thread's running best; ties keep the earlier block's id.
+            kernels::cpu::ArgmaxBlockParams p;
+            p.rows = M, p.width = nc, p.logits = C.data(), p.bias = pb ? pb + j0 : nullptr;
+            p.banned = pban ? pban + j0 : nullptr, p.best = blk_best.data(), p.index = blk_index.data();
+            kernels::cpu::argmax_block(p);
             for (int64_t r = 0; r < M; ++r) {
-                float* row = C.data() + r * nc;
-                // One vectorised pass adds the bias and takes the block maximum; a NaN, a banned
-                // id or an all -inf row falls back to the exact scan with argmax's rules.
-                float m = -std::numeric_limits<float>::infinity();
-                int nan = 0;
-                if (bb) {
-#pragma omp simd reduction(max : m) reduction(| : nan)
-                    for (int64_t j = 0; j < nc; ++j) {
-                        const float v = row[j] + bb[j];
-                        row[j] = v;
-                        m = v > m ? v : m;
-                        nan |= int(v != v);
-                    }
-                } else {
-#pragma omp simd reduction(max : m) reduction(| : nan)
-                    for (int64_t j = 0; j < nc; ++j) {
-                        const float v = row[j];
-                        m = v > m ? v : m;
-                        nan |= int(v != v);
-                    }
-                }
-                float best = mv[r];
-                int64_t bj = mi[r];
-                if (pban || nan || m == -std::numeric_limits<float>::infinity()) {
-                    for (int64_t j = 0; j < nc; ++j) {
-                        if (pban && pban[j0 + j]) continue;
-                        if (detail::argmax_better(row[j], j0 + j, best, bj)) best = row[j], bj = j0 + j;
-                    }
-                } else if (bj < 0 || m > best) {  // ties keep the earlier block's id
-                    int64_t j = 0;
-                    while (row[j] != m) ++j;
-                    best = m, bj = j0 + j;
-                }
-                mv[r] = best;
-                mi[r] = bj;
+                const int64_t j = blk_index[size_t(r)];
+                if (j >= 0 && detail::argmax_better(blk_best[size_t(r)], j0 + j, mv[r], mi[r]))
+                    mv[r] = blk_best[size_t(r)], mi[r] = j0 + j;
             }
         }
     }

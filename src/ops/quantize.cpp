@@ -6,9 +6,10 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/argmax.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/quantize.h"
-#include "ops/argmax_rule.h"
+#include "core/argmax_rule.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/core/error.h"
@@ -149,23 +150,20 @@ Tensor linear_int8_argmax(const Tensor& x, const Int8Weight& w, const Tensor& bi
     int64_t* pindex = block_index.data();
     auto epilogue = [&](int64_t o0, int64_t width, int64_t n0, int64_t n1, const int32_t* acc) {
         const int64_t b = o0 / ob;
-        for (int64_t n = n0; n < n1; ++n) {
-            float best = 0;
-            int64_t bi = -1;
-            for (int64_t j = 0; j < width; ++j) {
-                const int64_t o = o0 + j;
-                if (pban && pban[o]) continue;
-                // the value linear_int8 would write, in the same order of operations
-                const float v = float(acc ? acc[n * width + j] : 0) * psx[n] * pws[o] + (pb ? pb[o] : 0.0f);
-                if (detail::argmax_better(v, o, best, bi)) best = v, bi = o;
-            }
-            pbest[b * N + n] = best, pindex[b * N + n] = bi;
-        }
+        kernels::cpu::ArgmaxBlockParams p;
+        p.rows = n1 - n0, p.width = width, p.acc = acc + n0 * width, p.sx = psx + n0, p.sw = pws + o0;
+        p.bias = pb ? pb + o0 : nullptr, p.banned = pban ? pban + o0 : nullptr;
+        p.best = pbest + b * N + n0, p.index = pindex + b * N + n0;
+        kernels::cpu::argmax_block(p);  // the value linear_int8 would write, in the same order of operations
+        for (int64_t n = n0; n < n1; ++n)
+            if (pindex[b * N + n] >= 0) pindex[b * N + n] += o0;
     };
-    if (K > 0)
+    if (K > 0) {
         kernels::cpu::gemm_int8_nt_blocks(in.xq, N, K, O, *in.packed, ob, epilogue);  // the widths above
-    else
-        epilogue(0, O, 0, N, nullptr);  // no products: the bias alone
+    } else {  // no products: sums of 0, the bias alone
+        const std::vector<int32_t> zeros(size_t(N * O), 0);
+        epilogue(0, O, 0, N, zeros.data());
+    }
     for (int64_t n = 0; n < N; ++n) {
         float best = 0;
         int64_t bi = -1;

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "core/strided.h"
-#include "ops/argmax_rule.h"
+#include "core/argmax_rule.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/node.h"
 #include "qkv/ops/elementwise.h"

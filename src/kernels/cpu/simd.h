@@ -170,6 +170,12 @@ struct V8 {
     static R abs(R a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
     /// Bit l set when lane l is NaN.
     static unsigned nan_bits(R a) { return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q))); }
+    /// Lanes equal to b (ordered: a NaN lane is never equal), one bit each.
+    static unsigned eq_bits(R a, R b) { return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ))); }
+    /// W int32 values converted to fp32 (round to nearest even, as float(int32_t)).
+    static R load_i32(const int32_t* p) {
+        return _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
     /// s where j <= lim, -inf where j > lim (lane-wise).
     static R mask_gt(R s, R j, R lim) {
         return _mm256_blendv_ps(s, _mm256_set1_ps(-__builtin_inff()), _mm256_cmp_ps(j, lim, _CMP_GT_OQ));
@@ -345,6 +351,8 @@ struct V16 {
     static R abs(R a) { return _mm512_abs_ps(a); }
     /// Bit l set when lane l is NaN.
     static unsigned nan_bits(R a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+    static unsigned eq_bits(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+    static R load_i32(const int32_t* p) { return _mm512_cvtepi32_ps(_mm512_loadu_si512(p)); }
     /// s where j <= lim, -inf where j > lim (lane-wise).
     static R mask_gt(R s, R j, R lim) {
         return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(j, lim, _CMP_GT_OQ), _mm512_set1_ps(-__builtin_inff()));
@@ -392,6 +400,11 @@ struct V16 {
     /// The int8 of each lane truncated to int32 and saturated, W bytes to p.
     static void store_i8_sat(int8_t* p, R t) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(t)));
+    }
+    /// Lanes whose byte of p[0, W) is not 0.
+    static M bytes_nonzero(const uint8_t* p) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        return _mm_test_epi8_mask(b, b);
     }
     /// 4W bytes: byte i is 1 where lane i % W of k[i / W] is set, else 0.
     static void store_bytes01(uint8_t* p, const M k[4]) {

@@ -1,6 +1,6 @@
 #pragma once
-// Private: argmax's choice rule, the one definition that argmax, max, argmax_allowed and every
-// path of linear_argmax (hence greedy decoding) follow.
+// Private: argmax's choice rule, the one definition that argmax, max, argmax_allowed, every
+// path of linear_argmax (hence greedy decoding) and the kernels of cpu/argmax.h follow.
 #include <cstdint>
 
 namespace qkv::detail {
