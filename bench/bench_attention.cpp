@@ -98,7 +98,7 @@ void run_few_keys(benchmark::State& st, bool bwd) {
     const int64_t Tq = st.range(0), Tk = st.range(1), B = 128, H = 4, d = 64;
     const bool    causal = st.range(3) != 0;
     Problem       pr(B, H, Tq, Tk, d, causal);
-    std::vector<int64_t> lens(size_t(B));
+    std::vector<int64_t> lens(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) lens[size_t(b)] = 1 + (b * 7) % Tk;  // key padding, as the step's batches
     pr.p.valid_lens = lens.data(), pr.p.valid_lens_rank = 1;
     const auto old = cpu::set_few_keys_path(st.range(2) ? cpu::FewKeysPath::always : cpu::FewKeysPath::never);
