@@ -84,9 +84,10 @@ bool set_amx_tile_emulation(bool on);
 enum class FewKeysPath { automatic, always, never };
 FewKeysPath set_few_keys_path(FewKeysPath p);
 
-/// The most keys `automatic` gives the few-keys kernels: below it they ran faster than the flash
-/// kernels, forward and backward, at the D2L shapes (bench/RESULTS.md, "Attention for few keys").
-constexpr int64_t kFewKeysAutoMaxKeys = 32;
+/// The most keys `automatic` gives the few-keys kernels: up to 16 keys they ran faster than the
+/// flash kernels at the D2L shapes (10 queries, d = 64, forward and forward + backward, AVX-512, one
+/// thread); at 17-32 keys neither won consistently (bench/RESULTS.md, "Attention for few keys").
+constexpr int64_t kFewKeysAutoMaxKeys = 16;
 
 /// Whether the few-keys kernels compute this call: fp32 (not p.bf16), 1 <= Tk <= 32, scale,
 /// valid_lens, causal (both alignments), dropout, GQA/MQA, strides, lse and lse_lo; no bool or

@@ -23,19 +23,22 @@ namespace qkv::kernels::cpu::QKV_FLASH_NS {
 namespace {
 
 /// Keys as NKV vectors of W lanes (Tk <= NKV * W): the transposed rows t[d * Tkp + j] of x (n rows,
-/// ld apart, `cols` floats each), lanes j >= n zero.
+/// ld apart, `cols` floats each) for j < n. Lanes j >= n are zeroed once per call and thread
+/// (few_keys_zero), not per head.
 template <int64_t Tkp>
 void few_keys_transpose(float* t, const float* x, int64_t n, int64_t ld, int64_t cols) {
-    for (int64_t d = 0; d < cols; ++d)
-        for (int64_t j = n; j < Tkp; ++j) t[d * Tkp + j] = 0.0f;
     for (int64_t j = 0; j < n; ++j) {
         const float* row = x + j * ld;
         for (int64_t d = 0; d < cols; ++d) t[d * Tkp + j] = row[d];
     }
 }
 
-/// r[v] = sum_d a[d] * t[d * Tkp + v W ..] (a scaled by k): one row of scores (or dP) against the
-/// transposed keys, four independent accumulator sets over d for the FMA latency.
+inline void few_keys_zero(float* t, int64_t n) {
+    for (int64_t e = 0; e < n; ++e) t[e] = 0.0f;
+}
+
+/// r[v] = k * sum_d a[d] * t[d * Tkp + v W ..]: one row of scores (or dP) against the transposed
+/// keys, four independent accumulator sets over d for the FMA latency.
 template <class S, int NKV>
 __attribute__((always_inline)) inline void few_keys_row(const float* a, float k, const float* t, int64_t n,
                                                         typename S::V* r) {
@@ -48,14 +51,43 @@ __attribute__((always_inline)) inline void few_keys_row(const float* a, float k,
     int64_t d = 0;
     for (; d + 4 <= n; d += 4)
         for (int u = 0; u < 4; ++u) {
-            const V x = S::set1(k * a[d + u]);
+            const V x = S::set1(a[d + u]);
             for (int v = 0; v < NKV; ++v) acc[u][v] = S::fmadd(x, S::load(t + (d + u) * Tkp + v * W), acc[u][v]);
         }
     for (; d < n; ++d) {
-        const V x = S::set1(k * a[d]);
+        const V x = S::set1(a[d]);
         for (int v = 0; v < NKV; ++v) acc[0][v] = S::fmadd(x, S::load(t + d * Tkp + v * W), acc[0][v]);
     }
-    for (int v = 0; v < NKV; ++v) r[v] = S::add(S::add(acc[0][v], acc[1][v]), S::add(acc[2][v], acc[3][v]));
+    const V kv = S::set1(k);
+    for (int v = 0; v < NKV; ++v) r[v] = S::mul(kv, S::add(S::add(acc[0][v], acc[1][v]), S::add(acc[2][v], acc[3][v])));
+}
+
+/// dst[e0, e0 + NV W) = k * sum_{j < n, w[j] != 0} w[j] * rows[j * ld + e0 ..] (acc: dst +=), the
+/// last vector through lane mask m when Masked; accumulators in registers.
+template <class S, int NV, bool Masked>
+__attribute__((always_inline)) inline void few_keys_weighted_chunk(const float* w, int64_t n, const float* rows,
+                                                                   int64_t ld, typename S::M m, float k, float* dst,
+                                                                   bool acc) {
+    using V         = typename S::V;
+    constexpr int W = S::W;
+    V             a[NV];
+    for (int u = 0; u < NV; ++u) a[u] = S::zero();
+    for (int64_t j = 0; j < n; ++j) {
+        if (w[j] == 0.0f) continue;
+        const V      x = S::set1(w[j]);
+        const float* r = rows + j * ld;
+        for (int u = 0; u < NV; ++u)
+            a[u] = S::fmadd(x, Masked && u == NV - 1 ? S::loadm(r + u * W, m) : S::load(r + u * W), a[u]);
+    }
+    const V kv = S::set1(k);
+    for (int u = 0; u < NV; ++u) {
+        float*     o    = dst + u * W;
+        const bool mask = Masked && u == NV - 1;
+        V          y    = S::mul(kv, a[u]);
+        if (acc) y = S::add(y, mask ? S::loadm(o, m) : S::load(o));
+        if (mask) S::storem(o, y, m);
+        else S::store(o, y);
+    }
 }
 
 /// dst[0, width) = k * sum_{j < n, w[j] != 0} w[j] * rows[j * ld ..] (acc: dst += instead). Rows
@@ -64,28 +96,14 @@ __attribute__((always_inline)) inline void few_keys_row(const float* a, float k,
 template <class S>
 void few_keys_weighted_rows(const float* w, int64_t n, const float* rows, int64_t ld, int64_t width, float k,
                             float* dst, bool acc) {
-    using V           = typename S::V;
-    constexpr int W   = S::W;
-    constexpr int G   = 4;  // vectors of dst per pass
-    for (int64_t e0 = 0; e0 < width; e0 += G * W) {
-        V   a[G];
-        typename S::M m[G];
-        int nv = 0;
-        for (; nv < G && e0 + nv * W < width; ++nv) m[nv] = S::tail(int(width - e0 - nv * W)), a[nv] = S::zero();
-        for (int64_t j = 0; j < n; ++j) {
-            if (w[j] == 0.0f) continue;
-            const V      x = S::set1(w[j]);
-            const float* r = rows + j * ld + e0;
-            for (int u = 0; u < nv; ++u) a[u] = S::fmadd(x, S::loadm(r + u * W, m[u]), a[u]);
-        }
-        const V kv = S::set1(k);
-        for (int u = 0; u < nv; ++u) {
-            float* o = dst + e0 + u * W;
-            V      y = S::mul(kv, a[u]);
-            if (acc) y = S::add(y, S::loadm(o, m[u]));
-            S::storem(o, y, m[u]);
-        }
-    }
+    constexpr int W  = S::W;
+    const auto    m0 = S::tail(W);
+    int64_t       e0 = 0;
+    for (; e0 + 4 * W <= width; e0 += 4 * W)
+        few_keys_weighted_chunk<S, 4, false>(w, n, rows + e0, ld, m0, k, dst + e0, acc);
+    for (; e0 + W <= width; e0 += W) few_keys_weighted_chunk<S, 1, false>(w, n, rows + e0, ld, m0, k, dst + e0, acc);
+    if (e0 < width)
+        few_keys_weighted_chunk<S, 1, true>(w, n, rows + e0, ld, S::tail(int(width - e0)), k, dst + e0, acc);
 }
 
 /// y[0, n) += a * x[0, n).
@@ -99,6 +117,24 @@ __attribute__((always_inline)) inline void few_keys_axpy(float a, const float* x
         const auto m = S::tail(int(n - e));
         S::storem(y + e, S::fmadd(av, S::loadm(x + e, m), S::loadm(y + e, m)), m);
     }
+}
+
+/// sum_e a[e] b[e] over [0, n), lane-wise partial sums then the lanes in order.
+template <class S>
+inline float few_keys_dot(const float* a, const float* b, int64_t n) {
+    constexpr int W   = S::W;
+    auto          acc = S::zero();
+    int64_t       e   = 0;
+    for (; e + W <= n; e += W) acc = S::fmadd(S::load(a + e), S::load(b + e), acc);
+    if (e < n) {
+        const auto m = S::tail(int(n - e));
+        acc          = S::fmadd(S::loadm(a + e, m), S::loadm(b + e, m), acc);
+    }
+    alignas(64) float lanes[W];
+    S::store(lanes, acc);
+    float r = 0.0f;
+    for (int t = 0; t < W; ++t) r += lanes[t];
+    return r;
 }
 
 /// The key index of every lane, as floats (exact below 2^24).
@@ -217,8 +253,7 @@ void few_keys_backward_group(const AttentionParams<float>& p, const AttentionGra
             const float* qi  = q0 + i * p.q_stride_t;
             const float* doi = do0 + i * p.o_stride_t;
             const float* oi  = o0 + i * p.o_stride_t;
-            float        dd  = 0.0f;  // D = rowsum(dO o O)
-            for (int64_t e = 0; e < p.Dv; ++e) dd += doi[e] * oi[e];
+            const float  dd  = few_keys_dot<S>(doi, oi, p.Dv);  // D = rowsum(dO o O)
             few_keys_row<S, NKV>(qi, p.scale, kt, p.D, s);
             few_keys_row<S, NKV>(doi, 1.0f, vt, p.Dv, dp);
             const V lv = S::set1(float(lim)), lsev = S::set1(lse);
@@ -256,6 +291,7 @@ void few_keys_forward_with(const AttentionParams<float>& p) {
 #pragma omp parallel
     {
         float* ws = detail::flash_thread_workspace(L.total);
+        few_keys_zero(ws + L.kt, p.D * NKV * S::W);
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; ++it) few_keys_forward_head<S, NKV>(p, L, ws, it / p.H, it % p.H);
     }
@@ -268,6 +304,8 @@ void few_keys_backward_with(const AttentionParams<float>& p, const AttentionGrad
 #pragma omp parallel
     {
         float* ws = detail::flash_thread_workspace(L.total);
+        few_keys_zero(ws + L.kt, p.D * NKV * S::W);
+        few_keys_zero(ws + L.vt, p.Dv * NKV * S::W);
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; ++it) few_keys_backward_group<S, NKV>(p, g, L, ws, it / p.Hkv, it % p.Hkv);
     }
