@@ -119,22 +119,17 @@ __attribute__((always_inline)) inline void few_keys_axpy(float a, const float* x
     }
 }
 
-/// sum_e a[e] b[e] over [0, n), lane-wise partial sums then the lanes in order.
-template <class S>
+/// sum_e a[e] b[e] over [0, n) in few_keys_row's order (four fused chains over e mod 4, the rest
+/// on the first, then (c0 + c1) + (c2 + c3)): D = rowsum(dO o O) then equals dP_j = dO . v_j
+/// exactly where O is one row of V (a single visible key), so dS = P (dP - D) is 0 there, as
+/// in the reference.
 inline float few_keys_dot(const float* a, const float* b, int64_t n) {
-    constexpr int W   = S::W;
-    auto          acc = S::zero();
-    int64_t       e   = 0;
-    for (; e + W <= n; e += W) acc = S::fmadd(S::load(a + e), S::load(b + e), acc);
-    if (e < n) {
-        const auto m = S::tail(int(n - e));
-        acc          = S::fmadd(S::loadm(a + e, m), S::loadm(b + e, m), acc);
-    }
-    alignas(64) float lanes[W];
-    S::store(lanes, acc);
-    float r = 0.0f;
-    for (int t = 0; t < W; ++t) r += lanes[t];
-    return r;
+    float   c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t e    = 0;
+    for (; e + 4 <= n; e += 4)
+        for (int u = 0; u < 4; ++u) c[u] = std::fma(a[e + u], b[e + u], c[u]);
+    for (; e < n; ++e) c[0] = std::fma(a[e], b[e], c[0]);
+    return (c[0] + c[1]) + (c[2] + c[3]);
 }
 
 /// The key index of every lane, as floats (exact below 2^24).
@@ -253,7 +248,7 @@ void few_keys_backward_group(const AttentionParams<float>& p, const AttentionGra
             const float* qi  = q0 + i * p.q_stride_t;
             const float* doi = do0 + i * p.o_stride_t;
             const float* oi  = o0 + i * p.o_stride_t;
-            const float  dd  = few_keys_dot<S>(doi, oi, p.Dv);  // D = rowsum(dO o O)
+            const float  dd  = few_keys_dot(doi, oi, p.Dv);  // D = rowsum(dO o O)
             few_keys_row<S, NKV>(qi, p.scale, kt, p.D, s);
             few_keys_row<S, NKV>(doi, 1.0f, vt, p.Dv, dp);
             const V lv = S::set1(float(lim)), lsev = S::set1(lse);
