@@ -216,7 +216,7 @@ TEST(FlashFewKeys, DeterministicAcrossThreadCounts) {
 }
 
 // What the kernel does not cover goes to the flash kernels, whatever the setting; the automatic
-// setting takes it up to kFewKeysAutoMaxKeys keys.
+// setting takes it up to the capped tier's cut (16 keys; 32 on AVX2).
 TEST(FlashFewKeys, DispatchCoversOnlyItsOptions) {
     auto a = make_attn<float>(shape(1, 1, 10, 10, 8));
     EXPECT_TRUE(cpu::few_keys_covers(a.p));
@@ -236,10 +236,15 @@ TEST(FlashFewKeys, DispatchCoversOnlyItsOptions) {
     cpu::set_few_keys_path(cpu::FewKeysPath::never);
     EXPECT_FALSE(cpu::uses_few_keys(a.p));
     cpu::set_few_keys_path(cpu::FewKeysPath::automatic);
-    p = a.p, p.Tk = cpu::kFewKeysAutoMaxKeys;
-    EXPECT_TRUE(cpu::uses_few_keys(p));
-    p.Tk = cpu::kFewKeysAutoMaxKeys + 1;
-    EXPECT_FALSE(cpu::uses_few_keys(p));
+    for (auto isa : isas()) {
+        const IsaGuard cap(isa);
+        const int64_t  cut = isa == cpu::Isa::avx2 ? cpu::kFewKeysAutoMaxKeysAvx2 : cpu::kFewKeysAutoMaxKeys;
+        EXPECT_EQ(cpu::few_keys_auto_max_keys(), cut) << cpu::isa_name(isa);
+        p = a.p, p.Tk = cut;
+        EXPECT_TRUE(cpu::uses_few_keys(p)) << cpu::isa_name(isa);
+        p.Tk = cut + 1;
+        EXPECT_FALSE(cpu::uses_few_keys(p)) << cpu::isa_name(isa);
+    }
 }
 
 }  // namespace

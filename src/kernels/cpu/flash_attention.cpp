@@ -103,10 +103,12 @@ bool few_keys_covers(const AttentionParams<float>& p) {
            p.softcap == 0.0f && !p.alibi_slopes && p.window_left < 0 && p.window_right < 0;
 }
 
+int64_t few_keys_auto_max_keys() { return simd_isa() == Isa::avx2 ? kFewKeysAutoMaxKeysAvx2 : kFewKeysAutoMaxKeys; }
+
 bool uses_few_keys(const AttentionParams<float>& p) {
     const FewKeysPath path = g_few_keys.load(std::memory_order_relaxed);
     if (path == FewKeysPath::never || !few_keys_covers(p)) return false;
-    return path == FewKeysPath::always || p.Tk <= kFewKeysAutoMaxKeys;
+    return path == FewKeysPath::always || p.Tk <= few_keys_auto_max_keys();
 }
 
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p) {
