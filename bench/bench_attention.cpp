@@ -89,6 +89,38 @@ void BM_attention_flash_fwdbwd(benchmark::State& st) { run_case(st, false, true)
 void BM_attention_flash_causal_fwd(benchmark::State& st) { run_case(st, true, false); }
 void BM_attention_flash_causal_fwdbwd(benchmark::State& st) { run_case(st, true, true); }
 
+// Few keys (the D2L training step: batch 128, 4 heads, ~10 queries and keys, d = 64, valid_lens
+// per batch element): the few-keys kernels (flash_few_keys.h) against the flash kernels on the
+// same call. Args: Tq, Tk, path (1 few-keys, 0 flash), causal (top-left). kFewKeysAutoMaxKeys is
+// where the few-keys kernels stop winning in these cases.
+void run_few_keys(benchmark::State& st, bool bwd) {
+    omp_set_num_threads(g_threads);
+    const int64_t Tq = st.range(0), Tk = st.range(1), B = 128, H = 4, d = 64;
+    const bool    causal = st.range(3) != 0;
+    Problem       pr(B, H, Tq, Tk, d, causal);
+    std::vector<int64_t> lens(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) lens[size_t(b)] = 1 + (b * 7) % Tk;  // key padding, as the step's batches
+    pr.p.valid_lens = lens.data(), pr.p.valid_lens_rank = 1;
+    const auto old = cpu::set_few_keys_path(st.range(2) ? cpu::FewKeysPath::always : cpu::FewKeysPath::never);
+    for (auto _ : st) {
+        cpu::flash_attention_forward(pr.p);
+        if (bwd) cpu::flash_attention_backward(pr.p, pr.g);
+        benchmark::ClobberMemory();
+    }
+    cpu::set_few_keys_path(old);
+    st.SetLabel(std::string(cpu::isa_name(cpu::fp32_variant_isa())) + " threads=" + std::to_string(g_threads) +
+                (st.range(2) ? " few-keys" : " flash"));
+}
+void BM_attention_few_keys_fwd(benchmark::State& st) { run_few_keys(st, false); }
+void BM_attention_few_keys_fwdbwd(benchmark::State& st) { run_few_keys(st, true); }
+void few_keys_shapes(benchmark::internal::Benchmark* b) {
+    for (int64_t tk : {1, 4, 9, 10, 16, 17, 24, 32})
+        for (int64_t path : {0, 1}) b->Args({10, tk, path, 0});
+    for (int64_t path : {0, 1}) b->Args({10, 10, path, 1});  // the decoder's self-attention
+}
+BENCHMARK(BM_attention_few_keys_fwd)->Apply(few_keys_shapes);
+BENCHMARK(BM_attention_few_keys_fwdbwd)->Apply(few_keys_shapes);
+
 // Sliding window (local causal attention): each query sees the W keys ending at its own (window
 // (W - 1, 0), top-left). FLOPs count the visible keys only, 4·B·H·N·W·d forward (minus the first
 // rows' shorter windows), so GFLOP/s compares with full attention's and the time shows the N·W

@@ -78,6 +78,8 @@ const FlashKernels& flash_kernels() {
             inherit(r[t].backward_amx_emulated, lo.backward_amx_emulated);
             inherit(r[t].forward_amx_untimed_tiles, lo.forward_amx_untimed_tiles);
             inherit(r[t].backward_amx_untimed_tiles, lo.backward_amx_untimed_tiles);
+            inherit(r[t].forward_few_keys, lo.forward_few_keys);
+            inherit(r[t].backward_few_keys, lo.backward_few_keys);
         }
         return r;
     }();
@@ -91,7 +93,23 @@ void flash_tile_gemm(const TileGemmParams& t) { flash_kernels().tile_gemm(t); }
 namespace {
 std::atomic<Bf16AttentionPath> g_bf16_path{Bf16AttentionPath::automatic};
 std::atomic<bool>              g_amx_emulated{false};
+std::atomic<FewKeysPath>       g_few_keys{FewKeysPath::automatic};
 }  // namespace
+
+FewKeysPath set_few_keys_path(FewKeysPath p) { return g_few_keys.exchange(p, std::memory_order_relaxed); }
+
+bool few_keys_covers(const AttentionParams<float>& p) {
+    return !p.bf16 && p.Tk >= 1 && p.Tk <= detail::kFewKeysMax && !p.bool_mask && !p.additive_mask &&
+           p.softcap == 0.0f && !p.alibi_slopes && p.window_left < 0 && p.window_right < 0;
+}
+
+int64_t few_keys_auto_max_keys() { return simd_isa() == Isa::avx2 ? kFewKeysAutoMaxKeysAvx2 : kFewKeysAutoMaxKeys; }
+
+bool uses_few_keys(const AttentionParams<float>& p) {
+    const FewKeysPath path = g_few_keys.load(std::memory_order_relaxed);
+    if (path == FewKeysPath::never || !few_keys_covers(p)) return false;
+    return path == FewKeysPath::always || p.Tk <= few_keys_auto_max_keys();
+}
 
 Bf16AttentionPath set_bf16_attention_path(Bf16AttentionPath p) {
     return g_bf16_path.exchange(p, std::memory_order_relaxed);
@@ -119,6 +137,7 @@ Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk) {
 void flash_attention_forward(const AttentionParams<float>& p) {
     if (p.B * p.H * p.Tq == 0) return;
     const detail::FlashKernels& k = detail::flash_kernels();
+    if (uses_few_keys(p)) return k.forward_few_keys(p);
     if (p.bf16) {
         const Bf16AttentionTiles tiles = bf16_attention_tiles(p.Tq, p.Tk);
         if (tiles == Bf16AttentionTiles::amx) return k.forward_amx(p);
@@ -143,6 +162,7 @@ void flash_attention_backward(const AttentionParams<float>& p, const AttentionGr
         return;
     }
     const detail::FlashKernels& k = detail::flash_kernels();
+    if (uses_few_keys(p)) return k.backward_few_keys(p, g);
     if (p.bf16) {
         const Bf16AttentionTiles tiles = bf16_attention_tiles(p.Tq, p.Tk);
         if (tiles == Bf16AttentionTiles::amx) return k.backward_amx(p, g);

@@ -73,4 +73,34 @@ Bf16AttentionTiles bf16_attention_tiles(int64_t Tq, int64_t Tk);
 /// previous setting. Not thread-safe, as set_bf16_attention_path.
 bool set_amx_tile_emulation(bool on);
 
+/// Which kernel runs an fp32 call with few keys. The few-keys kernels (flash_few_keys.h) hold K^T
+/// and V^T of a (batch, head) as key-lane vectors and compute one score vector per query, without
+/// the flash kernels' query blocks and 64 x 128 tiles, whose packing and zeroing cost several
+/// times the products when Tk is ~10 (the D2L training step). They cover what few_keys_covers
+/// says; the flash kernels run everything else.
+///   automatic (the default): the few-keys kernels for Tk <= few_keys_auto_max_keys();
+///   always: wherever few_keys_covers (Tk <= 32); never: the flash kernels only.
+/// Not thread-safe, as set_bf16_attention_path. Returns the previous setting.
+enum class FewKeysPath { automatic, always, never };
+FewKeysPath set_few_keys_path(FewKeysPath p);
+
+/// The most keys `automatic` gives the few-keys kernels, per tier (few_keys_auto_max_keys). On
+/// AVX-512 they ran faster than the flash kernels up to 16 keys at the D2L shapes (10 queries,
+/// d = 64, forward + backward; one thread); at 17-32 keys neither won consistently. On AVX2 they won
+/// 1.45-2.2x at every key count measured up to 32 (bench/RESULTS.md, "Attention for few keys").
+/// The portable build (16 lanes, as AVX-512) takes the AVX-512 cut; it was not timed.
+constexpr int64_t kFewKeysAutoMaxKeys     = 16;
+constexpr int64_t kFewKeysAutoMaxKeysAvx2 = 32;
+
+/// The cut of the capped tier (simd_isa()): kFewKeysAutoMaxKeysAvx2 on avx2, else kFewKeysAutoMaxKeys.
+int64_t few_keys_auto_max_keys();
+
+/// Whether the few-keys kernels compute this call: fp32 (not p.bf16), 1 <= Tk <= 32, scale,
+/// valid_lens, causal (both alignments), dropout, GQA/MQA, strides, lse and lse_lo; no bool or
+/// additive mask, soft cap, ALiBi or sliding window.
+bool few_keys_covers(const AttentionParams<float>& p);
+
+/// Whether flash_attention_forward/backward send this call to the few-keys kernels now.
+bool uses_few_keys(const AttentionParams<float>& p);
+
 }  // namespace qkv::kernels::cpu

@@ -10,6 +10,7 @@
 //   flash_masks.h         key ranges, masks, score modifiers, the masked online softmax
 //   flash_forward.h       the forward (fp32 tiles, vdpbf16ps words)
 //   flash_backward.h      the backward
+//   flash_few_keys.h      forward and backward for few keys (Tk <= kFewKeysMax), fp32
 //   flash_amx_forward.h   the AMX forward   (AVX-512-BF16 builds only)
 //   flash_amx_backward.h  the AMX backward  (AVX-512-BF16 builds only)
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
@@ -24,6 +25,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/flash_backward.h"
+#include "kernels/cpu/flash_few_keys.h"
 #include "kernels/cpu/flash_forward.h"
 #if defined(__AVX512BF16__)
 #include "kernels/cpu/flash_amx_backward.h"
@@ -34,7 +36,7 @@ namespace qkv::kernels::cpu::QKV_FLASH_NS {
 namespace {
 
 /// The fp32 entries of a build over traits S: the forward, the backward (on SShortQ's query blocks
-/// when Tq fits in one of them) and the tile GEMM.
+/// when Tq fits in one of them), the tile GEMM and the few-keys kernels.
 template <class S, class SShortQ = S>
 detail::FlashKernels fp32_entries() {
     detail::FlashKernels k;
@@ -47,6 +49,10 @@ detail::FlashKernels fp32_entries() {
     };
     k.tile_gemm = [](const detail::TileGemmParams& t) {
         gemm<S, kStore, false, false>(t.M, t.N, t.K, t.A, t.lda, t.B, t.ldb, t.C, t.ldc);
+    };
+    k.forward_few_keys  = [](const AttentionParams<float>& p) { few_keys_forward<S>(p); };
+    k.backward_few_keys = [](const AttentionParams<float>& p, const AttentionGradParams<float>& g) {
+        few_keys_backward<S>(p, g);
     };
     return k;
 }

@@ -26,6 +26,9 @@ struct TileGemmParams {
 using FlashForwardFn  = void (*)(const AttentionParams<float>&);
 using FlashBackwardFn = void (*)(const AttentionParams<float>&, const AttentionGradParams<float>&);
 
+/// The most keys the few-keys kernels (flash_few_keys.h) take: key vectors held in registers.
+constexpr int64_t kFewKeysMax = 32;
+
 /// One tier's flash attention entry points. Null: this tier has no such build.
 struct FlashKernels {
     FlashForwardFn  forward  = nullptr;  // fp32 tiles (also bf16 values as Bf16AttentionPath::rounded_fp32)
@@ -41,6 +44,8 @@ struct FlashKernels {
     /// timing everything but the tile products; results meaningless. p.bf16 only.
     FlashForwardFn  forward_amx_untimed_tiles  = nullptr;
     FlashBackwardFn backward_amx_untimed_tiles = nullptr;
+    FlashForwardFn  forward_few_keys  = nullptr;  // fp32, 1 <= Tk <= kFewKeysMax (flash_few_keys.h)
+    FlashBackwardFn backward_few_keys = nullptr;
 };
 
 /// The entries of the build compiled for tier I (defined in that build's translation unit).
