@@ -75,23 +75,33 @@ std::vector<std::vector<std::string>> tokenize_all(const runtime::Translator& tr
 
 /// The ranges of `qkv translate`'s flags (and the server's fields): a beam of 10^12 would only
 /// fail allocating, a NaN length penalty would rank hypotheses at random. None takes config.json's.
-/// A keyword that takes an int or None: True/False (an int subclass in Python) and other types are
-/// a TypeError naming it, as `qkv translate --beam true` is a usage error.
-std::optional<int64_t> opt_int(const pyb::object& v, const char* name) {
-    if (v.is_none()) return std::nullopt;
-    if (pyb::isinstance<pyb::bool_>(v) || !pyb::isinstance<pyb::int_>(v))
-        throw pyb::type_error(detail::str(name, ": expected an int or None, got ",
+/// A keyword that takes an int (any integer type: Python's, numpy's) or, with `none_ok`, None:
+/// True/False (an int subclass in Python) and other types are a TypeError naming it, as `qkv
+/// translate --beam true` is a usage error; an int beyond 64 bits a ValueError naming it.
+std::optional<int64_t> opt_int(const pyb::object& v, const char* name, bool none_ok = true) {
+    const char* expected = none_ok ? "an int or None" : "an int";
+    if (v.is_none() && none_ok) return std::nullopt;
+    if (v.is_none() || pyb::isinstance<pyb::bool_>(v) || !PyIndex_Check(v.ptr()))
+        throw pyb::type_error(detail::str(name, ": expected ", expected, ", got ",
                                           std::string(pyb::str(v.get_type().attr("__name__")))));
-    return v.cast<int64_t>();
+    try {
+        return v.cast<int64_t>();
+    } catch (const pyb::cast_error&) {
+        throw pyb::value_error(detail::str(name, ": ", std::string(pyb::str(v)), " is out of range"));
+    }
 }
 
-/// The same for a number (int or float, not bool) or None.
+/// The same for a number (an int or float of any type: anything with __float__, not bool) or None.
 std::optional<double> opt_number(const pyb::object& v, const char* name) {
     if (v.is_none()) return std::nullopt;
-    if (pyb::isinstance<pyb::bool_>(v) || !(pyb::isinstance<pyb::int_>(v) || pyb::isinstance<pyb::float_>(v)))
+    if (pyb::isinstance<pyb::bool_>(v) || !pyb::hasattr(v, "__float__"))
         throw pyb::type_error(detail::str(name, ": expected a number or None, got ",
                                           std::string(pyb::str(v.get_type().attr("__name__")))));
-    return v.cast<double>();
+    try {
+        return pyb::float_(v).cast<double>();
+    } catch (const pyb::error_already_set&) {  // an int beyond double's range
+        throw pyb::value_error(detail::str(name, ": ", std::string(pyb::str(v)), " is out of range"));
+    }
 }
 
 void check_ranges(std::optional<int64_t> beam_size, std::optional<double> length_penalty, std::optional<int64_t> max_len,
@@ -285,13 +295,11 @@ per row at run time; CTranslate2's name for the same setting). ValueError for an
              [](runtime::Translator& tr, const pyb::object& sentences, const pyb::object& beam_size,
                 const pyb::object& length_penalty, const pyb::object& max_len, const pyb::object& num_hypotheses,
                 bool return_scores, bool return_attention, const pyb::object& batch_size, bool no_unk) {
-                 const auto n = opt_int(num_hypotheses, "num_hypotheses");
-                 const auto b = opt_int(batch_size, "batch_size");
-                 if (!n || !b) throw pyb::type_error(!n ? "num_hypotheses: expected an int, got NoneType"
-                                                        : "batch_size: expected an int, got NoneType");
+                 const int64_t n = *opt_int(num_hypotheses, "num_hypotheses", /*none_ok=*/false);
+                 const int64_t b = *opt_int(batch_size, "batch_size", /*none_ok=*/false);
                  return translate_batch(tr, str_list(sentences, "sentences"), opt_int(beam_size, "beam_size"),
-                                        opt_number(length_penalty, "length_penalty"), opt_int(max_len, "max_len"), *n,
-                                        return_scores, return_attention, *b, no_unk);
+                                        opt_number(length_penalty, "length_penalty"), opt_int(max_len, "max_len"), n,
+                                        return_scores, return_attention, b, no_unk);
              },
              arg("sentences"), pyb::kw_only(), arg("beam_size") = pyb::none(),
              arg("length_penalty") = pyb::none(), arg("max_len") = pyb::none(), arg("num_hypotheses") = 1, arg("return_scores") = false,

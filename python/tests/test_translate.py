@@ -178,12 +178,17 @@ def test_decode_settings_out_of_range_are_value_errors(model_dir):
     # True is an int in Python, not a beam size; strings and floats are not ints either
     for kw, msg in [({"beam_size": True}, "beam_size: expected an int or None, got bool"),
                     ({"max_len": 2.5}, "max_len: expected an int or None, got float"),
-                    ({"num_hypotheses": False}, "num_hypotheses: expected an int or None, got bool"),
-                    ({"batch_size": "8"}, "batch_size: expected an int or None, got str"),
+                    ({"num_hypotheses": False}, "num_hypotheses: expected an int, got bool"),
+                    ({"batch_size": "8"}, "batch_size: expected an int, got str"),
+                    ({"batch_size": None}, "batch_size: expected an int, got NoneType"),
                     ({"length_penalty": True}, "length_penalty: expected a number or None, got bool")]:
         with pytest.raises(TypeError, match=msg):
             tr.translate_batch(["go ."], **kw)
     assert tr.translate_batch(["go ."], length_penalty=1)[0].translation is not None  # an int is a number
+    # numpy's integers are ints; an int beyond 64 bits is out of range, named
+    assert tr.translate_batch(["go ."], max_len=np.int64(3))[0].translation is not None
+    with pytest.raises(ValueError, match=r"max_len: \d+ is out of range"):
+        tr.translate_batch(["go ."], max_len=2 ** 70)
     # None is config.json's setting, as leaving the flag out of `qkv translate` is
     assert ([r.translation for r in tr.translate_batch(SENTENCES, beam_size=None, max_len=None, length_penalty=None)]
             == cli_translate(model_dir, SENTENCES))

@@ -169,11 +169,14 @@ std::string cut_to_chars(const std::string& word, int64_t n) {
     return word;
 }
 
-std::vector<std::vector<std::string>> source_units(const ModelDir& m,
-                                                   const std::vector<std::vector<std::string>>& words) {
+namespace {
+
+/// source_units with source_char_limit(m) already known (it scans the source vocabulary).
+std::vector<std::vector<std::string>> source_units_cut(const ModelDir& m,
+                                                       const std::vector<std::vector<std::string>>& words,
+                                                       int64_t chars) {
     if (!m.subwords.active()) return words;
-    const auto limit    = size_t(source_word_limit(m));
-    const int64_t chars = source_char_limit(m);
+    const auto limit = size_t(source_word_limit(m));
     std::vector<std::vector<std::string>> units;
     units.reserve(words.size());
     for (const auto& w : words) {
@@ -183,6 +186,13 @@ std::vector<std::vector<std::string>> source_units(const ModelDir& m,
         units.push_back(m.subwords.src->encode(kept));
     }
     return units;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> source_units(const ModelDir& m,
+                                                   const std::vector<std::vector<std::string>>& words) {
+    return m.subwords.active() ? source_units_cut(m, words, source_char_limit(m)) : words;
 }
 
 std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::string>& units) {
@@ -198,10 +208,10 @@ SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& toke
     const int64_t limit = pieces ? source_word_limit(m) : words;
     bool bound          = words > limit;
     SourceNotes notes;
+    const int64_t chars = pieces ? source_char_limit(m) : 0;
     if (pieces) {
         // A word longer than source_char_limit characters is encoded from its start only (its
         // later pieces could not reach the model's positions); the piece count is then a bound.
-        const int64_t chars = source_char_limit(m);
         for (int64_t i = 0; i < std::min(words, limit); ++i)
             if (const int64_t len = data::utf8_length(tokens[size_t(i)]); len > chars) {
                 bound = true;
@@ -210,7 +220,7 @@ SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& toke
                                                        " (4 x num_steps x the longest piece)"));
             }
     }
-    int64_t n = pieces ? int64_t(source_units(m, {tokens})[0].size()) : words;
+    int64_t n = pieces ? int64_t(source_units_cut(m, {tokens}, chars)[0].size()) : words;
     if (words > limit) n += words - limit;
     notes.cut = truncation_note(n, steps, pieces, words, bound);
     return notes;
