@@ -22,7 +22,8 @@ per-hop latency is alpha = alpha0 + tcp_factor x delay, alpha0 the stack's own l
 message, delay the link's one-way delay and tcp_factor the one-way delays a hop of a training
 step's bucket actually waits per configured one-way delay (1 in the textbook model); the
 bandwidth is link_efficiency x the link rate (headers, the hosts' TCP work), and on the test bed
-also at most host_bps for all ranks together (its hosts share one machine's cores); overlap_share
+also at most rank_bps per rank (each rank's TCP stream is copied by the cores it shares with the
+other ranks: a per-stream cap, as one core's copy rate caps one TCP stream on real hosts); overlap_share
 as achieved (negative where the communication slows the compute it should hide behind).
 
 Usage: bench/dp_scaling_model.py --preset anchor:15.18e6:STEP_MS --preset full:5.74e6:STEP_MS
@@ -110,26 +111,30 @@ def fit(path, alpha_prior_s):
     follows = [icpt / sl for _, _, sl, icpt in small if sl >= 0.5]
     alpha0 = statistics.fmean(follows) if follows and len(follows) == len(small) else alpha_prior_s
     alpha_how = "fitted" if alpha0 is not alpha_prior_s else "the prior (--alpha-us): the small all-reduces do not follow the delay"
-    # 2. one-way delays per ring hop: the large all-reduce, and a training step's wait.
+    # 2. one-way delays per ring hop: the large all-reduce, and a training step's wait; per N, as
+    # on the test bed N ranks, their relays and daemons share the cores: where they outnumber them
+    # an awaited message also waits for its rank's next time slice, so the factor grows with N.
+    # The smallest N (ranks not outnumbering the cores) is what a host with its own cores sees.
     ar_f = slope_per(relay, "allreduce_ms", None, lambda n: 2 * (n - 1))
     st_f = slope_per(trained, "wait_ms", True, lambda n: nb * 2 * (n - 1))
-    f_ar = statistics.fmean(f for _, _, f, _ in ar_f)
-    f_step = statistics.fmean(f for _, _, f, _ in st_f)
+    f_ar = {n: statistics.fmean(f for m, _, f, _ in ar_f if m == n) for n in ns}
+    f_step = {n: statistics.fmean(f for m, _, f, _ in st_f if m == n) for n in ns}
     # 3. bandwidth: each rank's link moves eff x its rate (fitted where the link bounds: N = 2 at
-    # the lowest rate); the test bed's hosts share one machine, whose cores move host_bps of all
-    # ranks' traffic together, 2 (N-1) x the gradient bytes per all-reduce (fitted at the highest
-    # rate, pooled over N). The no-delay relay cells, less the latency term.
+    # the lowest rate); where the link does not bound (the highest rate), each rank's stream moves
+    # at most rank_bps of its 2 (N-1)/N x the gradient bytes per all-reduce (pooled over N). A
+    # shared capacity for all ranks together (2 (N-1) x the bytes) fits worse: the quiet cells give
+    # ~163 MB/s per rank at N = 2 and ~133 at N = 4, i.e. 2.6 and 4.3 Gb/s in all (bench/RESULTS.md).
+    # The no-delay relay cells, less the latency term.
     def t0_bw(n, rate):
         return mean((n, rate, "tun", 0.0), "allreduce_ms") / 1e3 - 2 * (n - 1) * alpha0
 
     eff = (2 * (ns[0] - 1) / ns[0] * grad_bytes / t0_bw(ns[0], rates[0])) / (rates[0] / 8)
-    host_bps = statistics.fmean(2 * (n - 1) * grad_bytes / t0_bw(n, rates[-1]) for n in ns)
+    rank_bps = statistics.fmean(2 * (n - 1) / n * grad_bytes / t0_bw(n, rates[-1]) for n in ns)
 
-    def t_comm(n, rate, delay, hops, factor, host=True):
-        bw = 2 * (n - 1) / n * grad_bytes / (eff * rate / 8)
-        if host:
-            bw = max(bw, 2 * (n - 1) * grad_bytes / host_bps)
-        return hops * 2 * (n - 1) * (alpha0 + factor * delay) + bw
+    def t_comm(n, rate, delay, hops, factor):
+        """factor: one-way delays per hop, per N."""
+        bw = 2 * (n - 1) / n * grad_bytes / min(eff * rate / 8, rank_bps)
+        return hops * 2 * (n - 1) * (alpha0 + factor[n] * delay) + bw
 
     # 4. overlap share: wait = t_step_comm - overlap x compute over the trained relay cells, the
     # compute being the same N's no-delay veth cells' (step - wait).
@@ -151,11 +156,14 @@ def fit(path, alpha_prior_s):
     print(f"fit ({len(rows)} rows, {len(cells)} cells; {params / 1e6:.2f} M parameters, {nb} buckets per step):")
     print(f"- alpha0 = {alpha0 * 1e6:.0f} us per message at no delay, {alpha_how} (back-to-back small all-reduces: "
           + ", ".join(f"N={n} {r / 1e9:g} Gb/s {i * 1e3:.3f} ms + {sl:.2f} x delay" for n, r, sl, i in small) + ")")
-    print(f"- one-way delays per ring hop: one large all-reduce {f_ar:.2f} ("
+    per_n = lambda fs: ", ".join(f"N={n} {f:.2f}" for n, f in fs.items())
+    print(f"- one-way delays per ring hop: one large all-reduce {per_n(f_ar)} ("
           + ", ".join(f"N={n} {r / 1e9:g} Gb/s {f:.2f}" for n, r, f, _ in ar_f) + "); a training step's "
-          f"{nb} buckets {f_step:.2f} (" + ", ".join(f"N={n} {r / 1e9:g} Gb/s {f:.2f}" for n, r, f, _ in st_f) + ")")
+          f"{nb} buckets {per_n(f_step)} (" + ", ".join(f"N={n} {r / 1e9:g} Gb/s {f:.2f}" for n, r, f, _ in st_f) + ")")
     print(f"- link efficiency {eff:.3f} (payload over the link rate, N={ns[0]} at {rates[0] / 1e9:g} Gb/s); "
-          f"the shared machine's cores move {host_bps * 8 / 1e9:.2f} Gb/s of all ranks' traffic together")
+          f"each rank's stream moves at most {rank_bps * 8 / 1e9:.2f} Gb/s ({rank_bps / 1e6:.0f} MB/s; the test bed's shared "
+          f"cores: " + ", ".join(f"N={n} {2 * (n - 1) / n * grad_bytes / t0_bw(n, rates[-1]) / 1e6:.0f}" for n in ns)
+          + " MB/s)")
     print(f"- overlap share achieved: {overlap:.2f} of the compute, one for all N; per N: "
           + ", ".join(f"N={n} {o:.2f}" for n, o in overlap_n.items()) + " (the model's prior: 0.66)")
     print("- compute per step (no-delay veth cells, step - wait): "
@@ -181,7 +189,8 @@ def fit(path, alpha_prior_s):
     print(f"\nworst ratio (all-reduce and step, either way; the overlap share per N): {worst:.2f}"
           f" ({'within' if worst <= 1.25 else 'NOT within'} 25 %); steps with one overlap share for all N: "
           f"{worst_one:.2f}")
-    return dict(alpha0=alpha0, tcp_factor_ar=f_ar, tcp_factor=f_step, eff=eff, host_bps=host_bps, overlap=overlap)
+    return dict(alpha0=alpha0, tcp_factor_ar=f_ar[ns[0]], tcp_factor=f_step[ns[0]], eff=eff, rank_bps=rank_bps,
+                overlap=overlap)
 
 
 def main():
@@ -206,7 +215,7 @@ def main():
     if a.fit:
         f = fit(a.fit, a.alpha_us * 1e-6)
         a.alpha_us = f["alpha0"] * 1e6
-        a.tcp_factor = f["tcp_factor"]
+        a.tcp_factor = f["tcp_factor"]  # the smallest N's: ranks that do not outnumber the cores
         a.link_efficiency = f["eff"]
         # A negative share (communication slowing the compute on shared cores) is this machine's:
         # a host with its own cores and NIC hides at least nothing, so the tables use >= 0.

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """bench/dp_scaling_model.py --fit recovers the constants that made its input: rows written as
 bench/netns_comm.sh writes them (LINK=tun: veth cells at no delay, relay cells at 0, 0.1 and
-1 ms, probe-only rows with back-to-back small all-reduces), computed from known constants by the
-model's own equations, must give those constants back and a worst ratio of 1.00; a second set
-whose small all-reduces do not follow the delay must fall back on the --alpha-us prior.
+1 ms, probe-only rows with back-to-back small all-reduces), computed from known constants (latency
+factors per N, a per-rank copy rate) by the model's own equations, must give those constants back
+and a worst ratio of 1.00; a second set whose small all-reduces do not follow the delay must fall
+back on the --alpha-us prior.
 Usage: test_dp_fit.py REPO_ROOT"""
 import math
 import os
@@ -17,13 +18,13 @@ MODEL = os.path.join(ROOT, "bench", "dp_scaling_model.py")
 PARAMS = 2282807
 GRAD = 4 * PARAMS
 NB = 3  # buckets of 1 MiB, then 4 MiB: 8.7 MiB -> 3
-TRUE = dict(alpha0=2e-3, f_ar=2.0, f_step=7.0, eff=0.6, host=2e9 / 8, overlap={2: -0.2, 4: -1.5},
+TRUE = dict(alpha0=2e-3, f_ar={2: 1.0, 4: 3.0}, f_step={2: 2.0, 4: 7.0}, eff=0.6, rank=1.2e9 / 8, overlap={2: -0.2, 4: -1.5},
             compute={2: 0.080, 4: 0.090})
 
 
 def t_comm(n, rate, delay, hops, factor):
-    bw = max(2 * (n - 1) / n * GRAD / (TRUE["eff"] * rate / 8), 2 * (n - 1) * GRAD / TRUE["host"])
-    return hops * 2 * (n - 1) * (TRUE["alpha0"] + factor * delay) + bw
+    bw = 2 * (n - 1) / n * GRAD / min(TRUE["eff"] * rate / 8, TRUE["rank"])
+    return hops * 2 * (n - 1) * (TRUE["alpha0"] + factor[n] * delay) + bw
 
 
 def rows(small_follows):
@@ -69,10 +70,12 @@ def close(name, got, want, printed_step):
 
 out = fit(rows(True))
 close("alpha0 (us)", number(r"alpha0 = (\d+) us per message at no delay, fitted", out), TRUE["alpha0"] * 1e6, 1)
-close("one-way delays per hop, all-reduce", number(r"one large all-reduce ([\d.]+)", out), TRUE["f_ar"], 0.01)
-close("one-way delays per hop, step", number(r"buckets ([\d.]+) \(", out), TRUE["f_step"], 0.01)
+for n in (2, 4):
+    close(f"one-way delays per hop, all-reduce, N={n}", number(rf"one large all-reduce .*?N={n} ([\d.]+)", out),
+          TRUE["f_ar"][n], 0.01)
+    close(f"one-way delays per hop, step, N={n}", number(rf"buckets .*?N={n} ([\d.]+)", out), TRUE["f_step"][n], 0.01)
 close("link efficiency", number(r"link efficiency ([\d.]+)", out), TRUE["eff"], 0.001)
-close("host Gb/s", number(r"cores move ([\d.]+) Gb/s", out), TRUE["host"] * 8 / 1e9, 0.01)
+close("per-rank Gb/s", number(r"each rank's stream moves at most ([\d.]+) Gb/s", out), TRUE["rank"] * 8 / 1e9, 0.01)
 close("overlap N=2", number(r"per N: N=2 (-?[\d.]+)", out), TRUE["overlap"][2], 0.01)
 close("overlap N=4", number(r"N=4 (-?[\d.]+) \(the model", out), TRUE["overlap"][4], 0.01)
 close("worst ratio", number(r"worst ratio .*?: ([\d.]+) \(within", out), 1.0, 0.01)
