@@ -61,6 +61,8 @@ def parse_args():
     a("--max-len", type=int, default=96, help="most output pieces, <eos> included")
     a("--test-limit", type=int, default=0, help="decode only the first N test sentences (0: all)")
     a("--decode-batch", type=int, default=64, help="sources per decoder batch")
+    a("--autocast", action="store_true", help="train under torch.autocast('cpu', torch.bfloat16): PyTorch's mixed "
+      "precision, against `qkv train --precision bf16` (the loss in fp32 as qkv's)")
     a("--load", help="OUT/model.pt of an earlier run: no training, decode only")
     a("--load-qkv", help="a qkv --preset real model folder's model.safetensors: no training, decode only "
       "(the same weights in both frameworks: decoding speed and BLEU side by side)")
@@ -336,7 +338,8 @@ def main():
             step += 1
             for g in opt.param_groups:
                 g["lr"] = a.lr * min(step / a.warmup, math.sqrt(a.warmup / step))
-            loss, n = loss_fn(model, X, X_len, dec_in, label, a.label_smoothing)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+                loss, n = loss_fn(model, X, X_len, dec_in, label, a.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip, error_if_nonfinite=True)
