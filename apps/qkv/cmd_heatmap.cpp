@@ -44,12 +44,12 @@ util::HeatmapPanel panel_from(const std::vector<float>& w, int64_t h, int64_t Tq
 }
 
 /// A warning when the greedy translation ran to the length limit before <eos>, as `qkv translate`
-/// says it: the rows drawn then end mid-sentence.
-void note_if_cut(const std::vector<int64_t>& out, int64_t max_len, bool flag_given) {
-    if (int64_t(out.size()) < max_len) return;  // max_len counts the <eos>
-    std::fprintf(stderr, "qkv heatmap: warning: the translation reached %s%lld tokens before the end of the sentence: "
-                 "it is cut there%s\n", flag_given ? "--max-len " : "the length limit of ", (long long)max_len,
-                 flag_given ? "; raise --max-len" : "");
+/// says it (runtime::length_limit_note): the rows drawn then end mid-sentence. `limit`: the limit
+/// decoding had (a real-text model's source-tied one when below max_len).
+void note_if_cut(const std::vector<int64_t>& out, int64_t limit, int64_t max_len) {
+    if (int64_t(out.size()) < limit) return;  // the limit counts the <eos>
+    std::fprintf(stderr, "qkv heatmap: warning: %s\n",
+                 runtime::length_limit_note("the translation", "--max-len", max_len, limit < max_len).c_str());
 }
 
 /// Bahdanau: greedy decoding with the trace; cross[t][0] is (1, 1, 1, num_steps) for output token
@@ -71,7 +71,7 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     g.trace   = &trace;
     auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
-    note_if_cut(out[0], g.max_len, a.max_len > 0);
+    note_if_cut(out[0], g.max_len, g.max_len);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
                 train::join_tokens(train::target_words(m, hyp)).c_str());
     const int64_t steps = int64_t(trace.cross.size());
@@ -176,7 +176,7 @@ void run(HeatmapArgs a) {
     }
     auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
-    note_if_cut(out[0], g.max_len, a.max_len > 0 && g.max_len == a.max_len);
+    note_if_cut(out[0], g.max_len, a.max_len > 0 ? a.max_len : m.config.decode.max_len);
     std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
                 train::join_tokens(train::target_words(m, hyp)).c_str());
 
@@ -253,7 +253,7 @@ Registration reg([](CLI::App& app) {
                   "prefix; the folder must exist")
         ->check(non_empty_path());
     c->add_option("--format", a->format, "png or svg (default png)")->check(CLI::IsMember({"png", "svg"}));
-    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
+    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, runtime::kMaxLenMost));
     c->add_flag("--pe-quirk", a->pe_quirk, "D2L's inference quirk: positional encoding 0 at every step");
     c->callback([a] { run(*a); });
 });

@@ -145,23 +145,26 @@ Rows tokenize_lines(const std::vector<std::string>& lines, const char* unit, con
 }
 
 /// A note on stderr for the lines whose translation ran to the length limit before <eos> (the
-/// output may end mid-sentence or mid-word): the first few line numbers and the total.
+/// output may end mid-sentence or mid-word): the first few line numbers and the total
+/// (runtime::length_limit_note).
 void note_unfinished(const Rows& rows, const std::vector<std::vector<runtime::Translation>>& hyp, const char* unit,
                      int64_t max_len) {
     std::vector<size_t> cut;
+    bool source_tied = true;  // every cut one stopped below max_len (a real-text model's limit)
     for (size_t i = 0; i < rows.rows_of.size(); ++i)
         for (size_t r : rows.rows_of[i])
             if (!hyp[r].empty() && !hyp[r].front().finished) {
                 cut.push_back(i + 1);
+                source_tied = source_tied && int64_t(hyp[r].front().ids.size()) < max_len;
                 break;
             }
     if (cut.empty()) return;
     std::string where;
     for (size_t k = 0; k < cut.size() && k < 5; ++k) where += (k ? ", " : "") + std::to_string(cut[k]);
     if (cut.size() > 5) where += ", ...";
-    std::fprintf(stderr, "qkv translate: warning: %zu %s%s (%s) reached --max-len %lld tokens before the end of "
-                         "the sentence: the translation is cut there; raise --max-len\n",
-                 cut.size(), unit, cut.size() == 1 ? "" : "s", where.c_str(), (long long)max_len);
+    const std::string subject = detail::str(cut.size(), " ", unit, cut.size() == 1 ? "" : "s", " (", where, ")");
+    std::fprintf(stderr, "qkv translate: warning: %s\n",
+                 runtime::length_limit_note(subject, "--max-len", max_len, source_tied).c_str());
 }
 
 /// --attention-json: one object per input line: source units, output units, weights (rows: output
@@ -319,7 +322,7 @@ Registration reg([](CLI::App& app) {
     c->add_option("--beam", a->beam, "beam size (1 = greedy; default: config.json's decode.beam: 1 for the D2L presets, 4 for real)")->transform(int_range(1, 100));
     c->add_option("--length-penalty", a->length_penalty, "GNMT length-penalty alpha for beam search (default: config.json's decode.length_penalty, 0.6)")
         ->check(real_range(0, 10));
-    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, 1000));
+    c->add_option("--max-len", a->max_len, "most output tokens, <eos> included (default: config.json's decode.max_len)")->transform(int_range(1, runtime::kMaxLenMost));
     c->add_option("--batch-size", a->batch, "sentences (or with --batch-type tokens: source tokens) per decoder batch (default 500)")->transform(int_range(1, 100000));
     c->add_flag("--show-source", a->show_source, "print 'source => translation'");
     c->add_flag("--no-split", a->no_split, "translate each line as one sentence (default: lines are cut into sentences "

@@ -24,6 +24,7 @@ struct TranslationResult {
     std::vector<double> scores;
     pyb::object attention = pyb::none();
     bool finished = true;  // every sentence's best hypothesis ended with <eos> (false: cut at max_len)
+    bool source_tied = false;  // (not bound) cut below max_len, at a real-text model's source-tied limit
 };
 
 /// runtime::parse_compute_type with its message as a ValueError.
@@ -110,8 +111,9 @@ void check_ranges(std::optional<int64_t> beam_size, std::optional<double> length
         throw pyb::value_error(detail::str("beam_size: ", *beam_size, " is not in [1, 100] (None: config.json's)"));
     if (length_penalty && !(*length_penalty >= 0 && *length_penalty <= 10))
         throw pyb::value_error(detail::str("length_penalty: ", *length_penalty, " is not in [0, 10] (None: config.json's)"));
-    if (max_len && (*max_len < 1 || *max_len > 1000))
-        throw pyb::value_error(detail::str("max_len: ", *max_len, " is not in [1, 1000] (None: config.json's)"));
+    if (max_len && (*max_len < 1 || *max_len > runtime::kMaxLenMost))
+        throw pyb::value_error(detail::str("max_len: ", *max_len, " is not in [1, ", runtime::kMaxLenMost,
+                                           "] (None: config.json's)"));
     if (batch_size < 1 || batch_size > 100000)
         throw pyb::value_error(detail::str("batch_size: ", batch_size, " is not in [1, 100000]"));
 }
@@ -126,6 +128,7 @@ void translate_rows(runtime::Translator& tr, const std::vector<std::vector<std::
         if (row_of[i] != std::string::npos && !hyp[row_of[i]].empty()) {
             res[i].translation = runtime::join_tokens(hyp[row_of[i]].front().words);
             res[i].finished    = hyp[row_of[i]].front().finished;
+            res[i].source_tied = !res[i].finished && int64_t(hyp[row_of[i]].front().ids.size()) < to.max_len;
         }
     if ((num_hypotheses == 1 && !return_scores) || src.empty()) return;
     runtime::TranslateOptions o = to;
@@ -154,6 +157,31 @@ void warn_source_notes(const runtime::ModelDir& m, const std::vector<std::vector
         for (const auto& w : notes.long_words) warn(detail::str(what, ": ", w), category, 1);
         if (!notes.cut.empty()) warn(detail::str(what, " ", notes.cut), category, 1);
     }
+}
+
+/// What `qkv translate` warns about translations cut at the length limit (runtime::length_limit_note),
+/// as one UserWarning naming the texts: "2 sentences (sentences[0], sentences[3]) reached the length
+/// limit of 20 tokens (max_len) ...". `text_of[k]`: the text of result k (empty: result k is text k).
+void warn_unfinished(const std::vector<TranslationResult>& res, const std::vector<size_t>& text_of, int64_t max_len) {
+    std::vector<size_t> texts;
+    bool source_tied = true;
+    for (size_t k = 0; k < res.size(); ++k) {
+        if (res[k].finished) continue;
+        const size_t t = text_of.empty() ? k : text_of[k];
+        if (texts.empty() || texts.back() != t) texts.push_back(t);
+        source_tied = source_tied && res[k].source_tied;
+    }
+    if (texts.empty()) return;
+    std::string subject;
+    if (texts.size() == 1) {
+        subject = detail::str("sentences[", texts[0], "]");
+    } else {
+        subject = detail::str(texts.size(), " sentences (");
+        for (size_t k = 0; k < texts.size() && k < 5; ++k) subject += detail::str(k ? ", " : "", "sentences[", texts[k], "]");
+        subject += texts.size() > 5 ? ", ...)" : ")";
+    }
+    pyb::module_::import("warnings").attr("warn")(runtime::length_limit_note(subject, "max_len", max_len, source_tied),
+                                                  pyb::module_::import("builtins").attr("UserWarning"), 1);
 }
 
 std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const std::vector<std::string>& sentences,
@@ -203,6 +231,7 @@ std::vector<TranslationResult> translate_batch(runtime::Translator& tr, const st
         // with greedy decoding (what `qkv heatmap` draws): (target steps, source units).
         if (return_attention) att = tr.attention(words, to.max_len, no_unk);
     }
+    warn_unfinished(res, split ? text_of : std::vector<size_t>{}, max_len.value_or(tr.get()->config.decode.max_len));
     for (size_t i = 0; i < att.size(); ++i) {
         pyb::array_t<float> a({att[i].steps, att[i].sources});
         std::copy(att[i].weights.begin(), att[i].weights.end(), a.mutable_data());
@@ -257,8 +286,9 @@ void bind_translate(pyb::module_& m) {
         .def_readonly("scores", &TranslationResult::scores)
         .def_readonly("attention", &TranslationResult::attention)
         .def_readonly("finished", &TranslationResult::finished,
-                      "False when the best translation (of some sentence of the text) reached max_len before <eos>: "
-                      "it is cut there, possibly mid-word; raise max_len")
+                      "False when the best translation (of some sentence of the text) reached its length limit (max_len, or "
+                      "a real-text model's twice the source's tokens + 10 when lower) before <eos>: it is cut there, "
+                      "possibly mid-word (translate_batch warns then)")
         .def("__repr__", [](const TranslationResult& r) { return "TranslationResult(" + std::string(pyb::repr(pyb::str(r.translation))) + ")"; });
     pyb::class_<runtime::TokenScores>(m, "ScoreResult")
         .def_readonly("tokens", &runtime::TokenScores::tokens)

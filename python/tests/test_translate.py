@@ -1,6 +1,7 @@
 # qkv.Translator against `qkv translate` on the same tiny model (conftest.model_dir), its extras
 # (n-best, scores, attention, score_batch), errors, and the GIL released while it decodes
 # (checked by a handshake, not by timing).
+import re
 import subprocess
 import warnings
 import threading
@@ -219,10 +220,34 @@ def test_a_source_longer_than_the_model_reads_warns_as_the_cli_does(model_dir):
 
 def test_finished_says_when_max_len_cut_the_translation(model_dir):
     tr = qkv.Translator(str(model_dir))
-    cut = tr.translate_batch(["i'm home .", "he's calm ."], max_len=1)
+    with pytest.warns(UserWarning) as caught:
+        cut = tr.translate_batch(["i'm home .", "he's calm ."], max_len=1)
     assert [r.finished for r in cut] == [False, False]
+    # one warning naming both, worded as `qkv translate` words it (runtime::length_limit_note)
+    notes = [str(w.message) for w in caught]
+    assert notes == ["2 sentences (sentences[0], sentences[1]) reached the length limit of 1 token (max_len) before "
+                     "the end of the sentence: the translation is cut there; raise max_len"], notes
+    cli = subprocess.run([qkv_bin(), "translate", "--model", str(model_dir), "--max-len", "1", "i'm home ."],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert ("qkv translate: warning: 1 sentence (1) reached the length limit of 1 token (--max-len) before the end "
+            "of the sentence: the translation is cut there; raise --max-len") in cli.stderr, cli.stderr
+    # at the most max_len allows, raising it is not advised
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        most = tr.translate_batch(["i'm home ."], max_len=1000)
+    for w in caught:
+        assert "raise max_len" not in str(w.message), str(w.message)
+    assert most[0].finished == (not caught)
     assert [len(r.translation.split()) for r in cut] == [1, 1]
     # a translation finished when its best hypothesis emitted <eos>: the attention map then has a
     # row for it (steps = words + 1), which one cut at max_len lacks
-    for r in tr.translate_batch(SENTENCES[:8], max_len=4, return_attention=True):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = tr.translate_batch(SENTENCES[:8], max_len=4, return_attention=True)
+    for r in res:
         assert r.finished == (r.attention.shape[0] == len(r.translation.split()) + 1), r
+    # the warning names exactly the unfinished ones
+    cut = [i for i, r in enumerate(res) if not r.finished]
+    said = [int(i) for w in caught for i in re.findall(r"sentences\[(\d+)\]", str(w.message))]
+    assert said == cut[:5], (said, cut)

@@ -199,6 +199,20 @@ std::vector<std::string> target_words(const ModelDir& m, const std::vector<std::
     return m.subwords.active() ? m.subwords.tgt->decode(units) : units;
 }
 
+std::string length_limit_note(const std::string& subject, const std::string& limit, int64_t max_len, bool source_tied) {
+    if (source_tied)
+        return detail::str(subject, " reached the length limit for its source (twice the source's tokens + 10, a "
+                           "real-text model's limit, here below ", limit, " ", max_len,
+                           ") before the end of the sentence: the translation is cut there (", limit,
+                           " does not raise this limit)");
+    const std::string advice = max_len >= kMaxLenMost
+                                   ? detail::str("; ", max_len, " is the most ", limit,
+                                                 " allows: the model does not end this sentence")
+                                   : detail::str("; raise ", limit);
+    return detail::str(subject, " reached the length limit of ", max_len, max_len == 1 ? " token (" : " tokens (", limit,
+                       ") before the end of the sentence: the translation is cut there", advice);
+}
+
 SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& tokens) {
     // encode_sources keeps the first num_steps units of (units + <eos>): a sentence fits whole
     // with num_steps - 1 units; a longer one keeps its first num_steps units and loses <eos>.

@@ -104,13 +104,13 @@ err_has "line 5: NUL byte" "35 more lines not valid text (invalid UTF-8 or a NUL
 
 # ---- a translation cut at --max-len is said on stderr (it may end mid-word), naming the lines
 run_rc 0 translate --model run --max-len 1 "go ." "i lost ."
-err_has "2 sentences (1, 2) reached --max-len 1 tokens before the end of the sentence"
+err_has "qkv translate: warning: 2 sentences (1, 2) reached the length limit of 1 token (--max-len) before the end of the sentence: the translation is cut there; raise --max-len"
 # and only those lines: the attention JSON has a row for <eos> exactly when a translation finished
 run_rc 0 translate --model run --max-len 4 --attention-json att.json "go ." "i lost ." "he's calm ."
 python3 - att.json "$T/err" <<'PY' || fail "the --max-len warning does not name exactly the unfinished lines"
 import json, re, sys
 cut = [e["line"] for e in json.load(open(sys.argv[1])) if len(e["attention"]) == len(e["translation"])]
-m = re.search(r"(\d+) sentences? \(([\d, ]+)\) reached --max-len 4 tokens", open(sys.argv[2]).read())
+m = re.search(r"(\d+) sentences? \(([\d, ]+)\) reached the length limit of 4 tokens \(--max-len\)", open(sys.argv[2]).read())
 said = [int(x) for x in m.group(2).split(", ")] if m else []
 assert said == cut and (not m or int(m.group(1)) == len(cut)), (said, cut)
 PY

@@ -126,7 +126,7 @@ run_rc 0 heatmap --model run "i lost . i lost . i lost ." --out "$T/att"
 err_has "qkv heatmap: warning: the sentence has 9 source tokens but the model reads 6 positions"
 # a translation cut by --max-len is said, as qkv translate says it; one that ends with <eos> is not
 run_rc 0 heatmap --model run "go ." --max-len 1 --out "$T/att1"
-err_has "qkv heatmap: warning: the translation reached --max-len 1 tokens before the end of the sentence: it is cut there; raise --max-len"
+err_has "qkv heatmap: warning: the translation reached the length limit of 1 token (--max-len) before the end of the sentence: the translation is cut there; raise --max-len"
 run_rc 0 heatmap --model run "go ." --max-len 1000 --out "$T/att2"
 if grep -q "reached" "$T/err"; then cat "$T/err"; fail "heatmap warned about a translation that ended with <eos>"; fi
 

@@ -247,3 +247,22 @@ TEST(TextPipeline, SplitTextCutsOverLongSentencesBetweenWords) {
 
 }  // namespace
 }  // namespace qkv::runtime
+
+// The one wording of a translation cut at its length limit (qkv translate, qkv heatmap, Python's
+// translate_batch): raise the setting, unless it is at its most or the source-tied limit cut it.
+TEST(TextPipeline, LengthLimitNoteAdvisesOnlyWhatHelps) {
+    using qkv::runtime::length_limit_note;
+    EXPECT_EQ(length_limit_note("2 lines (3, 7)", "--max-len", 20, false),
+              "2 lines (3, 7) reached the length limit of 20 tokens (--max-len) before the end of the sentence: the "
+              "translation is cut there; raise --max-len");
+    EXPECT_EQ(length_limit_note("the translation", "--max-len", 1, false),
+              "the translation reached the length limit of 1 token (--max-len) before the end of the sentence: the "
+              "translation is cut there; raise --max-len");
+    EXPECT_EQ(length_limit_note("sentences[4]", "max_len", qkv::runtime::kMaxLenMost, false),
+              "sentences[4] reached the length limit of 1000 tokens (max_len) before the end of the sentence: the "
+              "translation is cut there; 1000 is the most max_len allows: the model does not end this sentence");
+    const std::string tied = length_limit_note("1 line (2)", "--max-len", 96, true);
+    EXPECT_NE(tied.find("twice the source's tokens + 10"), std::string::npos) << tied;
+    EXPECT_NE(tied.find("--max-len does not raise this limit"), std::string::npos) << tied;
+    EXPECT_EQ(tied.find("raise --max-len"), std::string::npos) << tied;
+}

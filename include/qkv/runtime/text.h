@@ -97,6 +97,21 @@ struct SourceNotes {
 };
 SourceNotes source_notes(const ModelDir& m, const std::vector<std::string>& tokens);
 
+/// The most output units a front end lets a translation have (--max-len, max_len, "max_len" in
+/// /v1/translate): decoding stops there.
+constexpr int64_t kMaxLenMost = 1000;
+
+/// What every front end says of translations that reached their length limit before <eos> (they
+/// end there, possibly mid-word). `subject`: which ones, as the front end numbers them ("2 lines
+/// (3, 7)", "the translation", "sentences[4]"); `limit`: the setting's name there ("--max-len",
+/// "max_len"); `max_len`: its value (config.json's decode.max_len when not given); `source_tied`:
+/// true when every one of them stopped below max_len, at a real-text model's source-tied limit
+/// (translate.h: source_tied_max_len), which the setting does not raise. Returns
+/// "SUBJECT reached the length limit of MAX_LEN tokens (LIMIT) before the end of the sentence: the
+/// translation is cut there; raise LIMIT", without "raise" when max_len is kMaxLenMost (the model
+/// does not end the sentence) or the limit was the source-tied one.
+std::string length_limit_note(const std::string& subject, const std::string& limit, int64_t max_len, bool source_tied);
+
 /// " "-joined tokens.
 std::string join_tokens(const std::vector<std::string>& tokens);
 
