@@ -241,7 +241,6 @@ RunResult run_language_model(RunConfig cfg, const RunOptions& opt, const RunOver
                                       "qkv train --model lm without mpirun"));
     check_forced_flash(cfg.lm.num_hiddens / cfg.lm.num_heads);
     const fs::path dir(opt.out_dir);
-    std::error_code ec;
     // The folder as the OS will find it once made (--out new/.., L/../x): taken before anything is made.
     const OutFolder out(dir);
     const std::vector<std::string> held =
@@ -266,48 +265,17 @@ RunResult run_language_model(RunConfig cfg, const RunOptions& opt, const RunOver
     manual_seed(cfg.train.seed);
     auto model = std::make_shared<models::TransformerLM>(cfg.lm);
     log_lm_run(opt.log, cfg, d, *model);
-    TrainRuntime rt = runtime_from(opt, cfg.log_every);
-    rt.checkpoint_metadata[kLmVocabKey] = vocab_fingerprint(d.vocab);
-    // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
-    std::optional<util::InterruptGuard> guard;
-    if (opt.catch_signals) {
-        guard.emplace();
-        rt.interrupt = guard->flag();
-    }
-    // Only now, with the data read and the model built, does a fresh run write into the folder;
-    // a replaced run's files wait aside until the new run's first checkpoint after a step.
-    std::optional<ReplacedRun> replaced;
-    if (replace) replaced.emplace(opt.out_dir, out);
     RunResult res;
-    const auto view = std::make_shared<models::LMTrainingView>(model);  // the Trainer's EncoderDecoder
-    std::optional<Trainer> trainer;
-    const FreshRunStart start(out);
-    try {
-        write_lm_folder(cfg, d, opt, given);
-        trainer.emplace(*view, d.train, d.valid, d.vocab.pad(), cfg.train, rt);
-        if (replaced)
-            trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {
-                if (p.step > 0) replaced->discard();
-            };
-        res.train = trainer->fit();
-    } catch (const std::exception&) {
-        if (replaced) replaced->restore_after_failure(opt.log);
-        else if (!opt.resume) remove_files_of_failed_fresh_run(start);
-        throw;
-    }
-    res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
     res.config = cfg;
-    if (replaced && replaced->restore_after_stop(res.signal ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0,
-                                                 opt.log)) {
-        res.restored_earlier = true;
-        return res;
-    }
-    if (!opt.resume && !fs::exists(dir / "checkpoint.safetensors", ec)) {
-        // A fresh run stopped before its first checkpoint leaves nothing behind, so the same
-        // command can run again (a resume would have nothing to continue).
-        start.undo();
-        return res;  // trained = false
-    }
+    const auto view = std::make_shared<models::LMTrainingView>(model);  // the Trainer's EncoderDecoder
+    const FolderTraining t{.model = *view, .train = d.train, .valid = d.valid, .pad = d.vocab.pad(),
+                           .metadata       = {{kLmVocabKey, vocab_fingerprint(d.vocab)}},
+                           .write_files    = [&] { write_lm_folder(res.config, d, opt, given); },
+                           .undo_unstarted = true};
+    std::optional<Trainer> trainer;
+    const FolderOutcome outcome = train_in_folder(res, t, opt, out, replace, trainer);
+    if (outcome == FolderOutcome::restored_earlier) res.restored_earlier = true;
+    if (outcome != FolderOutcome::trained) return res;  // trained = false
     res.model   = view;
     res.trained = true;
     if (res.signal == 0) {  // whoever pressed Ctrl-C wants the prompt back

@@ -227,19 +227,16 @@ void log_model(const RunConfig& cfg, const models::EncoderDecoder& model, std::F
                  cfg.train.loss_on_padding ? "on all positions (D2L EN)" : "on real tokens");
 }
 
-/// Trains `model` into the folder; an overwritten run's files wait aside until the first
-/// checkpoint after a step. Returns false when they were restored after the run stopped before it.
-bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunOptions& opt, const OutFolder& out,
-                       bool replace) {
+}  // namespace
+
+FolderOutcome train_in_folder(RunResult& res, const FolderTraining& t, const RunOptions& opt, const OutFolder& out,
+                              bool replace, std::optional<Trainer>& trainer) {
     const RunConfig& cfg = res.config;
-    const TranslationData& d = *res.data;
     TrainRuntime rt = runtime_from(opt, cfg.log_every);
-    rt.keep_checkpoints = cfg.keep_checkpoints;
-    rt.comm      = opt.comm;
-    rt.reduce    = opt.reduce;
-    rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();
-    rt.checkpoint_metadata[kSrcVocabKey] = vocab_fingerprint(d.src_vocab);
-    rt.checkpoint_metadata[kTgtVocabKey] = vocab_fingerprint(d.tgt_vocab);
+    rt.keep_checkpoints    = cfg.keep_checkpoints;
+    rt.comm                = opt.comm;
+    rt.reduce              = opt.reduce;
+    rt.checkpoint_metadata = t.metadata;
     const bool writer = !opt.comm || opt.comm->rank() == 0;
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;
@@ -247,23 +244,24 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
         guard.emplace();
         rt.interrupt = guard->flag();
     }
-    // Only now, with the model built and a signal only stopping the run, does a fresh run write
-    // into the folder; an earlier run's files there wait aside until its first checkpoint.
+    // Only now, with the data read, the model built and a signal only stopping the run, does a
+    // fresh run write into the folder; an earlier run's files there wait aside until its first
+    // checkpoint after a step.
     std::optional<ReplacedRun> replaced;
     if (replace && writer) replaced.emplace(opt.out_dir, out);
     const FreshRunStart start(out);
     try {
-        if (!opt.resume && writer) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
-        Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+        if (writer && t.write_files) t.write_files();
+        trainer.emplace(t.model, t.train, t.valid, t.pad, cfg.train, rt);
         if (replaced)
-            trainer.on_checkpoint = [&replaced](const TrainingProgress& p) {
+            trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {
                 if (p.step > 0) replaced->discard();
             };
-        if (opt.make_optimizer) trainer.set_optimizer(opt.make_optimizer(model));
-        trainer.set_gradient_sync(opt.gradient_sync);
-        if (opt.on_logged_step || opt.on_validated) trainer.add_hook(std::make_shared<FunctionHook>(opt));
-        for (const auto& h : opt.hooks) trainer.add_hook(h);
-        res.train = trainer.fit();
+        if (opt.make_optimizer) trainer->set_optimizer(opt.make_optimizer(t.model));
+        trainer->set_gradient_sync(opt.gradient_sync);
+        if (opt.on_logged_step || opt.on_validated) trainer->add_hook(std::make_shared<FunctionHook>(opt));
+        for (const auto& h : opt.hooks) trainer->add_hook(h);
+        res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
         else if (!opt.resume && writer) remove_files_of_failed_fresh_run(start);
@@ -272,10 +270,14 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
     // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
     const int sig = guard ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
-    return !(replaced && replaced->restore_after_stop(sig, opt.log));
+    if (replaced && replaced->restore_after_stop(sig, opt.log)) return FolderOutcome::restored_earlier;
+    std::error_code ec;
+    if (t.undo_unstarted && !opt.resume && !fs::exists(fs::path(opt.out_dir) / "checkpoint.safetensors", ec)) {
+        start.undo();  // nothing trained: the same command can run again
+        return FolderOutcome::undone;
+    }
+    return FolderOutcome::trained;
 }
-
-}  // namespace
 
 void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder) {
     const bool transformer = arch == ModelKind::transformer;
@@ -541,7 +543,17 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     res.model = build_model(cfg, kTrainingCopies);
     log_model(cfg, *res.model, opt.log);
     res.config = cfg;
-    if (!train_into_folder(res, *res.model, opt, out, !held.empty())) {
+    const TranslationData& d = *res.data;
+    const FolderTraining t{.model = *res.model, .train = d.train, .valid = d.valid, .pad = d.tgt_vocab.pad(),
+                           .metadata = {{"qkv.config", to_json(cfg).dump()},
+                                        {kSrcVocabKey, vocab_fingerprint(d.src_vocab)},
+                                        {kTgtVocabKey, vocab_fingerprint(d.tgt_vocab)}},
+                           .write_files = [&] {
+                               if (!opt.resume) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
+                           },
+                           .undo_unstarted = false};
+    std::optional<Trainer> trainer;
+    if (train_in_folder(res, t, opt, out, !held.empty(), trainer) == FolderOutcome::restored_earlier) {
         res.restored_earlier = true;
         return res;
     }
