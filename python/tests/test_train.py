@@ -240,9 +240,11 @@ def test_language_model(tmp_path):
     from conftest import qkv_bin
     text = tmp_path / "text.txt"
     text.write_text("The Time Traveller (for so it will be convenient to speak of him) was expounding.\n" * 60)
+    steps = []
     r = qkv.train(tmp_path / "lm", model="lm", preset="lm-tiny", data=str(text), max_steps=4, num_kv_heads=1,
-                  positions="sinusoidal", quiet=True)
+                  positions="sinusoidal", log_every=2, on_step=steps.append, quiet=True)
     assert r["trained"] and r["steps"] == 4
+    assert [s["step"] for s in steps] == [2, 4]
     cfg = json.loads((tmp_path / "lm" / "config.json").read_text())
     assert cfg["model_kind"] == "lm" and cfg["model"]["num_kv_heads"] == 1
     assert cfg["model"]["positions"] == "sinusoidal" and "preset" not in cfg
