@@ -1,5 +1,6 @@
 // `qkv generate`: continue a prompt with a language model trained by `qkv train --model lm`,
-// streaming each character as it comes (train/lm.h generate_text: decode::generate, KV cache).
+// streaming each character as it comes (train/lm.h generate_text: decode::generate, KV cache); the
+// folder loads as any model folder does (runtime::load_model_dir).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -39,7 +40,7 @@ Registration reg([](CLI::App& app) {
     c->callback([a] {
         if (a->g.temperature == 0 && (a->g.top_k != 0 || a->g.top_p != 1.0 || a->g.seed != 0))
             throw CLI::ValidationError("--top-k, --top-p and --seed apply to sampling: add --temperature T > 0");
-        train::LmDir m = train::load_lm_dir(a->model);
+        const runtime::ModelDir m = runtime::load_model_dir(a->model, /*language_model=*/true);
         a->g.use_cache = !a->no_cache;
         // The prompt is printed with the first token: a refused prompt prints nothing.
         const std::string shown = train::preprocess_lm_text(a->prompt);

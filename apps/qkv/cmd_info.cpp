@@ -13,7 +13,6 @@
 #include "qkv/core/error.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/train/checkpoint.h"
-#include "qkv/train/lm.h"
 #include "qkv/train/model_dir.h"
 
 namespace qkv::cli {
@@ -51,17 +50,18 @@ void check_safetensors(const std::string& path) {
 
 void run(const InfoArgs& a) {
     QKV_CHECK(fs::exists(a.path), train::missing_model_folder_message(a.path), "; info also reads a .safetensors file");
-    if (fs::is_directory(a.path) && train::is_lm_dir(a.path)) {
-        const train::LmDir m = train::load_lm_dir(a.path);  // config.json, vocab.txt, weights: checked
-        std::printf("language model folder %s (qkv generate reads it)\n%s", a.path.c_str(),
-                    train::lm_config_json(m.config).c_str());
+    if (fs::is_directory(a.path) && train::model_dir_kind(a.path) == train::ModelKind::lm) {
+        // config.json, vocab.txt, weights: checked
+        const train::ModelDir m = train::load_model_dir(a.path, /*language_model=*/true);
+        std::printf("language model folder %s (qkv generate reads it)\n%s\n", a.path.c_str(),
+                    train::to_json(m.config).dump(2).c_str());
         const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
         if (fs::exists(ckpt)) {
             auto meta = train::read_checkpoint_metadata(ckpt);
             std::printf("checkpoint: step %s\n", meta["qkv.step"].c_str());
         }
-        std::printf("vocabulary: %lld characters; %lld parameters\n", (long long)m.vocab.size(),
-                    (long long)m.model->num_parameters());
+        std::printf("vocabulary: %lld characters; %lld parameters\n", (long long)m.tgt_vocab.size(),
+                    (long long)m.lm->num_parameters());
         if (a.params) print_tensors((fs::path(a.path) / "model.safetensors").string());
         std::printf("check: the folder loads (config.json, vocab.txt and the weights agree)\n");
         return;

@@ -1,11 +1,12 @@
 // `qkv train`: train D2L's Transformer (or, with --model bahdanau, D2L's GRU encoder–decoder with
-// Bahdanau attention; with --model lm a decoder-only language model) from a preset plus flag
-// overrides; writes the model folder (train/model_dir.h) and ends with a few held-out translations.
-// The flags of the run configuration are the rows of runtime::config_fields() (train_flags.h); the
-// library does the rest (train/run.h: configure_run's preset rules, check_resume_overrides,
-// train::run's folder guards and training; train/lm_options.h for --model lm). Here: the command's
-// own flags and usage errors (exit 2: --out, a ConfigError); train_output.h prints the summary, the
-// samples and the end of an interrupted run (exit status 130 / 143).
+// Bahdanau attention; with --model lm a decoder-only language model on a text) from a preset plus
+// flag overrides; writes the model folder (runtime/model_dir.h) and ends with a few held-out
+// translations (a language model: a greedy sample). The flags of the run configuration are the rows
+// of runtime::config_fields() (train_flags.h); the library does the rest (train/run.h:
+// configure_run's preset rules, check_resume_overrides, train::run's folder guards and training,
+// for every model kind). Here: the command's own flags and usage errors (exit 2: --out, a
+// ConfigError); train_output.h prints the summary, the samples and the end of an interrupted run
+// (exit status 130 / 143).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -14,7 +15,7 @@
 #include "commands.h"
 #include "options.h"
 #include "qkv/dist/communicator.h"
-#include "qkv/train/lm_options.h"
+#include "qkv/train/lm.h"
 #include "qkv/train/model_dir.h"
 #include "qkv/train/run.h"
 #include "qkv/util/timer.h"
@@ -29,8 +30,6 @@ namespace fs = std::filesystem;
 struct TrainArgs {
     std::string preset = "demo", model = "transformer", out = "runs/qkv", grad_reduce = "overlap";
     bool resume = false, overwrite = false, no_progress = false;
-    int64_t num_kv_heads = 0, window = 0;  // --model lm
-    std::string positions;
     ConfigFlags flags;
 };
 
@@ -44,35 +43,16 @@ train::RunOptions run_options(const TrainArgs& a) {
     return ro;
 }
 
-/// `qkv train --model lm`: the decoder-only language model (train/lm.h) on a text.
-void run_lm(const TrainArgs& a, CLI::App* c, const runtime::RunOverrides& o) {
-    if (given(c, "--grad-reduce")) usage_error("--grad-reduce does not apply to --model lm");
-    // Before the data is read (a usage error, exit 2); the write test only once the run is accepted,
-    // so that a refused run leaves the folder as it was.
-    check_out_folder("--out", a.out, /*write_test=*/false);
-    const bool given_preset = given(c, "--preset");
-    if (given_preset && a.preset.rfind("lm", 0) != 0)
-        usage_error(detail::str("--preset ", a.preset, " is a translation preset; --model lm takes lm or lm-tiny"));
-    train::LmOverrides lm;
-    if (given(c, "--num-kv-heads")) lm.num_kv_heads = a.num_kv_heads;
-    if (given(c, "--window")) lm.window = a.window;
-    if (given(c, "--positions")) lm.positions = a.positions;
-    train::RunResult r;
-    try {
-        const train::LmConfig cfg = train::configure_lm(given_preset ? a.preset : "lm", a.resume, a.out, o, lm,
-                                                        a.resume && given_preset ? a.preset : "", stderr);
-        r = train::run_lm(cfg, run_options(a), o);
-    } catch (const train::ConfigError& e) {
-        usage_error(e.what());
-    }
+/// After a language model's run: the summary and a greedy sample from D2L's prompt when the text has
+/// its letters, else from the vocabulary's first letter.
+void report_lm(const train::RunResult& r, const std::string& out) {
     if (report_early_end(r, /*lm=*/true)) return;
-    print_summary(r.train, a.out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
-    report_signal(r, a.out, /*lm=*/true);
-    train::LmDir m = train::load_lm_dir(a.out);
-    // D2L's prompt when the text has its letters, else the vocabulary's first letter.
+    print_summary(r.train, out, "model.safetensors, checkpoint.safetensors, config.json, vocab.txt, metrics.jsonl");
+    report_signal(r, out, /*lm=*/true);
+    const runtime::ModelDir m = runtime::load_model_dir(out, /*language_model=*/true);
     std::string prompt = "the time traveller";
     for (char ch : prompt)
-        if (m.vocab.token_to_idx(std::string(1, ch)) == m.vocab.unk()) prompt = m.vocab.idx_to_token(3);
+        if (m.tgt_vocab.token_to_idx(std::string(1, ch)) == m.tgt_vocab.unk()) prompt = m.tgt_vocab.idx_to_token(3);
     train::GenerateOptions g;
     g.max_new_tokens = 60;
     std::printf("sample (greedy): %s%s\n", prompt.c_str(), train::generate_text(m, prompt, g).c_str());
@@ -87,22 +67,10 @@ void run(TrainArgs& a, CLI::App* c) {
     }
     if (a.resume && a.overwrite)
         usage_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
-    if (a.model == "lm") {
-        // Each rank would train its own copy into the one --out folder.
-        if (const int64_t ranks = dist::launched_world_size(); ranks > 1)
-            usage_error(detail::str("--model lm trains in one process, but mpirun started ", ranks,
-                                    " of it: data-parallel training is for the Transformer and Bahdanau models; run "
-                                    "qkv train --model lm without mpirun"));
-        return run_lm(a, c, o);
-    }
-    for (const char* lm_only : {"--num-kv-heads", "--positions", "--window"})
-        if (given(c, lm_only)) usage_error(detail::str(lm_only, " applies to --model lm only"));
-    if (a.preset.rfind("lm", 0) == 0) usage_error(detail::str("--preset ", a.preset, " needs --model lm"));
-    if (given(c, "--model")) o.set("model.architecture", a.model);
+    const bool lm = a.model == "lm";
+    if (lm && given(c, "--grad-reduce")) usage_error("--grad-reduce does not apply to --model lm");
+    if (given(c, "--model") && !lm) o.set("model.architecture", a.model);
     util::Timer wall;
-    if (a.resume && train::is_lm_dir(a.out))
-        usage_error(detail::str("'", a.out, "' holds a language model (qkv train --model lm); resume it with: qkv train "
-                                "--model lm --resume --out ", shell_quote(a.out)));
     check_out_folder("--out", a.out, /*write_test=*/false);
     train::RunOptions ro = run_options(a);
     // Under `mpirun -np N` this process is one of N ranks (data-parallel; a build without MPI
@@ -115,17 +83,19 @@ void run(TrainArgs& a, CLI::App* c) {
     // Rank 0 alone writes the folder, so it alone tests it (another rank's probe folder, made and
     // removed, could remove the folder rank 0 has just made).
     if (!rank0) ro.on_accepted = nullptr;
-    ro.hooks.push_back(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
+    if (!lm) ro.hooks.push_back(std::make_shared<train::LossPlotHook>((fs::path(a.out) / "loss.png").string()));
+    const std::string preset = given(c, "--preset") ? a.preset : lm ? "lm" : a.preset;
     train::RunResult r;
     try {
         // nothing is read or written before the configuration is known good
         const train::RunConfig cfg =
-            a.resume ? train::check_resume_overrides(a.out, o, given(c, "--preset") ? a.preset : "", stderr)
-                     : train::configure_run(a.preset, train::parse_model_kind(a.model), o);
+            a.resume ? train::check_resume_overrides(a.out, o, given(c, "--preset") ? a.preset : "", stderr, lm)
+                     : train::configure_run(preset, train::parse_model_kind(a.model), o);
         r = train::run(cfg, ro, o);
     } catch (const train::ConfigError& e) {
         usage_error(e.what());
     }
+    if (lm) return report_lm(r, a.out);
     if (!rank0) {  // rank 0 reports for the whole run
         if (r.nothing_to_do.empty() && r.restored_earlier) throw ExitStatus{r.signal != 0 ? 128 + r.signal : 1};
         if (r.nothing_to_do.empty() && r.signal != 0) throw ExitStatus{128 + r.signal};
@@ -149,7 +119,7 @@ Registration reg([](CLI::App& app) {
     std::string presets;
     for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
     std::vector<std::string> all_presets = train::preset_names();
-    all_presets.insert(all_presets.end(), {"lm", "lm-tiny"});
+    for (const auto& n : train::lm_preset_names()) all_presets.push_back(n);
     // --preset and --model are rows of the table (config.json's "preset", "model.architecture") that
     // also take the language model's names, so declared here (add_config_flags skips them).
     c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo); with --model lm: "
@@ -182,15 +152,6 @@ Registration reg([](CLI::App& app) {
                                   "heatmap and info read by default)")->check(non_empty_path())->group("Output");
     c->add_flag("--no-progress", a->no_progress, "no progress bar (default: a bar on a terminal, a line every 10 s "
                                                  "otherwise)")->group("Output");
-    const std::string lm = "LM-only (--model lm)";
-    c->add_option("--num-kv-heads", a->num_kv_heads, "--model lm: key/value heads (grouped-query attention; divides "
-                                                     "--num-heads; default: --num-heads, no grouping)")
-        ->transform(int_range(1, 1024))->group(lm);
-    c->add_option("--positions", a->positions, "--model lm: positions, rope or sinusoidal (default rope)")
-        ->check(CLI::IsMember({"rope", "sinusoidal"}))->group(lm);
-    c->add_option("--window", a->window, "--model lm: sliding-window attention, each token sees itself and the "
-                                         "N - 1 before it (default: none, all before it)")
-        ->transform(int_range(1, 1000000000))->group(lm);
     c->callback([a, c] { run(*a, c); });
 });
 

@@ -72,18 +72,20 @@ class no_grad:
         return False
 
 
-def train(out_dir=None, config=None, *, preset="demo", model="transformer", resume=False,
+def train(out_dir=None, config=None, *, preset=None, model="transformer", resume=False,
           overwrite=False, progress=False, quiet=False, on_step=None, on_validation=None, **settings):
-    """Trains a translation model as ``qkv train`` does (the same library call, train::run).
+    """Trains a translation model, or a language model, as ``qkv train`` does (the same library call, train::run).
 
     ``config`` (a dict) and keyword arguments take ``qkv train``'s flags by name, ``-`` or ``_``:
     ``data``, ``max_steps``, ``epochs``, ``num_hiddens``, ``batch_size``, ``lr``, ``schedule``,
     ``subword``, ... (keywords win over ``config``); durations (``time_budget``, ``val_every``) in
     seconds or as the flags write them ("20m", "90s", "none"; 0 is no limit, None the preset's,
     others at least 1 s; a negative, inf or nan value is a ValueError naming the setting);
-    ``preset``, ``model`` ("transformer" or
-    "bahdanau"), ``out``/``out_dir`` (once: default "runs/qkv"), ``resume`` and ``overwrite`` may
-    also be given in ``config``. Numbers take the ranges of ``qkv train``'s flags (``max_steps=0``
+    ``preset`` (default "demo"; "lm" for ``model="lm"``, or "lm-tiny"), ``model`` ("transformer",
+    "bahdanau", or "lm": the decoder-only language model on a text, ``data`` naming it, with its
+    own ``num_kv_heads``, ``positions`` and ``window``; ``qkv generate`` samples the folder),
+    ``out``/``out_dir`` (once: default "runs/qkv"), ``resume`` and ``overwrite`` may also be given
+    in ``config``. Numbers take the ranges of ``qkv train``'s flags (``max_steps=0``
     is refused as ``--max-steps 0`` is); a value outside is a ValueError naming the keyword.
     ``on_step(d)`` is called at each logged step (``d``: step, epoch, loss, lr, tokens_per_s,
     train_seconds; every ``log_every`` steps) and ``on_validation(d)`` after each validation
@@ -108,6 +110,8 @@ def train(out_dir=None, config=None, *, preset="demo", model="transformer", resu
         raise TypeError(f"train: out_dir must be a str or os.PathLike naming a folder, got {type(out_dir).__name__}")
     preset = merged.pop("preset", preset)
     model = merged.pop("model", model)
+    if preset is None:
+        preset = "lm" if model == "lm" else "demo"
     resume = merged.pop("resume", resume)
     overwrite = merged.pop("overwrite", overwrite)
     # preset and model are names: a nested dict ({"model": {"num_heads": 4}}) is not a setting.

@@ -146,7 +146,8 @@ pyb::dict train_py(const std::string& out_dir, const std::string& preset, const 
     const train::RunOverrides o = overrides_from(settings);
     train::RunConfig cfg;
     if (resume) {
-        train::check_architecture_overrides(o, train::load_model_dir_config(out_dir).architecture, out_dir);
+        train::check_architecture_overrides(o, train::load_model_dir_config(out_dir, /*language_model_ok=*/true).architecture,
+                                            out_dir);
         cfg = train::resume_config(out_dir, o);
     } else {
         cfg = train::configure_run(preset, train::parse_model_kind(model), o);

@@ -230,3 +230,29 @@ def test_config_table_rows_are_flags_and_keywords(tmp_path):
                                capture_output=True, text=True)
             assert r.returncode == 2 and flag in r.stderr and "expected" in r.stderr, (flag, bad, r.stderr)
             assert not (tmp_path / "never").exists()
+
+
+# The language model is one more model kind of the same call (model="lm"): its preset, its own
+# settings (num_kv_heads, positions), a folder qkv generate reads, resume; a translation setting is
+# refused naming it.
+def test_language_model(tmp_path):
+    import subprocess
+    from conftest import qkv_bin
+    text = tmp_path / "text.txt"
+    text.write_text("The Time Traveller (for so it will be convenient to speak of him) was expounding.\n" * 60)
+    steps = []
+    r = qkv.train(tmp_path / "lm", model="lm", preset="lm-tiny", data=str(text), max_steps=4, num_kv_heads=1,
+                  positions="sinusoidal", log_every=2, on_step=steps.append, quiet=True)
+    assert r["trained"] and r["steps"] == 4
+    assert [s["step"] for s in steps] == [2, 4]
+    cfg = json.loads((tmp_path / "lm" / "config.json").read_text())
+    assert cfg["model_kind"] == "lm" and cfg["model"]["num_kv_heads"] == 1
+    assert cfg["model"]["positions"] == "sinusoidal" and "preset" not in cfg
+    g = subprocess.run([qkv_bin(), "generate", "--model", str(tmp_path / "lm"), "--prompt", "the",
+                        "--max-new-tokens", "5"], capture_output=True, text=True)
+    assert g.returncode == 0 and g.stdout.startswith("the"), g.stderr
+    r = qkv.train(tmp_path / "lm", model="lm", resume=True, max_steps=6, quiet=True)
+    assert r["trained"] and r["steps"] == 6
+    with pytest.raises(qkv.Error, match="--subword does not apply to --model lm"):
+        qkv.train(tmp_path / "lm2", model="lm", data=str(text), subword="bpe", quiet=True)
+    assert not (tmp_path / "lm2").exists()

@@ -107,7 +107,23 @@ void write_run_files(const std::string& dir, const RunConfig& cfg, const data::V
     tgt_vocab.save((fs::path(dir) / "tgt_vocab.txt").string());
 }
 
-RunConfig load_model_dir_config(const std::string& dir) {
+std::optional<ModelKind> model_dir_kind(const std::string& dir) {
+    std::error_code ec;
+    const fs::path p = fs::path(dir) / "config.json";
+    if (!fs::is_regular_file(p, ec)) return std::nullopt;
+    try {
+        const auto j = nlohmann::json::parse(util::read_file(p.string()));
+        if (!j.is_object()) return std::nullopt;
+        if (j.contains("model_kind")) return j["model_kind"] == "lm" ? std::optional(ModelKind::lm) : std::nullopt;
+        if (j.contains("model") && j["model"].is_object() && j["model"].contains("architecture"))
+            return parse_model_kind(j["model"]["architecture"].get<std::string>());
+        return ModelKind::transformer;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+RunConfig load_model_dir_config(const std::string& dir, bool language_model_ok) {
     std::error_code ec;
     QKV_CHECK(fs::is_directory(dir, ec) || !fs::exists(dir, ec), "'", dir,
               "' is a file, not a model folder (a folder written by qkv train --out)");
@@ -116,7 +132,7 @@ RunConfig load_model_dir_config(const std::string& dir) {
     QKV_CHECK(fs::exists(cfg_path), "model folder '", dir, "' has no config.json", replaced_run_note(dir));
     try {
         const auto j = detail::parse_json_unique_keys<nlohmann::json>(util::read_file(cfg_path));
-        if (j.is_object() && j.contains("model_kind") && j["model_kind"] == "lm")
+        if (!language_model_ok && j.is_object() && j.contains("model_kind") && j["model_kind"] == "lm")
             throw Error(detail::str("'", dir, "' holds a language model (qkv train --model lm): qkv generate reads it; "
                                     "translate, eval, serve, heatmap and average read translation models"));
         return run_config_from_json(j);
@@ -290,7 +306,44 @@ std::map<std::string, Shape> safetensors_shapes(const std::string& path) {
 
 }  // namespace
 
-ModelDir load_model_dir(const std::string& dir) {
+namespace {
+
+/// load_model_dir's language-model folder.
+ModelDir load_language_model_dir(const std::string& dir) {
+    std::error_code ec;
+    QKV_CHECK(!fs::is_regular_file(dir, ec), "'", dir, "' is a file; --model takes the model folder (",
+              fs::path(dir).has_parent_path() ? "'" + fs::path(dir).parent_path().string() + "'?" : "the folder it is in?",
+              ")");
+    QKV_CHECK(fs::is_directory(dir, ec), "model folder '", dir, "' does not exist (train one with: qkv train --model lm --out ",
+              dir, ")");
+    const std::string cfg_path = in_dir(dir, "config.json");
+    QKV_CHECK(fs::exists(cfg_path, ec), "'", cfg_path, "' not found: not a model folder");
+    ModelDir m;
+    m.dir = dir;
+    m.config = load_model_dir_config(dir, /*language_model_ok=*/true);
+    QKV_CHECK(m.config.architecture == ModelKind::lm, "'", cfg_path, "' is not a language model's config.json (no "
+              "\"model_kind\": \"lm\")");
+    m.tgt_vocab = data::Vocab::load(in_dir(dir, "vocab.txt"));
+    QKV_CHECK(m.tgt_vocab.size() == m.config.lm.vocab_size, "'", dir, "/vocab.txt' has ", m.tgt_vocab.size(),
+              " tokens but config.json says vocab_size ", m.config.lm.vocab_size);
+    m.lm = std::make_shared<models::TransformerLM>(m.config.lm);
+    std::string model_file = in_dir(dir, "model.safetensors");
+    if (!fs::exists(model_file, ec)) model_file = in_dir(dir, "checkpoint.safetensors");
+    QKV_CHECK(fs::exists(model_file, ec), "'", dir, "' holds no model.safetensors or checkpoint.safetensors (train first)");
+    // The vocabulary against the one the weights were trained with (an edited or reordered line
+    // would map ids to other characters without an error).
+    check_vocab_fingerprint(read_checkpoint_metadata(model_file, "model file"), kLmVocabKey, m.tgt_vocab,
+                            in_dir(dir, "vocab.txt"), model_file);
+    if (model_file.ends_with("checkpoint.safetensors")) load_checkpoint(model_file, *m.lm, nullptr);
+    else load_model(model_file, *m.lm);
+    m.lm->eval();
+    return m;
+}
+
+}  // namespace
+
+ModelDir load_model_dir(const std::string& dir, bool language_model) {
+    if (language_model) return load_language_model_dir(dir);
     ModelDir m;
     m.dir    = dir;
     m.config = load_model_dir_config(dir);

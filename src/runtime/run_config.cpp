@@ -20,19 +20,55 @@ using json = nlohmann::json;
 
 std::vector<std::string> preset_names() { return {"d2l", "demo", "full", "anchor", "real"}; }
 
-const char* model_kind_name(ModelKind k) { return k == ModelKind::bahdanau ? "bahdanau" : "transformer"; }
+std::vector<std::string> lm_preset_names() { return {"lm", "lm-tiny"}; }
+
+const char* model_kind_name(ModelKind k) {
+    return k == ModelKind::bahdanau ? "bahdanau" : k == ModelKind::lm ? "lm" : "transformer";
+}
 
 ModelKind parse_model_kind(const std::string& s) {
     if (s == "transformer") return ModelKind::transformer;
     if (s == "bahdanau") return ModelKind::bahdanau;
-    throw Error(detail::str("model architecture '", s, "' is not transformer or bahdanau"));
+    if (s == "lm") return ModelKind::lm;
+    throw Error(detail::str("model architecture '", s, "' is not transformer, bahdanau or lm"));
 }
 
 namespace {
+
 RunConfig transformer_preset(const std::string& name);
+
+/// The language model's presets (preset_config's comment).
+RunConfig lm_preset(const std::string& name) {
+    RunConfig c;
+    c.preset = name;
+    c.architecture = ModelKind::lm;
+    auto& m = c.lm;
+    auto& t = c.train;
+    t.schedule = optim::LrSchedule::warmup_inv_sqrt, t.warmup_steps = 100, t.lr = 1e-3, t.adam_beta2 = 0.98;
+    t.clip_norm = 1.0, t.epochs = 1000, t.val_every_s = 60;
+    if (name == "lm") {
+        m.num_hiddens = 128, m.num_heads = 4, m.num_blks = 2, m.ffn_num_hiddens = 512, m.dropout = 0.1;
+        c.data.num_steps = 64, t.batch_size = 32, t.time_budget_s = 180;
+    } else {
+        m.num_hiddens = 32, m.num_heads = 2, m.num_blks = 1, m.ffn_num_hiddens = 64, m.dropout = 0.0;
+        c.data.num_steps = 16, t.batch_size = 16, t.time_budget_s = 20, t.warmup_steps = 10, t.val_every_s = 0;
+    }
+    return c;
+}
+
 }  // namespace
 
 RunConfig preset_config(const std::string& name, ModelKind kind) {
+    const auto lm_names = lm_preset_names();
+    const bool lm_name = std::find(lm_names.begin(), lm_names.end(), name) != lm_names.end();
+    if (kind == ModelKind::lm) {
+        if (lm_name) return lm_preset(name);
+        const auto names = preset_names();
+        if (std::find(names.begin(), names.end(), name) != names.end())
+            throw ConfigError(detail::str("--preset ", name, " is a translation preset; --model lm takes lm or lm-tiny"));
+        throw Error(detail::str("unknown language-model preset '", name, "' (known: lm, lm-tiny)"));
+    }
+    if (lm_name) throw ConfigError(detail::str("--preset ", name, " needs --model lm"));
     RunConfig c = transformer_preset(name);
     c.architecture = kind;
     if (kind == ModelKind::transformer) return c;
@@ -251,6 +287,23 @@ bool is_language_code(const std::string& s) {
     }
 }
 
+/// The language model's rules between fields.
+void check_lm_rules(const RunConfig& c) {
+    const auto& m = c.lm;
+    QKV_CHECK(m.num_hiddens % m.num_heads == 0, "key 'model.num_heads' is ", m.num_heads,
+              ", expected a divisor of model.num_hiddens (", m.num_hiddens, ")");
+    QKV_CHECK(m.num_kv_heads == 0 || m.num_heads % m.num_kv_heads == 0, "key 'model.num_kv_heads' is ", m.num_kv_heads,
+              ", expected 0 (= num_heads) or a divisor of model.num_heads ", m.num_heads);
+    QKV_CHECK(!m.rope || (m.num_hiddens / m.num_heads) % 2 == 0, "model.positions rope needs an even head width; "
+              "model.num_hiddens / model.num_heads is ", m.num_hiddens / m.num_heads);
+    QKV_CHECK(m.window == -1 || m.window >= 1, "key 'model.window' is ", m.window,
+              ", expected -1 (all positions) or >= 1");
+    QKV_CHECK(m.max_len >= 1 && m.max_len <= 1000000000, "key 'model.max_len' is ", m.max_len,
+              ", expected an integer from 1 to 1000000000");
+    QKV_CHECK(m.rope || m.max_len >= c.data.num_steps, "key 'model.max_len' is ", m.max_len, ", below data.num_steps ",
+              c.data.num_steps, ": sinusoidal positions need one for each token of a training sequence");
+}
+
 /// The rules between fields (run_config_fields.h: not rows), each message naming the key, the
 /// value and what it must be.
 void check_rules(const RunConfig& c, bool vocab_known) {
@@ -258,7 +311,9 @@ void check_rules(const RunConfig& c, bool vocab_known) {
     for (const auto& [key, code] : {std::pair{"src_lang", &dd.src_lang}, std::pair{"tgt_lang", &dd.tgt_lang}})
         QKV_CHECK(is_language_code(*code), "key 'data.", key, "' is \"", *code, "\", expected a language code such as "
                   "en, fr or pt-BR (BCP 47: 2-8 letters, then -subtags of 1-8 letters or digits)");
-    if (c.architecture == ModelKind::bahdanau) {
+    if (c.architecture == ModelKind::lm) {
+        check_lm_rules(c);
+    } else if (c.architecture == ModelKind::bahdanau) {
         const auto& b = c.bahdanau;
         QKV_CHECK(!b.bidirectional || b.num_hiddens % 2 == 0, "key 'model.num_hiddens' is ", b.num_hiddens,
                   ", expected an even number with model.bidirectional (H/2 per direction)");
@@ -310,6 +365,12 @@ void write_records(const RunConfig& c, json& j) {
         j["data"]["subword_files"] = {{"source", shared ? "spm.model" : "spm_src.model"},
                                       {"target", shared ? "spm.model" : "spm_tgt.model"}};
     }
+    if (c.architecture == ModelKind::lm) {  // the text (characters after preprocessing)
+        if (d.fingerprint.characters > 0)
+            j["data"]["fingerprint"] = {{"characters", d.fingerprint.characters},
+                                        {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
+        return;
+    }
     if (d.fingerprint.known())  // the data the run was trained on (translation_data.h)
         j["data"]["fingerprint"] = {{"pairs", d.fingerprint.pairs},
                                     {"fnv1a64", fingerprint_hex(d.fingerprint.fnv1a64)}};
@@ -337,8 +398,10 @@ void read_records(const json& j, RunConfig& c) {
         const json& fj = d.j["fingerprint"];
         QKV_CHECK(fj.is_object(), "key 'data.fingerprint' must be an object, got ", fj.dump());
         const Section fk{fj, "data.fingerprint"};
-        need(fk, "pairs", c.data.fingerprint.pairs);
-        QKV_CHECK(c.data.fingerprint.pairs >= 1, "key 'data.fingerprint.pairs' is ", c.data.fingerprint.pairs,
+        const bool lm = c.architecture == ModelKind::lm;  // a text's characters, not pairs
+        int64_t& count = lm ? c.data.fingerprint.characters : c.data.fingerprint.pairs;
+        need(fk, lm ? "characters" : "pairs", count);
+        QKV_CHECK(count >= 1, "key 'data.fingerprint.", lm ? "characters" : "pairs", "' is ", count,
                   ", expected an integer >= 1");
         std::string hex;
         need(fk, "fnv1a64", hex);
@@ -401,7 +464,8 @@ json to_json(const RunConfig& c) {
 }
 
 void RunConfig::validate() const {
-    const bool vocab_known = model.src_vocab_size != 0 || model.tgt_vocab_size != 0;
+    const bool vocab_known = architecture == ModelKind::lm ? lm.vocab_size != 0
+                                                           : model.src_vocab_size != 0 || model.tgt_vocab_size != 0;
     try {
         check_ranges(*this, vocab_known);
     } catch (const Error& e) {
@@ -412,6 +476,10 @@ void RunConfig::validate() const {
 RunConfig run_config_from_json(const json& j) {
     QKV_CHECK(j.is_object(), "config.json must be a JSON object, got ", j.type_name());
     RunConfig c;
+    if (j.contains("model_kind")) {  // a language model's: its rows only
+        read_field(j, config_field("model_kind"), c);
+        c.train.schedule = optim::LrSchedule::warmup_inv_sqrt;  // the language model's, not recorded
+    }
     // Rows in table order: model.architecture comes before the rows of one architecture only.
     // Keys added later keep their defaults when absent (older files).
     for (const auto& f : config_fields())

@@ -77,6 +77,23 @@ const FieldChoice kPrecision{{"fp32", "bf16"},
                                  c.train.precision = parse_precision(s, what.c_str());
                              }};
 
+const FieldChoice kModelKind{{"lm"},  // config.json's top-level "model_kind" of a language model
+                             [](const RunConfig&) -> std::string { return "lm"; },
+                             [](RunConfig& c, const std::string& s, const std::string& what) {
+                                 QKV_CHECK(s == "lm", what, " '", s, "' is not lm");
+                                 c.architecture = ModelKind::lm;
+                             }};
+const FieldChoice kPositions{{"rope", "sinusoidal"},
+                             [](const RunConfig& c) -> std::string { return c.lm.rope ? "rope" : "sinusoidal"; },
+                             [](RunConfig& c, const std::string& s, const std::string& what) {
+                                 QKV_CHECK(s == "rope" || s == "sinusoidal", what, " must be rope or sinusoidal, got '",
+                                           s, "'");
+                                 c.lm.rope = s == "rope";
+                             }};
+
+/// --resume compares --num-kv-heads with the heads config.json's 0 stands for.
+FieldValue kv_heads_used(const RunConfig& c) { return c.lm.num_kv_heads > 0 ? c.lm.num_kv_heads : c.lm.num_heads; }
+
 using T = FieldType;
 using R = OnResume;
 using S = FieldScope;
@@ -95,7 +112,7 @@ constexpr ConfigField kFields[] = {
      .python = "data data_path",
      .help = "fra-eng.zip, fra.txt or a folder (default: $QKV_DATA, then ../shared/data/fra-eng.zip), or a TSV "
              "corpus: source<TAB>target per line, plain or gzip",
-     .group = "Data", .file = true, .on_resume = R::apply},
+     .group = "Data", .file = true, .on_resume = R::apply, .scope = S::all},
     {.key = "data.src_file", .type = T::text, .range = any(), .member = QKV_MEMBER(data.src_file),
      .flag = "--src-file", .python = "src_file",
      .help = "source sentences, one per line (with --tgt-file: a line-aligned pair of files instead of --data; "
@@ -118,25 +135,25 @@ constexpr ConfigField kFields[] = {
      .member = QKV_MEMBER(train.time_budget_s), .flag = "--time-budget", .python = "time_budget time_budget_s",
      .help = "stop after this much training time, e.g. 20m, 90s, 1h; 'none' (or 'off'): no time limit "
              "(default: the preset's: {presets})",
-     .group = "Training", .on_resume = R::apply},
+     .group = "Training", .on_resume = R::apply, .scope = S::all},
     {.key = "train.val_every_s", .type = T::duration, .range = from(0, kMaxDurationSeconds),
      .member = QKV_MEMBER(train.val_every_s), .flag = "--val-every", .python = "val_every val_every_s",
      .help = "also validate, and write the checkpoint, every this much training time, e.g. 5m; 'off': at epoch "
              "ends only (default: the preset's: {presets})",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "train.epochs", .type = T::integer, .range = from(1, 1000000), .member = QKV_MEMBER(train.epochs),
      .flag = "--epochs", .python = "epochs", .help = "epochs (default: the preset's: {presets})",
-     .group = "Training", .on_resume = R::apply},
+     .group = "Training", .on_resume = R::apply, .scope = S::all},
     {.key = "train.max_steps", .type = T::integer, .range = from(0), .member = QKV_MEMBER(train.max_steps),
      .flag = "--max-steps,--steps", .flag_range = from(1, 1000000000), .python = "max_steps",
      .help = "stop after this many optimizer steps in total (default: none)", .group = "Training",
-     .on_resume = R::apply},
+     .on_resume = R::apply, .scope = S::all},
     // model
     {.key = "model.num_hiddens", .type = T::integer, .range = from(1, 65536),
-     .member = QKV_MEMBER(model.num_hiddens), .bahdanau_member = QKV_MEMBER(bahdanau.num_hiddens),
+     .member = QKV_MEMBER(model.num_hiddens), .bahdanau_member = QKV_MEMBER(bahdanau.num_hiddens), .lm_member = QKV_MEMBER(lm.num_hiddens),
      .flag = "--num-hiddens", .python = "num_hiddens",
      .help = "model width C (bahdanau: GRU and attention width H; default: the preset's: {presets})",
-     .group = "Model", .on_resume = R::refuse, .required = true},
+     .group = "Model", .on_resume = R::refuse, .scope = S::all, .required = true},
     {.key = "model.embed_size", .type = T::integer, .range = from(1, 65536),
      .member = QKV_MEMBER(bahdanau.embed_size), .flag = "--embed-size", .python = "embed_size",
      .help = "bahdanau: embedding size E (default: the preset's: {presets})", .group = "Model", .on_resume = R::refuse,
@@ -152,35 +169,35 @@ constexpr ConfigField kFields[] = {
              "unidirectional); --num-hiddens must be even (default: the preset's: {presets}; "
              "--no-bidirectional turns it off)",
      .group = "Model", .on_resume = R::refuse, .scope = S::bahdanau, .other_lacks = "GRU encoder"},
-    {.key = "model.num_blks", .type = T::integer, .range = from(1, 64), .member = QKV_MEMBER(model.num_blks),
+    {.key = "model.num_blks", .type = T::integer, .range = from(1, 64), .member = QKV_MEMBER(model.num_blks), .lm_member = QKV_MEMBER(lm.num_blks),
      .flag = "--num-blks", .python = "num_blks",
      .help = "blocks in the encoder and in the decoder (default: the preset's: {presets})", .group = "Model",
-     .on_resume = R::refuse, .scope = S::transformer, .required = true},
-    {.key = "model.num_heads", .type = T::integer, .range = from(1, 1024), .member = QKV_MEMBER(model.num_heads),
+     .on_resume = R::refuse, .scope = S::transformer_lm, .required = true},
+    {.key = "model.num_heads", .type = T::integer, .range = from(1, 1024), .member = QKV_MEMBER(model.num_heads), .lm_member = QKV_MEMBER(lm.num_heads),
      .flag = "--num-heads", .python = "num_heads", .help = "attention heads (default: the preset's: {presets})",
-     .group = "Model", .on_resume = R::refuse, .scope = S::transformer, .required = true},
+     .group = "Model", .on_resume = R::refuse, .scope = S::transformer_lm, .required = true},
     {.key = "model.ffn_num_hiddens", .type = T::integer, .range = from(1, 262144),
-     .member = QKV_MEMBER(model.ffn_num_hiddens), .flag = "--ffn-num-hiddens", .python = "ffn_num_hiddens",
+     .member = QKV_MEMBER(model.ffn_num_hiddens), .lm_member = QKV_MEMBER(lm.ffn_num_hiddens), .flag = "--ffn-num-hiddens", .python = "ffn_num_hiddens",
      .help = "FFN width (default: the preset's: {presets})",
-     .group = "Model", .on_resume = R::refuse, .scope = S::transformer, .required = true},
+     .group = "Model", .on_resume = R::refuse, .scope = S::transformer_lm, .required = true},
     {.key = "model.dropout", .type = T::real, .range = half_open(0, 1), .member = QKV_MEMBER(model.dropout),
-     .bahdanau_member = QKV_MEMBER(bahdanau.dropout), .flag = "--dropout", .flag_range = from(0, 0.99),
+     .bahdanau_member = QKV_MEMBER(bahdanau.dropout), .lm_member = QKV_MEMBER(lm.dropout), .flag = "--dropout", .flag_range = from(0, 0.99),
      .python = "dropout", .help = "dropout probability (default: the preset's: {presets})",
-     .group = "Model"},
+     .group = "Model", .scope = S::all},
     {.key = "train.batch_size", .type = T::integer, .range = from(1, 100000), .member = QKV_MEMBER(train.batch_size),
      .flag = "--batch-size", .python = "batch_size",
      .help = "minibatch size in pairs (default: the preset's: {presets})",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "data.num_steps", .type = T::integer, .range = from(2, 1000), .member = QKV_MEMBER(data.num_steps),
      .flag = "--num-steps", .python = "num_steps",
      .help = "positions per sequence, <eos> included (truncate/pad; default: the preset's, 8 for demo (14 "
              "bahdanau), 9 for d2l, 12 for anchor, 20 pieces for full; subword pieces otherwise: chosen from the "
              "train split, 99 % of its sentences whole, at most 4 x the preset's)",
-     .group = "Data", .required = true},
+     .group = "Data", .scope = S::all, .required = true},
     {.key = "train.lr", .type = T::real, .range = above(0, 10), .member = QKV_MEMBER(train.lr), .flag = "--lr",
      .python = "lr",
      .help = "Adam learning rate (default: the preset's: {presets})",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "train.label_smoothing", .type = T::real, .range = half_open(0, 1),
      .member = QKV_MEMBER(train.label_smoothing), .flag = "--label-smoothing", .flag_range = from(0, 0.99),
      .python = "label_smoothing",
@@ -188,13 +205,13 @@ constexpr ConfigField kFields[] = {
      .group = "Training"},
     {.key = "train.clip_norm", .type = T::real, .range = from(0, 1e6), .member = QKV_MEMBER(train.clip_norm),
      .flag = "--clip", .python = "clip clip_norm", .help = "clip gradients to this global norm (0: off; default 1)",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "train.schedule", .type = T::choice, .range = any(), .choice = &kSchedule, .flag = "--schedule",
      .python = "schedule", .help = "learning-rate schedule (default: the preset's)", .group = "Training"},
     {.key = "train.warmup_steps", .type = T::integer, .range = from(0), .member = QKV_MEMBER(train.warmup_steps),
      .flag = "--warmup", .flag_range = from(1, 1000000000), .python = "warmup warmup_steps",
      .help = "warmup steps for the warmup schedules (default: the preset's, 200 for demo, 300 for full, else 400)",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "train.batch_tokens", .type = T::integer, .range = from(0, 100000000),
      .member = QKV_MEMBER(train.batch_tokens), .flag = "--batch-tokens", .python = "batch_tokens",
      .help = "batches by tokens: each epoch cut into batches of about N tokens (a pair counts its longer side), "
@@ -212,7 +229,7 @@ constexpr ConfigField kFields[] = {
              "fp32 accumulation (oneDNN's bf16 matmul where AMX is usable or AVX-512-BF16 runs at full rate, as "
              "on AMD, else the fp32 GEMM on rounded operands), attention likewise; weights, optimizer state, "
              "softmax, layer norm and the loss stay fp32 (qkv --version shows the bf16 path)",
-     .group = "Training"},
+     .group = "Training", .scope = S::all},
     {.key = "train.shard_optimizer", .type = T::boolean, .range = any(),
      .member = QKV_MEMBER(train.shard_optimizer), .flag = "--shard-optimizer,!--no-shard-optimizer",
      .flag_kind = K::negatable, .python = "shard_optimizer",
@@ -286,7 +303,7 @@ constexpr ConfigField kFields[] = {
      .help = "a malformed data line is an error (default: skipped)", .group = "Data"},
     {.key = "train.seed", .type = T::unsigned_integer, .range = any(), .member = QKV_MEMBER(train.seed),
      .flag = "--seed", .python = "seed",
-     .help = "seed for init, dropout and batch order (default 0; the split keeps seed 0)", .group = "Training"},
+     .help = "seed for init, dropout and batch order (default 0; the split keeps seed 0)", .group = "Training", .scope = S::all},
     {.key = "train.keep_checkpoints", .type = T::integer, .range = from(0, 1000000),
      .member = QKV_MEMBER(keep_checkpoints), .flag = "--keep-checkpoints", .python = "keep_checkpoints",
      .help = "also keep the model of the last K checkpoints in OUT/checkpoints/ (for qkv average --last K; "
@@ -296,8 +313,28 @@ constexpr ConfigField kFields[] = {
      .flag = "--log-every", .python = "log_every",
      .help = "metrics.jsonl: mean train loss every N steps (default 50; 0: none; --resume: config.json's unless "
              "given)",
-     .group = "Output", .on_resume = R::apply},
+     .group = "Output", .on_resume = R::apply, .scope = S::all},
+    // the language model's own (`qkv train --model lm`; models/lm.h)
+    {.key = "model.num_kv_heads", .type = T::integer, .range = from(0, 1024), .member = QKV_MEMBER(lm.num_kv_heads),
+     .flag = "--num-kv-heads", .flag_range = from(1, 1024), .python = "num_kv_heads",
+     .help = "--model lm: key/value heads (grouped-query attention; divides --num-heads; default: --num-heads, no "
+             "grouping)",
+     .group = "LM-only (--model lm)", .on_resume = R::refuse, .scope = S::lm, .resume_value = kv_heads_used},
+    {.key = "model.positions", .type = T::choice, .range = any(), .choice = &kPositions, .flag = "--positions",
+     .python = "positions", .help = "--model lm: positions, rope or sinusoidal (default rope)",
+     .group = "LM-only (--model lm)", .on_resume = R::refuse, .scope = S::lm},
+    // -1 (all positions) or >= 1: check_rules
+    {.key = "model.window", .type = T::integer, .range = any(), .member = QKV_MEMBER(lm.window), .flag = "--window",
+     .flag_range = from(1, 1000000000), .python = "window",
+     .help = "--model lm: sliding-window attention, each token sees itself and the N - 1 before it (default: none, "
+             "all before it)",
+     .group = "LM-only (--model lm)", .on_resume = R::refuse, .scope = S::lm},
     // config.json only (no flag)
+    {.key = "model_kind", .type = T::choice, .range = any(), .choice = &kModelKind, .scope = S::lm},
+    {.key = "model.vocab_size", .type = T::integer, .range = from(4), .member = QKV_MEMBER(lm.vocab_size),
+     .scope = S::lm, .required = true, .from_data = true},
+    {.key = "data.valid_fraction", .type = T::real, .range = {0, 0.5, true, true},
+     .member = QKV_MEMBER(data.valid_fraction), .scope = S::lm},
     {.key = "world_size", .type = T::integer, .range = from(1, 1000000), .member = QKV_MEMBER(world_size)},
     {.key = "data.pipeline", .type = T::choice, .range = any(), .choice = &kPipeline},
     {.key = "data.split_seed", .type = T::unsigned_integer, .range = any(), .member = QKV_MEMBER(data.split_seed)},
@@ -311,11 +348,11 @@ constexpr ConfigField kFields[] = {
     {.key = "model.tgt_vocab_size", .type = T::integer, .range = from(4), .member = QKV_MEMBER(model.tgt_vocab_size),
      .required = true, .from_data = true},
     // model.max_len's range depends on data.num_steps and decode.max_len: check_rules
-    {.key = "model.max_len", .type = T::integer, .range = any(), .member = QKV_MEMBER(model.max_len),
-     .scope = S::transformer},
+    {.key = "model.max_len", .type = T::integer, .range = any(), .member = QKV_MEMBER(model.max_len), .lm_member = QKV_MEMBER(lm.max_len),
+     .scope = S::transformer_lm},
     {.key = "model.init", .type = T::choice, .range = any(), .choice = &kInit, .scope = S::bahdanau},
     {.key = "train.adam_beta1", .type = T::real, .range = half_open(0, 1), .member = QKV_MEMBER(train.adam_beta1)},
-    {.key = "train.adam_beta2", .type = T::real, .range = half_open(0, 1), .member = QKV_MEMBER(train.adam_beta2)},
+    {.key = "train.adam_beta2", .type = T::real, .range = half_open(0, 1), .member = QKV_MEMBER(train.adam_beta2), .scope = S::all},
     {.key = "train.adam_eps", .type = T::real, .range = above(0), .member = QKV_MEMBER(train.adam_eps)},
     {.key = "train.val_batch_size", .type = T::integer, .range = from(1), .member = QKV_MEMBER(train.val_batch_size)},
     {.key = "decode.max_len", .type = T::integer, .range = from(1, 1000), .member = QKV_MEMBER(decode.max_len)},
@@ -333,6 +370,7 @@ std::string num_text(double v) {
 }
 
 void* member_of(const ConfigField& f, RunConfig& c) {
+    if (c.architecture == ModelKind::lm && f.lm_member) return f.lm_member(c);
     return c.architecture == ModelKind::bahdanau && f.bahdanau_member ? f.bahdanau_member(c) : f.member(c);
 }
 
@@ -432,7 +470,14 @@ std::string field_name(const ConfigField& f) {
 }
 
 bool field_in_scope(const ConfigField& f, ModelKind arch) {
-    return f.scope == S::both || (f.scope == S::transformer) == (arch == ModelKind::transformer);
+    return (unsigned(f.scope) & (1u << unsigned(arch))) != 0;
+}
+
+std::string scope_text(FieldScope s) {
+    if (s == S::lm) return "--model lm";
+    if (s == S::bahdanau) return "--model bahdanau";
+    if (s == S::transformer) return "the Transformer";
+    return "the translation models";
 }
 
 FieldValue get_field(const ConfigField& f, const RunConfig& c) {
@@ -453,6 +498,7 @@ void set_field(const ConfigField& f, RunConfig& c, const FieldValue& v, const st
     if (f.type == T::choice) return f.choice->set(c, std::get<std::string>(x), what.empty() ? f.key : what);
     store(f.type, f.member(c), x);
     if (f.bahdanau_member) store(f.type, f.bahdanau_member(c), x);
+    if (f.lm_member) store(f.type, f.lm_member(c), x);
 }
 
 std::string field_value_text(const FieldValue& v) {
@@ -535,8 +581,8 @@ std::string field_preset_defaults(const ConfigField& f) {
         bahdanau.push_back({p, help_value(f, get_field(f, b))});
         differ = differ || bahdanau.back().second != transformer.back().second;
     }
-    if (f.scope == S::bahdanau) return grouped(bahdanau);
-    if (f.scope == S::transformer || !differ) return grouped(transformer);
+    if (!field_in_scope(f, ModelKind::transformer)) return grouped(bahdanau);
+    if (!field_in_scope(f, ModelKind::bahdanau) || !differ) return grouped(transformer);
     return grouped(transformer) + "; bahdanau: " + grouped(bahdanau);
 }
 
@@ -579,7 +625,7 @@ std::vector<ResumeDiff> resume_flag_diffs(const RunConfig& saved, const RunOverr
         if (!*f.flag || v == o.values.end() || f.on_resume == R::apply) continue;
         if (!field_in_scope(f, saved.architecture)) continue;  // check_architecture_overrides refuses it
         const bool used = !f.applies || f.applies(saved);
-        const FieldValue now = get_field(f, saved);
+        const FieldValue now = f.resume_value ? f.resume_value(saved) : get_field(f, saved);
         if (used && now == v->second) continue;
         ResumeDiff d{field_flag_name(f), o.text(f.key), f.key, field_value_text(now), f.on_resume == R::refuse};
         if (f.flag_kind == K::switch_on || f.flag_kind == K::negatable) {
@@ -595,7 +641,9 @@ std::vector<ResumeDiff> resume_flag_diffs(const RunConfig& saved, const RunOverr
         if (!used) d.saved = f.applies == subword_run ? "(none: a word model)" : "(none)";
         diffs.push_back(d);
     }
-    if (!preset.empty() && preset != saved.preset)  // --preset given: nothing comes from it on resume
+    if (!preset.empty() && saved.architecture == ModelKind::lm)  // its config.json records no preset
+        diffs.push_back({"--preset", preset, "configuration", "", false});
+    else if (!preset.empty() && preset != saved.preset)  // --preset given: nothing comes from it on resume
         diffs.push_back({"--preset", preset, "preset", saved.preset.empty() ? "(none)" : saved.preset, false});
     return diffs;
 }

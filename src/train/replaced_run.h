@@ -1,5 +1,5 @@
 #pragma once
-// Private to src/train (train::run and train::run_lm): the refusal of a fresh run into a folder
+// Private to src/train (train::run and its language-model branch): the refusal of a fresh run into a folder
 // that holds run files (check_fresh_out), an overwritten run's files waiting aside until the new
 // run has a model (ReplacedRun), and undoing a failed fresh run (FreshRunStart). The --out folder
 // as the OS will find it is OutFolder (train/out_folder.h).

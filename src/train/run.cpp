@@ -22,6 +22,7 @@
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/shell.h"
+#include "train/lm_run.h"
 #include "train/replaced_run.h"
 
 namespace qkv::train {
@@ -95,7 +96,6 @@ void apply_vocabulary_rules(RunConfig& cfg, const RunOverrides& o, bool preset_s
         config_error("--tie-weights needs one vocabulary for both languages: add --shared-vocab");
     if (m.tie_weights && cfg.architecture != ModelKind::transformer)
         config_error("--tie-weights applies to the Transformer only (not --model bahdanau)");
-    check_architecture_overrides(o, cfg.architecture);
     if ((d.subword != data::SubwordKind::none || d.shared_vocab) && d.pipeline == DataPipeline::d2l_en)
         config_error(detail::str("--subword and --shared-vocab need the anchor pipeline (presets demo, full, "
                                  "anchor), not --preset ", cfg.preset));
@@ -227,19 +227,16 @@ void log_model(const RunConfig& cfg, const models::EncoderDecoder& model, std::F
                  cfg.train.loss_on_padding ? "on all positions (D2L EN)" : "on real tokens");
 }
 
-/// Trains `model` into the folder; an overwritten run's files wait aside until the first
-/// checkpoint after a step. Returns false when they were restored after the run stopped before it.
-bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunOptions& opt, const OutFolder& out,
-                       bool replace) {
+}  // namespace
+
+FolderOutcome train_in_folder(RunResult& res, const FolderTraining& t, const RunOptions& opt, const OutFolder& out,
+                              bool replace, std::optional<Trainer>& trainer) {
     const RunConfig& cfg = res.config;
-    const TranslationData& d = *res.data;
     TrainRuntime rt = runtime_from(opt, cfg.log_every);
-    rt.keep_checkpoints = cfg.keep_checkpoints;
-    rt.comm      = opt.comm;
-    rt.reduce    = opt.reduce;
-    rt.checkpoint_metadata["qkv.config"] = to_json(cfg).dump();
-    rt.checkpoint_metadata[kSrcVocabKey] = vocab_fingerprint(d.src_vocab);
-    rt.checkpoint_metadata[kTgtVocabKey] = vocab_fingerprint(d.tgt_vocab);
+    rt.keep_checkpoints    = cfg.keep_checkpoints;
+    rt.comm                = opt.comm;
+    rt.reduce              = opt.reduce;
+    rt.checkpoint_metadata = t.metadata;
     const bool writer = !opt.comm || opt.comm->rank() == 0;
     // Ctrl-C / SIGTERM during training: the trainer finishes the step, checkpoints and returns.
     std::optional<util::InterruptGuard> guard;
@@ -247,23 +244,24 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
         guard.emplace();
         rt.interrupt = guard->flag();
     }
-    // Only now, with the model built and a signal only stopping the run, does a fresh run write
-    // into the folder; an earlier run's files there wait aside until its first checkpoint.
+    // Only now, with the data read, the model built and a signal only stopping the run, does a
+    // fresh run write into the folder; an earlier run's files there wait aside until its first
+    // checkpoint after a step.
     std::optional<ReplacedRun> replaced;
     if (replace && writer) replaced.emplace(opt.out_dir, out);
     const FreshRunStart start(out);
     try {
-        if (!opt.resume && writer) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
-        Trainer trainer(model, d.train, d.valid, d.tgt_vocab.pad(), cfg.train, rt);
+        if (writer && t.write_files) t.write_files();
+        trainer.emplace(t.model, t.train, t.valid, t.pad, cfg.train, rt);
         if (replaced)
-            trainer.on_checkpoint = [&replaced](const TrainingProgress& p) {
+            trainer->on_checkpoint = [&replaced](const TrainingProgress& p) {
                 if (p.step > 0) replaced->discard();
             };
-        if (opt.make_optimizer) trainer.set_optimizer(opt.make_optimizer(model));
-        trainer.set_gradient_sync(opt.gradient_sync);
-        if (opt.on_logged_step || opt.on_validated) trainer.add_hook(std::make_shared<FunctionHook>(opt));
-        for (const auto& h : opt.hooks) trainer.add_hook(h);
-        res.train = trainer.fit();
+        if (opt.make_optimizer) trainer->set_optimizer(opt.make_optimizer(t.model));
+        trainer->set_gradient_sync(opt.gradient_sync);
+        if (opt.on_logged_step || opt.on_validated) trainer->add_hook(std::make_shared<FunctionHook>(opt));
+        for (const auto& h : opt.hooks) trainer->add_hook(h);
+        res.train = trainer->fit();
     } catch (const std::exception&) {
         if (replaced) replaced->restore_after_failure(opt.log);
         else if (!opt.resume && writer) remove_files_of_failed_fresh_run(start);
@@ -272,25 +270,32 @@ bool train_into_folder(RunResult& res, models::EncoderDecoder& model, const RunO
     res.signal = guard ? guard->release() : 0;  // from here a signal has its usual effect
     // Only a signal stops a fresh run before it trains a step (and so before that checkpoint).
     const int sig = guard ? res.signal : opt.interrupt ? int(*opt.interrupt) : 0;
-    return !(replaced && replaced->restore_after_stop(sig, opt.log));
+    if (replaced && replaced->restore_after_stop(sig, opt.log)) return FolderOutcome::restored_earlier;
+    std::error_code ec;
+    if (t.undo_unstarted && !opt.resume && !fs::exists(fs::path(opt.out_dir) / "checkpoint.safetensors", ec)) {
+        start.undo();  // nothing trained: the same command can run again
+        return FolderOutcome::undone;
+    }
+    return FolderOutcome::trained;
 }
-
-}  // namespace
 
 void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder) {
     const bool transformer = arch == ModelKind::transformer;
     const std::string where =
-        folder.empty() ? ""
-                       : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model",
-                                     " in '", folder, "' (", (fs::path(folder) / "config.json").string(),
-                                     ": model.architecture ", model_kind_name(arch), ")");
+        folder.empty() || arch == ModelKind::lm
+            ? ""
+            : detail::str("; --resume continues the ", transformer ? "Transformer" : "bahdanau model", " in '", folder,
+                          "' (", (fs::path(folder) / "config.json").string(), ": model.architecture ",
+                          model_kind_name(arch), ")");
     for (const auto& f : config_fields()) {
         const auto v = o.values.find(f.key);
         if (v == o.values.end() || field_in_scope(f, arch)) continue;
         std::string flag = field_flag_name(f);
         if (f.flag_kind == FlagKind::negatable && !std::get<bool>(v->second))
             flag = std::string(f.flag).substr(std::string(f.flag).find('!') + 1);
-        if (f.scope == FieldScope::transformer)
+        if (arch == ModelKind::lm) config_error(flag + " does not apply to --model lm");
+        if (f.scope == FieldScope::lm) config_error(flag + " applies to --model lm only");
+        if (!field_in_scope(f, ModelKind::bahdanau))
             config_error(flag + " applies to the Transformer only (not --model bahdanau)" + where);
         config_error(flag + " applies to --model bahdanau only (the Transformer has no " + f.other_lacks + ")" + where);
     }
@@ -306,7 +311,28 @@ void check_forced_flash(int64_t head_dim) {
     config_error("the flash backend was forced but cannot run: " + why);
 }
 
+namespace {
+
+/// configure_run for the language model: the preset, the flags, the rules between them named by flag.
+RunConfig configure_language_model(const std::string& preset, const RunOverrides& o) {
+    RunConfig cfg = preset_config(preset, ModelKind::lm);
+    apply_overrides(cfg, o);
+    const auto& m = cfg.lm;
+    if (m.num_hiddens % m.num_heads != 0)
+        config_error(detail::str("--num-heads ", m.num_heads, " must divide --num-hiddens ", m.num_hiddens));
+    const int64_t kv = m.num_kv_heads ? m.num_kv_heads : m.num_heads;
+    if (m.num_heads % kv != 0) config_error(detail::str("--num-kv-heads ", kv, " must divide --num-heads ", m.num_heads));
+    if (m.rope && (m.num_hiddens / m.num_heads) % 2 != 0)
+        config_error("--positions rope needs an even head width (--num-hiddens / --num-heads)");
+    cfg.validate();
+    return cfg;
+}
+
+}  // namespace
+
 RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o) {
+    check_architecture_overrides(o, kind);  // a flag of another kind ("--subword does not apply to --model lm")
+    if (kind == ModelKind::lm) return configure_language_model(preset, o);
     RunConfig cfg = preset_config(preset, kind);
     const bool preset_subword = cfg.data.subword != data::SubwordKind::none;  // the full and real presets
     apply_overrides(cfg, o);
@@ -364,20 +390,39 @@ void check_resume_checkpoint(const std::string& out_dir, bool lm) {
 }
 
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o) {
-    check_resume_checkpoint(out_dir);
-    RunConfig cfg = load_model_dir_config(out_dir);
-    cfg.data = model_data_config(out_dir, cfg, o.get<std::string>("data.path").value_or(""),
-                                 o.get<std::string>("data.src_file").value_or(""),
-                                 o.get<std::string>("data.tgt_file").value_or(""));
+    const bool lm = model_dir_kind(out_dir) == ModelKind::lm;
+    check_resume_checkpoint(out_dir, lm);
+    RunConfig cfg = load_model_dir_config(out_dir, lm);
+    if (lm) {  // the text: where it is now, else the recorded path (train::run checks it exists)
+        if (const auto path = o.get<std::string>("data.path")) cfg.data.path = *path;
+    } else {
+        cfg.data = model_data_config(out_dir, cfg, o.get<std::string>("data.path").value_or(""),
+                                     o.get<std::string>("data.src_file").value_or(""),
+                                     o.get<std::string>("data.tgt_file").value_or(""));
+    }
     apply_overrides(cfg, o, /*stop_only=*/true);
     cfg.validate();
     return cfg;
 }
 
 RunConfig check_resume_overrides(const std::string& out_dir, const RunOverrides& o, const std::string& preset,
-                                 std::FILE* log) {
-    check_resume_checkpoint(out_dir);
-    const RunConfig saved = load_model_dir_config(out_dir);
+                                 std::FILE* log, bool lm) {
+    const ModelKind asked = lm ? ModelKind::lm : ModelKind::transformer;
+    // the other kind's flags, before the folder is read (a Bahdanau flag waits for its config.json)
+    if (lm) check_architecture_overrides(o, asked);
+    for (const auto& [key, v] : o.values)
+        if (!lm && config_field(key).scope == FieldScope::lm)
+            config_error(field_flag_name(config_field(key)) + " applies to --model lm only");
+    if (!preset.empty()) preset_config(preset, asked);  // "--preset lm-tiny needs --model lm" and the converse
+    const std::optional<ModelKind> kind = model_dir_kind(out_dir);
+    if (!lm && kind == ModelKind::lm)
+        config_error(detail::str("'", out_dir, "' holds a language model (qkv train --model lm); resume it with: qkv "
+                                 "train --model lm --resume --out ", util::shell_quote(out_dir)));
+    check_resume_checkpoint(out_dir, lm);
+    if (lm && kind != ModelKind::lm)
+        config_error(detail::str("--resume --model lm: '", out_dir, "' holds a translation model, not a language "
+                                 "model; resume it without --model lm"));
+    const RunConfig saved = load_model_dir_config(out_dir, lm);
     check_architecture_overrides(o, saved.architecture, out_dir);
     report_resume_diffs(out_dir, (fs::path(out_dir) / "config.json").string(), resume_flag_diffs(saved, o, preset), log);
     return resume_config(out_dir, o);
@@ -436,6 +481,10 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     const RunOptions& opt = dp && given_opt.comm->rank() != 0 ? quiet : given_opt;
     if (opt.resume && opt.overwrite)
         config_error("--resume continues the model in --out and --overwrite replaces it: give one of them");
+    if (cfg.architecture == ModelKind::lm) {  // the text, the decoder-only model (train/lm.h)
+        cfg.validate();
+        return run_language_model(std::move(cfg), given_opt, given);
+    }
     cfg.world_size = dp ? opt.comm->size() : 1;
     cfg.validate();  // nothing is read or written before the configuration is known good
     if (cfg.architecture == ModelKind::transformer && cfg.model.num_heads > 0)
@@ -494,7 +543,17 @@ RunResult run(RunConfig cfg, const RunOptions& given_opt, const RunOverrides& gi
     res.model = build_model(cfg, kTrainingCopies);
     log_model(cfg, *res.model, opt.log);
     res.config = cfg;
-    if (!train_into_folder(res, *res.model, opt, out, !held.empty())) {
+    const TranslationData& d = *res.data;
+    const FolderTraining t{.model = *res.model, .train = d.train, .valid = d.valid, .pad = d.tgt_vocab.pad(),
+                           .metadata = {{"qkv.config", to_json(cfg).dump()},
+                                        {kSrcVocabKey, vocab_fingerprint(d.src_vocab)},
+                                        {kTgtVocabKey, vocab_fingerprint(d.tgt_vocab)}},
+                           .write_files = [&] {
+                               if (!opt.resume) write_run_files(opt.out_dir, cfg, d.src_vocab, d.tgt_vocab, d.subwords);
+                           },
+                           .undo_unstarted = false};
+    std::optional<Trainer> trainer;
+    if (train_in_folder(res, t, opt, out, !held.empty(), trainer) == FolderOutcome::restored_earlier) {
         res.restored_earlier = true;
         return res;
     }

@@ -13,6 +13,7 @@
 #include "qkv/models/lm.h"
 #include "qkv/ops/ops.h"
 #include "qkv/train/lm.h"
+#include "qkv/train/run.h"
 #include "support/temp_dir.h"
 #include "support/test_util.h"
 
@@ -172,17 +173,18 @@ std::string write_text(const TempDir& dir) {
 
 TEST(TransformerLM, TrainsGeneratesAndTheCacheChangesNothing) {
     TempDir dir;
-    train::LmConfig cfg = train::lm_preset("lm-tiny");
-    cfg.path = write_text(dir);
+    train::RunConfig cfg = train::preset_config("lm-tiny", train::ModelKind::lm);
+    cfg.data.path = write_text(dir);
     cfg.train.max_steps = 150, cfg.train.time_budget_s = 0, cfg.train.lr = 1e-2;
     train::RunOptions ro;
     ro.out_dir = dir / "run", ro.progress = false, ro.log = nullptr;
-    const train::RunResult r = train::run_lm(cfg, ro);
+    const train::RunResult r = train::run(cfg, ro);
     ASSERT_FALSE(r.train.epochs.empty());
     // ln 16 ≈ 2.77 is uniform over this text's 16 characters; the model must learn far below it.
     EXPECT_LT(r.train.epochs.back().val_loss, 1.0);
-    train::LmDir m = train::load_lm_dir(dir / "run");
-    EXPECT_EQ(m.vocab.size(), m.config.model.vocab_size);
+    const runtime::ModelDir m = runtime::load_model_dir(dir / "run", /*language_model=*/true);
+    EXPECT_EQ(m.config.architecture, train::ModelKind::lm);
+    EXPECT_EQ(m.tgt_vocab.size(), m.config.lm.vocab_size);
     train::GenerateOptions g;
     g.max_new_tokens = 30;
     std::string streamed;

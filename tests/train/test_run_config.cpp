@@ -20,6 +20,7 @@
 
 #include "qkv/runtime/run_config_fields.h"
 #include "qkv/train/model_dir.h"
+#include "qkv/train/run.h"
 #include "qkv/train/run_config.h"
 #include "qkv/train/translation_data.h"
 #include "support/temp_dir.h"
@@ -29,6 +30,34 @@ namespace qkv::test {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The language model's presets are preset_config's too, of kind lm; a preset of the other kind is a
+// ConfigError naming --model lm; a language model writes and reads its own rows only.
+TEST(RunConfig, LanguageModelPresetsAndRows) {
+    const auto lm = train::preset_config("lm", train::ModelKind::lm);
+    EXPECT_EQ(lm.architecture, train::ModelKind::lm);
+    EXPECT_EQ(lm.lm.num_hiddens, 128);
+    EXPECT_EQ(lm.data.num_steps, 64);
+    EXPECT_EQ(lm.train.schedule, optim::LrSchedule::warmup_inv_sqrt);
+    EXPECT_EQ(train::preset_config("lm-tiny", train::ModelKind::lm).lm.num_blks, 1);
+    EXPECT_NE(error_of([] { train::preset_config("demo", train::ModelKind::lm); })
+                  .find("--preset demo is a translation preset; --model lm takes lm or lm-tiny"), std::string::npos);
+    EXPECT_THROW(train::preset_config("lm-tiny", train::ModelKind::transformer), train::ConfigError);
+    auto c = lm;
+    c.lm.vocab_size = 29;
+    const nlohmann::json j = train::to_json(c);
+    EXPECT_EQ(j["model_kind"], "lm");
+    EXPECT_FALSE(j.contains("preset") || j["model"].contains("architecture") || j["train"].contains("schedule"));
+    train::RunOverrides o;
+    o.set("data.subword", "bpe");
+    EXPECT_NE(error_of([&] { train::configure_run("lm-tiny", train::ModelKind::lm, o); })
+                  .find("--subword does not apply to --model lm"), std::string::npos);
+    train::RunOverrides kv;
+    kv.set("model.num_kv_heads", 2);
+    EXPECT_NE(error_of([&] { train::configure_run("demo", train::ModelKind::transformer, kv); })
+                  .find("--num-kv-heads applies to --model lm only"), std::string::npos);
+    EXPECT_EQ(train::configure_run("lm-tiny", train::ModelKind::lm, kv).lm.num_kv_heads, 2);
+}
 
 TEST(RunConfig, PresetsMatchTheirSpecification) {
     const auto d2l = train::preset_config("d2l");
@@ -632,6 +661,12 @@ TEST(ConfigFields, RowsAreWellFormed) {
 /// A valid configuration of `kind` with the vocabulary sizes known (a subword run, so that
 /// data.subword_vocab_size is written and checked).
 train::RunConfig full_config(train::ModelKind kind) {
+    if (kind == train::ModelKind::lm) {  // the language model: its preset, the vocabulary known
+        auto c = train::preset_config("lm-tiny", kind);
+        c.lm.vocab_size = 30;
+        c.data.path = "text.txt";
+        return c;
+    }
     auto c = train::preset_config("demo", kind);
     c.model.src_vocab_size = c.model.tgt_vocab_size = 500;
     c.data.subword = data::SubwordKind::bpe;
@@ -673,12 +708,14 @@ std::vector<runtime::FieldValue> candidates(const runtime::ConfigField& f, const
 }
 
 TEST(ConfigFields, EveryRowRoundTripsThroughConfigJson) {
-    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau}) {
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau, train::ModelKind::lm}) {
         const train::RunConfig base = full_config(kind);
         ASSERT_NO_THROW(base.validate());
         for (const auto& f : runtime::config_fields()) {
             // (model.architecture changes which rows there are: the golden files cover both)
-            if (!runtime::field_in_scope(f, kind) || std::string(f.key) == "model.architecture") continue;
+            if (!runtime::field_in_scope(f, kind) || std::string(f.key) == "model.architecture" ||
+                std::string(f.key) == "model_kind")
+                continue;
             bool tried = false;
             for (const auto& v : candidates(f, runtime::get_field(f, base))) {
                 train::RunConfig c = base;
@@ -705,7 +742,7 @@ TEST(ConfigFields, EveryRowRoundTripsThroughConfigJson) {
 
 TEST(ConfigFields, RangesAreEnforcedAtBothEnds) {
     int checked = 0;
-    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau})
+    for (const auto kind : {train::ModelKind::transformer, train::ModelKind::bahdanau, train::ModelKind::lm})
         for (const auto& f : runtime::config_fields()) {
             if (!runtime::field_in_scope(f, kind)) continue;
             const auto& r = f.range;

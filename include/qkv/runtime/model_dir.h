@@ -8,8 +8,12 @@
 //                      data.subword_files names them. Folders without them are word models.
 //   checkpoint.safetensors, metrics.jsonl, loss.png   (training only)
 // Translating with it: runtime/translate.h and runtime/translator.h.
+// A language model's folder (`qkv train --model lm`, config.json "model_kind": "lm") holds
+// config.json, vocab.txt (one character per line), model.safetensors and the training files; qkv
+// generate samples it (train/lm.h generate_text).
 #include <memory>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,10 +136,12 @@ std::string describe_model(const RunConfig& cfg, const models::EncoderDecoder& m
 
 struct ModelDir {
     std::string dir;
-    RunConfig config;
-    data::Vocab src_vocab, tgt_vocab;               // pieces for a subword model
+    RunConfig config;                               // config.architecture: the kind
+    /// Pieces for a subword model; a language model's vocab.txt is tgt_vocab (src_vocab empty).
+    data::Vocab src_vocab, tgt_vocab;
     SubwordModels subwords;                         // inactive for a word model
-    std::shared_ptr<models::EncoderDecoder> model;  // eval mode
+    std::shared_ptr<models::EncoderDecoder> model;  // eval mode; null for a language model
+    std::shared_ptr<models::TransformerLM> lm;      // a language model (eval mode); else null
     /// The model as its concrete type (nullptr when it is the other architecture).
     models::Transformer* transformer() const { return dynamic_cast<models::Transformer*>(model.get()); }
     models::Bahdanau* bahdanau() const { return dynamic_cast<models::Bahdanau*>(model.get()); }
@@ -143,8 +149,12 @@ struct ModelDir {
 
 /// config.json of a model folder; throws qkv::Error naming the file when missing or invalid, or
 /// when an object repeats a key ("duplicate key \"model.num_heads\"": JSON parsers keep one of
-/// the two values silently).
-RunConfig load_model_dir_config(const std::string& dir);
+/// the two values silently). A language model's is refused ("'DIR' holds a language model (qkv
+/// train --model lm): qkv generate reads it; ...") unless `language_model_ok`.
+RunConfig load_model_dir_config(const std::string& dir, bool language_model_ok = false);
+/// The kind config.json of `dir` names ("model_kind": "lm", else model.architecture); nullopt when
+/// there is none or it cannot be read.
+std::optional<ModelKind> model_dir_kind(const std::string& dir);
 /// The data settings of the model folder `dir` whose config.json is `cfg`, for eval and resume:
 /// cfg.data with `data_flag` (--data) as the path when non-empty; otherwise the recorded path
 /// (absolute since qkv train records the canonical path; older folders may hold the path as it
@@ -182,6 +192,11 @@ std::pair<data::Vocab, data::Vocab> load_model_dir_vocabs(const std::string& dir
 /// after training, e.g. model.num_heads, which changes no tensor shape, is refused naming each
 /// differing key; a folder whose weights store none loads as before, with a note on stderr);
 /// a model that would not fit in memory (check_model_fits_memory).
-ModelDir load_model_dir(const std::string& dir);
+/// `language_model` (qkv generate, and qkv info on a folder model_dir_kind says is one): loads a
+/// language model's folder instead: config.json, vocab.txt (its size against model.vocab_size, and
+/// against the fingerprint the weights record: check_vocab_fingerprint with kLmVocabKey) and
+/// model.safetensors (checkpoint.safetensors when the run has not finished), naming the folder or
+/// file ("model folder 'DIR' does not exist (train one with: qkv train --model lm --out DIR)").
+ModelDir load_model_dir(const std::string& dir, bool language_model = false);
 
 }  // namespace qkv::runtime

@@ -7,6 +7,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "qkv/models/bahdanau.h"
+#include "qkv/models/lm.h"
 #include "qkv/models/transformer.h"
 #include "qkv/ops/precision.h"
 #include "qkv/optim/optimizer.h"
@@ -63,9 +64,11 @@ struct DecodeConfig {
     double length_penalty = 0.6;   // GNMT α for beam search
 };
 
-/// Which model a run trains (`qkv train --model`; config.json "model.architecture").
-enum class ModelKind { transformer, bahdanau };
-/// "transformer" / "bahdanau".
+/// Which model a run trains (`qkv train --model`): the translation models (config.json
+/// "model.architecture") and the decoder-only language model on a text (models/lm.h; config.json
+/// "model_kind": "lm", D2L 9.2's character data: train/lm.h).
+enum class ModelKind { transformer, bahdanau, lm };
+/// "transformer" / "bahdanau" / "lm".
 const char* model_kind_name(ModelKind k);
 /// Inverse of model_kind_name; throws qkv::Error naming the accepted names.
 ModelKind parse_model_kind(const std::string& s);
@@ -78,12 +81,18 @@ public:
 };
 
 struct RunConfig {
-    std::string preset;            // the preset it started from ("" = none)
+    std::string preset;            // the preset it started from ("" = none; not in an LM's config.json)
+    /// A translation run's data; a language model's text is data.path ("" = QKV_LM_DATA, then
+    /// train::kLmTextDefaultPath), data.num_steps (tokens per training sequence),
+    /// data.valid_fraction and data.fingerprint's characters.
     DataConfig data;
     ModelKind architecture = ModelKind::transformer;
     models::TransformerConfig model;  // vocabulary sizes are filled from the data (also for
                                       // bahdanau: model.*_vocab_size is what files are checked by)
     models::BahdanauConfig bahdanau;  // architecture == bahdanau (vocabulary sizes as above)
+    /// architecture == lm: the decoder-only model (vocab_size filled from the text). Its schedule is
+    /// train.schedule warmup_inv_sqrt (not in config.json) and its loss exact (no label smoothing).
+    models::TransformerLMConfig lm;
     TrainOptions train;
     /// metrics.jsonl "step" record every N steps (TrainRuntime::log_every; 0: none), in
     /// config.json as "train.log_every" so --resume keeps it.
@@ -105,8 +114,10 @@ struct RunConfig {
     void validate() const;
 };
 
-/// Names accepted by preset_config, in help order.
+/// Names accepted by preset_config for the translation models, in help order.
 std::vector<std::string> preset_names();
+/// The language model's: "lm", "lm-tiny".
+std::vector<std::string> lm_preset_names();
 
 /// d2l: the book's run (spec §2–3): 641 pairs, D2L EN pipeline, num_steps 9, C 256, 2 blocks,
 ///   4 heads, F 64, dropout 0.2, batch 128, Adam lr 1e-3, 30 epochs, clip 1; decoding ≤ 9 tokens.
@@ -124,7 +135,14 @@ std::vector<std::string> preset_names();
 ///   demo also has Bahdanau et al.'s encoder (one bidirectional GRU layer; so one decoder layer
 ///   too) and pairs of <= 10 source / <= 12 target tokens (num_steps 14, decoding <= 16), under
 ///   which the attention aligns (bench/RESULTS_gru.md §7).
-/// Throws qkv::Error listing the names for an unknown one.
+/// With kind == lm (D2L 9.2's character model, models/lm.h): lm (C 128, 2 blocks, 4 heads, RoPE,
+///   T 64, batch 32, Adam(1e-3, beta2 0.98) with 100 warmup steps then 1/sqrt(step), clip 1,
+///   validation every minute, a 3-minute budget) and lm-tiny (C 32, 1 block, 2 heads, FFN 64, no
+///   dropout, T 16, batch 16, 10 warmup steps, 20 s: seconds, for tests); the last 10 % of the
+///   text held out.
+/// Throws qkv::Error listing the names for an unknown one, ConfigError for a translation preset
+/// with kind lm ("--preset demo is a translation preset; --model lm takes lm or lm-tiny") or a
+/// language-model preset without it ("--preset lm-tiny needs --model lm").
 RunConfig preset_config(const std::string& name, ModelKind kind = ModelKind::transformer);
 
 /// config.json: {"preset", "data": {...}, "model": {...}, "train": {...}, "decode": {...}}.

@@ -1,23 +1,26 @@
 #pragma once
 // The training options of RunConfig as one table (issue 43): each row is one option, described once
 // (its config.json key, `qkv train` flag, qkv.train keyword, type, range, help, what --resume does
-// with it, and where it lives in RunConfig). config.json's reader and writer, the range checks, the
-// flags of `qkv train`, the overrides of a preset, the --resume flag check and qkv.train's keywords
-// all loop over it. docs/architecture.md "Adding a training option" shows how a row is added.
+// with it, which model kinds have it, and where it lives in RunConfig). config.json's reader and
+// writer, the range checks, the flags of `qkv train`, the overrides of a preset, the refusal of a
+// flag the model kind lacks, the --resume flag check and qkv.train's keywords all loop over it, for
+// the translation models and the language model alike. docs/architecture.md "Adding a training
+// option" shows how a row is added.
 //
 // What is not a row, and why (explicit code in run_config.cpp / run.cpp):
 // - data.fingerprint and data.applied: records of the data trained on (nested objects, never set by
 //   a flag); data.subword_files: derived from data.shared_vocab, written only.
-// - The rules between fields (heads dividing the width, model.max_len covering data.num_steps and
-//   decode.max_len, a warmup schedule's warmup_steps, tying with equal vocabularies, an even
-//   bidirectional width, language codes, data.src_file and data.tgt_file together): check_rules.
+// - The rules between fields (heads dividing the width, key/value heads dividing the heads, RoPE's
+//   even head width, model.max_len covering data.num_steps and decode.max_len, a warmup schedule's
+//   warmup_steps, tying with equal vocabularies, an even bidirectional width, language codes,
+//   data.src_file and data.tgt_file together): check_rules.
 // - The preset rules of configure_run (train/run.h) that depend on which flags were given.
 // Special cases that are row kinds: enums (schedule, precision, architecture, pipeline, subword,
-// init) are FieldType::choice; durations (time budget, validation interval) FieldType::duration,
-// parsed by parse_duration_or_off on the CLI; the vocabulary sizes, filled from the data, are
-// `from_data`; model.num_hiddens and model.dropout, one key for two members, have a
-// `bahdanau_member`. --preset and --model are rows whose flags `qkv train` declares itself (they also
-// take the language model's names); --model lm takes the rows it shares (train/lm_options.h).
+// init, positions) are FieldType::choice; durations (time budget, validation interval)
+// FieldType::duration, parsed by parse_duration_or_off on the CLI; the vocabulary sizes, filled from
+// the data, are `from_data`; keys whose member differs by model kind (model.num_hiddens,
+// model.dropout, ...) have a `bahdanau_member` or an `lm_member`. --preset and --model are rows whose
+// flags `qkv train` declares itself (they also take the language model's names).
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -54,9 +57,10 @@ struct FieldRange {
 /// ignore it with a warning when it differs (a setting of the run: config.json's value is used).
 enum class OnResume { apply, refuse, ignore };
 
-/// Which architecture has the field (config.json writes and reads it only for that one; a flag of
-/// the other architecture is refused: check_architecture_overrides).
-enum class FieldScope { both, transformer, bahdanau };
+/// Which model kinds have the field, a set of bits (config.json writes and reads it only for those; a
+/// flag of another kind is refused: check_architecture_overrides). `both`: the two translation
+/// models; `all`: the language model too.
+enum class FieldScope : unsigned { transformer = 1, bahdanau = 2, both = 3, lm = 4, transformer_lm = 5, all = 7 };
 
 /// A field's value: int64_t (integer), uint64_t (unsigned_integer), double (real, duration in
 /// seconds), bool (boolean), std::string (text, and a choice's name).
@@ -81,6 +85,8 @@ struct ConfigField {
     /// read and checked there for bahdanau; config.json's value is also mirrored into `member`, and a
     /// flag sets both (as the hand-written code did before the table).
     void* (*bahdanau_member)(RunConfig& c) = nullptr;
+    /// The same for the language model (RunConfig::lm: model.num_hiddens, model.num_heads, ...).
+    void* (*lm_member)(RunConfig& c) = nullptr;
     const FieldChoice* choice = nullptr;  ///< FieldType::choice
     /// CLI11 names of the `qkv train` flag ("--max-steps,--steps"; "--bidirectional,!--no-bidirectional");
     /// "" when there is none (config.json only).
@@ -104,6 +110,9 @@ struct ConfigField {
     bool (*applies)(const RunConfig&) = nullptr;
     /// Bahdanau-only rows: what the Transformer lacks, for check_architecture_overrides' message.
     const char* other_lacks = "";
+    /// What a flag given with --resume is compared with when config.json's value stands for another
+    /// (model.num_kv_heads 0 means num_heads); nullptr: the value itself (get_field).
+    FieldValue (*resume_value)(const RunConfig&) = nullptr;
 };
 
 /// The table, in the order of `qkv train --help` (rows without a flag wherever their section is).
@@ -121,8 +130,10 @@ std::string field_flag_name(const ConfigField& f);
 /// The section ("train") and name ("lr") of the key; "" and the key at the top level.
 std::string field_section(const ConfigField& f);
 std::string field_name(const ConfigField& f);
-/// Whether the field belongs to an architecture's run (its scope).
+/// Whether the field belongs to a model kind's run (its scope).
 bool field_in_scope(const ConfigField& f, ModelKind arch);
+/// The kinds of a scope in words, for messages: "--model lm", "the Transformer", "--model bahdanau".
+std::string scope_text(FieldScope s);
 
 /// The field's value in `c` (the architecture's member; a choice's name).
 FieldValue get_field(const ConfigField& f, const RunConfig& c);
@@ -196,7 +207,8 @@ struct ResumeDiff {
 
 /// The overrides that --resume does not apply and that differ from `saved` (the folder's
 /// config.json): the model-changing ones (refused) and the others (ignored with a warning), named
-/// by flag, with the value given and config.json's. `preset`: the --preset given ("" when none).
+/// by flag, with the value given and config.json's. `preset`: the --preset given ("" when none;
+/// a language model's config.json records none: "the checkpoint's configuration" is used).
 std::vector<ResumeDiff> resume_flag_diffs(const RunConfig& saved, const RunOverrides& o,
                                           const std::string& preset = "");
 

@@ -39,11 +39,16 @@ enum class DataPipeline {
 /// a tab, its raw target text and a newline. The split is a seeded shuffle of the pair indices,
 /// so equal fingerprints give the same train / valid / test split; a reordered or edited file
 /// (or other filters) gives another one. One pass over the pair bytes (~10 MB for the full data).
+/// A language model's text: `characters` after D2L's preprocessing and the hash of that text
+/// (config.json {"characters", "fnv1a64"}; pairs stays 0).
 struct DataFingerprint {
     int64_t pairs = 0;             // 0: not recorded (config.json of an older build)
     uint64_t fnv1a64 = 0;
-    bool known() const { return pairs > 0; }
-    bool operator==(const DataFingerprint& o) const { return pairs == o.pairs && fnv1a64 == o.fnv1a64; }
+    int64_t characters = 0;        // a language model's text (0: not recorded)
+    bool known() const { return pairs > 0 || characters > 0; }
+    bool operator==(const DataFingerprint& o) const {
+        return pairs == o.pairs && fnv1a64 == o.fnv1a64 && characters == o.characters;
+    }
 };
 
 /// The fingerprint of parallel sentences (src[i], tgt[i]) in order (DataFingerprint). Throws
@@ -120,6 +125,8 @@ struct DataConfig {
     /// fit whole with <eos>, at most 4 x num_steps) and TranslationData::num_steps says which.
     /// Training only (config.json records the number chosen).
     bool num_steps_from_data = false;
+    /// A language model's text: its last part held out for validation (0 < f < 0.5).
+    double valid_fraction = 0.1;
     // d2l_en pipeline
     int64_t d2l_num_train = 512;
     int64_t d2l_num_val = 128;

@@ -53,11 +53,15 @@ namespace qkv::train {
 /// flags of the other architecture (check_architecture_overrides), --subword/--shared-vocab on the
 /// d2l pipeline, heads that do not divide the width, and what validate() refuses; qkv::Error for
 /// an unknown preset.
+/// kind lm (the language model, train/lm.h): the lm or lm-tiny preset with the overrides; a
+/// ConfigError for a flag it does not take ("--subword does not apply to --model lm"), a translation
+/// preset, heads that do not divide the width ("--num-heads 3 must divide --num-hiddens 32"),
+/// key/value heads that do not divide the heads, or RoPE with an odd head width.
 RunConfig configure_run(const std::string& preset, ModelKind kind, const RunOverrides& o);
 
 /// The model folder's config.json (load_model_dir_config) with the first group of overrides
 /// (stopping rules, log_every) and the data file (model_data_config: --data or --src-file/--tgt-file,
-/// else the recorded path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
+/// else the recorded path; a language model's text: --data, else the recorded path); validated. Throws qkv::Error when out_dir holds no checkpoint.safetensors or its
 /// config.json is unreadable, ConfigError when the result is invalid.
 RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
 
@@ -66,13 +70,16 @@ RunConfig resume_config(const std::string& out_dir, const RunOverrides& o);
 /// (check_architecture_overrides), and those that --resume does not apply are compared with the
 /// folder's config.json (resume_flag_diffs, report_resume_diffs: a ConfigError for the ones that
 /// would change the model, a warning line on `log` for the others). `preset`: the --preset given, ""
-/// when none. Then resume_config(out_dir, o).
+/// when none. `lm`: --model lm was given (a language model's folder is resumed only with it, a
+/// translation model's only without: a ConfigError naming the command that works; flags of the other
+/// kind are refused first, as a preset of the other kind). Then resume_config(out_dir, o).
 RunConfig check_resume_overrides(const std::string& out_dir, const RunOverrides& o, const std::string& preset,
-                                 std::FILE* log);
+                                 std::FILE* log, bool lm = false);
 
 /// Overrides of the architecture that `arch` is not: a ConfigError naming the flag ("--num-blks
-/// applies to the Transformer only (not --model bahdanau)"); `folder` non-empty (a resume) adds
-/// which folder's config.json decided the architecture.
+/// applies to the Transformer only (not --model bahdanau)", "--num-kv-heads applies to --model lm
+/// only", "--subword does not apply to --model lm"); `folder` non-empty (a resume of a translation
+/// model) adds which folder's config.json decided the architecture.
 void check_architecture_overrides(const RunOverrides& o, ModelKind arch, const std::string& folder = "");
 
 /// A flash backend forced for the whole process (--attention flash, or QKV_ATTENTION=flash without
@@ -85,7 +92,7 @@ void check_forced_flash(int64_t head_dim);
 
 /// Whether the folder `dir` holds what a run stopped before its first checkpoint leaves (kill -9,
 /// a power cut): a qkv config.json (a JSON object with "data", "model" and "train" objects, as
-/// train::run and train::run_lm write it) but no model.safetensors, no checkpoint.safetensors and
+/// train::run writes it for every model kind) but no model.safetensors, no checkpoint.safetensors and
 /// no kept checkpoint (checkpoints/): nothing trained. A fresh run trains into such a folder without
 /// --overwrite: its files wait aside until the new run's first checkpoint (as with --overwrite).
 bool holds_stopped_run(const std::string& dir);
@@ -126,7 +133,7 @@ struct RunOptions {
     std::function<void(const LoggedStep&)> on_logged_step;          // at each metrics.jsonl step record
     std::function<void(int64_t step, double val_loss)> on_validated;  // after each validation
     /// Called once the run is accepted and before the data is read or anything is written: after
-    /// every refusal (the ConfigErrors of run and run_lm) and, on resume, once there are steps to
+    /// every refusal (the ConfigErrors of run) and, on resume, once there are steps to
     /// train. qkv train tests there that it can write --out (a file made and removed), so that a
     /// refused run leaves the folder as it was. An exception it throws ends the run, nothing written.
     std::function<void()> on_accepted;
@@ -169,6 +176,10 @@ std::string resume_already_done(const RunConfig& cfg, const TrainingProgress& p,
 /// resume with overwrite and for a forced flash backend that cannot take the
 /// Transformer's heads (check_forced_flash), qkv::Error for data, file and training errors
 /// (after restoring an overwritten run's files when the new run had no checkpoint yet).
+/// A language model (cfg.architecture lm) trains on its text instead (train/lm.h: LmData, the
+/// decoder-only model behind models::LMTrainingView in RunResult::model, RunResult::data null;
+/// "validation perplexity P" at the end; a fresh run stopped before its first checkpoint removes
+/// what it wrote and returns trained = false); under mpirun (comm size > 1) it is refused.
 RunResult run(RunConfig cfg, const RunOptions& opt, const RunOverrides& given = {});
 
 }  // namespace qkv::train
