@@ -232,6 +232,10 @@ EOF
 # mpirun then stops the job. When a rank aborts first (qkv's collective watchdog,
 # QKV_DIST_TIMEOUT), mpirun's order to the lost host's daemon is never acknowledged and mpirun
 # waits for it (seen: until killed), so the keepalive must be the shorter of the two.
+# Waiting ranks yield the core (mpi_yield_when_idle): the hosts share this machine's cores, and a
+# rank that busy-polls starves the softirq work that moves its own packets until the next timer
+# tick (busy-polling: 4 ms per small all-reduce and 56 ms per 8.7 MiB at N = 2 on 2 cores,
+# whatever the link; yielding: 1.3 and 26 ms; bench/RESULTS.md). A real host has cores for both.
 mpirun_cmd() {  # STATE ARGS...
     local state
     state=$(cd "$1" && pwd); shift
@@ -240,7 +244,7 @@ mpirun_cmd() {  # STATE ARGS...
     exec ip netns exec "$ns" unshare --uts bash -c 'echo h0 > /proc/sys/kernel/hostname; exec "$@"' mpirun \
         mpirun --hostfile "$state/hostfile" \
         --mca plm_rsh_agent "$state/rsh_agent" --mca plm_rsh_no_tree_spawn 1 \
-        --mca pml ob1 --mca btl tcp,self \
+        --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 \
         --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
         --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 \
         "$@"
