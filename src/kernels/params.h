@@ -246,6 +246,10 @@ struct GruSequenceGradParams {
 /// σ² = mean((x − μ)²) (biased), r = 1/sqrt(σ² + eps), y = (x − μ)·r·γ + β. gamma, beta: (N) or
 /// nullptr (γ = 1, β = 0). The forward writes y (may alias x) and mean, rstd (rows; nullable);
 /// the backward reads x, mean, rstd, gamma. Semantics: ref/layer_norm.h.
+/// Fused residual (D2L 11.7.3 AddNorm, y = LN(x + residual)): with `residual` (rows, N) set, the
+/// forward first writes sum = x + residual (rows, N; required then, may alias x or residual) and
+/// normalises sum instead of x; the backward is the plain one on x = sum, and its dx is the
+/// gradient of both addends.
 template <class T>
 struct LayerNormParams {
     T*       y     = nullptr;
@@ -256,6 +260,8 @@ struct LayerNormParams {
     const T* beta  = nullptr;
     int64_t  rows = 0, N = 0;
     double   eps   = 1e-5;
+    const T* residual = nullptr;
+    T*       sum      = nullptr;
 };
 
 /// Gradients for LayerNormParams: dx (rows, N), dgamma (N), dbeta (N), each nullable and

@@ -10,6 +10,7 @@
 
 #include "qkv/ops/dropout.h"
 #include "qkv/ops/elementwise.h"
+#include "qkv/ops/layer_norm.h"
 #include "qkv/ops/shape_ops.h"
 #include "qkv/ops/masked_softmax.h"
 #include "qkv/ops/matmul.h"
@@ -391,7 +392,8 @@ Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) const {
     QKV_CHECK(X.defined() && Y.defined() && X.shape() == Y.shape(), "AddNorm: X and Y must have "
               "the same shape, got ", X.defined() ? X.shape() : Shape{}, " and ",
               Y.defined() ? Y.shape() : Shape{});
-    return ln->forward(add(dropout->forward(Y), X));
+    // One fused op (sum and normalisation in one pass, one backward node) instead of add + LN.
+    return add_layer_norm(dropout->forward(Y), X, ln->normalized_shape, ln->weight, ln->bias, ln->eps);
 }
 
 }  // namespace qkv::nn

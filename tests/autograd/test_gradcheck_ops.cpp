@@ -115,6 +115,8 @@ std::vector<Row> table() {
         {"masked_softmax_1d", {{2, 3, 5}}, [](V x) { return masked_softmax(x[0], ids({2, 0}, {2})); }},
         {"masked_softmax_2d", {{2, 3, 5}}, [](V x) { return masked_softmax(x[0], ids({1, 5, 3, 2, 4, 9}, {2, 3})); }},
         {"layer_norm_affine", {{3, 5}, {5}, {5}}, [](V x) { return layer_norm(x[0], {5}, x[1], x[2]); }},
+        {"add_layer_norm_affine", {{2, 3, 5}, {2, 3, 5}, {5}, {5}}, [](V x) { return add_layer_norm(x[0], x[1], {5}, x[2], x[3]); }},
+        {"add_layer_norm_plain", {{4, 6}, {4, 6}}, [](V x) { return add_layer_norm(x[0], x[1], {6}, Tensor(), Tensor()); }},
         {"layer_norm_2d_shape", {{2, 3, 4}}, [](V x) { return layer_norm(x[0], {3, 4}, Tensor(), Tensor()); }},
         {"dropout_train", {{4, 5}}, [](V x) {
              Generator g(3);  // same mask on every call, so differences see a fixed function

@@ -88,6 +88,57 @@ TEST(LayerNormKernels, FastMatchesRef_WideRows) { check_case({3, 17496, true}, 1
 
 TEST(LayerNormKernels, FastMatchesRef_LargeOffset) { check_case({9, 256, true, 1e4f}, 200); }
 
+// The fused residual (AddNorm): y and sum equal the unfused kernel on a precomputed x + residual
+// bit for bit (same fp32 additions, same normalisation), on every SIMD path and the reference,
+// and y is within the 2x rule of ref<double> on the float sum.
+void check_residual_case(int64_t rows, int64_t N, uint64_t seed) {
+    const int64_t n = rows * N;
+    const auto x = random_floats(n, seed, -2.f, 2.f), res = random_floats(n, seed + 1, -2.f, 2.f);
+    const auto gamma = random_floats(N, seed + 2, 0.5f, 1.5f), beta = random_floats(N, seed + 3);
+    std::vector<float> z(n);
+    for (int64_t i = 0; i < n; ++i) z[i] = x[i] + res[i];
+    std::vector<float> y32(n), mu32(rows), rs32(rows), s32(n);
+    ref::layer_norm_forward<float>({y32.data(), mu32.data(), rs32.data(), z.data(), gamma.data(), beta.data(), rows, N, kEps});
+    std::vector<float> yr(n), mur(rows), rsr(rows);
+    ref::layer_norm_forward<float>({yr.data(), mur.data(), rsr.data(), x.data(), gamma.data(), beta.data(), rows, N, kEps, res.data(), s32.data()});
+    EXPECT_EQ(yr, y32) << "ref rows=" << rows << " N=" << N;
+    EXPECT_EQ(s32, z) << "ref sum rows=" << rows << " N=" << N;
+    const auto z64 = to_double(z), g64 = to_double(gamma), b64 = to_double(beta);
+    std::vector<double> y64(n);
+    ref::layer_norm_forward<double>({y64.data(), nullptr, nullptr, z64.data(), g64.data(), b64.data(), rows, N, kEps});
+    for (Isa isa : available_isas()) {
+        IsaGuard guard(isa);
+        std::vector<float> y(n), mu(rows), rs(rows), sum(n), yu(n), muu(rows), rsu(rows);
+        cpu::layer_norm_forward({y.data(), mu.data(), rs.data(), x.data(), gamma.data(), beta.data(), rows, N, kEps, res.data(), sum.data()});
+        cpu::layer_norm_forward({yu.data(), muu.data(), rsu.data(), z.data(), gamma.data(), beta.data(), rows, N, kEps});
+        const auto where = ::testing::Message() << cpu::isa_name(isa) << " rows=" << rows << " N=" << N;
+        EXPECT_EQ(sum, z) << "sum " << where;
+        EXPECT_EQ(y, yu) << "y " << where;
+        EXPECT_EQ(mu, muu) << "mean " << where;
+        EXPECT_EQ(rs, rsu) << "rstd " << where;
+        EXPECT_TRUE(within_2x(y, y32, y64)) << "y vs ref64 " << where;
+    }
+}
+
+TEST(LayerNormKernels, FusedResidualEqualsSumThenNorm) {
+    uint64_t seed = 500;
+    for (int64_t N : {1, 7, 17, 256, 1000})
+        for (int64_t rows : {1, 7, 37}) check_residual_case(rows, N, seed += 4);
+    check_residual_case(1152, 256, 600);  // the D2L step's AddNorm, threaded
+}
+
+TEST(LayerNormKernels, FusedResidualMayAliasAnAddend) {
+    const int64_t rows = 5, N = 33;
+    auto x = random_floats(rows * N, 700), res = random_floats(rows * N, 701);
+    std::vector<float> z(x.size());
+    for (size_t i = 0; i < x.size(); ++i) z[i] = x[i] + res[i];
+    std::vector<float> y(x.size()), yu(x.size()), mu(rows), rs(rows);
+    cpu::layer_norm_forward({yu.data(), mu.data(), rs.data(), z.data(), nullptr, nullptr, rows, N, kEps});
+    cpu::layer_norm_forward({y.data(), mu.data(), rs.data(), x.data(), nullptr, nullptr, rows, N, kEps, res.data(), x.data()});
+    EXPECT_EQ(x, z);  // the sum overwrote x
+    EXPECT_EQ(y, yu);
+}
+
 TEST(LayerNormKernels, ConstantRowsGiveBeta) {
     const int64_t N = 19;
     std::vector<float> x(2 * N, 3.25f);

@@ -193,6 +193,33 @@ TEST(LayerNorm, BookDemo) {
     EXPECT_THROW(layer_norm(ones({2, 3}), {2}, Tensor(), Tensor()), Error);
 }
 
+// The fused AddNorm op against add + layer_norm: the same output and gradients bit for bit in
+// fp32 (same additions, same kernels), and clear errors for a residual that does not match.
+TEST(LayerNorm, AddLayerNormEqualsAddThenLayerNorm) {
+    Generator g(11);
+    const Tensor x0 = randn({3, 9, 256}, &g), r0 = randn({3, 9, 256}, &g), dy = randn({3, 9, 256}, &g);
+    const Tensor w0 = add(randn({256}, &g), 1.0), b0 = randn({256}, &g);
+    auto run = [&](bool fused) {
+        Tensor x = x0.clone().requires_grad_(), r = r0.clone().requires_grad_();
+        Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+        Tensor y = fused ? add_layer_norm(x, r, {256}, w, b) : layer_norm(add(x, r), {256}, w, b);
+        sum(mul(y, dy)).backward();
+        return std::vector<Tensor>{y, x.grad(), r.grad(), w.grad(), b.grad()};
+    };
+    const auto fused = run(true), plain = run(false);
+    const char* names[] = {"y", "dx", "dresidual", "dweight", "dbias"};
+    for (size_t i = 0; i < fused.size(); ++i)
+        EXPECT_EQ(fused[i].to_vector<float>(), plain[i].to_vector<float>()) << names[i];
+    try {
+        add_layer_norm(ones({2, 4}), ones({2, 3}), {4}, Tensor(), Tensor());
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("add_layer_norm: residual of shape"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(add_layer_norm(ones({2, 4}), Tensor(), {4}, Tensor(), Tensor()), Error);
+    EXPECT_THROW(add_layer_norm(ones({2, 4}), ones({2, 4}, DType::f64), {4}, Tensor(), Tensor()), Error);
+}
+
 TEST(Softmax, RowsSumToOneAndMatchMaskedSoftmax) {
     Generator g(2);
     Tensor x = mul(randn({4, 9}, &g), 10.0);

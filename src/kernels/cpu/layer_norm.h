@@ -9,7 +9,8 @@
 
 namespace qkv::kernels::cpu {
 
-/// ref::layer_norm_forward for fp32 (LayerNormParams has the formula). y may alias x.
+/// ref::layer_norm_forward for fp32 (LayerNormParams has the formula, with the fused residual:
+/// one pass per row writes x + residual and normalises it). y may alias x.
 void layer_norm_forward(const LayerNormParams<float>& p);
 
 /// ref::layer_norm_backward for fp32: dx = r·(g − mean(g) − x̂·mean(g∘x̂)) with g = dy∘γ;

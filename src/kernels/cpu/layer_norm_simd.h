@@ -32,6 +32,13 @@ void layer_norm_forward(const LayerNormParams<float>& p) {
 #pragma omp parallel for schedule(static) if (rows * N >= detail::kLayerNormMinParallel)
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = p.x + r * N;
+        if (p.residual) {  // fused residual: the row of x + residual, then normalised from L1
+            const float* rr = p.residual + r * N;
+            row_map<V>(p.sum + r * N, N, [=](int64_t j, auto k) {
+                return V::add(load_n<V>(xr + j, k, 0.f), load_n<V>(rr + j, k, 0.f));
+            });
+            xr = p.sum + r * N;
+        }
         const float  mu = row_sum<V>(xr, N) / float(N);
         const R     vmu = V::set1(mu);
         // Σ (x − μ)²; tail lanes are loaded as μ so they add 0.

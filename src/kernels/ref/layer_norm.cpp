@@ -9,10 +9,14 @@ namespace qkv::kernels::ref {
 
 template <class T>
 void layer_norm_forward(const LayerNormParams<T>& p) {
-    const auto [y, mean, rstd, x, gamma, beta, rows, N, eps] = p;
+    const auto [y, mean, rstd, x_in, gamma, beta, rows, N, eps, residual, sum] = p;
     for (int64_t r = 0; r < rows; ++r) {
-        const T* xr = x + r * N;
-        T* yr       = y + r * N;
+        const T* xr = x_in + r * N;
+        if (residual) {  // fused residual: normalise sum = x + residual
+            for (int64_t j = 0; j < N; ++j) sum[r * N + j] = xr[j] + residual[r * N + j];
+            xr = sum + r * N;
+        }
+        T* yr = y + r * N;
         T mu        = 0;
         for (int64_t j = 0; j < N; ++j) mu += xr[j];
         mu /= T(N);
@@ -37,7 +41,7 @@ void layer_norm_forward(const LayerNormParams<T>& p) {
 template <class T>
 void layer_norm_backward(const LayerNormParams<T>& p, const LayerNormGradParams<T>& grads) {
     const auto [dx, dgamma, dbeta, dy]                          = grads;
-    const auto [y_, mean, rstd, x, gamma, beta_, rows, N, eps_] = p;
+    const auto [y_, mean, rstd, x, gamma, beta_, rows, N, eps_, res_, sum_] = p;
     if (dgamma)
         for (int64_t j = 0; j < N; ++j) dgamma[j] = 0;
     if (dbeta)

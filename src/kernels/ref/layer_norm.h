@@ -9,7 +9,7 @@
 
 namespace qkv::kernels::ref {
 
-/// Forward (LayerNormParams has the formula); eps is rounded to T.
+/// Forward (LayerNormParams has the formula, with the fused residual); eps is rounded to T.
 template <class T>
 void layer_norm_forward(const LayerNormParams<T>& p);
 
