@@ -81,7 +81,7 @@ def fit(path, alpha_prior_s):
     def mean(key, field, train=None):
         """Mean over the rounds; train: only training rows (True) or probe-only rows (False)."""
         vals = [float(r[field]) for r in cells[key]
-                if train is None or (r["step_ms"] != "nan") == train]
+                if (train is None or (r["step_ms"] != "nan") == train) and r[field] != "nan"]
         return statistics.fmean(vals) if vals else float("nan")
 
     params = float(rows[0]["params"])
@@ -90,7 +90,7 @@ def fit(path, alpha_prior_s):
     relay = sorted(k for k in cells if k[2] == "tun")
     ns, rates = sorted({k[0] for k in relay}), sorted({k[1] for k in relay})
     trained = [k for k in relay if not math.isnan(mean(k, "step_ms", True))]
-    probed = [k for k in relay if not math.isnan(mean(k, "small_ms", False))]
+    probed = [k for k in relay if not math.isnan(mean(k, "small_ms"))]
 
     def slope_per(keys, field, train, per):
         """Least-squares slope of FIELD (ms) against the delay (s), per (N, rate), over PER(N)."""
@@ -107,7 +107,7 @@ def fit(path, alpha_prior_s):
     # only where they follow the delay (slope >= 0.5 one-way delays per all-reduce). Where they do
     # not (on a loaded machine a waiting rank's next time slice, milliseconds, dominates them),
     # alpha0 is the given prior (--alpha-us: e.g. half the relay's smallest ping round trip).
-    small = slope_per(probed, "small_ms", False, lambda n: 1.0)
+    small = slope_per(probed, "small_ms", None, lambda n: 1.0)  # every row measures them
     follows = [icpt / sl for _, _, sl, icpt in small if sl >= 0.5]
     alpha0 = statistics.fmean(follows) if follows and len(follows) == len(small) else alpha_prior_s
     alpha_how = "fitted" if alpha0 is not alpha_prior_s else "the prior (--alpha-us): the small all-reduces do not follow the delay"
