@@ -7,6 +7,7 @@
 //   bench_attention --mem [N]      peak-RSS probe: (1, 8, N, 64) forward+backward, N = 16384
 //   bench_attention --tiles        tile-GEMM probe: micro-kernel vs dnnl_sgemm, 1 thread
 //   bench_attention --probe=fwd|fwdbwd|causal_fwd|causal_fwdbwd --shape=B,H,N,d --reps=R
+//   bench_attention --probe=sdpa_<f32|f16|bf16>_<fwd|causal_fwd> ...   the op on tensors of that dtype
 //                  [--dropout=P]   fixed work, rated per CPU-second (robust on a busy machine)
 #include <benchmark/benchmark.h>
 #include <dnnl.h>
@@ -405,10 +406,37 @@ int tile_probe() {
     return 0;
 }
 
+// The op (scaled_dot_product_attention, flash backend) on float32, float16 or bfloat16 tensors:
+// --probe=sdpa_<f32|f16|bf16>_<fwd|causal_fwd>, rated per CPU-second as probe() does.
+int probe_sdpa(const std::string& what, long long B, long long H, long long N, long long d, int reps) {
+    const std::string dts = what.substr(5, what.find('_', 5) - 5);
+    const bool causal = what.find("causal") != std::string::npos;
+    const qkv::DType dt = dts == "f16" ? qkv::DType::f16 : dts == "bf16" ? qkv::DType::bf16 : qkv::DType::f32;
+    Problem pr(B, H, N, d, false);
+    auto tensor = [&](const std::vector<float>& x) { return qkv::from_vector(x, {B, H, N, d}).to(dt); };
+    const qkv::Tensor q = tensor(pr.q), k = tensor(pr.k), v = tensor(pr.v);
+    qkv::AttentionMask m;
+    m.causal = causal ? qkv::CausalAlign::top_left : qkv::CausalAlign::none;
+    qkv::AttentionOptions opt;
+    opt.backend = qkv::AttentionBackend::flash;
+    (void)qkv::scaled_dot_product_attention(q, k, v, m, opt);  // warm-up
+    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) (void)qkv::scaled_dot_product_attention(q, k, v, m, opt);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpus = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double gf   = attn_flops(B, H, N, d, causal, false) * reps / 1e9;
+    std::printf("PROBE %s %lld,%lld,%lld,%lld reps=%d threads=%d GFLOP=%.3f wall=%.3fs cpu=%.3fs %.1f GFLOP/s wall, "
+                "%.1f GFLOP/s per cpu-second x threads\n", what.c_str(), B, H, N, d, reps, g_threads, gf, secs, cpus,
+                gf / secs, gf / cpus * g_threads);
+    return 0;
+}
+
 int probe(const std::string& what, const std::string& shp, int reps) {
     omp_set_num_threads(g_threads);
     long long B, H, N, d;
     if (std::sscanf(shp.c_str(), "%lld,%lld,%lld,%lld", &B, &H, &N, &d) != 4) return 2;
+    if (what.rfind("sdpa_", 0) == 0) return probe_sdpa(what, B, H, N, d, reps);
     const bool causal = what.rfind("causal", 0) == 0;
     const bool bwd    = what.find("fwdbwd") != std::string::npos;
     Problem    pr(B, H, N, d, causal);
