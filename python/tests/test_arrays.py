@@ -221,5 +221,5 @@ def test_attention_argument_types():
     np.testing.assert_allclose(qkv.scaled_dot_product_attention(q, q, q, scale=np.float32(0.5)).numpy(),
                                qkv.scaled_dot_product_attention(q, q, q, scale=0.5).numpy())
     i = np.ones((1, 1, 2, 4), np.int64)
-    with pytest.raises(qkv.Error, match=r"must share a float dtype \(float32, float64 or bfloat16\), got q int64, k int64, v int64"):
+    with pytest.raises(qkv.Error, match=r"must share a float dtype \(float32, float64, bfloat16 or float16\), got q int64, k int64, v int64"):
         qkv.scaled_dot_product_attention(i, i, i)
