@@ -2,9 +2,12 @@
 // bench/attn_side_by_side.py (PyTorch anchor). GFLOP/s with the convention of
 // /work/shared/bench/attn_bench.py: forward 4*B*H*N*N*d, backward 2.5x forward, causal half.
 //   bench_attention [--threads=2] [--isa=avx512|avx2|scalar] [google-benchmark flags]
+//                  (BM_attention_sdpa_dtype_fwd: the op on float32 / float16 / bfloat16 tensors;
+//                  BM_fp16_convert_*: the F16C conversions against the scalar reference)
 //   bench_attention --mem [N]      peak-RSS probe: (1, 8, N, 64) forward+backward, N = 16384
 //   bench_attention --tiles        tile-GEMM probe: micro-kernel vs dnnl_sgemm, 1 thread
 //   bench_attention --probe=fwd|fwdbwd|causal_fwd|causal_fwdbwd --shape=B,H,N,d --reps=R
+//   bench_attention --probe=sdpa_<f32|f16|bf16>_<fwd|causal_fwd> ...   the op on tensors of that dtype
 //                  [--dropout=P]   fixed work, rated per CPU-second (robust on a busy machine)
 #include <benchmark/benchmark.h>
 #include <dnnl.h>
@@ -23,8 +26,12 @@
 
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/flash_kernels.h"
+#include "kernels/cpu/fp16.h"
 #include "kernels/params.h"
 #include "qkv/core/error.h"
+#include "qkv/core/fp16.h"
+#include "qkv/core/tensor.h"
+#include "qkv/ops/attention.h"
 #include "isa_cap.h"
 
 namespace {
@@ -267,6 +274,72 @@ void precision_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_attention_flash_precision_fwd)->Apply(precision_shapes);
 BENCHMARK(BM_attention_flash_precision_fwdbwd)->Apply(precision_shapes);
 
+// The op on storage dtypes (ops/attention.h), forward, on the side-by-side shapes, causal (top-left)
+// too: float16 q, k, v (widened by F16C, the fp32 flash kernel, the output rounded back) and
+// bfloat16 (widened, bf16 compute) against the same call on float32 tensors, the reference path
+// whose cost the conversions add to. Arg dtype: 0 float32, 1 float16, 2 bfloat16. The side by side
+// with PyTorch 2.6's float16 attention is bench/torch2_attn_fp16.py (bench/RESULTS.md).
+void BM_attention_sdpa_dtype_fwd(benchmark::State& st) {
+    omp_set_num_threads(g_threads);
+    const int64_t B = st.range(0), H = st.range(1), N = st.range(2), d = st.range(3);
+    const bool causal = st.range(4) != 0;
+    const qkv::DType dt = st.range(5) == 1 ? qkv::DType::f16 : st.range(5) == 2 ? qkv::DType::bf16 : qkv::DType::f32;
+    Problem pr(B, H, N, d, false);  // its random q, k, v
+    auto tensor = [&](const std::vector<float>& x) { return qkv::from_vector(x, {B, H, N, d}).to(dt); };
+    const qkv::Tensor q = tensor(pr.q), k = tensor(pr.k), v = tensor(pr.v);
+    qkv::AttentionMask m;
+    m.causal = causal ? qkv::CausalAlign::top_left : qkv::CausalAlign::none;
+    qkv::AttentionOptions opt;
+    opt.backend = qkv::AttentionBackend::flash;
+    for (auto _ : st) {
+        qkv::Tensor out = qkv::scaled_dot_product_attention(q, k, v, m, opt);
+        benchmark::DoNotOptimize(out.raw_data());
+    }
+    st.counters["GFLOP/s"] = benchmark::Counter(attn_flops(B, H, N, d, causal, false) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(std::string(qkv::dtype_name(dt)) + (causal ? " causal " : " ") +
+                cpu::isa_name(cpu::fp32_variant_isa()) + " threads=" + std::to_string(g_threads));
+}
+void sdpa_dtype_shapes(benchmark::internal::Benchmark* b) {
+    for (const auto& s : {std::vector<int64_t>{8, 8, 128, 64}, {4, 8, 512, 64}, {1, 8, 2048, 64}, {1, 8, 4096, 64}})
+        for (int64_t causal : {0, 1})
+            for (int64_t dt : {0, 1, 2}) b->Args({s[0], s[1], s[2], s[3], causal, dt});
+    b->ArgNames({"B", "H", "N", "d", "causal", "dtype"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_attention_sdpa_dtype_fwd)->Apply(sdpa_dtype_shapes);
+
+// The float16 conversions of one (1, 8, 4096, 64) tensor (2 Mi elements): the F16C kernels
+// (cpu/fp16.h, threaded) against core/fp16.h's scalar reference loops. Arg: 0 reference, 1 kernel.
+void BM_fp16_convert_to(benchmark::State& st) {
+    omp_set_num_threads(g_threads);
+    const int64_t n = int64_t(1) << 21;
+    Problem pr(1, 8, 4096, 64, false);
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    for (auto _ : st) {
+        if (st.range(0)) cpu::convert_to_fp16(pr.q.data(), h.data(), n);
+        else qkv::float_to_fp16(pr.q.data(), h.data(), n);
+        benchmark::ClobberMemory();
+    }
+    st.SetBytesProcessed(int64_t(st.iterations()) * n * 6);
+    st.SetLabel(st.range(0) ? cpu::isa_name(cpu::fp32_variant_isa()) : "scalar reference");
+}
+void BM_fp16_convert_from(benchmark::State& st) {
+    omp_set_num_threads(g_threads);
+    const int64_t n = int64_t(1) << 21;
+    Problem pr(1, 8, 4096, 64, false);
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    qkv::float_to_fp16(pr.q.data(), h.data(), n);
+    for (auto _ : st) {
+        if (st.range(0)) cpu::convert_from_fp16(h.data(), pr.out.data(), n);
+        else qkv::fp16_to_float(h.data(), pr.out.data(), n);
+        benchmark::ClobberMemory();
+    }
+    st.SetBytesProcessed(int64_t(st.iterations()) * n * 6);
+    st.SetLabel(st.range(0) ? cpu::isa_name(cpu::fp32_variant_isa()) : "scalar reference");
+}
+BENCHMARK(BM_fp16_convert_to)->Arg(0)->Arg(1)->ArgName("kernel")->UseRealTime();
+BENCHMARK(BM_fp16_convert_from)->Arg(0)->Arg(1)->ArgName("kernel")->UseRealTime();
+
 long maxrss_kib() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
@@ -333,10 +406,37 @@ int tile_probe() {
     return 0;
 }
 
+// The op (scaled_dot_product_attention, flash backend) on float32, float16 or bfloat16 tensors:
+// --probe=sdpa_<f32|f16|bf16>_<fwd|causal_fwd>, rated per CPU-second as probe() does.
+int probe_sdpa(const std::string& what, long long B, long long H, long long N, long long d, int reps) {
+    const std::string dts = what.substr(5, what.find('_', 5) - 5);
+    const bool causal = what.find("causal") != std::string::npos;
+    const qkv::DType dt = dts == "f16" ? qkv::DType::f16 : dts == "bf16" ? qkv::DType::bf16 : qkv::DType::f32;
+    Problem pr(B, H, N, d, false);
+    auto tensor = [&](const std::vector<float>& x) { return qkv::from_vector(x, {B, H, N, d}).to(dt); };
+    const qkv::Tensor q = tensor(pr.q), k = tensor(pr.k), v = tensor(pr.v);
+    qkv::AttentionMask m;
+    m.causal = causal ? qkv::CausalAlign::top_left : qkv::CausalAlign::none;
+    qkv::AttentionOptions opt;
+    opt.backend = qkv::AttentionBackend::flash;
+    (void)qkv::scaled_dot_product_attention(q, k, v, m, opt);  // warm-up
+    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) (void)qkv::scaled_dot_product_attention(q, k, v, m, opt);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpus = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double gf   = attn_flops(B, H, N, d, causal, false) * reps / 1e9;
+    std::printf("PROBE %s %lld,%lld,%lld,%lld reps=%d threads=%d GFLOP=%.3f wall=%.3fs cpu=%.3fs %.1f GFLOP/s wall, "
+                "%.1f GFLOP/s per cpu-second x threads\n", what.c_str(), B, H, N, d, reps, g_threads, gf, secs, cpus,
+                gf / secs, gf / cpus * g_threads);
+    return 0;
+}
+
 int probe(const std::string& what, const std::string& shp, int reps) {
     omp_set_num_threads(g_threads);
     long long B, H, N, d;
     if (std::sscanf(shp.c_str(), "%lld,%lld,%lld,%lld", &B, &H, &N, &d) != 4) return 2;
+    if (what.rfind("sdpa_", 0) == 0) return probe_sdpa(what, B, H, N, d, reps);
     const bool causal = what.rfind("causal", 0) == 0;
     const bool bwd    = what.find("fwdbwd") != std::string::npos;
     Problem    pr(B, H, N, d, causal);

@@ -6,7 +6,8 @@ it cannot share unless ``copy=True``), ``np.asarray(t)`` and ``memoryview(t)`` u
 protocol, and ``__dlpack__`` / ``qkv.from_dlpack`` exchange CPU tensors with numpy or PyTorch.
 ``t.to("bfloat16")`` stores bfloat16 (round to nearest even): views, copies, ``.to`` and DLPack
 (``torch.from_dlpack``) only; numpy has none, so ``t.numpy()`` raises TypeError, and computing
-ops raise ``qkv.Error`` until ``t.to("float32")``.
+ops raise ``qkv.Error`` until ``t.to("float32")``. ``t.to("float16")`` stores IEEE half (storage
+only likewise), shared with numpy's ``float16`` both ways; attention takes float16 q, k, v.
 Attention takes (B, H, T, D) arrays (batch, heads, time, head width); arrays laid out
 (B, T, H, D) must say ``layout="BTHD"``.
 

@@ -98,6 +98,8 @@ void bind_attention_op(pyb::module_& m) {
         R"(softmax(q kᵀ · scale + mask) v (D2L 11.3.2; Vaswani et al. 2017 eq. 1), differentiable.
 
 q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) -> (B, H, Tq, Dv); or all rank 3 (B, T, D).
+float32 or float64; or all three float16 (computed in fp32, output float16) or bfloat16 (bf16
+products, output bfloat16), inference only.
 Arrays laid out (B, T, H, D) (PyTorch's nn.MultiheadAttention internals, FlashAttention's API) must
 say layout='BTHD' (read through transposed views, no copy; the output is (B, Tq, H, Dv) then):
 the default reads dim 1 as heads, and mismatching dims raise ValueError naming the layout.

@@ -48,10 +48,11 @@ DType dtype_of_array(const pyb::array& a, const char* arg) {
     const auto size = a.itemsize();
     if (kind == 'f' && size == 4) return DType::f32;
     if (kind == 'f' && size == 8) return DType::f64;
+    if (kind == 'f' && size == 2) return DType::f16;
     if (kind == 'i' && size == 8) return DType::i64;
     if (kind == 'b' && size == 1) return DType::b8;
     throw pyb::type_error(detail::str(arg, ": dtype ", std::string(pyb::str(a.dtype())),
-                                      " is not supported (qkv takes float32, float64, int64 or bool)"));
+                                      " is not supported (qkv takes float32, float64, float16, int64 or bool)"));
 }
 
 /// Storage whose bytes belong to a Python object (a numpy array, a DLPack producer): the Storage
@@ -79,6 +80,7 @@ DLDataType dl_dtype(DType t) {
         case DType::i64: return {0, 64, 1};
         case DType::b8: return {6, 8, 1};
         case DType::bf16: return {4, 16, 1};  // kDLBfloat, as torch exports torch.bfloat16
+        case DType::f16: return {2, 16, 1};   // kDLFloat, 16 bits: torch.float16, numpy float16
     }
     return {0, 0, 0};
 }
@@ -138,9 +140,10 @@ Tensor from_dlpack(const pyb::object& obj) {
     else if (ty.code == 0 && ty.bits == 64) dt = DType::i64;
     else if (ty.code == 6 && ty.bits == 8) dt = DType::b8;
     else if (ty.code == 4 && ty.bits == 16) dt = DType::bf16;
+    else if (ty.code == 2 && ty.bits == 16) dt = DType::f16;
     else
         throw pyb::type_error(detail::str("from_dlpack: dtype code ", int(ty.code), " with ", int(ty.bits),
-                                          " bits is not supported (float32, float64, int64, bool or bfloat16)"));
+                                          " bits is not supported (float32, float64, int64, bool, bfloat16 or float16)"));
     Shape shape(d.shape, d.shape + d.ndim);
     Shape strides = d.strides != nullptr ? Shape(d.strides, d.strides + d.ndim) : contiguous_strides(shape);
     int64_t span = 1;  // elements from the first to one past the last
@@ -174,7 +177,8 @@ DType parse_dtype(const pyb::handle& h) {
         if (s == "int64") return DType::i64;
         if (s == "bool") return DType::b8;
         if (s == "bfloat16") return DType::bf16;
-        throw pyb::type_error(detail::str("dtype: '", s, "' is not one of float32, float64, int64, bool, bfloat16"));
+        if (s == "float16") return DType::f16;
+        throw pyb::type_error(detail::str("dtype: '", s, "' is not one of float32, float64, int64, bool, bfloat16, float16"));
     }
     pyb::array probe(pyb::dtype::from_args(pyb::reinterpret_borrow<pyb::object>(h)), std::vector<ssize_t>{0});
     return dtype_of_array(probe, "dtype");
@@ -227,6 +231,7 @@ pyb::dtype numpy_dtype(DType t) {
         case DType::f64: return pyb::dtype::of<double>();
         case DType::i64: return pyb::dtype::of<int64_t>();
         case DType::b8: return pyb::dtype::of<bool>();
+        case DType::f16: return pyb::dtype("float16");
         case DType::bf16:
             throw pyb::type_error("numpy has no bfloat16: convert first, t.to('float32').numpy() (exact), or "
                                   "share the bfloat16 tensor through DLPack (torch.from_dlpack(t))");
@@ -373,7 +378,8 @@ void def_tensor_interop(pyb::class_<Tensor>& T) {
             const auto isz = dtype_size(t.dtype());
             std::vector<pyb::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
             for (int64_t s : t.strides()) strides.push_back(s * isz);
-            const char* fmt = t.dtype() == DType::f32 ? "f" : t.dtype() == DType::f64 ? "d" : t.dtype() == DType::i64 ? "q" : "?";
+            const DType d   = t.dtype();
+            const char* fmt = d == DType::f32 ? "f" : d == DType::f64 ? "d" : d == DType::i64 ? "q" : d == DType::f16 ? "e" : "?";
             return pyb::buffer_info(t.raw_data(), isz, fmt, t.dim(), shape, strides);
         })
         .def("__dlpack__", [](const Tensor& t, const pyb::object& stream, const pyb::object& max_version,
@@ -516,7 +522,8 @@ void bind_runtime_settings(pyb::module_& m) {
 
 void bind_tensor(pyb::module_& m) {
     pyb::class_<Tensor> T(m, "Tensor", pyb::buffer_protocol(), R"(An n-d array of qkv (float32, float64, int64,
-bool, or bfloat16 for storage only: .to('float32') before computing) with autograd state. Shares memory with the numpy arrays it was made from or gives out
+bool, or bfloat16 / float16 for storage only: .to('float32') before computing) with autograd state.
+Shares memory with the numpy arrays it was made from or gives out
 (qkv.from_numpy, Tensor.numpy, np.asarray(t), memoryview(t), DLPack). Attention inputs are
 (B, H, T, D): batch, heads, time, head width (see qkv.scaled_dot_product_attention).)");
     def_tensor_interop(T);

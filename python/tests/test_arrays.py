@@ -106,8 +106,8 @@ def test_arrays_that_cannot_be_shared_need_copy_true():
 
 
 def test_dtype_errors_name_the_argument():
-    with pytest.raises(TypeError, match=r"^a: dtype float16"):
-        qkv.from_numpy(np.ones(3, dtype=np.float16))
+    with pytest.raises(TypeError, match=r"^a: dtype complex64"):
+        qkv.from_numpy(np.ones(3, dtype=np.complex64))
     q = np.ones((1, 1, 2, 4), dtype=np.int32)
     with pytest.raises(TypeError, match=r"^q: dtype int32"):
         qkv.scaled_dot_product_attention(q, q, q)
@@ -155,6 +155,45 @@ def test_bfloat16_storage_numpy_refused_dlpack_shared():
     np.testing.assert_array_equal(w.contiguous().to("float32").numpy(), t.to("float32").numpy().T)
 
 
+def test_float16_shares_memory_with_numpy_both_ways():
+    # 1 + 2^-11 is a tie (even below: down); 65520 rounds to inf; 2^-24 is the smallest subnormal.
+    x = np.array([[1.0, 1.0 + 2.0**-11, 65520.0], [2.0**-24, -0.0, 300.0]], dtype=np.float32)
+    t = qkv.tensor(x).to("float16")
+    assert t.dtype == "float16" and "float16" in repr(t)
+    np.testing.assert_array_equal(t.numpy(), x.astype(np.float16))  # numpy's RNE, bit for bit
+    assert t.numpy().dtype == np.float16
+    h = np.array([0.5, -2.0, np.inf], dtype=np.float16)
+    u = qkv.from_numpy(h)  # shared, not copied
+    assert u.dtype == "float16" and u.data_ptr() == h.ctypes.data
+    np.testing.assert_array_equal(np.asarray(u), h)
+    assert memoryview(u).format == "e"
+    np.testing.assert_array_equal(u.to("float32").numpy(), h.astype(np.float32))
+    assert qkv.from_dlpack(u).dtype == "float16"
+    with pytest.raises(qkv.Error, match=r"add: float16 tensors are storage only"):
+        u + u
+    g = qkv.tensor(np.ones(2, np.float32), requires_grad=True)
+    with pytest.raises(qkv.Error, match=r"to\(float16\): the tensor requires grad"):
+        g.to("float16")
+
+
+def test_float16_attention_computes_in_fp32_with_minus_inf_masks():
+    rng = np.random.default_rng(3)
+    # Entries ~300 with D = 64: logits q·k/8 reach ~7e5, past float16's 65504.
+    q = (rng.uniform(250, 300, (1, 2, 5, 64))).astype(np.float16)
+    k = (rng.uniform(-300, 300, (1, 2, 7, 64))).astype(np.float16)
+    v = rng.standard_normal((1, 2, 7, 8)).astype(np.float16)
+    mask = np.zeros((5, 7), np.float16)
+    mask[:, 2] = -np.inf
+    mask[3, :] = -np.inf  # a fully masked row
+    out = qkv.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert out.dtype == "float16"
+    want = qkv.scaled_dot_product_attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                                            mask=mask.astype(np.float32)).numpy().astype(np.float16)
+    np.testing.assert_array_equal(out.numpy(), want)
+    assert np.isfinite(out.numpy()).all()
+    assert (out.numpy()[:, :, 3] == 0).all()
+
+
 def test_dtype_none_and_bfloat16_of_a_tensor_requiring_grad_are_refused():
     t = qkv.tensor(np.ones(3, np.float32))
     with pytest.raises(TypeError, match="dtype: expected a dtype name or numpy dtype, got None"):
@@ -182,5 +221,5 @@ def test_attention_argument_types():
     np.testing.assert_allclose(qkv.scaled_dot_product_attention(q, q, q, scale=np.float32(0.5)).numpy(),
                                qkv.scaled_dot_product_attention(q, q, q, scale=0.5).numpy())
     i = np.ones((1, 1, 2, 4), np.int64)
-    with pytest.raises(qkv.Error, match=r"must share a float dtype \(float32, float64 or bfloat16\), got q int64, k int64, v int64"):
+    with pytest.raises(qkv.Error, match=r"must share a float dtype \(float32, float64, bfloat16 or float16\), got q int64, k int64, v int64"):
         qkv.scaled_dot_product_attention(i, i, i)

@@ -13,6 +13,7 @@ const char* dtype_name(DType t) {
         case DType::i64: return "int64";
         case DType::b8: return "bool";
         case DType::bf16: return "bfloat16";
+        case DType::f16: return "float16";
     }
     return "?";
 }

@@ -60,6 +60,7 @@ template float*   Tensor::data<float>() const;
 template double*  Tensor::data<double>() const;
 template int64_t* Tensor::data<int64_t>() const;
 template bfloat16* Tensor::data<bfloat16>() const;
+template float16* Tensor::data<float16>() const;
 template <>
 bool* Tensor::data<bool>() const {
     QKV_CHECK(dtype() == DType::b8, "data: tensor has dtype ", dtype_name(dtype()),
@@ -79,6 +80,7 @@ double load_as_double(const void* base, DType t, int64_t i) {
         case DType::i64: return double(static_cast<const int64_t*>(base)[i]);
         case DType::b8: return static_cast<const uint8_t*>(base)[i] ? 1.0 : 0.0;
         case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+        case DType::f16: return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
     }
     return 0;
 }
@@ -108,6 +110,7 @@ template std::vector<float>   Tensor::to_vector<float>() const;
 template std::vector<double>  Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 template std::vector<bfloat16> Tensor::to_vector<bfloat16>() const;
+template std::vector<float16> Tensor::to_vector<float16>() const;
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
     QKV_CHECK(dtype() == DType::b8, "to_vector: tensor has dtype ", dtype_name(dtype()),
@@ -137,6 +140,7 @@ Tensor full(const Shape& shape, double value, DType dtype) {
         case DType::i64: fill(t.data<int64_t>(), int64_t(value)); break;
         case DType::b8: fill(static_cast<uint8_t*>(t.raw_data()), uint8_t(value != 0 ? 1 : 0)); break;
         case DType::bf16: fill(static_cast<uint16_t*>(t.raw_data()), bf16_bits(value)); break;
+        case DType::f16: fill(static_cast<uint16_t*>(t.raw_data()), fp16_bits(value)); break;
     }
     return t;
 }
@@ -161,6 +165,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
             case DType::i64: t.data<int64_t>()[i] = int64_t(v); break;
             case DType::b8: QKV_CHECK(false, "arange: bool dtype is not supported");
             case DType::bf16: t.data<bfloat16>()[i] = bfloat16{bf16_bits(v)}; break;
+            case DType::f16: t.data<float16>()[i] = float16{fp16_bits(v)}; break;
         }
     }
     return t;
@@ -184,6 +189,7 @@ template Tensor from_vector<double>(const std::vector<double>&, const Shape&);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&);
 template Tensor from_vector<bfloat16>(const std::vector<bfloat16>&, const Shape&);
+template Tensor from_vector<float16>(const std::vector<float16>&, const Shape&);
 
 namespace {
 template <class T, class F>

@@ -15,6 +15,7 @@ const char* st_dtype(DType t) {
         case DType::i64: return "I64";
         case DType::b8: return "BOOL";
         case DType::bf16: return "BF16";
+        case DType::f16: return "F16";
     }
     return "?";
 }
@@ -37,9 +38,11 @@ void save_safetensors(const std::string& path,
     write_safetensors(path, views, metadata);
 }
 
-std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf16_as) {
+std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf16_as, DType f16_as) {
     QKV_CHECK(bf16_as == DType::f32 || bf16_as == DType::bf16, "load_safetensors: '", path,
               "': bf16_as must be float32 or bfloat16, got ", dtype_name(bf16_as));
+    QKV_CHECK(f16_as == DType::f32 || f16_as == DType::f16, "load_safetensors: '", path,
+              "': f16_as must be float32 or float16, got ", dtype_name(f16_as));
     const SafeTensorsFile f(path);
     std::map<std::string, Tensor> out;
     for (const SafeTensorInfo& e : f.entries()) {
@@ -54,9 +57,14 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf
             t = Tensor::empty(e.shape, DType::b8);
             bool* d = t.data<bool>();
             for (int64_t i = 0; i < n; ++i) d[i] = bytes[size_t(i)] != 0;
-        } else if (e.dtype == "BF16" && bf16_as == DType::bf16) {
-            t = Tensor::empty(e.shape, DType::bf16);
+        } else if ((e.dtype == "BF16" && bf16_as == DType::bf16) || (e.dtype == "F16" && f16_as == DType::f16)) {
+            t = Tensor::empty(e.shape, e.dtype == "F16" ? DType::f16 : DType::bf16);
             if (n) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
+        } else if (e.dtype == "F16") {
+            // Every float16 is a float32: widening is exact (through the F16C conversion of copy_).
+            Tensor h = Tensor::empty(e.shape, DType::f16);
+            if (n) std::memcpy(h.raw_data(), bytes.data(), bytes.size());
+            t = h.to(DType::f32);
         } else if (e.dtype == "BF16") {
             // bfloat16 is the top half of an IEEE float32: widening is exact.
             t = Tensor::empty(e.shape, DType::f32);
@@ -70,7 +78,7 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf
         } else {
             throw Error(detail::str("load_safetensors: '", path, "': tensor '", e.name,
                                     "' has dtype ", e.dtype,
-                                    ", which qkv cannot load (F32, F64, I64, BOOL, BF16)"));
+                                    ", which qkv cannot load (F32, F64, I64, BOOL, BF16, F16)"));
         }
         out.emplace(e.name, std::move(t));
     }

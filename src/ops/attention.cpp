@@ -50,7 +50,7 @@ Call normalise(const Tensor& q, const Tensor& k, const Tensor& v) {
               "scaled_dot_product_attention: q, k, v must all be (B, H, T, D) or (B, T, D), got q ",
               q.shape(), ", k ", k.shape(), ", v ", v.shape());
     QKV_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()),
-              "scaled_dot_product_attention: q, k, v must share a float dtype (float32, float64 or bfloat16), got q ",
+              "scaled_dot_product_attention: q, k, v must share a float dtype (float32, float64, bfloat16 or float16), got q ",
               dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()));
     Call c;
     c.rank3 = q.dim() == 3;
@@ -411,16 +411,20 @@ AttentionBackend select_attention_backend(const Tensor& q, const Tensor& k, cons
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& opt, Tensor* weights) {
     if (q.defined() && k.defined() && v.defined() &&
-        (q.dtype() == DType::bf16 || k.dtype() == DType::bf16 || v.dtype() == DType::bf16)) {
-        QKV_CHECK(q.dtype() == DType::bf16 && k.dtype() == DType::bf16 && v.dtype() == DType::bf16,
+        (is_half_storage(q.dtype()) || is_half_storage(k.dtype()) || is_half_storage(v.dtype()))) {
+        QKV_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
                   "scaled_dot_product_attention: q, k, v must share a dtype, got ", dtype_name(q.dtype()), ", ",
                   dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
-        // bf16 storage: exact float32 values, bf16 compute, the output rounded back (header).
+        // bf16 / f16 storage: exact float32 values, the output rounded back (header). bf16 computes
+        // its products in bf16 (as PyTorch's bf16 attention); f16 computes in fp32 whatever the
+        // thread's matmul precision: rounding its 11-bit operands to bf16 would lose 3 bits, and
+        // fp32 logits cannot overflow where half arithmetic would (q·k beyond 65504).
+        const DType half = q.dtype();
         AttentionMask m = mask;
-        if (m.mask.defined() && m.mask.dtype() == DType::bf16) m.mask = m.mask.to(DType::f32);
-        const MatmulPrecisionGuard bf16(MatmulPrecision::bf16);
+        if (m.mask.defined() && is_half_storage(m.mask.dtype())) m.mask = m.mask.to(DType::f32);
+        const MatmulPrecisionGuard precision(half == DType::bf16 ? MatmulPrecision::bf16 : MatmulPrecision::fp32);
         return scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), m, opt, weights)
-            .to(DType::bf16);
+            .to(half);
     }
     const Call c = normalise(q, k, v);
     QKV_CHECK(opt.dropout >= 0 && opt.dropout < 1, "scaled_dot_product_attention: dropout must be in [0, 1), got ",

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/strided.h"
+#include "kernels/cpu/fp16.h"
 #include "ops/dispatch.h"
 #include "qkv/autograd/grad_mode.h"
 #include "qkv/autograd/node.h"
@@ -327,19 +328,28 @@ Tensor logical_not(const Tensor& mask) {
 
 namespace {
 /// One element of copy_ converted from S to D (bool as uint8_t). To b8: nonzero (PyTorch's rule;
-/// a plain uint8_t cast made 0.5 false and 256 UB). To bf16: RNE, rounded once from f32, f64 or
-/// the integer (bf16_bits, bf16_bits_from_int). From bf16: exact to f32/f64, to i64 through the
-/// exact float (truncates toward zero, as PyTorch), to b8 nonzero (NaN true, -0 false). Otherwise
-/// a C++ conversion (float -> i64 truncates toward zero).
+/// a plain uint8_t cast made 0.5 false and 256 UB). To bf16 / f16: RNE, rounded once from f32, f64
+/// or the integer (bf16_bits, fp16_bits, *_from_int); between bf16 and f16 through the exact float
+/// (one rounding). From bf16 / f16: exact to f32/f64, to i64 through the exact float (truncates
+/// toward zero, as PyTorch), to b8 nonzero (NaN true, -0 false). Otherwise a C++ conversion
+/// (float -> i64 truncates toward zero).
 template <class D, class S>
 inline D convert_element(S s) {
-    if constexpr (std::is_same_v<S, bfloat16>) {
-        if constexpr (std::is_same_v<D, bfloat16>) return s;
-        else if constexpr (std::is_same_v<D, uint8_t>) return uint8_t((s.bits & 0x7fffu) != 0);
-        else return D(bf16_to_float(s.bits));
+    constexpr bool s_half = std::is_same_v<S, bfloat16> || std::is_same_v<S, float16>;
+    if constexpr (std::is_same_v<S, D>) {
+        return s;
+    } else if constexpr (s_half) {
+        if constexpr (std::is_same_v<D, uint8_t>) return uint8_t((s.bits & 0x7fffu) != 0);
+        const float f = std::is_same_v<S, bfloat16> ? bf16_to_float(s.bits) : fp16_to_float(s.bits);
+        if constexpr (std::is_same_v<D, bfloat16>) return bfloat16{bf16_bits(f)};
+        else if constexpr (std::is_same_v<D, float16>) return float16{fp16_bits(f)};
+        else return D(f);
     } else if constexpr (std::is_same_v<D, bfloat16>) {
         if constexpr (std::is_floating_point_v<S>) return bfloat16{bf16_bits(s)};
         else return bfloat16{bf16_bits_from_int(int64_t(s))};
+    } else if constexpr (std::is_same_v<D, float16>) {
+        if constexpr (std::is_floating_point_v<S>) return float16{fp16_bits(s)};
+        else return float16{fp16_bits_from_int(int64_t(s))};
     } else if constexpr (std::is_same_v<D, uint8_t> && !std::is_same_v<S, uint8_t>) {
         return uint8_t(s != 0);
     } else {
@@ -355,6 +365,12 @@ void copy_kernel(Tensor& dst, const Tensor& src, const Shape& ss) {
     if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
         pd += dst.offset();
         ps += src.offset();
+        // float32 <-> float16 on F16C vectors (the same bits as convert_element's fp16_bits).
+        if constexpr (std::is_same_v<D, float16> && std::is_same_v<S, float>) {
+            return kernels::cpu::convert_to_fp16(ps, reinterpret_cast<uint16_t*>(pd), n);
+        } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float16>) {
+            return kernels::cpu::convert_from_fp16(reinterpret_cast<const uint16_t*>(ps), pd, n);
+        }
 #pragma omp parallel for if (n > detail::kParallelGrain) schedule(static)
         for (int64_t i = 0; i < n; ++i) pd[i] = convert_element<D>(ps[i]);
         return;

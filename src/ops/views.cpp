@@ -196,10 +196,10 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(DType dt) const {
     if (dt == dtype()) return *this;
-    // A gradient cannot flow through bf16 storage: refuse rather than cut the graph silently.
-    QKV_CHECK(!(dt == DType::bf16 && requires_grad() && grad_enabled()), "to(bfloat16): the tensor requires grad, "
-              "and bfloat16 tensors are storage only (no gradient flows through them); call .detach() first, or "
-              "convert under no_grad");
+    // A gradient cannot flow through bf16 or f16 storage: refuse rather than cut the graph silently.
+    QKV_CHECK(!(is_half_storage(dt) && requires_grad() && grad_enabled()), "to(", dtype_name(dt), "): the tensor "
+              "requires grad, and ", dtype_name(dt), " tensors are storage only (no gradient flows through them); "
+              "call .detach() first, or convert under no_grad");
     Tensor out = Tensor::empty(shape(), dt);
     copy_(out, detach());
     if (is_floating(dt) && is_floating(dtype())) {

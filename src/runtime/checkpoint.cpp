@@ -47,6 +47,7 @@ const char* st_dtype(DType d) {
         case DType::i64: return "I64";
         case DType::b8: return "BOOL";
         case DType::bf16: return "BF16";  // never a model's (save_model asks for f32); read back as bf16
+        case DType::f16: return "F16";    // likewise: read back as f16
     }
     return "";
 }
@@ -134,7 +135,8 @@ Tensor to_tensor(const io::SafeTensorsFile& f, const io::SafeTensorInfo& e) {
     else if (e.dtype == "I64") d = DType::i64;
     else if (e.dtype == "BOOL") d = DType::b8;
     else if (e.dtype == "BF16") d = DType::bf16;  // load_state_dict's copy_ widens it exactly
-    else throw Error(detail::str("tensor '", e.name, "' has dtype ", e.dtype, ", expected F32, F64, I64, BOOL or BF16"));
+    else if (e.dtype == "F16") d = DType::f16;    // likewise
+    else throw Error(detail::str("tensor '", e.name, "' has dtype ", e.dtype, ", expected F32, F64, I64, BOOL, BF16 or F16"));
     Tensor t = Tensor::empty(e.shape, d);
     auto b = f.bytes(e.name);
     if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());

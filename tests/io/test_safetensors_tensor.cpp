@@ -1,5 +1,5 @@
 // Tensor adapters of safetensors: save/load round trip of every qkv dtype (incl. 0-d, empty and
-// non-contiguous tensors), BF16 widening or kept as bf16 (bit exact), and errors for dtypes qkv
+// non-contiguous tensors), BF16 and F16 widening or kept as bf16 / f16 (bit exact), and errors for dtypes qkv
 // cannot load and for truncated files.
 #include <gtest/gtest.h>
 
@@ -49,7 +49,7 @@ TEST(SafeTensorsTensor, RoundTripEveryDtype) {
 TEST(SafeTensorsTensor, Bf16WidensAndOtherDtypesAreRejected) {
     TempDir dir;
     const std::vector<uint16_t> bf = {0x3F80, 0xC020, 0x7F80};  // 1, -2.5, +inf
-    const std::vector<uint16_t> f16 = {0x3C00};
+    const std::vector<int32_t> i32 = {7};
     write_safetensors(dir / "bf.safetensors", {{"w", "BF16", {3}, bf.data(), 6}});
     const auto m = load_safetensors(dir / "bf.safetensors");
     EXPECT_EQ(m.at("w").dtype(), DType::f32);
@@ -57,12 +57,12 @@ TEST(SafeTensorsTensor, Bf16WidensAndOtherDtypesAreRejected) {
     EXPECT_EQ(v[0], 1.0f);
     EXPECT_EQ(v[1], -2.5f);
     EXPECT_TRUE(std::isinf(v[2]));
-    write_safetensors(dir / "h.safetensors", {{"h", "F16", {1}, f16.data(), 2}});
+    write_safetensors(dir / "i.safetensors", {{"i", "I32", {1}, i32.data(), 4}});
     try {
-        load_safetensors(dir / "h.safetensors");
+        load_safetensors(dir / "i.safetensors");
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("tensor 'h' has dtype F16"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("tensor 'i' has dtype I32"), std::string::npos)
             << e.what();
     }
 }
@@ -99,6 +99,40 @@ TEST(SafeTensorsTensor, Bf16TensorRoundTripIsBitExact) {
         EXPECT_EQ(u, uint32_t(bits[i]) << 16) << i;
     }
     EXPECT_THROW(load_safetensors(dir / "b.safetensors", DType::f64), Error);
+}
+
+// F16 (IEEE float16): saved as the patterns, kept bit exact with f16_as = f16, widened exactly to
+// f32 by default (what model loaders want).
+TEST(SafeTensorsTensor, F16TensorRoundTripIsBitExactAndWidensExactly) {
+    TempDir dir;
+    // ±0, the smallest subnormal, ±1, ±inf, 65504, a quiet NaN, 0.1's half, 300.
+    const std::vector<uint16_t> bits = {0x0000, 0x8000, 0x0001, 0x3c00, 0xbc00, 0x7c00,
+                                        0xfc00, 0x7bff, 0x7e00, 0x2e66, 0x5cb0, 0x03ff};
+    std::vector<float16> v;
+    for (uint16_t b : bits) v.push_back(float16{b});
+    const Tensor t = from_vector(v, {3, 4});
+    save_safetensors(dir / "h.safetensors", {{"t", t}, {"strided", t.transpose(0, 1)}});
+    const SafeTensorsFile f(dir / "h.safetensors");
+    EXPECT_EQ(f.info("t").dtype, "F16");
+    const auto raw = f.bytes("t");
+    EXPECT_EQ(std::memcmp(raw.data(), bits.data(), 24), 0);
+
+    const auto kept = load_safetensors(dir / "h.safetensors", DType::f32, DType::f16);
+    EXPECT_EQ(kept.at("t").dtype(), DType::f16);
+    EXPECT_EQ(kept.at("t").to_vector<float16>(), v);
+    EXPECT_EQ(kept.at("strided").to_vector<float16>(), t.transpose(0, 1).to_vector<float16>());
+    const auto wide = load_safetensors(dir / "h.safetensors");
+    EXPECT_EQ(wide.at("t").dtype(), DType::f32);
+    const std::vector<float> w = wide.at("t").to_vector<float>();
+    for (size_t i = 0; i < bits.size(); ++i) {
+        if (i == 8) {
+            EXPECT_TRUE(std::isnan(w[i]));
+            continue;
+        }
+        EXPECT_EQ(w[i], fp16_to_float(bits[i])) << i;
+    }
+    EXPECT_EQ(w[7], 65504.0f);
+    EXPECT_THROW(load_safetensors(dir / "h.safetensors", DType::f32, DType::bf16), Error);
 }
 
 TEST(SafeTensorsTensor, TruncatedBf16FileThrows) {

@@ -127,7 +127,7 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<SafeTensorView>& en
 // ---- Tensor adapters ----------------------------------------------------------------------------
 
 /// Saves named tensors (any layout; written contiguous) with dtype f32 -> F32, f64 -> F64,
-/// i64 -> I64, b8 -> BOOL, bf16 -> BF16 (the bit patterns as stored). Throws like
+/// i64 -> I64, b8 -> BOOL, bf16 -> BF16, f16 -> F16 (the bit patterns as stored). Throws like
 /// write_safetensors.
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -135,9 +135,11 @@ void save_safetensors(const std::string& path,
 
 /// Loads every tensor of a file: F32, F64, I64, BOOL map to f32, f64, i64, b8; BF16 is widened
 /// to f32 (exact; the default, what model loaders want) or, with bf16_as = DType::bf16, kept as
-/// a bf16 tensor (bit exact). Other dtypes throw qkv::Error naming the tensor and its dtype, as
-/// does a bf16_as other than f32 or bf16; file problems throw SafeTensorsError (a truncated
-/// file included). BOOL bytes other than 0 become 1.
-std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf16_as = DType::f32);
+/// a bf16 tensor (bit exact); F16 likewise: widened to f32 (exact) or, with f16_as = DType::f16,
+/// kept as a float16 tensor. Other dtypes throw qkv::Error naming the tensor and its dtype, as
+/// does a bf16_as other than f32 or bf16 (f16_as other than f32 or f16); file problems throw
+/// SafeTensorsError (a truncated file included). BOOL bytes other than 0 become 1.
+std::map<std::string, Tensor> load_safetensors(const std::string& path, DType bf16_as = DType::f32,
+                                               DType f16_as = DType::f32);
 
 }  // namespace qkv::io

@@ -81,7 +81,17 @@ Tensor alibi_slopes(int64_t num_heads);
 /// dtypes: q, k, v float32 or float64 alike; or all three bfloat16 (storage, core/bf16.h): then
 /// they are widened (exactly) to float32, attention runs with bf16 compute (ops/precision.h) and
 /// the output is rounded to bfloat16 (weights, when asked, stay float32); no gradient flows
-/// through bfloat16 tensors (inference).
+/// through bfloat16 tensors (inference). Or all three float16 (storage, core/fp16.h; a mixed set
+/// throws naming the three dtypes): widened exactly to float32 (F16C), attention computed in
+/// fp32 whatever the thread's matmul precision (so logits q·k beyond fp16's 65504 do not
+/// overflow, as they would in half arithmetic), masks as for float32 (a bfloat16 / float16
+/// additive mask is widened; -inf hides a key; a fully masked row gives 0), the output rounded
+/// once to float16 (RNE: relative error 2^-11 on top of fp32 attention's); weights stay float32;
+/// no gradient (float16 tensors never require grad). This runs on every CPU the same way: no
+/// tier computes in native half (AVX-512-FP16's vfmadd*ph / AMX-FP16 would need their own flash
+/// kernel build, tested on such a machine; the fp32 kernels here already accumulate in fp32, as
+/// PyTorch's CPU float16 attention does). Source: PyTorch's scaled_dot_product_attention, whose
+/// CPU kernels accumulate float16 in float32 too.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& mask = {},
                                     const AttentionOptions& opt = {}, Tensor* weights = nullptr);

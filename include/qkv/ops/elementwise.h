@@ -1,10 +1,10 @@
 #pragma once
 // Element-wise ops with NumPy broadcasting; all differentiable for f32/f64.
 // Binary ops require equal dtypes (no implicit promotion) and throw qkv::Error naming the op and
-// both shapes when the shapes do not broadcast. bf16 is storage only: the arithmetic ops and the
-// comparisons throw qkv::Error "<op>: bfloat16 tensors are storage only ...; convert with
-// .to(DType::f32) first"; where, masked_fill, fill_ and copy_ (which only move or convert
-// elements) accept it.
+// both shapes when the shapes do not broadcast. bf16 and f16 are storage only: the arithmetic ops
+// and the comparisons throw qkv::Error "<op>: bfloat16 (float16) tensors are storage only ...;
+// convert with .to(DType::f32) first"; where, masked_fill, fill_ and copy_ (which only move or
+// convert elements) accept them.
 #include "qkv/core/tensor.h"
 
 namespace qkv {

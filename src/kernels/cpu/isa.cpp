@@ -28,11 +28,18 @@ bool cpuid_bit(unsigned subleaf, int reg, int bit) {
     return (r[reg] >> bit) & 1u;
 }
 constexpr int kEax = 0, kEdx = 3;
+// CPUID leaf 1 ECX bit 29: F16C (vcvtph2ps / vcvtps2ph), which the avx2 tier's float16
+// conversions use (every AVX2 CPU has it; checked so a CPU without it gets the scalar tier).
+bool has_f16c() {
+    unsigned r[4] = {0, 0, 0, 0};
+    if (!__get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) return false;
+    return (r[2] >> 29) & 1u;
+}
 
 CpuFeatures detect() {
     __builtin_cpu_init();
     CpuFeatures f;
-    f.avx2        = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    f.avx2        = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     f.avx512      = f.avx2 && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");

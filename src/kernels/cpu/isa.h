@@ -11,7 +11,7 @@ namespace qkv::kernels::cpu {
 /// Instruction-set tiers, in increasing order (each includes the ones before it).
 ///   scalar:      no SIMD kernels; the fast entry points run the reference kernels (flash: its
 ///                portable build).
-///   avx2:        AVX2 + FMA (8 fp32 lanes).
+///   avx2:        AVX2 + FMA + F16C (8 fp32 lanes; F16C converts float16).
 ///   avx512:      AVX-512 F, BW, VL, DQ (16 fp32 lanes).
 ///   avx512_bf16: avx512 + AVX512_BF16 (vdpbf16ps). The bf16 flash attention has a
 ///                vdpbf16ps build (cpu/flash_attention.h: Bf16AttentionPath); the fp32 kernels run
@@ -23,10 +23,12 @@ enum class Isa : uint8_t { scalar, avx2, avx512, avx512_bf16, amx };
 
 /// What the CPU reports (CPUID through __builtin_cpu_supports), read once.
 struct CpuFeatures {
-    bool avx2        = false;  // AVX2 and FMA
+    bool avx2        = false;  // AVX2, FMA and F16C
     bool avx512      = false;  // AVX-512 F, BW, VL and DQ
     bool avx512_bf16 = false;
-    bool avx512_fp16 = false;  // reported for messages and benchmarks; no tier uses it yet
+    // Reported for messages and benchmarks; no tier uses it yet: float16 attention converts to
+    // fp32 on every machine (ops/attention.h), native-half arithmetic would need a tested path.
+    bool avx512_fp16 = false;
     bool amx_tile    = false;
     bool amx_bf16    = false;
     // vdpbf16ps issues at the fp32 FMA rate, so it doubles the products per cycle: AMD's

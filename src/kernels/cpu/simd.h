@@ -5,8 +5,8 @@
 // gives the vector wrappers V8 (AVX2+FMA, 8 lanes) and V16 (AVX-512F/BW, 16 lanes), Vec<Isa> to
 // name them from an Isa, the one polynomial exp every kernel uses (flash included), row reductions
 // (max, Σ, Σ exp), and the lane masks, selects and bit-level operations the kernels need (tails,
-// -inf handling, bf16 rounding and bit patterns, int8 saturation, dropout's mask bytes, the 8 x 8
-// transpose). Kernel bodies are written once as templates over the Isa (cpu/*_simd.h) or over a
+// -inf handling, bf16 rounding and bit patterns, float16 conversions (F16C), int8 saturation,
+// dropout's mask bytes, the 8 x 8 transpose). Kernel bodies are written once as templates over the Isa (cpu/*_simd.h) or over a
 // traits struct derived from V8 / V16 (flash attention, cpu/flash_traits.h) and call only these.
 // Siblings: simd_philox.h (Philox4x32-10 per vector width), simd_bf16.h (bf16 word operands and
 // vdpbf16ps), simd_amx.h (the AMX tiles, their emulation). Elsewhere the header only declares
@@ -221,6 +221,14 @@ struct V8 {
     static void store_high_bits(float* p, __m256i r) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_and_si256(r, _mm256_set1_epi32(int(0xffff0000u))));
     }
+    /// W float16 values (core/fp16.h) from p, widened exactly (F16C vcvtph2ps; a signalling NaN
+    /// comes back quiet).
+    static R load_fp16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    /// The lanes rounded to float16 (F16C vcvtps2ph, imm 0: round to nearest even whatever the
+    /// MXCSR says; its FTZ does not apply), W values to p: core/fp16.h's fp16_bits lane by lane.
+    static void store_fp16(uint16_t* p, R x) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    }
     /// The int8 of each lane truncated to int32 and saturated, W bytes to p.
     static void store_i8_sat(int8_t* p, R t) {
         const __m256i i32 = _mm256_cvttps_epi32(t);
@@ -396,6 +404,12 @@ struct V16 {
     /// r with the low halves cleared, as floats (the bf16 values of bf16_bits_high in fp32).
     static void store_high_bits(float* p, __m512i r) {
         _mm512_storeu_si512(p, _mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+    }
+    /// W float16 values from p, widened exactly (vcvtph2ps, as V8::load_fp16).
+    static R load_fp16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+    /// The lanes rounded to float16 (vcvtps2ph, round to nearest even), W values to p.
+    static void store_fp16(uint16_t* p, R x) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
     }
     /// The int8 of each lane truncated to int32 and saturated, W bytes to p.
     static void store_i8_sat(int8_t* p, R t) {

@@ -33,6 +33,8 @@ template <Isa I> void adam_step(float* param, const float* grad, float* m, float
 template <Isa I> void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols, float qmax);
 template <Isa I> void argmax_block(const ArgmaxBlockParams& p);
 template <Isa I> void convert_bf16(uint16_t* dst, float* dst32, const float* src, int64_t n);
+template <Isa I> void convert_to_fp16(uint16_t* dst, const float* src, int64_t n);
+template <Isa I> void convert_from_fp16(float* dst, const uint16_t* src, int64_t n);
 /// Returns how many of a.n elements it did (whole groups); dropout.cpp does the rest.
 template <Isa I> int64_t dropout_forward_groups(const detail::DropoutSpan& a);
 template <Isa I> void dropout_backward_masked(float* dx, const float* dy, const uint8_t* mask, int64_t groups, float scale);
@@ -43,7 +45,8 @@ template <Isa I> void dropout_backward_masked(float* dx, const float* dy, const 
     X(log_softmax_backward) X(cross_entropy_forward) X(cross_entropy_backward)                    \
     X(layer_norm_forward) X(layer_norm_backward) X(gru_cell_forward) X(gru_cell_backward)         \
     X(additive_scores_forward) X(additive_scores_backward) X(adam_step) X(quantize_rows_int8)      \
-    X(argmax_block) X(convert_bf16) X(dropout_forward_groups) X(dropout_backward_masked)
+    X(argmax_block) X(convert_bf16) X(convert_to_fp16) X(convert_from_fp16)                        \
+    X(dropout_forward_groups) X(dropout_backward_masked)
 
 // The AVX2 and AVX-512 instances exist only in variants_<tier>.cpp (explicit instantiations under
 // that tier's flags). A dispatcher that includes a *_simd.h body (for its scalar build) must not
