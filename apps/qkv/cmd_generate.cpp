@@ -1,5 +1,5 @@
 // `qkv generate`: continue a prompt with a language model trained by `qkv train --model lm`,
-// streaming each character as it comes (train/lm.h generate_text: decode::generate, KV cache); the
+// streaming each character as it comes (runtime/generate.h generate_text: decode::generate, KV cache); the
 // folder loads as any model folder does (runtime::load_model_dir).
 #include <cstdio>
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "options.h"
-#include "qkv/train/lm.h"
+#include "qkv/runtime/generate.h"
 #include "qkv/util/timer.h"
 
 namespace qkv::cli {
@@ -15,7 +15,7 @@ namespace {
 
 struct GenerateArgs {
     std::string model = "runs/lm", prompt;
-    train::GenerateOptions g;
+    runtime::GenerateOptions g;
     bool stats = false, no_cache = false;
 };
 
@@ -43,10 +43,10 @@ Registration reg([](CLI::App& app) {
         const runtime::ModelDir m = runtime::load_model_dir(a->model, /*language_model=*/true);
         a->g.use_cache = !a->no_cache;
         // The prompt is printed with the first token: a refused prompt prints nothing.
-        const std::string shown = train::preprocess_lm_text(a->prompt);
+        const std::string shown = runtime::preprocess_lm_text(a->prompt);
         bool started = false;
         util::Timer t;
-        train::generate_text(m, a->prompt, a->g, [&](const std::string& piece) {
+        runtime::generate_text(m, a->prompt, a->g, [&](const std::string& piece) {
             if (!started) std::fputs(shown.c_str(), stdout), started = true;
             std::fputs(piece.c_str(), stdout);
             std::fflush(stdout);  // stream: each character as it comes

@@ -15,10 +15,10 @@
 #include "qkv/core/parallel.h"
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/greedy.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/model_dir.h"
 #include "qkv/runtime/text.h"
 #include "qkv/runtime/translate.h"
-#include "qkv/train/translation_data.h"
+#include "qkv/runtime/translation_data.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/plot.h"
 
@@ -56,10 +56,10 @@ void note_if_cut(const std::vector<int64_t>& out, int64_t limit, int64_t max_len
 /// t. The source keeps its padding: the GRU encoder runs over the pads (spec §7.11), so its states
 /// (and the translation) depend on them; the padded keys get weight 0 and are not drawn (D2L
 /// slices the keys to the valid length the same way).
-void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
-    const std::vector<std::string> toks = train::tokenize_sentences(m, {a.sentence}).front();
+void run_bahdanau(const HeatmapArgs& a, runtime::ModelDir& m) {
+    const std::vector<std::string> toks = runtime::tokenize_sentences(m, {a.sentence}).front();
     // a subword model's attention is over pieces: the labels are pieces, the printed line words
-    data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
+    data::SeqArray arr = runtime::encode_sources(runtime::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0], Tp = arr.num_steps;
     const std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
     const std::vector<std::string> src_labels = m.src_vocab.decode(ids);
@@ -72,15 +72,15 @@ void run_bahdanau(const HeatmapArgs& a, train::ModelDir& m) {
     auto out = decode::greedy_decode(*m.model, from_vector(arr.ids, {1, Tp}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
     note_if_cut(out[0], g.max_len, g.max_len);
-    std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
-                train::join_tokens(train::target_words(m, hyp)).c_str());
+    std::printf("%s => %s\n", runtime::join_tokens(toks).c_str(),
+                runtime::join_tokens(runtime::target_words(m, hyp)).c_str());
     const int64_t steps = int64_t(trace.cross.size());
     std::vector<std::string> out_labels = hyp;
     if (int64_t(out_labels.size()) < steps) out_labels.push_back("<eos>");
     util::HeatmapPanel p;
     p.rows = steps, p.cols = Ts;
     p.values.assign(size_t(steps * Ts), 0.0);
-    std::printf("attention weights (rows: output tokens; columns: %s):\n", train::join_tokens(src_labels).c_str());
+    std::printf("attention weights (rows: output tokens; columns: %s):\n", runtime::join_tokens(src_labels).c_str());
     for (int64_t t = 0; t < steps; ++t) {
         const auto w = trace.cross[size_t(t)][0].contiguous().to_vector<float>();  // (1, 1, 1, Tp)
         std::printf("  %-12s", out_labels[size_t(t)].c_str());
@@ -134,7 +134,7 @@ void run(HeatmapArgs a) {
     // the model is loaded.
     bool additive = false;
     try {
-        additive = train::load_model_dir_config(a.model).architecture == train::ModelKind::bahdanau;
+        additive = runtime::load_model_dir_config(a.model).architecture == runtime::ModelKind::bahdanau;
     } catch (const Error&) {
     }
     if (!additive) check_weights_backend("heatmap");
@@ -143,8 +143,8 @@ void run(HeatmapArgs a) {
     check_writable("--out", a.out + (additive ? "-cross." : "-encoder.") + a.format);  // before decoding
     const size_t bad = data::invalid_utf8_offset(a.sentence);
     QKV_CHECK(bad == std::string::npos, "heatmap: the sentence is not valid UTF-8 (byte offset ", bad, ")");
-    train::ModelDir m = train::load_model_dir(a.model);
-    const std::vector<std::string> toks = train::tokenize_sentences(m, {a.sentence}).front();
+    runtime::ModelDir m = runtime::load_model_dir(a.model);
+    const std::vector<std::string> toks = runtime::tokenize_sentences(m, {a.sentence}).front();
     QKV_CHECK(!toks.empty(), "heatmap: the sentence is empty");
     warn_if_truncated("qkv heatmap", "the sentence", m, toks);
     if (a.pe_quirk) {
@@ -158,7 +158,7 @@ void run(HeatmapArgs a) {
 
     // The source without padding: padded keys are masked anyway, so the weights are the same.
     // a subword model's attention is over pieces: the labels are pieces, the printed line words
-    data::SeqArray arr = train::encode_sources(train::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
+    data::SeqArray arr = runtime::encode_sources(runtime::source_units(m, {toks}), m.src_vocab, m.config.data.num_steps);
     const int64_t Ts = arr.valid_len[0];
     std::vector<int64_t> ids(arr.ids.begin(), arr.ids.begin() + Ts);
     std::vector<std::string> src_labels = m.src_vocab.decode(ids);
@@ -170,15 +170,15 @@ void run(HeatmapArgs a) {
     g.eos     = m.tgt_vocab.eos();
     g.max_len = a.max_len > 0 ? a.max_len : m.config.decode.max_len;
     g.trace   = &trace;
-    if (train::reads_raw_text(m)) {  // as translate_nbest decodes a real-text model
+    if (runtime::reads_raw_text(m)) {  // as translate_nbest decodes a real-text model
         g.banned  = {m.tgt_vocab.unk()};
-        g.max_len = std::min(g.max_len, train::source_tied_max_len(Ts));
+        g.max_len = std::min(g.max_len, runtime::source_tied_max_len(Ts));
     }
     auto out = decode::greedy_decode(model, from_vector(ids, {1, Ts}), from_vector<int64_t>({Ts}, {1}), g);
     const std::vector<std::string> hyp = m.tgt_vocab.decode(out[0]);
     note_if_cut(out[0], g.max_len, a.max_len > 0 ? a.max_len : m.config.decode.max_len);
-    std::printf("%s => %s\n", train::join_tokens(toks).c_str(),
-                train::join_tokens(train::target_words(m, hyp)).c_str());
+    std::printf("%s => %s\n", runtime::join_tokens(toks).c_str(),
+                runtime::join_tokens(runtime::target_words(m, hyp)).c_str());
 
     const int64_t steps = int64_t(trace.self.size());
     std::vector<std::string> out_labels = hyp, in_labels = {"<bos>"};

@@ -12,8 +12,8 @@
 #include "options.h"
 #include "qkv/core/error.h"
 #include "qkv/io/safetensors.h"
-#include "qkv/train/checkpoint.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/checkpoint.h"
+#include "qkv/runtime/model_dir.h"
 
 namespace qkv::cli {
 namespace {
@@ -49,15 +49,15 @@ void check_safetensors(const std::string& path) {
 }
 
 void run(const InfoArgs& a) {
-    QKV_CHECK(fs::exists(a.path), train::missing_model_folder_message(a.path), "; info also reads a .safetensors file");
-    if (fs::is_directory(a.path) && train::model_dir_kind(a.path) == train::ModelKind::lm) {
+    QKV_CHECK(fs::exists(a.path), runtime::missing_model_folder_message(a.path), "; info also reads a .safetensors file");
+    if (fs::is_directory(a.path) && runtime::model_dir_kind(a.path) == runtime::ModelKind::lm) {
         // config.json, vocab.txt, weights: checked
-        const train::ModelDir m = train::load_model_dir(a.path, /*language_model=*/true);
+        const runtime::ModelDir m = runtime::load_model_dir(a.path, /*language_model=*/true);
         std::printf("language model folder %s (qkv generate reads it)\n%s\n", a.path.c_str(),
-                    train::to_json(m.config).dump(2).c_str());
+                    runtime::to_json(m.config).dump(2).c_str());
         const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
         if (fs::exists(ckpt)) {
-            auto meta = train::read_checkpoint_metadata(ckpt);
+            auto meta = runtime::read_checkpoint_metadata(ckpt);
             std::printf("checkpoint: step %s\n", meta["qkv.step"].c_str());
         }
         std::printf("vocabulary: %lld characters; %lld parameters\n", (long long)m.tgt_vocab.size(),
@@ -67,12 +67,12 @@ void run(const InfoArgs& a) {
         return;
     }
     if (fs::is_directory(a.path)) {
-        const train::RunConfig cfg = train::load_model_dir_config(a.path);
+        const runtime::RunConfig cfg = runtime::load_model_dir_config(a.path);
         std::printf("model folder %s\nlanguages: %s\nconfig.json:\n%s\n", a.path.c_str(),
-                    train::language_pair(cfg.data).c_str(), train::to_json(cfg).dump(2).c_str());
+                    runtime::language_pair(cfg.data).c_str(), runtime::to_json(cfg).dump(2).c_str());
         const std::string ckpt = (fs::path(a.path) / "checkpoint.safetensors").string();
         if (fs::exists(ckpt)) {
-            auto m = train::read_checkpoint_metadata(ckpt);
+            auto m = runtime::read_checkpoint_metadata(ckpt);
             // qkv.epoch counts from 0 (train prints epochs from 1); qkv.train_seconds is stored exactly.
             char secs[32] = "?";
             try {
@@ -86,19 +86,19 @@ void run(const InfoArgs& a) {
         if (!fs::exists(model)) {
             // A run in progress has its checkpoint before its final model; otherwise nothing to load.
             QKV_CHECK(fs::exists(ckpt), "'", model, "' not found and no checkpoint.safetensors: nothing to "
-                      "translate with (train first, or check the folder)", train::replaced_run_note(a.path));
+                      "translate with (train first, or check the folder)", runtime::replaced_run_note(a.path));
             std::printf("model.safetensors: not written yet (training in progress or stopped before the end; "
                         "qkv train --resume --out %s continues)\n", shell_quote(a.path).c_str());
             return;
         }
-        train::read_checkpoint_metadata(model, "model file");  // validates and checks the checksum
+        runtime::read_checkpoint_metadata(model, "model file");  // validates and checks the checksum
         if (a.params) {
             std::printf("model.safetensors:\n");
             print_tensors(model);
         }
         // config.json against the configuration stored with the weights (an edit after training).
-        const auto arch = train::check_architecture(model, cfg);
-        using S         = train::Consistency::State;
+        const auto arch = runtime::check_architecture(model, cfg);
+        using S         = runtime::Consistency::State;
         if (arch.state == S::consistent)
             std::printf("consistency: config.json matches the configuration stored in model.safetensors\n");
         else if (arch.state == S::no_record)
@@ -110,15 +110,15 @@ void run(const InfoArgs& a) {
             for (const auto& d : arch.differences) std::printf("  %s (config.json vs model.safetensors)\n", d.c_str());
         }
         // The same checks translate and eval run (vocabularies, SentencePiece files, shapes).
-        train::load_model_dir(a.path);
+        runtime::load_model_dir(a.path);
         std::printf("check: the folder loads (config.json, vocabularies and model.safetensors agree)\n");
         return;
     }
     check_safetensors(a.path);
-    auto m = train::read_checkpoint_metadata(a.path);
+    auto m = runtime::read_checkpoint_metadata(a.path);
     const auto cfg = m.find("qkv.config");
     const nlohmann::json config = cfg == m.end() ? nlohmann::json()
-                                                 : train::parse_metadata_json<nlohmann::json>(a.path, cfg->first,
+                                                 : runtime::parse_metadata_json<nlohmann::json>(a.path, cfg->first,
                                                                                               cfg->second);
     std::printf("%s\nmetadata:\n", a.path.c_str());
     for (auto& [k, v] : m)

@@ -15,8 +15,10 @@
 #include "commands.h"
 #include "options.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/runtime/generate.h"
+#include "qkv/runtime/model_dir.h"
+#include "qkv/runtime/run_config.h"
 #include "qkv/train/lm.h"
-#include "qkv/train/model_dir.h"
 #include "qkv/train/run.h"
 #include "qkv/util/timer.h"
 #include "train_flags.h"
@@ -53,9 +55,9 @@ void report_lm(const train::RunResult& r, const std::string& out) {
     std::string prompt = "the time traveller";
     for (char ch : prompt)
         if (m.tgt_vocab.token_to_idx(std::string(1, ch)) == m.tgt_vocab.unk()) prompt = m.tgt_vocab.idx_to_token(3);
-    train::GenerateOptions g;
+    runtime::GenerateOptions g;
     g.max_new_tokens = 60;
-    std::printf("sample (greedy): %s%s\n", prompt.c_str(), train::generate_text(m, prompt, g).c_str());
+    std::printf("sample (greedy): %s%s\n", prompt.c_str(), runtime::generate_text(m, prompt, g).c_str());
 }
 
 void run(TrainArgs& a, CLI::App* c) {
@@ -88,11 +90,11 @@ void run(TrainArgs& a, CLI::App* c) {
     train::RunResult r;
     try {
         // nothing is read or written before the configuration is known good
-        const train::RunConfig cfg =
+        const runtime::RunConfig cfg =
             a.resume ? train::check_resume_overrides(a.out, o, given(c, "--preset") ? a.preset : "", stderr, lm)
-                     : train::configure_run(preset, train::parse_model_kind(a.model), o);
+                     : train::configure_run(preset, runtime::parse_model_kind(a.model), o);
         r = train::run(cfg, ro, o);
-    } catch (const train::ConfigError& e) {
+    } catch (const runtime::ConfigError& e) {
         usage_error(e.what());
     }
     if (lm) return report_lm(r, a.out);
@@ -108,7 +110,7 @@ void run(TrainArgs& a, CLI::App* c) {
                     "time)\n", ro.comm->size(), r.train.comm_seconds,
                     100.0 * r.train.comm_seconds / r.train.train_seconds);
     report_signal(r, a.out, /*lm=*/false);
-    train::ModelDir m = train::load_model_dir(a.out);
+    runtime::ModelDir m = runtime::load_model_dir(a.out);
     print_samples(m, *r.data, 8);
     std::printf("total wall time %s\n", util::format_duration(wall.seconds()).c_str());
 }
@@ -117,9 +119,9 @@ Registration reg([](CLI::App& app) {
     auto a = std::make_shared<TrainArgs>();
     CLI::App* c = app.add_subcommand("train", "train D2L's Transformer or Bahdanau model on English-French or a parallel corpus of your own");
     std::string presets;
-    for (auto& n : train::preset_names()) presets += (presets.empty() ? "" : "|") + n;
-    std::vector<std::string> all_presets = train::preset_names();
-    for (const auto& n : train::lm_preset_names()) all_presets.push_back(n);
+    for (auto& n : runtime::preset_names()) presets += (presets.empty() ? "" : "|") + n;
+    std::vector<std::string> all_presets = runtime::preset_names();
+    for (const auto& n : runtime::lm_preset_names()) all_presets.push_back(n);
     // --preset and --model are rows of the table (config.json's "preset", "model.architecture") that
     // also take the language model's names, so declared here (add_config_flags skips them).
     c->add_option("--preset", a->preset, "configuration to start from: " + presets + " (default demo); with --model lm: "

@@ -18,9 +18,9 @@
 #include "qkv/data/tokenizer.h"
 #include "qkv/decode/sacrebleu.h"
 #include "qkv/ops/attention.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/model_dir.h"
 #include "qkv/train/out_folder.h"
-#include "qkv/train/run_config.h"
+#include "qkv/runtime/run_config.h"
 #include "qkv/runtime/text.h"
 #include "qkv/util/atomic_file.h"
 #include "qkv/util/shell.h"
@@ -84,7 +84,7 @@ CLI::Validator real_range(double lo, double hi, bool lo_open) {
         std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]");
 }
 
-double parse_duration_or_off(const std::string& s) { return train::parse_duration_or_off(s); }
+double parse_duration_or_off(const std::string& s) { return runtime::parse_duration_or_off(s); }
 
 CLI::Validator duration_or_off() {
     return CLI::Validator(
@@ -331,7 +331,7 @@ void check_not_model_file(const std::string& flag, const std::string& path, cons
     const auto canon = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
     const fs::path p = canon(path);
     if (p.parent_path() != canon(model)) return;
-    for (const char* f : train::kModelDirFiles)
+    for (const char* f : runtime::kModelDirFiles)
         if (p.filename() == f)
             usage_error(flag + " '" + path + "' is the model folder's own " + f +
                         ": give a file name outside the model's files");

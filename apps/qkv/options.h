@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/runtime/translator.h"
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/model_dir.h"
 
 namespace qkv::cli {
 
@@ -32,13 +32,13 @@ CLI::Validator seed_value();
 /// A real number in [lo, hi], or in (lo, hi] when lo_open (e.g. a learning rate > 0).
 CLI::Validator real_range(double lo, double hi, bool lo_open = false);
 
-/// A duration: "90" or "90s", "20m", "1.5h" (train::parse_duration), or "none"/"off" for no
+/// A duration: "90" or "90s", "20m", "1.5h" (runtime::parse_duration), or "none"/"off" for no
 /// limit. An explicit zero is refused with a message naming "none"/"off" (0 is the internal
 /// "no limit", so "--time-budget 0" would otherwise silently mean the opposite of what it says),
-/// and so is one under train::kMinDurationSeconds ("--val-every 1e-9s" would validate after every step).
+/// and so is one under runtime::kMinDurationSeconds ("--val-every 1e-9s" would validate after every step).
 CLI::Validator duration_or_off();
 
-/// The seconds duration_or_off() accepted: 0 for "none"/"off" (train::parse_duration_or_off).
+/// The seconds duration_or_off() accepted: 0 for "none"/"off" (runtime::parse_duration_or_off).
 /// Throws qkv::Error otherwise.
 double parse_duration_or_off(const std::string& s);
 
@@ -129,7 +129,7 @@ nlohmann::json print_standard_scores(const std::vector<std::string>& hyps, const
                                      const std::string& note);
 
 /// Refuses (usage error, exit 2) an output file `path` given by `flag` that is one of the files of
-/// the model folder `model` (train::kModelDirFiles: config.json, model.safetensors, ...), links and
+/// the model folder `model` (runtime::kModelDirFiles: config.json, model.safetensors, ...), links and
 /// ".." resolved: writing it would destroy the model being used. "" (not asked for) passes.
 void check_not_model_file(const std::string& flag, const std::string& path, const std::string& model);
 

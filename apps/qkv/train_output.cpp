@@ -11,6 +11,8 @@
 #include "options.h"
 #include "qkv/core/allocator.h"
 #include "qkv/decode/bleu.h"
+#include "qkv/runtime/text.h"
+#include "qkv/runtime/translate.h"
 #include "qkv/util/progress.h"
 #include "qkv/util/timer.h"
 
@@ -18,26 +20,26 @@ namespace qkv::cli {
 
 namespace fs = std::filesystem;
 
-void print_samples(train::ModelDir& m, const train::TranslationData& d, int n) {
+void print_samples(runtime::ModelDir& m, const runtime::TranslationData& d, int n) {
     std::vector<std::vector<std::string>> src(d.test_src.begin(),
                                               d.test_src.begin() + std::min<size_t>(size_t(n), d.test_src.size()));
-    train::TranslateOptions to;
+    runtime::TranslateOptions to;
     to.max_len = m.config.decode.max_len;
-    auto hyp = train::translate_tokens(m, src, to);
+    auto hyp = runtime::translate_tokens(m, src, to);
     std::printf("held-out translations (greedy):\n");
     for (size_t i = 0; i < hyp.size(); ++i)
-        std::printf("  %s => %s   [ref: %s]\n", train::join_tokens(src[i]).c_str(),
-                    train::join_tokens(hyp[i]).c_str(), train::join_tokens(d.test_ref[i]).c_str());
+        std::printf("  %s => %s   [ref: %s]\n", runtime::join_tokens(src[i]).c_str(),
+                    runtime::join_tokens(hyp[i]).c_str(), runtime::join_tokens(d.test_ref[i]).c_str());
     // The book's pairs are en→fr.
-    if (train::source_language(m.config.data) != "en" || train::target_language(m.config.data) != "fr") return;
+    if (runtime::source_language(m.config.data) != "en" || runtime::target_language(m.config.data) != "fr") return;
     const auto book = runtime::book_pairs(m);
     std::vector<std::vector<std::string>> bsrc;
     for (auto& [e, f] : book) bsrc.push_back(runtime::tokenize_sentences(m, {e}).front());
-    auto bhyp = train::translate_tokens(m, bsrc, to);
+    auto bhyp = runtime::translate_tokens(m, bsrc, to);
     double mean = 0;
     std::printf("book sentences (D2L BLEU, k=2):\n");
     for (size_t i = 0; i < book.size(); ++i) {
-        const std::string h = train::join_tokens(bhyp[i]);
+        const std::string h = runtime::join_tokens(bhyp[i]);
         const double b = decode::d2l_bleu(h, book[i].second, 2);
         mean += b / double(book.size());
         std::printf("  %s => %s, bleu %.3f\n", book[i].first.c_str(), h.c_str(), b);

@@ -3,14 +3,15 @@
 // early (nothing to do, a signal: the message and the exit status).
 #include <string>
 
-#include "qkv/train/model_dir.h"
+#include "qkv/runtime/model_dir.h"
+#include "qkv/runtime/translation_data.h"
 #include "qkv/train/run.h"
 
 namespace qkv::cli {
 
 /// The first n held-out test pairs translated (greedy), and for en->fr models D2L's book sentences
 /// with their BLEU (k = 2).
-void print_samples(train::ModelDir& m, const train::TranslationData& d, int n);
+void print_samples(runtime::ModelDir& m, const runtime::TranslationData& d, int n);
 
 /// Steps, time, stop reason, the last epoch's losses, throughput, peak memory and the model folder.
 void print_summary(const train::TrainResult& r, const std::string& out,

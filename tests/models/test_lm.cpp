@@ -1,4 +1,4 @@
-// The decoder-only language model (models/lm.h, train/lm.h): cached decoding equals the full
+// The decoder-only language model (models/lm.h, train/lm.h, runtime/generate.h): cached decoding equals the full
 // causal forward (RoPE and sinusoidal positions, GQA, a window), also through decode::generate
 // (prompts, greedy and beam search), generation with the cache equals recomputing the prefix,
 // training lowers the loss on a repetitive text, D2L's preprocessing.
@@ -12,6 +12,7 @@
 #include "qkv/decode/generate.h"
 #include "qkv/models/lm.h"
 #include "qkv/ops/ops.h"
+#include "qkv/runtime/generate.h"
 #include "qkv/train/lm.h"
 #include "qkv/train/run.h"
 #include "support/temp_dir.h"
@@ -159,9 +160,9 @@ TEST(TransformerLM, GenerateStreamsRecomputesAndSamplesFromTheSeed) {
 }
 
 TEST(TransformerLM, PreprocessingIsD2ls) {
-    EXPECT_EQ(train::preprocess_lm_text("The Time-Traveller (for so it will\n be convenient) 1895!"),
+    EXPECT_EQ(runtime::preprocess_lm_text("The Time-Traveller (for so it will\n be convenient) 1895!"),
               "the time traveller for so it will be convenient");
-    EXPECT_EQ(train::preprocess_lm_text("  ...  "), "");
+    EXPECT_EQ(runtime::preprocess_lm_text("  ...  "), "");
 }
 
 /// A text of a few repeated sentences in `dir`/text.txt.
@@ -185,19 +186,19 @@ TEST(TransformerLM, TrainsGeneratesAndTheCacheChangesNothing) {
     const runtime::ModelDir m = runtime::load_model_dir(dir / "run", /*language_model=*/true);
     EXPECT_EQ(m.config.architecture, train::ModelKind::lm);
     EXPECT_EQ(m.tgt_vocab.size(), m.config.lm.vocab_size);
-    train::GenerateOptions g;
+    runtime::GenerateOptions g;
     g.max_new_tokens = 30;
     std::string streamed;
-    const std::string cached = train::generate_text(m, "the time", g, [&](const std::string& p) { streamed += p; });
+    const std::string cached = runtime::generate_text(m, "the time", g, [&](const std::string& p) { streamed += p; });
     EXPECT_EQ(streamed, cached);
     EXPECT_EQ(cached.size(), 30u);
     g.use_cache = false;
-    EXPECT_EQ(train::generate_text(m, "the time", g), cached);
+    EXPECT_EQ(runtime::generate_text(m, "the time", g), cached);
     EXPECT_NE(cached.find("traveller"), std::string::npos) << cached;  // learned the repeated text
     g.use_cache = true, g.temperature = 1.0, g.seed = 4;
-    const std::string s1 = train::generate_text(m, "we", g), s2 = train::generate_text(m, "we", g);
+    const std::string s1 = runtime::generate_text(m, "we", g), s2 = runtime::generate_text(m, "we", g);
     EXPECT_EQ(s1, s2);
-    EXPECT_NE(error_of([&] { train::generate_text(m, "the 7 quixotic", g); }).find("never saw: 'cqux'"), std::string::npos);
+    EXPECT_NE(error_of([&] { runtime::generate_text(m, "the 7 quixotic", g); }).find("never saw: 'cqux'"), std::string::npos);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 // Translating with it: runtime/translate.h and runtime/translator.h.
 // A language model's folder (`qkv train --model lm`, config.json "model_kind": "lm") holds
 // config.json, vocab.txt (one character per line), model.safetensors and the training files; qkv
-// generate samples it (train/lm.h generate_text).
+// generate samples it (runtime/generate.h generate_text).
 #include <memory>
 #include <map>
 #include <optional>
