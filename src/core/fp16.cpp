@@ -3,25 +3,14 @@
 
 #include <cmath>
 
+#include "round_to_odd.h"
+
 namespace qkv {
 namespace {
 constexpr int64_t kGrain = 1 << 15;  // elements per call below which one thread converts
 }
 
-uint16_t fp16_bits(double x) {
-    float f = float(x);  // RNE to float; made round-to-odd below when inexact
-    if (std::isfinite(f) && double(f) != x) {
-        // Truncate toward zero, then set the lowest mantissa bit (sticky): float keeps at least 13
-        // more bits than half (more still for half's subnormals), so RNE of this round-to-odd
-        // value is RNE of x.
-        if (std::fabs(double(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u |= 1u;
-        std::memcpy(&f, &u, 4);
-    }
-    return fp16_bits(f);
-}
+uint16_t fp16_bits(double x) { return fp16_bits(detail::float_round_to_odd(x)); }
 
 uint16_t fp16_bits_from_int(int64_t x) {
     // |x| < 2^24 is exact in float; larger magnitudes are far above 65520 and give ±inf either way.
